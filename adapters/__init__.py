@@ -1,0 +1,1 @@
+"""One adapter per serving engine behind one small interface (adapters.base)."""

@@ -1,0 +1,122 @@
+"""The one small interface every engine implements.
+
+Every engine is measured over the same streaming HTTP client. Engines without a streaming
+server of their own (transformers static ``generate``, ONNX Runtime GenAI, DeepSpeed
+``init_inference``) are wrapped in a small OpenAI-compatible shim server that runs in the
+engine's own virtual environment and streams each token as soon as the engine emits it, so
+their numbers sit on the same client clock as everyone else's. (DESIGN.md allowed an
+in-process path; it cannot work when the engine lives in a different venv than the harness,
+so the shim-server form is used for all of them.)
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+HARDWARE_KINDS = ("nvidia", "amd", "cpu")
+FEATURES = (
+    "paged_kv",
+    "prefix_caching",
+    "chunked_prefill",
+    "continuous_batching",
+    "speculative_decoding",
+    "structured_output",
+    "lora",
+    "tensor_parallel",
+)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine declares about itself (used by the scorer's hard constraints).
+
+    ``hardware``: subset of :data:`HARDWARE_KINDS`; ``features``: subset of :data:`FEATURES`;
+    ``quantization``: formats it can serve (e.g. ``"fp8"``, ``"awq"``); ``api``: ``"server"``
+    (native OpenAI server) or ``"shim"`` (our streaming wrapper around an in-process API);
+    ``complexity``: operational complexity 1 (pip install, one process) .. 5 (containers,
+    model compilation), used as a soft-score criterion.
+    """
+
+    hardware: tuple[str, ...]
+    features: tuple[str, ...] = ()
+    quantization: tuple[str, ...] = ()
+    api: str = "server"
+    complexity: int = 2
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether an engine can run here. ``reason`` is one human line with the fix."""
+
+    available: bool
+    reason: str
+    version: str | None = None
+
+
+@dataclass
+class LaunchConfig:
+    """Everything an adapter needs to start its engine for one run.
+
+    ``model_dir``: a Hugging Face folder (config.json, safetensors, tokenizer);
+    ``run_dir``: the run folder (server logs go to ``run_dir/logs/<engine>.log``);
+    ``threads``: intra-op CPU threads the engine may use; ``engine_args``: pass-through
+    options from ``--engine-arg NAME:key=value``; ``startup_timeout_s``: health wait limit.
+    """
+
+    model_dir: Path
+    run_dir: Path
+    threads: int = 1
+    engine_args: dict[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 300.0
+    base_url: str | None = None  # for the generic ``openai`` adapter
+    model_name: str | None = None  # served model name override
+
+
+@dataclass
+class Endpoint:
+    """What the runner sends requests to.
+
+    ``base_url`` ends without ``/v1``; ``effective_config`` is recorded in the manifest
+    (the exact command line, env vars that matter, engine options); ``extra_fields`` are
+    request-body fields this engine accepts beyond the standard ones (e.g. ``ignore_eos``);
+    ``display_name`` is how reports name the engine (e.g. "sglang (CPU, torch_native,
+    compatibility shim)").
+    """
+
+    base_url: str
+    model_name: str
+    display_name: str
+    effective_config: dict[str, Any] = field(default_factory=dict)
+    api_key: str | None = None
+    supports_ignore_eos: bool = True
+    metrics_url: str | None = None  # Prometheus /metrics, scraped after the run when set
+    log_path: Path | None = None
+
+
+class EngineError(RuntimeError):
+    """An engine failed to install, start or stay up. ``log_tail`` holds its last log lines."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """One engine behind one interface.
+
+    ``launch`` is a context manager: it starts the engine (child process in its own process
+    group), waits for health, yields an :class:`Endpoint`, and on exit - success, error,
+    timeout or KeyboardInterrupt - stops the process group and frees the port.
+    Raises :class:`EngineError` when the engine cannot start.
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    def probe(self) -> ProbeResult: ...
+
+    def launch(self, config: LaunchConfig) -> AbstractContextManager[Endpoint]: ...

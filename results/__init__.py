@@ -1,0 +1,1 @@
+"""Versioned result schema and the run store (results/<run-id>/)."""
