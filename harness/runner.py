@@ -1,0 +1,165 @@
+"""Load generation: replay a workload against one endpoint and produce request records.
+
+Dispatch follows an absolute schedule: every session's first turn is due at
+``t0 + start_offset_s``; a follow-up turn is due at ``completion + delay_s``. Each due time is
+turned into one ``asyncio.sleep`` to that instant (never cumulative sleeps, so no drift). A
+closed-loop cap (``max_concurrency``) gates the *send*: ``scheduled_ns`` is the due time,
+``send_ns`` is after the gate, so client-side queueing shows up in "TTFT from scheduled".
+
+Every finished request is handed to ``on_record`` at once (the store appends it), so an
+interrupted run keeps what finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from results.schema import RequestRecord
+from workloads.base import FollowUp, RequestSpec, Session, Workload
+
+from .client import EndpointTarget, new_session, stream_request
+
+START_LEAD_NS = 50_000_000  # first measured request is due 50 ms after the schedule is built
+
+
+@dataclass
+class RunnerOptions:
+    """``max_concurrency``: cap on in-flight requests (None = workload's, else unbounded);
+    ``request_timeout_s``: per-request client timeout; ``keep_text``: store every reply's text."""
+
+    max_concurrency: int | None = None
+    request_timeout_s: float = 600.0
+    keep_text: bool = False
+
+
+class _Tokenizer:
+    """Re-tokenization for the drift check (one pass over the whole text)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+
+    def output_tokens(self, text: str) -> int:
+        return len(self.tok.encode(text, add_special_tokens=False))
+
+    def input_tokens(self, req: RequestSpec) -> int | None:
+        if req.prompt_token_ids is not None:
+            return len(req.prompt_token_ids)
+        try:
+            if req.messages is not None:
+                ids = self.tok.apply_chat_template(req.messages, tokenize=True, add_generation_prompt=True)
+                if isinstance(ids, dict):  # BatchEncoding
+                    ids = ids["input_ids"]
+                return len(ids)
+            if req.prompt is not None:
+                return len(self.tok.encode(req.prompt))
+        except Exception:  # a model without a chat template: no estimate
+            return None
+        return None
+
+
+class Runner:
+    """Replays requests against one endpoint with one aiohttp session."""
+
+    def __init__(
+        self,
+        target: EndpointTarget,
+        engine: str,
+        workload_name: str,
+        on_record: Callable[[RequestRecord], None],
+        tokenizer: Any | None = None,
+        options: RunnerOptions | None = None,
+        on_progress: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
+        self.target = target
+        self.engine = engine
+        self.workload_name = workload_name
+        self.on_record = on_record
+        self.tok = _Tokenizer(tokenizer) if tokenizer is not None else None
+        self.options = options or RunnerOptions()
+        self.on_progress = on_progress
+        self.records: list[RequestRecord] = []
+
+    def _new_record(self, req: RequestSpec, scheduled_ns: int, phase: str) -> RequestRecord:
+        return RequestRecord(
+            request_id=req.request_id,
+            engine=self.engine,
+            workload=self.workload_name,
+            session_id=req.session_id,
+            turn_id=req.turn_id,
+            branch_id=req.branch_id,
+            phase=phase,
+            scheduled_ns=scheduled_ns,
+            input_tokens_expected=req.input_tokens_expected,
+            max_tokens=req.max_tokens,
+        )
+
+    async def _one(
+        self,
+        http: Any,
+        req: RequestSpec,
+        scheduled_ns: int,
+        gate: asyncio.Semaphore | None,
+        phase: str,
+    ) -> tuple[RequestRecord, str]:
+        delay = (scheduled_ns - time.perf_counter_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        record = self._new_record(req, scheduled_ns, phase)
+        if gate is not None:
+            async with gate:
+                text = await stream_request(http, self.target, req, record)
+        else:
+            text = await stream_request(http, self.target, req, record)
+        if self.tok is not None:
+            record.output_tokens_retok = self.tok.output_tokens(text)
+            record.input_tokens_retok = self.tok.input_tokens(req)
+        if self.options.keep_text and record.output_text is None:
+            record.output_text = text
+        self.records.append(record)
+        self.on_record(record)
+        if self.on_progress is not None:
+            self.on_progress(record)
+        return record, text
+
+    async def _session(self, http: Any, session: Session, t0: int, gate: asyncio.Semaphore | None) -> None:
+        due = t0 + int(session.start_offset_s * 1e9)
+        pending: list[tuple[int, RequestSpec]] = [(due, session.first_request())]
+        tasks: set[asyncio.Task] = set()
+
+        async def turn(when: int, req: RequestSpec) -> None:
+            record, text = await self._one(http, req, when, gate, "measured")
+            done_ns = record.end_ns or time.perf_counter_ns()
+            follow: list[FollowUp] = session.on_complete(req, text, record.success)
+            for f in follow:
+                t = asyncio.create_task(turn(done_ns + int(f.delay_s * 1e9), f.request))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+
+        for when, req in pending:
+            t = asyncio.create_task(turn(when, req))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks))
+
+    async def warmup(self, requests: Sequence[RequestSpec]) -> list[RequestRecord]:
+        """Send warm-up requests (phase ``warmup``: stored, never in metrics), two at a time."""
+        out: list[RequestRecord] = []
+        gate = asyncio.Semaphore(2)
+        async with new_session(self.options.request_timeout_s) as http:
+            now = time.perf_counter_ns()
+            results = await asyncio.gather(*(self._one(http, r, now, gate, "warmup") for r in requests))
+        out.extend(r for r, _ in results)
+        return out
+
+    async def measure(self, workload: Workload) -> list[RequestRecord]:
+        """Replay every session of ``workload``; returns the measured records."""
+        cap = self.options.max_concurrency or workload.max_concurrency
+        gate = asyncio.Semaphore(cap) if cap else None
+        async with new_session(self.options.request_timeout_s) as http:
+            t0 = time.perf_counter_ns() + START_LEAD_NS
+            await asyncio.gather(*(self._session(http, s, t0, gate) for s in workload.sessions))
+        return [r for r in self.records if r.phase == "measured"]

@@ -1,0 +1,134 @@
+"""Metric definitions on hand-built records (a controlled clock: exact values)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.metrics import (
+    SLOError,
+    compute_metrics,
+    distribution,
+    error_adjusted_distribution,
+    parse_slos,
+    slo_percentile_value,
+)
+from results.schema import RequestRecord
+
+MS = 1_000_000
+
+
+def rec(i, send_ms, chunks_ms, out_tokens=None, ok=True, sched_ms=None, turn=None, retok=None, err=None, prompt=10):
+    return RequestRecord(
+        request_id=str(i), engine="e", workload="w", turn_id=turn,
+        scheduled_ns=int((send_ms if sched_ms is None else sched_ms) * MS),
+        send_ns=int(send_ms * MS),
+        first_token_ns=int(chunks_ms[0] * MS) if chunks_ms else None,
+        last_token_ns=int(chunks_ms[-1] * MS) if chunks_ms else None,
+        end_ns=int((chunks_ms[-1] if chunks_ms else send_ms) * MS) + MS,
+        chunk_times_ns=[int(c * MS) for c in chunks_ms],
+        output_tokens_server=out_tokens, output_tokens_retok=retok,
+        input_tokens_server=prompt, success=ok, error_class=err,
+    )
+
+
+def test_ttft_tpot_itl_e2el_exact():
+    # request 0: sent at 0, tokens at 100, 120, 160 (3 tokens): TTFT 100, E2E 160, TPOT 30, ITL 20, 40
+    # request 1: sent at 50 (scheduled 40), tokens at 250, 270 (2 tokens): TTFT 200, E2E 220, TPOT 20
+    records = [rec(0, 0, [100, 120, 160], 3), rec(1, 50, [250, 270], 2, sched_ms=40)]
+    m = compute_metrics(records)
+    assert m["ttft_ms"]["mean"] == pytest.approx(150.0)
+    assert m["ttft_from_scheduled_ms"]["max"] == pytest.approx(210.0)
+    assert m["e2el_ms"]["p50"] == pytest.approx(190.0)
+    assert m["tpot_ms"]["mean"] == pytest.approx(25.0)
+    assert sorted(np.round([m["itl_ms"]["max"], m["itl_ms"]["p50"]], 6)) == [20.0, 40.0]
+    assert m["itl_ms"]["mean"] == pytest.approx((20 + 40 + 20) / 3)
+    # duration: first send (0) → last end (271 ms)
+    assert m["duration_s"] == pytest.approx(0.271)
+    assert m["output_throughput"] == pytest.approx(5 / 0.271)
+    assert m["input_throughput"] == pytest.approx(20 / 0.271)
+    assert m["total_token_throughput"] == pytest.approx(25 / 0.271)
+    assert m["request_throughput"] == pytest.approx(2 / 0.271)
+
+
+def test_one_token_reply_has_no_tpot_and_failures_excluded():
+    records = [rec(0, 0, [10], 1), rec(1, 0, [30, 40], 2), rec(2, 0, [5], None, ok=False, err="http_500")]
+    m = compute_metrics(records)
+    assert m["tpot_ms"]["mean"] == pytest.approx(10.0) and m["tpot_ms"]["max"] == pytest.approx(10.0)
+    assert m["ttft_ms"]["max"] == pytest.approx(30.0)  # failed request's 5 ms excluded
+    assert m["failures_by_class"] == {"http_500": 1}
+    assert m["requests_completed"] == 2 and m["requests_failed"] == 1
+
+
+def test_percentiles_are_numpy_linear():
+    vals = [1.0, 2.0, 3.0, 4.0, 10.0]
+    d = distribution(vals)
+    assert d["p90"] == pytest.approx(np.percentile(vals, 90))  # 7.6
+    assert d["p90"] == pytest.approx(7.6)
+    assert d["p99_9"] == pytest.approx(9.976)
+    assert d["std"] == pytest.approx(np.std(vals))
+    assert distribution([]) == {k: None for k in d}
+
+
+def test_error_adjusted_percentiles_treat_failures_as_infinite():
+    d = error_adjusted_distribution([10.0, 20.0, 30.0], num_failed=1)  # sorted: 10 20 30 inf
+    assert d["p50"] == pytest.approx(25.0)  # pos 1.5 → between 20 and 30
+    assert d["p90"] is None and d["max"] is None and d["mean"] is None
+    clean = error_adjusted_distribution([10.0, 20.0], num_failed=0)
+    assert clean["max"] == 20.0 and clean["mean"] == 15.0
+
+
+def test_goodput_and_slo_attainment():
+    records = [rec(0, 0, [100, 110], 2), rec(1, 0, [300, 310], 2), rec(2, 0, [50, 500], 2),
+               rec(3, 0, [], None, ok=False, err="timeout")]
+    m = compute_metrics(records, parse_slos("ttft_p99=200,tpot=100"))
+    # good: request 0 only (1 has TTFT 300; 2 has TPOT 450; 3 failed)
+    assert m["goodput"]["good_requests"] == 1
+    assert m["goodput"]["slo_attainment"] == pytest.approx(0.25)
+    assert m["goodput"]["request_goodput"] == pytest.approx(1 / m["duration_s"])
+    assert m["goodput"]["slos"] == {"ttft_p99": 200.0, "tpot_p99": 100.0}
+
+
+def test_offered_vs_achieved_rate_flag():
+    on_time = [rec(i, i * 100, [i * 100 + 5], 1, turn=0) for i in range(11)]  # 10 req/s
+    assert compute_metrics(on_time, offered_rate=10.0)["rate_valid"] is True
+    assert compute_metrics(on_time, offered_rate=10.0)["achieved_rate"] == pytest.approx(10.0)
+    assert compute_metrics(on_time, offered_rate=12.0)["rate_valid"] is False
+    assert compute_metrics(on_time, offered_rate=math.inf)["rate_valid"] is None
+
+
+def test_token_drift_between_usage_and_retokenization():
+    records = [rec(0, 0, [1, 2], 10, retok=10), rec(1, 0, [1, 2], 20, retok=18), rec(2, 0, [1, 2], None, retok=7)]
+    d = compute_metrics(records)["token_drift"]
+    assert d["requests_compared"] == 2 and d["output_mismatched"] == 1
+    assert d["output_abs_diff_max"] == 2 and d["output_abs_diff_mean"] == pytest.approx(1.0)
+    assert d["output_rel_diff_mean"] == pytest.approx((0 + 0.1) / 2)
+    assert d["output_estimated"] == 1
+
+
+def test_warmup_records_never_enter_metrics():
+    w = rec(9, 0, [1000, 2000], 2)
+    w.phase = "warmup"
+    m = compute_metrics([w, rec(0, 0, [10, 20], 2)])
+    assert m["requests_completed"] == 1 and m["ttft_ms"]["max"] == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize(
+    "text,msg",
+    [("ttft", "no value"), ("latency_p99=5", "unknown SLO"), ("ttft_p99=abc", "number"), ("tpot=-1", "positive")],
+)
+def test_bad_slo_strings_give_one_line_errors(text, msg):
+    with pytest.raises(SLOError, match=msg):
+        parse_slos(text)
+
+
+def test_slo_percentile_value_uses_error_adjusted_when_failures():
+    records = [rec(i, 0, [10 * (i + 1), 10 * (i + 1) + 1], 2) for i in range(9)]
+    records.append(rec(9, 0, [], None, ok=False, err="timeout"))
+    m = compute_metrics(records)
+    (slo,) = parse_slos("ttft_p99=1000")
+    assert slo_percentile_value(m, slo) is None  # p99 lands on the failure: infinite
+    (p50,) = parse_slos("ttft_p50=1000")
+    assert slo_percentile_value(m, p50) == pytest.approx(55.0)
