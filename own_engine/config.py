@@ -1,0 +1,171 @@
+"""Engine configuration (:class:`EngineConfig`) and the derived, validated settings.
+
+Sizing convention (vLLM's): the KV cache is a pool of ``num_kv_blocks`` blocks of ``block_size``
+token slots each; one block holds K and V for every layer, so its size in bytes is
+``2 * num_layers * block_size * num_kv_heads * head_dim * dtype_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BATCHING_MODES = ("continuous", "static")
+KV_ALLOCATIONS = ("paged", "naive")
+SPECULATIVE_MODES = ("none", "ngram", "draft")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """An invalid engine setting; the message names the setting and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    """Architecture facts read from a Hugging Face ``config.json`` (Llama family).
+
+    Raises :class:`ConfigError` when the folder is not a Llama-architecture model.
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    eos_token_ids: list[int] = field(default_factory=list)
+    bos_token_id: int | None = None
+
+    @classmethod
+    def from_dir(cls, model_dir: Path) -> "ModelConfig":
+        path = Path(model_dir) / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"{model_dir} has no config.json: pass a Hugging Face model folder")
+        cfg = json.loads(path.read_text())
+        arch = (cfg.get("architectures") or ["?"])[0]
+        if cfg.get("model_type") not in ("llama", "mistral", "qwen2") and "Llama" not in arch:
+            raise ConfigError(f"{model_dir} is a {arch} model; own_engine supports Llama-architecture models only")
+        if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+            raise ConfigError(f"{model_dir} uses attention/MLP biases, which own_engine does not implement")
+        heads = cfg["num_attention_heads"]
+        eos = cfg.get("eos_token_id")
+        gen = Path(model_dir) / "generation_config.json"
+        if gen.is_file():
+            eos = json.loads(gen.read_text()).get("eos_token_id", eos)
+        eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        return cls(
+            num_layers=cfg["num_hidden_layers"],
+            hidden_size=cfg["hidden_size"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            intermediate_size=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"],
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            eos_token_ids=eos_ids,
+            bos_token_id=cfg.get("bos_token_id"),
+        )
+
+    def kv_bytes_per_block(self, block_size: int, num_layers: int | None = None, dtype_bytes: int = 4) -> int:
+        """Bytes of one KV block over ``num_layers`` layers (default: all): 2 (K,V) x layers x
+        block_size x num_kv_heads x head_dim x dtype_bytes."""
+        layers = self.num_layers if num_layers is None else num_layers
+        return 2 * layers * block_size * self.num_kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass
+class EngineConfig:
+    """Settings of one :class:`~own_engine.engine.LLMEngine`.
+
+    ``block_size``: tokens per KV block. ``num_kv_blocks``: KV pool size; ``None`` derives it from
+    ``kv_cache_bytes`` (bytes, K+V of all layers, plus the draft model's layers for
+    ``speculative="draft"``). ``max_num_seqs``: most sequences in one step. ``max_num_batched_tokens``:
+    per-step token budget (prefill chunks + decodes + speculative tokens). ``max_model_len``: prompt +
+    output limit in tokens (``None`` → min(config max_position_embeddings, 4096)).
+    ``batching``: ``"continuous"`` (iteration-level, Orca/vLLM) or ``"static"`` (ablation: a batch runs
+    until all members finish). ``kv_allocation``: ``"paged"`` or ``"naive"`` (ablation: one contiguous
+    ``max_model_len`` reservation per sequence; disables prefix caching). ``speculative``: ``"none"``,
+    ``"ngram"`` (prompt lookup) or ``"draft"`` (layer-truncated self-draft of ``draft_num_layers``
+    layers), proposing up to ``num_speculative_tokens`` tokens per step. ``threads``: torch intra-op
+    threads. ``device``: ``"auto"`` picks CUDA when available. ``seed``: seeds requests without their own.
+    """
+
+    model_dir: Path
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_bytes: int = 256 * 2**20
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    batching: str = "continuous"
+    kv_allocation: str = "paged"
+    speculative: str = "none"
+    num_speculative_tokens: int = 4
+    draft_num_layers: int = 8
+    threads: int = 1
+    device: str = "auto"
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid setting and its fix."""
+        def pos(name: str) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "threads", "num_speculative_tokens"):
+            pos(name)
+        if self.num_kv_blocks is not None:
+            pos("num_kv_blocks")
+        if self.max_model_len is not None:
+            pos("max_model_len")
+        if self.num_kv_blocks is None and (not isinstance(self.kv_cache_bytes, int) or self.kv_cache_bytes <= 0):
+            raise ConfigError(f"kv_cache_bytes must be a positive integer, got {self.kv_cache_bytes!r}")
+        if self.batching not in BATCHING_MODES:
+            raise ConfigError(f"batching must be one of {BATCHING_MODES}, got {self.batching!r}")
+        if self.kv_allocation not in KV_ALLOCATIONS:
+            raise ConfigError(f"kv_allocation must be one of {KV_ALLOCATIONS}, got {self.kv_allocation!r}")
+        if self.speculative not in SPECULATIVE_MODES:
+            raise ConfigError(f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.speculative == "draft":
+            pos("draft_num_layers")
+
+    def resolve_max_model_len(self, model: ModelConfig) -> int:
+        """``max_model_len`` or min(max_position_embeddings, 4096); error if above the model's limit."""
+        if self.max_model_len is None:
+            return min(model.max_position_embeddings, 4096)
+        if self.max_model_len > model.max_position_embeddings:
+            raise ConfigError(
+                f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
+                f"{model.max_position_embeddings}: lower it"
+            )
+        return self.max_model_len
+
+    def resolve_num_kv_blocks(self, model: ModelConfig, max_model_len: int) -> int:
+        """``num_kv_blocks`` or ``kv_cache_bytes // bytes_per_block`` (draft layers included).
+
+        Raises :class:`ConfigError` when the pool cannot hold one ``max_model_len`` sequence.
+        """
+        if self.num_kv_blocks is not None:
+            n = self.num_kv_blocks
+        else:
+            layers = model.num_layers + (self.draft_num_layers if self.speculative == "draft" else 0)
+            n = self.kv_cache_bytes // model.kv_bytes_per_block(self.block_size, layers)
+        need = -(-(max_model_len + self.num_speculative_tokens) // self.block_size)
+        if n < need:
+            raise ConfigError(
+                f"the KV cache holds {n} blocks of {self.block_size} tokens, fewer than one sequence of "
+                f"max_model_len={max_model_len} needs ({need}): raise kv_cache_bytes/num_kv_blocks or lower max_model_len"
+            )
+        return n
