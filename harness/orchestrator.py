@@ -1,0 +1,384 @@
+"""Run orchestration: one workload, every requested engine, one after another.
+
+Flow (one way): build the workload → for each engine: probe → launch (adapter) → warm-up →
+equivalence prompts → measure (runner) → metrics → store; then scorer → reports. An engine
+that fails to start or crashes is recorded as ``failed`` with its log tail and the run goes
+on; Ctrl-C stops the current engine (the adapter's context manager kills its process group),
+marks it ``failed`` ("interrupted"), keeps every record already written, and re-raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from results.schema import RequestRecord
+from results.store import RunWriter, new_run_id
+from workloads.base import RequestSpec, Workload
+
+from . import __version__
+from .client import EndpointTarget
+from .metrics import SLO, compute_metrics
+from .runner import Runner, RunnerOptions
+
+EQUIVALENCE_PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):",
+    "List three primary colors:",
+)
+EQUIVALENCE_MAX_TOKENS = 16
+
+
+@dataclass
+class RunConfig:
+    """Everything ``bench run`` was asked for (validated by the CLI before it gets here)."""
+
+    engines: list[str]
+    workload: str = "agentic"
+    model: str | None = None
+    num_requests: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float = 0.0
+    request_rate: float = float("inf")
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    seed: int = 0
+    slos: list[SLO] = field(default_factory=list)
+    warmup: int = 2
+    output_dir: Path = Path("results")
+    run_id: str | None = None
+    scale: float | None = None
+    api: str | None = None
+    base_url: str | None = None
+    served_model_name: str | None = None
+    engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
+    threads: int | None = None
+    request_timeout_s: float = 600.0
+    startup_timeout_s: float = 600.0
+    check_equivalence: bool = True
+    calibrate: bool = True
+    hardware: str = "detected"
+    preset: str = "balanced"
+    report: bool = True
+
+
+@dataclass
+class EngineOutcome:
+    name: str
+    status: str
+    reason: str = ""
+    records: list[RequestRecord] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    recommendation: Any = None
+    interrupted: bool = False
+
+
+def default_threads() -> int:
+    """Engine threads: all cores but one (the client's), at least 1 (DESIGN.md)."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def git_sha() -> str | None:
+    """The harness checkout's commit, or None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _scrape(url: str | None) -> str | None:
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _equivalence_requests(seed: int) -> list[RequestSpec]:
+    return [
+        RequestSpec(request_id=f"equiv-{i}", prompt=p, max_tokens=EQUIVALENCE_MAX_TOKENS, temperature=0.0, keep_output_text=True)
+        for i, p in enumerate(EQUIVALENCE_PROMPTS)
+    ]
+
+
+def token_agreement(tokenizer: Any, reference: list[str], other: list[str]) -> dict[str, Any]:
+    """Greedy output agreement of two engines over the same prompts, token by token.
+
+    Returns ``token_agreement`` (matching tokens at the same position / reference tokens,
+    0..1), ``exact_matches`` (prompts whose outputs are identical) and
+    ``first_divergence`` (per prompt: index of the first differing token, or None).
+    """
+    match = total = exact = 0
+    firsts: list[int | None] = []
+    for a, b in zip(reference, other):
+        ta = tokenizer.encode(a, add_special_tokens=False)
+        tb = tokenizer.encode(b, add_special_tokens=False)
+        first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), None)
+        if first is None and len(ta) != len(tb):
+            first = min(len(ta), len(tb))
+        firsts.append(first)
+        match += sum(1 for x, y in zip(ta, tb) if x == y)
+        total += max(len(ta), len(tb))
+        exact += a == b
+    return {
+        "token_agreement": match / total if total else None,
+        "exact_matches": exact,
+        "prompts": len(reference),
+        "first_divergence": firsts,
+    }
+
+
+class Orchestrator:
+    """Runs one ``RunConfig``. ``console`` is a rich Console for progress and messages."""
+
+    def __init__(self, cfg: RunConfig, console: Any) -> None:
+        self.cfg = cfg
+        self.console = console
+
+    # -- setup -------------------------------------------------------------------------
+    def _workload(self, tokenizer: Any) -> Workload:
+        from workloads.registry import build_workload
+
+        c = self.cfg
+        return build_workload(
+            c.workload,
+            tokenizer,
+            seed=c.seed,
+            num_requests=c.num_requests,
+            scale=c.scale,
+            request_rate=c.request_rate,
+            burstiness=c.burstiness,
+            max_concurrency=c.max_concurrency,
+            input_len=c.input_len,
+            output_len=c.output_len,
+            range_ratio=c.range_ratio,
+            api=c.api,
+        )
+
+    def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
+        from harness.hardware import detect_hardware
+
+        from .model import model_summary
+
+        hw = detect_hardware()
+        writer.manifest.update(
+            {
+                "command": sys.argv,
+                "harness_version": __version__,
+                "git_sha": git_sha(),
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "hardware": hw.__dict__ if hasattr(hw, "__dict__") else dict(hw),
+                "model": model_summary(model_dir),
+                "workload": workload.spec,
+                "workload_stats": workload.stats,
+                "seed": self.cfg.seed,
+                "slos": {s.key: s.threshold_ms for s in self.cfg.slos},
+                "threads": {"engine": threads, "client": 1},
+                "engines": {},
+                "validity": {},
+            }
+        )
+        writer.write_manifest()
+
+    # -- one engine ----------------------------------------------------------------------
+    def _measure_engine(
+        self, name: str, adapter: Any, model_dir: Path, writer: RunWriter, workload: Workload, tokenizer: Any, threads: int
+    ) -> tuple[dict[str, Any], list[RequestRecord], list[str] | None]:
+        from adapters.base import LaunchConfig
+
+        c = self.cfg
+        launch = LaunchConfig(
+            model_dir=model_dir,
+            run_dir=writer.run_dir,
+            threads=threads,
+            engine_args=c.engine_args.get(name, {}),
+            startup_timeout_s=c.startup_timeout_s,
+            base_url=c.base_url,
+            model_name=c.served_model_name,
+        )
+        self.console.print(f"[bold]{name}[/]: starting …")
+        t_start = time.monotonic()
+        with adapter.launch(launch) as ep:
+            startup_s = time.monotonic() - t_start
+            writer.manifest["engines"][name] = {
+                "display_name": ep.display_name,
+                "startup_s": round(startup_s, 2),
+                **ep.effective_config,
+            }
+            writer.write_manifest()
+            target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
+            progress_cb, finish = self._progress(name, workload)
+            runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
+                            RunnerOptions(c.max_concurrency, c.request_timeout_s), on_progress=progress_cb)
+            try:
+                if c.warmup:
+                    from workloads.registry import build_warmup
+
+                    asyncio.run(runner.warmup(build_warmup(tokenizer, c.warmup, seed=c.seed + 7919)))
+                equiv_texts = None
+                if c.check_equivalence:
+                    eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
+                    recs = asyncio.run(eq.warmup(_equivalence_requests(c.seed)))
+                    recs.sort(key=lambda r: r.request_id)
+                    equiv_texts = [r.output_text or "" for r in recs]
+                t0 = time.monotonic()
+                asyncio.run(runner.measure(workload))
+                wall = time.monotonic() - t0
+            finally:
+                finish()
+            engine_metrics = self._engine_metrics(name, _scrape(ep.metrics_url))
+        measured = [r for r in runner.records if r.phase == "measured"]
+        metrics = compute_metrics(measured, c.slos, workload.offered_rate)
+        extra = {"display_name": ep.display_name, "wall_s": round(wall, 2), "startup_s": round(startup_s, 2)}
+        if engine_metrics:
+            extra["engine_metrics"] = engine_metrics
+        return {"metrics": metrics, **extra}, measured, equiv_texts
+
+    def _engine_metrics(self, name: str, text: str | None) -> dict[str, Any]:
+        if not text:
+            return {}
+        try:
+            from adapters.prom import engine_metrics
+
+            return engine_metrics(name, text)
+        except Exception as exc:  # informational: never fail a run over a scrape
+            return {"error": f"could not parse /metrics: {exc}"}
+
+    def _progress(self, name: str, workload: Workload) -> tuple[Callable[[RequestRecord], None], Callable[[], None]]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        total = int(workload.stats.get("requests") or workload.stats.get("turns") or len(workload.sessions))
+        prog = Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                        TimeElapsedColumn(), console=self.console, transient=False)
+        task = prog.add_task(f"{name} {workload.name}", total=total, info="")
+        prog.start()
+        counts = {"ok": 0, "failed": 0}
+
+        def on_record(r: RequestRecord) -> None:
+            if r.phase != "measured":
+                return
+            counts["ok" if r.success else "failed"] += 1
+            done = counts["ok"] + counts["failed"]
+            prog.update(task, completed=done, total=max(total, done), info=f"failed {counts['failed']}" if counts["failed"] else "")
+
+        return on_record, prog.stop
+
+    # -- the whole run -------------------------------------------------------------------
+    def run(self) -> RunResult:
+        from adapters.base import EngineError
+        from adapters.registry import all_adapters, get_adapter
+
+        from .model import resolve_model
+
+        c = self.cfg
+        model_dir = resolve_model(c.model)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        workload = self._workload(tokenizer)
+        run_id = c.run_id or new_run_id(workload.name)
+        run_dir = Path(c.output_dir) / run_id
+        threads = c.threads or default_threads()
+        writer = RunWriter(run_dir, run_id, workload.name)
+        writer.summary["slos"] = {s.key: s.threshold_ms for s in c.slos}
+        self._manifest(writer, model_dir, workload, threads)
+        self.console.print(f"Run [bold]{run_id}[/] → {run_dir}")
+        if c.calibrate:
+            from .calibrate import calibrate
+
+            self.console.print("Calibrating the client against a local null server …")
+            try:
+                writer.manifest["client_calibration"] = calibrate()
+            except RuntimeError as exc:
+                writer.manifest["client_calibration"] = {"error": str(exc)}
+            writer.write_manifest()
+
+        adapters = all_adapters() if c.engines == ["all"] else [get_adapter(n) for n in c.engines]
+        equivalence: dict[str, list[str]] = {}
+        interrupted = False
+        for adapter in adapters:
+            name = adapter.name
+            caps = getattr(adapter, "capabilities", None)
+            cap_dict = dict(caps.__dict__) if caps is not None and hasattr(caps, "__dict__") else {}
+            probe = adapter.probe()
+            if not probe.available:
+                self.console.print(f"[yellow]{name}[/]: skipped — {probe.reason}")
+                writer.set_engine(name, "skipped", probe.reason, capabilities=cap_dict)
+                continue
+            try:
+                entry, measured, texts = self._measure_engine(name, adapter, model_dir, writer, workload, tokenizer, threads)
+            except KeyboardInterrupt:
+                measured = [r for r in _read_engine(writer, name)]
+                metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
+                writer.set_engine(name, "failed", f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
+                                  metrics=metrics, capabilities=cap_dict, version=probe.version)
+                interrupted = True
+                break
+            except EngineError as exc:
+                self.console.print(f"[red]{name}[/]: failed — {exc}")
+                if exc.log_tail:
+                    self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
+                writer.set_engine(name, "failed", str(exc), log_tail=exc.log_tail[-4000:], capabilities=cap_dict,
+                                  version=probe.version)
+                continue
+            m = entry["metrics"]
+            if m.get("requests_completed", 0) == 0:
+                reason = f"no request succeeded ({m.get('failures_by_class')})"
+                writer.set_engine(name, "failed", reason, capabilities=cap_dict, version=probe.version, **entry)
+                self.console.print(f"[red]{name}[/]: failed — {reason}")
+                continue
+            writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
+            if texts is not None:
+                equivalence[name] = texts
+        if len(equivalence) >= 2:
+            ref = "transformers" if "transformers" in equivalence else next(iter(equivalence))
+            writer.summary["equivalence"] = {
+                "reference": ref,
+                "prompts": list(EQUIVALENCE_PROMPTS),
+                "max_tokens": EQUIVALENCE_MAX_TOKENS,
+                "engines": {n: token_agreement(tokenizer, equivalence[ref], t) for n, t in equivalence.items() if n != ref},
+            }
+        writer.close()
+        result = RunResult(run_dir, writer.summary, interrupted=interrupted)
+        if c.report:
+            result.recommendation = self._report(run_dir)
+        return result
+
+    def _report(self, run_dir: Path) -> Any:
+        from harness.hardware import detect_hardware, get_profile
+        from harness.scorer import recommend
+        from reports import write_reports
+        from results.store import load_run
+
+        run = load_run(run_dir)
+        hw = detect_hardware() if self.cfg.hardware == "detected" else get_profile(self.cfg.hardware)
+        rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset)
+        write_reports(run_dir, rec)
+        return rec
+
+
+def _read_engine(writer: RunWriter, name: str) -> list[RequestRecord]:
+    from results.store import REQUESTS_FILE, read_records
+
+    return [r for r in read_records(writer.run_dir / REQUESTS_FILE) if r.engine == name and r.phase == "measured"]
