@@ -1,0 +1,56 @@
+"""Hardware profiles and detection (nvidia-smi scripted, never required)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+import pytest
+
+from harness import hardware as hw
+from harness.hardware import GiB, get_profile, profile_from_manifest
+
+
+def test_named_profiles_and_device_count() -> None:
+    h100 = get_profile("h100-80gb", num_devices=8)
+    assert (h100.name, h100.kind, h100.num_devices) == ("H100-80GB", "nvidia", 8)
+    assert h100.memory_bytes == 80 * GiB and h100.total_memory_bytes == 8 * 80 * GiB
+    assert h100.compute_capability == (9, 0) and h100.supports_fp8
+    assert not get_profile("A100-80GB").supports_fp8  # cc 8.0 < 8.9
+    assert get_profile("L4-24GB").supports_fp8  # Ada, cc 8.9
+    assert get_profile("MI300X").kind == "amd"
+    cpu = get_profile("CPU")
+    assert cpu.kind == "cpu" and cpu.memory_bytes == psutil.virtual_memory().total
+
+
+def test_unknown_profile_lists_valid_names() -> None:
+    with pytest.raises(ValueError, match=r"^unknown hardware profile 'B200': use one of H100-80GB, H200-141GB, "
+                                         r"A100-80GB, L4-24GB, MI300X, CPU, detected$"):
+        get_profile("B200")
+    with pytest.raises(ValueError, match="at least 1"):
+        get_profile("H100-80GB", num_devices=0)
+
+
+def test_detect_parses_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = "NVIDIA H200, 143771, 9.0\nNVIDIA H200, 143771, 9.0\n"
+    monkeypatch.setattr(hw.shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+    monkeypatch.setattr(hw.subprocess, "run",
+                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, stdout=out, stderr=""))
+    prof = hw.detect_hardware()
+    assert (prof.kind, prof.num_devices, prof.compute_capability) == ("nvidia", 2, (9, 0))
+    assert prof.memory_bytes == 143771 * 1024**2 and prof.supports_fp8
+    assert get_profile("detected", num_devices=1).num_devices == 1
+
+
+def test_detect_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hw.shutil, "which", lambda name: None)
+    prof = hw.detect_hardware()
+    assert prof.kind == "cpu" and prof.memory_bytes == psutil.virtual_memory().total
+
+
+def test_profile_from_manifest() -> None:
+    assert profile_from_manifest({}) is None
+    cpu = profile_from_manifest({"cpu_model": "Xeon", "memory_bytes": 8 * GiB, "gpus": []})
+    assert cpu is not None and (cpu.kind, cpu.memory_bytes) == ("cpu", 8 * GiB)
+    gpu = profile_from_manifest({"gpus": [{"name": "NVIDIA L4", "memory_bytes": 24 * GiB, "compute_capability": "8.9"}]})
+    assert gpu is not None and gpu.kind == "nvidia" and gpu.supports_fp8
