@@ -1,0 +1,120 @@
+"""Two Hugging Face transformers rows: the naive static-batching baseline and ``transformers serve``.
+
+- ``transformers``: our shim ``adapters/shims/hf_static_server.py`` - static batching with
+  ``model.generate`` (a batch waits for its longest member; requests arriving meanwhile wait
+  for the next batch), streaming each row's tokens as ``generate`` produces them. This is the
+  "no serving engine" row every comparison needs.
+- ``transformers_serve``: ``transformers serve --continuous-batching`` (transformers' own paged
+  continuous batching). It answers HTTP 422 for non-standard request fields such as
+  ``ignore_eos``, so its endpoint says ``supports_ignore_eos=False``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from pathlib import Path
+
+from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.hardware import detect_hardware
+from adapters.server import (
+    PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
+    split_engine_args, thread_env,
+)
+
+
+def _transformers_version() -> str | None:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class TransformersStaticAdapter(ServerAdapter):
+    """Static batching with ``model.generate`` behind our streaming shim (harness Python).
+
+    Engine args: ``max_batch_size`` (rows per ``generate``, default 8), ``batch_window_ms``
+    (how long an idle server collects arrivals into one batch, default 10 ms), ``dtype``
+    (default float32), ``device`` (default cpu; cuda on NVIDIA).
+    """
+
+    name = "transformers"
+    display_name = "transformers (static batching, generate)"
+    capabilities = Capabilities(hardware=("cpu", "nvidia", "amd"), features=(), api="shim", complexity=1)
+    stop_grace_s = 5.0
+
+    def __init__(self, hardware: str | None = None) -> None:
+        self._hardware = hardware
+
+    def probe(self) -> ProbeResult:
+        """Available when transformers is importable by the harness."""
+        version = _transformers_version()
+        if version is None:
+            return ProbeResult(False, "transformers: not installed in the harness environment: pip install 'transformers>=5.20,<6'")
+        return ProbeResult(True, "transformers: static batching shim with the harness's Python", version=version)
+
+    def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
+        """``[python, -m, adapters.shims.hf_static_server, --model DIR, --host, --port, --threads N,
+        --served-model-name M, --device D, <engine args>]``."""
+        flags, env_extra, _ = split_engine_args(config.engine_args)
+        hw = self._hardware or detect_hardware()
+        model_name = self.served_name(config)
+        opts = {"served_model_name": model_name, "threads": str(config.threads),
+                "device": "cuda" if hw == "nvidia" else "cpu", "dtype": "float32",
+                "max_batch_size": "8", "batch_window_ms": "10", **flags}
+        cmd = [python_for_harness(), "-m", "adapters.shims.hf_static_server", "--model", str(Path(config.model_dir)),
+               "--host", "127.0.0.1", "--port", str(port), *render_flags(opts)]
+        env = {**thread_env(config.threads), "PYTHONPATH": project_pythonpath(), **env_extra}
+        return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=self.display_name,
+                          health_paths=("/health",), cwd=PROJECT_ROOT,
+                          extra_config={"batching": "static", "max_batch_size": int(opts["max_batch_size"])})
+
+
+class TransformersServeAdapter(ServerAdapter):
+    """``transformers serve --continuous-batching`` (transformers' own OpenAI server).
+
+    The model is passed as ``FORCE_MODEL`` (preloaded; requests must name it by its path).
+    Threads: only through ``OMP_NUM_THREADS`` (it has no thread flag). Engine args become
+    its flags (``transformers_serve:cb_num_blocks=256`` → ``--cb-num-blocks 256``).
+    """
+
+    name = "transformers_serve"
+    display_name = "transformers serve (continuous batching)"
+    capabilities = Capabilities(hardware=("cpu", "nvidia"), features=("paged_kv", "continuous_batching"),
+                                api="server", complexity=1)
+    stop_grace_s = 5.0
+
+    def __init__(self, hardware: str | None = None) -> None:
+        self._hardware = hardware
+
+    @staticmethod
+    def cli_path() -> Path:
+        """The ``transformers`` console script next to the harness's interpreter."""
+        return Path(sys.executable).parent / "transformers"
+
+    def probe(self) -> ProbeResult:
+        """Available when the ``transformers`` CLI exists and its serving extras (fastapi, uvicorn) import."""
+        version = _transformers_version()
+        if version is None:
+            return ProbeResult(False, "transformers_serve: transformers is not installed: pip install 'transformers[serving]>=5.20,<6'")
+        if not self.cli_path().exists():
+            return ProbeResult(False, f"transformers_serve: the `transformers` CLI is missing next to {sys.executable}: "
+                                      "reinstall transformers in the harness venv")
+        missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+        if missing:
+            return ProbeResult(False, f"transformers_serve: {', '.join(missing)} missing: pip install 'transformers[serving]'")
+        return ProbeResult(True, "transformers_serve: `transformers serve --continuous-batching` (harness venv)", version=version)
+
+    def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
+        """``[transformers, serve, --continuous-batching, --device D, --dtype float32, --host 127.0.0.1,
+        --port P, <engine args>, MODEL_DIR]``; the served model name is the folder path."""
+        flags, env_extra, _ = split_engine_args(config.engine_args)
+        hw = self._hardware or detect_hardware()
+        opts = {"continuous_batching": "true", "device": "cuda" if hw == "nvidia" else "cpu",
+                "dtype": "float32" if hw != "nvidia" else "auto", "log_level": "info", **flags}
+        model = str(Path(config.model_dir))
+        cmd = [str(self.cli_path()), "serve", *render_flags(opts), "--host", "127.0.0.1", "--port", str(port), model]
+        env = {**thread_env(config.threads), **env_extra}
+        return LaunchPlan(cmd=cmd, env=env, model_name=model, display_name=self.display_name,
+                          health_paths=("/health", "/v1/models"), supports_ignore_eos=False, cwd=PROJECT_ROOT)

@@ -1,0 +1,97 @@
+"""Any existing OpenAI-compatible endpoint (a remote vLLM cluster, a hosted API).
+
+Nothing is started: ``launch`` checks the endpoint answers ``GET /v1/models`` (with the API key
+from ``$OPENAI_API_KEY`` when set - never written to results), picks the model name
+(``LaunchConfig.model_name`` or the first listed model) and yields the :class:`Endpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
+def normalize_base_url(url: str) -> str:
+    """``http://h:8000/v1/`` → ``http://h:8000`` (the Endpoint convention: no ``/v1``).
+
+    Raises ValueError for a URL that is not http(s).
+    """
+    u = url.strip().rstrip("/")
+    if not (u.startswith("http://") or u.startswith("https://")):
+        raise ValueError(f"--base-url {url!r} must start with http:// or https://")
+    if u.endswith("/v1"):
+        u = u[:-3]
+    return u
+
+
+def list_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> list[str]:
+    """Model ids from ``GET {base_url}/v1/models``. Raises EngineError when unreachable/not OpenAI."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    req = urllib.request.Request(base_url + "/v1/models", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            data = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        hint = f": set {API_KEY_ENV}" if exc.code in (401, 403) else ""
+        raise EngineError(f"openai: GET {base_url}/v1/models answered HTTP {exc.code}{hint}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise EngineError(f"openai: {base_url} is not reachable ({exc}); check --base-url") from exc
+    try:
+        return [m["id"] for m in data.get("data", [])]
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise EngineError(f"openai: {base_url}/v1/models is not an OpenAI model list") from exc
+
+
+class OpenAIAdapter:
+    """A generic endpoint; ``base_url`` may be given here or in :class:`LaunchConfig`."""
+
+    name = "openai"
+    display_name = "openai-compatible endpoint"
+    capabilities = Capabilities(hardware=("nvidia", "amd", "cpu"), features=(), api="server", complexity=1)
+
+    def __init__(self, base_url: str | None = None) -> None:
+        self.base_url = base_url
+
+    def probe(self) -> ProbeResult:
+        """Without a base URL: available (checked at launch); with one: reachable or not."""
+        if not self.base_url:
+            return ProbeResult(True, "openai: any OpenAI-compatible endpoint: pass --base-url URL")
+        try:
+            base = normalize_base_url(self.base_url)
+            models = list_models(base, os.environ.get(API_KEY_ENV), timeout=5.0)
+        except (ValueError, EngineError) as exc:
+            return ProbeResult(False, str(exc))
+        return ProbeResult(True, f"openai: {base} serves {len(models)} model(s)")
+
+    @contextmanager
+    def launch(self, config: LaunchConfig) -> Iterator[Endpoint]:
+        """Yield the endpoint at ``config.base_url`` (or the constructor's); raises EngineError
+        when none is given, it is unreachable, or the requested model is not served."""
+        raw = config.base_url or self.base_url
+        if not raw:
+            raise EngineError("openai: needs --base-url URL of an OpenAI-compatible server")
+        try:
+            base = normalize_base_url(raw)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from exc
+        api_key = os.environ.get(API_KEY_ENV) or None
+        models = list_models(base, api_key)
+        model = config.model_name or (models[0] if models else None)
+        if model is None:
+            raise EngineError(f"openai: {base}/v1/models lists no model: pass --model-name NAME")
+        if models and model not in models:
+            raise EngineError(f"openai: model {model!r} is not served by {base} (it serves: {', '.join(models[:5])})")
+        yield Endpoint(
+            base_url=base, model_name=model, display_name=f"openai ({base})",
+            effective_config={"engine": "openai", "base_url": base, "model": model,
+                              "api_key": "from $OPENAI_API_KEY" if api_key else None, "served_models": models[:20]},
+            api_key=api_key, supports_ignore_eos=False, metrics_url=None, log_path=None,
+        )

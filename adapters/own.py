@@ -1,0 +1,57 @@
+"""The reference engine (``own_engine``) as a server: ``python -m own_engine ...``.
+
+It runs with the harness's own interpreter (``sys.executable``), on CPU and NVIDIA. Engine
+args become its flags (``own:max_num_seqs=64`` → ``--max-num-seqs 64``,
+``own:prefix_caching=false`` → ``--no-prefix-caching``). Health at ``/health``, Prometheus
+metrics at ``/metrics`` (``own:*`` names, see ``own_engine/metrics_export.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.server import (
+    PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
+    split_engine_args, thread_env,
+)
+
+# Flags the harness sets itself: an engine arg may not move the server off 127.0.0.1:<port>.
+RESERVED = ("host", "port", "model")
+
+
+class OwnAdapter(ServerAdapter):
+    """Adapter for the reference engine's OpenAI-compatible server."""
+
+    name = "own"
+    display_name = "own (reference engine)"
+    capabilities = Capabilities(
+        hardware=("cpu", "nvidia"),
+        features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding"),
+        api="server",
+        complexity=1,
+    )
+    stop_grace_s = 10.0
+
+    def probe(self) -> ProbeResult:
+        """Available when ``own_engine/__main__.py`` (the server entry point) is present."""
+        if importlib.util.find_spec("own_engine") is None or not (PROJECT_ROOT / "own_engine" / "__main__.py").is_file():
+            return ProbeResult(False, "own: the reference engine's server (own_engine/__main__.py) is missing from this "
+                                      "checkout: update the project (git pull)")
+        return ProbeResult(True, "own: reference engine, runs with the harness's Python", version="0.1.0")
+
+    def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
+        """``[python, -m, own_engine, --model DIR, --host 127.0.0.1, --port P, --served-model-name M,
+        --threads N, <engine args as flags>]``. Raises ValueError for a reserved engine arg."""
+        flags, env_extra, _ = split_engine_args(config.engine_args)
+        for key in RESERVED:
+            if key in flags:
+                raise ValueError(f"engine arg own:{key} is set by the harness: remove it (use --model for the model)")
+        model_name = self.served_name(config)
+        opts = {"served_model_name": model_name, "threads": str(config.threads), **flags}
+        cmd = [python_for_harness(), "-m", "own_engine", "--model", str(Path(config.model_dir)),
+               "--host", "127.0.0.1", "--port", str(port), *render_flags(opts)]
+        env = {**thread_env(config.threads), "PYTHONPATH": project_pythonpath(), **env_extra}
+        return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=self.display_name,
+                          health_paths=("/health",), metrics_path="/metrics", cwd=PROJECT_ROOT)

@@ -1,0 +1,257 @@
+"""The shared lifecycle of every server engine: a child process in its own process group.
+
+:class:`ServerProcess` starts the server with ``start_new_session=True`` (so the whole tree -
+vLLM's engine-core workers, uvicorn workers - shares one process group), sends stdout+stderr
+to a log file, polls ``GET /health`` (then ``/v1/models``) until one answers 200, and on exit
+sends SIGTERM to the group, waits a grace period and SIGKILLs whatever is left. Used as a
+context manager, success, error, timeout and KeyboardInterrupt all stop it, and nothing of
+the group survives: ``stop()`` waits until no live process remains in the group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+from typing import Mapping, Sequence
+
+import psutil
+
+from adapters.base import EngineError
+
+LOG_TAIL_LINES = 40
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (bind to port 0, read it, close).
+
+    There is a short window before the server binds it; servers bind 127.0.0.1 only.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port``: a bind with ``SO_REUSEADDR`` (what servers
+    such as uvicorn use) succeeds. Connections left in TIME_WAIT do not count as taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def tail_file(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    """The last ``n`` lines of a text file ("" when it does not exist)."""
+    try:
+        with Path(path).open("r", errors="replace") as fh:
+            return "".join(deque(fh, maxlen=n))
+    except OSError:
+        return ""
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return out
+
+
+class ServerProcess:
+    """One engine server as a child process in its own process group.
+
+    ``cmd``: argv; ``env``: the complete environment for the child; ``log_path``: receives
+    stdout+stderr (appended); ``port``: where it serves on 127.0.0.1; ``health_paths``: tried in
+    order, 200 from any = ready; ``startup_timeout_s``: health wait limit (s);
+    ``stop_grace_s``: SIGTERM → SIGKILL delay (s); ``name``: used in error messages.
+
+    ``__enter__`` starts and waits for health; raises :class:`EngineError` (message + the last
+    40 log lines in ``log_tail``) when the process exits early or health times out, after
+    stopping it. ``__exit__`` always stops the group; when the server had died on its own during
+    the with-block (a crash mid-run) and no other exception is in flight, it raises
+    :class:`EngineError` so a crash is never a silent wrong number.
+    """
+
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        *,
+        log_path: Path,
+        port: int,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        host: str = "127.0.0.1",
+        health_paths: Sequence[str] = ("/health", "/v1/models"),
+        startup_timeout_s: float = 300.0,
+        stop_grace_s: float = 10.0,
+        name: str = "server",
+        health_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.cmd = [str(c) for c in cmd]
+        self.log_path = Path(log_path)
+        self.port = port
+        self.env = dict(env) if env is not None else dict(os.environ)
+        self.cwd = cwd
+        self.host = host
+        self.health_paths = tuple(health_paths)
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.name = name
+        self.health_headers = dict(health_headers or {})
+        self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
+        self._stopping = False
+        self.startup_s: float | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>`` (no trailing ``/v1``)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid (None before :meth:`start`)."""
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        """Spawn the child in a new session/process group, output appended to the log file."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(self.cmd)}\n".encode())
+            log.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.env, cwd=self.cwd, start_new_session=True,
+                )
+            except OSError as exc:
+                raise EngineError(f"{self.name}: could not start {self.cmd[0]!r}: {exc}") from exc
+        self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """The last ``n`` lines of the server log."""
+        return tail_file(self.log_path, n)
+
+    def poll(self) -> int | None:
+        """The child's exit code, or None while it runs."""
+        return self.proc.poll() if self.proc else None
+
+    def _healthy(self) -> bool:
+        for path in self.health_paths:
+            req = urllib.request.Request(self.base_url + path, headers=self.health_headers)
+            try:
+                with urllib.request.urlopen(req, timeout=2.0) as resp:
+                    if resp.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+        return False
+
+    def wait_healthy(self, clock=time.monotonic, sleep=time.sleep) -> float:
+        """Poll health until 200; return the start-up time in seconds.
+
+        Raises :class:`EngineError` when the process exits first or ``startup_timeout_s`` passes.
+        """
+        assert self.proc is not None, "start() first"
+        t0 = clock()
+        delay = 0.05
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise EngineError(
+                    f"{self.name} exited with code {rc} during start-up (log: {self.log_path})", self.log_tail()
+                )
+            if self._healthy():
+                self.startup_s = clock() - t0
+                return self.startup_s
+            if clock() - t0 > self.startup_timeout_s:
+                raise EngineError(
+                    f"{self.name} was not healthy after {self.startup_timeout_s:.0f} s "
+                    f"(GET {' or '.join(self.health_paths)} on {self.base_url}); raise the start-up timeout "
+                    f"or read the log: {self.log_path}",
+                    self.log_tail(),
+                )
+            sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    def stop(self) -> int | None:
+        """SIGTERM the whole group, wait ``stop_grace_s``, SIGKILL what is left; reap.
+
+        Returns the child's exit code. Safe to call twice. Waits (up to 5 s after SIGKILL)
+        until no live process of the group remains.
+        """
+        if self.proc is None or self.pgid is None:
+            return None
+        self._stopping = True
+        try:
+            os.killpg(self.pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + self.stop_grace_s
+        while time.monotonic() < deadline:
+            self.proc.poll()
+            if self.proc.returncode is not None and not group_members(self.pgid):
+                break
+            time.sleep(0.05)
+        else:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            pass
+        end = time.monotonic() + 5
+        while group_members(self.pgid) and time.monotonic() < end:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        return self.proc.returncode
+
+    def check_alive(self) -> None:
+        """Raise :class:`EngineError` (with the log tail) when the server has exited."""
+        rc = self.poll()
+        if rc is not None and not self._stopping:
+            raise EngineError(f"{self.name} exited unexpectedly with code {rc} (log: {self.log_path})", self.log_tail())
+
+    # -- context manager --------------------------------------------------------------------
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        crashed = self.proc is not None and self.proc.poll() is not None
+        rc = self.stop()
+        if crashed and exc_type is None:
+            raise EngineError(
+                f"{self.name} exited with code {rc} during the run (crashed mid-run; log: {self.log_path})",
+                self.log_tail(),
+            )

@@ -1,0 +1,107 @@
+"""Prometheus ``/metrics`` text → numbers, and each engine's names → the common keys.
+
+Parsing uses ``prometheus_client.parser`` (the reference implementation of the text format).
+Common keys (None when the engine does not report them):
+
+- ``prefix_cache_hit_rate``: cached prompt tokens / prompt tokens looked up (fraction 0..1);
+- ``kv_cache_usage``: KV-cache blocks used / total at scrape time (fraction 0..1);
+- ``num_preemptions``: preemptions since start (count);
+- ``spec_acceptance_rate``: accepted / proposed draft tokens (fraction 0..1);
+- ``spec_mean_accepted_length``: 1 + accepted / verification steps (tokens per target step,
+  vLLM's "mean acceptance length" convention).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+COMMON_KEYS = ("prefix_cache_hit_rate", "kv_cache_usage", "num_preemptions", "spec_acceptance_rate",
+               "spec_mean_accepted_length")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum every sample over its labels: ``{"vllm:num_preemptions_total": 3.0, ...}``.
+
+    Sample names keep their suffixes (``_total``, ``_bucket``, ``_sum``, ``_count``); histogram
+    buckets are summed over ``le`` too, which is meaningless - use ``_sum``/``_count``.
+    Raises ValueError (one line) when the text is not Prometheus exposition format.
+    """
+    out: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    except Exception as exc:  # the parser raises ValueError/TypeError/IndexError on bad text
+        raise ValueError(f"not Prometheus text format ({type(exc).__name__}: {str(exc)[:100]})") from exc
+    return out
+
+
+def _get(m: dict[str, float], *names: str) -> float | None:
+    for n in names:
+        if n in m:
+            return m[n]
+    return None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
+
+
+def _vllm(m: dict[str, float]) -> dict[str, float | None]:
+    accepted = _get(m, "vllm:spec_decode_num_accepted_tokens_total")
+    drafts = _get(m, "vllm:spec_decode_num_drafts_total")
+    return {
+        "prefix_cache_hit_rate": _ratio(_get(m, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+                                        _get(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")),
+        "kv_cache_usage": _get(m, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+        "num_preemptions": _get(m, "vllm:num_preemptions_total"),
+        "spec_acceptance_rate": _ratio(accepted, _get(m, "vllm:spec_decode_num_draft_tokens_total")),
+        "spec_mean_accepted_length": (1.0 + accepted / drafts) if accepted is not None and drafts else None,
+    }
+
+
+def _own(m: dict[str, float]) -> dict[str, float | None]:
+    accepted = _get(m, "own:spec_decode_num_accepted_tokens_total")
+    drafts = _get(m, "own:spec_decode_num_drafts_total")
+    return {
+        "prefix_cache_hit_rate": _ratio(_get(m, "own:prefix_cache_hits_total"), _get(m, "own:prefix_cache_queries_total")),
+        "kv_cache_usage": _finite(_get(m, "own:kv_cache_usage_perc")),
+        "num_preemptions": _get(m, "own:num_preemptions_total"),
+        "spec_acceptance_rate": _ratio(accepted, _get(m, "own:spec_decode_num_draft_tokens_total")),
+        "spec_mean_accepted_length": (1.0 + accepted / drafts) if accepted is not None and drafts else None,
+    }
+
+
+def _sglang(m: dict[str, float]) -> dict[str, float | None]:
+    return {
+        "prefix_cache_hit_rate": _get(m, "sglang:cache_hit_rate"),
+        "kv_cache_usage": _get(m, "sglang:token_usage"),
+        "num_preemptions": _get(m, "sglang:num_retracted_reqs", "sglang:num_retracted_requests_total"),
+        "spec_acceptance_rate": _get(m, "sglang:spec_accept_rate"),
+        "spec_mean_accepted_length": _get(m, "sglang:spec_accept_length"),
+    }
+
+
+MAPPERS: dict[str, Callable[[dict[str, float]], dict[str, float | None]]] = {
+    "vllm": _vllm,
+    "own": _own,
+    "sglang": _sglang,
+}
+
+
+def common_metrics(engine: str, parsed: dict[str, float]) -> dict[str, float | None]:
+    """Map one engine's parsed ``/metrics`` to :data:`COMMON_KEYS` (all None for unknown engines)."""
+    mapper = MAPPERS.get(engine)
+    if mapper is None:
+        return dict.fromkeys(COMMON_KEYS)
+    result = mapper(parsed)
+    return {k: result.get(k) for k in COMMON_KEYS}

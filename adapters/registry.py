@@ -1,0 +1,61 @@
+"""Engine names → adapters, and ``--engine-arg NAME:key=value`` parsing."""
+
+from __future__ import annotations
+
+import re
+
+from adapters.base import EngineAdapter
+from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
+from adapters.openai_adapter import OpenAIAdapter
+from adapters.own import OwnAdapter
+from adapters.sglang_adapter import SglangAdapter
+from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
+from adapters.tensorrt_llm_adapter import TensorRTLLMAdapter
+from adapters.vllm_adapter import VllmAdapter
+
+ENGINE_NAMES = ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
+                "tensorrt_llm", "openai")
+
+_FACTORIES = {
+    "own": OwnAdapter,
+    "transformers": TransformersStaticAdapter,
+    "transformers_serve": TransformersServeAdapter,
+    "vllm": VllmAdapter,
+    "sglang": SglangAdapter,
+    "onnxruntime": OnnxRuntimeGenAIAdapter,
+    "deepspeed": DeepSpeedAdapter,
+    "tensorrt_llm": TensorRTLLMAdapter,
+    "openai": OpenAIAdapter,
+}
+_ARG_RE = re.compile(r"^(?P<engine>[A-Za-z_]+):(?P<key>[A-Za-z0-9_.\-]+)=(?P<value>.*)$")
+
+
+def get_adapter(name: str) -> EngineAdapter:
+    """A fresh adapter for engine ``name``. Raises ValueError naming the valid choices."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise ValueError(f"unknown engine {name!r}: choose from {', '.join(ENGINE_NAMES)}")
+    return factory()
+
+
+def all_adapters() -> list[EngineAdapter]:
+    """Every engine except ``openai`` (which needs --base-url): what ``--engine all`` probes."""
+    return [get_adapter(n) for n in ENGINE_NAMES if n != "openai"]
+
+
+def parse_engine_args(items: list[str]) -> dict[str, dict[str, str]]:
+    """``["vllm:max_num_seqs=64", "own:block_size=16"]`` → ``{"vllm": {"max_num_seqs": "64"}, "own": {...}}``.
+
+    Later items override earlier ones for the same key. Raises ValueError (one line) for an
+    item not shaped ``ENGINE:key=value`` or an unknown engine.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        m = _ARG_RE.match(item.strip())
+        if m is None:
+            raise ValueError(f"--engine-arg {item!r} is not ENGINE:key=value (e.g. vllm:max_num_seqs=64)")
+        engine = m["engine"]
+        if engine not in _FACTORIES:
+            raise ValueError(f"--engine-arg {item!r}: unknown engine {engine!r}: choose from {', '.join(ENGINE_NAMES)}")
+        out.setdefault(engine, {})[m["key"]] = m["value"]
+    return out

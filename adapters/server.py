@@ -1,0 +1,229 @@
+"""What every server-engine adapter shares: flag rendering, thread env, launch as a child.
+
+A concrete adapter (``adapters/vllm.py`` ...) subclasses :class:`ServerAdapter` and supplies
+``probe()`` and ``build_command(config, port) -> LaunchPlan``; :meth:`ServerAdapter.launch`
+turns the plan into a :class:`adapters.process.ServerProcess` and yields an
+:class:`adapters.base.Endpoint` whose ``effective_config`` holds the exact command line, the
+environment variables we set (never secrets) and the engine options.
+
+Engine-arg conventions (``--engine-arg NAME:key=value``), shared by all server adapters:
+
+- ``key=value`` → ``--key value`` (underscores become dashes), replacing our default for that flag;
+- ``key=true`` → ``--key``; ``key=false`` → ``--no-key`` (argparse/typer boolean style);
+- ``env.VAR=value`` → environment variable ``VAR`` for the engine process;
+- keys listed in an adapter's ``adapter_keys`` are consumed by the adapter itself (not flags).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+from adapters.process import ServerProcess, find_free_port
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS", "CREDENTIAL", "AUTH"}
+_FLAG_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment variables that pin a torch/OpenMP engine to ``threads`` intra-op threads.
+
+    On a small shared CPU, OpenMP spin-waiting under load made torch ~5x slower with 2 threads
+    than with 1 (DESIGN.md, "Measuring on a small shared CPU"), so every engine gets an explicit
+    count. Raises ValueError for ``threads < 1``.
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1 (got {threads}): pass --threads 1 or more")
+    n = str(threads)
+    return {
+        "OMP_NUM_THREADS": n,
+        "MKL_NUM_THREADS": n,
+        "OPENBLAS_NUM_THREADS": n,
+        "TORCH_NUM_THREADS": n,
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def render_flags(options: dict[str, str]) -> list[str]:
+    """``{"max_num_seqs": "64", "enforce_eager": "true", "prefix_caching": "false"}`` →
+    ``["--max-num-seqs", "64", "--enforce-eager", "--no-prefix-caching"]`` (insertion order).
+
+    Raises ValueError for a key that cannot be a flag name.
+    """
+    out: list[str] = []
+    for key, value in options.items():
+        if not _FLAG_KEY_RE.match(key):
+            raise ValueError(f"engine arg {key!r} is not a valid option name: use letters, digits, '_' or '-'")
+        flag = "--" + key.replace("_", "-")
+        low = str(value).strip().lower()
+        if low == "true":
+            out.append(flag)
+        elif low == "false":
+            out.append("--no-" + key.replace("_", "-"))
+        else:
+            out.extend([flag, str(value)])
+    return out
+
+
+def split_engine_args(engine_args: dict[str, str], adapter_keys: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
+    """Split pass-through engine args into ``(flags, env, adapter_options)``.
+
+    ``env.VAR=value`` entries go to ``env``; keys in ``adapter_keys`` to ``adapter_options``;
+    everything else becomes a command-line flag (with ``-`` normalised to ``_`` in the key so
+    ``max-num-seqs`` and ``max_num_seqs`` override the same default).
+    """
+    flags: dict[str, str] = {}
+    env: dict[str, str] = {}
+    own: dict[str, str] = {}
+    for key, value in engine_args.items():
+        if key.startswith("env."):
+            var = key[4:]
+            if not var:
+                raise ValueError("engine arg 'env.' needs a variable name: use env.NAME=value")
+            env[var] = value
+        elif key in adapter_keys or key.replace("-", "_") in adapter_keys:
+            own[key.replace("-", "_")] = value
+        else:
+            flags[key.replace("-", "_")] = value
+    return flags, env, own
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Copy of ``env`` with the values of secret-looking variables hidden: any ``_``-separated
+    word of the name is KEY, TOKEN, SECRET, PASSWORD... (``OPENAI_API_KEY``, ``HF_TOKEN``; not
+    ``TOKENIZERS_PARALLELISM``)."""
+    return {k: ("<redacted>" if _SECRET_WORDS & set(k.upper().split("_")) else v) for k, v in env.items()}
+
+
+@dataclass
+class LaunchPlan:
+    """How to start one engine: argv, the env vars we set on top of the inherited ones, and
+    what the endpoint should say about itself."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    model_name: str
+    display_name: str
+    health_paths: tuple[str, ...] = ("/health", "/v1/models")
+    supports_ignore_eos: bool = True
+    metrics_path: str | None = None
+    cwd: Path | None = None
+    extra_config: dict = field(default_factory=dict)
+
+    def command_line(self) -> str:
+        """The argv as one shell-quoted line (recorded in the manifest)."""
+        return shlex.join(self.cmd)
+
+
+class ServerAdapter:
+    """Base class of every adapter whose engine runs as an OpenAI-compatible server process.
+
+    Subclasses set ``name``, ``display_name``, ``capabilities`` and implement :meth:`probe`
+    and :meth:`build_command`. ``stop_grace_s``: SIGTERM → SIGKILL delay for this engine.
+    """
+
+    name: str = "?"
+    display_name: str = "?"
+    capabilities: Capabilities = Capabilities(hardware=("cpu",))
+    adapter_keys: tuple[str, ...] = ()
+    stop_grace_s: float = 15.0
+
+    def probe(self) -> ProbeResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:  # pragma: no cover
+        raise NotImplementedError
+
+    def served_name(self, config: LaunchConfig) -> str:
+        """The model name requests must carry: ``config.model_name`` or the folder's name."""
+        return config.model_name or Path(config.model_dir).name
+
+    def log_path(self, config: LaunchConfig) -> Path:
+        """``run_dir/logs/<engine>.log``."""
+        return Path(config.run_dir) / "logs" / f"{self.name}.log"
+
+    @contextmanager
+    def launch(self, config: LaunchConfig) -> Iterator[Endpoint]:
+        """Start the engine, wait for health, yield its :class:`Endpoint`, always stop it.
+
+        Raises :class:`EngineError` when the engine is unavailable, fails to start, or crashed
+        during the with-block.
+        """
+        probe = self.probe()
+        if not probe.available:
+            raise EngineError(f"{self.name}: {probe.reason}")
+        port = find_free_port()
+        try:
+            plan = self.build_command(config, port)
+        except ValueError as exc:
+            raise EngineError(f"{self.name}: {exc}") from exc
+        env = {**os.environ, **plan.env}
+        log_path = self.log_path(config)
+        server = ServerProcess(
+            plan.cmd, log_path=log_path, port=port, env=env, cwd=plan.cwd,
+            health_paths=plan.health_paths, startup_timeout_s=config.startup_timeout_s,
+            stop_grace_s=self.stop_grace_s, name=self.name,
+        )
+        with server:
+            base = server.base_url
+            effective = {
+                "engine": self.name,
+                "display_name": plan.display_name,
+                "version": probe.version,
+                "command": plan.command_line(),
+                "argv": list(plan.cmd),
+                "env": redact_env(plan.env),
+                "threads": config.threads,
+                "engine_args": dict(config.engine_args),
+                "port": port,
+                "startup_s": round(server.startup_s or 0.0, 3),
+                **plan.extra_config,
+            }
+            yield Endpoint(
+                base_url=base,
+                model_name=plan.model_name,
+                display_name=plan.display_name,
+                effective_config=effective,
+                supports_ignore_eos=plan.supports_ignore_eos,
+                metrics_url=(base + plan.metrics_path) if plan.metrics_path else None,
+                log_path=log_path,
+            )
+
+
+def python_for_harness() -> str:
+    """The interpreter that runs the harness (own engine and the transformers shim use it)."""
+    import sys
+
+    return sys.executable
+
+
+def project_pythonpath(extra: str | None = None) -> str:
+    """``PYTHONPATH`` that makes this project's packages importable from any venv."""
+    parts = [str(PROJECT_ROOT)]
+    if extra:
+        parts.append(extra)
+    elif os.environ.get("PYTHONPATH"):
+        parts.append(os.environ["PYTHONPATH"])
+    return os.pathsep.join(parts)
+
+
+def require_dir(path: Path, what: str) -> Path:
+    """Return ``path`` when it is a folder, else raise ValueError naming ``what`` and the fix."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ValueError(f"{what} {p} is not a folder: pass a Hugging Face model folder (--model DIR)")
+    return p
+
+
+__all__ = [
+    "EngineError", "LaunchPlan", "ServerAdapter", "render_flags", "split_engine_args", "thread_env",
+    "redact_env", "project_pythonpath", "python_for_harness", "require_dir",
+]

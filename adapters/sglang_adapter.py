@@ -1,0 +1,98 @@
+"""SGLang: ``python -m sglang.launch_server`` from ``.engines/sglang/venv``.
+
+On NVIDIA: stock SGLang. On CPU, ``sglang==0.5.23`` does not run as shipped (issue 5): every
+``sgl-kernel`` wheel is CUDA-only and its CPU engine (``SGLANG_USE_CPU_ENGINE=1 --device cpu
+--attention-backend torch_native --disable-overlap-schedule``) hard-imports a few ``*_cpu`` ops
+from ``sgl_kernel``. A small pure-PyTorch ``sgl_kernel`` compatibility module placed first on
+``PYTHONPATH`` (``.engines/sglang/compat/sgl_kernel``) makes it serve; such runs are reported as
+"sglang (CPU, torch_native, compatibility shim)", never as stock SGLang.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.envs import engine_env_dir, engine_python
+from adapters.hardware import detect_hardware
+from adapters.server import LaunchPlan, ServerAdapter, render_flags, split_engine_args, thread_env
+from adapters.venv_engine import installed_version, probe_installed
+
+SHIM_DISPLAY = "sglang (CPU, torch_native, compatibility shim)"
+RESERVED = ("host", "port", "model_path")
+
+
+def compat_dir() -> Path:
+    """Where the ``sgl_kernel`` compatibility module lives (``.engines/sglang/compat``)."""
+    return engine_env_dir("sglang") / "compat"
+
+
+class SglangAdapter(ServerAdapter):
+    """SGLang's OpenAI server (NVIDIA: stock; CPU: torch_native with our ``sgl_kernel`` shim)."""
+
+    name = "sglang"
+    display_name = "sglang"
+    capabilities = Capabilities(
+        hardware=("nvidia", "amd", "cpu"),
+        features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",
+                  "structured_output", "lora", "tensor_parallel"),
+        quantization=("fp8", "awq", "gptq"),
+        api="server",
+        complexity=2,
+    )
+    stop_grace_s = 20.0
+
+    def __init__(self, hardware: str | None = None) -> None:
+        self._hardware = hardware
+
+    def hardware(self) -> str:
+        return self._hardware or detect_hardware()
+
+    def probe(self) -> ProbeResult:
+        """Installed venv required; on CPU also the ``sgl_kernel`` compatibility module."""
+        hw = self.hardware()
+        missing = probe_installed("sglang")
+        if missing is not None:
+            if hw == "cpu":
+                return ProbeResult(False, "sglang: not installed - on CPU every sgl-kernel wheel is CUDA-only, so it "
+                                          "runs only with our sgl_kernel compatibility shim: `bench engines setup sglang` "
+                                          "(~7 GB, ~5 min)")
+            return missing
+        if hw == "cpu" and not (compat_dir() / "sgl_kernel" / "__init__.py").is_file():
+            return ProbeResult(False, "sglang: the sgl_kernel compatibility shim is missing from .engines/sglang/compat: "
+                                      "rerun `bench engines setup sglang`")
+        return ProbeResult(True, "sglang: " + (SHIM_DISPLAY if hw == "cpu" else "stock SGLang"),
+                           version=installed_version("sglang"))
+
+    def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
+        """``[python, -m, sglang.launch_server, --model-path DIR, --host, --port, ...]`` with the
+        CPU flags and ``PYTHONPATH=<compat>`` on CPU. Raises ValueError for reserved args."""
+        flags, env_extra, _ = split_engine_args(config.engine_args)
+        for key in RESERVED:
+            if key in flags:
+                raise ValueError(f"engine arg sglang:{key} is set by the harness: remove it")
+        hw = self.hardware()
+        model_name = self.served_name(config)
+        env = thread_env(config.threads)
+        if hw == "cpu":
+            defaults = {"device": "cpu", "attention_backend": "torch_native", "disable_overlap_schedule": "true",
+                        "dtype": "float32", "mem_fraction_static": "0.3"}
+            env.update({"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(compat_dir()),
+                        "SGLANG_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in sorted(_affinity())[-config.threads:])})
+            display = SHIM_DISPLAY
+        else:
+            defaults = {}
+            display = "sglang"
+        env.update(env_extra)
+        opts = {"served_model_name": model_name, "enable_metrics": "true", **defaults, **flags}
+        cmd = [str(engine_python("sglang")), "-m", "sglang.launch_server", "--model-path", str(Path(config.model_dir)),
+               "--host", "127.0.0.1", "--port", str(port), *render_flags(opts)]
+        return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=display,
+                          health_paths=("/health", "/v1/models"), metrics_path="/metrics",
+                          extra_config={"hardware": hw, "compatibility_shim": hw == "cpu"})
+
+
+def _affinity() -> set[int]:
+    import os
+
+    return os.sched_getaffinity(0)
