@@ -80,8 +80,8 @@ def serve(
     max_num_seqs: int = typer.Option(32, min=1, help="Most sequences per step."),
     max_num_batched_tokens: int = typer.Option(512, min=1, help="Per-step token budget."),
     max_model_len: int | None = typer.Option(None, min=1, help="Prompt + output limit in tokens."),
-    no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="Disable prefix caching."),
-    no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill", help="Disable chunked prefill."),
+    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Prefix caching."),
+    chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Chunked prefill."),
     batching: Batching = typer.Option(Batching.continuous, help="continuous (iteration-level) or static."),
     kv_allocation: KVAllocation = typer.Option(KVAllocation.paged, help="paged or naive (one max_len slab/seq)."),
     speculative: Speculative = typer.Option(Speculative.none, help="Speculative decoding proposer."),
@@ -97,7 +97,7 @@ def serve(
         raise _Exit(f"--log-level must be debug, info, warning, error or critical, got {log_level!r}", 2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One engine thread per core we were given; must be set before torch is imported.
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     options: dict[str, Any] = dict(
         model_dir=model,
         block_size=block_size,
@@ -105,8 +105,8 @@ def serve(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
-        enable_prefix_caching=not no_prefix_caching,
-        enable_chunked_prefill=not no_chunked_prefill,
+        enable_prefix_caching=prefix_caching,
+        enable_chunked_prefill=chunked_prefill,
         batching=batching.value,
         kv_allocation=kv_allocation.value,
         speculative=speculative.value,

@@ -542,3 +542,29 @@ def test_cli_bad_flags_one_line_error_exit_2(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+
+
+def test_cli_flags_map_onto_engine_config(monkeypatch, tmp_path):
+    import own_engine.__main__ as cli_main
+    from own_engine.config import EngineConfig
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # main() sets it from --threads
+    seen = {}
+
+    def fake_load(options):
+        seen.update(options)
+        raise cli_main._Exit("stop here", 3)
+
+    monkeypatch.setattr(cli_main, "_load_engine", fake_load)
+    rc = cli_main.main(["--model", str(tmp_path), "--threads", "2", "--block-size", "8", "--num-kv-blocks", "100",
+                        "--max-num-seqs", "4", "--max-num-batched-tokens", "128", "--max-model-len", "300",
+                        "--no-prefix-caching", "--chunked-prefill", "--batching", "static", "--kv-allocation", "naive",
+                        "--speculative", "ngram", "--num-speculative-tokens", "3", "--seed", "7"])
+    assert rc == 3
+    config = EngineConfig(**seen)
+    config.validate()
+    assert (config.model_dir, config.threads, config.block_size, config.num_kv_blocks) == (tmp_path, 2, 8, 100)
+    assert (config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len) == (4, 128, 300)
+    assert (config.enable_prefix_caching, config.enable_chunked_prefill) == (False, True)
+    assert (config.batching, config.kv_allocation, config.speculative) == ("static", "naive", "ngram")
+    assert (config.num_speculative_tokens, config.seed, config.kv_cache_bytes) == (3, 7, 256 * 2**20)
