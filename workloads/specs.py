@@ -1,0 +1,269 @@
+"""Workload specs: one pydantic model per workload kind, loadable from YAML.
+
+A spec holds *every* parameter that shapes a workload (seed and scale included); the
+generated :class:`workloads.base.Workload` carries ``spec.manifest()`` so a run can be
+reproduced from its manifest alone. ``scale`` multiplies the token lengths taken from the
+real traces (the traces come from GPU fleets with prompts of thousands of tokens; the
+defaults shrink them so the default run fits a 2-core CPU with the 135M default model);
+time is scaled separately (``time_scale``, ``think_time_scale``).
+
+YAML example (``bench run --workload-spec my.yaml``)::
+
+    kind: agentic
+    seed: 3
+    num_sessions: 16
+    scale: 0.2
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workloads.errors import WorkloadError
+
+Api = Literal["chat", "completions"]
+Process = Literal["gamma", "poisson", "constant"]
+
+
+class WorkloadSpec(BaseModel):
+    """Fields every workload kind has.
+
+    ``request_rate``: offered arrival rate (requests/s; sessions/s for agentic), ``inf`` =
+    all at once. ``burstiness``: gamma shape (1 = Poisson; CV of gaps = 1/sqrt(burstiness)).
+    ``max_concurrency``: closed-loop cap on in-flight requests (None = open loop).
+    ``ignore_eos``: ask engines to generate exactly ``max_tokens`` (same work on every engine).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    kind: str
+    seed: int = 0
+    num_requests: int | None = Field(default=None, ge=1)
+    scale: float = Field(default=1.0, gt=0, le=1000)
+    request_rate: float = Field(default=math.inf, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    arrival: Process = "gamma"
+    max_concurrency: int | None = Field(default=None, ge=1)
+    api: Api = "completions"
+    ignore_eos: bool = True
+    temperature: float = Field(default=0.0, ge=0)
+
+    def manifest(self) -> dict[str, Any]:
+        """JSON-serialisable dict of every field (``inf`` written as the string ``"inf"``)."""
+        out = self.model_dump(mode="python")
+        return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
+
+
+class AgenticSpec(WorkloadSpec):
+    """Multi-turn tool-using sessions replayed from the SWE-agent trajectories.
+
+    ``num_sessions``: sessions (ignored when ``num_requests`` is set: then sessions are added
+    until the total number of *turns*, branches included, equals ``num_requests``).
+    ``scale``: every trace message (system prompt, task, demonstration, tool observation)
+    is cut to ``ceil(tokens * scale)`` tokens (at least ``min_message_tokens``).
+    ``max_turns``: turns per path (stem + one branch). ``branch_fraction`` of the sessions
+    fork after ``branch_after`` turns into ``branch_factor`` parallel continuations.
+    ``think_time_scale`` multiplies the tool/think times drawn from the traces.
+    ``output_scale``: a turn's max_tokens = the recorded reply's tokens × output_scale,
+    clipped to [min_output_tokens, max_output_tokens].
+    ``request_rate`` is the session-start rate (sessions/s).
+    """
+
+    kind: Literal["agentic"] = "agentic"
+    api: Api = "chat"
+    scale: float = Field(default=0.15, gt=0, le=1)
+    request_rate: float = Field(default=0.5, gt=0)
+    num_sessions: int = Field(default=8, ge=1)
+    max_turns: int = Field(default=4, ge=1)
+    branch_fraction: float = Field(default=0.25, ge=0, le=1)
+    branch_factor: int = Field(default=2, ge=2)
+    branch_after: int = Field(default=2, ge=1)
+    think_time_scale: float = Field(default=0.5, ge=0)
+    output_scale: float = Field(default=0.5, gt=0)
+    min_output_tokens: int = Field(default=32, ge=1)
+    max_output_tokens: int = Field(default=64, ge=1)
+    min_message_tokens: int = Field(default=8, ge=1)
+    trajectories: list[str] | None = None  # substrings of trajectory names to use (default: all 22)
+
+    @model_validator(mode="after")
+    def _check(self) -> AgenticSpec:
+        if self.min_output_tokens > self.max_output_tokens:
+            raise ValueError("min_output_tokens must be <= max_output_tokens")
+        if self.branch_fraction > 0 and self.branch_after >= self.max_turns:
+            raise ValueError("branch_after must be < max_turns when branch_fraction > 0")
+        return self
+
+
+class ChatSpec(WorkloadSpec):
+    """Single-turn chat: real ShareGPT first-turn prompts; output lengths sampled from the
+    ShareGPT decode-length statistics (Sarathi-Serve), both × ``scale`` (prompts cut to
+    ``ceil(tokens * scale)`` tokens when scale < 1)."""
+
+    kind: Literal["chat"] = "chat"
+    api: Api = "chat"
+    num_requests: int | None = Field(default=32, ge=1)
+    scale: float = Field(default=0.25, gt=0, le=1)
+    min_output_tokens: int = Field(default=2, ge=1)
+
+
+class RagSpec(WorkloadSpec):
+    """Long shared document prefixes + unique questions.
+
+    ``source="gsp"``: SGLang's generated-shared-prefix layout: ``num_groups`` documents of
+    ``document_tokens`` tokens (default: LongBench multi-doc QA mean, 9,151 words × 1.3
+    tokens/word, × scale), each followed by ``num_requests / num_groups`` unique questions
+    of ``question_tokens``; ``output_tokens`` default 32 (LongBench's max_new_tokens for
+    multi-doc QA). ``source="mooncake"``: requests (lengths and prefix block hashes) from the
+    Mooncake conversation trace, each hash id → one identical block of
+    ``round(512 × scale)`` tokens; arrivals from the arrival process, not the trace.
+    """
+
+    kind: Literal["rag"] = "rag"
+    source: Literal["gsp", "mooncake"] = "gsp"
+    num_requests: int | None = Field(default=32, ge=1)
+    scale: float = Field(default=0.05, gt=0, le=1)
+    num_groups: int = Field(default=4, ge=1)
+    document_tokens: int | None = Field(default=None, ge=1)
+    question_tokens: int = Field(default=32, ge=1)
+    output_tokens: int = Field(default=32, ge=1)
+    shuffle: bool = True  # interleave groups (SGLang shuffles; False = group by group)
+
+
+class SummarizationSpec(WorkloadSpec):
+    """Long prompt, short output: (article, abstract) token lengths sampled from the arXiv
+    summarization statistics (Vidur), × ``scale``; synthetic document text + an instruction."""
+
+    kind: Literal["summarization"] = "summarization"
+    num_requests: int | None = Field(default=16, ge=1)
+    scale: float = Field(default=0.2, gt=0, le=1)
+    min_output_tokens: int = Field(default=2, ge=1)
+
+
+class CodeSpec(WorkloadSpec):
+    """Code completion: (context, generated) token lengths sampled from the Azure 2023 code
+    trace, × ``scale`` (outputs at least ``min_output_tokens``); arrivals from the process."""
+
+    kind: Literal["code"] = "code"
+    num_requests: int | None = Field(default=32, ge=1)
+    scale: float = Field(default=0.1, gt=0, le=1)
+    min_output_tokens: int = Field(default=2, ge=1)
+
+
+class RandomSpec(WorkloadSpec):
+    """vLLM-compatible random dataset.
+
+    Input lengths are drawn uniformly from the integers in
+    ``[floor(input_len·(1-r)), ceil(input_len·(1+r))]`` with ``r = range_ratio`` (vLLM's
+    ``--random-range-ratio``; r = 0 → fixed), likewise output lengths; ``prefix_len``
+    shared random tokens precede every prompt (vLLM's ``--random-prefix-len``) and count
+    toward the input length here. ``scale`` multiplies input_len/output_len/prefix_len.
+    """
+
+    kind: Literal["random"] = "random"
+    num_requests: int | None = Field(default=32, ge=1)
+    input_len: int = Field(default=256, ge=1)
+    output_len: int = Field(default=32, ge=1)
+    range_ratio: float = Field(default=0.0, ge=0, lt=1)
+    prefix_len: int = Field(default=0, ge=0)
+
+
+class TraceSpec(WorkloadSpec):
+    """Replay of a production trace with its own arrival times.
+
+    ``trace``: ``azure-code``, ``azure-conv``, ``mooncake``, ``servegen-language``,
+    ``servegen-reason``, or a path to a file in one of those formats (``.csv`` Azure,
+    ``.jsonl`` Mooncake). Lengths × ``scale``. Azure/Mooncake timestamps are divided by
+    ``time_scale`` (2 = twice as fast). Mooncake hash ids → identical token blocks of
+    ``round(512 × scale)`` tokens. ServeGen: per-window rate × ``rate_scale`` and CV, windows
+    of ``600 / time_scale`` s, lengths from the first 6-hour PMF; replay starts at the first
+    active window at or after ``start_window``.
+    """
+
+    kind: Literal["trace"] = "trace"
+    trace: str = "mooncake"
+    num_requests: int | None = Field(default=64, ge=1)
+    scale: float | None = Field(default=None, gt=0, le=1)
+    time_scale: float | None = Field(default=None, gt=0)
+    rate_scale: float | None = Field(default=None, gt=0)
+    start_window: int = Field(default=0, ge=0)
+    min_output_tokens: int = Field(default=2, ge=1)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> TraceSpec:
+        # None → this trace's default (TRACE_DEFAULTS), so the manifest shows the value used.
+        scale, time_scale, rate_scale = TRACE_DEFAULTS.get(self.trace, TRACE_DEFAULTS["file"])
+        for name, value in (("scale", scale), ("time_scale", time_scale), ("rate_scale", rate_scale)):
+            if getattr(self, name) is None:
+                self.__dict__[name] = value
+        return self
+
+
+# trace name → default (scale, time_scale, rate_scale), chosen so the default replay of 64
+# requests runs in about a minute on a 2-core CPU with the 135M model:
+# Mooncake prompts average 12k tokens (→ ~240), Azure code 2k (→ ~200), Azure conv 1.2k
+# (→ ~290); ServeGen windows of 600 s are shortened to 10 s (time_scale 60) and their rates
+# scaled to ~2 requests/s (m-large client: ~87 rps at the start; DeepSeek-R1 client: ~4.6 rps).
+TRACE_DEFAULTS: dict[str, tuple[float, float, float]] = {
+    "mooncake": (0.02, 1.0, 1.0),
+    "azure-code": (0.1, 1.0, 1.0),
+    "azure-conv": (0.25, 1.0, 1.0),
+    "servegen-language": (0.25, 60.0, 0.02),
+    "servegen-reason": (0.1, 60.0, 0.5),
+    "file": (0.05, 1.0, 1.0),
+}
+
+
+SPEC_TYPES: dict[str, type[WorkloadSpec]] = {
+    "agentic": AgenticSpec,
+    "chat": ChatSpec,
+    "rag": RagSpec,
+    "summarization": SummarizationSpec,
+    "code": CodeSpec,
+    "random": RandomSpec,
+    "trace": TraceSpec,
+}
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "spec"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def make_spec(kind: str, values: dict[str, Any]) -> WorkloadSpec:
+    """Validate ``values`` as the spec of ``kind``. Raises :class:`WorkloadError` (one line)."""
+    cls = SPEC_TYPES.get(kind)
+    if cls is None:
+        raise WorkloadError(f"unknown workload {kind!r}: choose one of {', '.join(SPEC_TYPES)}")
+    try:
+        return cls(**{**values, "kind": kind})
+    except ValidationError as exc:
+        raise WorkloadError(f"invalid {kind} workload spec: {_one_line(exc)}") from None
+
+
+def load_spec_file(path: Path) -> dict[str, Any]:
+    """Raw values from a YAML spec file (a mapping with a ``kind`` key).
+
+    Raises :class:`WorkloadError` for a missing file, invalid YAML (with its line) or a
+    non-mapping document.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"workload spec file {path} does not exist: check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise WorkloadError(f"{path}{where}: {problem}: fix the YAML") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{path}: expected a YAML mapping with a 'kind' key (e.g. 'kind: agentic')")
+    return data
