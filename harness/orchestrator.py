@@ -259,9 +259,9 @@ class Orchestrator:
         if not text:
             return {}
         try:
-            from adapters.prom import engine_metrics
+            from adapters.prom import common_metrics, parse_prometheus
 
-            return engine_metrics(name, text)
+            return common_metrics(name, parse_prometheus(text))
         except Exception as exc:  # informational: never fail a run over a scrape
             return {"error": f"could not parse /metrics: {exc}"}
 
@@ -349,6 +349,9 @@ class Orchestrator:
                 self.console.print(f"[red]{name}[/]: failed — {reason}")
                 continue
             writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
+            writer.manifest["validity"][name] = {
+                k: m.get(k) for k in ("offered_rate", "achieved_rate", "rate_valid")
+            } | {"output_tokens_estimated": m["token_drift"]["output_estimated"]}
             if texts is not None:
                 equivalence[name] = texts
         if len(equivalence) >= 2:
