@@ -807,7 +807,7 @@ def _weight_sensitivity(out: _Outcome, ctx: _Ctx, flips: list[WeightFlip]) -> li
     if found:
         delta, text = min(found, key=lambda t: t[0])
         return [f"smallest weight change that changes the winner: {text}"] + [l for l in lines if l != text]
-    return ["no change of any single weight changes the winner"] + lines
+    return [f"no change of any single weight changes the winner: {w} scores at least as high on every criterion"]
 
 
 def _slo_sensitivity(out: _Outcome, ctx: _Ctx) -> list[str]:

@@ -1,0 +1,150 @@
+"""``bench recommend`` and ``bench report``: typer command functions the main app registers
+(``app.command("recommend")(recommend_cmd)``, ``app.command("report")(report_cmd)``), and
+:func:`print_recommendation`, which ``bench run`` reuses.
+
+Exit codes: 0 = done; 1 = no engine survives the hard constraints (``recommend``); 2 = bad input
+(unknown run, hardware, preset, malformed ``--slo``/``--weights``), reported as one line on stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness.hardware import HardwareProfile, get_profile, profile_from_manifest
+from harness.metrics import SLOError, parse_slos
+from harness.scorer import PRESETS, Recommendation, ScorerError, parse_weights, recommend
+from results.store import ResultsError, Run, load_run, resolve_run
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
+    if not refs:
+        _fail("give at least one run (a folder, a run id under --output-dir, or 'latest')")
+    runs = []
+    for ref in refs:
+        try:
+            runs.append(load_run(resolve_run(ref, output_dir)))
+        except ResultsError as exc:
+            _fail(str(exc))
+    return runs
+
+
+def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
+    if name.strip().lower() == "recorded":
+        prof = profile_from_manifest((runs[0].manifest or {}).get("hardware"))
+        if prof is None:
+            _fail(f"run {runs[0].run_id} has no recorded hardware: pass --hardware with a profile name or 'detected'")
+        return prof.with_devices(gpus) if gpus else prof
+    try:
+        return get_profile(name, gpus)
+    except ValueError as exc:
+        _fail(f"{exc} (or 'recorded' for the run's own hardware)")
+
+
+def _ms(v: object) -> str:
+    return f"{v:,.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+
+
+def print_recommendation(rec: Recommendation, console: Console) -> None:
+    """Print the ranking (rich table), the deciding constraint, eliminations, and sensitivity."""
+    console.print(
+        f"[bold]Target:[/bold] {rec.hardware['num_devices']} × {rec.hardware['name']} ({rec.hardware['kind']}); "
+        f"preset {rec.preset}; weights "
+        + ", ".join(f"{k}={v:g}" for k, v in rec.weights.items())
+        + "; SLOs "
+        + (", ".join(f"{k} ≤ {v:g} ms" for k, v in rec.slos.items()) or "none"),
+        highlight=False,
+    )
+    if rec.ranking:
+        table = Table(title="Ranking (survivors of the hard constraints)")
+        for col, just in [("#", "right"), ("engine", "left"), ("score", "right"), ("output tok/s", "right"),
+                          ("TTFT p99 ms", "right"), ("TPOT p99 ms", "right"), ("condition", "left")]:
+            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        for r in rec.ranking:
+            table.add_row(str(r.rank), r.display_name, f"{r.score:.3f}", _ms(r.metrics.get("output_throughput")),
+                          _ms(r.metrics.get("ttft_p99_ms")), _ms(r.metrics.get("tpot_p99_ms")), r.condition)
+        console.print(table)
+    if rec.eliminated:
+        elim = Table(title="Eliminated / not measured")
+        elim.add_column("engine")
+        elim.add_column("stage")
+        elim.add_column("reason", overflow="fold")
+        for name, reason in rec.eliminated.items():
+            elim.add_row(name, rec.elimination_stage.get(name, ""), reason)
+        console.print(elim)
+    style = "bold green" if rec.winner else "bold red"
+    console.print(f"[{style}]Deciding constraint:[/{style}] {rec.deciding_constraint}", highlight=False)
+    if rec.message:
+        console.print(f"[bold red]{rec.message}[/bold red]", highlight=False)
+    if rec.sensitivity:
+        console.print("[bold]Sensitivity:[/bold]")
+        for s in rec.sensitivity:
+            console.print(f"  • {s}", highlight=False)
+    for n in rec.notes:
+        console.print(f"[dim]note: {n}[/dim]", highlight=False)
+
+
+def recommend_cmd(
+    run: Annotated[list[str], typer.Argument(help="Run folder(s), run id(s) under --output-dir, or 'latest'.")],
+    hardware: Annotated[str, typer.Option(help="Target: 'detected' (this machine), 'recorded' (the run's), or "
+                                               "H100-80GB, H200-141GB, A100-80GB, L4-24GB, MI300X, CPU.")] = "detected",
+    gpus: Annotated[Optional[int], typer.Option(help="Number of devices of the target (default: the profile's).")] = None,
+    slo: Annotated[Optional[str], typer.Option(help="SLOs in ms, e.g. ttft_p99=500,tpot_p99=50 "
+                                                    "(default: the run's).")] = None,
+    preset: Annotated[str, typer.Option(help=f"Weight preset: {', '.join(PRESETS)}.")] = "balanced",
+    weights: Annotated[Optional[str], typer.Option(help="Override preset weights, e.g. throughput=2,latency=1 "
+                                                        "(throughput, latency, hardware_fit, features, complexity).")] = None,
+    feature: Annotated[Optional[list[str]], typer.Option(help="A feature every engine must have (repeatable), "
+                                                              "e.g. prefix_caching or fp8.")] = None,
+    output_dir: Annotated[Path, typer.Option(help="Where run ids are looked up.")] = Path("results"),
+    json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as JSON.")] = False,
+) -> None:
+    """Rank the engines of one or more runs for a deployment target and name the deciding constraint.
+
+    Exit code 1 when no engine survives the hard constraints, 2 on bad input.
+    """
+    runs = _load_runs(run, output_dir)
+    if gpus is not None and gpus < 1:
+        _fail(f"--gpus must be at least 1, got {gpus}")
+    target = _hardware(hardware, gpus, runs)
+    try:
+        slos = parse_slos(slo) if slo is not None else None
+        w = parse_weights(weights) if weights is not None else None
+        rec = recommend(runs, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or ())
+    except (SLOError, ScorerError) as exc:
+        _fail(str(exc))
+    if json_out:
+        typer.echo(rec.model_dump_json(indent=2))
+    else:
+        print_recommendation(rec, Console())
+    if rec.exit_code:
+        if json_out:
+            Console(stderr=True).print(f"[bold red]{rec.message}[/bold red]", highlight=False)
+        raise typer.Exit(rec.exit_code)
+
+
+def report_cmd(
+    run: Annotated[list[str], typer.Argument(help="Run folder(s) or id(s); several = a comparison report.")],
+    output_dir: Annotated[Path, typer.Option(help="Where run ids are looked up.")] = Path("results"),
+) -> None:
+    """Write report.md and a self-contained report.html into the run folder.
+
+    With several runs, a comparison is written into the FIRST run's folder as report-compare.md
+    and report-compare.html.
+    """
+    from reports import write_reports
+
+    runs = _load_runs(run, output_dir)
+    md, html = write_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
+    console = Console()
+    console.print(f"Markdown report: {md}", highlight=False, soft_wrap=True)
+    console.print(f"HTML report:     {html}", highlight=False, soft_wrap=True)

@@ -1,0 +1,101 @@
+"""Write ``report.md`` and a self-contained ``report.html`` into a run folder.
+
+The HTML embeds its plots as base64 PNG ``data:`` URIs, inlines its CSS and has no scripts; a
+Content-Security-Policy meta tag (``default-src 'none'``) makes any accidental external load fail
+visibly, so the file works offline and from e-mail. The Markdown references the same PNGs saved
+next to it (``<stem>-plots/*.png``). Templates: ``reports/templates/report.{md,html}.j2``.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from harness.hardware import get_profile, profile_from_manifest
+from harness.scorer import Recommendation, recommend
+from results.store import Run, load_run
+
+from . import plots
+from .context import CDF_PANELS, build_context
+
+
+def _md_cell(value: Any) -> str:
+    """Escape a value for one Markdown table cell (pipes, newlines)."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("reports", "templates"),
+        autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["mdcell"] = _md_cell
+    return env
+
+
+def default_recommendation(runs: list[Run]) -> Recommendation:
+    """The recommendation a report shows when none is given: the hardware the first run was
+    measured on (manifest; else this machine's CPU), the balanced preset, the runs' SLOs."""
+    hw = profile_from_manifest((runs[0].manifest or {}).get("hardware")) or get_profile("CPU")
+    return recommend(runs, hardware=hw)
+
+
+def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
+    """PNG bytes per plot name (``cdf``, ``throughput_latency``, ``per_turn``), only for the
+    plots that have data."""
+    out: dict[str, bytes] = {}
+    if plot_data["cdf"]:
+        out["cdf"] = plots.cdf_grid(plot_data["cdf"], CDF_PANELS)
+    if plot_data["throughput_latency"]:
+        out["throughput_latency"] = plots.throughput_latency(plot_data["throughput_latency"])
+    if plot_data["per_turn"]:
+        out["per_turn"] = plots.per_turn(plot_data["per_turn"])
+    return out
+
+
+def write_reports(
+    run_dir: Path,
+    recommendation: Recommendation | None = None,
+    compare_runs: list[Run] | None = None,
+) -> tuple[Path, Path]:
+    """Write the Markdown and HTML reports for the run in ``run_dir``; return their paths.
+
+    Alone: ``run_dir/report.md`` and ``run_dir/report.html``. With ``compare_runs`` (other runs;
+    ``run_dir``'s own run is included once): ``run_dir/report-compare.md`` / ``.html`` covering
+    all of them. ``recommendation`` defaults to :func:`default_recommendation`.
+    Raises ``results.store.ResultsError`` when ``run_dir`` is not a run folder.
+    """
+    run_dir = Path(run_dir)
+    base = load_run(run_dir)
+    runs = [base]
+    seen = {base.run_dir.resolve()}
+    for r in compare_runs or []:
+        if r.run_dir.resolve() not in seen:
+            seen.add(r.run_dir.resolve())
+            runs.append(r)
+    stem = "report-compare" if len(runs) > 1 else "report"
+    if recommendation is None:
+        recommendation = default_recommendation(runs)
+    ctx = build_context(runs, recommendation)
+    pngs = render_plots(ctx.pop("plot_data"))
+
+    plot_dir = run_dir / f"{stem}-plots"
+    plot_dir.mkdir(exist_ok=True)
+    md_plots = {}
+    for name, data in pngs.items():
+        (plot_dir / f"{name}.png").write_bytes(data)
+        md_plots[name] = f"{plot_dir.name}/{name}.png"
+    html_plots = {name: "data:image/png;base64," + base64.b64encode(data).decode("ascii") for name, data in pngs.items()}
+
+    env = _environment()
+    md_path, html_path = run_dir / f"{stem}.md", run_dir / f"{stem}.html"
+    md_path.write_text(env.get_template("report.md.j2").render(**ctx, plots=md_plots), encoding="utf-8")
+    html_path.write_text(env.get_template("report.html.j2").render(**ctx, plots=html_plots), encoding="utf-8")
+    return md_path, html_path
