@@ -12,7 +12,8 @@ on the asyncio event loop. Request handlers talk to it only through this class:
 - :meth:`EngineWorker.abort` (any thread, non-blocking) asks the thread to abort a request
   (client disconnect, stop string matched); the engine frees its KV blocks.
 - :meth:`EngineWorker.stats` returns the latest ``engine.stats()`` snapshot, refreshed by the
-  thread after every loop iteration (a dict replaced atomically, never mutated after publishing).
+  thread every :data:`STATS_INTERVAL_S` while busy and whenever it goes idle (a dict replaced
+  atomically, never mutated after publishing).
 
 Loop: drain commands (block while idle) → ``engine.step()`` → deliver outputs → refresh stats.
 If ``step()`` raises, every in-flight request receives an :class:`EngineFailure` (its stream
@@ -26,11 +27,16 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger("own_engine.server")
+
+# engine.stats() is read at most this often while busy (seconds), and always before idling,
+# so /metrics is never more than one interval stale and reads the final state when idle.
+STATS_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,7 @@ class EngineWorker:
 
     def _run(self) -> None:
         running = True
+        last_stats = time.monotonic()
         while running:
             idle = not self._engine.has_unfinished()
             try:
@@ -207,6 +214,8 @@ class EngineWorker:
                     if not self._safe_deliver(out.request_id, deliver, out) and not out.finished:
                         self._sinks.pop(out.request_id, None)
                         self._engine.abort(out.request_id)
-            self._stats = self._read_stats()
+            now = time.monotonic()
+            if now - last_stats >= STATS_INTERVAL_S or not self._engine.has_unfinished():
+                self._stats, last_stats = self._read_stats(), now
         self._fail_all("the server is shutting down")
         self._stats = self._read_stats()
