@@ -190,7 +190,7 @@ def setup_engine(name: str, *, console: Any = None) -> None:
     if not python.exists():
         steps.append(([sys.executable, "-m", "venv", str(venv)], {}, f"create venv {venv}"))
     for st in recipe.steps:
-        steps.append(([str(python), "-m", *st.args], st.env, st.label))
+        steps.append(([str(python), "-m", *st.args], st.env, st.label or " ".join(st.args)))
     started = time.time()
     with log_path.open("a") as log:
         for i, (cmd, extra_env, label) in enumerate(steps, 1):
@@ -209,7 +209,10 @@ def setup_engine(name: str, *, console: Any = None) -> None:
 
 def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: str, log_path: Path) -> None:
     """Run one install command, streaming its output to ``log`` and a rich status line."""
-    status = console.status(msg) if console is not None else None
+    from rich.markup import escape
+
+    msg_markup = escape(msg)
+    status = console.status(msg_markup) if console is not None else None
     if status is not None:
         status.start()
     try:
@@ -218,7 +221,7 @@ def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: 
         for line in proc.stdout:
             log.write(line)
             if status is not None and line.strip():
-                status.update(f"{msg}  [dim]{line.strip()[:100]}[/dim]")
+                status.update(f"{msg_markup}  [dim]{escape(line.strip()[:100])}[/dim]")
         rc = proc.wait()
         log.flush()
     except KeyboardInterrupt:
@@ -230,4 +233,4 @@ def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: 
     if rc != 0:
         raise EngineError(f"{msg} failed (exit {rc}); full log: {log_path}", _tail(log_path))
     if console is not None:
-        console.print(f"[dim]{msg}: done[/dim]")
+        console.print(f"[dim]{msg_markup}: done[/dim]")
