@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
+from . import __version__, cli_report, cli_workloads
 
 app = typer.Typer(
     name="bench",
@@ -31,6 +31,9 @@ model_app = typer.Typer(help="The model every engine serves (default: embedded S
 results_app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(results_app, name="results")
+app.add_typer(cli_workloads.app, name="workloads")
+app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
+app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -216,26 +219,37 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+def _pair(d: dict[str, Any] | None) -> str:
+    d = d or {}
+    return f"{_fmt(d.get('p50'))} / {_fmt(d.get('p99'))}"
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
-    t = Table(title=f"Run {summary.get('run_id')} — workload {summary.get('workload')}")
-    for col in ("engine", "status", "ok/failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput"):
+    t = Table(title=f"Run {summary.get('run_id')}: workload {summary.get('workload')}")
+    cols = ("engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50/p99", "TPOT p50/p99", "E2E p99", "goodput")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("engine", "status") else "right")
+    notes = []
     for name, e in summary.get("engines", {}).items():
         m = e.get("metrics") or {}
         if e.get("status") != "ok" and not m:
-            t.add_row(e.get("display_name", name), f"{e['status']}: {e.get('reason', '')[:60]}", *["–"] * 9)
+            t.add_row(name, e.get("status", "?"), *["–"] * (len(cols) - 2))
+            notes.append(f"{name}: {e.get('reason', '')}")
             continue
+        if e.get("status") != "ok":
+            notes.append(f"{name}: {e.get('reason', '')}")
         g = (m.get("goodput") or {}).get("request_goodput")
         t.add_row(
-            e.get("display_name", name), e.get("status", "?"),
+            name, e.get("status", "?"),
             f"{m.get('requests_completed', 0)}/{m.get('requests_failed', 0)}",
             _fmt(m.get("request_throughput"), 2), _fmt(m.get("output_throughput")),
-            _fmt((m.get("ttft_ms") or {}).get("p50")), _fmt((m.get("ttft_ms") or {}).get("p99")),
-            _fmt((m.get("tpot_ms") or {}).get("p50")), _fmt((m.get("tpot_ms") or {}).get("p99")),
+            _pair(m.get("ttft_ms")), _pair(m.get("tpot_ms")),
             _fmt((m.get("e2el_ms") or {}).get("p99")), _fmt(g, 2),
         )
     console.print(t)
-    console.print("latencies in ms; throughput over the measured phase (DESIGN.md metric definitions, harness/metrics.py)")
+    console.print("Latencies in ms; rates over the measured phase (definitions: harness/metrics.py).")
+    for n in notes:
+        console.print(f"  {n}", highlight=False)
 
 
 # --------------------------------------------------------------------------------------------
