@@ -118,6 +118,12 @@ class BatchWorker:
             return self._deferred.pop(0)
         return self.q.get(timeout=timeout) if timeout is None or timeout > 0 else self.q.get_nowait()
 
+    def _key(self, req: GenRequest) -> tuple:
+        """Rows of one batch must agree on this: the sampling key, plus whatever the backend's
+        optional ``batch_key(req)`` adds (e.g. ONNX Runtime GenAI cannot mix ``ignore_eos`` rows)."""
+        extra = getattr(self.backend, "batch_key", None)
+        return req.sampling_key + (tuple(extra(req)) if extra else ())
+
     def collect(self) -> list[GenRequest] | None:
         """Block for the first request, then gather more for the window (None = shut down)."""
         first = self._next(None)
@@ -137,7 +143,7 @@ class BatchWorker:
                 break
             if nxt.cancelled:
                 continue
-            if nxt.sampling_key != first.sampling_key:
+            if self._key(nxt) != self._key(first):
                 skipped.append(nxt)
                 continue
             batch.append(nxt)
