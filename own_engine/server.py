@@ -182,7 +182,10 @@ class OpenAIServing:
         self.counters = counters
         self.model_name = model_name
         self._sampling_params_cls = sampling_params_cls
-        self._vocab_size = int(getattr(engine, "vocab_size", 0) or len(self.tokenizer))
+        model_config = getattr(engine, "model_config", None)
+        self._vocab_size = int(getattr(model_config, "vocab_size", 0) or len(self.tokenizer))
+        # EOS ids the engine stops on (generation_config + tokenizer): their text is never shown.
+        self._eos_ids = sorted(getattr(engine, "eos_token_ids", None) or ())
 
     # ------------------------------------------------------------------ validation
     def _check_common(self, req: Any) -> None:
@@ -324,7 +327,7 @@ class OpenAIServing:
         except RuntimeError as exc:
             raise APIError(f"the engine is not running: {exc}", 503, "ServiceUnavailableError") from None
         self.counters.prompt_tokens += len(ids)
-        text = OutputTextProcessor(self.tokenizer, ids, req.stop_list(), req.stop_token_ids)
+        text = OutputTextProcessor(self.tokenizer, ids, req.stop_list(), [*(req.stop_token_ids or ()), *self._eos_ids])
         stream = _RequestStream(rid, out_queue, text, self.worker, self.counters, len(ids))
         created = int(time.time())
         if req.stream:
