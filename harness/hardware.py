@@ -175,11 +175,26 @@ def detect_hardware() -> HardwareProfile:
 def profile_from_manifest(hardware: dict[str, Any] | None) -> HardwareProfile | None:
     """The hardware a run was measured on, from ``manifest.json``'s ``hardware`` object.
 
-    Uses ``gpus`` (list of dicts with ``name``/``memory_bytes``/``compute_capability`` or strings)
+    Accepts a :class:`HardwareProfile` stored as a dict (``kind``, ``memory_bytes``, ...), or
+    the ``cpu_model``/``memory_bytes``/``gpus`` form. For the latter it uses ``gpus`` (list of dicts with ``name``/``memory_bytes``/``compute_capability`` or strings)
     when present, else the CPU with ``memory_bytes``. Returns None when nothing was recorded.
     """
     if not hardware:
         return None
+    if hardware.get("kind") in HARDWARE_KINDS and hardware.get("memory_bytes") is not None:
+        # a HardwareProfile stored as a dict (what ``bench run`` records)
+        cc_list = hardware.get("compute_capability")
+        name = str(hardware.get("name") or hardware["kind"])
+        return HardwareProfile(
+            name=name if name.startswith(("recorded", "detected")) else f"recorded: {name}",
+            kind=str(hardware["kind"]),
+            memory_bytes=int(hardware["memory_bytes"]),
+            num_devices=int(hardware.get("num_devices") or 1),
+            compute_capability=(int(cc_list[0]), int(cc_list[1])) if cc_list else None,
+            supports_fp8=bool(hardware.get("supports_fp8")),
+            bandwidth_bytes_per_s=hardware.get("bandwidth_bytes_per_s"),
+            source="run manifest",
+        )
     gpus = hardware.get("gpus") or []
     if gpus:
         g0 = gpus[0] if isinstance(gpus[0], dict) else {"name": str(gpus[0])}

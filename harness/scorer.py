@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from adapters.base import FEATURES
-from harness.hardware import FP8_MIN_COMPUTE_CAPABILITY, GiB, HardwareProfile
+from harness.hardware import FP8_MIN_COMPUTE_CAPABILITY, GiB, HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, meets_slos, parse_slos, slo_percentile_value
 from results.schema import RequestRecord
 from results.store import Run
@@ -1015,11 +1015,11 @@ def recommend(
                      "highest-load condition that meets the SLOs")
     if len({out.ref_cond[n] for n in out.survivors}) > 1:
         notes.append("survivors are scored at different conditions (workload/offered rate): compare with care")
-    measured_on = {
-        "gpu" if (r.manifest.get("hardware") or {}).get("gpus") else "cpu"
-        for r in runs
-        if (r.manifest or {}).get("hardware")
-    }
+    measured_on = set()
+    for r in runs:
+        prof = profile_from_manifest((r.manifest or {}).get("hardware"))
+        if prof is not None:
+            measured_on.add("cpu" if prof.kind == "cpu" else "gpu")
     target = "cpu" if hardware.kind == "cpu" else "gpu"
     if measured_on and measured_on != {target}:
         notes.append(f"measured on {'/'.join(sorted(measured_on))}, target {hardware.name} is {hardware.kind}: "

@@ -41,10 +41,11 @@ SUMMARY_COLUMNS: list[tuple[str, str, str, str]] = [
 CDF_PANELS = [("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("itl", "ITL (ms)"), ("e2el", "E2E latency (ms)")]
 
 MANIFEST_SECTIONS = [
-    ("Run", ["command", "harness_version", "git_sha", "created_at", "run_id"]),
+    ("Run", ["command", "harness_version", "git_sha", "created_at", "run_id", "python", "platform", "seed", "slos"]),
     ("Hardware", ["hardware"]),
     ("Model", ["model"]),
     ("Workload (incl. seed and scale)", ["workload"]),
+    ("Workload statistics", ["workload_stats"]),
     ("Client calibration", ["client_calibration"]),
     ("Engine configurations", ["engines"]),
     ("Threads", ["threads"]),
@@ -155,13 +156,17 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
             cached = m.get("cached_tokens") or 0
             hit = em.get("prefix_cache_hit_rate")
             acc = em.get("spec_acceptance_rate", em.get("spec_decode_acceptance_rate"))
-            if hit is not None or acc is not None or cached:
+            acc_len = em.get("spec_mean_accepted_length", em.get("spec_mean_acceptance_length"))
+            preempt, kv_use = em.get("num_preemptions"), em.get("kv_cache_usage")
+            if any(v is not None for v in (hit, acc, acc_len, preempt, kv_use)) or cached:
                 engine_stats.append({
                     "label": label,
                     "prefix_cache_hit_rate": fmt(hit, "{:.1%}"),
                     "cached_fraction": fmt(cached / inp if inp else None, "{:.1%}"),
                     "spec_acceptance_rate": fmt(acc, "{:.1%}"),
-                    "spec_mean_acceptance_length": fmt(em.get("spec_mean_acceptance_length"), "{:.2f}"),
+                    "spec_mean_acceptance_length": fmt(acc_len, "{:.2f}"),
+                    "num_preemptions": fmt(preempt, "{:,.0f}"),
+                    "kv_cache_usage": fmt(kv_use, "{:.1%}"),
                 })
             turns = per_turn_ttft(run, name)
             if len(turns) >= 2:

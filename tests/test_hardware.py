@@ -54,3 +54,16 @@ def test_profile_from_manifest() -> None:
     assert cpu is not None and (cpu.kind, cpu.memory_bytes) == ("cpu", 8 * GiB)
     gpu = profile_from_manifest({"gpus": [{"name": "NVIDIA L4", "memory_bytes": 24 * GiB, "compute_capability": "8.9"}]})
     assert gpu is not None and gpu.kind == "nvidia" and gpu.supports_fp8
+
+
+def test_profile_from_a_stored_hardware_profile() -> None:
+    """``bench run`` records ``HardwareProfile.__dict__``; it must come back as the same target."""
+    import dataclasses
+    import json
+
+    stored = json.loads(json.dumps(dataclasses.asdict(get_profile("H100-80GB", num_devices=2))))
+    prof = profile_from_manifest(stored)
+    assert prof is not None
+    assert (prof.name, prof.kind, prof.num_devices, prof.compute_capability, prof.supports_fp8) == (
+        "recorded: H100-80GB", "nvidia", 2, (9, 0), True)
+    assert prof.memory_bytes == 80 * GiB

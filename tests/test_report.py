@@ -56,7 +56,7 @@ def test_report_content(tmp_path: Path) -> None:
     assert len(re.findall(r"\]\((report-plots/[a-z_]+\.png)\)", md)) == 3
     # per-turn table: own's median TTFT by turn
     assert "| own | 0 | 4 | 120.0 | 120.0 |" in md and "| own | 2 | 4 | 40.0 | 40.0 |" in md
-    assert "| own | 62.0% | 0.0% | 75.0% | — |" in md
+    assert "| own | 62.0% | 0.0% | 75.0% | — | — | — |" in md
     # skipped/failed engines are listed with reasons, never with numbers
     assert "| 20261129-193500-agentic | tensorrt_llm | skipped | tensorrt_llm: needs an NVIDIA GPU, none found |" in md
     summary = md.split("## Summary per engine")[1].split("##")[0]
