@@ -45,8 +45,9 @@ def _bad(path: Path, line: int, what: str) -> WorkloadError:
     return WorkloadError(f"{path}:{line}: {what}")
 
 
-def _int_field(path: Path, line: int, name: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool):
+def _int_field(path: Path, line: int, name: str, value: Any, minimum: int = 0, strict: bool = False) -> int:
+    """``value`` as an int >= minimum (CSV text allowed unless ``strict``: JSON needs a number)."""
+    if isinstance(value, bool) or (strict and not isinstance(value, (int, float))):
         raise _bad(path, line, f"{name} must be an integer >= {minimum}, got {value!r}: fix or delete the line")
     try:
         v = int(value)
@@ -160,8 +161,8 @@ def load_mooncake_trace(path: Path, limit: int | None = None, block_size: int = 
             if ts < prev:
                 raise _bad(path, line, f"timestamp {ts} is earlier than the previous line's {prev}: sort the trace by time")
             prev = ts
-            n_in = _int_field(path, line, "input_length", obj["input_length"], 1)
-            n_out = _int_field(path, line, "output_length", obj["output_length"], 1)
+            n_in = _int_field(path, line, "input_length", obj["input_length"], 1, strict=True)
+            n_out = _int_field(path, line, "output_length", obj["output_length"], 1, strict=True)
             hashes = obj["hash_ids"]
             if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
                 raise _bad(path, line, "hash_ids must be a list of integers")
