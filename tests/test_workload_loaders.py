@@ -20,6 +20,7 @@ from workloads.loaders import (
     load_trajectory,
 )
 from workloads.registry import resolve_spec
+from workloads.spec import SPEC_TYPES
 
 AZ_OK = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.0319600,3180,8\n"
 
@@ -151,3 +152,9 @@ def test_yaml_spec_files(tmp_path):
         resolve_spec("chat", time_scale=2.0)
     # the neutral defaults of the original signature are accepted everywhere
     assert resolve_spec("trace", request_rate=float("inf"), range_ratio=0.0).kind == "trace"
+
+
+@pytest.mark.parametrize("kind", sorted(SPEC_TYPES))
+def test_shipped_example_specs_load_to_the_defaults(kind):
+    path = Path(__file__).resolve().parents[1] / "workloads" / "specs" / f"{kind}.yaml"
+    assert resolve_spec(kind, path) == SPEC_TYPES[kind]()

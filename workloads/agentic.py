@@ -38,7 +38,7 @@ from harness.arrivals import arrival_offsets
 from workloads.base import FollowUp, RequestSpec
 from workloads.errors import WorkloadError
 from workloads.loaders import Trajectory, list_trajectory_files, load_trajectory
-from workloads.specs import AgenticSpec
+from workloads.spec import AgenticSpec
 from workloads.tokens import TokenKit
 
 

@@ -2,7 +2,7 @@
 
 ``build_workload`` is the single entry point the runner and the CLI call. Precedence of
 values: explicit keyword arguments (not None) > the YAML ``spec_file`` > the kind's defaults
-(see :mod:`workloads.specs`). Every keyword left at ``None`` keeps the spec's value.
+(see :mod:`workloads.spec`). Every keyword left at ``None`` keeps the spec's value.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from workloads.agentic import build_agentic_sessions
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
 from workloads.single import build_chat, build_code, build_rag, build_random, build_summarization
-from workloads.specs import WorkloadSpec, load_spec_file, make_spec
+from workloads.spec import WorkloadSpec, load_spec_file, make_spec
 from workloads.stats import workload_stats
 from workloads.tokens import TokenKit, as_kit
 from workloads.trace import build_trace

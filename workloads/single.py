@@ -29,7 +29,7 @@ from workloads.loaders import (
     load_mooncake_trace,
     load_sharegpt_prompts,
 )
-from workloads.specs import ChatSpec, CodeSpec, RagSpec, RandomSpec, SummarizationSpec, WorkloadSpec
+from workloads.spec import ChatSpec, CodeSpec, RagSpec, RandomSpec, SummarizationSpec, WorkloadSpec
 from workloads.tokens import TokenKit
 
 SUMMARIZE_INSTRUCTION = "\n\nSummarize the text above in a few sentences."
@@ -86,7 +86,7 @@ def range_bounds(length: int, ratio: float) -> tuple[int, int]:
 
 
 def build_random(spec: RandomSpec, kit: TokenKit) -> list[SingleRequestSession]:
-    """vLLM-compatible random workload (see :class:`workloads.specs.RandomSpec` for the semantics).
+    """vLLM-compatible random workload (see :class:`workloads.spec.RandomSpec` for the semantics).
 
     Raises :class:`WorkloadError` when ``prefix_len`` leaves no room for the input length.
     """

@@ -5,7 +5,7 @@ Sessions are driven offline with zero service time: each session's first turn at
 offline: a session that has ``recorded_reply(request)`` (agentic) is fed the trace's
 recorded reply, others get ``""``. Statistics:
 
-- ``requests``, ``sessions``, ``turns_per_session`` (mean/p50/max), ``branching_sessions``;
+- ``requests``, ``sessions``, ``turns`` (= requests), ``turns_per_session`` (mean/p50/max), ``branching_sessions``;
 - ``input_tokens`` (``prompt_token_ids`` length) and ``output_tokens`` (``max_tokens``):
   mean/p50/p90/max (numpy linear percentiles);
 - ``prefix_reuse_ratio``: prompt tokens that repeat a prefix of an earlier request (in
@@ -112,6 +112,7 @@ def workload_stats(sessions: Sequence[Session], tokenize=None) -> dict[str, Any]
     return {
         "requests": len(reqs),
         "sessions": len(sessions),
+        "turns": len(reqs),  # every request is one turn of its session
         "turns_per_session": {
             "mean": float(np.mean(turns)) if turns else 0.0,
             "p50": float(np.percentile(turns, 50)) if turns else 0.0,

@@ -23,7 +23,7 @@ from workloads.base import SingleRequestSession
 from workloads.errors import WorkloadError
 from workloads.loaders import data_path, load_azure_trace, load_mooncake_trace, load_servegen_pmf, load_servegen_windows
 from workloads.single import make_request, mooncake_requests, scaled
-from workloads.specs import TraceSpec
+from workloads.spec import TraceSpec
 from workloads.tokens import TokenKit
 
 SERVEGEN_WINDOW_S = 600.0
