@@ -95,6 +95,17 @@ RECIPES: dict[str, EngineRecipe] = {
                  *_SHIM_PACKAGES, label="install onnxruntime-genai==0.18.0, onnx-ir and the model builder deps"),
         ),
     ),
+    "transformers_serve": EngineRecipe(
+        name="transformers_serve",
+        version_dist="transformers",
+        approx="~1 GB, 1-2 minutes",
+        steps=(
+            _pip("install", "--upgrade", "pip", label="upgrade pip"),
+            # the [serving] extra (openai, fastapi, uvicorn...) is not in the harness's own venv
+            _pip("install", "torch==2.13.0", "transformers[serving]>=5.20,<6",
+                 label="install torch and transformers[serving]"),
+        ),
+    ),
     "sglang": EngineRecipe(
         name="sglang",
         version_dist="sglang",
@@ -114,7 +125,7 @@ RECIPES: dict[str, EngineRecipe] = {
     ),
 }
 
-SETUP_CPU = ("vllm", "deepspeed", "onnxruntime")  # what `bench engines setup all-cpu` installs
+SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve")  # what `bench engines setup all-cpu` installs
 
 
 def engines_root() -> Path:

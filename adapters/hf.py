@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.envs import engine_python, is_installed
 from adapters.hardware import detect_hardware
+from adapters.venv_engine import installed_version
 from adapters.server import (
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
     split_engine_args, thread_env,
@@ -90,21 +92,27 @@ class TransformersServeAdapter(ServerAdapter):
 
     @staticmethod
     def cli_path() -> Path:
-        """The ``transformers`` console script next to the harness's interpreter."""
+        """The ``transformers`` console script: from ``.engines/transformers_serve`` when set up,
+        else the one next to the harness's interpreter."""
+        own_env = engine_python("transformers_serve").parent / "transformers"
+        if is_installed("transformers_serve") and own_env.exists():
+            return own_env
         return Path(sys.executable).parent / "transformers"
 
     def probe(self) -> ProbeResult:
-        """Available when the ``transformers`` CLI exists and its serving extras (fastapi, uvicorn) import."""
+        """Available when a ``transformers`` CLI with its ``[serving]`` extras (openai, fastapi,
+        uvicorn) exists: in ``.engines/transformers_serve`` or in the harness venv."""
+        if is_installed("transformers_serve"):
+            return ProbeResult(True, "transformers_serve: `transformers serve --continuous-batching` "
+                                     "(.engines/transformers_serve)", version=installed_version("transformers_serve"))
         version = _transformers_version()
-        if version is None:
-            return ProbeResult(False, "transformers_serve: transformers is not installed: pip install 'transformers[serving]>=5.20,<6'")
-        if not self.cli_path().exists():
-            return ProbeResult(False, f"transformers_serve: the `transformers` CLI is missing next to {sys.executable}: "
-                                      "reinstall transformers in the harness venv")
-        missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
-        if missing:
-            return ProbeResult(False, f"transformers_serve: {', '.join(missing)} missing: pip install 'transformers[serving]'")
-        return ProbeResult(True, "transformers_serve: `transformers serve --continuous-batching` (harness venv)", version=version)
+        missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+        if version is None or missing or not self.cli_path().exists():
+            what = f"transformers[serving] extras missing ({', '.join(missing)})" if missing else "transformers CLI missing"
+            return ProbeResult(False, f"transformers_serve: not installed - {what}: run `bench engines setup "
+                                      "transformers_serve` (~1 GB, 1-2 minutes)")
+        return ProbeResult(True, "transformers_serve: `transformers serve --continuous-batching` (harness venv)",
+                           version=version)
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
         """``[transformers, serve, --continuous-batching, --device D, --dtype float32, --host 127.0.0.1,

@@ -126,7 +126,22 @@ def test_transformers_static_command(tmp_path):
     assert flag_value(gpu.cmd, "--device") == "cuda"
 
 
-def test_transformers_serve_command(tmp_path):
+def test_transformers_serve_probe_and_env_choice(engines_dir, monkeypatch):
+    import adapters.hf as hf
+
+    real = hf.importlib.util.find_spec
+    monkeypatch.setattr(hf.importlib.util, "find_spec", lambda m: None if m == "openai" else real(m))
+    p = TransformersServeAdapter().probe()
+    assert not p.available
+    assert p.reason == ("transformers_serve: not installed - transformers[serving] extras missing (openai): "
+                        "run `bench engines setup transformers_serve` (~1 GB, 1-2 minutes)")
+    py = fake_install("transformers_serve", "5.24.0")
+    (py.parent / "transformers").write_text("#!/bin/sh\n")
+    assert TransformersServeAdapter().probe().available
+    assert TransformersServeAdapter.cli_path() == py.parent / "transformers"
+
+
+def test_transformers_serve_command(tmp_path, engines_dir):
     plan = TransformersServeAdapter(hardware="cpu").build_command(cfg(tmp_path, engine_args={"cb_num_blocks": "64"}), 9001)
     assert plan.cmd[0] == str(Path(sys.executable).parent / "transformers") and plan.cmd[1] == "serve"
     assert "--continuous-batching" in plan.cmd and flag_value(plan.cmd, "--device") == "cpu"

@@ -1,0 +1,154 @@
+"""``bench engines``: what engines can run here, installing them, and checking they agree.
+
+- ``bench engines`` → a rich table of every engine: state (available / not installed /
+  unsupported hardware / unavailable), version, hardware, features, and the reason with the fix.
+- ``bench engines setup NAME|all-cpu`` → creates ``.engines/NAME/venv`` with the pinned packages.
+- ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
+  across engines on a few fixed prompts (token-level agreement; ``adapters.equivalence``).
+
+Errors are one line on stderr with exit code 2 (bad input) or 1 (an engine failed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from adapters.base import EngineError, ProbeResult
+from adapters.envs import RECIPES, SETUP_CPU, setup_engine
+from adapters.hardware import detect_hardware
+from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_engine_args
+
+app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> str:
+    """``available`` / ``unsupported hardware`` / ``not installed`` / ``unavailable`` for the table."""
+    if probe.available:
+        return "available"
+    if here not in hardware or "needs an NVIDIA GPU" in probe.reason:
+        return "unsupported hardware"
+    if "not installed" in probe.reason:
+        return "not installed"
+    return "unavailable"
+
+
+def engine_rows() -> list[dict]:
+    """One dict per engine (plus DeepSpeed-MII): name, state, version, hardware, features, api, reason."""
+    here = detect_hardware()
+    rows = []
+    for adapter in all_adapters():
+        probe = adapter.probe()
+        caps = adapter.capabilities
+        rows.append({"engine": adapter.name, "state": engine_state(probe, caps.hardware, here),
+                     "version": probe.version or "", "hardware": ",".join(caps.hardware),
+                     "features": ",".join(caps.features), "api": caps.api, "reason": probe.reason})
+        if adapter.name == "deepspeed":
+            mii = adapter.probe_mii()
+            rows.append({"engine": "deepspeed-mii", "state": engine_state(mii, ("nvidia",), here), "version": "",
+                         "hardware": "nvidia", "features": "paged_kv,continuous_batching,tensor_parallel",
+                         "api": "server", "reason": mii.reason})
+    return rows
+
+
+@app.callback()
+def engines(ctx: typer.Context,
+            as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table.")) -> None:
+    """Show every engine: state, version, hardware, features and the reason with the fix."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = engine_rows()
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table(title=f"Serving engines on this machine ({detect_hardware()})", show_lines=False)
+    for col in ("engine", "state", "version", "hardware", "features", "reason"):
+        table.add_column(col, overflow="fold")
+    colors = {"available": "green", "not installed": "yellow", "unsupported hardware": "dim", "unavailable": "red"}
+    for r in rows:
+        c = colors[r["state"]]
+        table.add_row(r["engine"], f"[{c}]{r['state']}[/{c}]", r["version"], r["hardware"], r["features"],
+                      escape(r["reason"]))
+    console.print(table)
+
+
+@app.command("setup")
+def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(RECIPES)}) or all-cpu")) -> None:
+    """Create .engines/NAME/venv with that engine's pinned packages (progress shown)."""
+    if name == "all-cpu":
+        names = list(SETUP_CPU)
+    elif name in RECIPES:
+        names = [name]
+    elif name in ENGINE_NAMES:
+        _fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
+    elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
+        _fail("tensorrt_llm cannot be installed here")
+    else:
+        _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)} or all-cpu")
+    for n in names:
+        console.print(f"[bold]{n}[/bold]: installing ({RECIPES[n].approx}) into .engines/{n}/")
+        try:
+            setup_engine(n, console=console)
+        except EngineError as exc:
+            err_console.print(escape(exc.log_tail))
+            _fail(str(exc), code=1)
+
+
+@app.command("check")
+def check(
+    engines_csv: str = typer.Option("own,transformers", "--engines", help="comma-separated engines; the first is the reference"),
+    model: Optional[str] = typer.Option(None, "--model", help="Hugging Face model folder (default: the embedded model)"),
+    max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="greedy tokens per prompt"),
+    threads: int = typer.Option(1, "--threads", min=1, help="intra-op CPU threads per engine"),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="ENGINE:key=value passed to that engine"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where server logs go (default: results/check-<time>)"),
+    as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
+) -> None:
+    """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
+    from adapters.equivalence import DEFAULT_PROMPTS, check_equivalence
+    from harness.model import ModelError, resolve_model
+
+    names = [n.strip() for n in engines_csv.split(",") if n.strip()]
+    if not names:
+        _fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
+    try:
+        adapters = [get_adapter(n) for n in names]
+        eargs = parse_engine_args(engine_arg)
+        model_dir = resolve_model(model)
+    except (ValueError, ModelError) as exc:
+        _fail(str(exc))
+    out = run_dir or Path("results") / f"check-{time.strftime('%Y%m%d-%H%M%S')}"
+    res = check_equivalence(adapters, model_dir, out, DEFAULT_PROMPTS, max_tokens, threads=threads,
+                            engine_args=eargs, console=console)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "equivalence.json").write_text(json.dumps(res, indent=2))
+    if as_json:
+        console.print_json(json.dumps(res))
+    else:
+        table = Table(title=f"Greedy equivalence vs {res['reference'] or '-'} ({len(res['prompts'])} prompts, "
+                            f"{max_tokens} tokens)")
+        for col in ("engine", "status", "token agreement", "exact", "reason / display name"):
+            table.add_column(col, overflow="fold")
+        for name, e in res["engines"].items():
+            agree = f"{e['token_agreement']:.1%}" if e["token_agreement"] is not None else "-"
+            exact = f"{e['exact_matches']}/{len(res['prompts'])}" if e["exact_matches"] is not None else "-"
+            table.add_row(name, e["status"], agree, exact, escape(e["reason"] or e["display_name"] or ""))
+        console.print(table)
+        console.print(f"details: {out / 'equivalence.json'}")
+    if any(e["status"] == "failed" for e in res["engines"].values()):
+        raise typer.Exit(1)
