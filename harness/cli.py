@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, cli_report, cli_workloads
+from . import __version__, cli_engines, cli_report, cli_workloads
 
 app = typer.Typer(
     name="bench",
@@ -32,6 +32,7 @@ results_app = typer.Typer(help="Stored runs under the output directory.", no_arg
 app.add_typer(model_app, name="model")
 app.add_typer(results_app, name="results")
 app.add_typer(cli_workloads.app, name="workloads")
+app.add_typer(cli_engines.app, name="engines")
 app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
 app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
 
