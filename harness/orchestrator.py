@@ -329,18 +329,21 @@ class Orchestrator:
             try:
                 entry, measured, texts = self._measure_engine(name, adapter, model_dir, writer, workload, tokenizer, threads)
             except KeyboardInterrupt:
-                measured = [r for r in _read_engine(writer, name)]
+                measured = _read_engine(writer, name)
                 metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
                 writer.set_engine(name, "failed", f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
                                   metrics=metrics, capabilities=cap_dict, version=probe.version)
                 interrupted = True
                 break
             except EngineError as exc:
+                # a crash mid-run keeps what was measured before it (metrics over those requests)
+                measured = _read_engine(writer, name)
+                metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
                 self.console.print(f"[red]{name}[/]: failed — {exc}")
                 if exc.log_tail:
                     self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
-                writer.set_engine(name, "failed", str(exc), log_tail=exc.log_tail[-4000:], capabilities=cap_dict,
-                                  version=probe.version)
+                writer.set_engine(name, "failed", str(exc), metrics=metrics, log_tail=exc.log_tail[-4000:],
+                                  capabilities=cap_dict, version=probe.version)
                 continue
             m = entry["metrics"]
             if m.get("requests_completed", 0) == 0:

@@ -1,0 +1,79 @@
+"""Run-level failure handling: an engine crash mid-run is recorded as failed with its log tail
+and the run goes on; Ctrl-C keeps everything measured so far and exits 130."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import pytest
+from typer.testing import CliRunner
+
+import adapters.registry as registry
+import harness.orchestrator as orchestrator
+from adapters.base import Capabilities, EngineError, Endpoint, ProbeResult
+from harness.cli import app
+from harness.nullserver import null_server
+
+
+@pytest.fixture(scope="module")
+def url():
+    with null_server() as u:
+        yield u
+
+
+class CrashingEngine:
+    """Serves from the null server, then reports that its process died (as ServerProcess does)."""
+
+    name = "own"
+    capabilities = Capabilities(hardware=("cpu",))
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True, "fake", "0")
+
+    @contextmanager
+    def launch(self, config):
+        yield Endpoint(base_url=self.url, model_name="null", display_name="crashing fake")
+        raise EngineError("own exited unexpectedly with code -9", "line 1\nKilled: out of memory\n")
+
+
+ARGS = ["--workload", "random", "--num-requests", "5", "--input-len", "8", "--output-len", "3",
+        "--warmup", "0", "--no-calibration", "--no-equivalence"]
+
+
+def test_engine_crash_is_reported_with_log_tail_and_run_continues(url, tmp_path, monkeypatch):
+    real_get = registry.get_adapter
+    monkeypatch.setattr(registry, "get_adapter", lambda n: CrashingEngine(url) if n == "own" else real_get(n))
+    res = CliRunner().invoke(app, ["run", "--engine", "own,openai", "--base-url", url, *ARGS,
+                                   "-o", str(tmp_path), "--run-id", "crash"])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "crash" / "summary.json").read_text())
+    own = s["engines"]["own"]
+    assert own["status"] == "failed" and "exited unexpectedly" in own["reason"]
+    assert "out of memory" in own["log_tail"]
+    assert own["metrics"]["requests_completed"] == 5  # what it measured before dying is kept
+    assert s["engines"]["openai"]["status"] == "ok"
+    assert "out of memory" in res.output
+
+
+def test_ctrl_c_keeps_measured_results_and_exits_130(url, tmp_path, monkeypatch):
+    real_measure = orchestrator.Runner.measure
+
+    async def measure_then_interrupt(self, workload):
+        await real_measure(self, workload)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(orchestrator.Runner, "measure", measure_then_interrupt)
+    res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", url, *ARGS,
+                                   "-o", str(tmp_path), "--run-id", "ctrlc"])
+    assert res.exit_code == 130, res.output
+    run = tmp_path / "ctrlc"
+    s = json.loads((run / "summary.json").read_text())
+    e = s["engines"]["openai"]
+    assert e["status"] == "failed" and "interrupted" in e["reason"]
+    assert e["metrics"]["requests_completed"] == 5
+    assert len((run / "requests.jsonl").read_text().splitlines()) == 5
+    assert (run / "manifest.json").exists()
