@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -59,6 +60,24 @@ class EngineRecipe:
 def _pip(*args: str, env: dict[str, str] | None = None, label: str = "") -> InstallStep:
     return InstallStep(("pip", *args), env or {}, label or f"pip {' '.join(args)}")
 
+
+# Reads sglang's declared requirements and installs those that are not CUDA-only (the
+# trimmed install of issue 5); torch/torchvision stay at the pins installed before.
+_SGLANG_DEPS_SCRIPT = r"""
+import importlib.metadata as md, re, subprocess, sys
+skip = re.compile(r"^(sgl[-_]kernel|sglang[-_]kernel|flashinfer.*|nvidia-.*|cuda-.*|cupy.*|triton|torch|torchvision|"
+                  r"torchaudio|torchcodec|deep[-_]gemm|flash[-_]attn.*|xformers|apache-tvm-ffi|nixl|mooncake.*|"
+                  r"torch[-_]memory[-_]saver|quack.*|tilelang|fast[-_]hadamard.*|kt[-_]kernel|sgl[-_].*)$", re.I)
+reqs = []
+for r in md.requires("sglang") or []:
+    if "extra ==" in r:
+        continue
+    name = re.split(r"[\s<>=!~;\[]", r, 1)[0]
+    if not skip.match(name):
+        reqs.append(r.split(";")[0].strip())
+print("installing:", " ".join(reqs), flush=True)
+sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", *reqs, "torch==2.14.1", "torchvision==0.29.1"]))
+"""
 
 RECIPES: dict[str, EngineRecipe] = {
     "vllm": EngineRecipe(
@@ -114,13 +133,7 @@ RECIPES: dict[str, EngineRecipe] = {
             _pip("install", "--upgrade", "pip", label="upgrade pip"),
             _pip("install", "torch==2.14.1", "torchvision==0.29.1", label="install torch 2.14.1 + torchvision 0.29.1"),
             _pip("install", "--no-deps", "sglang==0.5.23", label="install sglang==0.5.23 (--no-deps: its CUDA-only deps do not install here)"),
-            _pip("install", "transformers>=5.20,<6", "fastapi", "uvicorn", "uvloop", "orjson", "pydantic", "aiohttp",
-                 "requests", "psutil", "pyzmq", "setproctitle", "sentencepiece", "tiktoken", "partial-json-parser",
-                 "pybase64", "msgspec", "interegular", "outlines_core", "xgrammar", "llguidance", "compressed-tensors",
-                 "einops", "prometheus-client", "python-multipart", "openai", "packaging", "pillow", "numpy", "scipy",
-                 "hf_transfer", "huggingface_hub", "blobfile", "IPython", "modelscope", "soundfile", "datasets",
-                 "torchao", "gguf", "cuda-python", "timm", "anthropic", "decord2", "py-spy",
-                 label="install SGLang's CPU-usable requirements"),
+            InstallStep(("-c", _SGLANG_DEPS_SCRIPT), label="install SGLang's requirements minus the CUDA-only ones"),
         ),
     ),
 }
@@ -211,6 +224,11 @@ def setup_engine(name: str, *, console: Any = None) -> None:
             env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
             env.pop("VIRTUAL_ENV", None)
             _run_step(cmd, env, log, console, msg, log_path)
+    if name == "sglang":  # CPU: our pure-PyTorch sgl_kernel stand-in goes first on PYTHONPATH
+        compat = root / "compat"
+        shutil.rmtree(compat, ignore_errors=True)
+        shutil.copytree(PROJECT_ROOT / "adapters" / "shims" / "sgl_kernel_compat", compat,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     version = _dist_version(python, recipe.version_dist)
     marker.write_text(json.dumps({"engine": name, "version": version, "dist": recipe.version_dist,
                                   "seconds": round(time.time() - started, 1)}, indent=2))
