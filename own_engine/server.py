@@ -62,7 +62,7 @@ from own_engine.server_protocol import (
     usage_chunk,
 )
 from own_engine.server_text import OutputTextProcessor
-from own_engine.server_worker import EngineFailure, EngineWorker
+from own_engine.server_worker import EngineFailure, EngineNotRunning, EngineWorker
 
 logger = logging.getLogger("own_engine.server")
 
@@ -148,6 +148,12 @@ class _RequestStream:
             self.finished, self.finish_reason = True, "abort"
             self._worker.abort(self.request_id)
             self._counters.record_finished("abort")
+
+
+async def _aclose(stream: _RequestStream) -> None:
+    """Close ``stream`` on the event loop (an async background task; a sync one would run in a
+    thread pool and race the generator's own ``finally``)."""
+    stream.close()
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -324,8 +330,8 @@ class OpenAIServing:
             out_queue = await self.worker.submit(rid, ids, params)
         except ValueError as exc:
             raise APIError(str(exc)) from None
-        except RuntimeError as exc:
-            raise APIError(f"the engine is not running: {exc}", 503, "ServiceUnavailableError") from None
+        except EngineNotRunning as exc:
+            raise APIError(str(exc), 503, "ServiceUnavailableError") from None
         self.counters.prompt_tokens += len(ids)
         text = OutputTextProcessor(self.tokenizer, ids, req.stop_list(), [*(req.stop_token_ids or ()), *self._eos_ids])
         stream = _RequestStream(rid, out_queue, text, self.worker, self.counters, len(ids))
@@ -335,7 +341,7 @@ class OpenAIServing:
                 self._sse(stream, created, chat, req.include_usage),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-                background=BackgroundTask(stream.close),
+                background=BackgroundTask(_aclose, stream),
             )
         return await self._collect(raw, stream, created, chat)
 

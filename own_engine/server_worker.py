@@ -39,6 +39,10 @@ logger = logging.getLogger("own_engine.server")
 STATS_INTERVAL_S = 0.05
 
 
+class EngineNotRunning(RuntimeError):
+    """The engine thread is not running (never started, stopped, or crashed)."""
+
+
 @dataclass(frozen=True)
 class EngineFailure:
     """Delivered instead of an output when the engine raised while the request was in flight."""
@@ -76,6 +80,8 @@ class EngineWorker:
         self._sinks: dict[str, Callable[[Any], None]] = {}  # touched by the engine thread only
         self._stats: dict[str, Any] = self._read_stats()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # orders submit() against the thread's exit
+        self._closed = False
         self.last_error: str | None = None
         self.steps = 0
 
@@ -97,8 +103,8 @@ class EngineWorker:
 
     @property
     def alive(self) -> bool:
-        """True while the engine thread runs."""
-        return self._thread is not None and self._thread.is_alive()
+        """True while the engine thread runs and accepts requests."""
+        return self._thread is not None and self._thread.is_alive() and not self._closed
 
     # ---------------------------------------------------------------- handler side
     async def submit(
@@ -107,10 +113,8 @@ class EngineWorker:
         """Add a request to the engine; return the queue its outputs arrive on.
 
         Raises ``ValueError`` (from ``engine.add_request``: prompt too long or empty, bad
-        params) and ``RuntimeError`` when the engine thread is not running.
+        params), :class:`EngineNotRunning`, or whatever else ``add_request`` raised.
         """
-        if not self.alive:
-            raise RuntimeError("the engine thread is not running")
         loop = asyncio.get_running_loop()
         out_queue: asyncio.Queue = asyncio.Queue()
 
@@ -118,7 +122,10 @@ class EngineWorker:
             loop.call_soon_threadsafe(out_queue.put_nowait, item)
 
         accepted: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(_Add(request_id, prompt_token_ids, sampling_params, deliver, accepted))
+        with self._lock:
+            if self._closed or not self.alive:
+                raise EngineNotRunning(f"the engine thread is not running ({self.last_error or 'stopped'})")
+            self._commands.put(_Add(request_id, prompt_token_ids, sampling_params, deliver, accepted))
         try:
             await asyncio.wrap_future(accepted)
         except asyncio.CancelledError:
@@ -183,19 +190,37 @@ class EngineWorker:
             return False
 
     def _run(self) -> None:
-        running = True
+        try:
+            self._loop()
+            reason = "the server is shutting down"
+        except BaseException as exc:  # a bug outside step(): never leave a client hanging
+            logger.exception("the engine thread crashed")
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            reason = f"the engine thread crashed: {self.last_error}"
+        with self._lock:
+            self._closed = True
+        self._fail_all(reason)
+        while True:  # requests that were queued but never seen by the engine
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(cmd, _Add) and cmd.accepted.set_running_or_notify_cancel():
+                cmd.accepted.set_exception(EngineNotRunning(reason))
+        self._stats = self._read_stats()
+
+    def _loop(self) -> None:
         last_stats = time.monotonic()
-        while running:
+        while True:
             idle = not self._engine.has_unfinished()
             try:
-                cmd = self._commands.get(block=idle)
-                running = self._handle(cmd)
-                while running:
-                    running = self._handle(self._commands.get_nowait())
+                if not self._handle(self._commands.get(block=idle)):
+                    return
+                while True:
+                    if not self._handle(self._commands.get_nowait()):
+                        return
             except queue.Empty:
                 pass
-            if not running:
-                break
             if self._engine.has_unfinished():
                 try:
                     outputs = self._engine.step()
@@ -217,5 +242,3 @@ class EngineWorker:
             now = time.monotonic()
             if now - last_stats >= STATS_INTERVAL_S or not self._engine.has_unfinished():
                 self._stats, last_stats = self._read_stats(), now
-        self._fail_all("the server is shutting down")
-        self._stats = self._read_stats()

@@ -428,6 +428,32 @@ async def test_engine_failure_mid_stream_sends_error_event_then_recovers():
     assert metrics[("own:request_failure_total", ())] == 1
 
 
+class CrashingEngine(FakeEngine):
+    """has_unfinished() raises after the first step: a bug outside step() kills the engine thread."""
+
+    def has_unfinished(self):
+        if self.num_steps >= 1:
+            raise RuntimeError("scheduler invariant broken (scripted)")
+        return super().has_unfinished()
+
+
+async def test_engine_thread_crash_ends_streams_and_turns_health_503():
+    engine = CrashingEngine([b("ok"), b("never")])
+    with serve(engine) as url:
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "x", "max_tokens": 5, "stream": True}
+            async with s.post(f"{url}/v1/completions", json=body) as resp:
+                events, _ = await read_sse(resp)
+            async with s.get(f"{url}/health") as resp:
+                health = resp.status
+            async with s.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2}) as resp:
+                status, after = resp.status, await resp.json()
+    assert events[0]["choices"][0]["text"] == "ok"
+    assert "scheduler invariant broken" in events[-1]["error"]["message"] and "[DONE]" not in events
+    assert health == 503
+    assert status == 503 and "not running" in after["error"]["message"]
+
+
 # --------------------------------------------------------------------------- disconnect
 
 
