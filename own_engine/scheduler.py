@@ -110,7 +110,7 @@ class Scheduler:
         self.num_preemptions += 1
 
     def _lookahead(self, seq: Sequence) -> int:
-        if not self.num_speculative_tokens or seq.num_uncomputed_tokens != 1:
+        if not self.num_speculative_tokens or seq.num_uncomputed_tokens != 1 or seq.num_output_tokens == 0:
             return 0
         remaining_out = seq.sampling_params.max_tokens - seq.num_output_tokens - 1
         return max(0, min(self.num_speculative_tokens, self.max_model_len - len(seq), remaining_out))

@@ -1,0 +1,70 @@
+"""Token sampling: greedy, temperature, top-k, top-p (nucleus, Holtzman et al. 2020 §3.1), per-request
+seeds through ``torch.Generator`` (vLLM's per-request generator convention)."""
+
+from __future__ import annotations
+
+import torch
+
+from own_engine.sampling_params import SamplingParams
+
+
+def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Probabilities [N, vocab] that sampling draws from, row ``i`` under ``params[i]``.
+
+    Greedy rows are a point mass on the argmax; others are softmax(logits / temperature) restricted
+    to the top-k tokens and then to the smallest set whose mass reaches top_p (the most likely token
+    is always kept), renormalised. ``logits``: [N, vocab] fp32.
+    """
+    n, vocab = logits.shape
+    probs = torch.empty_like(logits)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    rand = [i for i, p in enumerate(params) if not p.greedy]
+    if greedy:
+        g = torch.tensor(greedy)
+        probs[g] = 0.0
+        probs[g, logits[g].argmax(-1)] = 1.0
+    if rand:
+        r = torch.tensor(rand)
+        temps = torch.tensor([params[i].temperature for i in rand], dtype=logits.dtype).unsqueeze(1)
+        x = logits[r] / temps
+        need_k = any(params[i].top_k != -1 for i in rand)
+        need_p = any(params[i].top_p < 1.0 for i in rand)
+        if need_k or need_p:
+            sorted_x, order = x.sort(dim=-1, descending=True)
+            drop = torch.zeros_like(sorted_x, dtype=torch.bool)
+            if need_k:
+                ks = torch.tensor([params[i].top_k if params[i].top_k != -1 else vocab for i in rand]).unsqueeze(1)
+                drop |= torch.arange(vocab).unsqueeze(0) >= ks
+            if need_p:
+                ps = torch.tensor([params[i].top_p for i in rand], dtype=logits.dtype).unsqueeze(1)
+                sp = torch.softmax(sorted_x.masked_fill(drop, float("-inf")), dim=-1)
+                before = sp.cumsum(-1) - sp  # mass strictly before each token
+                drop |= before >= ps
+            drop[:, 0] = False
+            sorted_x = sorted_x.masked_fill(drop, float("-inf"))
+            x = torch.empty_like(x).scatter_(1, order, sorted_x)
+        probs[r] = torch.softmax(x, dim=-1)
+    return probs
+
+
+def sample_from_probs(probs: torch.Tensor, generators: list[torch.Generator | None]) -> list[int]:
+    """One token per row of ``probs`` [N, vocab], row ``i`` drawn with ``generators[i]``."""
+    return [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(probs.shape[0])]
+
+
+class Sampler:
+    """Picks the next token for each logits row (argmax for greedy rows)."""
+
+    def __call__(self, logits: torch.Tensor, params: list[SamplingParams],
+                 generators: list[torch.Generator | None]) -> list[int]:
+        """``logits`` [N, vocab] → N token ids. Raises ``ValueError`` on a length mismatch."""
+        if logits.shape[0] != len(params) or len(params) != len(generators):
+            raise ValueError(f"got {logits.shape[0]} logits rows for {len(params)} params / {len(generators)} generators")
+        if all(p.greedy for p in params):
+            return logits.argmax(-1).tolist()
+        out = logits.argmax(-1).tolist()
+        rand = [i for i, p in enumerate(params) if not p.greedy]
+        probs = processed_probs(logits[rand], [params[i] for i in rand])
+        for j, i in enumerate(rand):
+            out[i] = int(torch.multinomial(probs[j], 1, generator=generators[i]))
+        return out
