@@ -142,6 +142,10 @@ class ServerAdapter:
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:  # pragma: no cover
         raise NotImplementedError
 
+    def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:
+        """The probe :meth:`launch` checks first (an adapter may consult ``config.engine_args``)."""
+        return self.probe()
+
     def served_name(self, config: LaunchConfig) -> str:
         """The model name requests must carry: ``config.model_name`` or the folder's name."""
         return config.model_name or Path(config.model_dir).name
@@ -157,7 +161,7 @@ class ServerAdapter:
         Raises :class:`EngineError` when the engine is unavailable, fails to start, or crashed
         during the with-block.
         """
-        probe = self.probe()
+        probe = self.probe_for_launch(config)
         if not probe.available:
             raise EngineError(f"{self.name}: {probe.reason}")
         port = find_free_port()

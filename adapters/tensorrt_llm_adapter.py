@@ -96,6 +96,11 @@ class TensorRTLLMAdapter(ServerAdapter):
             return ProbeResult(False, f"tensorrt_llm: not installed: {FIX}")
         return ProbeResult(True, f"tensorrt_llm: {serve}")
 
+    def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:
+        """Like :meth:`probe`, but honours ``tensorrt_llm:trtllm_serve=PATH`` from the engine args."""
+        _, _, own = split_engine_args(config.engine_args, self.adapter_keys)
+        return self.probe(own)
+
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
         """``[trtllm-serve, MODEL_DIR, --host 127.0.0.1, --port P, --backend pytorch,
         --served_model_name M, --max_batch_size ..., <engine args>]``.

@@ -206,6 +206,9 @@ def test_tensorrt_llm_command_and_discovery(tmp_path):
     other = _exe(tmp_path / "other" / "trtllm-serve")
     plan2 = a.build_command(cfg(tmp_path, engine_args={"trtllm_serve": str(other)}), 8001)
     assert plan2.cmd[0] == str(other) and "--trtllm-serve" not in plan2.cmd and "--trtllm_serve" not in plan2.cmd
+    bare = TensorRTLLMAdapter(hardware="nvidia", environ={"PATH": ""})
+    assert not bare.probe().available
+    assert bare.probe_for_launch(cfg(tmp_path, engine_args={"trtllm_serve": str(other)})).available
     env_a = TensorRTLLMAdapter(hardware="nvidia", environ={"BENCH_TRTLLM_ENV": str(tmp_path / "trt"), "PATH": ""})
     assert env_a.find_serve() == serve and env_a.probe().available
 
