@@ -5,32 +5,34 @@ harness's post-run scrape reads both the same way. Every sample carries the labe
 ``model_name``. The text is produced by ``prometheus_client`` from a fresh, per-call
 :class:`~prometheus_client.CollectorRegistry` (no process-global registry).
 
-===========================================  =======  ==================================================
-name                                         type     meaning (unit)
-===========================================  =======  ==================================================
-``own:num_requests_running``                 gauge    sequences in the engine's running queue
-``own:num_requests_waiting``                 gauge    sequences waiting to be scheduled
-``own:kv_cache_blocks_used``                 gauge    KV-cache blocks in use (blocks of ``block_size`` tokens)
-``own:kv_cache_blocks_total``                gauge    KV-cache blocks in the pool
-``own:kv_cache_usage_perc``                  gauge    used / total, a fraction in [0, 1] (vLLM's
-                                                      ``gpu_cache_usage_perc`` convention: "perc" but 0..1)
-``own:prefix_cache_queries_total``           counter  prompt tokens looked up in the prefix cache (tokens)
-``own:prefix_cache_hits_total``              counter  of those, tokens found cached (tokens)
-``own:prefix_cache_hit_rate``                gauge    hits / queries since start; NaN before any query
-``own:num_preemptions_total``                counter  preemptions by recompute
-``own:spec_decode_num_draft_tokens_total``   counter  tokens proposed by the speculative proposer
-``own:spec_decode_num_accepted_tokens_total``counter  of those, accepted by the target model
-``own:spec_decode_num_drafts_total``         counter  verification steps (one target pass each)
-``own:spec_decode_acceptance_rate``          gauge    accepted / draft tokens; NaN before any draft
-``own:spec_decode_mean_acceptance_length``   gauge    1 + accepted / verify steps: tokens emitted per
-                                                      verification step incl. the bonus token (vLLM's
-                                                      "mean acceptance length"); NaN before any step
-``own:request_success_total``                counter  finished requests, label ``finished_reason`` =
-                                                      ``stop`` | ``length`` | ``abort`` (client left)
-``own:request_failure_total``                counter  requests ended by an engine error
-``own:prompt_tokens_total``                  counter  prompt tokens of accepted requests (tokens)
-``own:generation_tokens_total``              counter  generated tokens streamed to clients (tokens)
-===========================================  =======  ==================================================
+=============================================  =======  ================================================
+name                                           type     meaning (unit)
+=============================================  =======  ================================================
+``own:num_requests_running``                   gauge    sequences in the engine's running queue
+``own:num_requests_waiting``                   gauge    sequences waiting to be scheduled
+``own:kv_cache_blocks_used``                   gauge    KV-cache blocks in use (``block_size`` tokens each)
+``own:kv_cache_blocks_total``                  gauge    KV-cache blocks in the pool
+``own:kv_cache_usage_perc``                    gauge    used / total, a fraction in [0, 1] (vLLM's
+                                                        ``gpu_cache_usage_perc`` convention)
+``own:prefix_cache_queries_total``             counter  prompt tokens looked up in the prefix cache
+``own:prefix_cache_hits_total``                counter  of those, tokens found cached
+``own:prefix_cache_hit_rate``                  gauge    hits / queries since start; NaN before any query
+``own:num_preemptions_total``                  counter  preemptions by recompute
+``own:spec_decode_num_draft_tokens_total``     counter  tokens proposed by the speculative proposer
+``own:spec_decode_num_accepted_tokens_total``  counter  of those, accepted by the target model
+``own:spec_decode_num_drafts_total``           counter  verification steps (one target pass each)
+``own:spec_decode_acceptance_rate``            gauge    accepted / draft tokens; NaN before any draft
+``own:spec_decode_mean_acceptance_length``     gauge    1 + accepted / verification steps: tokens
+                                                        emitted per step incl. the bonus token
+                                                        (vLLM's "mean acceptance length"); NaN before
+                                                        any step
+``own:request_success_total``                  counter  finished requests by ``finished_reason`` =
+                                                        ``stop`` | ``length`` | ``abort`` (client left)
+``own:request_failure_total``                  counter  requests ended by an engine error
+``own:prompt_tokens_total``                    counter  prompt tokens of accepted requests
+``own:generation_tokens_total``                counter  generated tokens streamed to clients (after
+                                                        stop-string truncation)
+=============================================  =======  ================================================
 
 Engine-side values come from ``LLMEngine.stats()``; a key the engine does not report is left
 out rather than shown as 0. Server-side counts live in :class:`ServerCounters`, owned by one
