@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from adapters.base import FEATURES
 from harness.hardware import FP8_MIN_COMPUTE_CAPABILITY, GiB, HardwareProfile, profile_from_manifest
@@ -167,9 +167,10 @@ class Recommendation(BaseModel):
     notes: list[str] = Field(default_factory=list)
     message: str = ""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def exit_code(self) -> int:
-        """0 when an engine was recommended, 1 when none survives."""
+        """0 when an engine was recommended, 1 when none survives (also in the JSON)."""
         return 0 if self.winner is not None else 1
 
 

@@ -54,6 +54,7 @@ def cdf_grid(series: dict[str, dict[str, list[float]]], panels: Sequence[tuple[s
             if not vals:
                 continue
             x, y = ecdf(vals)
+            x, y = np.concatenate([x[:1], x]), np.concatenate([[0.0], y])  # start the step at 0
             ax.step(x, y, where="post", label=f"{label} (n={len(vals)})", linewidth=1.6)
             drawn = True
         ax.set_xlabel(title)

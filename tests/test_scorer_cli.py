@@ -47,6 +47,7 @@ def test_recommend_json(tmp_path: Path) -> None:
     assert data["winner"] == "own" and data["weights"]["features"] == 0.0 and data["weights"]["latency"] == 4.0
     assert data["eliminated"]["tensorrt_llm"].startswith("not measured (skipped)")
     assert data["hardware"]["name"] == "recorded: Test CPU"
+    assert data["exit_code"] == 0
 
 
 def test_no_surviving_engine_exits_1(tmp_path: Path) -> None:
