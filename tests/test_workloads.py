@@ -198,7 +198,7 @@ def test_agentic_default_scale_fits_the_cpu_profile(kit):
     assert 150 <= st["input_tokens"]["p50"] and st["input_tokens"]["max"] <= 2000
     assert 32 <= st["output_tokens"]["mean"] <= 64
     assert st["prefix_reuse_ratio"] > 0.5  # the growing conversation is re-sent every turn
-    assert w.offered_rate == 0.5 and w.spec["scale"] == 0.15 and w.spec["request_rate"] == 0.5
+    assert w.offered_rate == st["offered_rate"] and w.spec["scale"] == 0.15 and w.spec["request_rate"] == 0.5
     assert "recorded replies" in st["note"]
     json.dumps(w.spec), json.dumps(w.stats)  # manifest-safe
 
@@ -249,13 +249,14 @@ def test_rag_documents_are_shared_within_groups(kit):
 
 def test_warmup_shares_no_prefix_with_workloads(tok, kit):
     warm = build_warmup(tok, 4, seed=7)
-    assert warm == build_warmup(tok, 4, seed=7) and len(warm) == 4
+    assert warm == build_warmup(kit, 4, seed=7) and len(warm) == 4
     assert all(len(server_ids(tok, r)) == r.input_tokens_expected == 64 for r in warm)
-    firsts = set()
-    for name in ("agentic", "chat", "rag", "random", "trace", "summarization", "code"):
-        for api in ("chat", "completions"):
-            for r in all_requests(build_workload(name, kit, num_requests=6, api=api)):
-                firsts.add(r.prompt_token_ids[0])
+    # synthetic workloads start with a word token, chat-API ones with the template's first
+    # token, agentic completions with the template text, chat completions with ShareGPT text
+    firsts = {int(i) for i in kit.word_ids} | {kit.chat_ids([{"role": "user", "content": "x"}])[0]}
+    for name, api in (("chat", "completions"), ("agentic", "completions"), ("random", "completions"), ("rag", "chat")):
+        for r in all_requests(build_workload(name, kit, num_requests=6, api=api)):
+            firsts.add(r.prompt_token_ids[0])
     assert not {r.prompt_token_ids[0] for r in warm} & firsts
     with pytest.raises(WorkloadError):
         build_warmup(tok, -1, seed=0)
@@ -280,8 +281,10 @@ def test_bad_input_is_one_line_workload_error(kit):
 
 def test_offered_rate_and_stats_shapes(kit):
     w = build_workload("random", kit, num_requests=200, input_len=8, output_len=2, request_rate=4.0, burstiness=0.5, seed=1)
-    assert w.offered_rate == 4.0 and w.spec["burstiness"] == 0.5
-    assert w.stats["offered_rate"] == pytest.approx(4.0, rel=0.3)
+    starts = sorted(s.start_offset_s for s in w.sessions)
+    assert w.offered_rate == pytest.approx(199 / (starts[-1] - starts[0]))  # the schedule's own rate
+    assert w.offered_rate == pytest.approx(4.0, rel=0.3) and w.stats["offered_rate"] == w.offered_rate
+    assert w.spec["request_rate"] == 4.0 and w.spec["burstiness"] == 0.5
     inf = build_workload("random", kit, num_requests=3, input_len=8, output_len=2)
     assert inf.spec["request_rate"] == "inf" and math.isinf(inf.offered_rate)
     assert inf.stats["offered_rate"] == "inf"

@@ -11,8 +11,9 @@ recorded reply, others get ``""``. Statistics:
 - ``prefix_reuse_ratio``: prompt tokens that repeat a prefix of an earlier request (in
   offered-time order) / all prompt tokens, counted per token — the hit ratio of an
   unbounded, token-granular prefix cache;
-- ``offered_rate``: session starts per second over the start span (``inf`` when all start
-  at 0), ``offered_request_rate``: requests / simulated duration.
+- ``offered_rate``: session starts per second of the generated schedule,
+  ``(n-1) / (last start - first start)`` (``inf`` when all start together; see
+  :func:`schedule_rate`), ``offered_request_rate``: requests / simulated duration.
 """
 
 from __future__ import annotations
@@ -64,6 +65,17 @@ def simulate(sessions: Sequence[Session]) -> list[tuple[float, RequestSpec]]:
     return out
 
 
+def schedule_rate(offsets: Sequence[float], nominal: float | None = None) -> float:
+    """Rate (per s) of a start schedule: ``(n-1) / (last - first)``, the formula
+    ``harness.metrics`` uses for the achieved rate, so achieved vs offered measures only how
+    well the client kept the schedule. ``inf`` when all start together; ``nominal`` (or inf)
+    when there are fewer than 2 starts."""
+    if len(offsets) < 2:
+        return nominal if nominal is not None else math.inf
+    span = max(offsets) - min(offsets)
+    return (len(offsets) - 1) / span if span > 0 else math.inf
+
+
 def prefix_reuse(prompts: Sequence[Sequence[int]]) -> tuple[int, int]:
     """(reused tokens, total tokens): token i of a prompt is reused when the prompt's first
     i+1 tokens equal the first i+1 tokens of some earlier prompt."""
@@ -106,7 +118,6 @@ def workload_stats(sessions: Sequence[Session], tokenize=None) -> dict[str, Any]
         branches.setdefault(key, set()).add(r.branch_id or 0)
     reused, total = prefix_reuse(ids)
     starts = sorted(float(s.start_offset_s) for s in sessions)
-    span = starts[-1] if starts else 0.0
     duration = max((t for t, _ in timed), default=0.0)
     turns = list(per_session.values())
     return {
@@ -124,7 +135,7 @@ def workload_stats(sessions: Sequence[Session], tokenize=None) -> dict[str, Any]
         "total_input_tokens": total,
         "total_output_tokens": int(sum(r.max_tokens for r in reqs)),
         "prefix_reuse_ratio": (reused / total) if total else 0.0,
-        "offered_rate": (len(sessions) / span) if span > 0 else math.inf,
+        "offered_rate": schedule_rate(starts),
         "offered_request_rate": (len(reqs) / duration) if duration > 0 else math.inf,
         "offered_duration_s": duration,
     }
