@@ -157,7 +157,14 @@ def _run_server(app: Any, engine: Any, host: str, port: int, log_level: str, mod
         lifespan="on",
         timeout_graceful_shutdown=3,
     )
-    server = uvicorn.Server(config)
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Stop the engine first: in-flight streams end at once with an SSE error event
+            # ("the server is shutting down") instead of holding the graceful shutdown open.
+            await asyncio.to_thread(app.state.worker.stop)
+            await super().shutdown(sockets=sockets)
+
+    server = Server(config)
 
     async def run() -> None:
         task = asyncio.create_task(server.serve())

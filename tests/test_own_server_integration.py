@@ -93,7 +93,7 @@ def _metrics(text: str) -> dict[str, float]:
             if not s.labels.get("finished_reason")}
 
 
-async def _scenario(url: str, model_dir: Path) -> None:
+async def _scenario(url: str, model_dir: Path, proc: subprocess.Popen) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -150,11 +150,17 @@ async def _scenario(url: str, model_dir: Path) -> None:
         assert m["own:prefix_cache_hits_total"] >= 16
         assert m["own:generation_tokens_total"] < 6 + 6 + 8 + 150
 
+        # SIGTERM while a stream is open: the stream ends at once with an error event
+        resp = await s.post(f"{url}/v1/completions", json=long_body)
+        await resp.content.readuntil(b"\n\n")
+        proc.send_signal(signal.SIGTERM)
+        rest = (await resp.read()).decode().strip().split("\n\n")
+        assert interpret(rest[-1][len("data: "):]).error == "the server is shutting down"
 
-def test_real_server_streams_completion_and_chat_then_stops_on_sigterm(server, model_dir):
+
+def test_real_server_streams_completion_and_chat_and_stops_cleanly_on_sigterm(server, model_dir):
     url, proc, log_path = server
-    asyncio.run(_scenario(url, model_dir))
-    proc.send_signal(signal.SIGTERM)
+    asyncio.run(_scenario(url, model_dir, proc))  # ends by sending SIGTERM
     assert proc.wait(timeout=60) == 0, log_path.read_text()[-2000:]
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing of the process group is left
