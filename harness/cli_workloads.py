@@ -89,7 +89,7 @@ def render_stats(name: str, spec: dict[str, Any], stats: dict[str, Any]) -> list
         ("total input tokens", stats.get("total_input_tokens")),
         ("total output tokens (max_tokens)", stats.get("total_output_tokens")),
         ("prefix-reuse ratio (offered)", stats.get("prefix_reuse_ratio")),
-        (f"offered rate ({rate_unit})", stats.get("offered_rate")),
+        (f"offered rate ({rate_unit}, this schedule)", stats.get("offered_rate")),
         ("offered request rate (requests/s)", stats.get("offered_request_rate")),
         ("offered duration (s, zero service time)", stats.get("offered_duration_s")),
     ]
