@@ -82,8 +82,8 @@ def build_metadata(q_lens: list[int], ctx_lens: list[int], block_tables: list[li
     starts = torch.cumsum(q_lens_t, 0) - q_lens_t
     positions = torch.arange(T) - starts[seq_idx] + (ctx_t - q_lens_t)[seq_idx]
     slot_mapping = bt_t[seq_idx, positions // block_size] * block_size + positions % block_size
-    meta = AttentionMetadata(slot_mapping=slot_mapping.to(device), num_tokens=T, positions=positions,
-                             seq_idx=seq_idx, block_tables=bt_t)
+    meta = AttentionMetadata(slot_mapping=slot_mapping.to(device), num_tokens=T, positions=positions.to(device),
+                             seq_idx=seq_idx.to(device), block_tables=bt_t.to(device))
     starts_l = starts.tolist()
     dec = [i for i in range(B) if q_lens[i] <= DECODE_GROUP_MAX_Q and ctx_lens[i] > q_lens[i]]
     dec_set = set(dec)

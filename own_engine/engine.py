@@ -202,7 +202,7 @@ class LLMEngine:
         new_tokens: dict[int, tuple[list[int], int]] = {}  # seq_id -> (tokens, accepted drafts)
         forks: dict[int, list[tuple[int, torch.Generator | None]]] = {}
         if plain_rows:
-            idx = torch.tensor(plain_rows)
+            idx = torch.tensor(plain_rows, device=logits.device)
             toks = self.sampler(logits.index_select(0, idx), plain_params, plain_gens)
             for (s, j), tok, gen in zip(plain_owner, toks, plain_gens):
                 if j == 0:

@@ -16,16 +16,17 @@ def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
     is always kept), renormalised. ``logits``: [N, vocab] fp32.
     """
     n, vocab = logits.shape
+    dev = logits.device
     probs = torch.empty_like(logits)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     rand = [i for i, p in enumerate(params) if not p.greedy]
     if greedy:
-        g = torch.tensor(greedy)
+        g = torch.tensor(greedy, device=dev)
         probs[g] = 0.0
         probs[g, logits[g].argmax(-1)] = 1.0
     if rand:
-        r = torch.tensor(rand)
-        temps = torch.tensor([params[i].temperature for i in rand], dtype=logits.dtype).unsqueeze(1)
+        r = torch.tensor(rand, device=dev)
+        temps = torch.tensor([params[i].temperature for i in rand], dtype=logits.dtype, device=dev).unsqueeze(1)
         x = logits[r] / temps
         need_k = any(params[i].top_k != -1 for i in rand)
         need_p = any(params[i].top_p < 1.0 for i in rand)
@@ -33,10 +34,11 @@ def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
             sorted_x, order = x.sort(dim=-1, descending=True)
             drop = torch.zeros_like(sorted_x, dtype=torch.bool)
             if need_k:
-                ks = torch.tensor([params[i].top_k if params[i].top_k != -1 else vocab for i in rand]).unsqueeze(1)
-                drop |= torch.arange(vocab).unsqueeze(0) >= ks
+                ks = torch.tensor([params[i].top_k if params[i].top_k != -1 else vocab for i in rand],
+                                  device=dev).unsqueeze(1)
+                drop |= torch.arange(vocab, device=dev).unsqueeze(0) >= ks
             if need_p:
-                ps = torch.tensor([params[i].top_p for i in rand], dtype=logits.dtype).unsqueeze(1)
+                ps = torch.tensor([params[i].top_p for i in rand], dtype=logits.dtype, device=dev).unsqueeze(1)
                 sp = torch.softmax(sorted_x.masked_fill(drop, float("-inf")), dim=-1)
                 before = sp.cumsum(-1) - sp  # mass strictly before each token
                 drop |= before >= ps
@@ -48,7 +50,8 @@ def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
 
 
 def sample_from_probs(probs: torch.Tensor, generators: list[torch.Generator | None]) -> list[int]:
-    """One token per row of ``probs`` [N, vocab], row ``i`` drawn with ``generators[i]``."""
+    """One token per row of ``probs`` [N, vocab], row ``i`` drawn with ``generators[i]`` (CPU)."""
+    probs = probs.cpu()
     return [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(probs.shape[0])]
 
 
@@ -64,7 +67,7 @@ class Sampler:
             return logits.argmax(-1).tolist()
         out = logits.argmax(-1).tolist()
         rand = [i for i, p in enumerate(params) if not p.greedy]
-        probs = processed_probs(logits[rand], [params[i] for i in rand])
+        probs = processed_probs(logits[rand], [params[i] for i in rand]).cpu()  # generators live on the CPU
         for j, i in enumerate(rand):
             out[i] = int(torch.multinomial(probs[j], 1, generator=generators[i]))
         return out

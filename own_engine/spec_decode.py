@@ -107,7 +107,7 @@ class DraftModelProposer:
     def _pick(logits: torch.Tensor, params: list[SamplingParams], gens) -> tuple[list[int], torch.Tensor | None]:
         if all(p.greedy for p in params):
             return logits.argmax(-1).tolist(), None
-        probs = processed_probs(logits, params)
+        probs = processed_probs(logits, params).cpu()  # generators live on the CPU
         toks = [int(logits[j].argmax()) if p.greedy else int(torch.multinomial(probs[j], 1, generator=gens[j]))
                 for j, p in enumerate(params)]
         return toks, probs
@@ -138,6 +138,8 @@ class RejectionSampler:
                      generator: torch.Generator | None) -> tuple[int, list[int]]:
         """The rule on probabilities: ``p`` [k+1, vocab] target, ``q`` [k, vocab] draft or None."""
         k = len(draft_token_ids)
+        p = p.cpu()
+        q = None if q is None else q.cpu()
         u = torch.rand(k, generator=generator, dtype=p.dtype) if k else None
         for i, x in enumerate(draft_token_ids):
             px = float(p[i, x])

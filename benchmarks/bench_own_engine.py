@@ -1,0 +1,267 @@
+"""Benchmarks of the reference engine (own_engine) on the default model, printed as ratios measured
+side by side in one run (median and spread = min..max over ``--repeats``, runs interleaved).
+
+Sections (``--section``):
+- ``vs-hf``: own engine (continuous batching, paged KV) vs transformers static-batch ``generate``
+  on a length-skewed workload; metric: useful output tokens/s (goal >= 3x).
+- ``paged-vs-naive``: concurrent sequences and throughput at one fixed KV budget, paged vs naive
+  (one ``max_model_len`` reservation per sequence) (goal >= 2.5x concurrency).
+- ``ngram``: TPOT at batch 1 on code-editing prompts, n-gram speculation vs none (goal >= 1.5x).
+- ``bandwidth``: decode batch-1 tok/s as a fraction of the memory-bandwidth bound
+  (weight bytes read per token / measured copy bandwidth, STREAM-copy convention: 2 x bytes / time).
+
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_own_engine.py [--section all] [--repeats 3]``.
+Numbers on a shared machine are "measured under load"; compare the ratios, not the absolute values.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from own_engine.config import EngineConfig  # noqa: E402
+from own_engine.engine import LLMEngine  # noqa: E402
+from own_engine.sampling_params import SamplingParams  # noqa: E402
+
+console = Console()
+app = typer.Typer(add_completion=False)
+
+CODE = '''import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Order:
+    order_id: int
+    customer: str
+    amount: float
+    status: str = "open"
+
+
+def load_orders(path):
+    with open(path) as f:
+        rows = json.load(f)
+    return [Order(r["order_id"], r["customer"], r["amount"], r.get("status", "open")) for r in rows]
+
+
+def total_by_customer(orders):
+    totals = {}
+    for order in orders:
+        totals[order.customer] = totals.get(order.customer, 0.0) + order.amount
+    return totals
+
+
+def open_orders(orders):
+    return [order for order in orders if order.status == "open"]
+'''
+
+CODE_PROMPTS = [
+    "Here is a Python module:\n\n" + CODE + "\nRewrite the module exactly, adding type hints to every function:\n\n",
+    "You are a coding agent. The file orders.py contains:\n\n" + CODE
+    + "\nShow the full updated file after renaming `amount` to `total`:\n\n",
+    "Fix the bug in this code and print the whole corrected file.\n\n" + CODE + "\nCorrected file:\n\n",
+]
+
+
+def summarize(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}..{max(values):.2f}]"
+
+
+def make_engine(model_dir: Path, **kw) -> LLMEngine:
+    kw.setdefault("threads", 1)
+    return LLMEngine(EngineConfig(model_dir=model_dir, **kw))
+
+
+def skewed_workload(tokenizer, n: int, seed: int) -> list[tuple[list[int], int]]:
+    """Prompts of 16..384 tokens (log-uniform) with log-normal output lengths clipped to 4..192."""
+    rng = np.random.default_rng(seed)
+    base = tokenizer(CODE * 4)["input_ids"]
+    out = []
+    for _ in range(n):
+        plen = int(np.exp(rng.uniform(np.log(16), np.log(384))))
+        start = int(rng.integers(0, len(base) - plen))
+        olen = int(np.clip(rng.lognormal(np.log(24), 0.9), 4, 192))
+        out.append((base[start:start + plen], olen))
+    return out
+
+
+def bench_vs_hf(model_dir: Path, repeats: int, n: int, hf_batch: int) -> list[tuple[str, str, str]]:
+    from transformers import AutoModelForCausalLM
+
+    engine = make_engine(model_dir, max_num_seqs=32, max_num_batched_tokens=512, max_model_len=1024)
+    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    hf.generation_config.pad_token_id = engine.tokenizer.pad_token_id or 0
+    work = skewed_workload(engine.tokenizer, n, seed=0)
+    useful = sum(o for _, o in work)
+    own_tps, hf_tps = [], []
+    for _ in range(repeats):
+        engine.block_manager.reset_prefix_cache()  # no cross-repeat cache hits
+        t = time.perf_counter()
+        outs = engine.generate([p for p, _ in work], [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True)
+                                                      for _, o in work])
+        own_tps.append(sum(len(o.output_token_ids) for o in outs) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        for i in range(0, n, hf_batch):  # static batches in arrival order, left-padded
+            batch = work[i:i + hf_batch]
+            L = max(len(p) for p, _ in batch)
+            new = max(o for _, o in batch)
+            ids = torch.tensor([[0] * (L - len(p)) + p for p, _ in batch])
+            mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p, _ in batch])
+            with torch.inference_mode():
+                hf.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+        hf_tps.append(useful / (time.perf_counter() - t))
+    ratio = [a / b for a, b in zip(own_tps, hf_tps)]
+    return [
+        ("own engine tok/s (length-skewed, %d req)" % n, summarize(own_tps), ""),
+        (f"transformers static generate (batch {hf_batch}) tok/s", summarize(hf_tps), ""),
+        ("own / transformers", summarize(ratio), "goal >= 3x"),
+    ]
+
+
+def bench_paged_vs_naive(model_dir: Path, repeats: int, n: int) -> list[tuple[str, str, str]]:
+    kv_bytes = 96 * 2**20  # one fixed KV budget for both (~136 blocks of 16 tokens)
+    rows = []
+    conc = {"paged": [], "naive": []}
+    tps = {"paged": [], "naive": []}
+    engines = {mode: make_engine(model_dir, kv_allocation=mode, kv_cache_bytes=kv_bytes, max_model_len=1024,
+                                 max_num_seqs=64, enable_prefix_caching=False) for mode in ("paged", "naive")}
+    tok = engines["paged"].tokenizer
+    base = tok(CODE * 2)["input_ids"]
+    rng = np.random.default_rng(1)
+    prompts = [base[s:s + 64] for s in rng.integers(0, len(base) - 64, n)]
+    for _ in range(repeats):
+        for mode, e in engines.items():
+            for i, p in enumerate(prompts):
+                e.add_request(f"{mode}-{i}", p, SamplingParams(temperature=0, max_tokens=32, ignore_eos=True))
+            peak, produced = 0, 0
+            t = time.perf_counter()
+            while e.has_unfinished():
+                outs = e.step()
+                peak = max(peak, e.stats()["num_running"])
+                produced += sum(len(o.new_token_ids) for o in outs)
+            tps[mode].append(produced / (time.perf_counter() - t))
+            conc[mode].append(float(peak))
+    e = engines["paged"]
+    rows.append((f"KV budget {kv_bytes >> 20} MiB = {e.num_kv_blocks} blocks x 16 tokens; max_model_len 1024",
+                 "", ""))
+    rows.append(("peak concurrent sequences paged / naive",
+                 f"{summarize(conc['paged'])} / {summarize(conc['naive'])}", ""))
+    rows.append(("concurrency ratio paged / naive", summarize([a / b for a, b in zip(conc["paged"], conc["naive"])]),
+                 "goal >= 2.5x"))
+    rows.append(("throughput ratio paged / naive (tok/s)",
+                 summarize([a / b for a, b in zip(tps["paged"], tps["naive"])]), ""))
+    return rows
+
+
+def bench_ngram(model_dir: Path, repeats: int, max_tokens: int) -> list[tuple[str, str, str]]:
+    engines = {mode: make_engine(model_dir, speculative=mode, num_speculative_tokens=5, max_model_len=1024,
+                                 enable_prefix_caching=False) for mode in ("none", "ngram")}
+    ids = [engines["none"].tokenizer(p)["input_ids"] for p in CODE_PROMPTS]
+    tpot: dict[str, list[float]] = {"none": [], "ngram": []}
+    for _ in range(repeats):
+        for mode, e in engines.items():
+            per = []
+            for i, p in enumerate(ids):
+                e.add_request(f"{mode}-{i}", p, SamplingParams(temperature=0, max_tokens=max_tokens))
+                first = last = None
+                n = 0
+                t0 = time.perf_counter()
+                while e.has_unfinished():
+                    for o in e.step():
+                        if o.new_token_ids:
+                            now = time.perf_counter()
+                            first = first or now
+                            last = now
+                            n = o.num_output_tokens
+                if n >= 2:
+                    per.append((last - first) / (n - 1) * 1e3)
+                del t0
+            tpot[mode].append(statistics.mean(per))
+    s = engines["ngram"].stats()
+    ratio = [a / b for a, b in zip(tpot["none"], tpot["ngram"])]
+    return [
+        ("TPOT ms batch 1, no speculation", summarize(tpot["none"]), ""),
+        ("TPOT ms batch 1, n-gram (k=5)", summarize(tpot["ngram"]), ""),
+        ("TPOT speedup", summarize(ratio), "goal >= 1.5x"),
+        ("acceptance rate / mean accepted length",
+         f"{s['spec_acceptance_rate']:.2f} / {s['spec_mean_accepted_length']:.2f}", ""),
+    ]
+
+
+def bench_bandwidth(model_dir: Path, repeats: int, tokens: int) -> list[tuple[str, str, str]]:
+    e = make_engine(model_dir, max_model_len=512, enable_prefix_caching=False)
+    m = e.runner.model
+    weight_bytes = sum(t.numel() * t.element_size() for layer in m.layers for t in layer.values())
+    weight_bytes += m.norm.numel() * 4 + m.lm_head.numel() * 4  # LM head read in full; embedding: 1 row
+    src = torch.empty(weight_bytes // 4, dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    bw, tps = [], []
+    prompt = e.tokenizer(CODE)["input_ids"][:32]
+    for _ in range(repeats):
+        dst.copy_(src)
+        t = time.perf_counter()
+        for _ in range(3):
+            dst.copy_(src)
+        bw.append(2 * src.numel() * 4 * 3 / (time.perf_counter() - t))
+        e.add_request("bw", prompt, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
+        e.step()  # prefill + first token
+        t = time.perf_counter()
+        while e.has_unfinished():
+            e.step()
+        tps.append((tokens - 1) / (time.perf_counter() - t))
+    bound = [b / weight_bytes for b in bw]
+    return [
+        ("weight bytes read per decode step", f"{weight_bytes / 1e6:.1f} MB", ""),
+        ("copy bandwidth GB/s (STREAM copy)", summarize([b / 1e9 for b in bw]), ""),
+        ("bandwidth bound tok/s", summarize(bound), ""),
+        ("measured decode batch-1 tok/s", summarize(tps), ""),
+        ("fraction of bound", summarize([a / b for a, b in zip(tps, bound)]), ""),
+    ]
+
+
+@app.command()
+def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth"),
+         repeats: int = typer.Option(3, min=1), requests: int = typer.Option(24, min=2),
+         hf_batch: int = typer.Option(8, min=1), threads: int = typer.Option(1, min=1)) -> None:
+    """Run the own-engine benchmarks and print one table of ratios."""
+    from harness.model import resolve_model
+
+    torch.set_num_threads(threads)
+    model_dir = resolve_model(None)
+    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth")
+    if section not in valid:
+        raise typer.BadParameter(f"--section must be one of {', '.join(valid)}")
+    rows: list[tuple[str, str, str]] = []
+    load = os.getloadavg()[0]
+    if section in ("all", "bandwidth"):
+        rows += [("[bold]decode vs memory bandwidth[/bold]", "", "")] + bench_bandwidth(model_dir, repeats, 32)
+    if section in ("all", "ngram"):
+        rows += [("[bold]n-gram speculation, batch 1[/bold]", "", "")] + bench_ngram(model_dir, repeats, 96)
+    if section in ("all", "paged-vs-naive"):
+        rows += [("[bold]paged vs naive KV[/bold]", "", "")] + bench_paged_vs_naive(model_dir, repeats, 48)
+    if section in ("all", "vs-hf"):
+        rows += [("[bold]vs transformers[/bold]", "", "")] + bench_vs_hf(model_dir, repeats, requests, hf_batch)
+    table = Table(title=f"own_engine benchmarks (median \\[min..max] over {repeats} repeats; "
+                        f"threads={threads}; load avg at start {load:.1f})")
+    table.add_column("metric")
+    table.add_column("value")
+    table.add_column("goal")
+    for r in rows:
+        table.add_row(*r)
+    console.print(table)
+
+
+if __name__ == "__main__":
+    app()
