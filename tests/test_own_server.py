@@ -428,6 +428,15 @@ async def test_engine_failure_mid_stream_sends_error_event_then_recovers():
     assert metrics[("own:request_failure_total", ())] == 1
 
 
+async def test_engine_failure_without_streaming_is_a_500_error_body():
+    engine = FakeEngine([b("ok")], fail_at_step=1)
+    with serve(engine) as url:
+        async with aiohttp.ClientSession() as s:
+            st, body = await post(f"{url}/v1/completions", {"prompt": "x", "max_tokens": 3}, s)
+    assert st == 500
+    assert body["error"]["type"] == "InternalServerError" and "boom" in body["error"]["message"]
+
+
 class CrashingEngine(FakeEngine):
     """has_unfinished() raises after the first step: a bug outside step() kills the engine thread."""
 
