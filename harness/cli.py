@@ -62,7 +62,9 @@ def main(
 # --------------------------------------------------------------------------------------------
 # bench run
 # --------------------------------------------------------------------------------------------
-def _parse_rate(text: str) -> float:
+def _parse_rate(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
     if text.strip().lower() in ("inf", "infinity"):
         return math.inf
     try:
@@ -96,9 +98,9 @@ def run(
     num_requests: Optional[int] = typer.Option(None, "--num-requests", "-n", help="Number of measured requests (turns for agentic). Default: the workload's."),
     input_len: Optional[int] = typer.Option(None, "--input-len", help="random workload: prompt tokens."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="random workload: output tokens (sent with ignore_eos)."),
-    range_ratio: float = typer.Option(0.0, "--range-ratio", help="random workload: lengths uniform in [len*(1-r), len*(1+r)] (vLLM convention)."),
-    request_rate: str = typer.Option("inf", "--request-rate", "-r", help="Offered rate in requests/s (sessions/s for agentic); 'inf' sends all at once."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
+    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random workload: lengths uniform in [len*(1-r), len*(1+r)] (vLLM convention)."),
+    request_rate: Optional[str] = typer.Option(None, "--request-rate", "-r", help="Offered rate in requests/s (session starts/s for agentic); 'inf' sends all at once. Default: the workload's (agentic 0.5 sessions/s, others inf)."),
+    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Cap on in-flight requests (closed loop)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the workload and arrivals: same seed, same requests."),
     slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them)."),
@@ -107,6 +109,9 @@ def run(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-workload)."),
     scale: Optional[float] = typer.Option(None, "--scale", help="Shrink trace lengths and rates by this factor (default: the workload's CPU profile)."),
     api: Optional[str] = typer.Option(None, "--api", help="'chat' or 'completions' (default: the workload's)."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="trace workload: which trace to replay (see `bench workloads show trace`)."),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="trace workload: multiply trace timestamps by this factor (<1 = faster)."),
+    workload_spec: Optional[Path] = typer.Option(None, "--workload-spec", help="YAML workload spec (see workloads/specs/); flags override its fields."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads per engine (default: cores - 1, one core left for the client)."),
@@ -127,11 +132,11 @@ def run(
     rate = _parse_rate(request_rate)
     for name, v in (("--num-requests", num_requests), ("--input-len", input_len), ("--output-len", output_len),
                     ("--max-concurrency", max_concurrency), ("--burstiness", burstiness), ("--scale", scale),
-                    ("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
+                    ("--threads", threads), ("--time-scale", time_scale), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
         _positive(name, v)
     if warmup < 0:
         fail(f"--warmup must be >= 0, got {warmup}")
-    if not 0 <= range_ratio < 1:
+    if range_ratio is not None and not 0 <= range_ratio < 1:
         fail(f"--range-ratio must be in [0, 1), got {range_ratio}")
     if api not in (None, "chat", "completions"):
         fail(f"--api must be 'chat' or 'completions', got {api!r}")
@@ -167,7 +172,7 @@ def run(
         engines=engines, workload=workload, model=model_dir, num_requests=num_requests, input_len=input_len,
         output_len=output_len, range_ratio=range_ratio, request_rate=rate, burstiness=burstiness,
         max_concurrency=max_concurrency, seed=seed, slos=slos, warmup=warmup, output_dir=output_dir, run_id=run_id,
-        scale=scale, api=api, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
+        scale=scale, api=api, trace=trace, time_scale=time_scale, spec_file=workload_spec, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset,
     )
@@ -175,9 +180,8 @@ def run(
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)
     if result.recommendation is not None:
-        from .cli_report import print_recommendation
-
-        print_recommendation(result.recommendation, console)
+        console.rule("Recommendation")
+        cli_report.print_recommendation(result.recommendation, console)
     console.print(f"\nResults: {result.run_dir}")
     for name in ("report.md", "report.html"):
         if (result.run_dir / name).exists():

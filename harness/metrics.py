@@ -254,6 +254,53 @@ def token_drift(records: Sequence[RequestRecord]) -> dict[str, Any]:
     }
 
 
+def session_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Per-session outcome of multi-turn workloads (agentic).
+
+    A session is every record sharing a ``session_id`` (branches included). **Session
+    completion time** = last ``end_ns`` − first ``scheduled_ns`` of the session (ms): the time
+    a user waits for the whole agent task, think/tool times included. ``completed`` counts
+    sessions whose every request succeeded; only those enter the distribution.
+    """
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if r.session_id is not None:
+            groups.setdefault(r.session_id, []).append(r)
+    times = [
+        (max(r.end_ns or 0 for r in g) - min(r.scheduled_ns for r in g)) / NS_PER_MS
+        for g in groups.values()
+        if all(r.success for r in g)
+    ]
+    return {
+        "sessions": len(groups),
+        "completed": len(times),
+        "requests_per_session_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
+        "completion_time_ms": distribution(times),
+    }
+
+
+def per_turn_metrics(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """TTFT and prompt/cached tokens by turn index (successful requests; keys are turn ids as
+    strings for JSON). Shows how latency grows with the shared prefix on agentic workloads."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn_id is not None and r.success:
+            turns.setdefault(r.turn_id, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for t in sorted(turns):
+        rs = turns[t]
+        d = distribution([v for r in rs if (v := ttft_ms(r)) is not None])
+        cached = [r.cached_tokens_server for r in rs if r.cached_tokens_server is not None]
+        out[str(t)] = {
+            "requests": len(rs),
+            "ttft_ms_p50": d["p50"],
+            "ttft_ms_p99": d["p99"],
+            "input_tokens_mean": float(np.mean([r.input_tokens or 0 for r in rs])),
+            "cached_tokens_mean": float(np.mean(cached)) if cached else None,
+        }
+    return out
+
+
 def compute_metrics(
     records: Sequence[RequestRecord],
     slos: Sequence[SLO] = (),
@@ -323,6 +370,10 @@ def compute_metrics(
         metrics["rate_valid"] = abs(achieved - offered_rate) / offered_rate <= RATE_TOLERANCE  # type: ignore[operator]
     else:
         metrics["rate_valid"] = None
+
+    if any(r.turn_id is not None for r in measured):
+        metrics["sessions"] = session_metrics(measured)
+        metrics["per_turn"] = per_turn_metrics(measured)
 
     if slos:
         good = sum(1 for r in measured if meets_slos(r, slos))

@@ -47,9 +47,9 @@ class RunConfig:
     num_requests: int | None = None
     input_len: int | None = None
     output_len: int | None = None
-    range_ratio: float = 0.0
-    request_rate: float = float("inf")
-    burstiness: float = 1.0
+    range_ratio: float | None = None
+    request_rate: float | None = None  # None: the workload's default
+    burstiness: float | None = None
     max_concurrency: int | None = None
     seed: int = 0
     slos: list[SLO] = field(default_factory=list)
@@ -58,6 +58,9 @@ class RunConfig:
     run_id: str | None = None
     scale: float | None = None
     api: str | None = None
+    trace: str | None = None
+    time_scale: float | None = None
+    spec_file: Path | None = None
     base_url: str | None = None
     served_model_name: str | None = None
     engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -172,6 +175,9 @@ class Orchestrator:
             output_len=c.output_len,
             range_ratio=c.range_ratio,
             api=c.api,
+            trace=c.trace,
+            time_scale=c.time_scale,
+            spec_file=c.spec_file,
         )
 
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:

@@ -132,3 +132,18 @@ def test_slo_percentile_value_uses_error_adjusted_when_failures():
     assert slo_percentile_value(m, slo) is None  # p99 lands on the failure: infinite
     (p50,) = parse_slos("ttft_p50=1000")
     assert slo_percentile_value(m, p50) == pytest.approx(55.0)
+
+
+def test_session_completion_time_and_per_turn_ttft():
+    # session a: turn 0 scheduled at 0, ends 101 ms; turn 1 scheduled 150 (think time), ends 301 ms
+    a0 = rec(0, 0, [50, 100], 2, turn=0)
+    a1 = rec(1, 160, [250, 300], 2, turn=1, sched_ms=150)
+    b0 = rec(2, 10, [40, 60], 2, turn=0)
+    b1 = rec(3, 100, [], None, ok=False, turn=1, err="timeout")  # session b does not complete
+    for r, sid in ((a0, "a"), (a1, "a"), (b0, "b"), (b1, "b")):
+        r.session_id = sid
+    m = compute_metrics([a0, a1, b0, b1])
+    assert m["sessions"]["sessions"] == 2 and m["sessions"]["completed"] == 1
+    assert m["sessions"]["completion_time_ms"]["max"] == pytest.approx(301.0)
+    assert m["per_turn"]["0"]["requests"] == 2 and m["per_turn"]["0"]["ttft_ms_p50"] == pytest.approx(40.0)
+    assert m["per_turn"]["1"]["requests"] == 1 and m["per_turn"]["1"]["ttft_ms_p99"] == pytest.approx(90.0)
