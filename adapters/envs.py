@@ -40,7 +40,7 @@ _SHIM_PACKAGES = ["fastapi>=0.115", "uvicorn>=0.30", "pydantic>=2.7"]
 
 @dataclass(frozen=True)
 class InstallStep:
-    """One pip (or python) invocation of a recipe: ``args`` follow ``<venv python> -m``."""
+    """One step of a recipe: ``args`` follow ``<venv python>`` (``("-m", "pip", ...)`` or ``("-c", code)``)."""
 
     args: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class EngineRecipe:
 
 
 def _pip(*args: str, env: dict[str, str] | None = None, label: str = "") -> InstallStep:
-    return InstallStep(("pip", *args), env or {}, label or f"pip {' '.join(args)}")
+    return InstallStep(("-m", "pip", *args), env or {}, label or f"pip {' '.join(args)}")
 
 
 # Reads sglang's declared requirements and installs those that are not CUDA-only (the
@@ -214,7 +214,8 @@ def setup_engine(name: str, *, console: Any = None) -> None:
     if not python.exists():
         steps.append(([sys.executable, "-m", "venv", str(venv)], {}, f"create venv {venv}"))
     for st in recipe.steps:
-        steps.append(([str(python), "-m", *st.args], st.env, st.label or " ".join(st.args)))
+        default_label = " ".join(st.args[1:] if st.args[:1] == ("-m",) else st.args)
+        steps.append(([str(python), *st.args], st.env, st.label or default_label))
     started = time.time()
     with log_path.open("a") as log:
         for i, (cmd, extra_env, label) in enumerate(steps, 1):

@@ -281,7 +281,7 @@ def test_setup_engine_unknown_and_failure(engines_dir, monkeypatch):
     with pytest.raises(ValueError, match="no setup recipe for engine 'own'"):
         envs.setup_engine("own")
     # a failing step raises EngineError with the log tail and leaves no "installed" marker
-    recipe = envs.EngineRecipe("vllm", (envs.InstallStep(("pip", "install", "--no-index", "no-such-package-xyz==0")),), "x")
+    recipe = envs.EngineRecipe("vllm", (envs.InstallStep(("-m", "pip", "install", "--no-index", "no-such-package-xyz==0")),), "x")
     monkeypatch.setitem(envs.RECIPES, "vllm", recipe)
     monkeypatch.setattr(envs.sys, "executable", sys.executable)
     py = fake_install("vllm")
