@@ -26,9 +26,11 @@ name                                           type     meaning (unit)
                                                         emitted per step incl. the bonus token
                                                         (vLLM's "mean acceptance length"); NaN before
                                                         any step
-``own:request_success_total``                  counter  finished requests by ``finished_reason`` =
-                                                        ``stop`` | ``length`` | ``abort`` (client left)
-``own:request_failure_total``                  counter  requests ended by an engine error
+``own:request_success_total``                  counter  finished requests (each choice when n > 1, as
+                                                        vLLM v1 counts child requests) by
+                                                        ``finished_reason`` = ``stop`` | ``length`` |
+                                                        ``abort`` (client left)
+``own:request_failure_total``                  counter  requests (choices) ended by an engine error
 ``own:prompt_tokens_total``                    counter  prompt tokens of accepted requests
 ``own:generation_tokens_total``                counter  generated tokens streamed to clients (after
                                                         stop-string truncation)
@@ -150,12 +152,12 @@ class _Collector:
             )
         c = self._counters
         ok = CounterMetricFamily(
-            "own:request_success", "Finished requests by finish reason.", labels=["model_name", "finished_reason"]
+            "own:request_success", "Finished requests (choices when n > 1) by finish reason.", labels=["model_name", "finished_reason"]
         )
         for reason in sorted(c.request_success):
             ok.add_metric([self._model, reason], float(c.request_success[reason]))
         yield ok
-        yield self._counter("own:request_failure", "Requests ended by an engine error.", c.request_failure)
+        yield self._counter("own:request_failure", "Requests (choices when n > 1) ended by an engine error.", c.request_failure)
         yield self._counter("own:prompt_tokens", "Prompt tokens of accepted requests.", c.prompt_tokens)
         yield self._counter("own:generation_tokens", "Generated tokens streamed to clients.", c.generation_tokens)
 

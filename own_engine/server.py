@@ -12,6 +12,8 @@ Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multi
 - Each handler owns one :class:`~own_engine.server_text.OutputTextProcessor`: incremental
   detokenization (no partial UTF-8 characters) and stop strings (which the engine does not
   know about: on a match the handler truncates the text and aborts the request in the engine).
+- ``n > 1`` (up to ``max_num_seqs``) gives ``n`` choices sampled by the engine from one prompt
+  (forked sequences sharing the prompt's KV blocks); each streamed chunk carries one choice.
 - Streaming sends one SSE chunk per engine step per request as soon as the step's tokens exist
   (a step whose tokens decode to no text yet - half a UTF-8 character, a possible stop-string
   prefix - sends nothing; its text goes out with the next chunk).
@@ -22,7 +24,7 @@ Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multi
 - A client that disconnects (streaming or not) has its request aborted in the engine, which
   frees its KV blocks.
 - Bad requests (bad JSON, missing ``prompt``/``messages``, ``max_tokens`` < 1, prompt +
-  ``max_tokens`` > ``max_model_len``, unknown model, unsupported options such as ``n > 1``)
+  ``max_tokens`` > ``max_model_len``, unknown model, unsupported options such as ``logprobs``)
   get HTTP 400 with an OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` body.
 
 No module-level mutable state: everything lives in the app built by :func:`create_app`.
@@ -75,79 +77,98 @@ class _StreamFailure(Exception):
 
 @dataclass(frozen=True)
 class _Step:
-    """One chunk's worth of output: ``text`` (may be ""), and whether the request finished."""
+    """One chunk's worth of output for choice ``index``: ``text`` (may be "") and whether that
+    choice finished (``finish_reason``)."""
 
+    index: int
     text: str
     finished: bool
     finish_reason: str | None
 
 
 class _RequestStream:
-    """The handler side of one in-flight request: engine outputs → text steps, and cleanup.
+    """The handler side of one in-flight request with ``n`` choices: engine outputs → text
+    steps, and cleanup.
 
-    Counts the request in ``counters`` exactly once when it ends (finish reason, failure, or
-    ``abort`` when the client left first); :meth:`close` aborts it in the engine if unfinished.
+    Each choice (``RequestOutput.index``) has its own :class:`OutputTextProcessor`. Every
+    choice is counted in ``counters`` exactly once when it ends (its finish reason, or
+    ``abort`` when the client left first), like vLLM v1 which fans ``n > 1`` out into child
+    requests. A choice ended by a stop string ignores the engine's further tokens for it (the
+    engine aborts whole requests only); once every choice is done the request is aborted in the
+    engine if still running. :meth:`close` aborts it if unfinished.
     """
 
     def __init__(
         self,
         request_id: str,
         out_queue: asyncio.Queue,
-        text: OutputTextProcessor,
+        texts: list[OutputTextProcessor],
         worker: EngineWorker,
         counters: ServerCounters,
         num_prompt_tokens: int,
     ) -> None:
         self.request_id = request_id
         self._queue = out_queue
-        self._text = text
+        self._texts = texts
         self._worker = worker
         self._counters = counters
         self.num_prompt_tokens = num_prompt_tokens
         self.num_cached_tokens = 0
+        self.finish_reasons: list[str | None] = [None] * len(texts)
+        self._done = [False] * len(texts)
+        self._engine_done = [False] * len(texts)
         self.finished = False
-        self.finish_reason: str | None = None
 
     @property
     def num_output_tokens(self) -> int:
-        """Generated tokens up to the finish (tokens after a stop-string match excluded)."""
-        return self._text.num_tokens
+        """Generated tokens of all choices up to their finish (tokens after a stop-string match
+        excluded)."""
+        return sum(t.num_tokens for t in self._texts)
 
     def usage(self) -> dict[str, Any]:
         """The OpenAI ``usage`` object for this request so far."""
         return usage(self.num_prompt_tokens, self.num_output_tokens, self.num_cached_tokens)
 
-    async def next_step(self) -> _Step:
-        """Wait for this request's next engine output (one per engine step) and turn it into text.
+    async def next_step(self) -> _Step | None:
+        """Wait for this request's next engine output (one per engine step and choice) and turn
+        it into text; None when the output belongs to a choice that already ended.
 
         Raises :class:`_StreamFailure` when the engine failed instead.
         """
         out = await self._queue.get()
         if isinstance(out, EngineFailure):
             self.finished = True
-            self._counters.request_failure += 1
+            self._counters.request_failure += self._done.count(False)
             raise _StreamFailure(out.message)
         if getattr(out, "num_cached_tokens", None) is not None:
             self.num_cached_tokens = out.num_cached_tokens
+        i = int(getattr(out, "index", 0) or 0)
         finished, reason = bool(out.finished), out.finish_reason
-        new_ids = list(out.new_token_ids)
-        delta = self._text.process(new_ids, finished, reason)
+        self._engine_done[i] = self._engine_done[i] or finished
+        if self._done[i]:
+            return None
+        delta = self._texts[i].process(list(out.new_token_ids), finished, reason)
         self._counters.generation_tokens += delta.num_tokens
         if delta.stopped:
-            if not finished:
-                self._worker.abort(self.request_id)
             finished, reason = True, "stop"
         if finished:
-            self.finished, self.finish_reason = True, reason
+            self._done[i], self.finish_reasons[i] = True, reason
             self._counters.record_finished(reason or "stop")
-        return _Step(delta.text, finished, reason)
+            if all(self._done):
+                self.finished = True
+                if not all(self._engine_done):  # a stop string ended it before the engine did
+                    self._worker.abort(self.request_id)
+        return _Step(i, delta.text, finished, reason)
 
     def close(self) -> None:
         """Abort the request in the engine unless it already finished (idempotent)."""
         if not self.finished:
-            self.finished, self.finish_reason = True, "abort"
+            self.finished = True
             self._worker.abort(self.request_id)
-            self._counters.record_finished("abort")
+            for i, done in enumerate(self._done):
+                if not done:
+                    self._done[i], self.finish_reasons[i] = True, "abort"
+                    self._counters.record_finished("abort")
 
 
 async def _aclose(stream: _RequestStream) -> None:
@@ -192,6 +213,7 @@ class OpenAIServing:
         self._vocab_size = int(getattr(model_config, "vocab_size", 0) or len(self.tokenizer))
         # EOS ids the engine stops on (generation_config + tokenizer): their text is never shown.
         self._eos_ids = sorted(getattr(engine, "eos_token_ids", None) or ())
+        self._max_n = int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 16)
 
     # ------------------------------------------------------------------ validation
     def _check_common(self, req: Any) -> None:
@@ -200,10 +222,10 @@ class OpenAIServing:
                 f"the model '{req.model}' is not served here; use '{self.model_name}' (see GET /v1/models)",
                 param="model",
             )
-        if req.n != 1:
-            raise APIError(f"n={req.n} is not supported; this server returns one choice (n=1)", param="n")
-        if req.best_of not in (None, 1):
-            raise APIError("best_of is not supported; omit it or send best_of=1", param="best_of")
+        if not 1 <= req.n <= self._max_n:
+            raise APIError(f"n must be between 1 and {self._max_n} (max_num_seqs), got {req.n}", param="n")
+        if req.best_of not in (None, req.n):
+            raise APIError("best_of is not supported; omit it or send best_of equal to n", param="best_of")
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(req, name) not in (None, 0, 0.0):
                 raise APIError(f"{name} is not supported; omit it or send 0", param=name)
@@ -287,7 +309,7 @@ class OpenAIServing:
             "stop": req.stop_list() or None,
             "stop_token_ids": req.stop_token_ids or None,
             "ignore_eos": req.ignore_eos,
-            "n": 1,
+            "n": req.n,
         }
         try:
             return self._sampling_params_cls(**kwargs)
@@ -333,36 +355,40 @@ class OpenAIServing:
         except EngineNotRunning as exc:
             raise APIError(str(exc), 503, "ServiceUnavailableError") from None
         self.counters.prompt_tokens += len(ids)
-        text = OutputTextProcessor(self.tokenizer, ids, req.stop_list(), [*(req.stop_token_ids or ()), *self._eos_ids])
-        stream = _RequestStream(rid, out_queue, text, self.worker, self.counters, len(ids))
+        stop_ids = [*(req.stop_token_ids or ()), *self._eos_ids]
+        texts = [OutputTextProcessor(self.tokenizer, ids, req.stop_list(), stop_ids) for _ in range(req.n)]
+        stream = _RequestStream(rid, out_queue, texts, self.worker, self.counters, len(ids))
         created = int(time.time())
         if req.stream:
             return StreamingResponse(
-                self._sse(stream, created, chat, req.include_usage),
+                self._sse(stream, created, chat, req.include_usage, req.n),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 background=BackgroundTask(_aclose, stream),
             )
         return await self._collect(raw, stream, created, chat)
 
-    async def _sse(self, stream: _RequestStream, created: int, chat: bool, include_usage: bool) -> AsyncIterator[str]:
+    async def _sse(
+        self, stream: _RequestStream, created: int, chat: bool, include_usage: bool, n: int
+    ) -> AsyncIterator[str]:
         rid, model = stream.request_id, self.model_name
         try:
             if chat:
-                yield sse(chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None))
+                for i in range(n):
+                    yield sse(chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None, i))
             while not stream.finished:
                 try:
                     step = await stream.next_step()
                 except _StreamFailure as exc:
                     yield sse(error_body(str(exc), 500, "InternalServerError"))
                     return
-                if not step.text and not step.finished:
+                if step is None or (not step.text and not step.finished):
                     continue  # nothing decodable yet (partial character or held-back stop prefix)
                 if chat:
                     delta = {"content": step.text} if step.text else {}
-                    yield sse(chat_chunk(rid, created, model, delta, step.finish_reason))
+                    yield sse(chat_chunk(rid, created, model, delta, step.finish_reason, step.index))
                 else:
-                    yield sse(completion_chunk(rid, created, model, step.text, step.finish_reason))
+                    yield sse(completion_chunk(rid, created, model, step.text, step.finish_reason, step.index))
             if include_usage:
                 obj = "chat.completion.chunk" if chat else "text_completion"
                 yield sse(usage_chunk(rid, obj, created, model, stream.usage()))
@@ -371,11 +397,13 @@ class OpenAIServing:
             stream.close()
 
     async def _collect(self, raw: Request, stream: _RequestStream, created: int, chat: bool) -> Response:
-        async def run() -> str:
-            parts = []
+        async def run() -> list[str]:
+            parts: list[list[str]] = [[] for _ in stream.finish_reasons]
             while not stream.finished:
-                parts.append((await stream.next_step()).text)
-            return "".join(parts)
+                step = await stream.next_step()
+                if step is not None:
+                    parts[step.index].append(step.text)
+            return ["".join(p) for p in parts]
 
         gen = asyncio.ensure_future(run())
         watcher = asyncio.ensure_future(_wait_for_disconnect(raw))
@@ -386,14 +414,16 @@ class OpenAIServing:
                 stream.close()
                 return Response(status_code=499)
             try:
-                text = gen.result()
+                texts = gen.result()
             except _StreamFailure as exc:
                 raise APIError(str(exc), 500, "InternalServerError") from None
         finally:
             watcher.cancel()
             stream.close()
         build = chat_response if chat else completion_response
-        return JSONResponse(build(stream.request_id, created, self.model_name, text, stream.finish_reason, stream.usage()))
+        return JSONResponse(
+            build(stream.request_id, created, self.model_name, texts, stream.finish_reasons, stream.usage())
+        )
 
     # ------------------------------------------------------------------ other endpoints
     def models(self) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 Request bodies follow the OpenAI API (``/v1/completions``, ``/v1/chat/completions``) plus the
 vLLM extensions the benchmark sends (``top_k``, ``ignore_eos``, ``stop_token_ids``). Unknown
 fields are ignored (clients send many harmless defaults); fields that would change the result
-in a way this server does not implement (``n > 1``, ``logprobs``, penalties, ``echo``,
-``best_of``, ``suffix``) are rejected with HTTP 400 rather than silently ignored.
+in a way this server does not implement (``logprobs``, penalties, ``echo``, ``best_of`` other
+than ``n``, ``suffix``) are rejected with HTTP 400 rather than silently ignored.
 
 Response objects are plain dicts in the exact shapes of OpenAI / vLLM, built by the functions
 below so the streaming and non-streaming paths share one definition.
@@ -172,28 +172,28 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
 
 
 def completion_chunk(
-    rid: str, created: int, model: str, text: str, finish_reason: str | None
+    rid: str, created: int, model: str, text: str, finish_reason: str | None, index: int = 0
 ) -> dict[str, Any]:
-    """One streamed ``text_completion`` chunk."""
+    """One streamed ``text_completion`` chunk for choice ``index``."""
     return {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}],
     }
 
 
 def chat_chunk(
-    rid: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None
+    rid: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None, index: int = 0
 ) -> dict[str, Any]:
-    """One streamed ``chat.completion.chunk``."""
+    """One streamed ``chat.completion.chunk`` for choice ``index``."""
     return {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
     }
 
 
@@ -203,23 +203,36 @@ def usage_chunk(rid: str, obj: str, created: int, model: str, usage_obj: dict[st
 
 
 def completion_response(
-    rid: str, created: int, model: str, text: str, finish_reason: str | None, usage_obj: dict[str, Any]
+    rid: str,
+    created: int,
+    model: str,
+    texts: list[str],
+    finish_reasons: list[str | None],
+    usage_obj: dict[str, Any],
 ) -> dict[str, Any]:
-    """A non-streamed ``text_completion`` response."""
+    """A non-streamed ``text_completion`` response (one choice per text, in index order)."""
     return {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [
+            {"index": i, "text": text, "logprobs": None, "finish_reason": reason}
+            for i, (text, reason) in enumerate(zip(texts, finish_reasons))
+        ],
         "usage": usage_obj,
     }
 
 
 def chat_response(
-    rid: str, created: int, model: str, text: str, finish_reason: str | None, usage_obj: dict[str, Any]
+    rid: str,
+    created: int,
+    model: str,
+    texts: list[str],
+    finish_reasons: list[str | None],
+    usage_obj: dict[str, Any],
 ) -> dict[str, Any]:
-    """A non-streamed ``chat.completion`` response."""
+    """A non-streamed ``chat.completion`` response (one choice per text, in index order)."""
     return {
         "id": rid,
         "object": "chat.completion",
@@ -227,11 +240,12 @@ def chat_response(
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": i,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": None,
-                "finish_reason": finish_reason,
+                "finish_reason": reason,
             }
+            for i, (text, reason) in enumerate(zip(texts, finish_reasons))
         ],
         "usage": usage_obj,
     }

@@ -77,7 +77,10 @@ class EngineWorker:
     def __init__(self, engine: Any) -> None:
         self._engine = engine
         self._commands: queue.Queue[Any] = queue.Queue()
-        self._sinks: dict[str, Callable[[Any], None]] = {}  # touched by the engine thread only
+        # touched by the engine thread only: per request, where outputs go and how many of its
+        # n samples (RequestOutput.index) are still unfinished
+        self._sinks: dict[str, Callable[[Any], None]] = {}
+        self._unfinished: dict[str, int] = {}
         self._stats: dict[str, Any] = self._read_stats()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # orders submit() against the thread's exit
@@ -164,8 +167,10 @@ class EngineWorker:
                 cmd.accepted.set_exception(exc)
             else:
                 self._sinks[cmd.request_id] = cmd.deliver
+                self._unfinished[cmd.request_id] = int(getattr(cmd.sampling_params, "n", 1) or 1)
                 cmd.accepted.set_result(None)
         elif isinstance(cmd, _Abort):
+            self._unfinished.pop(cmd.request_id, None)
             if self._sinks.pop(cmd.request_id, None) is not None:
                 try:
                     self._engine.abort(cmd.request_id)
@@ -181,6 +186,7 @@ class EngineWorker:
             except Exception:
                 logger.exception("engine.abort(%s) failed after an engine error", rid)
         self._sinks.clear()
+        self._unfinished.clear()
 
     def _safe_deliver(self, rid: str, deliver: Callable[[Any], None], item: Any) -> bool:
         try:
@@ -234,10 +240,15 @@ class EngineWorker:
                     deliver = self._sinks.get(out.request_id)
                     if deliver is None:
                         continue  # aborted by its handler meanwhile
+                    done = False
                     if out.finished:
-                        del self._sinks[out.request_id]
-                    if not self._safe_deliver(out.request_id, deliver, out) and not out.finished:
+                        self._unfinished[out.request_id] -= 1
+                        done = self._unfinished[out.request_id] <= 0
+                    if done:
+                        del self._sinks[out.request_id], self._unfinished[out.request_id]
+                    if not self._safe_deliver(out.request_id, deliver, out) and not done:
                         self._sinks.pop(out.request_id, None)
+                        self._unfinished.pop(out.request_id, None)
                         self._engine.abort(out.request_id)
             now = time.monotonic()
             if now - last_stats >= STATS_INTERVAL_S or not self._engine.has_unfinished():

@@ -82,6 +82,7 @@ class FakeOutput:
     num_prompt_tokens: int
     num_cached_tokens: int
     num_output_tokens: int
+    index: int = 0
 
 
 @dataclass
@@ -89,6 +90,7 @@ class _Req:
     rid: str
     prompt: list[int]
     params: SamplingParams
+    index: int = 0
     out: list[int] = field(default_factory=list)
     step: int = 0
 
@@ -103,10 +105,11 @@ class FakeEngine:
     """
 
     def __init__(self, script, *, filler=b(".")[0], max_model_len=64, block_size=4, num_blocks=64,
-                 cached_tokens=3, step_delay_s=0.0, fail_at_step=None):
+                 cached_tokens=3, step_delay_s=0.0, fail_at_step=None, index_scripts=None):
         self.tokenizer = FakeTokenizer()
         self.max_model_len = max_model_len
         self.script = script
+        self.index_scripts = index_scripts or {}  # sample index (n > 1) -> its own script
         self.filler = filler
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -125,15 +128,16 @@ class FakeEngine:
             raise ValueError("empty prompt")
         if len(prompt_token_ids) + sampling_params.max_tokens > self.max_model_len:
             raise ValueError("too long")
-        req = _Req(request_id, list(prompt_token_ids), sampling_params)
-        self.reqs[request_id] = req
-        self.added.append(req)
+        for i in range(sampling_params.n):  # one sequence per sample, keyed (request_id, index)
+            self.reqs[(request_id, i)] = _Req(request_id, list(prompt_token_ids), sampling_params, i)
+        self.added.append(self.reqs[(request_id, 0)])
         self.queries += len(prompt_token_ids)
         self.hits += self.cached_tokens
 
     def abort(self, request_id):
         self.aborted.append(request_id)
-        self.reqs.pop(request_id, None)
+        for key in [k for k in self.reqs if k[0] == request_id]:
+            del self.reqs[key]
 
     def has_unfinished(self):
         return bool(self.reqs)
@@ -145,8 +149,9 @@ class FakeEngine:
         if self.fail_at_step == self.num_steps:
             raise RuntimeError("boom: CUDA error (scripted)")
         outs = []
-        for rid, r in list(self.reqs.items()):
-            toks = self.script[r.step] if r.step < len(self.script) else [self.filler]
+        for key, r in list(self.reqs.items()):
+            script = self.index_scripts.get(r.index, self.script)
+            toks = script[r.step] if r.step < len(script) else [self.filler]
             r.step += 1
             new, finished, reason = [], False, None
             stops = set(r.params.stop_token_ids or []) | (set() if r.params.ignore_eos else {EOS})
@@ -159,9 +164,10 @@ class FakeEngine:
                 if len(r.out) >= r.params.max_tokens:
                     finished, reason = True, "length"
                     break
-            outs.append(FakeOutput(rid, new, finished, reason, len(r.prompt), self.cached_tokens, len(r.out)))
+            outs.append(FakeOutput(r.rid, new, finished, reason, len(r.prompt), self.cached_tokens, len(r.out),
+                                   r.index))
             if finished:
-                del self.reqs[rid]
+                del self.reqs[key]
         return outs
 
     def stats(self):
@@ -297,6 +303,34 @@ async def test_non_streaming_responses_carry_text_and_usage():
     assert engine.added[1].prompt == [1, 2, 3]
 
 
+async def test_n_choices_stream_separately_and_sum_usage():
+    # choice 0: "ab" then EOS; choice 1: "Hel" "lo S" "TO" "P more" with stop "STOP" -> "Hello "
+    engine = FakeEngine([b("ab"), [EOS]], index_scripts={1: [w("Hel"), w("lo S"), w("TO"), w("P more")]},
+                        step_delay_s=0.01, max_model_len=2000)
+    with serve(engine) as url:
+        async with aiohttp.ClientSession() as s:
+            body = {"messages": [{"role": "user", "content": "x"}], "n": 2, "max_tokens": 500, "stop": "STOP",
+                    "stream": True, "stream_options": {"include_usage": True}, "seed": 5}
+            async with s.post(f"{url}/v1/chat/completions", json=body) as resp:
+                events, _ = await read_sse(resp)
+            st, plain = await post(f"{url}/v1/completions", {"prompt": "x", "n": 2, "max_tokens": 500,
+                                                             "stop": "STOP"}, s)
+    per_choice: dict[int, list] = {0: [], 1: []}
+    for e in events[:-2]:
+        (c,) = e["choices"]
+        per_choice[c["index"]].append((c["delta"], c["finish_reason"]))
+    assert per_choice[0] == [({"role": "assistant", "content": ""}, None), ({"content": "ab"}, None), ({}, "stop")]
+    assert per_choice[1] == [({"role": "assistant", "content": ""}, None), ({"content": "Hel"}, None),
+                             ({"content": "lo "}, None), ({}, "stop")]
+    assert events[-2]["usage"]["completion_tokens"] == 3 + 4
+    assert engine.added[0].params.n == 2 and engine.added[0].params.seed == 5
+    assert st == 200
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in plain["choices"]] == [
+        (0, "ab", "stop"), (1, "Hello ", "stop")]
+    assert plain["usage"]["completion_tokens"] == 7
+    assert engine.aborted == [r.rid for r in engine.added]  # choice 1 ran on until the server aborted it
+
+
 # --------------------------------------------------------------------------- text processing
 
 
@@ -382,7 +416,8 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "x" * 60, "max_tokens": 10}, "maximum context length is 64"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 70}]}, "maximum context length is 64"),
     ("/v1/completions", {"prompt": "x", "model": "gpt-4"}, "'gpt-4' is not served"),
-    ("/v1/completions", {"prompt": "x", "n": 2}, "n=2"),
+    ("/v1/completions", {"prompt": "x", "n": 17}, "n must be between 1 and 16"),
+    ("/v1/completions", {"prompt": "x", "n": 2, "best_of": 3}, "best_of"),
     ("/v1/completions", {"prompt": [5, 99999]}, "outside the vocabulary"),
     ("/v1/completions", {"prompt": ["a", "b"]}, "batched prompts"),
     ("/v1/completions", {"prompt": ""}, "empty"),
