@@ -9,7 +9,7 @@ Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multi
 - One :class:`~own_engine.server_worker.EngineWorker` thread owns the engine and calls
   ``engine.step()`` in a loop; handlers hand it requests through a thread-safe queue and get
   each step's ``RequestOutput`` back on an ``asyncio.Queue`` (``loop.call_soon_threadsafe``).
-- Each handler owns one :class:`~own_engine.server_text.OutputTextProcessor`: incremental
+- Each handler owns one :class:`~own_engine.server_text.OutputTextProcessor` per choice: incremental
   detokenization (no partial UTF-8 characters) and stop strings (which the engine does not
   know about: on a match the handler truncates the text and aborts the request in the engine).
 - ``n > 1`` (up to ``max_num_seqs``) gives ``n`` choices sampled by the engine from one prompt
