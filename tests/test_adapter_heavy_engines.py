@@ -64,7 +64,7 @@ async def _stream(session, ep, prompt):
 
 @pytest.mark.slow
 @pytest.mark.heavy_engine
-@pytest.mark.parametrize("engine", ["vllm", "deepspeed", "onnxruntime", "transformers_serve"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "deepspeed", "onnxruntime", "transformers_serve"])
 def test_engine_streams_greedy_batch_equal_to_hf(engine, reference, tmp_path):
     adapter = get_adapter(engine)
     probe = adapter.probe()

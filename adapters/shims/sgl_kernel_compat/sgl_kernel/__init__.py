@@ -5,16 +5,12 @@ NOT part of SGLang: our compatibility shim, pinned to ``sglang==0.5.23``. Every
 (``SGLANG_USE_CPU_ENGINE=1 --device cpu --attention-backend torch_native``) imports a few
 ``*_cpu`` ops from it. We implement :func:`assign_req_to_token_pool_cpu` (the one the plain
 decode path calls) and make every other name a stub that raises ``NotImplementedError`` when
-called (imports succeed; speculative decoding and the fused CPU kernels are unavailable).
+called; all other names are absent so SGLang's ImportError fallbacks apply (speculative
+decoding and the fused CPU kernels are unavailable).
 Runs using it are reported as "sglang (CPU, torch_native, compatibility shim)".
 """
 
 from __future__ import annotations
-
-import importlib.abc
-import importlib.machinery
-import sys
-import types
 
 import torch
 
@@ -52,34 +48,14 @@ def _stub(name: str):
     return missing
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _stub(name)
+# Names SGLang's CPU path imports unconditionally but calls only for features we do not
+# support here (speculative decoding, KV copy between layers): importable, fail when called.
+STUBBED = ("copy_all_layer_kv_cache_cpu", "rotate_input_ids_cpu", "fill_accept_out_cache_loc_cpu",
+           "fill_bonus_tokens_cpu", "assign_draft_cache_locs_contiguous_cpu", "assign_extend_cache_locs_cpu",
+           "build_tree_kernel_efficient_cpu", "verify_tree_greedy_cpu", "build_draft_decode_metadata_cpu",
+           "get_target_cache_loc_cpu", "align_evict_mask_to_page_size_cpu")
+for _name in STUBBED:
+    globals()[_name] = _stub(_name)
 
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _stub(f"{self.__name__.split('.', 1)[-1]}.{name}")
-
-
-class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Makes ``import sgl_kernel.<anything>`` succeed with a stub module."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname.startswith("sgl_kernel."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        mod = _StubModule(spec.name)
-        mod.__path__ = []
-        return mod
-
-    def exec_module(self, module):
-        return None
-
-
-sys.meta_path.append(_SubmoduleFinder())
+# Everything else is absent (AttributeError → ImportError), so SGLang's own ImportError
+# fallbacks (e.g. its mock scalar types) take over, as on a machine without sgl_kernel.
