@@ -9,7 +9,6 @@ sample / verify → append tokens, check EOS / stop_token_ids / max_tokens → f
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -71,8 +70,7 @@ class LLMEngine:
 
         config.validate()
         self.config = config
-        torch.set_num_threads(config.threads)
-        os.environ.setdefault("OMP_NUM_THREADS", str(config.threads))
+        torch.set_num_threads(config.threads)  # run with OMP_NUM_THREADS set too: spin-waiting hurts on shared CPUs
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device='cuda' but no CUDA GPU is visible: use device='cpu' or 'auto'")
         self.device = torch.device("cuda" if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()) else "cpu")
