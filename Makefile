@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 BENCH_ARGS ?= --engine all --workload agentic
 
-.PHONY: setup model engines bench test clean
+.PHONY: setup model bench test clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
@@ -25,11 +25,8 @@ setup: $(STAMP)
 model: setup
 	$(BIN)/bench model prepare
 
-engines: model
-	$(BIN)/bench engines setup all-cpu
-
-bench: engines
-	$(BIN)/bench run $(BENCH_ARGS)
+bench: model
+	$(BIN)/bench run $(BENCH_ARGS) --setup-engines
 
 test: model
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -ra

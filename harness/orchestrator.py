@@ -72,6 +72,11 @@ class RunConfig:
     hardware: str = "detected"
     preset: str = "balanced"
     report: bool = True
+    setup_engines: bool = False  # install missing CPU engine environments before measuring them
+
+
+# Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
+AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime", "deepspeed")
 
 
 @dataclass
@@ -327,6 +332,8 @@ class Orchestrator:
             name = adapter.name
             caps = getattr(adapter, "capabilities", None)
             cap_dict = dict(caps.__dict__) if caps is not None and hasattr(caps, "__dict__") else {}
+            if c.setup_engines and not self._ensure_installed(name, writer, cap_dict):
+                continue
             probe = adapter.probe()
             if not probe.available:
                 self.console.print(f"[yellow]{name}[/]: skipped — {probe.reason}")
@@ -376,6 +383,26 @@ class Orchestrator:
         if c.report:
             result.recommendation = self._report(run_dir)
         return result
+
+    def _ensure_installed(self, name: str, writer: RunWriter, cap_dict: dict[str, Any]) -> bool:
+        """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
+        missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
+        install fails; True otherwise (including engines that need no install)."""
+        from adapters.base import EngineError
+        from adapters.envs import is_installed, setup_engine
+        from adapters.hardware import detect_hardware as detect_kind
+
+        if name not in AUTO_SETUP_CPU or detect_kind() != "cpu" or is_installed(name):
+            return True
+        self.console.print(f"[bold]{name}[/]: environment missing, installing (one time) …")
+        try:
+            setup_engine(name, console=self.console)
+        except EngineError as exc:
+            self.console.print(f"[red]{name}[/]: failed to install — {exc}")
+            writer.set_engine(name, "failed", f"failed to install: {exc}", log_tail=exc.log_tail[-4000:],
+                              capabilities=cap_dict)
+            return False
+        return True
 
     def _report(self, run_dir: Path) -> Any:
         from harness.hardware import detect_hardware, get_profile

