@@ -162,7 +162,8 @@ class EngineConfig:
         else:
             layers = model.num_layers + (self.draft_num_layers if self.speculative == "draft" else 0)
             n = self.kv_cache_bytes // model.kv_bytes_per_block(self.block_size, layers)
-        need = -(-(max_model_len + self.num_speculative_tokens) // self.block_size)
+        lookahead = self.num_speculative_tokens if self.speculative != "none" else 0
+        need = -(-(max_model_len + lookahead) // self.block_size)
         if n < need:
             raise ConfigError(
                 f"the KV cache holds {n} blocks of {self.block_size} tokens, fewer than one sequence of "

@@ -228,9 +228,12 @@ class LLMEngine:
             children = []
             for tok, gen in forks.get(seq.seq_id, []):
                 child = seq.fork(index=len(self._requests[seq.request_id].seqs), generator=gen, seq_id=next(self._ids))
-                self.block_manager.fork(seq, child)
-                child.status = SequenceStatus.RUNNING
-                self.scheduler.running.append(child)
+                if self.block_manager.fork(seq, child):
+                    child.status = SequenceStatus.RUNNING
+                    self.scheduler.running.append(child)
+                else:  # naive KV with no free reservation: recompute the child later
+                    child.num_computed_tokens = child.num_draft_computed = child.num_registered_blocks = 0
+                    self.scheduler.add(child)
                 self._requests[seq.request_id].seqs.append(child)
                 children.append((child, [tok]))
             seq.pending_forks = 0
@@ -279,9 +282,14 @@ class LLMEngine:
         base = next(self._ids)
         rids = [f"gen-{base}-{i}" for i in range(len(prompts))]
         reqs = []
-        for rid, toks, sp in zip(rids, token_lists, params):
-            self.add_request(rid, toks, sp)
-            reqs.append(self._requests[rid])
+        try:
+            for rid, toks, sp in zip(rids, token_lists, params):
+                self.add_request(rid, toks, sp)
+                reqs.append(self._requests[rid])
+        except ValueError:
+            for req in reqs:  # all or nothing: drop the prompts already queued
+                self.abort(req.request_id)
+            raise
         while self.has_unfinished():
             self.step()
         out = []

@@ -251,3 +251,12 @@ def test_triton_kernel_matches_cpu_path():
     meta_c = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, dev)
     out = triton_paged_attention(q.to(dev), k.to(dev), v.to(dev), kc.to(dev), vc.to(dev), meta_c, D ** -0.5)
     torch.testing.assert_close(out.cpu(), ref, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("num_kv_blocks", [6, 12], ids=["no-room-recompute", "copy"])
+def test_naive_kv_n_samples(model_dir, prompt_ids, hf_refs, num_kv_blocks):
+    # max_model_len 96 / block 16 = one 6-block reservation per sequence
+    e = make_engine(model_dir, kv_allocation="naive", max_model_len=96, num_kv_blocks=num_kv_blocks)
+    outs = e.generate([prompt_ids[1]], SamplingParams(temperature=0, max_tokens=NEW, n=2))
+    assert [o.output_token_ids for o in outs] == [hf_refs[1], hf_refs[1]]
+    assert_no_leak(e)
