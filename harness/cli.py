@@ -11,13 +11,14 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from . import __version__, cli_engines, cli_report, cli_workloads
+from .cli_common import err_console, fail, parse_rate
 
 app = typer.Typer(
     name="bench",
@@ -37,13 +38,6 @@ app.command("recommend", help="Score stored runs for a target deployment, SLOs a
 app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
 
 console = Console()
-err_console = Console(stderr=True)
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``error: message`` (one line) on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def _version(value: bool) -> None:
@@ -62,22 +56,8 @@ def main(
 # --------------------------------------------------------------------------------------------
 # bench run
 # --------------------------------------------------------------------------------------------
-def _parse_rate(text: Optional[str]) -> Optional[float]:
-    if text is None:
-        return None
-    if text.strip().lower() in ("inf", "infinity"):
-        return math.inf
-    try:
-        v = float(text)
-    except ValueError:
-        fail(f"--request-rate must be a number of requests/s or 'inf', got {text!r}")
-    if not v > 0:
-        fail(f"--request-rate must be > 0 (or 'inf'), got {text!r}")
-    return v
-
-
 def _positive(name: str, v: Optional[int | float]) -> None:
-    if v is not None and not v > 0:
+    if v is not None and (not v > 0 or math.isinf(v)):
         fail(f"{name} must be > 0, got {v}")
 
 
@@ -130,7 +110,7 @@ def run(
     engines = [e.strip() for e in engine.split(",") if e.strip()]
     if not engines:
         fail("--engine is empty: name engines (e.g. own,transformers) or use 'all'")
-    rate = _parse_rate(request_rate)
+    rate = parse_rate(request_rate)
     for name, v in (("--num-requests", num_requests), ("--input-len", input_len), ("--output-len", output_len),
                     ("--max-concurrency", max_concurrency), ("--burstiness", burstiness), ("--scale", scale),
                     ("--threads", threads), ("--time-scale", time_scale), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):

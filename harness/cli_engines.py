@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import NoReturn, Optional
 
 import typer
+
+from harness.cli_common import fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -33,8 +35,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+    fail(message, code)
 
 
 def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> str:

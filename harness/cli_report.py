@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
 import typer
+
+from harness.cli_common import fail
 from rich.console import Console
 from rich.table import Table
 
@@ -22,8 +24,7 @@ from results.store import ResultsError, Run, load_run, resolve_run
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/bold red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    fail(message)
 
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from harness.cli_common import fail, parse_rate
 from rich.console import Console
 from rich.table import Table
 
@@ -33,20 +35,11 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
-    raise typer.Exit(2)
+    fail(message)
 
 
 def _rate(text: Optional[str]) -> Optional[float]:
-    if text is None:
-        return None
-    if text.strip().lower() in ("inf", "infinity"):
-        return math.inf
-    try:
-        return float(text)
-    except ValueError:
-        _fail(f"--request-rate must be a number of requests/s or 'inf', got {text!r}")
-    return None  # unreachable
+    return parse_rate(text)
 
 
 @app.callback(invoke_without_command=True)

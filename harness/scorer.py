@@ -33,7 +33,6 @@ that meets every SLO (without SLOs: its highest-load condition).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
