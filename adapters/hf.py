@@ -21,6 +21,7 @@ from adapters.envs import engine_python, is_installed
 from adapters.hardware import detect_hardware
 from adapters.venv_engine import installed_version
 from adapters.server import (
+    cpu_kv_tokens,
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
     split_engine_args, thread_env,
 )
@@ -120,7 +121,10 @@ class TransformersServeAdapter(ServerAdapter):
         flags, env_extra, _ = split_engine_args(config.engine_args)
         hw = self._hardware or detect_hardware()
         opts = {"continuous_batching": "true", "device": "cuda" if hw == "nvidia" else "cpu",
-                "dtype": "float32" if hw != "nvidia" else "auto", "log_level": "info", **flags}
+                "dtype": "float32" if hw != "nvidia" else "auto", "log_level": "info"}
+        if hw != "nvidia":  # without a bound it sizes its paged cache from free RAM (14 GB RSS seen here)
+            opts.update({"cb_block_size": "16", "cb_num_blocks": str(cpu_kv_tokens(config.model_dir) // 16)})
+        opts.update(flags)
         model = str(Path(config.model_dir))
         cmd = [str(self.cli_path()), "serve", *render_flags(opts), "--host", "127.0.0.1", "--port", str(port), model]
         env = {**thread_env(config.threads), **env_extra}

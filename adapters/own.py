@@ -13,6 +13,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.server import (
+    CPU_KV_CACHE_BYTES,
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
     split_engine_args, thread_env,
 )
@@ -49,7 +50,10 @@ class OwnAdapter(ServerAdapter):
             if key in flags:
                 raise ValueError(f"engine arg own:{key} is set by the harness: remove it (use --model for the model)")
         model_name = self.served_name(config)
-        opts = {"served_model_name": model_name, "threads": str(config.threads), **flags}
+        opts = {"served_model_name": model_name, "threads": str(config.threads),
+                "kv_cache_bytes": str(CPU_KV_CACHE_BYTES), **flags}
+        if "num_kv_blocks" in flags:  # an explicit block count wins over the byte budget
+            del opts["kv_cache_bytes"]
         cmd = [python_for_harness(), "-m", "own_engine", "--model", str(Path(config.model_dir)),
                "--host", "127.0.0.1", "--port", str(port), *render_flags(opts)]
         env = {**thread_env(config.threads), "PYTHONPATH": project_pythonpath(), **env_extra}

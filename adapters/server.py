@@ -17,6 +17,7 @@ Engine-arg conventions (``--engine-arg NAME:key=value``), shared by all server a
 from __future__ import annotations
 
 import os
+import json
 import re
 import shlex
 from contextlib import contextmanager
@@ -50,6 +51,29 @@ def thread_env(threads: int) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+# One KV-cache budget for every engine on CPU, so a comparison is not decided by who reserved
+# more memory (vLLM-CPU's own default is 4 GiB, SGLang's a RAM fraction, transformers serve
+# sizes its paged cache from free memory). Override per engine with --engine-arg.
+CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def kv_bytes_per_token(model_dir: Path, dtype_bytes: int = 4) -> int:
+    """KV-cache bytes per token: 2 (K and V) × layers × KV heads × head dim × dtype bytes
+    (vLLM's cache sizing). Reads ``config.json``; raises ValueError when it lacks the fields."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    try:
+        heads = cfg["num_attention_heads"]
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+        return 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * dtype_bytes
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise ValueError(f"{model_dir}/config.json lacks the attention sizes needed for the KV budget ({exc})") from exc
+
+
+def cpu_kv_tokens(model_dir: Path, budget_bytes: int = CPU_KV_CACHE_BYTES) -> int:
+    """How many tokens of KV cache fit in ``budget_bytes`` for this model (fp32 on CPU)."""
+    return max(1, budget_bytes // kv_bytes_per_token(model_dir))
 
 
 def render_flags(options: dict[str, str]) -> list[str]:

@@ -15,7 +15,14 @@ from pathlib import Path
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_env_dir, engine_python
 from adapters.hardware import detect_hardware
-from adapters.server import LaunchPlan, ServerAdapter, render_flags, split_engine_args, thread_env
+from adapters.server import (
+    LaunchPlan,
+    ServerAdapter,
+    cpu_kv_tokens,
+    render_flags,
+    split_engine_args,
+    thread_env,
+)
 from adapters.venv_engine import installed_version, probe_installed
 
 SHIM_DISPLAY = "sglang (CPU, torch_native, compatibility shim)"
@@ -76,7 +83,8 @@ class SglangAdapter(ServerAdapter):
         env = thread_env(config.threads)
         if hw == "cpu":
             defaults = {"device": "cpu", "attention_backend": "torch_native", "disable_overlap_schedule": "true",
-                        "dtype": "float32", "mem_fraction_static": "0.3"}
+                        "dtype": "float32", "mem_fraction_static": "0.3",
+                        "max_total_tokens": str(cpu_kv_tokens(config.model_dir))}
             env.update({"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(compat_dir()),
                         "SGLANG_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in sorted(_affinity())[-config.threads:])})
             display = SHIM_DISPLAY

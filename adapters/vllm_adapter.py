@@ -19,7 +19,14 @@ from pathlib import Path
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.hardware import detect_hardware
-from adapters.server import LaunchPlan, ServerAdapter, render_flags, split_engine_args, thread_env
+from adapters.server import (
+    CPU_KV_CACHE_BYTES,
+    LaunchPlan,
+    ServerAdapter,
+    render_flags,
+    split_engine_args,
+    thread_env,
+)
 from adapters.venv_engine import installed_version, probe_installed
 
 RESERVED = ("host", "port", "model")
@@ -81,7 +88,7 @@ class VllmAdapter(ServerAdapter):
         env = thread_env(config.threads)
         if hw == "cpu":
             defaults = {"dtype": "float32", "enforce_eager": "true", "gpu_memory_utilization": "0.25"}
-            env.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "2",
+            env.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_BYTES >> 30),
                         "VLLM_CPU_OMP_THREADS_BIND": cpu_bind_list(config.threads)})
             display = "vllm (CPU, vllm-cpu 0.32.0)"
         else:

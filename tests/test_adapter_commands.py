@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 import sys
 from pathlib import Path
 
@@ -24,7 +25,11 @@ from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter, onn
 from adapters.tensorrt_llm_adapter import TensorRTLLMAdapter
 from adapters.vllm_adapter import VllmAdapter, cpu_bind_list
 
-MODEL = Path("/models/SmolLM2")
+# a model folder with SmolLM2-135M's attention sizes: KV = 2 x 30 x 3 x 64 x 4 B = 46,080 B/token
+MODEL = Path(tempfile.mkdtemp(prefix="adapter-model-")) / "SmolLM2"
+MODEL.mkdir()
+(MODEL / "config.json").write_text(json.dumps({"num_hidden_layers": 30, "num_attention_heads": 9,
+                                               "num_key_value_heads": 3, "hidden_size": 576}))
 
 
 @pytest.fixture
@@ -110,6 +115,9 @@ def test_own_command(tmp_path):
     assert flag_value(plan.cmd, "--max-num-seqs") == "16" and "--no-prefix-caching" in plan.cmd
     assert flag_value(plan.cmd, "--served-model-name") == "SmolLM2" == plan.model_name
     assert plan.env["OMP_NUM_THREADS"] == "2" and plan.metrics_path == "/metrics" and plan.health_paths == ("/health",)
+    assert flag_value(plan.cmd, "--kv-cache-bytes") == str(2**30)  # the common CPU KV budget
+    blocks = OwnAdapter().build_command(cfg(tmp_path, engine_args={"num_kv_blocks": "64"}), 8123)
+    assert "--kv-cache-bytes" not in blocks.cmd and flag_value(blocks.cmd, "--num-kv-blocks") == "64"
     with pytest.raises(ValueError, match="own:port is set by the harness"):
         OwnAdapter().build_command(cfg(tmp_path, engine_args={"port": "1"}), 8123)
 
@@ -148,6 +156,9 @@ def test_transformers_serve_command(tmp_path, engines_dir):
     assert flag_value(plan.cmd, "--cb-num-blocks") == "64" and plan.cmd[-1] == str(MODEL)
     assert plan.model_name == str(MODEL)  # FORCE_MODEL: requests name the folder
     assert plan.supports_ignore_eos is False  # it answers HTTP 422 for ignore_eos
+    # without an override its paged cache gets the common 1 GiB CPU KV budget: 2**30 // 46,080 // 16 blocks
+    default = TransformersServeAdapter(hardware="cpu").build_command(cfg(tmp_path), 9001)
+    assert flag_value(default.cmd, "--cb-block-size") == "16" and flag_value(default.cmd, "--cb-num-blocks") == "1456"
 
 
 def test_vllm_cpu_and_gpu_commands(tmp_path, engines_dir):
@@ -181,6 +192,7 @@ def test_sglang_cpu_uses_compat_shim(tmp_path, engines_dir):
     assert "--disable-overlap-schedule" in plan.cmd and "--enable-metrics" in plan.cmd
     assert plan.env["SGLANG_USE_CPU_ENGINE"] == "1" and plan.env["PYTHONPATH"].endswith("sglang/compat")
     assert plan.display_name == SHIM_DISPLAY == "sglang (CPU, torch_native, compatibility shim)"
+    assert flag_value(plan.cmd, "--max-total-tokens") == str(2**30 // 46_080) == "23301"  # common 1 GiB KV budget
     gpu = SglangAdapter(hardware="nvidia").build_command(cfg(tmp_path), 30000)
     assert gpu.display_name == "sglang" and "--device" not in gpu.cmd and "SGLANG_USE_CPU_ENGINE" not in gpu.env
 
