@@ -35,8 +35,11 @@ class DeepSpeedBackend(HFGenerateBackend):
         super().__init__(model_dir, device="cpu", dtype=dtype, threads=threads)
         import deepspeed
 
+        # max_tokens bounds prompt + output per request (DeepSpeed's default, 1024, rejected the
+        # agentic workload's longer turns); use the model's context length like every other engine.
+        max_len = int(getattr(self.model.config, "max_position_embeddings", 0) or 4096)
         self.engine = deepspeed.init_inference(self.model, dtype=getattr(self.torch, dtype),
-                                               replace_with_kernel_inject=False)
+                                               replace_with_kernel_inject=False, max_tokens=max_len)
         self.deepspeed_version = deepspeed.__version__
         from deepspeed.accelerator import get_accelerator
 
