@@ -262,9 +262,11 @@ class _Engine:
 
 
 def condition_label(cond: tuple[str, float]) -> str:
-    """``("agentic", 4.0)`` → ``"agentic at 4 req/s"``; an infinite rate → ``"at max load"``."""
+    """``("chat", 4.0)`` → ``"chat at 4 req/s"``; agentic rates are session starts
+    (``"agentic at 0.753 sessions/s"``); an infinite rate → ``"at max load"``."""
     wl, rate = cond
-    return f"{wl} at {rate:g} req/s" if math.isfinite(rate) else f"{wl} at max load (no rate limit)"
+    unit = "sessions/s" if wl == "agentic" else "req/s"
+    return f"{wl} at {rate:.3g} {unit}" if math.isfinite(rate) else f"{wl} at max load (no rate limit)"
 
 
 def _gather(runs: Sequence[Run]) -> dict[str, _Engine]:
