@@ -15,10 +15,11 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, cli_engines, cli_report, cli_workloads
-from .cli_common import err_console, fail, parse_rate
+from .cli_common import make_console, err_console, fail, parse_rate
 
 app = typer.Typer(
     name="bench",
@@ -37,7 +38,7 @@ app.add_typer(cli_engines.app, name="engines")
 app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
 app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
 
-console = Console()
+console = make_console()
 
 
 def _version(value: bool) -> None:
@@ -51,6 +52,7 @@ def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Benchmark LLM serving engines and recommend one."""
+    _sigterm_to_interrupt()  # every command cleans up its child processes on SIGTERM as on Ctrl-C
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,19 +80,19 @@ def run(
     num_requests: Optional[int] = typer.Option(None, "--num-requests", "-n", help="Number of measured requests (turns for agentic). Default: the workload's."),
     input_len: Optional[int] = typer.Option(None, "--input-len", help="random workload: prompt tokens."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="random workload: output tokens (sent with ignore_eos)."),
-    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random workload: lengths uniform in [len*(1-r), len*(1+r)] (vLLM convention)."),
+    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random workload: lengths uniform from len*(1-r) to len*(1+r) (vLLM convention)."),
     request_rate: Optional[str] = typer.Option(None, "--request-rate", "-r", help="Offered rate in requests/s (session starts/s for agentic); 'inf' sends all at once. Default: the workload's (agentic 0.5 sessions/s, others inf)."),
     burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Cap on in-flight requests (closed loop)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the workload and arrivals: same seed, same requests."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed for the workload and arrivals: same seed, same requests."),
     slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them)."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload)."),
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where run folders are written."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-workload)."),
-    scale: Optional[float] = typer.Option(None, "--scale", help="Shrink trace lengths and rates by this factor (default: the workload's CPU profile)."),
+    scale: Optional[float] = typer.Option(None, "--scale", help="Shrink trace prompt lengths by this factor, in (0, 1] (default: the workload's CPU profile)."),
     api: Optional[str] = typer.Option(None, "--api", help="'chat' or 'completions' (default: the workload's)."),
     trace: Optional[str] = typer.Option(None, "--trace", help="trace workload: which trace to replay (see `bench workloads show trace`)."),
-    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="trace workload: multiply trace timestamps by this factor (<1 = faster)."),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="trace workload: replay speed-up; timestamps are divided by it (2 = twice as fast)."),
     workload_spec: Optional[Path] = typer.Option(None, "--workload-spec", help="YAML workload spec (see workloads/specs/); flags override its fields."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
@@ -148,6 +150,7 @@ def run(
     names = [n for n, _ in list_workloads()]
     if workload not in names:
         fail(f"unknown workload {workload!r}: choose from {', '.join(names)}")
+    _check_run_target(preset, hardware, threads, output_dir, run_id)
 
     cfg = RunConfig(
         engines=engines, workload=workload, model=model_dir, num_requests=num_requests, input_len=input_len,
@@ -157,21 +160,52 @@ def run(
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
     )
-    _sigterm_to_interrupt()
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)
     if result.recommendation is not None:
         console.rule("Recommendation")
         cli_report.print_recommendation(result.recommendation, console)
-    console.print(f"\nResults: {result.run_dir}")
+    console.print(f"\nResults: {result.run_dir}", markup=False)
     for name in ("report.md", "report.html"):
         if (result.run_dir / name).exists():
-            console.print(f"Report:  {result.run_dir / name}")
+            console.print(f"Report:  {result.run_dir / name}", markup=False)
     if result.interrupted:
         err_console.print("[yellow]interrupted: engines stopped; results measured so far are kept[/]")
         raise typer.Exit(130)
     if not any(e.get("status") == "ok" for e in result.summary.get("engines", {}).values()):
         fail("no engine produced a measurement (see the reasons above)", code=1)
+
+
+def _check_run_target(preset: str, hardware: str, threads: Optional[int], output_dir: Path, run_id: Optional[str]) -> None:
+    """Everything the run would otherwise only trip over after measuring every engine."""
+    import os
+
+    from .hardware import get_profile
+    from .scorer import PRESETS
+
+    if preset not in PRESETS:
+        fail(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
+    try:
+        get_profile(hardware)
+    except ValueError as exc:
+        fail(f"--hardware: {exc}")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        fail(f"--threads {threads} exceeds the {cores} CPU cores here: use at most {cores} (default: cores - 1)")
+    if output_dir.exists() and not output_dir.is_dir():
+        fail(f"--output-dir {output_dir} is a file: pass a directory")
+    if run_id is not None:
+        if not run_id.strip() or run_id in (".", "..") or "/" in run_id or "\\" in run_id:
+            fail(f"--run-id {run_id!r} must be a plain folder name (no '/', not empty)")
+        if (output_dir / run_id).exists():
+            fail(f"run folder {output_dir / run_id} already exists: choose another --run-id or delete it")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        fail(f"cannot write to --output-dir {output_dir} ({exc.strerror or exc}): pass a writable directory")
 
 
 def _guarded(fn: Any) -> Any:
@@ -195,6 +229,15 @@ def _guarded(fn: Any) -> Any:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         raise typer.Exit(130)
+    except OSError as exc:
+        fail(f"{exc.strerror or type(exc).__name__}: {exc.filename or exc} - check the path and its permissions")
+    except Exception as exc:  # the last line of defence: one line for the user, details in a file
+        import tempfile
+        import traceback
+
+        path = Path(tempfile.gettempdir()) / "bench-error.log"
+        path.write_text(traceback.format_exc())
+        fail(f"internal error: {type(exc).__name__}: {exc} (traceback in {path}; please report it)", code=1)
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -211,7 +254,7 @@ def _pair(d: dict[str, Any] | None) -> str:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    t = Table(title=f"Run {summary.get('run_id')}: workload {summary.get('workload')}")
+    t = Table(title=escape(f"Run {summary.get('run_id')}: workload {summary.get('workload')}"))
     cols = ("engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50/p99", "TPOT p50/p99", "E2E p99", "goodput")
     for col in cols:
         t.add_column(col, justify="left" if col in ("engine", "status") else "right")
@@ -235,7 +278,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     console.print(t)
     console.print("Latencies in ms; rates over the measured phase (definitions: harness/metrics.py).")
     for n in notes:
-        console.print(f"  {n}", highlight=False)
+        console.print(f"  {n}", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -247,14 +290,14 @@ def model_prepare(force: bool = typer.Option(False, "--force", help="Convert aga
     from .model import ModelError, default_model_dir, is_prepared, prepare_default_model
 
     if is_prepared(default_model_dir()) and not force:
-        console.print(f"default model ready: {default_model_dir()}")
+        console.print(f"default model ready: {default_model_dir()}", markup=False)
         return
     with console.status("converting SmolLM2-135M-Instruct (GGUF Q4_1 → fp32 safetensors, ~30 s) …"):
         try:
             path = prepare_default_model(force=force)
         except ModelError as exc:
             fail(str(exc))
-    console.print(f"default model ready: {path}")
+    console.print(f"default model ready: {path}", markup=False)
 
 
 @model_app.command("info")
@@ -280,7 +323,7 @@ def calibrate(
     _positive("--streams", streams)
     _positive("--burst", burst)
     try:
-        res = _cal(streams=streams, burst=burst)
+        res = _guarded(lambda: _cal(streams=streams, burst=burst))
     except RuntimeError as exc:
         fail(str(exc))
     t = Table(title="Client calibration (null server, loopback)")
@@ -298,7 +341,7 @@ def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir"
 
     runs = list_runs(output_dir)
     if not runs:
-        console.print(f"no runs under {output_dir}")
+        console.print(f"no runs under {output_dir}", markup=False)
         return
     t = Table(title=f"Runs in {output_dir}")
     for col in ("run id", "workload", "engines (status)"):
@@ -307,10 +350,10 @@ def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir"
         try:
             r = load_run(p)
         except ResultsError as exc:
-            t.add_row(p.name, "?", f"unreadable: {exc}")
+            t.add_row(escape(p.name), "?", escape(f"unreadable: {exc}"))
             continue
         engines = ", ".join(f"{n} ({e.get('status')})" for n, e in r.summary.get("engines", {}).items())
-        t.add_row(r.run_id, str(r.summary.get("workload")), engines)
+        t.add_row(escape(p.name), escape(str(r.summary.get("workload"))), escape(engines))
     console.print(t)
 
 

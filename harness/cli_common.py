@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-err_console = Console(stderr=True)
+NON_TTY_WIDTH = 160  # tables stay readable in pipes, logs and CI (rich would use 80 columns)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich Console; when the stream is not a terminal and ``COLUMNS`` is unset, 160 columns
+    wide instead of rich's 80 so result tables are not truncated in logs."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=NON_TTY_WIDTH if wide else None)
+
+
+err_console = make_console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

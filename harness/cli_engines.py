@@ -18,7 +18,7 @@ from typing import NoReturn, Optional
 
 import typer
 
-from harness.cli_common import fail
+from harness.cli_common import make_console, fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -30,8 +30,8 @@ from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_eng
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
                   pretty_exceptions_enable=False, add_completion=False)
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

@@ -13,8 +13,9 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from harness.cli_common import fail
+from harness.cli_common import make_console, fail
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.hardware import HardwareProfile, get_profile, profile_from_manifest
@@ -71,7 +72,7 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
                           ("TTFT p99 ms", "right"), ("TPOT p99 ms", "right"), ("condition", "left")]:
             table.add_column(col, justify=just)  # type: ignore[arg-type]
         for r in rec.ranking:
-            table.add_row(str(r.rank), r.display_name, f"{r.score:.3f}", _ms(r.metrics.get("output_throughput")),
+            table.add_row(str(r.rank), escape(r.display_name), f"{r.score:.3f}", _ms(r.metrics.get("output_throughput")),
                           _ms(r.metrics.get("ttft_p99_ms")), _ms(r.metrics.get("tpot_p99_ms")), r.condition)
         console.print(table)
     if rec.eliminated:
@@ -80,18 +81,18 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         elim.add_column("stage")
         elim.add_column("reason", overflow="fold")
         for name, reason in rec.eliminated.items():
-            elim.add_row(name, rec.elimination_stage.get(name, ""), reason)
+            elim.add_row(name, rec.elimination_stage.get(name, ""), escape(reason))
         console.print(elim)
     style = "bold green" if rec.winner else "bold red"
-    console.print(f"[{style}]Deciding constraint:[/{style}] {rec.deciding_constraint}", highlight=False)
+    console.print(f"[{style}]Deciding constraint:[/{style}] {escape(rec.deciding_constraint)}", highlight=False)
     if rec.message:
-        console.print(f"[bold red]{rec.message}[/bold red]", highlight=False)
+        console.print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
     if rec.sensitivity:
         console.print("[bold]Sensitivity:[/bold]")
         for s in rec.sensitivity:
-            console.print(f"  • {s}", highlight=False)
+            console.print(f"  • {escape(s)}", highlight=False)
     for n in rec.notes:
-        console.print(f"[dim]note: {n}[/dim]", highlight=False)
+        console.print(f"[dim]note: {escape(n)}[/dim]", highlight=False)
 
 
 def recommend_cmd(
@@ -126,10 +127,10 @@ def recommend_cmd(
     if json_out:
         typer.echo(rec.model_dump_json(indent=2))
     else:
-        print_recommendation(rec, Console())
+        print_recommendation(rec, make_console())
     if rec.exit_code:
         if json_out:
-            Console(stderr=True).print(f"[bold red]{rec.message}[/bold red]", highlight=False)
+            make_console(stderr=True).print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
         raise typer.Exit(rec.exit_code)
 
 
@@ -146,6 +147,6 @@ def report_cmd(
 
     runs = _load_runs(run, output_dir)
     md, html = write_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
-    console = Console()
+    console = make_console()
     console.print(f"Markdown report: {md}", highlight=False, soft_wrap=True)
     console.print(f"HTML report:     {html}", highlight=False, soft_wrap=True)

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import typer
 
-from harness.cli_common import fail, parse_rate
+from harness.cli_common import make_console, fail, parse_rate
 from rich.console import Console
 from rich.table import Table
 
@@ -30,8 +30,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _fail(message: str) -> None:

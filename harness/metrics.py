@@ -70,6 +70,9 @@ class SLO:
         return f"{self.metric}_p{p}"
 
 
+_STORED_PERCENTILES = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99_9", 100.0: "max"}
+
+
 def parse_slos(text: str | None) -> list[SLO]:
     """Parse ``"ttft_p99=500,tpot_p99=50"`` (ms) into :class:`SLO` objects.
 
@@ -99,9 +102,12 @@ def parse_slos(text: str | None) -> list[SLO]:
         if not threshold > 0 or math.isinf(threshold):
             raise SLOError(f"SLO {key} must be a positive number of milliseconds, got {val!r}")
         pct = float(m.group(2).replace("_", ".")) if m.group(2) else 99.0
-        if not 0 < pct <= 100:
-            raise SLOError(f"SLO percentile must be in (0, 100], got {pct:g} in {key!r}")
-        out.append(SLO(m.group(1), threshold, pct))
+        if pct not in _STORED_PERCENTILES:
+            raise SLOError(f"SLO percentile p{pct:g} in {key!r} is not computed: use p50, p90, p95, p99, p99_9 or p100")
+        slo = SLO(m.group(1), threshold, pct)
+        if any(o.key == slo.key for o in out):
+            raise SLOError(f"SLO {slo.key} is given twice: keep one value")
+        out.append(slo)
     return out
 
 
@@ -393,7 +399,7 @@ def slo_percentile_value(metrics: dict[str, Any], slo: SLO) -> float | None:
     only make the percentile worse; None = infinite). Percentiles outside the stored set
     raise ValueError.
     """
-    name = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99_9", 100.0: "max"}.get(slo.percentile)
+    name = _STORED_PERCENTILES.get(slo.percentile)
     if name is None:
         raise ValueError(f"percentile p{slo.percentile:g} is not stored; use 50, 90, 95, 99, 99.9 or 100")
     if slo.metric in ("ttft", "e2el") and metrics.get("requests_failed"):

@@ -112,13 +112,26 @@ def resolve_model(model: str | None) -> Path:
     Raises :class:`ModelError` with the fix for anything else (hub ids cannot be downloaded
     here: pass a local folder).
     """
-    if model in (None, "", DEFAULT_MODEL):
+    if model is None or model == DEFAULT_MODEL:
         return prepare_default_model()
+    if not model.strip():
+        raise ModelError("--model is empty: pass a Hugging Face model folder, or omit --model for the embedded default")
     path = Path(model).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        cfg = path / "config.json"
+        if not cfg.is_file():
             raise ModelError(f"{path} has no config.json: pass a Hugging Face model folder")
+        try:
+            parsed = json.loads(cfg.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelError(f"{cfg} is not valid JSON ({exc}): fix or re-download the model folder") from exc
+        if not isinstance(parsed, dict):
+            raise ModelError(f"{cfg} is not a JSON object: fix or re-download the model folder")
+        if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+            raise ModelError(f"{path} has no tokenizer (tokenizer.json / tokenizer.model): the workloads need it")
         return path.resolve()
+    if path.exists() or "/" in model or model.startswith("."):
+        raise ModelError(f"--model {model}: not a folder; pass a Hugging Face model folder (with config.json)")
     raise ModelError(
         f"model {model!r} is not a local folder; download it first (e.g. `hf download {model} --local-dir DIR`) "
         "and pass --model DIR, or omit --model for the embedded default"

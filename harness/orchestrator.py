@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rich.markup import escape
+
 from results.schema import RequestRecord
 from results.store import RunWriter, new_run_id
 from workloads.base import RequestSpec, Workload
@@ -314,7 +316,7 @@ class Orchestrator:
         writer = RunWriter(run_dir, run_id, workload.name)
         writer.summary["slos"] = {s.key: s.threshold_ms for s in c.slos}
         self._manifest(writer, model_dir, workload, threads)
-        self.console.print(f"Run [bold]{run_id}[/] → {run_dir}")
+        self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
         if c.calibrate:
             from .calibrate import calibrate
 
@@ -336,7 +338,7 @@ class Orchestrator:
                 continue
             probe = adapter.probe()
             if not probe.available:
-                self.console.print(f"[yellow]{name}[/]: skipped — {probe.reason}")
+                self.console.print(f"[yellow]{name}[/]: skipped — {escape(probe.reason)}")
                 writer.set_engine(name, "skipped", probe.reason, capabilities=cap_dict)
                 continue
             try:
@@ -352,7 +354,7 @@ class Orchestrator:
                 # a crash mid-run keeps what was measured before it (metrics over those requests)
                 measured = _read_engine(writer, name)
                 metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
-                self.console.print(f"[red]{name}[/]: failed — {exc}")
+                self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
                 if exc.log_tail:
                     self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
                 writer.set_engine(name, "failed", str(exc), metrics=metrics, log_tail=exc.log_tail[-4000:],
@@ -362,7 +364,7 @@ class Orchestrator:
             if m.get("requests_completed", 0) == 0:
                 reason = f"no request succeeded ({m.get('failures_by_class')})"
                 writer.set_engine(name, "failed", reason, capabilities=cap_dict, version=probe.version, **entry)
-                self.console.print(f"[red]{name}[/]: failed — {reason}")
+                self.console.print(f"[red]{name}[/]: failed — {escape(reason)}")
                 continue
             writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
             writer.manifest["validity"][name] = {
@@ -398,7 +400,7 @@ class Orchestrator:
         try:
             setup_engine(name, console=self.console)
         except EngineError as exc:
-            self.console.print(f"[red]{name}[/]: failed to install — {exc}")
+            self.console.print(f"[red]{name}[/]: failed to install — {escape(str(exc))}")
             writer.set_engine(name, "failed", f"failed to install: {exc}", log_tail=exc.log_tail[-4000:],
                               capabilities=cap_dict)
             return False

@@ -755,10 +755,15 @@ def _deciding(out: _Outcome, ctx: _Ctx, preset: str) -> str:
         )
     else:
         top = max(CRITERIA, key=lambda c: margin_by_c[c])
+        against = {c: v for c, v in margin_by_c.items() if v < -_EPS}
+        offset = (
+            "; " + ", ".join(f"{c} {v:+.3f}" for c, v in sorted(against.items(), key=lambda kv: kv[1]))
+            + f" in {r}'s favour" if against else ""
+        )
         head = (
             f"{wdisp}: highest score {sw:.3f} vs {r} {sr:.3f} under the {preset} weights on {cond}; "
-            f"the margin comes mostly from {top} ({_criterion_detail(top, w, r, out, ctx)}; "
-            f"weighted contribution {margin_by_c[top]:+.3f} of {margin:+.3f})"
+            f"decided by {top} ({_criterion_detail(top, w, r, out, ctx)}; "
+            f"{top} {margin_by_c[top]:+.3f} to the margin of {margin:+.3f}{offset})"
         )
     return "; ".join([head, *_excluded_clause(out, non_slo + ("slo",))])
 

@@ -184,6 +184,8 @@ def load_run(run_dir: Path | str) -> Run:
         manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{run_dir}: corrupt JSON ({exc})") from exc
+    if not isinstance(summary, dict) or not isinstance(manifest, dict):
+        raise ResultsError(f"{run_dir}: summary.json or manifest.json is not a JSON object; the run folder is damaged")
     version = str(summary.get("schema_version", "0"))
     if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
         raise ResultsError(

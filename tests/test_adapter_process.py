@@ -9,6 +9,7 @@ import _thread
 import json
 import os
 import sys
+import signal
 import threading
 import time
 import urllib.request
@@ -119,6 +120,8 @@ def test_keyboard_interrupt_inside_with_block(tmp_path):
 
 def test_keyboard_interrupt_during_startup(tmp_path):
     sp = make(tmp_path, "--mode", "never_healthy", timeout=30)
+    # interrupt_main() is a no-op while SIGINT is ignored (pytest started as a background job)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.8, _thread.interrupt_main)
     timer.start()
     try:
@@ -127,6 +130,7 @@ def test_keyboard_interrupt_during_startup(tmp_path):
                 pass
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert_gone(sp)
 
 

@@ -64,6 +64,14 @@ def test_run_openai_writes_summary_manifest_and_records(url, tmp_path):
         (["--num-requests", "0"], "--num-requests must be > 0"),
         (["--engine-arg", "vllm"], "vllm"),
         (["--api", "grpc"], "--api"),
+        (["--preset", "foo"], "unknown --preset 'foo'"),
+        (["--hardware", "NOPE"], "--hardware"),
+        (["--slo", "ttft_p42=5"], "p42"),
+        (["--slo", "ttft_p99=5,ttft_p99=6"], "given twice"),
+        (["--threads", "1000"], "exceeds"),
+        (["--run-id", "../escape"], "plain folder name"),
+        (["--model", "/nonexistent/model"], "not a folder"),
+        (["--workload", "x[/]"], "unknown workload 'x[/]'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
@@ -72,3 +80,13 @@ def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
     out = res.output.strip()
     assert needle in out and "Traceback" not in out
     assert len(out.splitlines()) <= 2  # one message (rich may wrap a long line once)
+
+
+def test_existing_run_folder_or_file_output_dir_is_refused_before_running(tmp_path):
+    (tmp_path / "taken").mkdir()
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "-o", str(tmp_path), "--run-id", "taken"])
+    assert res.exit_code == 2 and "already exists" in res.output
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "-o", str(afile)])
+    assert res.exit_code == 2 and "is a file" in res.output
