@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 

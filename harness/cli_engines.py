@@ -19,7 +19,6 @@ from typing import NoReturn, Optional
 import typer
 
 from harness.cli_common import make_console, fail
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 

@@ -20,7 +20,6 @@ from typing import Any, Optional
 import typer
 
 from harness.cli_common import make_console, fail, parse_rate
-from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(
