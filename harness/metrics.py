@@ -1,6 +1,6 @@
 """Metric computation: request records → the numbers in ``summary.json``.
 
-One convention, stated in every report (DESIGN.md, "Metric definitions"). All latencies are in
+One convention, stated in every report and in the README ("Metric definitions"). All latencies are in
 milliseconds, rates per second. Percentiles use numpy's ``linear`` method (vLLM's
 ``benchmark_serving`` convention). Only ``phase == "measured"`` records enter metrics.
 

@@ -37,6 +37,7 @@ EQUIVALENCE_PROMPTS = (
     "List three primary colors:",
 )
 EQUIVALENCE_MAX_TOKENS = 16
+DRIFT_WARN = 0.05  # warn when server usage and re-tokenization disagree by more than 5 % on average
 
 
 @dataclass
@@ -367,9 +368,21 @@ class Orchestrator:
                 self.console.print(f"[red]{name}[/]: failed — {escape(reason)}")
                 continue
             writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
+            drift = m["token_drift"]
             writer.manifest["validity"][name] = {
                 k: m.get(k) for k in ("offered_rate", "achieved_rate", "rate_valid")
-            } | {"output_tokens_estimated": m["token_drift"]["output_estimated"]}
+            } | {
+                "output_tokens_estimated": drift["output_estimated"],
+                "output_token_drift": drift["output_rel_diff_mean"],
+                "input_token_drift": drift["input_rel_diff_mean"],
+            }
+            for side in ("input", "output"):
+                rel = drift[f"{side}_rel_diff_mean"]
+                if rel is not None and rel > DRIFT_WARN:
+                    self.console.print(
+                        f"[yellow]{name}[/]: server-reported {side} tokens differ from our tokenizer's count by "
+                        f"{rel:.0%} on average: is the engine serving the same model/tokenizer? (manifest: validity)"
+                    )
             if texts is not None:
                 equivalence[name] = texts
         if len(equivalence) >= 2:

@@ -45,6 +45,9 @@ def test_run_openai_writes_summary_manifest_and_records(url, tmp_path):
     assert m["output_throughput"] == pytest.approx(60 / m["duration_s"])
     assert m["goodput"]["good_requests"] == 12 and m["goodput"]["slo_attainment"] == 1.0
     manifest = json.loads((run / "manifest.json").read_text())
+    # the null server reports prompt_tokens=1 for 16-token prompts: the drift is flagged, not hidden
+    assert manifest["validity"]["openai"]["input_token_drift"] > 0.05
+    assert "input tokens differ from our tokenizer's count" in res.output
     for key in ("command", "harness_version", "hardware", "model", "workload", "git_sha", "engines"):
         assert key in manifest
     assert manifest["workload"]["seed"] == 0 and manifest["workload"]["input_len"] == 16
