@@ -21,6 +21,9 @@ from workloads.base import RequestSpec
 from .sse import SSEParser, interpret
 
 
+KEEPALIVE_S = 2.0  # below every server idle timeout we know of (uvicorn 5 s, aiohttp 75 s)
+
+
 @dataclass
 class EndpointTarget:
     """Where and how to send: ``base_url`` without ``/v1``; ``model`` = served model name."""
@@ -56,8 +59,14 @@ def build_payload(req: RequestSpec, target: EndpointTarget) -> tuple[str, dict[s
 
 def new_session(timeout_s: float = 600.0) -> aiohttp.ClientSession:
     """An aiohttp session with no connection cap (the runner owns concurrency) and a total
-    per-request timeout of ``timeout_s`` seconds."""
-    connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=True)
+    per-request timeout of ``timeout_s`` seconds.
+
+    Pooled connections idle for more than :data:`KEEPALIVE_S` are not reused: reusing one races
+    the server's idle timeout (uvicorn closes after 5 s) and fails the request with "connection
+    reset by peer" - seen after agentic think times. Busy periods still reuse connections, so
+    the client's own overhead stays low (``bench calibrate``).
+    """
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True)
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=30)
     return aiohttp.ClientSession(connector=connector, timeout=timeout)
 
