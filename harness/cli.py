@@ -133,6 +133,9 @@ def run(
         fail(f"unknown engine {unknown[0]!r}: choose from {', '.join(ENGINE_NAMES)} or 'all'")
     if "all" in engines and len(engines) > 1:
         fail("--engine all cannot be combined with other names")
+    dup = next((e for e in engines if engines.count(e) > 1), None)
+    if dup:
+        fail(f"--engine lists {dup!r} twice: name each engine once")
     served_name = None
     model_dir = model
     if "openai" in engines:
@@ -258,14 +261,18 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for col in cols:
         t.add_column(col, justify="left" if col in ("engine", "status") else "right")
     notes = []
+
+    def note(name: str, reason: str) -> None:  # adapters' reasons already start with "name:"
+        notes.append(reason if reason.startswith(f"{name}:") else f"{name}: {reason}")
+
     for name, e in summary.get("engines", {}).items():
         m = e.get("metrics") or {}
         if e.get("status") != "ok" and not m:
             t.add_row(name, e.get("status", "?"), *["–"] * (len(cols) - 2))
-            notes.append(f"{name}: {e.get('reason', '')}")
+            note(name, e.get("reason", ""))
             continue
         if e.get("status") != "ok":
-            notes.append(f"{name}: {e.get('reason', '')}")
+            note(name, e.get("reason", ""))
         g = (m.get("goodput") or {}).get("request_goodput")
         t.add_row(
             name, e.get("status", "?"),

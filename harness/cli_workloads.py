@@ -112,7 +112,7 @@ def show(
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Closed-loop cap on in-flight requests."),
     input_len: Optional[int] = typer.Option(None, "--input-len", help="random: input tokens."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="random: output tokens."),
-    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random: lengths uniform in [len(1-r), len(1+r)]."),
+    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random: lengths uniform from len*(1-r) to len*(1+r)."),
     api: Optional[str] = typer.Option(None, "--api", help="'chat' or 'completions' (default: the workload's)."),
     trace: Optional[str] = typer.Option(None, "--trace", help="trace: azure-code, azure-conv, mooncake, servegen-language, servegen-reason or a file."),
     time_scale: Optional[float] = typer.Option(None, "--time-scale", help="trace: replay speed (2 = twice as fast)."),

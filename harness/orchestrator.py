@@ -10,6 +10,7 @@ marks it ``failed`` ("interrupted"), keeps every record already written, and re-
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import platform
 import subprocess
@@ -202,7 +203,7 @@ class Orchestrator:
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "python": platform.python_version(),
                 "platform": platform.platform(),
-                "hardware": hw.__dict__ if hasattr(hw, "__dict__") else dict(hw),
+                "hardware": hw.to_dict(),
                 "model": model_summary(model_dir),
                 "workload": workload.spec,
                 "workload_stats": workload.stats,
@@ -334,7 +335,7 @@ class Orchestrator:
         for adapter in adapters:
             name = adapter.name
             caps = getattr(adapter, "capabilities", None)
-            cap_dict = dict(caps.__dict__) if caps is not None and hasattr(caps, "__dict__") else {}
+            cap_dict = dataclasses.asdict(caps) if caps is not None else {}
             if c.setup_engines and not self._ensure_installed(name, writer, cap_dict):
                 continue
             probe = adapter.probe()

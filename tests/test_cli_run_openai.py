@@ -75,6 +75,7 @@ def test_run_openai_writes_summary_manifest_and_records(url, tmp_path):
         (["--run-id", "../escape"], "plain folder name"),
         (["--model", "/nonexistent/model"], "not a folder"),
         (["--workload", "x[/]"], "unknown workload 'x[/]'"),
+        (["--engine", "own,own"], "twice"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
