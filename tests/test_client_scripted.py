@@ -58,8 +58,7 @@ def usage(p, c, cached=None):
 DONE = b"data: [DONE]\n\n"
 
 
-async def play(url: str, sid: str, pieces: list[tuple[float, bytes]], api: str = "chat", status: int = 200):
-    """Register a script, stream it through the client, return (record, text, server write times)."""
+async def play_once(url: str, sid: str, pieces: list[tuple[float, bytes]], api: str, status: int):
     script = {"status": status, "pieces": [[d, base64.b64encode(b).decode()] for d, b in pieces]}
     async with aiohttp.ClientSession() as s:
         async with s.put(f"{url}/_script/{sid}", json=script) as r:
@@ -75,6 +74,26 @@ async def play(url: str, sid: str, pieces: list[tuple[float, bytes]], api: str =
     async with aiohttp.ClientSession() as s:
         async with s.get(f"{url}/_writes/{sid}") as r:
             writes = await r.json()
+    return rec, text, writes
+
+
+def delivered_within_tolerance(rec: RequestRecord, writes: list[int]) -> bool:
+    """Every token-bearing chunk was stamped within TOL_NS after some server write."""
+    return all(any(0 <= t - w <= TOL_NS for w in writes) for t in rec.chunk_times_ns)
+
+
+async def play(url: str, sid: str, pieces: list[tuple[float, bytes]], api: str = "chat", status: int = 200):
+    """Register a script, stream it through the client, return (record, text, server write times).
+
+    On a shared 2-core VM the client process is occasionally scheduled a few ms late (3 ms
+    seen in CI), which says nothing about the parser; such an attempt is replayed, at most 3
+    times. A parser that stamps the wrong read is off by a whole scripted delay (>= 10 ms) in
+    every attempt, so the assertions that follow still catch it.
+    """
+    for _ in range(3):
+        rec, text, writes = await play_once(url, sid, pieces, api, status)
+        if delivered_within_tolerance(rec, writes):
+            break
     return rec, text, writes
 
 
