@@ -18,7 +18,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, cli_engines, cli_report, cli_workloads
-from .cli_common import make_console, err_console, fail, parse_rate
+from .cli_common import (
+    ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
+    err_console,
+    fail,
+    make_console,
+    parse_rate,
+)
 
 app = typer.Typer(
     name="bench",
@@ -76,23 +82,23 @@ def run(
     engine: str = typer.Option("all", "--engine", "-e", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`."),
     workload: str = typer.Option("agentic", "--workload", "-w", help="Workload name. See `bench workloads`."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name."),
-    num_requests: Optional[int] = typer.Option(None, "--num-requests", "-n", help="Number of measured requests (turns for agentic). Default: the workload's."),
-    input_len: Optional[int] = typer.Option(None, "--input-len", help="random workload: prompt tokens."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="random workload: output tokens (sent with ignore_eos)."),
-    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random workload: lengths uniform from len*(1-r) to len*(1+r) (vLLM convention)."),
-    request_rate: Optional[str] = typer.Option(None, "--request-rate", "-r", help="Offered rate in requests/s (session starts/s for agentic); 'inf' sends all at once. Default: the workload's (agentic 0.5 sessions/s, others inf)."),
-    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Cap on in-flight requests (closed loop)."),
+    num_requests: NumRequestsOpt = None,
+    input_len: InputLenOpt = None,
+    output_len: OutputLenOpt = None,
+    range_ratio: RangeRatioOpt = None,
+    request_rate: RequestRateOpt = None,
+    burstiness: BurstinessOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
     seed: int = typer.Option(0, "--seed", min=0, help="Seed for the workload and arrivals: same seed, same requests."),
     slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them)."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload)."),
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where run folders are written."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-workload)."),
-    scale: Optional[float] = typer.Option(None, "--scale", help="Shrink trace prompt lengths by this factor, in (0, 1] (default: the workload's CPU profile)."),
-    api: Optional[str] = typer.Option(None, "--api", help="'chat' or 'completions' (default: the workload's)."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="trace workload: which trace to replay (see `bench workloads show trace`)."),
-    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="trace workload: replay speed-up; timestamps are divided by it (2 = twice as fast)."),
-    workload_spec: Optional[Path] = typer.Option(None, "--workload-spec", help="YAML workload spec (see workloads/specs/); flags override its fields."),
+    scale: ScaleOpt = None,
+    api: ApiOpt = None,
+    trace: TraceOpt = None,
+    time_scale: TimeScaleOpt = None,
+    workload_spec: WorkloadSpecOpt = None,
     base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads per engine (default: cores - 1, one core left for the client)."),

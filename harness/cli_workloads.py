@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from harness.cli_common import make_console, fail, parse_rate
+from harness.cli_common import (
+    ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
+    fail,
+    make_console,
+    parse_rate,
+)
 from rich.table import Table
 
 app = typer.Typer(
@@ -105,18 +109,18 @@ def render_stats(name: str, spec: dict[str, Any], stats: dict[str, Any]) -> list
 def show(
     name: str = typer.Argument(..., help="Workload name (see `bench workloads`)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default 0): same seed, same requests."),
-    scale: Optional[float] = typer.Option(None, "--scale", help="Multiply trace token lengths (default: the workload's CPU profile)."),
-    num_requests: Optional[int] = typer.Option(None, "--num-requests", "-n", help="Number of requests (agentic: turns, branches included)."),
-    request_rate: Optional[str] = typer.Option(None, "--request-rate", "-r", help="Requests/s (agentic: sessions/s) or 'inf'."),
-    burstiness: Optional[float] = typer.Option(None, "--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Closed-loop cap on in-flight requests."),
-    input_len: Optional[int] = typer.Option(None, "--input-len", help="random: input tokens."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="random: output tokens."),
-    range_ratio: Optional[float] = typer.Option(None, "--range-ratio", help="random: lengths uniform from len*(1-r) to len*(1+r)."),
-    api: Optional[str] = typer.Option(None, "--api", help="'chat' or 'completions' (default: the workload's)."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="trace: azure-code, azure-conv, mooncake, servegen-language, servegen-reason or a file."),
-    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="trace: replay speed (2 = twice as fast)."),
-    spec_file: Optional[Path] = typer.Option(None, "--workload-spec", help="YAML workload spec (values are overridden by flags)."),
+    scale: ScaleOpt = None,
+    num_requests: NumRequestsOpt = None,
+    request_rate: RequestRateOpt = None,
+    burstiness: BurstinessOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
+    input_len: InputLenOpt = None,
+    output_len: OutputLenOpt = None,
+    range_ratio: RangeRatioOpt = None,
+    api: ApiOpt = None,
+    trace: TraceOpt = None,
+    time_scale: TimeScaleOpt = None,
+    spec_file: WorkloadSpecOpt = None,
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder whose tokenizer counts tokens (default: embedded SmolLM2)."),
     as_json: bool = typer.Option(False, "--json", help="Print {spec, stats} as JSON instead of tables."),
 ) -> None:
