@@ -25,6 +25,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from own_engine.metrics_export import ServerCounters, render_metrics
+from own_engine.engine import RequestOutput
 from own_engine.sampling_params import SamplingParams
 from own_engine.server import create_app
 from own_engine.server_text import IncrementalDetokenizer, OutputTextProcessor
@@ -73,16 +74,8 @@ class FakeTokenizer:
         return text + ("<assistant>" if add_generation_prompt else "")
 
 
-@dataclass
-class FakeOutput:
-    request_id: str
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    num_output_tokens: int
-    index: int = 0
+# the fake engine emits the real engine's output type, so the two cannot drift apart
+FakeOutput = RequestOutput
 
 
 @dataclass
