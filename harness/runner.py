@@ -125,23 +125,21 @@ class Runner:
         return record, text
 
     async def _session(self, http: Any, session: Session, t0: int, gate: asyncio.Semaphore | None) -> None:
-        due = t0 + int(session.start_offset_s * 1e9)
-        pending: list[tuple[int, RequestSpec]] = [(due, session.first_request())]
         tasks: set[asyncio.Task] = set()
+
+        def spawn(when: int, req: RequestSpec) -> None:
+            t = asyncio.create_task(turn(when, req))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
 
         async def turn(when: int, req: RequestSpec) -> None:
             record, text = await self._one(http, req, when, gate, "measured")
             done_ns = record.end_ns or time.perf_counter_ns()
             follow: list[FollowUp] = session.on_complete(req, text, record.success)
             for f in follow:
-                t = asyncio.create_task(turn(done_ns + int(f.delay_s * 1e9), f.request))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
+                spawn(done_ns + int(f.delay_s * 1e9), f.request)
 
-        for when, req in pending:
-            t = asyncio.create_task(turn(when, req))
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
+        spawn(t0 + int(session.start_offset_s * 1e9), session.first_request())
         while tasks:
             await asyncio.gather(*list(tasks))
 
