@@ -15,6 +15,7 @@ BATCHING_MODES = ("continuous", "static")
 KV_ALLOCATIONS = ("paged", "naive")
 SPECULATIVE_MODES = ("none", "ngram", "draft")
 DEVICES = ("auto", "cpu", "cuda")
+ATTENTION_BACKENDS = ("auto", "triton", "torch")
 
 
 class ConfigError(ValueError):
@@ -95,6 +96,8 @@ class EngineConfig:
     ``"ngram"`` (prompt lookup) or ``"draft"`` (layer-truncated self-draft of ``draft_num_layers``
     layers), proposing up to ``num_speculative_tokens`` tokens per step. ``threads``: torch intra-op
     threads. ``device``: ``"auto"`` picks CUDA when available. ``seed``: seeds requests without their own.
+    ``attention_backend``: ``"auto"`` (the Triton kernel on CUDA when it works, else PyTorch),
+    ``"triton"`` (error if unusable) or ``"torch"`` (the PyTorch path, also on CUDA: the ablation).
     """
 
     model_dir: Path
@@ -114,6 +117,7 @@ class EngineConfig:
     threads: int = 1
     device: str = "auto"
     seed: int = 0
+    attention_backend: str = "auto"
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting and its fix."""
@@ -138,6 +142,8 @@ class EngineConfig:
             raise ConfigError(f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}")
         if self.device not in DEVICES:
             raise ConfigError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
         if self.speculative == "draft":
             pos("draft_num_layers")
 

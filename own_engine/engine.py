@@ -61,8 +61,9 @@ class LLMEngine:
     """The reference engine over one Llama-architecture model folder.
 
     Attributes: ``tokenizer`` (transformers tokenizer of ``model_dir``), ``max_model_len`` (tokens),
-    ``config``, ``model_config``, ``num_kv_blocks``. Raises :class:`~own_engine.config.ConfigError`
-    for invalid settings.
+    ``config``, ``model_config``, ``num_kv_blocks``, ``device``, ``attention_backend`` (``"triton"`` or
+    ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"`` on CUDA, else None).
+    Raises :class:`~own_engine.config.ConfigError` for invalid settings.
     """
 
     def __init__(self, config: EngineConfig) -> None:
@@ -84,8 +85,9 @@ class LLMEngine:
                                           config.kv_allocation, max_blocks_per_seq)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, config.enable_chunked_prefill, config.batching, spec_k)
-        model = LlamaModel.from_dir(config.model_dir, mc, self.max_model_len + spec_k + 1, self.device,
-                                    select_attention(self.device))
+        attention_fn, self.attention_backend, self.attention_note = select_attention(
+            self.device, config.attention_backend)
+        model = LlamaModel.from_dir(config.model_dir, mc, self.max_model_len + spec_k + 1, self.device, attention_fn)
         self.runner = ModelRunner(model, self.num_kv_blocks, config.block_size, self.device)
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()

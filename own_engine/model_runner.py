@@ -8,12 +8,16 @@ sampled positions only).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from own_engine.attention import build_metadata, paged_attention
 from own_engine.model import LlamaModel
+
+logger = logging.getLogger("own_engine")
 
 
 @dataclass
@@ -27,16 +31,48 @@ class BatchItem:
     num_logits: int
 
 
-def select_attention(device: torch.device):
-    """The Triton paged-attention kernel on CUDA when importable, else the PyTorch path."""
-    if device.type == "cuda":
-        try:
-            from own_engine.triton_attention import triton_paged_attention
+_SMOKE: dict[str, str | None] = {}  # device -> reason the Triton kernel is unusable there (None: fine)
 
-            return triton_paged_attention
-        except ImportError:  # no Triton: the PyTorch path also runs on CUDA
-            return paged_attention
-    return paged_attention
+
+def triton_unavailable_reason(device: torch.device) -> str | None:
+    """None when the Triton kernel imports and passes its smoke test on ``device`` (checked once per
+    device and process); else a one-line reason."""
+    if device.type != "cuda":
+        return f"the Triton kernel needs a CUDA device, got {device}"
+    key = str(device)
+    if key not in _SMOKE:
+        try:
+            from own_engine.triton_attention import smoke_test
+        except ImportError as exc:
+            _SMOKE[key] = f"Triton is not importable: {exc}"
+        else:
+            _SMOKE[key] = smoke_test(device)
+    return _SMOKE[key]
+
+
+def select_attention(device: torch.device, backend: str = "auto") -> tuple[Callable, str, str | None]:
+    """``(attention_fn, name, note)`` for ``device``: the Triton paged-attention kernel (name
+    ``"triton"``) on CUDA when it imports and passes its smoke test, else the PyTorch path
+    (``"torch"``; it runs on CUDA too). ``note`` says why ``auto`` fell back (logged as a warning).
+
+    ``backend="triton"`` raises :class:`~own_engine.config.ConfigError` when the kernel is unusable;
+    ``"torch"`` always gives the PyTorch path (the ablation baseline on a GPU).
+    """
+    from own_engine.config import ATTENTION_BACKENDS, ConfigError
+
+    if backend not in ATTENTION_BACKENDS:
+        raise ConfigError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
+    if backend == "torch" or (backend == "auto" and device.type != "cuda"):
+        return paged_attention, "torch", None
+    reason = triton_unavailable_reason(device)
+    if reason is None:
+        from own_engine.triton_attention import triton_paged_attention
+
+        return triton_paged_attention, "triton", None
+    if backend == "triton":
+        raise ConfigError(f"attention_backend='triton' is unusable: {reason}; use 'auto' or 'torch'")
+    logger.warning("using the PyTorch attention path on %s: %s", device, reason)
+    return paged_attention, "torch", reason
 
 
 class ModelRunner:

@@ -70,7 +70,7 @@ def share_weights(monkeypatch_module):
     real = engine_mod.LlamaModel.from_dir
 
     def cached(model_dir, cfg, max_len, device, attention_fn=None):
-        key = str(model_dir)
+        key = (str(model_dir), str(device), attention_fn)  # on a GPU machine engines run on CUDA
         if key not in _MODELS or _MODELS[key].cos.shape[0] < max_len:
             _MODELS[key] = real(model_dir, cfg, max(max_len, 1024), device, attention_fn)
         return _MODELS[key]
@@ -153,7 +153,7 @@ def test_chunked_prefill_and_prefix_hits_match_full_forward_logits(default_engin
     model = default_engine.runner.model
     ids = prompt_ids[0]
     n = len(ids)
-    r = ModelRunner(model, num_blocks=16, block_size=16, device=torch.device("cpu"))
+    r = ModelRunner(model, num_blocks=16, block_size=16, device=default_engine.device)
     full = r.run([BatchItem(ids, 0, [0, 1, 2, 3], n)])
     # chunked: 3 uneven chunks into other blocks, logits of every position
     bt = [5, 6, 7, 8]
