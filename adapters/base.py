@@ -11,10 +11,11 @@ so the shim-server form is used for all of them.)
 
 from __future__ import annotations
 
+import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 HARDWARE_KINDS = ("nvidia", "amd", "cpu")
 FEATURES = (
@@ -73,6 +74,7 @@ class LaunchConfig:
     startup_timeout_s: float = 300.0
     base_url: str | None = None  # for the generic ``openai`` adapter
     model_name: str | None = None  # served model name override
+    cancel: threading.Event | None = None  # set = abandon a start-up in progress (parallel start)
 
 
 @dataclass
@@ -94,6 +96,10 @@ class Endpoint:
     supports_ignore_eos: bool = True
     metrics_url: str | None = None  # Prometheus /metrics, scraped after the run when set
     log_path: Path | None = None
+    # Freeze / thaw the server's processes (SIGSTOP / SIGCONT; resume waits for health).
+    # None for engines the harness did not start (an external endpoint is never paused).
+    pause: Callable[[], None] | None = None
+    resume: Callable[[], None] | None = None
 
 
 class EngineError(RuntimeError):

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -82,6 +83,11 @@ class ServerProcess:
     order, 200 from any = ready; ``startup_timeout_s``: health wait limit (s);
     ``stop_grace_s``: SIGTERM → SIGKILL delay (s); ``name``: used in error messages.
 
+    ``cancel``: when set while waiting for health, start-up stops with :class:`EngineError`
+    (another thread's Ctrl-C during a parallel start). :meth:`pause` / :meth:`resume` freeze and
+    thaw the whole group (SIGSTOP / SIGCONT) so an idle server takes no CPU while another
+    engine is measured.
+
     ``__enter__`` starts and waits for health; raises :class:`EngineError` (message + the last
     40 log lines in ``log_tail``) when the process exits early or health times out, after
     stopping it. ``__exit__`` always stops the group; when the server had died on its own during
@@ -103,6 +109,7 @@ class ServerProcess:
         stop_grace_s: float = 10.0,
         name: str = "server",
         health_headers: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.cmd = [str(c) for c in cmd]
         self.log_path = Path(log_path)
@@ -115,6 +122,8 @@ class ServerProcess:
         self.stop_grace_s = stop_grace_s
         self.name = name
         self.health_headers = dict(health_headers or {})
+        self.cancel = cancel
+        self.paused = False
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
         self._stopping = False
@@ -179,9 +188,10 @@ class ServerProcess:
                 raise EngineError(
                     f"{self.name} exited with code {rc} during start-up (log: {self.log_path})", self.log_tail()
                 )
+            if self.cancel is not None and self.cancel.is_set():
+                raise EngineError(f"{self.name}: start-up cancelled", self.log_tail())
             if self._healthy():
-                self.startup_s = clock() - t0
-                return self.startup_s
+                return clock() - t0
             if clock() - t0 > self.startup_timeout_s:
                 raise EngineError(
                     f"{self.name} was not healthy after {self.startup_timeout_s:.0f} s "
@@ -202,6 +212,9 @@ class ServerProcess:
             return None
         self._stopping = True
         try:
+            if self.paused:  # a stopped group would only see SIGTERM once continued
+                os.killpg(self.pgid, signal.SIGCONT)
+                self.paused = False
             os.killpg(self.pgid, signal.SIGTERM)
         except ProcessLookupError:
             pass
@@ -229,6 +242,34 @@ class ServerProcess:
             time.sleep(0.05)
         return self.proc.returncode
 
+    def pause(self) -> None:
+        """Freeze every process of the group (SIGSTOP): no CPU until :meth:`resume`."""
+        if self.pgid is not None and not self.paused:
+            try:
+                os.killpg(self.pgid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return
+            self.paused = True
+
+    def resume(self) -> None:
+        """Thaw the group (SIGCONT) and wait until it answers health again.
+
+        Raises :class:`EngineError` when it died while paused or does not answer in time.
+        """
+        if self.pgid is None or self.proc is None:
+            return
+        rc = self.proc.poll()
+        if rc is not None:
+            raise EngineError(f"{self.name} exited with code {rc} while it waited for its turn (log: {self.log_path})",
+                              self.log_tail())
+        if self.paused:
+            try:
+                os.killpg(self.pgid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.paused = False
+        self.wait_healthy()
+
     def check_alive(self) -> None:
         """Raise :class:`EngineError` (with the log tail) when the server has exited."""
         rc = self.poll()
@@ -239,7 +280,7 @@ class ServerProcess:
     def __enter__(self) -> "ServerProcess":
         self.start()
         try:
-            self.wait_healthy()
+            self.startup_s = self.wait_healthy()
         except BaseException:
             self.stop()
             raise

@@ -159,6 +159,7 @@ class ServerAdapter:
     capabilities: Capabilities = Capabilities(hardware=("cpu",))
     adapter_keys: tuple[str, ...] = ()
     stop_grace_s: float = 15.0
+    starts_process = True  # the harness starts (and may pause) this engine's server process
 
     def probe(self) -> ProbeResult:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -198,7 +199,7 @@ class ServerAdapter:
         server = ServerProcess(
             plan.cmd, log_path=log_path, port=port, env=env, cwd=plan.cwd,
             health_paths=plan.health_paths, startup_timeout_s=config.startup_timeout_s,
-            stop_grace_s=self.stop_grace_s, name=self.name,
+            stop_grace_s=self.stop_grace_s, name=self.name, cancel=config.cancel,
         )
         with server:
             base = server.base_url
@@ -223,6 +224,8 @@ class ServerAdapter:
                 supports_ignore_eos=plan.supports_ignore_eos,
                 metrics_url=(base + plan.metrics_path) if plan.metrics_path else None,
                 log_path=log_path,
+                pause=server.pause,
+                resume=server.resume,
             )
 
 

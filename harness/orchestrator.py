@@ -17,9 +17,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rich.markup import escape
 
@@ -77,6 +78,7 @@ class RunConfig:
     preset: str = "balanced"
     report: bool = True
     setup_engines: bool = False  # install missing CPU engine environments before measuring them
+    parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
@@ -217,13 +219,11 @@ class Orchestrator:
         writer.write_manifest()
 
     # -- one engine ----------------------------------------------------------------------
-    def _measure_engine(
-        self, name: str, adapter: Any, model_dir: Path, writer: RunWriter, workload: Workload, tokenizer: Any, threads: int
-    ) -> tuple[dict[str, Any], list[RequestRecord], list[str] | None]:
+    def _launch_config(self, name: str, model_dir: Path, writer: RunWriter, threads: int) -> Any:
         from adapters.base import LaunchConfig
 
         c = self.cfg
-        launch = LaunchConfig(
+        return LaunchConfig(
             model_dir=model_dir,
             run_dir=writer.run_dir,
             threads=threads,
@@ -232,13 +232,30 @@ class Orchestrator:
             base_url=c.base_url,
             model_name=c.served_model_name,
         )
+
+    @contextmanager
+    def _endpoint(self, name: str, adapter: Any, launch: Any, starter: Any) -> Iterator[tuple[Any, float, bool]]:
+        """Yield ``(endpoint, start-up s, started in parallel)``: the engine held by ``starter``
+        (thawed for its turn) or a fresh launch; the engine is stopped on exit."""
+        if starter is not None and starter.holds(name):
+            self.console.print(f"[bold]{name}[/]: resuming …")
+            with starter.take(name) as (ep, startup_s):
+                yield ep, startup_s, True
+            return
         self.console.print(f"[bold]{name}[/]: starting …")
         t_start = time.monotonic()
         with adapter.launch(launch) as ep:
-            startup_s = time.monotonic() - t_start
+            yield ep, time.monotonic() - t_start, False
+
+    def _measure_engine(
+        self, name: str, adapter: Any, launch: Any, starter: Any, writer: RunWriter, workload: Workload, tokenizer: Any
+    ) -> tuple[dict[str, Any], list[RequestRecord], list[str] | None]:
+        c = self.cfg
+        with self._endpoint(name, adapter, launch, starter) as (ep, startup_s, parallel):
             writer.manifest["engines"][name] = {
                 "display_name": ep.display_name,
                 "startup_s": round(startup_s, 2),
+                "startup_parallel": parallel,
                 **ep.effective_config,
             }
             writer.write_manifest()
@@ -265,7 +282,8 @@ class Orchestrator:
             engine_metrics = self._engine_metrics(name, _scrape(ep.metrics_url))
         measured = [r for r in runner.records if r.phase == "measured"]
         metrics = compute_metrics(measured, c.slos, workload.offered_rate)
-        extra = {"display_name": ep.display_name, "wall_s": round(wall, 2), "startup_s": round(startup_s, 2)}
+        extra = {"display_name": ep.display_name, "wall_s": round(wall, 2), "startup_s": round(startup_s, 2),
+                 "startup_parallel": parallel}
         if engine_metrics:
             extra["engine_metrics"] = engine_metrics
         return {"metrics": metrics, **extra}, measured, equiv_texts
@@ -332,6 +350,7 @@ class Orchestrator:
         adapters = all_adapters() if c.engines == ["all"] else [get_adapter(n) for n in c.engines]
         equivalence: dict[str, list[str]] = {}
         interrupted = False
+        runnable: list[tuple[Any, dict[str, Any], Any]] = []
         for adapter in adapters:
             name = adapter.name
             caps = getattr(adapter, "capabilities", None)
@@ -343,49 +362,40 @@ class Orchestrator:
                 self.console.print(f"[yellow]{name}[/]: skipped — {escape(probe.reason)}")
                 writer.set_engine(name, "skipped", probe.reason, capabilities=cap_dict)
                 continue
-            try:
-                entry, measured, texts = self._measure_engine(name, adapter, model_dir, writer, workload, tokenizer, threads)
-            except KeyboardInterrupt:
-                measured = _read_engine(writer, name)
-                metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
-                writer.set_engine(name, "failed", f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
-                                  metrics=metrics, capabilities=cap_dict, version=probe.version)
-                interrupted = True
-                break
-            except EngineError as exc:
-                # a crash mid-run keeps what was measured before it (metrics over those requests)
-                measured = _read_engine(writer, name)
-                metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
-                self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
-                if exc.log_tail:
-                    self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
-                writer.set_engine(name, "failed", str(exc), metrics=metrics, log_tail=exc.log_tail[-4000:],
-                                  capabilities=cap_dict, version=probe.version)
-                continue
-            m = entry["metrics"]
-            if m.get("requests_completed", 0) == 0:
-                reason = f"no request succeeded ({m.get('failures_by_class')})"
-                writer.set_engine(name, "failed", reason, capabilities=cap_dict, version=probe.version, **entry)
-                self.console.print(f"[red]{name}[/]: failed — {escape(reason)}")
-                continue
-            writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
-            drift = m["token_drift"]
-            writer.manifest["validity"][name] = {
-                k: m.get(k) for k in ("offered_rate", "achieved_rate", "rate_valid")
-            } | {
-                "output_tokens_estimated": drift["output_estimated"],
-                "output_token_drift": drift["output_rel_diff_mean"],
-                "input_token_drift": drift["input_rel_diff_mean"],
-            }
-            for side in ("input", "output"):
-                rel = drift[f"{side}_rel_diff_mean"]
-                if rel is not None and rel > DRIFT_WARN:
-                    self.console.print(
-                        f"[yellow]{name}[/]: server-reported {side} tokens differ from our tokenizer's count by "
-                        f"{rel:.0%} on average: is the engine serving the same model/tokenizer? (manifest: validity)"
-                    )
-            if texts is not None:
-                equivalence[name] = texts
+            runnable.append((adapter, cap_dict, probe))
+        launches = {a.name: self._launch_config(a.name, model_dir, writer, threads) for a, _, _ in runnable}
+        starter = self._parallel_start(runnable, launches)
+        try:
+            for adapter, cap_dict, probe in runnable:
+                name = adapter.name
+                try:
+                    entry, measured, texts = self._measure_engine(name, adapter, launches[name], starter, writer,
+                                                                  workload, tokenizer)
+                except KeyboardInterrupt:
+                    measured = _read_engine(writer, name)
+                    metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
+                    writer.set_engine(name, "failed",
+                                      f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
+                                      metrics=metrics, capabilities=cap_dict, version=probe.version)
+                    interrupted = True
+                    break
+                except EngineError as exc:
+                    # a crash mid-run keeps what was measured before it (metrics over those requests)
+                    measured = _read_engine(writer, name)
+                    metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
+                    self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
+                    if exc.log_tail:
+                        self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
+                    writer.set_engine(name, "failed", str(exc), metrics=metrics, log_tail=exc.log_tail[-4000:],
+                                      capabilities=cap_dict, version=probe.version)
+                    continue
+                texts = self._record_engine(name, entry, texts, writer, cap_dict, probe)
+                if texts is not None:
+                    equivalence[name] = texts
+        finally:
+            if starter is not None:
+                starter.close()
+            writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
         if len(equivalence) >= 2:
             ref = "transformers" if "transformers" in equivalence else next(iter(equivalence))
             writer.summary["equivalence"] = {
@@ -399,6 +409,50 @@ class Orchestrator:
         if c.report:
             result.recommendation = self._report(run_dir)
         return result
+
+    def _record_engine(self, name: str, entry: dict[str, Any], texts: list[str] | None, writer: RunWriter,
+                       cap_dict: dict[str, Any], probe: Any) -> list[str] | None:
+        """Store one measured engine (ok, or failed when no request succeeded), its validity
+        facts and drift warnings; returns its equivalence texts when it counts."""
+        m = entry["metrics"]
+        if m.get("requests_completed", 0) == 0:
+            reason = f"no request succeeded ({m.get('failures_by_class')})"
+            writer.set_engine(name, "failed", reason, capabilities=cap_dict, version=probe.version, **entry)
+            self.console.print(f"[red]{name}[/]: failed — {escape(reason)}")
+            return None
+        writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
+        drift = m["token_drift"]
+        writer.manifest["validity"][name] = {
+            k: m.get(k) for k in ("offered_rate", "achieved_rate", "rate_valid")
+        } | {
+            "output_tokens_estimated": drift["output_estimated"],
+            "output_token_drift": drift["output_rel_diff_mean"],
+            "input_token_drift": drift["input_rel_diff_mean"],
+        }
+        for side in ("input", "output"):
+            rel = drift[f"{side}_rel_diff_mean"]
+            if rel is not None and rel > DRIFT_WARN:
+                self.console.print(
+                    f"[yellow]{name}[/]: server-reported {side} tokens differ from our tokenizer's count by "
+                    f"{rel:.0%} on average: is the engine serving the same model/tokenizer? (manifest: validity)"
+                )
+        return texts
+
+    def _parallel_start(self, runnable: list[tuple[Any, dict[str, Any], Any]], launches: dict[str, Any]) -> Any:
+        """Start every engine the harness runs as a process at once (harness/startup.py), when
+        asked for, there are two or more, and they fit in memory; None = start one by one."""
+        from .startup import ParallelStarter, parallel_start_fits
+
+        items = [(a.name, a, launches[a.name]) for a, _, _ in runnable if getattr(a, "starts_process", False)]
+        if not self.cfg.parallel_start or len(items) < 2:
+            return None
+        if not parallel_start_fits(len(items)):
+            self.console.print(f"[yellow]not enough free memory to hold {len(items)} engines at once: "
+                               "starting them one after another[/]")
+            return None
+        starter = ParallelStarter(self.console)
+        starter.start(items)
+        return starter
 
     def _ensure_installed(self, name: str, writer: RunWriter, cap_dict: dict[str, Any]) -> bool:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is

@@ -110,6 +110,14 @@ class RunWriter:
         self.summary["engines"][name] = entry
         self.write_summary()
 
+    def order_engines(self, names: list[str]) -> None:
+        """Put ``summary.json``'s engines in the order of ``names`` (others after, as they were)."""
+        engines = self.summary["engines"]
+        ordered = {n: engines[n] for n in names if n in engines}
+        ordered.update({n: e for n, e in engines.items() if n not in ordered})
+        self.summary["engines"] = ordered
+        self.write_summary()
+
     def write_summary(self) -> None:
         _write_json_atomic(self.run_dir / SUMMARY_FILE, self.summary)
 

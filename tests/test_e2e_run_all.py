@@ -51,6 +51,9 @@ def test_run_all_agentic_end_to_end(tmp_path, monkeypatch):
     assert manifest["workload"]["kind"] == "agentic" and manifest["workload"]["seed"] == 0
     assert "scale" in manifest["workload"] and manifest["client_calibration"]["max_rate_rps"] > 0
     assert set(manifest["engines"]) >= {"own", "transformers"}
+    # both started at once, frozen until their turn (harness/startup.py)
+    assert "Starting 2 engines in parallel" in res.output
+    assert all(manifest["engines"][n]["startup_parallel"] for n in ("own", "transformers"))
 
     records = [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines()]
     measured = [r for r in records if r["phase"] == "measured"]

@@ -1,0 +1,149 @@
+"""Parallel engine start-up: the engines of a run start together, then wait frozen.
+
+Why: on the 2-core reference machine, start-up (Python imports, weight load, KV cache
+allocation) takes vLLM-CPU and SGLang ~45 s each, and one start after another was about a
+quarter of a default ``bench run --engine all``. Start-up is not measured, so the engines may
+compete for the CPU while they start. Each engine starts in its own thread; the moment it
+answers health its whole process group is frozen (SIGSTOP, :meth:`Endpoint.pause`), so an
+idle server never takes CPU from the engine being measured. :meth:`ParallelStarter.take`
+thaws one (SIGCONT, then health again) for its turn and stops it when the turn ends.
+
+The cost is memory: every started engine stays resident until its turn.
+:func:`parallel_start_fits` checks the machine's available memory first; the orchestrator
+falls back to one start after another when it does not fit (or on ``--sequential-start``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import Any, Iterator
+
+from rich.markup import escape
+
+from adapters.base import Endpoint, EngineError, LaunchConfig
+
+# Mean resident memory (USS) of one started, idle CPU engine with the 1 GiB KV budget of
+# adapters/server.py: 10.5 GiB for all 7 CPU engines on the reference machine (0.3 GiB for
+# the transformers shim .. 3.6 GiB for SGLang's 3 processes), rounded up.
+ENGINE_RESIDENT_GIB = 2.0
+# Memory left free for the client, the measured engine's growth (a KV cache that grows to its
+# 1 GiB budget, activations of a static batch) and the OS (GiB).
+HEADROOM_GIB = 3.0
+
+
+def parallel_start_fits(n_engines: int, available_bytes: int | None = None) -> bool:
+    """True when ``n_engines`` started engines fit in the available memory with headroom.
+
+    ``available_bytes``: defaults to ``psutil.virtual_memory().available``.
+    """
+    if available_bytes is None:
+        import psutil
+
+        available_bytes = psutil.virtual_memory().available
+    return available_bytes >= (n_engines * ENGINE_RESIDENT_GIB + HEADROOM_GIB) * 2**30
+
+
+class ParallelStarter:
+    """Starts several engines at once and holds each one, frozen, until its turn.
+
+    ``console``: a rich Console for progress. Use :meth:`start` once, then :meth:`take`
+    per engine, and always :meth:`close` (it stops every engine not yet taken).
+    """
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._stacks: dict[str, ExitStack] = {}
+        self._ready: dict[str, tuple[Endpoint, float]] = {}
+        self._errors: dict[str, EngineError] = {}
+
+    def _start_one(self, name: str, adapter: Any, config: LaunchConfig, t0: float) -> float:
+        stack = ExitStack()
+        try:
+            ep = stack.enter_context(adapter.launch(replace(config, cancel=self.cancel)))
+            elapsed = time.monotonic() - t0
+            if ep.pause is not None:
+                ep.pause()
+        except BaseException:
+            stack.close()
+            raise
+        with self._lock:
+            self._stacks[name] = stack
+            self._ready[name] = (ep, elapsed)
+        return elapsed
+
+    def start(self, items: list[tuple[str, Any, LaunchConfig]]) -> None:
+        """Start every ``(name, adapter, launch config)`` at once; return when each one is
+        healthy (and frozen) or has failed. A failure is kept and raised by :meth:`take`.
+
+        On KeyboardInterrupt: abandons the start-ups in progress, stops what had started, re-raises.
+        """
+        if not items:
+            return
+        names = ", ".join(n for n, _, _ in items)
+        self.console.print(f"Starting {len(items)} engines in parallel ({escape(names)}); "
+                           "each is frozen once ready until its turn …")
+        t0 = time.monotonic()
+        pool = ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="engine-start")
+        futures = {pool.submit(self._start_one, name, adapter, cfg, t0): name for name, adapter, cfg in items}
+        pending = set(futures)
+        try:
+            while pending:
+                # short waits: a Ctrl-C is seen within 0.5 s whatever the platform's lock semantics
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self._report(futures[fut], fut)
+        except BaseException:
+            self.cancel.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            self.close()
+            raise
+        pool.shutdown(wait=True)
+
+    def _report(self, name: str, fut: Future) -> None:
+        try:
+            elapsed = fut.result()
+        except Exception as exc:  # any failure of one start fails that engine, not the run
+            if not isinstance(exc, EngineError):
+                exc = EngineError(f"{name}: start-up failed: {type(exc).__name__}: {exc}")
+            with self._lock:
+                self._errors[name] = exc
+            self.console.print(f"  [red]{escape(name)}[/]: failed to start — {escape(str(exc))}")
+        else:
+            self.console.print(f"  {escape(name)}: ready in {elapsed:.1f} s (frozen until its turn)")
+
+    def holds(self, name: str) -> bool:
+        """True when ``name`` was started here (ready or failed) and not yet taken."""
+        with self._lock:
+            return name in self._ready or name in self._errors
+
+    @contextmanager
+    def take(self, name: str) -> Iterator[tuple[Endpoint, float]]:
+        """Thaw engine ``name`` and yield ``(endpoint, start-up seconds)``; stop it on exit.
+
+        Raises the :class:`EngineError` of a failed start, or one when the engine died or
+        stopped answering while it waited; KeyError for an engine that was never started.
+        """
+        with self._lock:
+            if name in self._errors:
+                raise self._errors.pop(name)
+            ep, startup_s = self._ready.pop(name)
+            stack = self._stacks.pop(name)
+        with stack:
+            if ep.resume is not None:
+                ep.resume()
+            yield ep, startup_s
+
+    def close(self) -> None:
+        """Stop every engine still held (thawed first, so it can shut down cleanly)."""
+        with self._lock:
+            stacks = list(self._stacks.values())
+            self._stacks.clear()
+            self._ready.clear()
+        for stack in stacks:
+            stack.close()
