@@ -133,7 +133,7 @@ def build_workload(
     """Build the named workload on ``tokenizer`` (a Hugging Face tokenizer or a :class:`TokenKit`).
 
     Keywords left at None keep the spec's value (YAML ``spec_file``, else the kind's default:
-    seed 0; agentic: 6 sessions × 3 turns (2 branching), scale 0.15, 0.5 sessions/s Poisson; ...).
+    seed 0; agentic: 4 sessions × 3 turns (1 branching), scale 0.1, 0.5 sessions/s Poisson; ...).
     ``num_requests`` bounds the number of *requests* (for agentic: turns, branches included;
     sessions are added until the planned turns total exactly num_requests).
     ``request_rate``: requests/s (agentic: session starts/s), inf = all at once.

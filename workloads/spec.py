@@ -76,17 +76,17 @@ class AgenticSpec(WorkloadSpec):
 
     kind: Literal["agentic"] = "agentic"
     api: Api = "chat"
-    scale: float = Field(default=0.15, gt=0, le=1)
+    scale: float = Field(default=0.1, gt=0, le=1)
     request_rate: float = Field(default=0.5, gt=0)
-    num_sessions: int = Field(default=6, ge=1)
+    num_sessions: int = Field(default=4, ge=1)
     max_turns: int = Field(default=3, ge=1)
     branch_fraction: float = Field(default=0.34, ge=0, le=1)
     branch_factor: int = Field(default=2, ge=2)
     branch_after: int = Field(default=2, ge=1)
-    think_time_scale: float = Field(default=0.5, ge=0)
+    think_time_scale: float = Field(default=0.25, ge=0)
     output_scale: float = Field(default=0.5, gt=0)
-    min_output_tokens: int = Field(default=24, ge=1)
-    max_output_tokens: int = Field(default=48, ge=1)
+    min_output_tokens: int = Field(default=16, ge=1)
+    max_output_tokens: int = Field(default=32, ge=1)
     min_message_tokens: int = Field(default=8, ge=1)
     trajectories: list[str] | None = None  # substrings of trajectory names to use (default: all 22)
 
