@@ -91,6 +91,10 @@ class SglangAdapter(ServerAdapter):
         else:
             defaults = {}
             display = "sglang"
+        # The harness stops SGLang by signalling its whole process group; SGLang then treats
+        # the scheduler's exit as a crash and sleeps 5 s for py-spy / CUDA core-dump
+        # diagnostics before it exits. Those dumps are for debugging SGLang, not for a benchmark.
+        env.update({"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"})
         env.update(env_extra)
         opts = {"served_model_name": model_name, "enable_metrics": "true", **defaults, **flags}
         cmd = [str(engine_python("sglang")), "-m", "sglang.launch_server", "--model-path", str(Path(config.model_dir)),

@@ -39,6 +39,9 @@ class DeepSpeedAdapter(ServerAdapter):
         """Available when ``bench engines setup deepspeed`` has built ``.engines/deepspeed``."""
         missing = probe_installed("deepspeed")
         if missing is not None:
+            if (self._hardware or detect_hardware()) == "cpu":
+                return ProbeResult(False, missing.reason + "; not installed by `make bench` / --setup-engines on a "
+                                   "CPU: there it is Hugging Face generate underneath, the transformers baseline's numbers")
             return missing
         return ProbeResult(True, "deepspeed: CPU init_inference (HF generate underneath) behind our shim",
                            version=installed_version("deepspeed"))

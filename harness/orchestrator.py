@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -82,7 +83,10 @@ class RunConfig:
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
-AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime", "deepspeed")
+# Not DeepSpeed: on a CPU its inference path is Hugging Face `generate` underneath (no kernel
+# injection), so it measures what the transformers baseline already measures, at ~40 s of a
+# default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it.
+AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime")
 
 
 @dataclass
@@ -264,16 +268,7 @@ class Orchestrator:
             runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
                             RunnerOptions(c.max_concurrency, c.request_timeout_s), on_progress=progress_cb)
             try:
-                if c.warmup:
-                    from workloads.registry import build_warmup
-
-                    asyncio.run(runner.warmup(build_warmup(tokenizer, c.warmup, seed=c.seed + 7919)))
-                equiv_texts = None
-                if c.check_equivalence:
-                    eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
-                    recs = asyncio.run(eq.warmup(_equivalence_requests(c.seed)))
-                    recs.sort(key=lambda r: r.request_id)
-                    equiv_texts = [r.output_text or "" for r in recs]
+                equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer))
                 t0 = time.monotonic()
                 asyncio.run(runner.measure(workload))
                 wall = time.monotonic() - t0
@@ -287,6 +282,24 @@ class Orchestrator:
         if engine_metrics:
             extra["engine_metrics"] = engine_metrics
         return {"metrics": metrics, **extra}, measured, equiv_texts
+
+    async def _before_measuring(self, name: str, target: EndpointTarget, runner: Runner, tokenizer: Any) -> list[str] | None:
+        """Warm-up requests (stored as phase ``warmup``, never in metrics) and the greedy
+        equivalence prompts, sent together; returns the equivalence outputs (None = not checked)."""
+        from workloads.registry import build_warmup
+
+        c = self.cfg
+        # all at once: one batch on a continuous-batching engine, a couple on a static one
+        warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=c.seed + 7919), concurrency=c.warmup) if c.warmup else None
+        check = None
+        if c.check_equivalence:
+            eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
+            check = eq.warmup(_equivalence_requests(c.seed), concurrency=len(EQUIVALENCE_PROMPTS))
+        results = await asyncio.gather(*(x for x in (warm, check) if x is not None))
+        if check is None:
+            return None
+        recs = sorted(results[-1], key=lambda r: r.request_id)
+        return [r.output_text or "" for r in recs]
 
     def _engine_metrics(self, name: str, text: str | None) -> dict[str, Any]:
         if not text:
@@ -326,18 +339,13 @@ class Orchestrator:
 
         c = self.cfg
         model_dir = resolve_model(c.model)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        workload = self._workload(tokenizer)
-        run_id = c.run_id or new_run_id(workload.name)
+        run_id = c.run_id or new_run_id(c.workload)
         run_dir = Path(c.output_dir) / run_id
         threads = c.threads or default_threads()
-        writer = RunWriter(run_dir, run_id, workload.name)
+        writer = RunWriter(run_dir, run_id, c.workload)
         writer.summary["slos"] = {s.key: s.threshold_ms for s in c.slos}
-        self._manifest(writer, model_dir, workload, threads)
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
-        if c.calibrate:
+        if c.calibrate:  # first, while nothing else runs: it measures the client's own timing
             from .calibrate import calibrate
 
             self.console.print("Calibrating the client against a local null server …")
@@ -365,7 +373,12 @@ class Orchestrator:
             runnable.append((adapter, cap_dict, probe))
         launches = {a.name: self._launch_config(a.name, model_dir, writer, threads) for a, _, _ in runnable}
         starter = self._parallel_start(runnable, launches)
+        # built while the engines start (loading transformers and the tokenizer takes ~5 s)
+        tokenizer, workload = self._build_workload(model_dir, starter, writer)
         try:
+            self._manifest(writer, model_dir, workload, threads)
+            if starter is not None:
+                starter.wait()
             for adapter, cap_dict, probe in runnable:
                 name = adapter.name
                 try:
@@ -438,9 +451,25 @@ class Orchestrator:
                 )
         return texts
 
+    def _build_workload(self, model_dir: Path, starter: Any, writer: RunWriter) -> tuple[Any, Workload]:
+        """Tokenizer and workload; on failure (a bad spec, Ctrl-C) the engines already starting
+        are stopped and the run folder, which holds no measurement yet, is removed."""
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            return tokenizer, self._workload(tokenizer)
+        except BaseException:
+            if starter is not None:
+                starter.close()
+            writer.close()
+            shutil.rmtree(writer.run_dir, ignore_errors=True)
+            raise
+
     def _parallel_start(self, runnable: list[tuple[Any, dict[str, Any], Any]], launches: dict[str, Any]) -> Any:
         """Start every engine the harness runs as a process at once (harness/startup.py), when
-        asked for, there are two or more, and they fit in memory; None = start one by one."""
+        asked for, there are two or more, and they fit in memory; None = start one by one.
+        Returns at once: the caller waits with ``starter.wait()``."""
         from .startup import ParallelStarter, parallel_start_fits
 
         items = [(a.name, a, launches[a.name]) for a, _, _ in runnable if getattr(a, "starts_process", False)]
@@ -451,7 +480,7 @@ class Orchestrator:
                                "starting them one after another[/]")
             return None
         starter = ParallelStarter(self.console)
-        starter.start(items)
+        starter.begin(items)
         return starter
 
     def _ensure_installed(self, name: str, writer: RunWriter, cap_dict: dict[str, Any]) -> bool:

@@ -143,10 +143,11 @@ class Runner:
         while tasks:
             await asyncio.gather(*list(tasks))
 
-    async def warmup(self, requests: Sequence[RequestSpec]) -> list[RequestRecord]:
-        """Send warm-up requests (phase ``warmup``: stored, never in metrics), two at a time."""
+    async def warmup(self, requests: Sequence[RequestSpec], concurrency: int = 2) -> list[RequestRecord]:
+        """Send warm-up requests (phase ``warmup``: stored, never in metrics), ``concurrency``
+        at a time."""
         out: list[RequestRecord] = []
-        gate = asyncio.Semaphore(2)
+        gate = asyncio.Semaphore(max(1, concurrency))
         async with new_session(self.options.request_timeout_s) as http:
             now = time.perf_counter_ns()
             results = await asyncio.gather(*(self._one(http, r, now, gate, "warmup") for r in requests))
@@ -158,6 +159,9 @@ class Runner:
         cap = self.options.max_concurrency or workload.max_concurrency
         gate = asyncio.Semaphore(cap) if cap else None
         async with new_session(self.options.request_timeout_s) as http:
-            t0 = time.perf_counter_ns() + START_LEAD_NS
+            # the clock starts at the first arrival: the idle lead-in before it is skipped (it is
+            # outside every metric anyway: the measured duration starts at the first send)
+            lead = min((s.start_offset_s for s in workload.sessions), default=0.0)
+            t0 = time.perf_counter_ns() + START_LEAD_NS - int(lead * 1e9)
             await asyncio.gather(*(self._session(http, s, t0, gate) for s in workload.sessions))
         return [r for r in self.records if r.phase == "measured"]

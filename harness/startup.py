@@ -50,8 +50,9 @@ def parallel_start_fits(n_engines: int, available_bytes: int | None = None) -> b
 class ParallelStarter:
     """Starts several engines at once and holds each one, frozen, until its turn.
 
-    ``console``: a rich Console for progress. Use :meth:`start` once, then :meth:`take`
-    per engine, and always :meth:`close` (it stops every engine not yet taken).
+    ``console``: a rich Console for progress. Use :meth:`begin` and :meth:`wait` (or
+    :meth:`start`, both at once), then :meth:`take` per engine, and always :meth:`close` (it
+    stops every engine not yet taken).
     """
 
     def __init__(self, console: Any) -> None:
@@ -61,61 +62,64 @@ class ParallelStarter:
         self._stacks: dict[str, ExitStack] = {}
         self._ready: dict[str, tuple[Endpoint, float]] = {}
         self._errors: dict[str, EngineError] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: list[Future] = []
 
-    def _start_one(self, name: str, adapter: Any, config: LaunchConfig, t0: float) -> float:
+    def _start_one(self, name: str, adapter: Any, config: LaunchConfig, t0: float) -> None:
+        """Thread body: launch, freeze once healthy, report; a failure is kept for :meth:`take`."""
         stack = ExitStack()
         try:
             ep = stack.enter_context(adapter.launch(replace(config, cancel=self.cancel)))
             elapsed = time.monotonic() - t0
             if ep.pause is not None:
                 ep.pause()
+        except Exception as exc:  # any failure of one start fails that engine, not the run
+            stack.close()
+            err = exc if isinstance(exc, EngineError) else EngineError(f"{name}: start-up failed: {type(exc).__name__}: {exc}")
+            with self._lock:
+                self._errors[name] = err
+            if not self.cancel.is_set():
+                self.console.print(f"  [red]{escape(name)}[/]: failed to start — {escape(str(err))}")
+            return
         except BaseException:
             stack.close()
             raise
         with self._lock:
             self._stacks[name] = stack
             self._ready[name] = (ep, elapsed)
-        return elapsed
+        self.console.print(f"  {escape(name)}: ready in {elapsed:.1f} s (frozen until its turn)")
 
-    def start(self, items: list[tuple[str, Any, LaunchConfig]]) -> None:
-        """Start every ``(name, adapter, launch config)`` at once; return when each one is
-        healthy (and frozen) or has failed. A failure is kept and raised by :meth:`take`.
-
-        On KeyboardInterrupt: abandons the start-ups in progress, stops what had started, re-raises.
-        """
+    def begin(self, items: list[tuple[str, Any, LaunchConfig]]) -> None:
+        """Start every ``(name, adapter, launch config)`` at once, each in its own thread, and
+        return at once: the caller may do other work, then :meth:`wait`."""
         if not items:
             return
         names = ", ".join(n for n, _, _ in items)
         self.console.print(f"Starting {len(items)} engines in parallel ({escape(names)}); "
                            "each is frozen once ready until its turn …")
         t0 = time.monotonic()
-        pool = ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="engine-start")
-        futures = {pool.submit(self._start_one, name, adapter, cfg, t0): name for name, adapter, cfg in items}
-        pending = set(futures)
+        self._pool = ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="engine-start")
+        self._futures = [self._pool.submit(self._start_one, name, adapter, cfg, t0) for name, adapter, cfg in items]
+
+    def wait(self) -> None:
+        """Block until every engine of :meth:`begin` is healthy (and frozen) or has failed.
+        A failure is kept and raised by :meth:`take`.
+
+        On KeyboardInterrupt: abandons the start-ups in progress, stops what had started, re-raises.
+        """
+        pending = set(self._futures)
         try:
             while pending:
                 # short waits: a Ctrl-C is seen within 0.5 s whatever the platform's lock semantics
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    self._report(futures[fut], fut)
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
         except BaseException:
-            self.cancel.set()
-            pool.shutdown(wait=True, cancel_futures=True)
             self.close()
             raise
-        pool.shutdown(wait=True)
 
-    def _report(self, name: str, fut: Future) -> None:
-        try:
-            elapsed = fut.result()
-        except Exception as exc:  # any failure of one start fails that engine, not the run
-            if not isinstance(exc, EngineError):
-                exc = EngineError(f"{name}: start-up failed: {type(exc).__name__}: {exc}")
-            with self._lock:
-                self._errors[name] = exc
-            self.console.print(f"  [red]{escape(name)}[/]: failed to start — {escape(str(exc))}")
-        else:
-            self.console.print(f"  {escape(name)}: ready in {elapsed:.1f} s (frozen until its turn)")
+    def start(self, items: list[tuple[str, Any, LaunchConfig]]) -> None:
+        """:meth:`begin` then :meth:`wait`."""
+        self.begin(items)
+        self.wait()
 
     def holds(self, name: str) -> bool:
         """True when ``name`` was started here (ready or failed) and not yet taken."""
@@ -140,10 +144,16 @@ class ParallelStarter:
             yield ep, startup_s
 
     def close(self) -> None:
-        """Stop every engine still held (thawed first, so it can shut down cleanly)."""
+        """Abandon start-ups still in progress and stop every engine still held (thawed
+        first, so it can shut down cleanly)."""
+        if self._pool is not None:
+            if any(not f.done() for f in self._futures):
+                self.cancel.set()
+            self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             stacks = list(self._stacks.values())
             self._stacks.clear()
             self._ready.clear()
+            self._errors.clear()
         for stack in stacks:
             stack.close()

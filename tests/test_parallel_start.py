@@ -143,3 +143,30 @@ def test_parallel_start_fits_memory_rule():
     assert not parallel_start_fits(2, available_bytes=7 * gib - 1)
     assert parallel_start_fits(7, available_bytes=17 * gib)  # all CPU engines on a 24 GiB machine
     assert not parallel_start_fits(7, available_bytes=16 * gib)
+
+
+def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_the_run(tmp_path, monkeypatch):
+    import adapters.registry as registry
+    from harness.orchestrator import Orchestrator, RunConfig
+    from workloads.errors import WorkloadError
+
+    fakes = {"own": Named("own", "--delay", "0.3"), "transformers": Named("transformers", "--delay", "0.3")}
+    monkeypatch.setattr(registry, "get_adapter", lambda n: fakes[n])
+    began: list[bool] = []
+    real_begin = ParallelStarter.begin
+    monkeypatch.setattr(ParallelStarter, "begin", lambda self, items: (began.append(True), real_begin(self, items))[1])
+
+    def bad_workload(self, tokenizer):
+        time.sleep(0.5)  # the engines are starting meanwhile
+        raise WorkloadError("line 3: num_sessions must be >= 1")
+
+    monkeypatch.setattr(Orchestrator, "_workload", bad_workload)
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    cfg = RunConfig(engines=["own", "transformers"], output_dir=tmp_path, run_id="bad", calibrate=False, report=False)
+    with pytest.raises(WorkloadError, match="num_sessions"):
+        Orchestrator(cfg, Console(file=open("/dev/null", "w"))).run()
+    assert began == [True]
+    assert not (tmp_path / "bad").exists()  # nothing measured: no half-written run folder
+    leftover = [c for c in psutil.Process().children(recursive=True)
+                if c.pid not in before and c.status() != psutil.STATUS_ZOMBIE]
+    assert leftover == []
