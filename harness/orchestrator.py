@@ -468,12 +468,19 @@ class Orchestrator:
 
     def _parallel_start(self, runnable: list[tuple[Any, dict[str, Any], Any]], launches: dict[str, Any]) -> Any:
         """Start every engine the harness runs as a process at once (harness/startup.py), when
-        asked for, there are two or more, and they fit in memory; None = start one by one.
+        asked for, on a CPU-only machine, there are two or more, and they fit in host memory;
+        None = start one by one.
         Returns at once: the caller waits with ``starter.wait()``."""
         from .startup import ParallelStarter, parallel_start_fits
 
+        from adapters.hardware import detect_hardware as detect_kind
+
         items = [(a.name, a, launches[a.name]) for a, _, _ in runnable if getattr(a, "starts_process", False)]
         if not self.cfg.parallel_start or len(items) < 2:
+            return None
+        if detect_kind() != "cpu":
+            # GPU engines each claim most of the device memory (vLLM: 90 %): they cannot all
+            # be resident at once, so they start one after another
             return None
         if not parallel_start_fits(len(items)):
             self.console.print(f"[yellow]not enough free memory to hold {len(items)} engines at once: "

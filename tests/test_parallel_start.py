@@ -170,3 +170,22 @@ def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_th
     leftover = [c for c in psutil.Process().children(recursive=True)
                 if c.pid not in before and c.status() != psutil.STATUS_ZOMBIE]
     assert leftover == []
+
+
+def test_parallel_start_only_on_a_cpu_machine_and_only_when_asked(tmp_path, monkeypatch):
+    from harness.orchestrator import Orchestrator, RunConfig
+
+    runnable = [(Named("a"), {}, None), (Named("b"), {}, None)]
+    launches = {"a": cfg(tmp_path), "b": cfg(tmp_path)}
+    quiet = Console(file=open("/dev/null", "w"))
+    monkeypatch.setenv("BENCH_HARDWARE", "nvidia")  # GPU engines each claim most of the device memory
+    assert Orchestrator(RunConfig(engines=["all"]), quiet)._parallel_start(runnable, launches) is None
+    monkeypatch.setenv("BENCH_HARDWARE", "cpu")
+    assert Orchestrator(RunConfig(engines=["all"], parallel_start=False), quiet)._parallel_start(runnable, launches) is None
+    assert Orchestrator(RunConfig(engines=["all"]), quiet)._parallel_start(runnable[:1], launches) is None  # one engine
+    starter = Orchestrator(RunConfig(engines=["all"]), quiet)._parallel_start(runnable, launches)
+    try:
+        starter.wait()
+        assert starter.holds("a") and starter.holds("b")
+    finally:
+        starter.close()
