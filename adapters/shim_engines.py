@@ -16,7 +16,7 @@ import hashlib
 from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from adapters.envs import engine_env_dir, engine_python
+from adapters.envs import RECIPES, engine_env_dir, engine_python
 from adapters.hardware import detect_hardware
 from adapters.server import (
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args, thread_env,
@@ -40,8 +40,9 @@ class DeepSpeedAdapter(ServerAdapter):
         missing = probe_installed("deepspeed")
         if missing is not None:
             if (self._hardware or detect_hardware()) == "cpu":
-                return ProbeResult(False, missing.reason + "; not installed by `make bench` / --setup-engines on a "
-                                   "CPU: there it is Hugging Face generate underneath, the transformers baseline's numbers")
+                return ProbeResult(False, "deepspeed: not installed - on a CPU it is Hugging Face generate underneath "
+                                   "(the transformers baseline), so `make bench` leaves it out; add it with "
+                                   f"`bench engines setup deepspeed` ({RECIPES['deepspeed'].approx})")
             return missing
         return ProbeResult(True, "deepspeed: CPU init_inference (HF generate underneath) behind our shim",
                            version=installed_version("deepspeed"))

@@ -703,7 +703,15 @@ def _criterion_detail(c: str, w: str, r: str, out: _Outcome, ctx: _Ctx) -> str:
 
 
 def _excluded_clause(out: _Outcome, stages: Iterable[str]) -> list[str]:
-    return [f"{n} excluded: {reason}" for n, (st, reason) in out.eliminated.items() if st in stages]
+    """Why each engine of ``stages`` is out; engines skipped before measuring (not installed,
+    no such hardware) are only named - their reasons are in the table, not the deciding line."""
+    stages = tuple(stages)
+    skipped = [n for n, (st, reason) in out.eliminated.items()
+               if st == "not measured" and st in stages and reason.startswith("not measured (skipped)")]
+    parts = [f"{n} excluded: {reason}" for n, (st, reason) in out.eliminated.items() if st in stages and n not in skipped]
+    if skipped:
+        parts.append(f"not measured (skipped; reasons in the not-measured list): {', '.join(skipped)}")
+    return parts
 
 
 def _deciding(out: _Outcome, ctx: _Ctx, preset: str) -> str:
@@ -768,6 +776,11 @@ def _deciding(out: _Outcome, ctx: _Ctx, preset: str) -> str:
     return "; ".join([head, *_excluded_clause(out, non_slo + ("slo",))])
 
 
+# A weight change larger than this many times the sum of all weights is reported as "no
+# realistic change": it only flips a near-tie on that one criterion.
+_EXTREME_WEIGHT = 10.0
+
+
 def _weight_sensitivity(out: _Outcome, ctx: _Ctx, flips: list[WeightFlip]) -> list[str]:
     """Closed form: with D_e = Σ_c w_c (s_ec − s_wc) ≤ 0 for each rival e, changing w_c by δ
     changes D_e by δ·(s_ec − s_wc); the winner changes once some D_e > 0. Appends the smallest
@@ -777,6 +790,7 @@ def _weight_sensitivity(out: _Outcome, ctx: _Ctx, flips: list[WeightFlip]) -> li
     if len(out.survivors) < 2:
         return ["no weight change can change the winner: only one engine survives the hard constraints"]
     w = out.winner
+    wsum = sum(ctx.weights.values())
     rivals = [e for e in out.survivors if e != w]
     # D_e = Σ_c w_c (s_ec − s_wc) < 0 (≤ 0 on a tie); changing w_c by δ adds δ·d_ec.
     found: list[tuple[float, str]] = []
@@ -797,10 +811,15 @@ def _weight_sensitivity(out: _Outcome, ctx: _Ctx, flips: list[WeightFlip]) -> li
                 if delta <= wc + _EPS and (best_down is None or delta < best_down[0]):
                     best_down = (delta, e)
         opts = []
+        extreme = None
         if best_up is not None:
             flips.append(WeightFlip(criterion=c, from_weight=wc, to_weight=wc + best_up[0], new_winner=best_up[1]))
-            opts.append((best_up[0], f"raising the {c} weight from {wc:g} to above {_num(wc + best_up[0])} "
-                                     f"(+{_num(best_up[0])}) makes {best_up[1]} the winner"))
+            if best_up[0] > _EXTREME_WEIGHT * wsum:  # a near-tie on this criterion: no realistic weighting
+                extreme = (f"no realistic change of the {c} weight alone changes the winner (it would take "
+                           f"more than {_num(wc + best_up[0])} to make {best_up[1]} the winner)")
+            else:
+                opts.append((best_up[0], f"raising the {c} weight from {wc:g} to above {_num(wc + best_up[0])} "
+                                         f"(+{_num(best_up[0])}) makes {best_up[1]} the winner"))
         if best_down is not None:
             flips.append(WeightFlip(criterion=c, from_weight=wc, to_weight=wc - best_down[0], new_winner=best_down[1]))
             opts.append((best_down[0], f"lowering the {c} weight from {wc:g} to below {_num(wc - best_down[0])} "
@@ -810,7 +829,7 @@ def _weight_sensitivity(out: _Outcome, ctx: _Ctx, flips: list[WeightFlip]) -> li
             found.append(opts[0])
             lines.append(opts[0][1])
         else:
-            lines.append(f"no change of the {c} weight alone changes the winner")
+            lines.append(extreme or f"no change of the {c} weight alone changes the winner")
     if found:
         delta, text = min(found, key=lambda t: t[0])
         return [f"smallest weight change that changes the winner: {text}"] + [l for l in lines if l != text]

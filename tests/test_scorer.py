@@ -47,8 +47,9 @@ def test_slo_elimination_names_the_deciding_constraint(tmp_path: Path) -> None:
     assert "p99 TTFT 130.0 ms > 120 ms" in rec.eliminated["transformers"]
     assert rec.deciding_constraint == (
         "own: the only engine meeting p99 TTFT ≤ 120 ms on chat at 4 req/s; transformers 2nd, 1.3× the TTFT; "
-        "tensorrt_llm excluded: not measured (skipped): tensorrt_llm: needs an NVIDIA GPU, none found"
+        "not measured (skipped; reasons in the not-measured list): tensorrt_llm"
     )
+    assert "needs an NVIDIA GPU" in rec.eliminated["tensorrt_llm"]  # the reason itself stays in the table
     # SLO sensitivity: below own's 100 ms nobody is left; at transformers' 130 ms it is readmitted
     assert "tightening p99 TTFT from 120 ms to below 100.0 ms leaves no engine" in rec.sensitivity
     loosened = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=130"))
@@ -293,3 +294,18 @@ def test_parse_weights_and_bad_options(tmp_path: Path) -> None:
         recommend([run], hardware=CPU, weights={c: 0.0 for c in PRESETS["balanced"]})
     with pytest.raises(ScorerError, match="no runs given"):
         recommend([], hardware=CPU)
+
+
+def test_a_flip_that_needs_an_absurd_weight_is_not_offered_as_a_lever(tmp_path: Path) -> None:
+    # fast: 2x the throughput; snappy: a TTFT better by 0.01 % only - a near-tie on latency
+    r_fast = make_records("fast", 12, ttft_ms=100.01, tpot_ms=10.0, out_tokens=20)
+    r_snap = make_records("snappy", 12, ttft_ms=100.0, tpot_ms=10.0, out_tokens=10)
+    run = write_run(tmp_path, "r", {"fast": ok_entry(r_fast, CPU_ONLY), "snappy": ok_entry(r_snap, CPU_ONLY)},
+                    r_fast + r_snap)
+    rec = recommend([run], hardware=CPU, preset="throughput")
+    assert rec.winner == "fast"
+    flip = next(f for f in rec.weight_flips if f.criterion == "latency")  # still recorded, exactly
+    assert flip.to_weight > 10 * sum(rec.weights.values())
+    line = next(s for s in rec.sensitivity if "latency weight" in s)
+    assert line.startswith("no realistic change of the latency weight alone changes the winner")
+    assert not any(s.startswith("smallest weight change") and "latency" in s for s in rec.sensitivity)
