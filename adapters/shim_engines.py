@@ -40,9 +40,9 @@ class DeepSpeedAdapter(ServerAdapter):
         missing = probe_installed("deepspeed")
         if missing is not None:
             if (self._hardware or detect_hardware()) == "cpu":
-                return ProbeResult(False, "deepspeed: not installed - on a CPU it is Hugging Face generate underneath "
-                                   "(the transformers baseline), so `make bench` leaves it out; add it with "
-                                   f"`bench engines setup deepspeed` ({RECIPES['deepspeed'].approx})")
+                return ProbeResult(False, "deepspeed: not installed - run `bench engines setup deepspeed` "
+                                   f"({RECIPES['deepspeed'].approx}) to add it; `make bench` leaves it out on a CPU, "
+                                   "where it is Hugging Face generate underneath (the transformers baseline)")
             return missing
         return ProbeResult(True, "deepspeed: CPU init_inference (HF generate underneath) behind our shim",
                            version=installed_version("deepspeed"))
