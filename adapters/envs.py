@@ -207,7 +207,11 @@ def setup_engine(name: str, *, console: Any = None) -> None:
     if recipe is None:
         raise ValueError(f"no setup recipe for engine {name!r}: choose from {', '.join(RECIPES)}")
     root = engine_env_dir(name)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError(f"{name}: cannot create {root}: {exc.strerror or exc} - check BENCH_ENGINES_DIR "
+                          f"(now {engines_root()})") from None
     log_path = root / "setup.log"
     marker = root / _MARKER
     marker.unlink(missing_ok=True)

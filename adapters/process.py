@@ -189,6 +189,7 @@ class ServerProcess:
                     f"{self.name} exited with code {rc} during start-up (log: {self.log_path})", self.log_tail()
                 )
             if self.cancel is not None and self.cancel.is_set():
+                self.stop_grace_s = min(self.stop_grace_s, 2.0)  # nothing to save in a half-started server
                 raise EngineError(f"{self.name}: start-up cancelled", self.log_tail())
             if self._healthy():
                 return clock() - t0
@@ -210,6 +211,17 @@ class ServerProcess:
         """
         if self.proc is None or self.pgid is None:
             return None
+        try:
+            return self._stop()
+        except KeyboardInterrupt:  # a second Ctrl-C: no more grace, but never leave the group behind
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise
+
+    def _stop(self) -> int | None:
+        assert self.proc is not None and self.pgid is not None
         self._stopping = True
         try:
             if self.paused:  # a stopped group would only see SIGTERM once continued

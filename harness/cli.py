@@ -89,7 +89,7 @@ def run(
     request_rate: RequestRateOpt = None,
     burstiness: BurstinessOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed for the workload and arrivals: same seed, same requests."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed for the workload and arrivals: same seed, same requests (default: the spec file's, else 0)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them)."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload)."),
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where run folders are written."),

@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
-from adapters.envs import RECIPES, SETUP_CPU, setup_engine
+from adapters.envs import RECIPES, SETUP_CPU, engine_env_dir, setup_engine
 from adapters.hardware import detect_hardware
 from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_engine_args
 
@@ -101,7 +101,7 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(R
     else:
         _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)} or all-cpu")
     for n in names:
-        console.print(f"[bold]{n}[/bold]: installing ({RECIPES[n].approx}) into .engines/{n}/")
+        console.print(f"[bold]{n}[/bold]: installing ({RECIPES[n].approx}) into {engine_env_dir(n)}")
         try:
             setup_engine(n, console=console)
         except EngineError as exc:

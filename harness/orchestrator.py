@@ -57,7 +57,7 @@ class RunConfig:
     request_rate: float | None = None  # None: the workload's default
     burstiness: float | None = None
     max_concurrency: int | None = None
-    seed: int = 0
+    seed: int | None = None  # None: the workload spec file's seed, else 0
     slos: list[SLO] = field(default_factory=list)
     warmup: int = 2
     output_dir: Path = Path("results")
@@ -213,7 +213,7 @@ class Orchestrator:
                 "model": model_summary(model_dir),
                 "workload": workload.spec,
                 "workload_stats": workload.stats,
-                "seed": self.cfg.seed,
+                "seed": workload.spec.get("seed", self.cfg.seed),
                 "slos": {s.key: s.threshold_ms for s in self.cfg.slos},
                 "threads": {"engine": threads, "client": 1},
                 "engines": {},
@@ -242,7 +242,8 @@ class Orchestrator:
         """Yield ``(endpoint, start-up s, started in parallel)``: the engine held by ``starter``
         (thawed for its turn) or a fresh launch; the engine is stopped on exit."""
         if starter is not None and starter.holds(name):
-            self.console.print(f"[bold]{name}[/]: resuming …")
+            if not starter.failed(name):
+                self.console.print(f"[bold]{name}[/]: resuming …")
             with starter.take(name) as (ep, startup_s):
                 yield ep, startup_s, True
             return
@@ -290,11 +291,11 @@ class Orchestrator:
 
         c = self.cfg
         # all at once: one batch on a continuous-batching engine, a couple on a static one
-        warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=c.seed + 7919), concurrency=c.warmup) if c.warmup else None
+        warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=(c.seed or 0) + 7919), concurrency=c.warmup) if c.warmup else None
         check = None
         if c.check_equivalence:
             eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
-            check = eq.warmup(_equivalence_requests(c.seed), concurrency=len(EQUIVALENCE_PROMPTS))
+            check = eq.warmup(_equivalence_requests(c.seed or 0), concurrency=len(EQUIVALENCE_PROMPTS))
         results = await asyncio.gather(*(x for x in (warm, check) if x is not None))
         if check is None:
             return None
@@ -378,7 +379,13 @@ class Orchestrator:
         try:
             self._manifest(writer, model_dir, workload, threads)
             if starter is not None:
-                starter.wait()
+                try:
+                    starter.wait()
+                except KeyboardInterrupt:
+                    for a, cap_dict, _ in runnable:
+                        writer.set_engine(a.name, "skipped", "not measured: the run was interrupted during the "
+                                          "engines' start-up", capabilities=cap_dict)
+                    raise
             for adapter, cap_dict, probe in runnable:
                 name = adapter.name
                 try:
@@ -391,6 +398,9 @@ class Orchestrator:
                                       f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
                                       metrics=metrics, capabilities=cap_dict, version=probe.version)
                     interrupted = True
+                    for later, later_caps, _ in runnable[runnable.index((adapter, cap_dict, probe)) + 1:]:
+                        writer.set_engine(later.name, "skipped", "not measured: the run was interrupted before its turn",
+                                          capabilities=later_caps)
                     break
                 except EngineError as exc:
                     # a crash mid-run keeps what was measured before it (metrics over those requests)

@@ -15,6 +15,7 @@ falls back to one start after another when it does not fit (or on ``--sequential
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -145,15 +146,43 @@ class ParallelStarter:
 
     def close(self) -> None:
         """Abandon start-ups still in progress and stop every engine still held (thawed
-        first, so it can shut down cleanly)."""
-        if self._pool is not None:
-            if any(not f.done() for f in self._futures):
-                self.cancel.set()
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        first, so it can shut down cleanly). Ctrl-C and SIGTERM are held off meanwhile (in
+        the main thread): a second Ctrl-C must not leave a half-stopped engine behind."""
+        with _signals_held():
+            pending = [f for f in self._futures if not f.done()]
+            with self._lock:
+                held = len(self._stacks)
+            if pending or held:
+                self.console.print(f"Stopping {len(pending) + held} engine(s) …")
+            if self._pool is not None:
+                if pending:
+                    self.cancel.set()
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            with self._lock:
+                stacks = list(self._stacks.values())
+                self._stacks.clear()
+                self._ready.clear()
+                self._errors.clear()
+            for stack in stacks:
+                stack.close()
+
+    def failed(self, name: str) -> bool:
+        """True when ``name``'s start failed (its error is raised by :meth:`take`)."""
         with self._lock:
-            stacks = list(self._stacks.values())
-            self._stacks.clear()
-            self._ready.clear()
-            self._errors.clear()
-        for stack in stacks:
-            stack.close()
+            return name in self._errors
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in saved:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -98,3 +98,39 @@ def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monk
     assert s["engines"]["vllm"]["reason"].startswith("failed to install")
     assert "No matching distribution" in s["engines"]["vllm"]["log_tail"]
     assert s["engines"]["openai"]["status"] == "ok"
+
+
+class NullEngine:
+    """Serves from the null server, no process of its own."""
+
+    name = "own"
+    capabilities = Capabilities(hardware=("cpu",))
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True, "fake", "0")
+
+    @contextmanager
+    def launch(self, config):
+        yield Endpoint(base_url=self.url, model_name="null", display_name="null fake")
+
+
+def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
+    real_get = registry.get_adapter
+    monkeypatch.setattr(registry, "get_adapter", lambda n: NullEngine(url) if n == "own" else real_get(n))
+    real_measure = orchestrator.Runner.measure
+
+    async def measure_then_interrupt(self, workload):
+        await real_measure(self, workload)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(orchestrator.Runner, "measure", measure_then_interrupt)
+    res = CliRunner().invoke(app, ["run", "--engine", "openai,own", "--base-url", url, *ARGS,
+                                   "-o", str(tmp_path), "--run-id", "ctrlc2"])
+    assert res.exit_code == 130, res.output
+    s = json.loads((tmp_path / "ctrlc2" / "summary.json").read_text())
+    assert s["engines"]["openai"]["status"] == "failed" and "interrupted" in s["engines"]["openai"]["reason"]
+    assert s["engines"]["own"] == {**s["engines"]["own"], "status": "skipped",
+                                   "reason": "not measured: the run was interrupted before its turn"}

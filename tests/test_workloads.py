@@ -307,3 +307,17 @@ def test_cli_lists_and_shows(monkeypatch):
     assert res.exit_code == 2 and "unknown workload 'nope'" in res.output
     res = runner.invoke(app, ["show", "random", "--request-rate", "fast"])
     assert res.exit_code == 2 and "--request-rate must be a number" in res.output
+
+
+def test_run_takes_the_spec_files_seed_unless_seed_is_given(tmp_path, tok):
+    from harness.orchestrator import Orchestrator, RunConfig
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("kind: agentic\nseed: 7\nnum_requests: 3\n")
+    from_spec = Orchestrator(RunConfig(engines=["own"], spec_file=spec), None)._workload(tok)
+    assert from_spec.spec["seed"] == 7
+    flag = Orchestrator(RunConfig(engines=["own"], spec_file=spec, seed=3), None)._workload(tok)
+    assert flag.spec["seed"] == 3
+    spec.write_text("kind: agentic\nseed: -5\n")
+    with pytest.raises(WorkloadError, match="seed"):
+        Orchestrator(RunConfig(engines=["own"], spec_file=spec), None)._workload(tok)

@@ -42,7 +42,7 @@ class WorkloadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     kind: str
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     num_requests: int | None = Field(default=None, ge=1)
     scale: float = Field(default=1.0, gt=0, le=1000)
     request_rate: float = Field(default=math.inf, gt=0)
@@ -259,6 +259,8 @@ def load_spec_file(path: Path) -> dict[str, Any]:
         raise WorkloadError(f"workload spec file {path} does not exist: check the path")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{path} is not UTF-8 text: a workload spec is a YAML file (see workloads/specs/)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
