@@ -22,8 +22,8 @@ def url():
         yield u
 
 
-class CrashingEngine:
-    """Serves from the null server, then reports that its process died (as ServerProcess does)."""
+class NullEngine:
+    """Serves from the null server, no process of its own."""
 
     name = "own"
     capabilities = Capabilities(hardware=("cpu",))
@@ -33,6 +33,14 @@ class CrashingEngine:
 
     def probe(self) -> ProbeResult:
         return ProbeResult(True, "fake", "0")
+
+    @contextmanager
+    def launch(self, config):
+        yield Endpoint(base_url=self.url, model_name="null", display_name="null fake")
+
+
+class CrashingEngine(NullEngine):
+    """Serves from the null server, then reports that its process died (as ServerProcess does)."""
 
     @contextmanager
     def launch(self, config):
@@ -98,23 +106,6 @@ def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monk
     assert s["engines"]["vllm"]["reason"].startswith("failed to install")
     assert "No matching distribution" in s["engines"]["vllm"]["log_tail"]
     assert s["engines"]["openai"]["status"] == "ok"
-
-
-class NullEngine:
-    """Serves from the null server, no process of its own."""
-
-    name = "own"
-    capabilities = Capabilities(hardware=("cpu",))
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def probe(self) -> ProbeResult:
-        return ProbeResult(True, "fake", "0")
-
-    @contextmanager
-    def launch(self, config):
-        yield Endpoint(base_url=self.url, model_name="null", display_name="null fake")
 
 
 def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
