@@ -25,12 +25,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adapters.base import EngineError
+from adapters.process import tail_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _MARKER = "installed.json"
@@ -174,14 +174,6 @@ def is_installed(name: str) -> bool:
     return installed_info(name) is not None
 
 
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        with path.open("r", errors="replace") as fh:
-            return "".join(deque(fh, maxlen=n))
-    except OSError:
-        return ""
-
-
 def _dist_version(python: Path, dist: str) -> str | None:
     code = f"import importlib.metadata as m; print(m.version({dist!r}))"
     try:
@@ -224,13 +216,13 @@ def setup_engine(name: str, *, console: Any = None) -> None:
     with log_path.open("a") as log:
         i = 0
 
-        def run(cmd: list[str], extra_env: dict[str, str], label: str) -> str:
+        def run(cmd: list[str], extra_env: dict[str, str], label: str) -> None:
             nonlocal i
             i += 1
             msg = f"[{name}] step {i}/{total}: {label}"
             log.write(f"\n### {msg}\n$ {' '.join(cmd)}\n")
             log.flush()
-            return _run_step(cmd, installer.merged_env({**uv_env, **extra_env}), log, console, msg, log_path)
+            _run_step(cmd, installer.merged_env({**uv_env, **extra_env}), log, console, msg, log_path)
 
         if not python.exists():
             run(installer.uv_venv_cmd(venv), {}, f"create venv {venv}")
@@ -267,11 +259,10 @@ def _computed_requirements(python: Path, code: str, log_path: Path) -> list[str]
     return [str(r) for r in reqs]
 
 
-def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: str, log_path: Path) -> str:
+def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: str, log_path: Path) -> None:
     """Run one install command, streaming its output to ``log`` and a rich status line.
 
-    Returns the command's output; raises :class:`EngineError` (with the log tail) on a
-    nonzero exit."""
+    Raises :class:`EngineError` (with the log tail) on a nonzero exit."""
     from rich.markup import escape
 
     msg_markup = escape(msg)
@@ -281,9 +272,7 @@ def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: 
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
-        lines: list[str] = []
         for line in proc.stdout:
-            lines.append(line)
             log.write(line)
             if status is not None and line.strip():
                 status.update(f"{msg_markup}  [dim]{escape(line.strip()[:100])}[/dim]")
@@ -296,7 +285,6 @@ def _run_step(cmd: list[str], env: dict[str, str], log: Any, console: Any, msg: 
         if status is not None:
             status.stop()
     if rc != 0:
-        raise EngineError(f"{msg} failed (exit {rc}); full log: {log_path}", _tail(log_path))
+        raise EngineError(f"{msg} failed (exit {rc}); full log: {log_path}", tail_file(log_path))
     if console is not None:
         console.print(f"[dim]{msg_markup}: done[/dim]")
-    return "".join(lines)

@@ -21,7 +21,7 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 _LINE = re.compile(r"^(?P<scope>[^.]*)\.(?P<key>[a-z-]+)=(?P<value>.*)$")
@@ -38,7 +38,6 @@ class PipSettings:
     constraints: tuple[str, ...] = ()
     cert: str | None = None
     timeout_s: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def parse_pip_config(text: str) -> PipSettings:

@@ -382,11 +382,9 @@ class Orchestrator:
                 try:
                     starter.wait()
                 except KeyboardInterrupt:
-                    for a, cap_dict, _ in runnable:
-                        writer.set_engine(a.name, "skipped", "not measured: the run was interrupted during the "
-                                          "engines' start-up", capabilities=cap_dict)
+                    _mark_not_measured(writer, runnable, "the run was interrupted during the engines' start-up")
                     raise
-            for adapter, cap_dict, probe in runnable:
+            for i, (adapter, cap_dict, probe) in enumerate(runnable):
                 name = adapter.name
                 try:
                     entry, measured, texts = self._measure_engine(name, adapter, launches[name], starter, writer,
@@ -398,9 +396,7 @@ class Orchestrator:
                                       f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
                                       metrics=metrics, capabilities=cap_dict, version=probe.version)
                     interrupted = True
-                    for later, later_caps, _ in runnable[runnable.index((adapter, cap_dict, probe)) + 1:]:
-                        writer.set_engine(later.name, "skipped", "not measured: the run was interrupted before its turn",
-                                          capabilities=later_caps)
+                    _mark_not_measured(writer, runnable[i + 1:], "the run was interrupted before its turn")
                     break
                 except EngineError as exc:
                     # a crash mid-run keeps what was measured before it (metrics over those requests)
@@ -531,6 +527,12 @@ class Orchestrator:
         rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset)
         write_reports(run_dir, rec)
         return rec
+
+
+def _mark_not_measured(writer: RunWriter, engines: list[tuple[Any, dict[str, Any], Any]], why: str) -> None:
+    """Record each ``(adapter, capabilities, probe)`` as skipped: "not measured: <why>"."""
+    for adapter, cap_dict, _ in engines:
+        writer.set_engine(adapter.name, "skipped", f"not measured: {why}", capabilities=cap_dict)
 
 
 def _read_engine(writer: RunWriter, name: str) -> list[RequestRecord]:
