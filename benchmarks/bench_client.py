@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from adapters.envs import engine_python  # noqa: E402
-from harness.calibrate import calibrate  # noqa: E402
-from harness.model import resolve_model  # noqa: E402
-from harness.nullserver import null_server  # noqa: E402
+from harness.loadgen.calibrate import calibrate  # noqa: E402
+from harness.app.model import resolve_model  # noqa: E402
+from harness.loadgen.nullserver import null_server  # noqa: E402
 
 
 def spread(xs: list[float]) -> str:

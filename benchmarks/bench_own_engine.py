@@ -236,7 +236,7 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
          repeats: int = typer.Option(3, min=1), requests: int = typer.Option(24, min=2),
          hf_batch: int = typer.Option(8, min=1), threads: int = typer.Option(1, min=1)) -> None:
     """Run the own-engine benchmarks and print one table of ratios."""
-    from harness.model import resolve_model
+    from harness.app.model import resolve_model
 
     torch.set_num_threads(threads)
     model_dir = resolve_model(None)

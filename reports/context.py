@@ -17,7 +17,7 @@ import numpy as np
 
 import harness.metrics as metrics_module
 from harness.metrics import e2el_ms, itls_ms, tpot_ms, ttft_ms
-from harness.scorer import Recommendation
+from harness.scoring import Recommendation
 from results.store import Run
 
 NOT_RECORDED = "not recorded"

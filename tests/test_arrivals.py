@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.arrivals import ArrivalError, arrival_offsets, scale_timestamps, windowed_rate_offsets
+from workloads.arrivals import ArrivalError, arrival_offsets, scale_timestamps, windowed_rate_offsets
 
 N = 40_000
 

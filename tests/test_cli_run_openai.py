@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.nullserver import null_server
+from harness.app.cli import app
+from harness.loadgen.nullserver import null_server
 
 STAT_KEYS = {"mean", "median", "std", "p50", "p90", "p95", "p99", "p99_9", "max"}
 

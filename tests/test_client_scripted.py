@@ -1,6 +1,6 @@
 """The streaming client against a real loopback server playing scripted SSE schedules.
 
-The null server (harness.nullserver, a separate process) writes exact byte pieces after known
+The null server (harness.loadgen.nullserver, a separate process) writes exact byte pieces after known
 delays and reports the ``perf_counter_ns`` of each write (CLOCK_MONOTONIC is shared across
 processes). Every assertion compares what the client measured with what the server actually
 did, within 1 ms, and the metric values derived from the record exactly.
@@ -14,9 +14,9 @@ import json
 import aiohttp
 import pytest
 
-from harness.client import EndpointTarget, new_session, stream_request
+from harness.loadgen.client import EndpointTarget, new_session, stream_request
 from harness.metrics import compute_metrics, e2el_ms, itls_ms, parse_slos, tpot_ms, ttft_ms
-from harness.nullserver import null_server
+from harness.loadgen.nullserver import null_server
 from results.schema import RequestRecord
 from workloads.base import RequestSpec
 

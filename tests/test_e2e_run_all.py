@@ -13,7 +13,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
+from harness.app.cli import app
 
 pytestmark = pytest.mark.slow
 

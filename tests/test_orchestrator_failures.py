@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 import adapters.registry as registry
-import harness.orchestrator as orchestrator
+import harness.app.orchestrator as orchestrator
 from adapters.base import Capabilities, EngineError, Endpoint, ProbeResult
-from harness.cli import app
-from harness.nullserver import null_server
+from harness.app.cli import app
+from harness.loadgen.nullserver import null_server
 
 
 @pytest.fixture(scope="module")

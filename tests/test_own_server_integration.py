@@ -1,7 +1,7 @@
 """The real server (``python -m own_engine``) on the default model, as a child process.
 
 Small KV pool and few tokens so the whole file stays within seconds of model time. The streams
-are read with the harness's own SSE interpreter (``harness.sse.interpret``) so the server is
+are read with the harness's own SSE interpreter (``harness.loadgen.sse.interpret``) so the server is
 checked against the client contract that measures it (DESIGN.md, "Metric definitions").
 """
 
@@ -21,8 +21,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.model import resolve_model
-from harness.sse import interpret
+from harness.app.model import resolve_model
+from harness.loadgen.sse import interpret
 from own_engine.server_text import OutputTextProcessor
 
 pytestmark = pytest.mark.slow

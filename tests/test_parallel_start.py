@@ -17,7 +17,7 @@ from rich.console import Console
 
 from adapters.base import EngineError, LaunchConfig
 from adapters.process import group_members
-from harness.startup import ParallelStarter, parallel_start_fits
+from harness.app.startup import ParallelStarter, parallel_start_fits
 
 from test_adapter_process import FakeAdapter
 
@@ -147,7 +147,7 @@ def test_parallel_start_fits_memory_rule():
 
 def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_the_run(tmp_path, monkeypatch):
     import adapters.registry as registry
-    from harness.orchestrator import Orchestrator, RunConfig
+    from harness.app.orchestrator import Orchestrator, RunConfig
     from workloads.errors import WorkloadError
 
     fakes = {"own": Named("own", "--delay", "0.3"), "transformers": Named("transformers", "--delay", "0.3")}
@@ -173,7 +173,7 @@ def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_th
 
 
 def test_parallel_start_only_on_a_cpu_machine_and_only_when_asked(tmp_path, monkeypatch):
-    from harness.orchestrator import Orchestrator, RunConfig
+    from harness.app.orchestrator import Orchestrator, RunConfig
 
     runnable = [(Named("a"), {}, None), (Named("b"), {}, None)]
     launches = {"a": cfg(tmp_path), "b": cfg(tmp_path)}

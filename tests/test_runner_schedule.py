@@ -9,11 +9,11 @@ import types
 
 import pytest
 
-import harness.runner as runner_mod
-from harness.client import EndpointTarget
-from harness.model import resolve_model
-from harness.nullserver import null_server
-from harness.runner import START_LEAD_NS, Runner, RunnerOptions
+import harness.loadgen.runner as runner_mod
+from harness.loadgen.client import EndpointTarget
+from harness.app.model import resolve_model
+from harness.loadgen.nullserver import null_server
+from harness.loadgen.runner import START_LEAD_NS, Runner, RunnerOptions
 from workloads.registry import build_workload
 from workloads.tokens import TokenKit
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.hardware import GiB, HardwareProfile, get_profile
 from harness.metrics import parse_slos
-from harness.scorer import (
+from harness.scoring import (
     PRESETS,
     ScorerError,
     max_in_flight,

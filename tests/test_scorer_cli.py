@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from harness.cli_report import recommend_cmd, report_cmd
+from harness.app.cli_report import recommend_cmd, report_cmd
 
 try:
     from tests.test_scorer_helpers import CPU_ONLY, OWN_CAPS, make_records, ok_entry, skipped, write_run

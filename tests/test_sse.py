@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.sse import SSEParser, interpret
+from harness.loadgen.sse import SSEParser, interpret
 
 
 def feed_all(pieces: list[bytes]) -> list[tuple[str, int]]:

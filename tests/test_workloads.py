@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from harness.model import resolve_model
+from harness.app.model import resolve_model
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
 from workloads.registry import build_warmup, build_workload, list_workloads
@@ -292,7 +292,7 @@ def test_offered_rate_and_stats_shapes(kit):
 
 
 def test_cli_lists_and_shows(monkeypatch):
-    from harness.cli_workloads import app
+    from harness.app.cli_workloads import app
 
     runner = CliRunner()
     res = runner.invoke(app, [])
@@ -310,7 +310,7 @@ def test_cli_lists_and_shows(monkeypatch):
 
 
 def test_run_takes_the_spec_files_seed_unless_seed_is_given(tmp_path, tok):
-    from harness.orchestrator import Orchestrator, RunConfig
+    from harness.app.orchestrator import Orchestrator, RunConfig
 
     spec = tmp_path / "s.yaml"
     spec.write_text("kind: agentic\nseed: 7\nnum_requests: 3\n")

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.arrivals import arrival_offsets
+from workloads.arrivals import arrival_offsets
 from workloads.base import FollowUp, RequestSpec
 from workloads.errors import WorkloadError
 from workloads.loaders import Trajectory, list_trajectory_files, load_trajectory

@@ -2,7 +2,7 @@
 
 A workload is a list of :class:`Session` objects. A single-shot request is a session of one
 turn; an agentic session is a chain (or tree, when it branches) of turns where each turn is
-built from the previous turn's *actual* reply. The runner (``harness.runner``) owns time: it
+built from the previous turn's *actual* reply. The runner (``harness.loadgen.runner``) owns time: it
 sends each session's first turn at ``start_offset_s`` after the run start (an absolute
 schedule, never cumulative sleeps) and asks the session for follow-ups when a turn completes.
 Nothing here sleeps, does I/O against an engine, or computes a metric.

@@ -1,7 +1,7 @@
 """Single-turn workloads: random (vLLM-compatible), chat (ShareGPT), rag, summarization, code.
 
 Every request is an independent :class:`workloads.base.SingleRequestSession` due at an
-offset from :func:`harness.arrivals.arrival_offsets`. Prompts are token-exact
+offset from :func:`workloads.arrivals.arrival_offsets`. Prompts are token-exact
 (:class:`workloads.tokens.TokenKit`): ``len(prompt_token_ids) == input_tokens_expected`` is
 what the server counts for the request's endpoint (chat template tokens included).
 Lengths taken from trace statistics are Llama-2 token counts (Vidur/Sarathi) or the
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.arrivals import arrival_offsets
+from workloads.arrivals import arrival_offsets
 from workloads.base import RequestSpec, SingleRequestSession
 from workloads.errors import WorkloadError
 from workloads.loaders import (

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.arrivals import scale_timestamps, windowed_rate_offsets
+from workloads.arrivals import scale_timestamps, windowed_rate_offsets
 from workloads.base import SingleRequestSession
 from workloads.errors import WorkloadError
 from workloads.loaders import data_path, load_azure_trace, load_mooncake_trace, load_servegen_pmf, load_servegen_windows

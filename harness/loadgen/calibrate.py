@@ -1,4 +1,4 @@
-"""Client calibration against the local null server (harness.nullserver).
+"""Client calibration against the local null server (harness.loadgen.nullserver).
 
 Measures what the client itself costs, so a report can say how much of a latency is ours:
 
@@ -22,9 +22,9 @@ import numpy as np
 from results.schema import RequestRecord
 from workloads.base import RequestSpec
 
-from .client import EndpointTarget, new_session, stream_request
-from .metrics import itls_ms, ttft_ms
-from .nullserver import null_server
+from harness.loadgen.client import EndpointTarget, new_session, stream_request
+from harness.metrics import itls_ms, ttft_ms
+from harness.loadgen.nullserver import null_server
 
 
 async def _fire(http: Any, target: EndpointTarget, n: int, max_tokens: int, concurrency: int, gap_ms: float = 0.0) -> list[RequestRecord]:

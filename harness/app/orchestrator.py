@@ -29,10 +29,10 @@ from results.schema import RequestRecord
 from results.store import RunWriter, new_run_id
 from workloads.base import RequestSpec, Workload
 
-from . import __version__
-from .client import EndpointTarget
-from .metrics import SLO, compute_metrics
-from .runner import Runner, RunnerOptions
+from harness import __version__
+from harness.loadgen.client import EndpointTarget
+from harness.metrics import SLO, compute_metrics
+from harness.loadgen.runner import Runner, RunnerOptions
 
 EQUIVALENCE_PROMPTS = (
     "The capital of France is",
@@ -198,7 +198,7 @@ class Orchestrator:
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
         from harness.hardware import detect_hardware
 
-        from .model import model_summary
+        from harness.app.model import model_summary
 
         hw = detect_hardware()
         writer.manifest.update(
@@ -336,7 +336,7 @@ class Orchestrator:
         from adapters.base import EngineError
         from adapters.registry import all_adapters, get_adapter
 
-        from .model import resolve_model
+        from harness.app.model import resolve_model
 
         c = self.cfg
         model_dir = resolve_model(c.model)
@@ -347,7 +347,7 @@ class Orchestrator:
         writer.summary["slos"] = {s.key: s.threshold_ms for s in c.slos}
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
         if c.calibrate:  # first, while nothing else runs: it measures the client's own timing
-            from .calibrate import calibrate
+            from harness.loadgen.calibrate import calibrate
 
             self.console.print("Calibrating the client against a local null server …")
             try:
@@ -477,7 +477,7 @@ class Orchestrator:
         asked for, on a CPU-only machine, there are two or more, and they fit in host memory;
         None = start one by one.
         Returns at once: the caller waits with ``starter.wait()``."""
-        from .startup import ParallelStarter, parallel_start_fits
+        from harness.app.startup import ParallelStarter, parallel_start_fits
 
         from adapters.hardware import detect_hardware as detect_kind
 
@@ -518,7 +518,7 @@ class Orchestrator:
 
     def _report(self, run_dir: Path) -> Any:
         from harness.hardware import detect_hardware, get_profile
-        from harness.scorer import recommend
+        from harness.scoring import recommend
         from reports import write_reports
         from results.store import load_run
 

@@ -13,14 +13,14 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from harness.cli_common import make_console, fail
+from harness.app.cli_common import make_console, fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from harness.hardware import HardwareProfile, get_profile, profile_from_manifest
 from harness.metrics import SLOError, parse_slos
-from harness.scorer import PRESETS, Recommendation, ScorerError, parse_weights, recommend
+from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.store import ResultsError, Run, load_run, resolve_run
 
 

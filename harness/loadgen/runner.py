@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from results.schema import RequestRecord
 from workloads.base import FollowUp, RequestSpec, Session, Workload
 
-from .client import EndpointTarget, new_session, stream_request
+from harness.loadgen.client import EndpointTarget, new_session, stream_request
 
 START_LEAD_NS = 50_000_000  # first measured request is due 50 ms after the schedule is built
 

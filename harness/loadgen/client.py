@@ -18,7 +18,7 @@ import aiohttp
 from results.schema import RequestRecord
 from workloads.base import RequestSpec
 
-from .sse import SSEParser, interpret
+from harness.loadgen.sse import SSEParser, interpret
 
 
 KEEPALIVE_S = 2.0  # below every server idle timeout we know of (uvicorn 5 s, aiohttp 75 s)

@@ -18,7 +18,7 @@ from typing import NoReturn, Optional
 
 import typer
 
-from harness.cli_common import make_console, fail
+from harness.app.cli_common import make_console, fail
 from rich.markup import escape
 from rich.table import Table
 
@@ -121,7 +121,7 @@ def check(
 ) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
     from adapters.equivalence import DEFAULT_PROMPTS, check_equivalence
-    from harness.model import ModelError, resolve_model
+    from harness.app.model import ModelError, resolve_model
 
     names = [n.strip() for n in engines_csv.split(",") if n.strip()]
     if not names:

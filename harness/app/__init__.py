@@ -1,0 +1,1 @@
+"""The application: typer CLI, run orchestration, parallel start, model preparation."""

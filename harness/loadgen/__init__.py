@@ -1,0 +1,1 @@
+"""The load generator: streaming client, SSE parser, runner, null server, calibration."""
