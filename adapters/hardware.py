@@ -1,42 +1,274 @@
-"""Which accelerator this machine has, as the adapters need it for their probes.
+"""Hardware: what this machine is, and the deployment targets the scorer checks engines against.
 
-Deliberately tiny and independent of ``harness.hardware`` (data flows harness → adapters,
-never back): ``nvidia-smi -L`` listing at least one GPU → ``"nvidia"``; ``rocm-smi`` present
-and listing a GPU → ``"amd"``; else ``"cpu"``. ``BENCH_HARDWARE`` (``nvidia``/``amd``/``cpu``)
-overrides the detection (used to inspect what an adapter would do on another machine).
+The one hardware module (adapters' probes and the scorer both use it; it imports nothing of
+the harness). :func:`detect_kind` answers the adapters' question ("nvidia" / "amd" / "cpu");
+``BENCH_HARDWARE`` overrides it (to inspect what an adapter would do on another machine).
+
+A :class:`HardwareProfile` is one kind of device times a device count. Named profiles
+(:data:`PROFILES`) carry vendor datasheet figures; ``detect_hardware()`` describes this
+machine (``nvidia-smi`` when present, else ``rocm-smi``, else the CPU with its total RAM from
+psutil). Nothing here measures speed; ``bandwidth_bytes_per_s`` is informational.
+
+Memory sizes are per device, in bytes. Datasheet capacities are taken as the nominal GiB
+(80 GB → 80 GiB), which is what ``nvidia-smi`` reports within 1 % for these parts.
+FP8 support follows NVIDIA's rule (FP8 tensor cores from compute capability 8.9, Ada
+Lovelace / Hopper; vLLM's ``fp8`` quantization needs the same) and AMD CDNA3 (MI300X).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
+from typing import Any
 
-KINDS = ("nvidia", "amd", "cpu")
+GiB = 1024**3
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)  # Ada Lovelace (8.9) and Hopper (9.0) and newer
+
+HARDWARE_KINDS = ("nvidia", "amd", "cpu")
 
 
-def _lists_gpu(cmd: list[str], marker: str) -> bool:
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One deployment target.
+
+    ``kind``: ``"nvidia" | "amd" | "cpu"`` (matches ``adapters.base.HARDWARE_KINDS``);
+    ``memory_bytes``: memory of ONE device in bytes (for CPU: total RAM);
+    ``num_devices``: how many such devices (GPUs) the deployment gets;
+    ``compute_capability``: CUDA (major, minor), e.g. ``(9, 0)`` for Hopper; None for CPU/AMD;
+    ``supports_fp8``: FP8 matmuls in hardware; ``bandwidth_bytes_per_s``: memory bandwidth of
+    one device in bytes/s (datasheet; None when unknown); ``source``: where the figures came from.
+    """
+
+    name: str
+    kind: str
+    memory_bytes: int
+    num_devices: int = 1
+    compute_capability: tuple[int, int] | None = None
+    supports_fp8: bool = False
+    bandwidth_bytes_per_s: float | None = None
+    source: str = "datasheet"
+
+    @property
+    def total_memory_bytes(self) -> int:
+        """``memory_bytes × num_devices`` (bytes)."""
+        return self.memory_bytes * self.num_devices
+
+    def with_devices(self, num_devices: int) -> "HardwareProfile":
+        """The same device kind with another device count. Raises ValueError for < 1."""
+        if num_devices < 1:
+            raise ValueError(f"the device count must be at least 1, got {num_devices}")
+        return dataclasses.replace(self, num_devices=num_devices)
+
+    def describe(self) -> str:
+        """One human line, e.g. ``"2 × H100-80GB (nvidia, 80.0 GiB each, cc 9.0, FP8)"``."""
+        cc = f", cc {self.compute_capability[0]}.{self.compute_capability[1]}" if self.compute_capability else ""
+        fp8 = ", FP8" if self.supports_fp8 else ""
+        return f"{self.num_devices} × {self.name} ({self.kind}, {self.memory_bytes / GiB:.1f} GiB each{cc}{fp8})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (compute capability as a list)."""
+        d = dataclasses.asdict(self)
+        d["compute_capability"] = list(self.compute_capability) if self.compute_capability else None
+        d["total_memory_bytes"] = self.total_memory_bytes
+        return d
+
+
+def _cpu_profile() -> HardwareProfile:
+    import psutil
+
+    return HardwareProfile(
+        name="CPU",
+        kind="cpu",
+        memory_bytes=int(psutil.virtual_memory().total),
+        source="this machine (psutil total RAM)",
+    )
+
+
+# Datasheet figures: NVIDIA H100 SXM5 80 GB (3.35 TB/s), H200 SXM 141 GB (4.8 TB/s),
+# A100 SXM4 80 GB (2.039 TB/s), L4 24 GB (300 GB/s); AMD Instinct MI300X 192 GB (5.3 TB/s).
+PROFILES: dict[str, HardwareProfile] = {
+    "H100-80GB": HardwareProfile("H100-80GB", "nvidia", 80 * GiB, 1, (9, 0), True, 3.35e12),
+    "H200-141GB": HardwareProfile("H200-141GB", "nvidia", 141 * GiB, 1, (9, 0), True, 4.8e12),
+    "A100-80GB": HardwareProfile("A100-80GB", "nvidia", 80 * GiB, 1, (8, 0), False, 2.039e12),
+    "L4-24GB": HardwareProfile("L4-24GB", "nvidia", 24 * GiB, 1, (8, 9), True, 3.0e11),
+    "MI300X": HardwareProfile("MI300X", "amd", 192 * GiB, 1, None, True, 5.3e12),
+    "CPU": HardwareProfile("CPU", "cpu", 0, 1, None, False, None, "this machine's RAM at lookup"),
+}
+"""Named profiles; ``"CPU"`` is filled with this machine's RAM when looked up."""
+
+SPECIAL_NAMES = ("detected",)
+
+
+def _parse_nvidia_smi(text: str) -> HardwareProfile | None:
+    """Parse ``nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits``.
+
+    ``memory.total`` is in MiB. Returns None for empty output.
+    """
+    rows = [[c.strip() for c in line.split(",")] for line in text.strip().splitlines() if line.strip()]
+    if not rows:
+        return None
+    name, mem_mib, cc = rows[0][0], rows[0][1], rows[0][2] if len(rows[0]) > 2 else ""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and marker in out.stdout
+        major, minor = (int(x) for x in cc.split(".")[:2])
+        capability: tuple[int, int] | None = (major, minor)
+    except ValueError:
+        capability = None
+    return HardwareProfile(
+        name=f"detected: {name}",
+        kind="nvidia",
+        memory_bytes=int(float(mem_mib) * 1024**2),
+        num_devices=len(rows),
+        compute_capability=capability,
+        supports_fp8=capability is not None and capability >= FP8_MIN_COMPUTE_CAPABILITY,
+        source="this machine (nvidia-smi)",
+    )
 
 
-def detect_hardware() -> str:
-    """``"nvidia"``, ``"amd"`` or ``"cpu"`` for this machine (see module docstring).
+def _run(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _detect_amd() -> HardwareProfile | None:
+    text = _run(["rocm-smi", "--showmeminfo", "vram", "--csv"])
+    if not text:
+        return None
+    sizes = []
+    for line in text.splitlines()[1:]:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[1].isdigit():
+            sizes.append(int(parts[1]))  # "VRAM Total Memory (B)"
+    if not sizes:
+        return None
+    return HardwareProfile(
+        name="detected: AMD GPU",
+        kind="amd",
+        memory_bytes=sizes[0],
+        num_devices=len(sizes),
+        supports_fp8=False,
+        source="this machine (rocm-smi)",
+    )
+
+
+def detect_hardware() -> HardwareProfile:
+    """This machine: NVIDIA GPUs via ``nvidia-smi`` (name, memory, compute capability), AMD GPUs
+    via ``rocm-smi``, else the CPU with total RAM (psutil). Never raises for missing tools.
+
+    (torch.cuda is not consulted: ``nvidia-smi`` ships with every NVIDIA driver and needs no
+    multi-second torch import.)
+    """
+    if shutil.which("nvidia-smi"):
+        text = _run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"]
+        )
+        prof = _parse_nvidia_smi(text) if text else None
+        if prof is not None:
+            return prof
+    if shutil.which("rocm-smi"):
+        prof = _detect_amd()
+        if prof is not None:
+            return prof
+    return _cpu_profile()
+
+
+def profile_from_manifest(hardware: dict[str, Any] | None) -> HardwareProfile | None:
+    """The hardware a run was measured on, from ``manifest.json``'s ``hardware`` object.
+
+    Accepts a :class:`HardwareProfile` stored as a dict (``kind``, ``memory_bytes``, ...), or
+    the ``cpu_model``/``memory_bytes``/``gpus`` form. For the latter it uses ``gpus`` (list of dicts with ``name``/``memory_bytes``/``compute_capability`` or strings)
+    when present, else the CPU with ``memory_bytes``. Returns None when nothing was recorded.
+    """
+    if not hardware:
+        return None
+    if hardware.get("kind") in HARDWARE_KINDS and hardware.get("memory_bytes") is not None:
+        # a HardwareProfile stored as a dict (what ``bench run`` records)
+        cc_list = hardware.get("compute_capability")
+        name = str(hardware.get("name") or hardware["kind"])
+        return HardwareProfile(
+            name=name if name.startswith(("recorded", "detected")) else f"recorded: {name}",
+            kind=str(hardware["kind"]),
+            memory_bytes=int(hardware["memory_bytes"]),
+            num_devices=int(hardware.get("num_devices") or 1),
+            compute_capability=(int(cc_list[0]), int(cc_list[1])) if cc_list else None,
+            supports_fp8=bool(hardware.get("supports_fp8")),
+            bandwidth_bytes_per_s=hardware.get("bandwidth_bytes_per_s"),
+            source="run manifest",
+        )
+    gpus = hardware.get("gpus") or []
+    if gpus:
+        g0 = gpus[0] if isinstance(gpus[0], dict) else {"name": str(gpus[0])}
+        name = str(g0.get("name", "GPU"))
+        kind = "amd" if any(k in name.upper() for k in ("AMD", "INSTINCT", "MI3")) else "nvidia"
+        cc_raw = g0.get("compute_capability")
+        cc: tuple[int, int] | None = None
+        if isinstance(cc_raw, (list, tuple)) and len(cc_raw) >= 2:
+            cc = (int(cc_raw[0]), int(cc_raw[1]))
+        elif isinstance(cc_raw, str) and "." in cc_raw:
+            a, b = cc_raw.split(".")[:2]
+            cc = (int(a), int(b))
+        mem = int(g0.get("memory_bytes") or g0.get("memory_total_bytes") or 0)
+        return HardwareProfile(
+            name=f"recorded: {name}",
+            kind=kind,
+            memory_bytes=mem,
+            num_devices=len(gpus),
+            compute_capability=cc,
+            supports_fp8=cc is not None and cc >= FP8_MIN_COMPUTE_CAPABILITY,
+            source="run manifest",
+        )
+    mem = hardware.get("memory_bytes")
+    if mem is None:
+        return None
+    return HardwareProfile(
+        name=f"recorded: {hardware.get('cpu_model') or 'CPU'}",
+        kind="cpu",
+        memory_bytes=int(mem),
+        source="run manifest",
+    )
+
+
+def get_profile(name: str, num_devices: int | None = None) -> HardwareProfile:
+    """A named profile (case-insensitive; ``"detected"`` = :func:`detect_hardware`), optionally
+    with another device count.
+
+    Raises ValueError (one line listing the valid names) for an unknown name, and for
+    ``num_devices < 1``.
+    """
+    key = (name or "").strip()
+    if key.lower() == "detected":
+        prof = detect_hardware()
+    else:
+        match = next((p for n, p in PROFILES.items() if n.lower() == key.lower()), None)
+        if match is None:
+            valid = ", ".join([*PROFILES, *SPECIAL_NAMES])
+            raise ValueError(f"unknown hardware profile {name!r}: use one of {valid}")
+        prof = _cpu_profile() if match.kind == "cpu" else match
+    if num_devices is not None:
+        prof = prof.with_devices(num_devices)
+    return prof
+
+
+def detect_kind() -> str:
+    """``"nvidia"``, ``"amd"`` or ``"cpu"`` for this machine: ``BENCH_HARDWARE`` when set, else
+    ``nvidia-smi -L`` listing a GPU → nvidia, ``rocm-smi`` listing one → amd, else cpu.
 
     Raises ValueError when ``BENCH_HARDWARE`` holds something else.
     """
     forced = os.environ.get("BENCH_HARDWARE")
     if forced:
-        if forced not in KINDS:
-            raise ValueError(f"BENCH_HARDWARE={forced!r} is not one of {', '.join(KINDS)}: fix or unset it")
+        if forced not in HARDWARE_KINDS:
+            raise ValueError(f"BENCH_HARDWARE={forced!r} is not one of {', '.join(HARDWARE_KINDS)}: fix or unset it")
         return forced
     smi = shutil.which("nvidia-smi")
-    if smi and _lists_gpu([smi, "-L"], "GPU "):
+    if smi and "GPU " in (_run([smi, "-L"]) or ""):
         return "nvidia"
     rocm = shutil.which("rocm-smi")
-    if rocm and _lists_gpu([rocm, "--showid"], "GPU"):
+    if rocm and "GPU" in (_run([rocm, "--showid"]) or ""):
         return "amd"
     return "cpu"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python, is_installed
-from adapters.hardware import detect_hardware
+from adapters.hardware import detect_kind
 from adapters.venv_engine import installed_version
 from adapters.server import (
     cpu_kv_tokens,
@@ -61,7 +61,7 @@ class TransformersStaticAdapter(ServerAdapter):
         """``[python, -m, adapters.shims.hf_static_server, --model DIR, --host, --port, --threads N,
         --served-model-name M, --device D, <engine args>]``."""
         flags, env_extra, _ = split_engine_args(config.engine_args)
-        hw = self._hardware or detect_hardware()
+        hw = self._hardware or detect_kind()
         model_name = self.served_name(config)
         opts = {"served_model_name": model_name, "threads": str(config.threads),
                 "device": "cuda" if hw == "nvidia" else "cpu", "dtype": "float32",
@@ -119,7 +119,7 @@ class TransformersServeAdapter(ServerAdapter):
         """``[transformers, serve, --continuous-batching, --device D, --dtype float32, --host 127.0.0.1,
         --port P, <engine args>, MODEL_DIR]``; the served model name is the folder path."""
         flags, env_extra, _ = split_engine_args(config.engine_args)
-        hw = self._hardware or detect_hardware()
+        hw = self._hardware or detect_kind()
         opts = {"continuous_batching": "true", "device": "cuda" if hw == "nvidia" else "cpu",
                 "dtype": "float32" if hw != "nvidia" else "auto", "log_level": "info"}
         if hw != "nvidia":  # without a bound it sizes its paged cache from free RAM (14 GB RSS seen here)

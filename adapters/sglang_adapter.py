@@ -14,7 +14,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_env_dir, engine_python
-from adapters.hardware import detect_hardware
+from adapters.hardware import detect_kind
 from adapters.server import (
     LaunchPlan,
     ServerAdapter,
@@ -53,7 +53,7 @@ class SglangAdapter(ServerAdapter):
         self._hardware = hardware
 
     def hardware(self) -> str:
-        return self._hardware or detect_hardware()
+        return self._hardware or detect_kind()
 
     def probe(self) -> ProbeResult:
         """Installed venv required; on CPU also the ``sgl_kernel`` compatibility module."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import RECIPES, engine_env_dir, engine_python
-from adapters.hardware import detect_hardware
+from adapters.hardware import detect_kind
 from adapters.server import (
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args, thread_env,
 )
@@ -39,7 +39,7 @@ class DeepSpeedAdapter(ServerAdapter):
         """Available when ``bench engines setup deepspeed`` has built ``.engines/deepspeed``."""
         missing = probe_installed("deepspeed")
         if missing is not None:
-            if (self._hardware or detect_hardware()) == "cpu":
+            if (self._hardware or detect_kind()) == "cpu":
                 return ProbeResult(False, "deepspeed: not installed - run `bench engines setup deepspeed` "
                                    f"({RECIPES['deepspeed'].approx}) to add it; `make bench` leaves it out on a CPU, "
                                    "where it is Hugging Face generate underneath (the transformers baseline)")
@@ -49,7 +49,7 @@ class DeepSpeedAdapter(ServerAdapter):
 
     def probe_mii(self) -> ProbeResult:
         """DeepSpeed-MII/FastGen: needs an NVIDIA GPU with CUDA (NCCL + CUDA kernels are hard-coded)."""
-        if (self._hardware or detect_hardware()) != "nvidia":
+        if (self._hardware or detect_kind()) != "nvidia":
             return ProbeResult(False, "deepspeed-mii (FastGen): needs an NVIDIA GPU with CUDA (it hard-codes NCCL and "
                                       "CUDA kernels), none found; the CPU path is the `deepspeed` row")
         return ProbeResult(False, "deepspeed-mii (FastGen): not wired into this harness yet: serve it yourself "
@@ -104,7 +104,7 @@ class OnnxRuntimeGenAIAdapter(ServerAdapter):
         """``[<ort venv python>, -m, adapters.shims.ort_server, --model DIR, --onnx-dir CACHE, ...]``;
         the shim builds the ONNX model into CACHE on first use (inside the start-up timeout)."""
         flags, env_extra, _ = split_engine_args(config.engine_args)
-        hw = self._hardware or detect_hardware()
+        hw = self._hardware or detect_kind()
         provider = "cuda" if hw == "nvidia" else "cpu"
         precision = flags.pop("precision", "fp32")
         model_name = self.served_name(config)

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from adapters.hardware import detect_hardware
+from adapters.hardware import detect_kind
 from adapters.server import LaunchPlan, ServerAdapter, split_engine_args, thread_env
 
 RESERVED = ("host", "port")
@@ -85,7 +85,7 @@ class TensorRTLLMAdapter(ServerAdapter):
 
     def probe(self, engine_args: dict[str, str] | None = None) -> ProbeResult:
         """Unavailable without an NVIDIA GPU, or without a ``trtllm-serve`` to run."""
-        if (self._hardware or detect_hardware()) != "nvidia":
+        if (self._hardware or detect_kind()) != "nvidia":
             return ProbeResult(False, "tensorrt_llm: needs an NVIDIA GPU, none found")
         env = self._env()
         serve = self.find_serve(engine_args)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
-from adapters.hardware import detect_hardware
+from adapters.hardware import detect_kind
 from adapters.server import (
     CPU_KV_CACHE_BYTES,
     LaunchPlan,
@@ -63,7 +63,7 @@ class VllmAdapter(ServerAdapter):
         self._hardware = hardware
 
     def hardware(self) -> str:
-        return self._hardware or detect_hardware()
+        return self._hardware or detect_kind()
 
     def probe(self) -> ProbeResult:
         """Available when ``bench engines setup vllm`` has built ``.engines/vllm``."""

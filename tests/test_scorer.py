@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.hardware import GiB, HardwareProfile, get_profile
+from adapters.hardware import GiB, HardwareProfile, get_profile
 from harness.metrics import parse_slos
 from harness.scoring import (
     PRESETS,

@@ -191,7 +191,7 @@ def _check_run_target(preset: str, hardware: str, threads: Optional[int], output
     """Everything the run would otherwise only trip over after measuring every engine."""
     import os
 
-    from harness.hardware import get_profile
+    from adapters.hardware import get_profile
     from harness.scoring import PRESETS
 
     if preset not in PRESETS:

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
 from adapters.envs import RECIPES, SETUP_CPU, engine_env_dir, setup_engine
-from adapters.hardware import detect_hardware
+from adapters.hardware import detect_kind
 from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_engine_args
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
@@ -50,7 +50,7 @@ def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> st
 
 def engine_rows() -> list[dict]:
     """One dict per engine (plus DeepSpeed-MII): name, state, version, hardware, features, api, reason."""
-    here = detect_hardware()
+    here = detect_kind()
     rows = []
     for adapter in all_adapters():
         probe = adapter.probe()
@@ -76,7 +76,7 @@ def engines(ctx: typer.Context,
     if as_json:
         console.print_json(json.dumps(rows))
         return
-    table = Table(title=f"Serving engines on this machine ({detect_hardware()})", show_lines=False)
+    table = Table(title=f"Serving engines on this machine ({detect_kind()})", show_lines=False)
     for col in ("engine", "state", "version", "hardware", "features", "reason"):
         table.add_column(col, overflow="fold")
     colors = {"available": "green", "not installed": "yellow", "unsupported hardware": "dim", "unavailable": "red"}

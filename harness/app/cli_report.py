@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.hardware import HardwareProfile, get_profile, profile_from_manifest
+from adapters.hardware import HardwareProfile, get_profile, profile_from_manifest
 from harness.metrics import SLOError, parse_slos
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.store import ResultsError, Run, load_run, resolve_run

@@ -196,7 +196,7 @@ class Orchestrator:
         )
 
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
-        from harness.hardware import detect_hardware
+        from adapters.hardware import detect_hardware
 
         from harness.app.model import model_summary
 
@@ -479,7 +479,7 @@ class Orchestrator:
         Returns at once: the caller waits with ``starter.wait()``."""
         from harness.app.startup import ParallelStarter, parallel_start_fits
 
-        from adapters.hardware import detect_hardware as detect_kind
+        from adapters.hardware import detect_kind
 
         items = [(a.name, a, launches[a.name]) for a, _, _ in runnable if getattr(a, "starts_process", False)]
         if not self.cfg.parallel_start or len(items) < 2:
@@ -502,7 +502,7 @@ class Orchestrator:
         install fails; True otherwise (including engines that need no install)."""
         from adapters.base import EngineError
         from adapters.envs import is_installed, setup_engine
-        from adapters.hardware import detect_hardware as detect_kind
+        from adapters.hardware import detect_kind
 
         if name not in AUTO_SETUP_CPU or detect_kind() != "cpu" or is_installed(name):
             return True
@@ -517,7 +517,7 @@ class Orchestrator:
         return True
 
     def _report(self, run_dir: Path) -> Any:
-        from harness.hardware import detect_hardware, get_profile
+        from adapters.hardware import detect_hardware, get_profile
         from harness.scoring import recommend
         from reports import write_reports
         from results.store import load_run

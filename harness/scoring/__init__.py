@@ -40,7 +40,7 @@ import numpy as np
 from pydantic import BaseModel, Field, computed_field
 
 from adapters.base import FEATURES
-from harness.hardware import FP8_MIN_COMPUTE_CAPABILITY, GiB, HardwareProfile, profile_from_manifest
+from adapters.hardware import FP8_MIN_COMPUTE_CAPABILITY, GiB, HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, meets_slos, parse_slos, slo_percentile_value
 from results.schema import RequestRecord
 from results.store import Run
