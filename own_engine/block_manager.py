@@ -51,7 +51,8 @@ class BlockManager:
     """Owns the KV block pool (``num_blocks`` blocks of ``block_size`` slots).
 
     ``kv_allocation``: ``"paged"`` or ``"naive"`` (then ``max_blocks_per_seq`` is required).
-    Counters: ``prefix_cache_queries``/``prefix_cache_hits`` (tokens), ``num_cow_copies``.
+    Counters (read-only outside this class; :meth:`record_prefix_lookup` and the allocation
+    methods advance them): ``prefix_cache_queries``/``prefix_cache_hits`` (tokens), ``num_cow_copies``.
     Raises ``ValueError`` for impossible settings.
     """
 
@@ -155,6 +156,12 @@ class BlockManager:
                 break  # hash collision: treat as a miss
             hits.append(bid)
         return hits, len(hits) * bs
+
+    def record_prefix_lookup(self, num_query_tokens: int, num_hit_tokens: int) -> None:
+        """Count one sequence's first admission in ``prefix_cache_queries`` / ``prefix_cache_hits``
+        (tokens: its length, and the tokens :meth:`get_computed_blocks` served from the cache)."""
+        self.prefix_cache_queries += num_query_tokens
+        self.prefix_cache_hits += num_hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Offer the sequence's newly full, computed blocks to the prefix cache.

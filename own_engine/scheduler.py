@@ -14,6 +14,12 @@ Sarathi-Serve, Agrawal et al. 2024 for chunked prefill mixed with decodes):
 ``batching="static"`` (ablation) admits a new batch only when no sequence is running, so a batch
 runs until all its members finish. Without chunked prefill a prompt is scheduled whole (a lone
 prompt may exceed the budget, so nothing can starve).
+
+After the model ran, :meth:`Scheduler.update_from_output` applies the step's
+:class:`~own_engine.outputs.SampledTokens` (vLLM's ``update_from_output``, nano-vllm's
+``postprocess``): advance ``num_computed_tokens``, fork ``n > 1`` children off their parent's
+first sample, append tokens, check EOS / ``stop_token_ids`` / ``max_tokens`` / ``max_model_len``,
+finish sequences and free their blocks.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from own_engine.block_manager import BlockManager
+from own_engine.outputs import Fork, RequestOutput, SampledTokens
 from own_engine.sequence import Sequence, SequenceStatus
 
 
@@ -56,15 +63,18 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    """Waiting/running queues over a :class:`BlockManager`.
+    """Waiting/running queues over a :class:`BlockManager`; owns every sequence from :meth:`add`
+    to its finish.
 
     ``num_speculative_tokens``: lookahead slots reserved for a decoding sequence (0 = no
-    speculation). Counter: ``num_preemptions``.
+    speculation). ``eos_token_ids``: ids that finish a sequence with ``"stop"`` unless its
+    params say ``ignore_eos``. ``requests``: request id → its sequences (parent first, then the
+    ``n > 1`` children in fork order), while any of them is unfinished. Counter: ``num_preemptions``.
     """
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, enable_chunked_prefill: bool = True, batching: str = "continuous",
-                 num_speculative_tokens: int = 0) -> None:
+                 num_speculative_tokens: int = 0, eos_token_ids: frozenset[int] | set[int] = frozenset()) -> None:
         self.bm = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -72,12 +82,19 @@ class Scheduler:
         self.enable_chunked_prefill = enable_chunked_prefill
         self.static = batching == "static"
         self.num_speculative_tokens = num_speculative_tokens
+        self.eos_token_ids = frozenset(eos_token_ids)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.requests: dict[str, list[Sequence]] = {}
         self.num_preemptions = 0
 
     # ------------------------------------------------------------------ queues
     def add(self, seq: Sequence) -> None:
+        """Register a new sequence under its request id and queue it (FCFS)."""
+        self.requests.setdefault(seq.request_id, []).append(seq)
+        self._enqueue(seq)
+
+    def _enqueue(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
@@ -93,6 +110,9 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.bm.free(seq)
+        seqs = self.requests.get(seq.request_id)
+        if seqs is not None and all(s.is_finished for s in seqs):
+            del self.requests[seq.request_id]
 
     def abort(self, request_id: str) -> list[Sequence]:
         """Finish every sequence of ``request_id`` with reason ``"abort"``; unknown ids: no-op."""
@@ -165,8 +185,7 @@ class Scheduler:
             if not seq.prefix_cache_counted:
                 seq.prefix_cache_counted = True
                 seq.num_cached_tokens = num_cached
-                self.bm.prefix_cache_queries += len(seq)
-                self.bm.prefix_cache_hits += num_cached
+                self.bm.record_prefix_lookup(len(seq), num_cached)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -176,3 +195,66 @@ class Scheduler:
         out.blocks_to_copy = self.bm.pop_copies()
         out.num_batched_tokens = self.max_num_batched_tokens - budget
         return out
+
+    # ------------------------------------------------------------------ after the model ran
+    def update_from_output(self, plan: SchedulerOutput, sampled: SampledTokens) -> list[RequestOutput]:
+        """Apply one step's sampling result to the sequences ``plan`` scheduled.
+
+        Per scheduled sequence, in plan order: ``num_computed_tokens`` advances by the tokens the
+        forward computed (plus accepted drafts); a sequence that sampled nothing (a prefill chunk)
+        only offers its full blocks to the prefix cache; one that sampled forks its ``n > 1``
+        children (sharing its blocks), then it and each child append their tokens and are checked
+        for a stop. Returns a :class:`RequestOutput` per sequence that got tokens (parent before
+        its children).
+        """
+        outputs: list[RequestOutput] = []
+        for s in plan.scheduled:
+            seq = s.seq
+            toks = sampled.token_ids.get(seq.seq_id)
+            seq.num_computed_tokens = s.start + s.num_new_tokens + sampled.num_accepted.get(seq.seq_id, 0)
+            if toks is None:
+                self.bm.cache_full_blocks(seq)
+                continue
+            # the draft model's K/V is only valid up to what the target has verified
+            seq.num_draft_computed = min(seq.num_draft_computed, seq.num_computed_tokens)
+            appends = [(seq, toks)] + [(self._fork(seq, f), [f.token_id]) for f in sampled.forks.get(seq.seq_id, ())]
+            seq.pending_forks = 0
+            outputs.extend(self._append(target, new) for target, new in appends)
+        return outputs
+
+    def _fork(self, parent: Sequence, fork: Fork) -> Sequence:
+        """A running child sharing ``parent``'s computed blocks, or (naive KV without a free
+        reservation) a waiting child that recomputes its prompt later."""
+        seqs = self.requests[parent.request_id]
+        child = parent.fork(index=len(seqs), generator=fork.generator, seq_id=fork.seq_id)
+        if self.bm.fork(parent, child):
+            child.status = SequenceStatus.RUNNING
+            self.running.append(child)
+        else:
+            child.num_computed_tokens = child.num_draft_computed = child.num_registered_blocks = 0
+            self._enqueue(child)
+        seqs.append(child)
+        return child
+
+    def _append(self, seq: Sequence, toks: list[int]) -> RequestOutput:
+        """Append sampled tokens up to the first stop: EOS (unless ``ignore_eos``) or a
+        ``stop_token_ids`` entry → ``"stop"`` (the token is kept); ``max_tokens`` or
+        ``max_model_len`` reached → ``"length"``. A stopped sequence is finished (blocks freed)."""
+        p = seq.sampling_params
+        stop_ids = set(p.stop_token_ids or ())
+        emitted: list[int] = []
+        reason = None
+        for tok in toks:
+            seq.token_ids.append(tok)
+            emitted.append(tok)
+            if (not p.ignore_eos and tok in self.eos_token_ids) or tok in stop_ids:
+                reason = "stop"
+            elif seq.num_output_tokens >= p.max_tokens or len(seq) >= self.max_model_len:
+                reason = "length"
+            if reason:
+                break
+        self.bm.cache_full_blocks(seq)
+        if reason:
+            self.finish(seq, reason)
+        return RequestOutput(seq.request_id, emitted, reason is not None, reason, seq.num_prompt_tokens,
+                             seq.num_cached_tokens, seq.num_output_tokens, seq.index)

@@ -97,6 +97,7 @@ def assert_no_leak(engine):
     assert s["num_running"] == 0 and s["num_waiting"] == 0
     assert s["kv_blocks_used"] == 0
     assert all(b.ref_count == 0 for b in engine.block_manager.blocks)
+    assert engine.scheduler.requests == {}  # finished and aborted requests are forgotten
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from own_engine.block_manager import BlockManager
+from own_engine.outputs import Fork, SampledTokens
 from own_engine.sampling_params import SamplingParams
 from own_engine.scheduler import Scheduler
 from own_engine.sequence import Sequence, SequenceStatus
@@ -145,6 +146,28 @@ def test_abort_frees_blocks_and_unknown_is_noop():
     assert a.finish_reason == "abort" and a.block_table == []
     sched.abort("r1")
     assert not sched.has_unfinished() and sched.bm.num_free_blocks == 64
+
+
+def test_update_from_output_forks_appends_stops_and_forgets_finished_requests():
+    sched = Scheduler(BlockManager(16, 4), 8, 64, max_model_len=256, eos_token_ids={99})
+    parent = Sequence("r0", list(range(6)), SamplingParams(max_tokens=3, n=2), seq_id=0)
+    parent.pending_forks = 1
+    sched.add(parent)
+    plan = sched.schedule()
+    outs = sched.update_from_output(plan, SampledTokens(token_ids={0: [7]}, forks={0: [Fork(99, None, 5)]}))
+    child = sched.requests["r0"][1]
+    assert (child.seq_id, child.index, child.token_ids) == (5, 1, list(range(6)) + [99])
+    # the child got the parent's computed blocks (shared), then stopped on EOS at once and freed them
+    assert [(o.index, o.new_token_ids, o.finished, o.finish_reason) for o in outs] == [
+        (0, [7], False, None), (1, [99], True, "stop")]
+    assert child.block_table == [] and parent.num_computed_tokens == 6 and parent.pending_forks == 0
+    assert sched.running == [parent] and "r0" in sched.requests
+    # a verification step: 1 accepted draft + bonus; max_tokens=3 ends it ("length")
+    plan = sched.schedule()
+    outs = sched.update_from_output(plan, SampledTokens(token_ids={0: [8, 9]}, num_accepted={0: 1}))
+    assert parent.num_computed_tokens == 8 and parent.output_token_ids == [7, 8, 9]
+    assert [(o.new_token_ids, o.finish_reason) for o in outs] == [([8, 9], "length")]
+    assert sched.requests == {} and not sched.has_unfinished() and sched.bm.num_free_blocks == 16
 
 
 @settings(max_examples=60, deadline=None)
