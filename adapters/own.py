@@ -3,7 +3,7 @@
 It runs with the harness's own interpreter (``sys.executable``), on CPU and NVIDIA. Engine
 args become its flags (``own:max_num_seqs=64`` → ``--max-num-seqs 64``,
 ``own:prefix_caching=false`` → ``--no-prefix-caching``). Health at ``/health``, Prometheus
-metrics at ``/metrics`` (``own:*`` names, see ``own_engine/metrics_export.py``).
+metrics at ``/metrics`` (``own:*`` names, see ``own_engine/server/metrics.py``).
 """
 
 from __future__ import annotations

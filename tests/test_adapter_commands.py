@@ -374,7 +374,7 @@ def test_parse_prometheus_and_vllm_mapping():
 
 def test_own_engine_metrics_mapping_from_its_exporter():
     """The own engine's real exporter text maps to the common keys."""
-    me = pytest.importorskip("own_engine.metrics_export")
+    me = pytest.importorskip("own_engine.server.metrics")
     stats = {"num_running": 1, "num_waiting": 0, "kv_blocks_used": 4, "kv_blocks_total": 16,
              "prefix_cache_queries": 100, "prefix_cache_hits": 40, "num_preemptions": 2,
              "spec_num_draft_tokens": 20, "spec_num_accepted_tokens": 10, "spec_num_verify_steps": 5}

@@ -24,11 +24,11 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from own_engine.metrics_export import ServerCounters, render_metrics
+from own_engine.server.metrics import ServerCounters, render_metrics
 from own_engine.engine import RequestOutput
 from own_engine.sampling_params import SamplingParams
-from own_engine.server import create_app
-from own_engine.server_text import IncrementalDetokenizer, OutputTextProcessor
+from own_engine.server.app import create_app
+from own_engine.server.text import IncrementalDetokenizer, OutputTextProcessor
 
 EOS = 256
 WORDS = ["Hel", "lo S", "TO", "P more", "ST", "ar", "Hello", " world"]  # ids 257..
@@ -609,7 +609,7 @@ def test_cli_bad_flags_one_line_error_exit_2(argv, needle, capsys):
 
 
 def test_cli_flags_map_onto_engine_config(monkeypatch, tmp_path):
-    import own_engine.__main__ as cli_main
+    import own_engine.server.cli as cli_main
     from own_engine.config import EngineConfig
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # main() sets it from --threads

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.app.model import resolve_model
 from harness.loadgen.sse import interpret
-from own_engine.server_text import OutputTextProcessor
+from own_engine.server.text import OutputTextProcessor
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

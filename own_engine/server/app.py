@@ -2,14 +2,14 @@
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming SSE and plain
 JSON), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, see
-:mod:`own_engine.metrics_export`).
+:mod:`own_engine.server.metrics`).
 
 Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multiprocessing):
 
-- One :class:`~own_engine.server_worker.EngineWorker` thread owns the engine and calls
+- One :class:`~own_engine.server.worker.EngineWorker` thread owns the engine and calls
   ``engine.step()`` in a loop; handlers hand it requests through a thread-safe queue and get
   each step's ``RequestOutput`` back on an ``asyncio.Queue`` (``loop.call_soon_threadsafe``).
-- Each handler owns one :class:`~own_engine.server_text.OutputTextProcessor` per choice: incremental
+- Each handler owns one :class:`~own_engine.server.text.OutputTextProcessor` per choice: incremental
   detokenization (no partial UTF-8 characters) and stop strings (which the engine does not
   know about: on a match the handler truncates the text and aborts the request in the engine).
 - ``n > 1`` (up to ``max_num_seqs``) gives ``n`` choices sampled by the engine from one prompt
@@ -47,8 +47,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from own_engine.metrics_export import CONTENT_TYPE, ServerCounters, render_metrics
-from own_engine.server_protocol import (
+from own_engine.server.metrics import CONTENT_TYPE, ServerCounters, render_metrics
+from own_engine.server.protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
@@ -63,8 +63,8 @@ from own_engine.server_protocol import (
     usage,
     usage_chunk,
 )
-from own_engine.server_text import OutputTextProcessor
-from own_engine.server_worker import EngineFailure, EngineNotRunning, EngineWorker
+from own_engine.server.text import OutputTextProcessor
+from own_engine.server.worker import EngineFailure, EngineNotRunning, EngineWorker
 
 logger = logging.getLogger("own_engine.server")
 

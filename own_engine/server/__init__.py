@@ -1,0 +1,13 @@
+"""The reference engine's OpenAI-compatible server (``python -m own_engine``).
+
+- :mod:`~own_engine.server.cli`: the command line (flags → ``EngineConfig``, uvicorn, signals).
+- :mod:`~own_engine.server.app`: the FastAPI app (``create_app``) and the engine-side request
+  handling (``OpenAIServing``).
+- :mod:`~own_engine.server.worker`: the engine thread (``EngineWorker``).
+- :mod:`~own_engine.server.metrics`: Prometheus ``/metrics`` (``own:*`` names).
+- :mod:`~own_engine.server.protocol`: OpenAI request models, errors, response and SSE chunks.
+- :mod:`~own_engine.server.text`: incremental detokenization and stop strings.
+
+This package's ``__init__`` imports nothing, so importing one module does not pull in the
+others (or torch).
+"""
