@@ -1,0 +1,37 @@
+"""Model geometry: the sizes of a transformer that decide how much memory serving it takes.
+
+The one place the KV-cache formula lives (:func:`kv_bytes_per_token`) and the one table of
+bytes per element by dtype name (:data:`DTYPE_BYTES`). Pure arithmetic: imports nothing of
+the harness, reads no files.
+"""
+
+from __future__ import annotations
+
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4, "fp32": 4, "float": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1,
+}
+"""Bytes per weight / KV-cache element for a dtype name as ``config.json``, torch or a CLI
+spells it (lower case, without a ``torch.`` prefix)."""
+
+
+def dtype_bytes_for(dtype: object) -> int | None:
+    """Bytes per element of ``dtype`` (``"bfloat16"``, ``"torch.float16"``, ``"FP8"`` ...);
+    None when it is empty or not in :data:`DTYPE_BYTES`."""
+    name = str(dtype or "").lower().replace("torch.", "")
+    return DTYPE_BYTES.get(name)
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """KV-cache bytes one token occupies, in bytes:
+    ``2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes``.
+
+    ``num_kv_heads`` is the number of key/value heads (``num_key_value_heads`` in
+    ``config.json``; fewer than the attention heads under grouped-query attention),
+    ``head_dim`` the size of one head, ``dtype_bytes`` the bytes of one cached element.
+    Source: vLLM's KV-cache sizing convention (a full-attention layer's page holds
+    ``2 × block_size × num_kv_heads × head_size × dtype size`` bytes), per token and summed
+    over layers.
+    """
+    return 2 * int(num_layers) * int(num_kv_heads) * int(head_dim) * int(dtype_bytes)
