@@ -1,0 +1,153 @@
+"""The recommendation as a stored artefact: ``<run-dir>/recommendation.json``.
+
+The models a :class:`Recommendation` consists of (what ``harness.scoring.recommend`` returns,
+what ``bench recommend --json`` prints and what the reports render), and the helpers that write
+and read it. Imports nothing of the harness: only pydantic, the standard library and
+``results``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, computed_field
+
+RECOMMENDATION_FILE = "recommendation.json"
+
+DEFAULT_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
+TIE_BREAK = "equal scores are ordered by higher output throughput, then lower p99 TTFT, then engine name"
+"""The tie-break rule the scorer applies and states in every result."""
+
+
+class MemoryFit(BaseModel):
+    """Does the model + KV cache fit the target? All sizes in bytes.
+
+    ``kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes``
+    (vLLM's KV cache sizing, :func:`results.model_geometry.kv_bytes_per_token`);
+    ``kv_tokens = concurrency × context_tokens``;
+    ``total_bytes = weights_bytes + kv_bytes_per_token × kv_tokens``;
+    ``usable_bytes = memory_bytes × devices_used × memory_utilization``.
+    ``fits`` is None when something needed was not recorded (then ``arithmetic`` says what).
+    """
+
+    engine: str
+    fits: bool | None = None
+    num_params: int | None = None
+    dtype_bytes: int | None = None
+    weights_bytes: int | None = None
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_bytes_per_token: int | None = None
+    concurrency: int | None = None
+    concurrency_source: str = "not recorded"
+    context_tokens: int | None = None
+    kv_tokens: int | None = None
+    kv_bytes: int | None = None
+    total_bytes: int | None = None
+    devices_used: int = 1
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+    usable_bytes: int | None = None
+    headroom: float | None = None
+    arithmetic: str = ""
+
+
+class RankedEngine(BaseModel):
+    """One surviving engine: ``score`` in [0, 1], ``components`` (criterion → normalized score in
+    [0, 1]), ``contributions`` (criterion → wᵢ·sᵢ/Σw, summing to ``score``), ``metrics`` (raw
+    values at ``condition``: ``*_ms`` in ms, ``output_throughput`` in tokens/s,
+    ``request_throughput``/``goodput`` in requests/s)."""
+
+    rank: int
+    engine: str
+    display_name: str
+    score: float
+    components: dict[str, float]
+    contributions: dict[str, float]
+    metrics: dict[str, float | bool | None]
+    condition: str
+    repeats: int
+    notes: list[str] = Field(default_factory=list)
+
+
+class WeightFlip(BaseModel):
+    """The smallest change of one criterion's weight that changes the winner (others fixed):
+    above ``to_weight`` (raising) or below it (lowering) ``new_winner`` wins."""
+
+    criterion: str
+    from_weight: float
+    to_weight: float
+    new_winner: str
+
+
+class Recommendation(BaseModel):
+    """The scorer's answer; JSON-serialisable (``model_dump_json``).
+
+    ``winner`` is None when no engine survives the hard constraints (then ``message`` says why
+    and :attr:`exit_code` is 1). ``eliminated`` maps engine → one-line reason (including
+    skipped/failed/not-measured engines); ``elimination_stage`` maps engine → ``"not measured" |
+    "hardware" | "feature" | "memory" | "slo"``.
+    """
+
+    winner: str | None
+    winner_display_name: str | None = None
+    ranking: list[RankedEngine]
+    eliminated: dict[str, str]
+    elimination_stage: dict[str, str]
+    deciding_constraint: str
+    sensitivity: list[str]
+    weight_flips: list[WeightFlip] = Field(default_factory=list)
+    weights: dict[str, float]
+    preset: str
+    hardware: dict[str, Any]
+    slos: dict[str, float]
+    required_features: list[str]
+    memory_fit: dict[str, MemoryFit]
+    workloads: list[str]
+    runs: list[str]
+    tie_break: str = TIE_BREAK
+    notes: list[str] = Field(default_factory=list)
+    message: str = ""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def exit_code(self) -> int:
+        """0 when an engine was recommended, 1 when none survives (also in the JSON)."""
+        return 0 if self.winner is not None else 1
+
+
+def write_recommendation(run_dir: Path | str, recommendation: Recommendation) -> Path:
+    """Write ``recommendation`` to ``<run_dir>/recommendation.json`` and return that path.
+
+    Atomic: written to ``recommendation.json.tmp`` first, then moved over the old file with
+    ``os.replace``, so a reader never sees half a file. Raises OSError when the folder cannot
+    be written.
+    """
+    path = Path(run_dir) / RECOMMENDATION_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(recommendation.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_recommendation(run_dir: Path | str) -> Recommendation | None:
+    """The stored ``<run_dir>/recommendation.json``, or None when the run has none (e.g.
+    folders written before recommendations were stored).
+
+    The stored ``exit_code`` is ignored on reading (it is computed from ``winner``). Raises
+    :class:`results.store.ResultsError` naming the file when it is not a valid recommendation.
+    """
+    path = Path(run_dir) / RECOMMENDATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        return Recommendation.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError) as exc:
+        from .store import ResultsError  # store imports this module
+
+        raise ResultsError(
+            f"{path} is not a readable recommendation ({type(exc).__name__}); "
+            "delete it: `bench recommend` scores the run again from its measurements"
+        ) from exc
