@@ -1,0 +1,130 @@
+"""The deciding constraint: one sentence that says why the winner won.
+
+With one survivor: the constraint that left only it (the SLO that the runner-up, the
+eliminated engine closest to meeting every SLO, misses, or the other eliminations). With
+several: the criterion with the largest share of the winner's margin over the runner-up,
+its raw numbers, and the criteria that pulled the other way; a tie names the tie-break.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from harness.metrics import SLO
+from results.recommendation import TIE_BREAK
+
+from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
+from .ranking import EPS, Outcome, ScoringContext, declared_complexity, serving_feature_count
+from .weights import CRITERIA
+
+_BEFORE_SLO_STAGES = ("not measured", "hardware", "feature", "memory")
+
+
+def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outcome, ctx: ScoringContext) -> str:
+    """The raw numbers behind one criterion, winner first (``"output 120.0 vs 80.0 tokens/s, 1.50×"``)."""
+    winner_raw, runner_up_raw = outcome.raw[winner], outcome.raw[runner_up]
+    if criterion == "latency":
+        key = f"slo:{outcome.slos[0].key}" if outcome.slos else "ttft_p99_ms"
+        label = slo_text(outcome.slos[0]).split(" ≤")[0] if outcome.slos else "p99 TTFT"
+        winner_ms, runner_up_ms = winner_raw.get(key), runner_up_raw.get(key)
+        ratio = f", {runner_up_ms / winner_ms:.2f}×" if winner_ms and runner_up_ms else ""
+        return f"{label} {format_ms(winner_ms)} vs {format_ms(runner_up_ms)}{ratio}"
+    if criterion == "throughput":
+        winner_tps, runner_up_tps = winner_raw.get("output_throughput"), runner_up_raw.get("output_throughput")
+        ratio = f", {winner_tps / runner_up_tps:.2f}×" if winner_tps and runner_up_tps else ""
+        return f"output {winner_tps or 0:,.1f} vs {runner_up_tps or 0:,.1f} tokens/s{ratio}"
+    if criterion == "features":
+        winner_count = serving_feature_count(ctx.engines[winner])
+        runner_up_count = serving_feature_count(ctx.engines[runner_up])
+        return f"{winner_count} vs {runner_up_count} declared serving features"
+    if criterion == "complexity":
+        winner_level = declared_complexity(ctx.engines[winner])
+        runner_up_level = declared_complexity(ctx.engines[runner_up])
+        return (f"operational complexity {winner_level} vs {runner_up_level} "
+                "(1 = pip install, 5 = containers + compilation)")
+    winner_headroom = outcome.components[winner]["hardware_fit"]
+    runner_up_headroom = outcome.components[runner_up]["hardware_fit"]
+    return f"memory headroom {winner_headroom:.0%} vs {runner_up_headroom:.0%}"
+
+
+def excluded_clause(outcome: Outcome, stages: Iterable[str]) -> list[str]:
+    """Why each engine of ``stages`` is out; engines skipped before measuring (not installed,
+    no such hardware) are only named - their reasons are in the table, not the deciding line."""
+    stages = tuple(stages)
+    skipped = [name for name, (stage, reason) in outcome.eliminated.items()
+               if stage == "not measured" and stage in stages and reason.startswith("not measured (skipped)")]
+    parts = [f"{name} excluded: {reason}" for name, (stage, reason) in outcome.eliminated.items()
+             if stage in stages and name not in skipped]
+    if skipped:
+        parts.append(f"not measured (skipped; reasons in the not-measured list): {', '.join(skipped)}")
+    return parts
+
+
+def _only_survivor(outcome: Outcome, winner: str, condition: str) -> str:
+    slo_eliminated = [name for name, (stage, _) in outcome.eliminated.items() if stage == "slo"]
+    if slo_eliminated and outcome.slos:
+        slos_met = " and ".join(slo_text(slo) for slo in outcome.slos)
+
+        # the runner-up: the SLO-eliminated engine closest to meeting every SLO
+        def worst_ratio(name: str) -> tuple[float, SLO]:
+            return max(((outcome.slo_values[name][slo.key] / slo.threshold_ms, slo) for slo in outcome.slos),
+                       key=lambda ratio_and_slo: ratio_and_slo[0])
+
+        runner_up = min(slo_eliminated, key=lambda name: (worst_ratio(name)[0], name))
+        _, missed = worst_ratio(runner_up)
+        label = METRIC_LABELS[missed.metric]
+        winner_ms, runner_up_ms = outcome.slo_values[winner][missed.key], outcome.slo_values[runner_up][missed.key]
+        if math.isinf(runner_up_ms):
+            runner_up_text = f"{runner_up} 2nd, p{missed.percentile:g} {label} lands on failed requests"
+        elif winner_ms > 0:
+            runner_up_text = f"{runner_up} 2nd, {runner_up_ms / winner_ms:.1f}× the {label}"
+        else:
+            runner_up_text = f"{runner_up} 2nd, {label} {format_ms(runner_up_ms)}"
+        others = [f"{name} also misses it" for name in slo_eliminated if name != runner_up]
+        parts = [f"{winner}: the only engine meeting {slos_met} on {condition}", runner_up_text, *others]
+        parts += excluded_clause(outcome, _BEFORE_SLO_STAGES)
+        return "; ".join(parts)
+    excluded = excluded_clause(outcome, _BEFORE_SLO_STAGES)
+    if not excluded:
+        return f"{winner}: the only engine measured ({condition}); no other engine to compare with"
+    return "; ".join([f"{winner}: the only engine left after the hard constraints ({condition})", *excluded])
+
+
+def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str) -> str:
+    """The one sentence that names what decided the recommendation (see the module docstring)."""
+    if outcome.winner is None:
+        parts = [f"{name}: {reason}" for name, (_, reason) in outcome.eliminated.items()]
+        return "no engine survives the hard constraints: " + ("; ".join(parts) if parts else "the runs hold no engines")
+    winner = outcome.winner
+    condition = condition_label(outcome.judged_at[winner])
+    if len(outcome.survivors) == 1:
+        return _only_survivor(outcome, winner, condition)
+    runner_up = outcome.ranking[1].engine
+    weight_sum = sum(ctx.weights.values())
+    winner_components, runner_up_components = outcome.components[winner], outcome.components[runner_up]
+    margin_by_criterion = {
+        criterion: ctx.weights[criterion] * (winner_components[criterion] - runner_up_components[criterion]) / weight_sum
+        for criterion in CRITERIA
+    }
+    margin = sum(margin_by_criterion.values())
+    winner_score, runner_up_score = outcome.ranking[0].score, outcome.ranking[1].score
+    if abs(margin) < EPS:
+        head = (
+            f"{winner}: tied with {runner_up} on score {winner_score:.3f} under the {preset} weights; "
+            f"tie broken by the stated rule ({TIE_BREAK})"
+        )
+    else:
+        top = max(CRITERIA, key=lambda criterion: margin_by_criterion[criterion])
+        against = {criterion: share for criterion, share in margin_by_criterion.items() if share < -EPS}
+        offset = (
+            "; " + ", ".join(f"{criterion} {share:+.3f}"
+                             for criterion, share in sorted(against.items(), key=lambda item: item[1]))
+            + f" in {runner_up}'s favour" if against else ""
+        )
+        head = (
+            f"{winner}: highest score {winner_score:.3f} vs {runner_up} {runner_up_score:.3f} under the {preset} "
+            f"weights on {condition}; decided by {top} ({_criterion_detail(top, winner, runner_up, outcome, ctx)}; "
+            f"{top} {margin_by_criterion[top]:+.3f} to the margin of {margin:+.3f}{offset})"
+        )
+    return "; ".join([head, *excluded_clause(outcome, _BEFORE_SLO_STAGES + ("slo",))])

@@ -1,0 +1,250 @@
+"""Reading runs into the scorer's own measurements.
+
+The only module of ``harness.scoring`` that looks inside a run's ``summary.json`` and
+``manifest.json`` (``Run.summary`` / ``Run.manifest``); every other module works on the
+dataclasses defined here:
+
+- :class:`RunFacts`: what the scorer needs of one run as a whole (workload, stored SLOs,
+  required features, the model's sizes, the hardware it was measured on);
+- :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`);
+- :class:`Measurement`: one engine in one run that served at least one request, i.e. one
+  repeat of one *condition* (workload, offered rate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from adapters.base import FEATURES
+from adapters.hardware import HardwareProfile, profile_from_manifest
+from harness.metrics import SLO, slo_percentile_value
+from results.schema import RequestRecord
+from results.store import Run
+
+Condition = tuple[str, float]
+"""(workload name, offered rate in requests/s — sessions/s for agentic; math.inf = no rate limit)."""
+
+SUMMARY_METRIC_PATHS: dict[str, str] = {
+    "output_throughput": "output_throughput",
+    "request_throughput": "request_throughput",
+    "ttft_p50_ms": "ttft_ms.p50",
+    "ttft_p99_ms": "ttft_ms.p99",
+    "tpot_p50_ms": "tpot_ms.p50",
+    "tpot_p99_ms": "tpot_ms.p99",
+    "itl_p99_ms": "itl_ms.p99",
+    "e2el_p99_ms": "e2el_ms.p99",
+}
+"""Scoring metric (as named in ``RankedEngine.metrics``) → its path in a summary's metrics."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The manifest's model section as the memory fit needs it (None = not recorded)."""
+
+    num_params: int | None = None
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    dtype: str = ""  # as recorded, e.g. "bfloat16"; "" when not recorded
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """One run as a whole."""
+
+    run_id: str
+    workload: str
+    slos: dict[str, Any]  # the SLOs stored in the summary: key (e.g. "ttft_p99") → threshold in ms
+    required_features: tuple[str, ...]  # the workload spec's required_features, lower case
+    model: ModelFacts
+    max_concurrency: int | None  # the workload spec's cap on requests in flight
+    measured_on: HardwareProfile | None  # the hardware the manifest recorded
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine's adapter declared (``adapters.base.Capabilities``), as recorded."""
+
+    hardware: tuple[str, ...] = ()  # lower case: "nvidia" | "amd" | "cpu"
+    features: tuple[str, ...] = ()
+    quantization: tuple[str, ...] = ()
+    complexity: int | float | None = None  # 1 = pip install … 5 = containers + compilation
+
+    def serving_feature_count(self) -> int:
+        """How many of :data:`adapters.base.FEATURES` the engine declares."""
+        return len(set(self.features) & set(FEATURES))
+
+    def offered(self) -> set[str]:
+        """Declared features and quantization formats, lower case."""
+        return {str(name).lower() for name in self.features} | {str(name).lower() for name in self.quantization}
+
+
+@dataclass
+class Measurement:
+    """One engine in one run: one repeat of the condition (workload, offered rate).
+
+    ``values``: the scoring metrics keyed as in :data:`SUMMARY_METRIC_PATHS` (``*_ms`` in ms,
+    throughputs in tokens/s or requests/s; None = not recorded). Times in s, rates in
+    requests/s.
+    """
+
+    run: RunFacts
+    offered_rate: float  # math.inf when no open-loop target
+    records: list[RequestRecord]  # the measured phase
+    values: dict[str, float | None]
+    requests_completed: float
+    requests_failed: float
+    duration_s: float
+    recorded_offered_rate: float | None  # as the summary has it (None when closed loop)
+    achieved_rate: float | None
+    rate_valid: bool | None
+    stored_goodput_slos: dict[str, float] | None  # the SLOs the stored goodput was computed for
+    stored_request_goodput: float | None
+    prefix_cache_hit_rate: float | None
+    spec_acceptance_rate: float | None
+    _summary_metrics: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def condition(self) -> Condition:
+        return (self.run.workload, self.offered_rate)
+
+    def slo_value(self, slo: SLO) -> float:
+        """The SLO's run-level value in ms (``harness.metrics.slo_percentile_value``);
+        math.inf when unmeasurable because requests failed."""
+        try:
+            value = slo_percentile_value(self._summary_metrics, slo)
+        except (KeyError, TypeError):
+            return math.inf
+        if value is None:
+            if slo.metric == "tpot" and not self.requests_failed:
+                return 0.0  # only 1-token replies: TPOT is undefined and cannot be violated (meets_slos)
+            return math.inf
+        return float(value)
+
+
+@dataclass
+class EngineRuns:
+    """One engine over all runs: a (status, reason) per run and its successful measurements."""
+
+    name: str
+    display_name: str
+    statuses: list[tuple[str, str]] = field(default_factory=list)
+    capabilities: Capabilities | None = None  # None = not recorded
+    measurements: list[Measurement] = field(default_factory=list)
+
+    def conditions(self) -> list[Condition]:
+        """The measured conditions, by offered rate (then workload name)."""
+        return sorted({measurement.condition for measurement in self.measurements},
+                      key=lambda condition: (condition[1], condition[0]))
+
+    def at(self, condition: Condition) -> list[Measurement]:
+        """The repeats of ``condition``."""
+        return [measurement for measurement in self.measurements if measurement.condition == condition]
+
+
+@dataclass
+class Gathered:
+    """All runs given to the scorer: one :class:`RunFacts` per run, engines by name."""
+
+    runs: list[RunFacts]
+    engines: dict[str, EngineRuns]
+
+
+def gather(runs: Sequence[Run]) -> Gathered:
+    """Read ``runs`` into :class:`Gathered` (engines in the order they first appear)."""
+    run_facts: list[RunFacts] = []
+    engines: dict[str, EngineRuns] = {}
+    for run in runs:
+        summary = run.summary or {}
+        facts = _run_facts(run, summary, run.manifest or {})
+        run_facts.append(facts)
+        for name, entry in (summary.get("engines") or {}).items():
+            entry = entry or {}
+            engine = engines.setdefault(name, EngineRuns(name, str(entry.get("display_name") or name)))
+            if entry.get("display_name"):
+                engine.display_name = str(entry["display_name"])
+            status = str(entry.get("status", "unknown"))
+            engine.statuses.append((status, str(entry.get("reason") or "")))
+            if entry.get("capabilities"):
+                engine.capabilities = _capabilities(entry["capabilities"])
+            metrics = entry.get("metrics") or {}
+            if status == "ok" and metrics.get("requests_completed"):
+                engine.measurements.append(
+                    _measurement(facts, metrics, entry.get("engine_metrics") or {}, run.records_for(name))
+                )
+    return Gathered(run_facts, engines)
+
+
+def _run_facts(run: Run, summary: dict[str, Any], manifest: dict[str, Any]) -> RunFacts:
+    workload_spec = manifest.get("workload") or {}
+    model = manifest.get("model") or {}
+    max_concurrency = workload_spec.get("max_concurrency")
+    return RunFacts(
+        run_id=run.run_id,
+        workload=str(summary.get("workload") or workload_spec.get("name") or "unknown"),
+        slos=summary.get("slos") or {},
+        required_features=tuple(str(feature).lower() for feature in workload_spec.get("required_features") or []),
+        model=ModelFacts(
+            num_params=model.get("num_params"),
+            num_layers=model.get("num_layers"),
+            num_kv_heads=model.get("num_kv_heads"),
+            head_dim=model.get("head_dim"),
+            dtype=str(model.get("dtype") or ""),
+        ),
+        max_concurrency=int(max_concurrency) if max_concurrency else None,
+        measured_on=profile_from_manifest(manifest.get("hardware")),
+    )
+
+
+def _capabilities(declared: dict[str, Any]) -> Capabilities:
+    return Capabilities(
+        hardware=tuple(str(kind).lower() for kind in declared.get("hardware") or []),
+        features=tuple(declared.get("features") or []),
+        quantization=tuple(declared.get("quantization") or []),
+        complexity=declared.get("complexity"),
+    )
+
+
+def _measurement(
+    run: RunFacts, metrics: dict[str, Any], engine_metrics: dict[str, Any], records: list[RequestRecord]
+) -> Measurement:
+    rate = metrics.get("offered_rate")
+    goodput = metrics.get("goodput") or {}
+    return Measurement(
+        run=run,
+        offered_rate=float(rate) if rate else math.inf,
+        records=records,
+        values={key: _number_at(metrics, path) for key, path in SUMMARY_METRIC_PATHS.items()},
+        requests_completed=metrics.get("requests_completed") or 0,
+        requests_failed=metrics.get("requests_failed") or 0,
+        duration_s=metrics.get("duration_s") or 0.0,
+        recorded_offered_rate=rate,
+        achieved_rate=metrics.get("achieved_rate"),
+        rate_valid=metrics.get("rate_valid"),
+        stored_goodput_slos=goodput.get("slos"),
+        stored_request_goodput=goodput.get("request_goodput"),
+        prefix_cache_hit_rate=_first_number(engine_metrics, "prefix_cache_hit_rate"),
+        spec_acceptance_rate=_first_number(engine_metrics, "spec_acceptance_rate", "spec_decode_acceptance_rate"),
+        _summary_metrics=metrics,
+    )
+
+
+def _number_at(tree: dict[str, Any], path: str) -> float | None:
+    """The number at the dotted ``path`` of nested dicts; None when absent or not a number."""
+    node: Any = tree
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+
+def _first_number(counters: dict[str, Any], *names: str) -> float | None:
+    """The first of ``names`` that holds a finite number."""
+    for name in names:
+        value = counters.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None

@@ -1,0 +1,135 @@
+"""The entry point: runs + a deployment target → a :class:`Recommendation`."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from adapters.hardware import HardwareProfile
+from harness.metrics import SLO, parse_slos
+from results.recommendation import DEFAULT_MEMORY_UTILIZATION, MemoryFit, Recommendation, WeightFlip
+from results.store import Run
+
+from .constraints import before_slos, collect_required_features, needs_fp8
+from .errors import ScorerError
+from .explanation import deciding_constraint
+from .gather import Gathered, RunFacts, gather
+from .ranking import Outcome, ScoringContext, evaluate
+from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
+from .weights import resolve_weights
+
+
+def recommend(
+    runs: list[Run],
+    *,
+    hardware: HardwareProfile,
+    slos: list[SLO] | None = None,
+    weights: dict[str, float] | None = None,
+    preset: str = "balanced",
+    required_features: Sequence[str] = (),
+    dtype_bytes: int | None = None,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> Recommendation:
+    """Rank the engines measured in ``runs`` for a deployment on ``hardware``.
+
+    ``slos``: hard latency constraints (default: the first run's ``summary.json`` SLOs);
+    ``weights``: overrides of the ``preset``'s weights (see :data:`.weights.PRESETS`);
+    ``required_features``: adapter features (``adapters.base.FEATURES``) or quantization formats
+    (:data:`.constraints.QUANTIZATION_FORMATS`; ``"fp8"`` also needs FP8 hardware) every engine must declare —
+    the workload spec's ``required_features`` in the manifest are added;
+    ``dtype_bytes``: bytes per weight and KV element (default: from the model's dtype);
+    ``memory_utilization``: fraction of device memory an engine may use (vLLM default 0.9).
+
+    Returns a :class:`Recommendation` (``winner`` None when nothing survives — never raises for
+    that). Raises :class:`ScorerError` for no runs, an unknown preset/weight/feature, a
+    ``dtype_bytes`` ≤ 0 or a ``memory_utilization`` outside (0, 1].
+    """
+    if not runs:
+        raise ScorerError("no runs given: pass at least one run folder or run id")
+    resolved_weights = resolve_weights(preset, weights)
+    if dtype_bytes is not None and dtype_bytes <= 0:
+        raise ScorerError(f"dtype_bytes must be a positive number of bytes, got {dtype_bytes}")
+    if not 0 < memory_utilization <= 1:
+        raise ScorerError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
+    gathered = gather(runs)
+    if slos is None:
+        slos = _stored_slos(gathered.runs[0])
+    required = collect_required_features(required_features, gathered.runs)
+
+    eliminated, memory_fits = before_slos(
+        gathered.engines,
+        hardware,
+        required,
+        fp8_needed=needs_fp8(required, dtype_bytes, gathered.runs),
+        dtype_bytes=dtype_bytes,
+        memory_utilization=memory_utilization,
+    )
+    ctx = ScoringContext(gathered.engines, hardware, resolved_weights, eliminated, memory_fits)
+    outcome = evaluate(ctx, list(slos))
+
+    workloads = sorted({measurement.run.workload for engine in gathered.engines.values()
+                        for measurement in engine.measurements})
+    deciding = deciding_constraint(outcome, ctx, preset)
+    flips: list[WeightFlip] = []
+    sensitivity = [
+        *weight_sensitivity(outcome, ctx, flips), *slo_sensitivity(outcome, ctx), *noise_sensitivity(outcome, ctx)
+    ]
+    message = ""
+    if outcome.winner is None:
+        message = (
+            "no engine survives the hard constraints; loosen an SLO (--slo), pick other hardware "
+            "(--hardware/--gpus) or measure more engines"
+        )
+    return Recommendation(
+        winner=outcome.winner,
+        winner_display_name=gathered.engines[outcome.winner].display_name if outcome.winner else None,
+        ranking=outcome.ranking,
+        eliminated={name: reason for name, (_, reason) in outcome.eliminated.items()},
+        elimination_stage={name: stage for name, (stage, _) in outcome.eliminated.items()},
+        deciding_constraint=deciding,
+        sensitivity=sensitivity,
+        weight_flips=flips,
+        weights=resolved_weights,
+        preset=preset,
+        hardware=hardware.to_dict(),
+        slos={slo.key: slo.threshold_ms for slo in slos},
+        required_features=required,
+        memory_fit=memory_fits,
+        workloads=workloads,
+        runs=[run.run_id for run in gathered.runs],
+        notes=_notes(gathered, outcome, memory_fits, workloads, hardware),
+        message=message,
+    )
+
+
+
+def _stored_slos(first_run: RunFacts) -> list[SLO]:
+    """The SLOs stored in the first run's summary; none when there are none or they do not parse."""
+    stored = first_run.slos
+    try:
+        return parse_slos(",".join(f"{key}={threshold}" for key, threshold in stored.items())) if stored else []
+    except ValueError:
+        return []
+
+
+def _notes(
+    gathered: Gathered, outcome: Outcome, memory_fits: dict[str, MemoryFit], workloads: list[str],
+    hardware: HardwareProfile,
+) -> list[str]:
+    """Caveats a reader needs: several workloads, survivors at different conditions, measured
+    on other hardware than the target, memory fits that could not be checked."""
+    notes: list[str] = []
+    if len(workloads) > 1:
+        notes.append(f"the runs cover several workloads ({', '.join(workloads)}); each engine is scored at its "
+                     "highest-load condition that meets the SLOs")
+    if len({outcome.judged_at[name] for name in outcome.survivors}) > 1:
+        notes.append("survivors are scored at different conditions (workload/offered rate): compare with care")
+    measured_on = {"cpu" if run.measured_on.kind == "cpu" else "gpu"
+                   for run in gathered.runs if run.measured_on is not None}
+    target = "cpu" if hardware.kind == "cpu" else "gpu"
+    if measured_on and measured_on != {target}:
+        notes.append(f"measured on {'/'.join(sorted(measured_on))}, target {hardware.name} is {hardware.kind}: "
+                     "latency and throughput will differ there; the measured SLO verdicts are kept as the best evidence")
+    for name, fit in memory_fits.items():
+        if fit.fits is None:
+            notes.append(f"{name}: {fit.arithmetic}")
+    return notes

@@ -1,0 +1,67 @@
+"""The criteria a score weighs, the named weight presets, and parsing ``--weights``."""
+
+from __future__ import annotations
+
+import math
+
+from .errors import ScorerError
+
+CRITERIA: tuple[str, ...] = ("throughput", "latency", "hardware_fit", "features", "complexity")
+
+PRESETS: dict[str, dict[str, float]] = {
+    "latency": {"throughput": 1.0, "latency": 4.0, "hardware_fit": 1.0, "features": 0.5, "complexity": 0.5},
+    "throughput": {"throughput": 4.0, "latency": 1.0, "hardware_fit": 1.0, "features": 0.5, "complexity": 0.5},
+    "balanced": {"throughput": 2.0, "latency": 2.0, "hardware_fit": 1.0, "features": 1.0, "complexity": 1.0},
+    "agentic": {"throughput": 1.5, "latency": 3.0, "hardware_fit": 1.0, "features": 1.5, "complexity": 0.5},
+}
+"""Weights over :data:`CRITERIA`; ``--weights`` overrides the named ones."""
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """Parse ``"throughput=2,latency=1"`` into ``{"throughput": 2.0, "latency": 1.0}``.
+
+    Keys must be in :data:`CRITERIA`; values finite and ≥ 0. Raises :class:`ScorerError`
+    (a ValueError) with one line naming the bad part and the fix.
+    """
+    weights: dict[str, float] = {}
+    if text is None or not text.strip():
+        raise ScorerError("--weights is empty: write e.g. throughput=2,latency=1")
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ScorerError(f"weight {part!r} has no value: write it as e.g. latency=2")
+        key, _, value_text = part.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if key not in CRITERIA:
+            raise ScorerError(f"unknown weight {key!r}: use {', '.join(CRITERIA)}")
+        try:
+            weight = float(value_text)
+        except ValueError:
+            raise ScorerError(f"weight {key} needs a number, got {value_text.strip()!r}") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ScorerError(f"weight {key} must be a finite number ≥ 0, got {value_text.strip()!r}")
+        weights[key] = weight
+    if not weights:
+        raise ScorerError("--weights is empty: write e.g. throughput=2,latency=1")
+    return weights
+
+
+def resolve_weights(preset: str, overrides: dict[str, float] | None) -> dict[str, float]:
+    """The preset's weights with ``overrides`` replacing the named criteria.
+
+    Raises :class:`ScorerError` for an unknown preset/criterion or when all weights are 0.
+    """
+    if preset not in PRESETS:
+        raise ScorerError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}")
+    weights = dict(PRESETS[preset])
+    for criterion, weight in (overrides or {}).items():
+        if criterion not in CRITERIA:
+            raise ScorerError(f"unknown weight {criterion!r}: use {', '.join(CRITERIA)}")
+        if not math.isfinite(weight) or weight < 0:
+            raise ScorerError(f"weight {criterion} must be a finite number ≥ 0, got {weight!r}")
+        weights[criterion] = float(weight)
+    if sum(weights.values()) <= 0:
+        raise ScorerError("all weights are 0: give at least one criterion a positive weight")
+    return weights
