@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,7 +15,8 @@ import aiohttp
 import pytest
 
 from adapters.base import LaunchConfig
-from adapters.shims.openai_shim import BatchWorker, Detokenizer, GenRequest, create_app
+from adapters.shims.openai_shim import BatchWorker, GenRequest, create_app
+from own_engine.server.text import IncrementalDetokenizer
 
 
 class ScriptedTokenizer:
@@ -22,7 +25,10 @@ class ScriptedTokenizer:
     all_special_ids = [99]
 
     def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [ord(c) - 97 for c in text if c.isalpha()]}
+        return {"input_ids": self.encode(text, add_special_tokens)}
+
+    def encode(self, text, add_special_tokens=True):
+        return [ord(c) - 97 for c in text if c.isalpha()]
 
     def decode(self, ids, skip_special_tokens=True):
         return "".join(chr(97 + i) for i in ids if i != 99)
@@ -125,14 +131,35 @@ def test_detokenizer_holds_back_incomplete_utf8():
         def decode(self, ids, skip_special_tokens=True):
             return bytes(i for i in ids if i != 0).decode("utf-8", errors="replace")
 
-    d = Detokenizer(ByteTok(), skip_ids={0})
+    d = IncrementalDetokenizer(ByteTok(), [])  # the shims use the reference engine's detokenizer
     euro = "€".encode()  # 3 bytes
-    assert d.add(ord("a")) == "a"
-    assert d.add(euro[0]) == "" and d.add(euro[1]) == ""
-    assert d.add(euro[2]) == "€"
-    assert d.add(0) == ""  # special id skipped
-    assert d.add(ord("b")) == "b"
+    assert d.add_token(ord("a")) == "a"
+    assert d.add_token(euro[0]) == "" and d.add_token(euro[1]) == ""
+    assert d.add_token(euro[2]) == "€"
+    assert d.add_token(0) == ""  # special id skipped
+    assert d.add_token(ord("b")) == "b"
     assert d.flush() == ""
+
+
+def test_shim_front_end_imports_without_torch_or_transformers():
+    """The shims run in other engines' venvs with the project on PYTHONPATH: the reference
+    engine's protocol/validation/text/front-end modules they reuse must import without torch,
+    transformers, numpy or the harness's own dependencies."""
+    code = (
+        "import importlib.abc, sys\n"
+        "BLOCK = {'torch', 'transformers', 'numpy', 'prometheus_client', 'typer', 'aiohttp', 'harness'}\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in BLOCK:\n"
+        "            raise ImportError('not in a shim venv: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import adapters.shims.openai_shim, adapters.shims.hf_static_server, adapters.shims.ort_server\n"
+        "import adapters.shims.ds_server\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
 
 
 async def _serve_scripted(backend, window_ms=300.0):

@@ -2,25 +2,31 @@
 DeepSpeed ``init_inference``, ONNX Runtime GenAI).
 
 A shim supplies a :class:`Backend` (tokenizer + ``generate_batch``); this module supplies the
-rest: FastAPI endpoints (``/health``, ``/v1/models``, ``/v1/completions``,
-``/v1/chat/completions``, streaming and not), the static batch collector (:class:`BatchWorker`:
-requests that arrive while the engine is idle are collected for ``batch_window_ms`` into one
-batch of at most ``max_batch_size`` rows; requests arriving while a batch runs wait for the
-next one - "the batch waits for its longest member"), per-row stop rules (EOS unless
-``ignore_eos``; ``max_tokens``), incremental detokenization, SSE framing and usage.
+static batch collector (:class:`BatchWorker`: requests that arrive while the engine is idle are
+collected for ``batch_window_ms`` into one batch of at most ``max_batch_size`` rows; requests
+arriving while a batch runs wait for the next one - "the batch waits for its longest member"),
+per-row stop rules (EOS unless ``ignore_eos``, ``stop_token_ids``, ``max_tokens``) and the
+endpoints (``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
+``/shim/stats``).
 
-Each generated token is streamed as its own SSE chunk the moment the engine emits it, so
-per-token timestamps are taken by the same client clock as every other engine.
-``completion_tokens`` counts the generated ids including a final EOS (vLLM's convention).
+Everything OpenAI-facing is the reference engine's, so both front-ends behave alike: request
+models and errors (:mod:`own_engine.server.protocol`), request checks
+(:mod:`own_engine.server.validation`; ``n`` must be 1, an unknown model is HTTP 404, ``top_k``
+is rejected: the backends do not implement it), incremental detokenization and stop strings
+(:mod:`own_engine.server.text`), SSE framing and usage (:mod:`own_engine.server.frontend`).
+Each generated token is handed to the front-end the moment the engine emits it, so per-token
+timestamps are taken by the same client clock as every other engine. ``completion_tokens``
+counts the generated ids including a final EOS (vLLM's convention).
 
-This module runs inside engine venvs: it imports only the standard library, FastAPI, pydantic
-and uvicorn (torch/transformers are imported by the backends).
+This module runs inside engine venvs with the project root on ``PYTHONPATH``: it imports only
+the standard library, FastAPI, pydantic, uvicorn and those torch-free ``own_engine.server``
+modules (torch/transformers are imported by the backends).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import queue
 import threading
 import time
@@ -29,8 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import Response
+
+from own_engine.server.frontend import Step, StreamFailure, install_error_handlers, respond
+from own_engine.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, model_list, parse_body, usage
+from own_engine.server.text import OutputTextProcessor
+from own_engine.server.validation import EngineInput, RequestValidator
+
+logger = logging.getLogger("adapters.shims")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -39,7 +51,8 @@ from pydantic import BaseModel, ConfigDict, Field
 @dataclass
 class GenRequest:
     """One request as a batch row: ``prompt_ids`` ``[prompt_len]`` token ids; ``max_tokens``
-    generated tokens at most; sampling params; the outputs go to ``out`` on ``loop``."""
+    generated tokens at most; sampling params; ``stop_token_ids`` end the row like EOS (but also
+    with ``ignore_eos``); the outputs go to ``out`` on ``loop``."""
 
     prompt_ids: list[int]
     max_tokens: int
@@ -47,6 +60,7 @@ class GenRequest:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    stop_token_ids: frozenset[int] = frozenset()
     loop: asyncio.AbstractEventLoop | None = None
     out: asyncio.Queue | None = None
     # filled by the worker
@@ -173,7 +187,7 @@ class BatchWorker:
             if r.finish_reason is not None or r.cancelled:
                 return
             r.generated.append(token_id)
-            if token_id in eos and not r.ignore_eos:
+            if (token_id in eos and not r.ignore_eos) or token_id in r.stop_token_ids:
                 r.finish_reason = "stop"
                 r.push(("done", "stop"))
                 return
@@ -199,89 +213,63 @@ class BatchWorker:
 
 
 # ---------------------------------------------------------------------------------------------
-# Incremental detokenization
+# The OpenAI front-end over the batch worker
 # ---------------------------------------------------------------------------------------------
-class Detokenizer:
-    """Turns token ids into text deltas, holding back incomplete UTF-8 (a trailing U+FFFD).
+class _RowStream:
+    """One batch row as the front-end's :class:`~own_engine.server.frontend.ChoiceStream` (one
+    choice): the worker's ``("token", id)`` / ``("done", reason)`` / ``("error", message)`` items
+    become text steps through ``text``. A row ended by a stop string, or whose client left, is
+    cancelled, so the batch stops waiting for it."""
 
-    Windowed like vLLM's ``detokenize_incrementally``: decodes ``ids[prefix:]`` against
-    ``ids[prefix:read]`` so each step costs O(window), not O(length).
-    """
+    def __init__(self, request_id: str, row: GenRequest, text: OutputTextProcessor) -> None:
+        self.request_id = request_id
+        self.finished = False
+        self.finish_reasons: list[str | None] = [None]
+        self._row = row
+        self._text = text
 
-    def __init__(self, tokenizer: Any, skip_ids: set[int]) -> None:
-        self.tok = tokenizer
-        self.skip = skip_ids
-        self.ids: list[int] = []
-        self.prefix = 0
-        self.read = 0
+    async def next_step(self) -> Step:
+        """The row's next item as text; raises :class:`StreamFailure` when the engine failed."""
+        kind, val = await self._row.out.get()
+        if kind == "error":
+            self.close()
+            raise StreamFailure(val)
+        if kind == "token":
+            delta = self._text.process([val], False)
+            finished = delta.stopped
+        else:  # the row ended; on "stop" its last token (EOS or a stop token id) is counted, not shown
+            delta = self._text.process(self._row.generated[-1:] if val == "stop" else [], True, val)
+            finished = True
+        reason = "stop" if delta.stopped else (val if finished else None)
+        if finished:
+            self.finish_reasons[0] = reason
+            self.close()
+        return Step(0, delta.text, finished, reason)
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
+    def usage(self) -> dict[str, Any]:
+        """Prompt and generated tokens (up to a stop-string match); no prefix cache to report."""
+        return usage(len(self._row.prompt_ids), self._text.num_tokens)
 
-    def add(self, token_id: int) -> str:
-        """Append one id; return the newly completed text ("" while bytes are incomplete)."""
-        if token_id in self.skip:
-            return ""
-        self.ids.append(token_id)
-        prefix_text = self._decode(self.ids[self.prefix:self.read])
-        full = self._decode(self.ids[self.prefix:])
-        if full.endswith("\ufffd") or len(full) <= len(prefix_text):
-            return ""
-        delta = full[len(prefix_text):]
-        self.prefix = self.read
-        self.read = len(self.ids)
-        return delta
-
-    def flush(self) -> str:
-        """Whatever is still held back at the end (may contain U+FFFD)."""
-        prefix_text = self._decode(self.ids[self.prefix:self.read])
-        full = self._decode(self.ids[self.prefix:])
-        self.prefix = self.read = len(self.ids)
-        return full[len(prefix_text):] if len(full) > len(prefix_text) else ""
-
-
-# ---------------------------------------------------------------------------------------------
-# OpenAI request bodies
-# ---------------------------------------------------------------------------------------------
-class StreamOptions(BaseModel):
-    include_usage: bool = False
+    def close(self) -> None:
+        """End the stream; the worker stops generating for the row (idempotent)."""
+        self.finished = True
+        self._row.cancelled = True
 
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    ignore_eos: bool = False
-    n: int = 1
-
-
-class CompletionBody(_Common):
-    prompt: str | list[int] | list[str]
-
-
-class ChatBody(_Common):
-    messages: list[dict[str, Any]]
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
-
-
-# ---------------------------------------------------------------------------------------------
-# The app
-# ---------------------------------------------------------------------------------------------
 def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, max_model_len: int | None = None,
                default_max_tokens: int = 16) -> FastAPI:
-    """The FastAPI app serving ``backend`` through ``worker`` under ``served_model_name``."""
-    app = FastAPI(title=f"shim: {backend.model_label}")
+    """The FastAPI app serving ``backend`` through ``worker`` under ``served_model_name``.
+
+    ``max_model_len``: prompt + ``max_tokens`` limit in tokens (None: not checked);
+    ``default_max_tokens``: for a request without ``max_tokens`` (completions and chat).
+    """
+    app = FastAPI(title=f"shim: {backend.model_label}", docs_url=None, redoc_url=None)
+    install_error_handlers(app, logger)
     tok = backend.tokenizer
-    special = set(getattr(tok, "all_special_ids", []) or [])
+    validator = RequestValidator(
+        tok, served_model_name, max_model_len, max_n=1, max_n_why=" (a shim samples one choice per request)",
+        vocab_size=len(tok) if hasattr(tok, "__len__") else None, chat_default_max_tokens=default_max_tokens,
+        unknown_model_status=404)
 
     @app.get("/health")
     async def health() -> dict:
@@ -289,119 +277,32 @@ def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, ma
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": served_model_name, "object": "model", "owned_by": "llm-serve-bench"}]}
+        return model_list(served_model_name, "llm-serve-bench", max_model_len)
 
-    def _prompt_ids(body: CompletionBody | ChatBody) -> list[int]:
-        if isinstance(body, ChatBody):
-            text = tok.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=False)
-            return list(tok(text, add_special_tokens=False)["input_ids"])
-        p = body.prompt
-        if isinstance(p, list) and p and all(isinstance(x, int) for x in p):
-            return list(p)
-        if isinstance(p, list):
-            if len(p) != 1:
-                raise ValueError("batched prompts are not supported: send one prompt per request")
-            p = p[0]
-        return list(tok(p)["input_ids"])
-
-    async def _handle(body: CompletionBody | ChatBody, chat: bool):
-        if body.n != 1:
-            return _error(400, "n must be 1")
-        if body.model not in (None, served_model_name):
-            return _error(404, f"model {body.model!r} not served here; use {served_model_name!r}", "not_found_error")
-        try:
-            ids = _prompt_ids(body)
-        except (ValueError, TypeError) as exc:
-            return _error(400, str(exc))
-        if not ids:
-            return _error(400, "empty prompt")
-        max_tokens = body.max_completion_tokens or body.max_tokens or default_max_tokens
-        if max_model_len is not None and len(ids) + max_tokens > max_model_len:
-            return _error(400, f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds max_model_len {max_model_len}")
-        loop = asyncio.get_running_loop()
-        req = GenRequest(prompt_ids=ids, max_tokens=max_tokens, ignore_eos=body.ignore_eos,
-                         temperature=body.temperature, top_p=body.top_p, seed=body.seed, loop=loop, out=asyncio.Queue())
-        worker.submit(req)
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        created = int(time.time())
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        detok = Detokenizer(tok, special)
-
-        def usage() -> dict:
-            return {"prompt_tokens": len(ids), "completion_tokens": len(req.generated),
-                    "total_tokens": len(ids) + len(req.generated)}
-
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
-            if chat:
-                delta: dict[str, Any] = {}
-                if role:
-                    delta["role"] = "assistant"
-                if text is not None:
-                    delta["content"] = text
-                choice = {"index": 0, "delta": delta, "finish_reason": finish}
-                obj = "chat.completion.chunk"
-            else:
-                choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-                obj = "text_completion"
-            return "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": served_model_name,
-                                          "choices": [choice]}) + "\n\n"
-
-        if body.stream:
-            async def events():
-                try:
-                    if chat:
-                        yield chunk("", None, role=True)
-                    while True:
-                        kind, val = await req.out.get()
-                        if kind == "token":
-                            text = detok.add(val)
-                            if text:
-                                yield chunk(text, None)
-                            continue
-                        if kind == "error":
-                            yield "data: " + json.dumps({"error": {"message": val, "type": "engine_error", "code": 500}}) + "\n\n"
-                            return
-                        rest = detok.flush()
-                        yield chunk(rest if rest else ("" if not chat else None), val)
-                        if include_usage:
-                            yield "data: " + json.dumps({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                                                         "created": created, "model": served_model_name, "choices": [],
-                                                         "usage": usage()}) + "\n\n"
-                        yield "data: [DONE]\n\n"
-                        return
-                finally:
-                    req.cancelled = True  # client left or stream ended: the worker stops this row
-
-            return StreamingResponse(events(), media_type="text/event-stream")
-
-        parts: list[str] = []
-        while True:
-            kind, val = await req.out.get()
-            if kind == "token":
-                parts.append(detok.add(val))
-            elif kind == "error":
-                return _error(500, val, "engine_error")
-            else:
-                parts.append(detok.flush())
-                finish = val
-                break
-        text = "".join(parts)
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-            obj = "text_completion"
-        return {"id": rid, "object": obj, "created": created, "model": served_model_name, "choices": [choice],
-                "usage": usage()}
+    async def _generate(raw: Request, req: Any, inp: EngineInput, chat: bool) -> Response:
+        params = inp.sampling_params
+        if params.top_k != -1:
+            raise APIError("top_k is not supported by this engine's shim; omit it", param="top_k")
+        row = GenRequest(prompt_ids=inp.prompt_token_ids, max_tokens=inp.max_tokens, ignore_eos=params.ignore_eos,
+                         temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+                         stop_token_ids=frozenset(params.stop_token_ids or ()), loop=asyncio.get_running_loop(),
+                         out=asyncio.Queue())
+        text = OutputTextProcessor(tok, row.prompt_ids, req.stop_list(),
+                                   validator.stop_token_ids(req, backend.eos_token_ids))
+        worker.submit(row)
+        stream = _RowStream(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", row, text)
+        return await respond(raw, stream, served_model_name, int(time.time()), chat=chat, streaming=req.stream,
+                             include_usage=req.include_usage)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionBody):
-        return await _handle(body, chat=False)
+    async def completions(request: Request) -> Response:
+        req = parse_body(await request.body(), CompletionRequest)
+        return await _generate(request, req, validator.completion(req), chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatBody):
-        return await _handle(body, chat=True)
+    async def chat_completions(request: Request) -> Response:
+        req = parse_body(await request.body(), ChatCompletionRequest)
+        return await _generate(request, req, validator.chat(req), chat=True)
 
     @app.get("/shim/stats")
     async def stats(_: Request) -> dict:

@@ -1,4 +1,4 @@
-"""OpenAI API wire format for the reference engine's server: request models, errors, chunks.
+"""OpenAI API wire format for the reference engine's server and the shims: request models, errors, chunks.
 
 Request bodies follow the OpenAI API (``/v1/completions``, ``/v1/chat/completions``) plus the
 vLLM extensions the benchmark sends (``top_k``, ``ignore_eos``, ``stop_token_ids``). Unknown
@@ -8,6 +8,9 @@ than ``n``, ``suffix``) are rejected with HTTP 400 rather than silently ignored.
 
 Response objects are plain dicts in the exact shapes of OpenAI / vLLM, built by the functions
 below so the streaming and non-streaming paths share one definition.
+
+Imports only the standard library and pydantic: the shims (``adapters/shims``) import it inside
+other engines' virtual environments.
 """
 
 from __future__ import annotations
@@ -161,14 +164,26 @@ def chat_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     return out
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """The ``usage`` object, with ``prompt_tokens_details.cached_tokens`` (prefix-cache hits)."""
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """The ``usage`` object (token counts), with ``prompt_tokens_details.cached_tokens``
+    (prefix-cache hits) when the server has a prefix cache (``cached_tokens`` not None)."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
+
+
+def model_list(model: str, owned_by: str, max_model_len: int | None = None) -> dict[str, Any]:
+    """The ``GET /v1/models`` body for one served model (``max_model_len`` in tokens, vLLM's
+    extension, included when known)."""
+    card: dict[str, Any] = {"id": model, "object": "model", "created": 0, "owned_by": owned_by}
+    if max_model_len is not None:
+        card["max_model_len"] = max_model_len
+    return {"object": "list", "data": [card]}
 
 
 def completion_chunk(

@@ -1,4 +1,5 @@
-"""Token ids → streamed text for the OpenAI server: incremental detokenization and stop strings.
+"""Token ids → streamed text for the OpenAI servers (the reference engine's and the shims'):
+incremental detokenization and stop strings.
 
 The engine emits token ids only; this module turns them into text deltas the way vLLM's
 output processor does (``vllm/v1/engine/detokenizer.py``):

@@ -1,0 +1,208 @@
+"""From a parsed OpenAI request to engine input: checks against the served model, prompt token
+ids, ``max_tokens`` and sampling parameters.
+
+One implementation for the reference engine's server and the shims (``adapters/shims``), which
+differ only in their limits (:class:`RequestValidator`'s arguments). Every problem raises
+:class:`~own_engine.server.protocol.APIError` (HTTP 400 unless noted) with a one-line message
+naming the field, before anything reaches an engine.
+
+Imports only the standard library, pydantic (through :mod:`~own_engine.server.protocol`) and
+:mod:`own_engine.sampling_params` (no torch): the shims import it inside other engines' venvs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from own_engine.sampling_params import SamplingParams
+from own_engine.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, chat_messages
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """A validated request: ``prompt_token_ids`` ``[prompt_len]``, ``max_tokens`` (output
+    tokens) and the engine's ``sampling_params`` (``max_tokens`` included)."""
+
+    prompt_token_ids: list[int]
+    max_tokens: int
+    sampling_params: Any
+
+
+class RequestValidator:
+    """Checks requests for one served model.
+
+    ``tokenizer``: a Hugging Face tokenizer (``encode``, ``apply_chat_template``);
+    ``model_name``: the only ``model`` accepted (a different one: HTTP ``unknown_model_status``);
+    ``max_model_len``: prompt + output limit in tokens (None: not checked);
+    ``max_n``: most choices per request (``n``), ``max_n_why`` says where the limit comes from;
+    ``vocab_size``: token ids must lie in ``[0, vocab_size)`` (None: not checked);
+    ``chat_default_max_tokens``: for a chat request without ``max_tokens`` (None: the rest of the
+    context, vLLM's default; needs ``max_model_len``); ``sampling_params_cls``: builds the
+    sampling parameters and raises ``ValueError`` on bad values. Raises ``ValueError`` for
+    ``chat_default_max_tokens=None`` without ``max_model_len``.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        model_name: str,
+        max_model_len: int | None,
+        *,
+        max_n: int = 1,
+        max_n_why: str = "",
+        vocab_size: int | None = None,
+        chat_default_max_tokens: int | None = None,
+        unknown_model_status: int = 400,
+        sampling_params_cls: Callable[..., Any] = SamplingParams,
+    ) -> None:
+        if chat_default_max_tokens is None and max_model_len is None:
+            raise ValueError("chat_default_max_tokens=None (the rest of the context) needs max_model_len")
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        self.max_n = max_n
+        self.max_n_why = max_n_why
+        self.vocab_size = vocab_size
+        self.chat_default_max_tokens = chat_default_max_tokens
+        self.unknown_model_status = unknown_model_status
+        self.sampling_params_cls = sampling_params_cls
+
+    # ------------------------------------------------------------------ the two endpoints
+    def completion(self, req: CompletionRequest) -> EngineInput:
+        """``POST /v1/completions``: ``max_tokens`` defaults to 16 (OpenAI)."""
+        self._check_common(req)
+        if req.echo:
+            raise APIError("echo is not supported; omit it or send false", param="echo")
+        if req.suffix:
+            raise APIError("suffix is not supported; omit it", param="suffix")
+        if req.logprobs:
+            raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
+        ids = self._completion_prompt_ids(req)
+        max_tokens = self._max_tokens(req.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS, len(ids), "max_tokens")
+        return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens))
+
+    def chat(self, req: ChatCompletionRequest) -> EngineInput:
+        """``POST /v1/chat/completions``: ``max_completion_tokens`` wins over ``max_tokens``."""
+        self._check_common(req)
+        if req.logprobs or req.top_logprobs:
+            raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
+        ids = self._chat_prompt_ids(req)
+        if req.max_completion_tokens is not None:
+            requested, what = req.max_completion_tokens, "max_completion_tokens"
+        else:
+            requested, what = req.max_tokens, "max_tokens"
+        max_tokens = self._max_tokens(requested, self.chat_default_max_tokens, len(ids), what)
+        return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens))
+
+    @staticmethod
+    def stop_token_ids(req: Any, eos_token_ids: Iterable[int]) -> list[int]:
+        """Ids whose text is never shown when a choice finishes on them: the request's
+        ``stop_token_ids`` plus the engine's EOS ids."""
+        return [*(req.stop_token_ids or ()), *eos_token_ids]
+
+    # ------------------------------------------------------------------ checks
+    def _check_common(self, req: Any) -> None:
+        if req.model is not None and req.model != self.model_name:
+            raise APIError(
+                f"the model '{req.model}' is not served here; use '{self.model_name}' (see GET /v1/models)",
+                status=self.unknown_model_status,
+                err_type="NotFoundError" if self.unknown_model_status == 404 else "BadRequestError",
+                param="model",
+            )
+        if not 1 <= req.n <= self.max_n:
+            raise APIError(f"n must be between 1 and {self.max_n}{self.max_n_why}, got {req.n}", param="n")
+        if req.best_of not in (None, req.n):
+            raise APIError("best_of is not supported; omit it or send best_of equal to n", param="best_of")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(req, name) not in (None, 0, 0.0):
+                raise APIError(f"{name} is not supported; omit it or send 0", param=name)
+        if req.repetition_penalty not in (None, 1, 1.0):
+            raise APIError("repetition_penalty is not supported; omit it or send 1", param="repetition_penalty")
+        if req.stop_token_ids:
+            self._check_token_ids(req.stop_token_ids, "stop_token_ids")
+
+    def _check_token_ids(self, ids: list[int], what: str) -> None:
+        if self.vocab_size is None:
+            return
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise APIError(f"{what} has token id {bad[0]} outside the vocabulary [0, {self.vocab_size})", param=what)
+
+    def _completion_prompt_ids(self, req: CompletionRequest) -> list[int]:
+        prompt = req.prompt
+        if prompt is None:
+            raise APIError("missing required field 'prompt' (a string or a list of token ids)", param="prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            ids = list(self.tokenizer.encode(prompt, add_special_tokens=True))
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+            self._check_token_ids(ids, "prompt")
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            raise APIError(
+                f"batched prompts ({len(prompt)}) are not supported; send one prompt per request", param="prompt"
+            )
+        else:
+            raise APIError("'prompt' must be a string or a list of token ids", param="prompt")
+        if not ids:
+            raise APIError("the prompt is empty; send at least one token", param="prompt")
+        return ids
+
+    def _chat_prompt_ids(self, req: ChatCompletionRequest) -> list[int]:
+        messages = chat_messages(req)
+        if req.tools:
+            raise APIError("tools are not supported by this server; omit 'tools'", param="tools")
+        if getattr(self.tokenizer, "chat_template", "present") is None:
+            raise APIError("this model has no chat template; use /v1/completions", param="messages")
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as exc:  # a Jinja error in the template (e.g. bad role order)
+            raise APIError(f"the chat template rejected the messages: {exc}", param="messages") from None
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if not ids:
+            raise APIError("the chat prompt is empty", param="messages")
+        return ids
+
+    def _max_tokens(self, requested: int | None, default: int | None, num_prompt: int, what: str) -> int:
+        if requested is not None and requested < 1:
+            raise APIError(f"{what} must be at least 1, got {requested}", param=what)
+        if requested is None and default is None:  # chat: the rest of the context (vLLM)
+            room = self.max_model_len - num_prompt
+            if room < 1:
+                raise APIError(
+                    f"This model's maximum context length is {self.max_model_len} tokens, and the prompt has "
+                    f"{num_prompt} tokens, leaving no room for a completion. Please shorten the prompt.",
+                    param="messages",
+                )
+            return room
+        max_tokens = requested if requested is not None else default
+        if self.max_model_len is not None and num_prompt + max_tokens > self.max_model_len:
+            raise APIError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} in the completion). "
+                f"Please reduce the length of the prompt or {what}.",
+                param=what,
+            )
+        return max_tokens
+
+    def _sampling_params(self, req: Any, max_tokens: int) -> Any:
+        kwargs: dict[str, Any] = {
+            "temperature": 1.0 if req.temperature is None else req.temperature,
+            "top_p": 1.0 if req.top_p is None else req.top_p,
+            "top_k": -1 if req.top_k in (None, 0) else req.top_k,
+            "seed": req.seed,
+            "max_tokens": max_tokens,
+            "stop": req.stop_list() or None,
+            "stop_token_ids": req.stop_token_ids or None,
+            "ignore_eos": req.ignore_eos,
+            "n": req.n,
+        }
+        try:
+            return self.sampling_params_cls(**kwargs)
+        except (ValueError, TypeError) as exc:
+            raise APIError(f"invalid sampling parameters: {exc}") from None
