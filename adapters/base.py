@@ -48,13 +48,19 @@ class Capabilities:
     complexity: int = 2
 
 
+PROBE_CAUSES = ("hardware", "not_installed", "unavailable")
+
+
 @dataclass(frozen=True)
 class ProbeResult:
-    """Whether an engine can run here. ``reason`` is one human line with the fix."""
+    """Whether an engine can run here. ``reason`` is one human line with the fix; ``cause``
+    (one of :data:`PROBE_CAUSES`) says why not as data: ``"hardware"`` (needs a device this
+    machine lacks), ``"not_installed"``, or ``"unavailable"`` (anything else)."""
 
     available: bool
     reason: str
     version: str | None = None
+    cause: str = "unavailable"
 
 
 @dataclass

@@ -54,7 +54,7 @@ class TransformersStaticAdapter(ServerAdapter):
         """Available when transformers is importable by the harness."""
         version = _transformers_version()
         if version is None:
-            return ProbeResult(False, "transformers: not installed in the harness environment: pip install 'transformers>=5.20,<6'")
+            return ProbeResult(False, cause="not_installed", reason="transformers: not installed in the harness environment: pip install 'transformers>=5.20,<6'")
         return ProbeResult(True, "transformers: static batching shim with the harness's Python", version=version)
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
@@ -110,7 +110,7 @@ class TransformersServeAdapter(ServerAdapter):
         missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
         if version is None or missing or not self.cli_path().exists():
             what = f"transformers[serving] extras missing ({', '.join(missing)})" if missing else "transformers CLI missing"
-            return ProbeResult(False, f"transformers_serve: not installed - {what}: run `bench engines setup "
+            return ProbeResult(False, cause="not_installed", reason=f"transformers_serve: not installed - {what}: run `bench engines setup "
                                       "transformers_serve` (~1 GB, 1-2 minutes)")
         return ProbeResult(True, "transformers_serve: `transformers serve --continuous-batching` (harness venv)",
                            version=version)

@@ -61,7 +61,7 @@ class SglangAdapter(ServerAdapter):
         missing = probe_installed("sglang")
         if missing is not None:
             if hw == "cpu":
-                return ProbeResult(False, "sglang: not installed - on CPU every sgl-kernel wheel is CUDA-only, so it "
+                return ProbeResult(False, cause="not_installed", reason="sglang: not installed - on CPU every sgl-kernel wheel is CUDA-only, so it "
                                           "runs only with our sgl_kernel compatibility shim: `bench engines setup sglang` "
                                           "(~7 GB, ~5 min)")
             return missing

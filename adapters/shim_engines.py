@@ -40,7 +40,7 @@ class DeepSpeedAdapter(ServerAdapter):
         missing = probe_installed("deepspeed")
         if missing is not None:
             if (self._hardware or detect_kind()) == "cpu":
-                return ProbeResult(False, "deepspeed: not installed - run `bench engines setup deepspeed` "
+                return ProbeResult(False, cause="not_installed", reason="deepspeed: not installed - run `bench engines setup deepspeed` "
                                    f"({RECIPES['deepspeed'].approx}) to add it; `make bench` leaves it out on a CPU, "
                                    "where it is Hugging Face generate underneath (the transformers baseline)")
             return missing
@@ -50,7 +50,7 @@ class DeepSpeedAdapter(ServerAdapter):
     def probe_mii(self) -> ProbeResult:
         """DeepSpeed-MII/FastGen: needs an NVIDIA GPU with CUDA (NCCL + CUDA kernels are hard-coded)."""
         if (self._hardware or detect_kind()) != "nvidia":
-            return ProbeResult(False, "deepspeed-mii (FastGen): needs an NVIDIA GPU with CUDA (it hard-codes NCCL and "
+            return ProbeResult(False, cause="hardware", reason="deepspeed-mii (FastGen): needs an NVIDIA GPU with CUDA (it hard-codes NCCL and "
                                       "CUDA kernels), none found; the CPU path is the `deepspeed` row")
         return ProbeResult(False, "deepspeed-mii (FastGen): not wired into this harness yet: serve it yourself "
                                   "(`python -m mii.entrypoints.openai_api_server`) and use --engine openai --base-url URL")

@@ -86,14 +86,14 @@ class TensorRTLLMAdapter(ServerAdapter):
     def probe(self, engine_args: dict[str, str] | None = None) -> ProbeResult:
         """Unavailable without an NVIDIA GPU, or without a ``trtllm-serve`` to run."""
         if (self._hardware or detect_kind()) != "nvidia":
-            return ProbeResult(False, "tensorrt_llm: needs an NVIDIA GPU, none found")
+            return ProbeResult(False, "tensorrt_llm: needs an NVIDIA GPU, none found", cause="hardware")
         env = self._env()
         serve = self.find_serve(engine_args)
         if serve is None:
             given = env.get("BENCH_TRTLLM_SERVE") or env.get("BENCH_TRTLLM_ENV")
             if given:
                 return ProbeResult(False, f"tensorrt_llm: {given} does not provide an executable trtllm-serve: {FIX}")
-            return ProbeResult(False, f"tensorrt_llm: not installed: {FIX}")
+            return ProbeResult(False, f"tensorrt_llm: not installed: {FIX}", cause="not_installed")
         return ProbeResult(True, f"tensorrt_llm: {serve}")
 
     def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:

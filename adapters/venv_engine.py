@@ -12,7 +12,8 @@ def probe_installed(name: str, label: str | None = None) -> ProbeResult | None:
     if info is None:
         approx = RECIPES[name].approx if name in RECIPES else ""
         size = f" ({approx})" if approx else ""
-        return ProbeResult(False, f"{label or name}: not installed - run `bench engines setup {name}`{size}")
+        return ProbeResult(False, f"{label or name}: not installed - run `bench engines setup {name}`{size}",
+                           cause="not_installed")
     if not engine_python(name).exists():  # pragma: no cover - marker without venv
         return ProbeResult(False, f"{name}: its venv is broken - rerun `bench engines setup {name}`")
     return None

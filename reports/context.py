@@ -2,9 +2,9 @@
 
 Only measured engines (status ``ok``) contribute numbers; skipped/failed engines contribute their
 status, reason and log tail. Values missing from old or partial runs read "not recorded" (manifest)
-or "—" (a metric the run did not produce). Per-request values come from ``harness.metrics``
-(``ttft_ms``, ``tpot_ms``, ``itls_ms``, ``e2el_ms``) on successful measured records, so the plots
-use the same definitions as the summary numbers.
+or "—" (a metric the run did not produce). Everything comes from stored artefacts: the CDFs from
+each engine's ``metrics.samples_ms``, the per-turn table from ``metrics.per_turn``, the metric
+definitions from the manifest; nothing here computes a metric.
 """
 
 from __future__ import annotations
@@ -13,11 +13,8 @@ import json
 import math
 from typing import Any
 
-import numpy as np
-
-import harness.metrics as metrics_module
-from harness.metrics import e2el_ms, itls_ms, tpot_ms, ttft_ms
-from harness.scoring import Recommendation
+from results.recommendation import Recommendation
+from results.schema import EngineStatus, Metrics
 from results.store import Run
 
 NOT_RECORDED = "not recorded"
@@ -53,12 +50,13 @@ MANIFEST_SECTIONS = [
 ]
 
 
-def _get(d: Any, path: str) -> Any:
-    cur = d
+def _get(metrics: Metrics, path: str) -> Any:
+    """A value of ``metrics`` by dotted attribute path (``"ttft_ms.p99"``); None where absent."""
+    cur: Any = metrics
     for part in path.split("."):
-        if not isinstance(cur, dict):
+        cur = getattr(cur, part, None)
+        if cur is None:
             return None
-        cur = cur.get(part)
     return cur
 
 
@@ -85,13 +83,13 @@ def _value_text(v: Any) -> str:
     return str(v)
 
 
-def _summary_cells(m: dict[str, Any]) -> dict[str, str]:
+def _summary_cells(m: Metrics) -> dict[str, str]:
     cells: dict[str, str] = {}
     for key, _, path, pattern in SUMMARY_COLUMNS:
         if pattern == "okfail":
-            cells[key] = f"{m.get('requests_completed', DASH)} / {m.get('requests_failed', DASH)}"
+            cells[key] = f"{m.requests_completed} / {m.requests_failed}"
         elif pattern == "rate":
-            off, ach, valid = m.get("offered_rate"), m.get("achieved_rate"), m.get("rate_valid")
+            off, ach, valid = m.offered_rate, m.achieved_rate, m.rate_valid
             flag = "" if valid is None else (" ✓" if valid else " ✗ (outside ±5 %)")
             cells[key] = f"{fmt(off, '{:g}') if off else 'max load'} / {fmt(ach, '{:.2f}')}{flag}"
         else:
@@ -103,26 +101,6 @@ def _label(run: Run, engine: str, compare: bool) -> str:
     return f"{run.run_id}/{engine}" if compare else engine
 
 
-def per_request_series(run: Run, engine: str) -> dict[str, list[float]]:
-    """TTFT, TPOT, E2E (one value per successful measured request) and pooled ITL gaps, in ms."""
-    ok = [r for r in run.records_for(engine) if r.success]
-    return {
-        "ttft": [v for r in ok if (v := ttft_ms(r)) is not None],
-        "tpot": [v for r in ok if (v := tpot_ms(r)) is not None],
-        "e2el": [v for r in ok if (v := e2el_ms(r)) is not None],
-        "itl": [g for r in ok for g in itls_ms(r)],
-    }
-
-
-def per_turn_ttft(run: Run, engine: str) -> dict[int, list[float]]:
-    """turn_id → TTFTs (ms) of successful measured requests of that turn (agentic sessions)."""
-    out: dict[int, list[float]] = {}
-    for r in run.records_for(engine):
-        if r.success and r.turn_id is not None and (v := ttft_ms(r)) is not None:
-            out.setdefault(r.turn_id, []).append(v)
-    return out
-
-
 def build_context(runs: list[Run], recommendation: Recommendation | None) -> dict[str, Any]:
     """Everything the templates render, plus ``plot_data`` for :mod:`reports.plots`."""
     compare = len(runs) > 1
@@ -131,29 +109,27 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
     tl_points: list[tuple[str, float, float]] = []
     turn_series: dict[str, dict[int, float]] = {}
     for run in runs:
-        for name, entry in (run.summary.get("engines") or {}).items():
-            entry = entry or {}
-            status = entry.get("status", "unknown")
+        for name, entry in run.summary.engines.items():
             label = _label(run, name, compare)
-            display = entry.get("display_name") or name
-            if status != "ok":
+            display = entry.display_name or name
+            m = entry.metrics
+            if entry.status is not EngineStatus.OK or m is None:
                 not_measured.append({
-                    "run_id": run.run_id, "engine": name, "display_name": display, "status": status,
-                    "reason": entry.get("reason") or "no reason recorded", "log_tail": entry.get("log_tail") or "",
+                    "run_id": run.run_id, "engine": name, "display_name": display, "status": entry.status.value,
+                    "reason": entry.reason or "no reason recorded", "log_tail": entry.log_tail,
                 })
                 continue
-            m = entry.get("metrics") or {}
             rows.append({"run_id": run.run_id, "engine": name, "display_name": display, "label": label,
-                         "version": entry.get("version") or NOT_RECORDED, "cells": _summary_cells(m)})
-            series = per_request_series(run, name)
+                         "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m)})
+            series = m.samples_ms.model_dump() if m.samples_ms is not None else {}
             if any(series.values()):
                 cdf[label] = series
-            x, y = m.get("output_throughput"), _get(m, "ttft_ms.p99")
+            x, y = m.output_throughput, m.ttft_ms.p99
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 tl_points.append((label, float(x), float(y)))
-            em = entry.get("engine_metrics") or {}
-            inp = m.get("total_input_tokens") or 0
-            cached = m.get("cached_tokens") or 0
+            em = entry.engine_metrics
+            inp = m.total_input_tokens
+            cached = m.cached_tokens
             hit = em.get("prefix_cache_hit_rate")
             acc = em.get("spec_acceptance_rate", em.get("spec_decode_acceptance_rate"))
             acc_len = em.get("spec_mean_accepted_length", em.get("spec_mean_acceptance_length"))
@@ -168,18 +144,17 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                     "num_preemptions": fmt(preempt, "{:,.0f}"),
                     "kv_cache_usage": fmt(kv_use, "{:.1%}"),
                 })
-            turns = per_turn_ttft(run, name)
+            turns = {int(t): row for t, row in (m.per_turn or {}).items() if row.ttft_ms_p50 is not None}
             if len(turns) >= 2:
-                turn_series[label] = {t: float(np.median(v)) for t, v in turns.items()}
+                turn_series[label] = {t: float(row.ttft_ms_p50) for t, row in turns.items()}
                 for t in sorted(turns):
-                    v = np.asarray(turns[t])
-                    turn_rows.append({"label": label, "turn": t, "n": int(v.size),
-                                      "median": fmt(float(np.median(v)), "{:,.1f}"),
-                                      "p90": fmt(float(np.percentile(v, 90)), "{:,.1f}")})
+                    row = turns[t]
+                    turn_rows.append({"label": label, "turn": t, "n": row.requests,
+                                      "median": fmt(row.ttft_ms_p50, "{:,.1f}"), "p90": fmt(row.ttft_ms_p90, "{:,.1f}")})
 
     manifests = []
     for run in runs:
-        man = run.manifest or {}
+        man = run.manifest.model_dump(mode="json", exclude_none=False)
         sections = []
         for title, keys in MANIFEST_SECTIONS:
             items = []
@@ -193,21 +168,22 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                     items.append((k, _value_text(v)))
             sections.append({"title": title, "entries": items})
         manifests.append({"run_id": run.run_id, "run_dir": str(run.run_dir), "sections": sections,
-                          "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in (run.summary.get("slos") or {}).items()) or "none", "workload": run.summary.get("workload") or NOT_RECORDED})
+                          "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in run.summary.slos.items()) or "none",
+                          "workload": run.summary.workload or NOT_RECORDED})
 
     rec = recommendation.model_dump() if recommendation is not None else None
     return {
         "title": ("Comparison of " + ", ".join(r.run_id for r in runs)) if compare else f"Run {runs[0].run_id}",
         "compare": compare,
-        "runs": [{"run_id": r.run_id, "workload": r.summary.get("workload") or NOT_RECORDED} for r in runs],
+        "runs": [{"run_id": r.run_id, "workload": r.summary.workload or NOT_RECORDED} for r in runs],
         "columns": [(k, h) for k, h, _, _ in SUMMARY_COLUMNS],
         "rows": rows,
         "not_measured": not_measured,
         "engine_stats": engine_stats,
         "turn_rows": turn_rows,
         "manifests": manifests,
-        "metric_definitions": (metrics_module.__doc__ or "").strip(),
-        "metric_source": "harness/metrics.py",
+        "metric_definitions": runs[0].manifest.metric_definitions or NOT_RECORDED,
+        "metric_source": "harness/metrics/",
         "rec": rec,
         "plot_data": {"cdf": cdf, "throughput_latency": tl_points, "per_turn": turn_series},
     }

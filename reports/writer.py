@@ -14,9 +14,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from adapters.hardware import get_profile, profile_from_manifest
-from harness.scoring import Recommendation, recommend
-from results.store import Run, load_run
+from results.recommendation import Recommendation
+from results.store import Run
 
 from . import plots
 from .context import CDF_PANELS, build_context
@@ -40,13 +39,6 @@ def _environment() -> Environment:
     return env
 
 
-def default_recommendation(runs: list[Run]) -> Recommendation:
-    """The recommendation a report shows when none is given: the hardware the first run was
-    measured on (manifest; else this machine's CPU), the balanced preset, the runs' SLOs."""
-    hw = profile_from_manifest((runs[0].manifest or {}).get("hardware")) or get_profile("CPU")
-    return recommend(runs, hardware=hw)
-
-
 def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
     """PNG bytes per plot name (``cdf``, ``throughput_latency``, ``per_turn``), only for the
     plots that have data."""
@@ -60,33 +52,19 @@ def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
-def write_reports(
-    run_dir: Path,
-    recommendation: Recommendation | None = None,
-    compare_runs: list[Run] | None = None,
-) -> tuple[Path, Path]:
-    """Write the Markdown and HTML reports for the run in ``run_dir``; return their paths.
+def write_reports(runs: list[Run], recommendation: Recommendation | None, out_dir: Path) -> tuple[Path, Path]:
+    """Write the Markdown and HTML reports of ``runs`` into ``out_dir``; return their paths.
 
-    Alone: ``run_dir/report.md`` and ``run_dir/report.html``. With ``compare_runs`` (other runs;
-    ``run_dir``'s own run is included once): ``run_dir/report-compare.md`` / ``.html`` covering
-    all of them. ``recommendation`` defaults to :func:`default_recommendation`.
-    Raises ``results.store.ResultsError`` when ``run_dir`` is not a run folder.
+    One run: ``report.md`` / ``report.html``; several: ``report-compare.md`` / ``.html`` covering
+    all of them. Renders only stored artefacts (summary, manifest, recommendation); the
+    application completes and scores runs before calling this (``harness.app.reporting``).
     """
-    run_dir = Path(run_dir)
-    base = load_run(run_dir)
-    runs = [base]
-    seen = {base.run_dir.resolve()}
-    for r in compare_runs or []:
-        if r.run_dir.resolve() not in seen:
-            seen.add(r.run_dir.resolve())
-            runs.append(r)
+    out_dir = Path(out_dir)
     stem = "report-compare" if len(runs) > 1 else "report"
-    if recommendation is None:
-        recommendation = default_recommendation(runs)
     ctx = build_context(runs, recommendation)
     pngs = render_plots(ctx.pop("plot_data"))
 
-    plot_dir = run_dir / f"{stem}-plots"
+    plot_dir = out_dir / f"{stem}-plots"
     plot_dir.mkdir(exist_ok=True)
     md_plots = {}
     for name, data in pngs.items():
@@ -95,7 +73,7 @@ def write_reports(
     html_plots = {name: "data:image/png;base64," + base64.b64encode(data).decode("ascii") for name, data in pngs.items()}
 
     env = _environment()
-    md_path, html_path = run_dir / f"{stem}.md", run_dir / f"{stem}.html"
+    md_path, html_path = out_dir / f"{stem}.md", out_dir / f"{stem}.html"
     md_path.write_text(env.get_template("report.md.j2").render(**ctx, plots=md_plots), encoding="utf-8")
     html_path.write_text(env.get_template("report.html.j2").render(**ctx, plots=html_plots), encoding="utf-8")
     return md_path, html_path

@@ -1,4 +1,9 @@
-"""Versioned result schema: one :class:`RequestRecord` per measured request.
+"""Versioned result schema: the typed artefacts of a run folder.
+
+One :class:`RequestRecord` per request (``requests.jsonl``), the :class:`RunSummary`
+(``summary.json``: one :class:`EngineResult` per engine, each with its :class:`Metrics`) and the
+:class:`Manifest` (``manifest.json``). The recommendation's models live in
+``results.recommendation``. Stages hand these models to each other; nobody digs through dicts.
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
 them (nanoseconds, monotonic, arbitrary epoch): only differences are meaningful. The
@@ -11,9 +16,16 @@ optional field keeps the version (old runs still load, the field reads as its de
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from enum import Enum
+from typing import Any
 
-SCHEMA_VERSION = "1.0"
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+SCHEMA_VERSION = "2.0"
+"""2.0: typed summary/manifest/recommendation; engine status ``not_measured`` instead of a
+"not measured:" prose prefix on ``skipped``; metrics carry ``samples_ms`` for the report's CDFs.
+Version-1 run folders still load (``results.store.load_run`` upgrades them in memory)."""
+READABLE_MAJOR_VERSIONS = ("1", "2")
 
 
 class RequestRecord(BaseModel):
@@ -87,3 +99,294 @@ class RequestRecord(BaseModel):
             if v is not None:
                 return v
         return None
+
+
+# ------------------------------------------------------------------------------------------
+# metrics (harness.metrics.compute_metrics returns a Metrics; units in the field names)
+
+
+class Artefact(BaseModel):
+    """Base of the stored models: attribute access in code; ``model["field"]`` reads a field by
+    its JSON name too (the way the artefact reads on disk), raising KeyError for an unknown one."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+class Distribution(Artefact):
+    """mean, median, std (population), p50..p99.9 (numpy linear), max of one metric, in the
+    metric's unit (ms for latencies). ``None`` = no value (empty input), or infinite in an
+    error-adjusted distribution."""
+
+    mean: float | None = None
+    median: float | None = None
+    std: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p99_9: float | None = None
+    max: float | None = None
+
+    def percentile(self, name: str) -> float | None:
+        """The stored statistic ``name`` (``"p99"``, ``"p99_9"``, ``"max"``, ...)."""
+        return getattr(self, name)
+
+
+class ErrorAdjusted(Artefact):
+    """Distributions where every failed request counts as +inf latency (ms)."""
+
+    ttft_ms: Distribution = Field(default_factory=Distribution)
+    e2el_ms: Distribution = Field(default_factory=Distribution)
+
+    def distribution(self, metric: str) -> Distribution:
+        """``"ttft"`` or ``"e2el"`` → its error-adjusted distribution."""
+        return getattr(self, f"{metric}_ms")
+
+
+class TokenDrift(Artefact):
+    """Server usage vs one re-tokenization pass (tokens; ``*_rel_diff_mean`` a fraction)."""
+
+    requests_compared: int = 0
+    output_mismatched: int = 0
+    output_abs_diff_mean: float | None = None
+    output_abs_diff_max: int | None = None
+    output_rel_diff_mean: float | None = None
+    input_mismatched: int = 0
+    input_abs_diff_mean: float | None = None
+    input_abs_diff_max: int | None = None
+    input_rel_diff_mean: float | None = None
+    output_estimated: int = 0
+
+
+class SessionMetrics(Artefact):
+    """Multi-turn sessions: count, fully successful ones, their completion time (ms)."""
+
+    sessions: int = 0
+    completed: int = 0
+    requests_per_session_mean: float | None = None
+    completion_time_ms: Distribution = Field(default_factory=Distribution)
+
+
+class TurnMetrics(Artefact):
+    """One turn index of multi-turn sessions (successful requests)."""
+
+    requests: int = 0
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    input_tokens_mean: float | None = None
+    cached_tokens_mean: float | None = None
+
+
+class Goodput(Artefact):
+    """Requests/s that succeed and meet every SLO (DistServe); attainment = good / all sent."""
+
+    request_goodput: float | None = None
+    good_requests: int = 0
+    slo_attainment: float | None = None
+    slos: dict[str, float] = Field(default_factory=dict)
+
+
+class Samples(Artefact):
+    """Per-request values (ms) behind the report's CDFs: successful measured requests; ITL pooled.
+    Sorted; above :data:`MAX_SAMPLES` values a metric keeps that many evenly spaced quantiles."""
+
+    ttft: list[float] = Field(default_factory=list)
+    tpot: list[float] = Field(default_factory=list)
+    itl: list[float] = Field(default_factory=list)
+    e2el: list[float] = Field(default_factory=list)
+
+
+MAX_SAMPLES = 1001
+
+
+class Metrics(Artefact):
+    """One engine's numbers under one condition (``harness.metrics`` defines each).
+
+    Units: ``*_ms`` ms, ``*_throughput`` tokens/s (``request_throughput`` requests/s),
+    ``duration_s`` s, rates requests/s (sessions/s for agentic first turns).
+    """
+
+    requests_sent: int = 0
+    requests_completed: int = 0
+    requests_failed: int = 0
+    duration_s: float = 0.0
+    request_throughput: float | None = None
+    output_throughput: float | None = None
+    input_throughput: float | None = None
+    total_token_throughput: float | None = None
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    ttft_ms: Distribution = Field(default_factory=Distribution)
+    ttft_from_scheduled_ms: Distribution = Field(default_factory=Distribution)
+    tpot_ms: Distribution = Field(default_factory=Distribution)
+    itl_ms: Distribution = Field(default_factory=Distribution)
+    e2el_ms: Distribution = Field(default_factory=Distribution)
+    error_adjusted: ErrorAdjusted = Field(default_factory=ErrorAdjusted)
+    failures_by_class: dict[str, int] = Field(default_factory=dict)
+    cached_tokens: int = 0
+    token_drift: TokenDrift = Field(default_factory=TokenDrift)
+    offered_rate: float | None = None
+    achieved_rate: float | None = None
+    rate_valid: bool | None = None
+    sessions: SessionMetrics | None = None
+    per_turn: dict[str, TurnMetrics] | None = None
+    goodput: Goodput | None = None
+    samples_ms: Samples | None = None
+
+    def distribution(self, metric: str) -> Distribution:
+        """``"ttft"`` → :attr:`ttft_ms` etc. Raises AttributeError for an unknown metric."""
+        return getattr(self, f"{metric}_ms")
+
+
+# ------------------------------------------------------------------------------------------
+# summary.json
+
+
+class EngineStatus(str, Enum):
+    """How an engine's turn in a run ended."""
+
+    OK = "ok"  # measured, at least one request succeeded
+    FAILED = "failed"  # failed to install/start/stay up, interrupted, or no request succeeded
+    SKIPPED = "skipped"  # the probe said it cannot run here (reason: why, and the fix)
+    NOT_MEASURED = "not_measured"  # runnable, but the run ended (Ctrl-C) before its turn
+
+
+class SkipCause(str, Enum):
+    """Why a probe said no, as data (reports and the scorer branch on this, never on prose)."""
+
+    HARDWARE = "hardware"  # needs hardware this machine does not have
+    NOT_INSTALLED = "not_installed"
+    UNAVAILABLE = "unavailable"  # anything else (bad configuration, missing endpoint)
+
+
+class EngineResult(Artefact):
+    """One engine's entry in ``summary.json``."""
+
+    model_config = ConfigDict(use_enum_values=False)
+
+    status: EngineStatus
+    reason: str = ""
+    skip_cause: SkipCause | None = None
+    display_name: str | None = None
+    version: str | None = None
+    capabilities: dict[str, Any] = Field(default_factory=dict)  # declared by the adapter, never scored as fact
+    metrics: Metrics | None = None
+    engine_metrics: dict[str, Any] = Field(default_factory=dict)  # the engine's own /metrics counters
+    wall_s: float | None = None
+    startup_s: float | None = None
+    startup_parallel: bool | None = None
+    log_tail: str = ""
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _empty_metrics(cls, v: Any) -> Any:
+        return None if v == {} else v
+
+    @field_serializer("metrics")
+    def _metrics_out(self, v: Metrics | None) -> Any:
+        return {} if v is None else v.model_dump(mode="json")  # "no metrics" is {} on disk (v1 shape)
+
+
+class EquivalenceResult(Artefact):
+    """Greedy output agreement of one engine with the reference engine, token by token."""
+
+    token_agreement: float | None = None
+    exact_matches: int = 0
+    prompts: int = 0
+    first_divergence: list[int | None] = Field(default_factory=list)
+
+
+class Equivalence(Artefact):
+    """The greedy-equivalence check of a run (harness.loadgen.equivalence)."""
+
+    reference: str
+    prompts: list[str] = Field(default_factory=list)
+    max_tokens: int = 0
+    engines: dict[str, EquivalenceResult] = Field(default_factory=dict)
+
+
+class RunSummary(Artefact):
+    """``summary.json``: what each engine measured in one run."""
+
+    schema_version: str = SCHEMA_VERSION
+    run_id: str
+    workload: str = "unknown"
+    slos: dict[str, float] = Field(default_factory=dict)
+    engines: dict[str, EngineResult] = Field(default_factory=dict)
+    equivalence: Equivalence | None = None
+
+    def ok_engines(self) -> list[str]:
+        """Names of the engines with status ok, in run order."""
+        return [n for n, e in self.engines.items() if e.status is EngineStatus.OK]
+
+
+# ------------------------------------------------------------------------------------------
+# manifest.json
+
+
+class ModelSummary(Artefact):
+    """The served model's architecture facts, read once from ``config.json``
+    (``results.model_geometry.read_model_summary``)."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    name: str | None = None
+    path: str | None = None
+    architecture: str | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    vocab_size: int | None = None
+    max_position_embeddings: int | None = None
+    dtype: str | None = None
+    num_params: int | None = None
+
+
+class Validity(Artefact):
+    """Per engine: was the offered load achieved, and how were tokens counted."""
+
+    offered_rate: float | None = None
+    achieved_rate: float | None = None
+    rate_valid: bool | None = None
+    output_tokens_estimated: int = 0
+    output_token_drift: float | None = None
+    input_token_drift: float | None = None
+
+
+class Manifest(Artefact):
+    """``manifest.json``: everything needed to reproduce and judge a run. Every field is
+    optional so partial and old runs load; ``engines`` holds each engine's effective
+    configuration as its adapter reported it (command line, env, options)."""
+
+    model_config = ConfigDict(protected_namespaces=(), extra="allow")
+
+    schema_version: str = SCHEMA_VERSION
+    run_id: str | None = None
+    command: list[str] | None = None
+    harness_version: str | None = None
+    git_sha: str | None = None
+    created_at: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    hardware: dict[str, Any] | None = None  # adapters.hardware.HardwareProfile.to_dict()
+    model: ModelSummary | None = None
+    workload: dict[str, Any] | None = None  # the workload spec, seed and scale included
+    workload_stats: dict[str, Any] | None = None
+    seed: int | None = None
+    slos: dict[str, float] = Field(default_factory=dict)
+    threads: dict[str, int] = Field(default_factory=dict)
+    engines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    validity: dict[str, Validity] = Field(default_factory=dict)
+    client_calibration: dict[str, Any] | None = None
+    metric_definitions: str | None = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _empty_model(cls, v: Any) -> Any:
+        return None if v == {} else v

@@ -4,10 +4,11 @@ Layout of ``<output_dir>/<run-id>/``::
 
     requests.jsonl   one RequestRecord per line, appended and flushed as each request ends,
                      so an interrupted run keeps every request that finished
-    summary.json     schema_version, run id, workload, SLOs, and per engine: status
-                     ("ok" | "skipped" | "failed"), reason, display_name, metrics
+    summary.json     results.schema.RunSummary: per engine an EngineResult (status
+                     ok | failed | skipped | not_measured, reason, metrics)
     manifest.json    command line, versions, hardware, model, workload spec and seed, git SHA,
-                     client calibration, engine configurations
+                     client calibration, engine configurations (results.schema.Manifest)
+    recommendation.json  results.recommendation.Recommendation (written by the application)
     logs/<engine>.log  server logs
     report.md, report.html  written by ``reports``
 
@@ -24,13 +25,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .schema import SCHEMA_VERSION, RequestRecord
+from pydantic import BaseModel, ValidationError
+
+from .schema import (
+    READABLE_MAJOR_VERSIONS,
+    SCHEMA_VERSION,
+    EngineResult,
+    EngineStatus,
+    Manifest,
+    RequestRecord,
+    RunSummary,
+    SkipCause,
+)
 
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "manifest.json"
 
-ENGINE_STATUSES = ("ok", "skipped", "failed")
+ENGINE_STATUSES = tuple(s.value for s in EngineStatus)
 
 
 class ResultsError(RuntimeError):
@@ -44,27 +56,18 @@ def new_run_id(workload: str, now: float | None = None) -> str:
     return f"{stamp}-{safe}"
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
+def write_model_atomic(path: Path, model: BaseModel) -> None:
+    """Write a pydantic model as indented JSON through a temporary file (never half-written)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+    tmp.write_text(model.model_dump_json(indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 class RunWriter:
     """Writes one run folder. Each ``add_record`` is flushed and fsync'ed before it returns.
 
     ``summary.json`` is rewritten after every engine (``set_engine``) so a crash between
-    engines keeps the finished ones.
+    engines keeps the finished ones. ``summary`` and ``manifest`` are the typed models.
     """
 
     def __init__(self, run_dir: Path, run_id: str, workload: str) -> None:
@@ -72,14 +75,8 @@ class RunWriter:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         self._fh = open(self.run_dir / REQUESTS_FILE, "a", encoding="utf-8")
-        self.summary: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": run_id,
-            "workload": workload,
-            "slos": {},
-            "engines": {},
-        }
-        self.manifest: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "run_id": run_id}
+        self.summary = RunSummary(run_id=run_id, workload=workload)
+        self.manifest = Manifest(run_id=run_id)
 
     @property
     def logs_dir(self) -> Path:
@@ -91,38 +88,43 @@ class RunWriter:
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
-    def set_engine(
-        self,
-        name: str,
-        status: str,
-        reason: str = "",
-        metrics: dict[str, Any] | None = None,
-        **extra: Any,
-    ) -> None:
-        """Record one engine's outcome in ``summary.json`` (rewritten at once).
+    def replace_records(self, records: Iterable[RequestRecord]) -> None:
+        """Rewrite ``requests.jsonl`` with ``records`` in place of the stored records of the same
+        (engine, request_id, phase) — e.g. once derived fields are filled after a phase. Written
+        through a temporary file, so a crash leaves either the old or the new file."""
+        updates = {(r.engine, r.request_id, r.phase): r for r in records}
+        if not updates:
+            return
+        self._fh.flush()
+        path = self.run_dir / REQUESTS_FILE
+        stored = [updates.get((r.engine, r.request_id, r.phase), r) for r in read_records(path)]
+        self._fh.close()
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(r.model_dump_json() + "\n" for r in stored)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        self._fh = open(path, "a", encoding="utf-8")
 
-        Raises ValueError for a status outside :data:`ENGINE_STATUSES`.
-        """
-        if status not in ENGINE_STATUSES:
-            raise ValueError(f"engine status must be one of {ENGINE_STATUSES}, got {status!r}")
-        entry: dict[str, Any] = {"status": status, "reason": reason, "metrics": metrics or {}}
-        entry.update(extra)
-        self.summary["engines"][name] = entry
+    def set_engine(self, name: str, result: EngineResult) -> None:
+        """Record one engine's outcome in ``summary.json`` (rewritten at once)."""
+        self.summary.engines[name] = result
         self.write_summary()
 
     def order_engines(self, names: list[str]) -> None:
         """Put ``summary.json``'s engines in the order of ``names`` (others after, as they were)."""
-        engines = self.summary["engines"]
+        engines = self.summary.engines
         ordered = {n: engines[n] for n in names if n in engines}
         ordered.update({n: e for n, e in engines.items() if n not in ordered})
-        self.summary["engines"] = ordered
+        self.summary.engines = ordered
         self.write_summary()
 
     def write_summary(self) -> None:
-        _write_json_atomic(self.run_dir / SUMMARY_FILE, self.summary)
+        write_model_atomic(self.run_dir / SUMMARY_FILE, self.summary)
 
     def write_manifest(self) -> None:
-        _write_json_atomic(self.run_dir / MANIFEST_FILE, self.manifest)
+        write_model_atomic(self.run_dir / MANIFEST_FILE, self.manifest)
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -139,16 +141,23 @@ class RunWriter:
 
 @dataclass
 class Run:
-    """A run loaded back from disk."""
+    """A run loaded back from disk: the typed artefacts plus every request record.
+
+    ``recommendation`` is the stored ``recommendation.json`` (None for runs without one, e.g.
+    version-1 folders: the application scores those again). ``upgraded_from`` is the schema
+    version the folder was written with when it was not the current one.
+    """
 
     run_dir: Path
-    summary: dict[str, Any]
-    manifest: dict[str, Any]
+    summary: RunSummary
+    manifest: Manifest
     records: list[RequestRecord] = field(default_factory=list)
+    recommendation: Any = None  # results.recommendation.Recommendation | None
+    upgraded_from: str | None = None
 
     @property
     def run_id(self) -> str:
-        return self.summary.get("run_id", self.run_dir.name)
+        return self.summary.run_id or self.run_dir.name
 
     def records_for(self, engine: str, phase: str = "measured") -> list[RequestRecord]:
         """Records of one engine in one phase, in file order."""
@@ -176,30 +185,87 @@ def read_records(path: Path) -> list[RequestRecord]:
     return out
 
 
-def load_run(run_dir: Path | str) -> Run:
-    """Load ``summary.json``, ``manifest.json`` and ``requests.jsonl`` of one run folder.
+_V1_NOT_MEASURED = "not measured"
+_V1_HARDWARE_HINTS = ("needs an NVIDIA GPU", "needs an AMD GPU", "unsupported hardware")
+_V1_NOT_INSTALLED_HINTS = ("not installed", "bench engines setup")
 
-    Raises :class:`ResultsError` when the folder or its summary is missing, or the schema's
-    major version differs from this harness's.
+
+def upgrade_v1_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 ``summary.json`` dict → the version-2 shape (only status words change).
+
+    Version 1 carried "not measured" and the skip cause in prose; this is the one place that
+    still reads that prose, so stored runs keep loading.
+    """
+    engines = {}
+    for name, entry in (data.get("engines") or {}).items():
+        entry = dict(entry or {})
+        reason = str(entry.get("reason") or "")
+        if entry.get("status") == "skipped":
+            if reason.startswith(_V1_NOT_MEASURED):
+                entry["status"] = EngineStatus.NOT_MEASURED.value
+            elif any(h in reason for h in _V1_HARDWARE_HINTS):
+                entry["skip_cause"] = SkipCause.HARDWARE.value
+            elif any(h in reason for h in _V1_NOT_INSTALLED_HINTS):
+                entry["skip_cause"] = SkipCause.NOT_INSTALLED.value
+            else:
+                entry["skip_cause"] = SkipCause.UNAVAILABLE.value
+        engines[name] = entry
+    return {**data, "engines": engines, "schema_version": SCHEMA_VERSION}
+
+
+def _read_json(path: Path, run_dir: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); the run folder is damaged") from exc
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{run_dir}: corrupt JSON in {path.name} ({exc})") from exc
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot be read ({exc.strerror})") from exc
+
+
+def _validate(model: type[BaseModel], data: Any, path: Path) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise ResultsError(f"{path}: field {where}: {err['msg']}; the run folder is damaged") from exc
+
+
+def load_run(run_dir: Path | str) -> Run:
+    """Load ``summary.json``, ``manifest.json``, ``requests.jsonl`` and (when present)
+    ``recommendation.json`` of one run folder, validated against their models.
+
+    Version-1 folders are upgraded in memory (:func:`upgrade_v1_summary`); nothing on disk is
+    rewritten. Raises :class:`ResultsError` (naming the file and field) when the folder or its
+    summary is missing, a file is damaged, or the schema's major version is unknown.
     """
     run_dir = Path(run_dir)
     summary_path = run_dir / SUMMARY_FILE
     if not summary_path.is_file():
         raise ResultsError(f"{run_dir} is not a run folder (no {SUMMARY_FILE}); see `bench results list`")
-    try:
-        summary = json.loads(summary_path.read_text())
-        manifest_path = run_dir / MANIFEST_FILE
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{run_dir}: corrupt JSON ({exc})") from exc
-    if not isinstance(summary, dict) or not isinstance(manifest, dict):
+    summary_data = _read_json(summary_path, run_dir)
+    manifest_path = run_dir / MANIFEST_FILE
+    manifest_data = _read_json(manifest_path, run_dir) if manifest_path.is_file() else {}
+    if not isinstance(summary_data, dict) or not isinstance(manifest_data, dict):
         raise ResultsError(f"{run_dir}: summary.json or manifest.json is not a JSON object; the run folder is damaged")
-    version = str(summary.get("schema_version", "0"))
-    if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+    version = str(summary_data.get("schema_version", "0"))
+    major = version.split(".")[0]
+    if major not in READABLE_MAJOR_VERSIONS:
         raise ResultsError(
-            f"{run_dir} has result schema {version}; this harness reads {SCHEMA_VERSION.split('.')[0]}.x"
+            f"{run_dir} has result schema {version}; this harness reads {', '.join(m + '.x' for m in READABLE_MAJOR_VERSIONS)}"
         )
-    return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE))
+    upgraded = None
+    if major == "1":
+        summary_data, upgraded = upgrade_v1_summary(summary_data), version
+    summary_data.setdefault("run_id", run_dir.name)
+    summary = _validate(RunSummary, summary_data, summary_path)
+    manifest = _validate(Manifest, manifest_data, manifest_path)
+    from .recommendation import read_recommendation
+
+    return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
+               recommendation=read_recommendation(run_dir), upgraded_from=upgraded)
 
 
 def list_runs(output_dir: Path | str) -> list[Path]:
@@ -230,6 +296,6 @@ def resolve_run(ref: str, output_dir: Path | str = "results") -> Path:
     raise ResultsError(f"no run {ref!r} (looked for {p} and {cand}); see `bench results list`")
 
 
-def iter_engine_names(summary: dict[str, Any]) -> Iterable[str]:
+def iter_engine_names(summary: RunSummary) -> Iterable[str]:
     """Engine names in the order they were run."""
-    return list(summary.get("engines", {}).keys())
+    return list(summary.engines)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from adapters.equivalence import check_equivalence, token_agreement
+from harness.loadgen.equivalence import check_equivalence, token_agreement
 from adapters.server import LaunchPlan, ServerAdapter, thread_env
 from harness.app.cli_engines import app, engine_state
 
@@ -39,8 +39,9 @@ def test_engines_table_renders():
 
 def test_engine_state_classification():
     assert engine_state(ProbeResult(True, "x"), ("cpu",), "cpu") == "available"
-    assert engine_state(ProbeResult(False, "x: not installed - run"), ("cpu",), "cpu") == "not installed"
-    assert engine_state(ProbeResult(False, "x: not installed"), ("nvidia",), "cpu") == "unsupported hardware"
+    assert engine_state(ProbeResult(False, "x: not installed - run", cause="not_installed"), ("cpu",), "cpu") == "not installed"
+    assert engine_state(ProbeResult(False, "x: not installed", cause="not_installed"), ("nvidia",), "cpu") == "unsupported hardware"
+    assert engine_state(ProbeResult(False, "x: needs a GPU", cause="hardware"), ("cpu", "nvidia"), "cpu") == "unsupported hardware"
     assert engine_state(ProbeResult(False, "x: broken venv"), ("cpu",), "cpu") == "unavailable"
 
 

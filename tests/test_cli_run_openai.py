@@ -30,7 +30,7 @@ def test_run_openai_writes_summary_manifest_and_records(url, tmp_path):
     assert res.exit_code == 0, res.output
     run = tmp_path / "r1"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["schema_version"] == "1.0" and summary["workload"] == "random"
+    assert summary["schema_version"] == "2.0" and summary["workload"] == "random"
     e = summary["engines"]["openai"]
     assert e["status"] == "ok" and e["reason"] == ""
     m = e["metrics"]
@@ -54,6 +54,13 @@ def test_run_openai_writes_summary_manifest_and_records(url, tmp_path):
     lines = (run / "requests.jsonl").read_text().splitlines()
     phases = [json.loads(x)["phase"] for x in lines]
     assert phases.count("measured") == 12 and phases.count("warmup") == 1
+    # every artefact of a fresh run validates against its model
+    from results.recommendation import Recommendation
+    from results.schema import Manifest, RunSummary
+
+    assert RunSummary.model_validate_json((run / "summary.json").read_text()).engines["openai"].metrics.requests_completed == 12
+    assert Manifest.model_validate_json((run / "manifest.json").read_text()).metric_definitions
+    assert Recommendation.model_validate_json((run / "recommendation.json").read_text()).winner == "openai"
 
 
 @pytest.mark.parametrize(

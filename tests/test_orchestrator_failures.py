@@ -123,5 +123,5 @@ def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
     assert res.exit_code == 130, res.output
     s = json.loads((tmp_path / "ctrlc2" / "summary.json").read_text())
     assert s["engines"]["openai"]["status"] == "failed" and "interrupted" in s["engines"]["openai"]["reason"]
-    assert s["engines"]["own"] == {**s["engines"]["own"], "status": "skipped",
+    assert s["engines"]["own"] == {**s["engines"]["own"], "status": "not_measured",
                                    "reason": "not measured: the run was interrupted before its turn"}

@@ -106,7 +106,7 @@ def ok_entry(
         "reason": "",
         "display_name": display_name or records[0].engine,
         "version": "0.1.0",
-        "metrics": compute_metrics(records, parse_slos(slos), offered_rate=offered_rate),
+        "metrics": compute_metrics(records, parse_slos(slos), offered_rate=offered_rate).model_dump(mode="json"),
     }
     if caps is not None:
         entry["capabilities"] = caps

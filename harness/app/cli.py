@@ -183,7 +183,7 @@ def run(
     if result.interrupted:
         err_console.print("[yellow]interrupted: engines stopped; results measured so far are kept[/]")
         raise typer.Exit(130)
-    if not any(e.get("status") == "ok" for e in result.summary.get("engines", {}).values()):
+    if not result.summary.ok_engines():
         fail("no engine produced a measurement (see the reasons above)", code=1)
 
 
@@ -259,13 +259,16 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
-def _pair(d: dict[str, Any] | None) -> str:
-    d = d or {}
-    return f"{_fmt(d.get('p50'))} / {_fmt(d.get('p99'))}"
+def _pair(d: Any) -> str:
+    """``p50 / p99`` of a :class:`results.schema.Distribution`."""
+    return f"{_fmt(d.p50)} / {_fmt(d.p99)}"
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
-    t = Table(title=escape(f"Run {summary.get('run_id')}: workload {summary.get('workload')}"))
+def _print_summary(summary: Any) -> None:
+    """The console table of a :class:`results.schema.RunSummary`."""
+    from results.schema import EngineStatus
+
+    t = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
     cols = ("engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50/p99", "TPOT p50/p99", "E2E p99", "goodput")
     for col in cols:
         t.add_column(col, justify="left" if col in ("engine", "status") else "right")
@@ -274,24 +277,22 @@ def _print_summary(summary: dict[str, Any]) -> None:
     def note(name: str, reason: str) -> None:  # adapters' reasons already start with "name:"
         notes.append(reason if reason.startswith(f"{name}:") else f"{name}: {reason}")
 
-    for name, e in summary.get("engines", {}).items():
-        m = e.get("metrics") or {}
-        if e.get("status") != "ok" and not m:
-            t.add_row(name, e.get("status", "?"), *["–"] * (len(cols) - 2))
-            note(name, e.get("reason", ""))
+    for name, engine in summary.engines.items():
+        m = engine.metrics
+        status = engine.status.value
+        if engine.status is not EngineStatus.OK:
+            note(name, engine.reason)
+        if m is None:
+            t.add_row(name, status, *["–"] * (len(cols) - 2))
             continue
-        if e.get("status") != "ok":
-            note(name, e.get("reason", ""))
-        g = (m.get("goodput") or {}).get("request_goodput")
         t.add_row(
-            name, e.get("status", "?"),
-            f"{m.get('requests_completed', 0)}/{m.get('requests_failed', 0)}",
-            _fmt(m.get("request_throughput"), 2), _fmt(m.get("output_throughput")),
-            _pair(m.get("ttft_ms")), _pair(m.get("tpot_ms")),
-            _fmt((m.get("e2el_ms") or {}).get("p99")), _fmt(g, 2),
+            name, status, f"{m.requests_completed}/{m.requests_failed}",
+            _fmt(m.request_throughput, 2), _fmt(m.output_throughput),
+            _pair(m.ttft_ms), _pair(m.tpot_ms), _fmt(m.e2el_ms.p99),
+            _fmt(m.goodput.request_goodput if m.goodput else None, 2),
         )
     console.print(t)
-    console.print("Latencies in ms; rates over the measured phase (definitions: harness/metrics.py).")
+    console.print("Latencies in ms; rates over the measured phase (definitions: harness/metrics/).")
     for n in notes:
         console.print(f"  {n}", highlight=False, markup=False)
 
@@ -367,8 +368,8 @@ def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir"
         except ResultsError as exc:
             t.add_row(escape(p.name), "?", escape(f"unreadable: {exc}"))
             continue
-        engines = ", ".join(f"{n} ({e.get('status')})" for n, e in r.summary.get("engines", {}).items())
-        t.add_row(escape(p.name), escape(str(r.summary.get("workload"))), escape(engines))
+        engines = ", ".join(f"{n} ({e.status.value})" for n, e in r.summary.engines.items())
+        t.add_row(escape(p.name), escape(r.summary.workload), escape(engines))
     console.print(t)
 
 
@@ -386,7 +387,7 @@ def results_show(
     except ResultsError as exc:
         fail(str(exc))
     if as_json:
-        console.print_json(json.dumps(r.summary))
+        console.print_json(r.summary.model_dump_json())
         return
     _print_summary(r.summary)
 

@@ -4,7 +4,7 @@
   unsupported hardware / unavailable), version, hardware, features, and the reason with the fix.
 - ``bench engines setup NAME|all-cpu`` → creates ``.engines/NAME/venv`` with the pinned packages.
 - ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
-  across engines on a few fixed prompts (token-level agreement; ``adapters.equivalence``).
+  across engines on a few fixed prompts (token-level agreement; ``harness.loadgen.equivalence``).
 
 Errors are one line on stderr with exit code 2 (bad input) or 1 (an engine failed).
 """
@@ -41,9 +41,9 @@ def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> st
     """``available`` / ``unsupported hardware`` / ``not installed`` / ``unavailable`` for the table."""
     if probe.available:
         return "available"
-    if here not in hardware or "needs an NVIDIA GPU" in probe.reason:
+    if here not in hardware or probe.cause == "hardware":
         return "unsupported hardware"
-    if "not installed" in probe.reason:
+    if probe.cause == "not_installed":
         return "not installed"
     return "unavailable"
 
@@ -120,7 +120,7 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
-    from adapters.equivalence import DEFAULT_PROMPTS, check_equivalence
+    from harness.loadgen.equivalence import DEFAULT_PROMPTS, check_equivalence
     from harness.app.model import ModelError, resolve_model
 
     names = [n.strip() for n in engines_csv.split(",") if n.strip()]

@@ -21,6 +21,7 @@ from rich.table import Table
 from adapters.hardware import HardwareProfile, get_profile, profile_from_manifest
 from harness.metrics import SLOError, parse_slos
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
+from results.recommendation import write_recommendation
 from results.store import ResultsError, Run, load_run, resolve_run
 
 
@@ -42,7 +43,7 @@ def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
 
 def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
     if name.strip().lower() == "recorded":
-        prof = profile_from_manifest((runs[0].manifest or {}).get("hardware"))
+        prof = profile_from_manifest(runs[0].manifest.hardware)
         if prof is None:
             _fail(f"run {runs[0].run_id} has no recorded hardware: pass --hardware with a profile name or 'detected'")
         return prof.with_devices(gpus) if gpus else prof
@@ -124,6 +125,8 @@ def recommend_cmd(
         rec = recommend(runs, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or ())
     except (SLOError, ScorerError) as exc:
         _fail(str(exc))
+    if len(runs) == 1:  # stored with the run it scores (a multi-run ranking belongs to no one folder)
+        write_recommendation(runs[0].run_dir, rec)
     if json_out:
         typer.echo(rec.model_dump_json(indent=2))
     else:
@@ -143,10 +146,10 @@ def report_cmd(
     With several runs, a comparison is written into the FIRST run's folder as report-compare.md
     and report-compare.html.
     """
-    from reports import write_reports
+    from harness.app.reporting import write_run_reports
 
     runs = _load_runs(run, output_dir)
-    md, html = write_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
+    md, html = write_run_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
     console = make_console()
     console.print(f"Markdown report: {md}", highlight=False, soft_wrap=True)
     console.print(f"HTML report:     {html}", highlight=False, soft_wrap=True)

@@ -11,82 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import platform
 import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from rich.markup import escape
 
-from results.schema import RequestRecord
+from results.schema import (
+    EngineResult,
+    EngineStatus,
+    Equivalence,
+    Metrics,
+    RequestRecord,
+    SkipCause,
+    Validity,
+)
 from results.store import RunWriter, new_run_id
-from workloads.base import RequestSpec, Workload
+from workloads.base import Workload
 
-from harness import __version__
+from harness.app.manifest import fill_manifest
+from harness.app.run_config import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
+from harness.app.progress import engine_progress
 from harness.loadgen.client import EndpointTarget
+from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs, equivalence_requests
 from harness.metrics import SLO, compute_metrics
 from harness.loadgen.runner import Runner, RunnerOptions
 
-EQUIVALENCE_PROMPTS = (
-    "The capital of France is",
-    "def fibonacci(n):",
-    "List three primary colors:",
-)
-EQUIVALENCE_MAX_TOKENS = 16
 DRIFT_WARN = 0.05  # warn when server usage and re-tokenization disagree by more than 5 % on average
-
-
-@dataclass
-class RunConfig:
-    """Everything ``bench run`` was asked for (validated by the CLI before it gets here)."""
-
-    engines: list[str]
-    workload: str = "agentic"
-    model: str | None = None
-    num_requests: int | None = None
-    input_len: int | None = None
-    output_len: int | None = None
-    range_ratio: float | None = None
-    request_rate: float | None = None  # None: the workload's default
-    burstiness: float | None = None
-    max_concurrency: int | None = None
-    seed: int | None = None  # None: the workload spec file's seed, else 0
-    slos: list[SLO] = field(default_factory=list)
-    warmup: int = 2
-    output_dir: Path = Path("results")
-    run_id: str | None = None
-    scale: float | None = None
-    api: str | None = None
-    trace: str | None = None
-    time_scale: float | None = None
-    spec_file: Path | None = None
-    base_url: str | None = None
-    served_model_name: str | None = None
-    engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
-    threads: int | None = None
-    request_timeout_s: float = 600.0
-    startup_timeout_s: float = 600.0
-    check_equivalence: bool = True
-    calibrate: bool = True
-    hardware: str = "detected"
-    preset: str = "balanced"
-    report: bool = True
-    setup_engines: bool = False  # install missing CPU engine environments before measuring them
-    parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
-
-
-# Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
-# Not DeepSpeed: on a CPU its inference path is Hugging Face `generate` underneath (no kernel
-# injection), so it measures what the transformers baseline already measures, at ~40 s of a
-# default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it.
-AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime")
 
 
 @dataclass
@@ -100,25 +55,9 @@ class EngineOutcome:
 @dataclass
 class RunResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Any  # results.schema.RunSummary
     recommendation: Any = None
     interrupted: bool = False
-
-
-def default_threads() -> int:
-    """Engine threads: all cores but one (the client's), at least 1 (DESIGN.md)."""
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-def git_sha() -> str | None:
-    """The harness checkout's commit, or None outside a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def _scrape(url: str | None) -> str | None:
@@ -129,40 +68,6 @@ def _scrape(url: str | None) -> str | None:
             return r.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-
-
-def _equivalence_requests(seed: int) -> list[RequestSpec]:
-    return [
-        RequestSpec(request_id=f"equiv-{i}", prompt=p, max_tokens=EQUIVALENCE_MAX_TOKENS, temperature=0.0, keep_output_text=True)
-        for i, p in enumerate(EQUIVALENCE_PROMPTS)
-    ]
-
-
-def token_agreement(tokenizer: Any, reference: list[str], other: list[str]) -> dict[str, Any]:
-    """Greedy output agreement of two engines over the same prompts, token by token.
-
-    Returns ``token_agreement`` (matching tokens at the same position / reference tokens,
-    0..1), ``exact_matches`` (prompts whose outputs are identical) and
-    ``first_divergence`` (per prompt: index of the first differing token, or None).
-    """
-    match = total = exact = 0
-    firsts: list[int | None] = []
-    for a, b in zip(reference, other):
-        ta = tokenizer.encode(a, add_special_tokens=False)
-        tb = tokenizer.encode(b, add_special_tokens=False)
-        first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), None)
-        if first is None and len(ta) != len(tb):
-            first = min(len(ta), len(tb))
-        firsts.append(first)
-        match += sum(1 for x, y in zip(ta, tb) if x == y)
-        total += max(len(ta), len(tb))
-        exact += a == b
-    return {
-        "token_agreement": match / total if total else None,
-        "exact_matches": exact,
-        "prompts": len(reference),
-        "first_divergence": firsts,
-    }
 
 
 class Orchestrator:
@@ -196,30 +101,7 @@ class Orchestrator:
         )
 
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
-        from adapters.hardware import detect_hardware
-
-        from harness.app.model import model_summary
-
-        hw = detect_hardware()
-        writer.manifest.update(
-            {
-                "command": sys.argv,
-                "harness_version": __version__,
-                "git_sha": git_sha(),
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-                "hardware": hw.to_dict(),
-                "model": model_summary(model_dir),
-                "workload": workload.spec,
-                "workload_stats": workload.stats,
-                "seed": workload.spec.get("seed", self.cfg.seed),
-                "slos": {s.key: s.threshold_ms for s in self.cfg.slos},
-                "threads": {"engine": threads, "client": 1},
-                "engines": {},
-                "validity": {},
-            }
-        )
+        fill_manifest(writer.manifest, model_dir, workload, self.cfg.seed, self.cfg.slos, threads)
         writer.write_manifest()
 
     # -- one engine ----------------------------------------------------------------------
@@ -254,10 +136,10 @@ class Orchestrator:
 
     def _measure_engine(
         self, name: str, adapter: Any, launch: Any, starter: Any, writer: RunWriter, workload: Workload, tokenizer: Any
-    ) -> tuple[dict[str, Any], list[RequestRecord], list[str] | None]:
+    ) -> tuple[EngineResult, list[RequestRecord], list[str] | None]:
         c = self.cfg
         with self._endpoint(name, adapter, launch, starter) as (ep, startup_s, parallel):
-            writer.manifest["engines"][name] = {
+            writer.manifest.engines[name] = {
                 "display_name": ep.display_name,
                 "startup_s": round(startup_s, 2),
                 "startup_parallel": parallel,
@@ -265,7 +147,7 @@ class Orchestrator:
             }
             writer.write_manifest()
             target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
-            progress_cb, finish = self._progress(name, workload)
+            progress_cb, finish = engine_progress(self.console, name, workload)
             runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
                             RunnerOptions(c.max_concurrency, c.request_timeout_s), on_progress=progress_cb)
             try:
@@ -275,14 +157,13 @@ class Orchestrator:
                 wall = time.monotonic() - t0
             finally:
                 finish()
+            writer.replace_records(runner.retokenize())  # derived work, after the measured phase
             engine_metrics = self._engine_metrics(name, _scrape(ep.metrics_url))
         measured = [r for r in runner.records if r.phase == "measured"]
         metrics = compute_metrics(measured, c.slos, workload.offered_rate)
-        extra = {"display_name": ep.display_name, "wall_s": round(wall, 2), "startup_s": round(startup_s, 2),
-                 "startup_parallel": parallel}
-        if engine_metrics:
-            extra["engine_metrics"] = engine_metrics
-        return {"metrics": metrics, **extra}, measured, equiv_texts
+        result = EngineResult(status=EngineStatus.OK, metrics=metrics, display_name=ep.display_name, wall_s=round(wall, 2),
+                              startup_s=round(startup_s, 2), startup_parallel=parallel, engine_metrics=engine_metrics)
+        return result, measured, equiv_texts
 
     async def _before_measuring(self, name: str, target: EndpointTarget, runner: Runner, tokenizer: Any) -> list[str] | None:
         """Warm-up requests (stored as phase ``warmup``, never in metrics) and the greedy
@@ -295,7 +176,7 @@ class Orchestrator:
         check = None
         if c.check_equivalence:
             eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
-            check = eq.warmup(_equivalence_requests(c.seed or 0), concurrency=len(EQUIVALENCE_PROMPTS))
+            check = eq.warmup(equivalence_requests(), concurrency=len(EQUIVALENCE_PROMPTS))
         results = await asyncio.gather(*(x for x in (warm, check) if x is not None))
         if check is None:
             return None
@@ -312,25 +193,6 @@ class Orchestrator:
         except Exception as exc:  # informational: never fail a run over a scrape
             return {"error": f"could not parse /metrics: {exc}"}
 
-    def _progress(self, name: str, workload: Workload) -> tuple[Callable[[RequestRecord], None], Callable[[], None]]:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        total = int(workload.stats.get("requests") or workload.stats.get("turns") or len(workload.sessions))
-        prog = Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                        TimeElapsedColumn(), console=self.console, transient=False)
-        task = prog.add_task(f"{name} {workload.name}", total=total, info="")
-        prog.start()
-        counts = {"ok": 0, "failed": 0}
-
-        def on_record(r: RequestRecord) -> None:
-            if r.phase != "measured":
-                return
-            counts["ok" if r.success else "failed"] += 1
-            done = counts["ok"] + counts["failed"]
-            prog.update(task, completed=done, total=max(total, done), info=f"failed {counts['failed']}" if counts["failed"] else "")
-
-        return on_record, prog.stop
-
     # -- the whole run -------------------------------------------------------------------
     def run(self) -> RunResult:
         from adapters.base import EngineError
@@ -344,16 +206,16 @@ class Orchestrator:
         run_dir = Path(c.output_dir) / run_id
         threads = c.threads or default_threads()
         writer = RunWriter(run_dir, run_id, c.workload)
-        writer.summary["slos"] = {s.key: s.threshold_ms for s in c.slos}
+        writer.summary.slos = {s.key: s.threshold_ms for s in c.slos}
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
         if c.calibrate:  # first, while nothing else runs: it measures the client's own timing
             from harness.loadgen.calibrate import calibrate
 
             self.console.print("Calibrating the client against a local null server …")
             try:
-                writer.manifest["client_calibration"] = calibrate()
+                writer.manifest.client_calibration = calibrate()
             except RuntimeError as exc:
-                writer.manifest["client_calibration"] = {"error": str(exc)}
+                writer.manifest.client_calibration = {"error": str(exc)}
             writer.write_manifest()
 
         adapters = all_adapters() if c.engines == ["all"] else [get_adapter(n) for n in c.engines]
@@ -369,7 +231,8 @@ class Orchestrator:
             probe = adapter.probe()
             if not probe.available:
                 self.console.print(f"[yellow]{name}[/]: skipped — {escape(probe.reason)}")
-                writer.set_engine(name, "skipped", probe.reason, capabilities=cap_dict)
+                writer.set_engine(name, EngineResult(status=EngineStatus.SKIPPED, reason=probe.reason,
+                                                     skip_cause=SkipCause(probe.cause), capabilities=cap_dict))
                 continue
             runnable.append((adapter, cap_dict, probe))
         launches = {a.name: self._launch_config(a.name, model_dir, writer, threads) for a, _, _ in runnable}
@@ -387,28 +250,28 @@ class Orchestrator:
             for i, (adapter, cap_dict, probe) in enumerate(runnable):
                 name = adapter.name
                 try:
-                    entry, measured, texts = self._measure_engine(name, adapter, launches[name], starter, writer,
+                    result, measured, texts = self._measure_engine(name, adapter, launches[name], starter, writer,
                                                                   workload, tokenizer)
                 except KeyboardInterrupt:
                     measured = _read_engine(writer, name)
-                    metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
-                    writer.set_engine(name, "failed",
-                                      f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
-                                      metrics=metrics, capabilities=cap_dict, version=probe.version)
+                    writer.set_engine(name, EngineResult(
+                        status=EngineStatus.FAILED,
+                        reason=f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
+                        metrics=self._partial_metrics(measured, workload), capabilities=cap_dict, version=probe.version))
                     interrupted = True
                     _mark_not_measured(writer, runnable[i + 1:], "the run was interrupted before its turn")
                     break
                 except EngineError as exc:
                     # a crash mid-run keeps what was measured before it (metrics over those requests)
                     measured = _read_engine(writer, name)
-                    metrics = compute_metrics(measured, c.slos, workload.offered_rate) if measured else {}
                     self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
                     if exc.log_tail:
                         self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
-                    writer.set_engine(name, "failed", str(exc), metrics=metrics, log_tail=exc.log_tail[-4000:],
-                                      capabilities=cap_dict, version=probe.version)
+                    writer.set_engine(name, EngineResult(
+                        status=EngineStatus.FAILED, reason=str(exc), metrics=self._partial_metrics(measured, workload),
+                        log_tail=exc.log_tail[-4000:], capabilities=cap_dict, version=probe.version))
                     continue
-                texts = self._record_engine(name, entry, texts, writer, cap_dict, probe)
+                texts = self._record_engine(name, result, texts, writer, cap_dict, probe)
                 if texts is not None:
                     equivalence[name] = texts
         finally:
@@ -417,39 +280,41 @@ class Orchestrator:
             writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
         if len(equivalence) >= 2:
             ref = "transformers" if "transformers" in equivalence else next(iter(equivalence))
-            writer.summary["equivalence"] = {
-                "reference": ref,
-                "prompts": list(EQUIVALENCE_PROMPTS),
-                "max_tokens": EQUIVALENCE_MAX_TOKENS,
-                "engines": {n: token_agreement(tokenizer, equivalence[ref], t) for n, t in equivalence.items() if n != ref},
-            }
+            writer.summary.equivalence = Equivalence(
+                reference=ref, prompts=list(EQUIVALENCE_PROMPTS), max_tokens=EQUIVALENCE_MAX_TOKENS,
+                engines={n: compare_outputs(tokenizer, equivalence[ref], t) for n, t in equivalence.items() if n != ref},
+            )
         writer.close()
         result = RunResult(run_dir, writer.summary, interrupted=interrupted)
         if c.report:
             result.recommendation = self._report(run_dir)
         return result
 
-    def _record_engine(self, name: str, entry: dict[str, Any], texts: list[str] | None, writer: RunWriter,
+    def _partial_metrics(self, measured: list[RequestRecord], workload: Workload) -> Metrics | None:
+        """Metrics over what an engine measured before it crashed or was interrupted (None: nothing)."""
+        return compute_metrics(measured, self.cfg.slos, workload.offered_rate) if measured else None
+
+    def _record_engine(self, name: str, result: EngineResult, texts: list[str] | None, writer: RunWriter,
                        cap_dict: dict[str, Any], probe: Any) -> list[str] | None:
         """Store one measured engine (ok, or failed when no request succeeded), its validity
         facts and drift warnings; returns its equivalence texts when it counts."""
-        m = entry["metrics"]
-        if m.get("requests_completed", 0) == 0:
-            reason = f"no request succeeded ({m.get('failures_by_class')})"
-            writer.set_engine(name, "failed", reason, capabilities=cap_dict, version=probe.version, **entry)
-            self.console.print(f"[red]{name}[/]: failed — {escape(reason)}")
+        metrics = result.metrics
+        assert metrics is not None
+        result.capabilities, result.version = cap_dict, probe.version
+        if metrics.requests_completed == 0:
+            result.status = EngineStatus.FAILED
+            result.reason = f"no request succeeded ({metrics.failures_by_class})"
+            writer.set_engine(name, result)
+            self.console.print(f"[red]{name}[/]: failed — {escape(result.reason)}")
             return None
-        writer.set_engine(name, "ok", "", capabilities=cap_dict, version=probe.version, **entry)
-        drift = m["token_drift"]
-        writer.manifest["validity"][name] = {
-            k: m.get(k) for k in ("offered_rate", "achieved_rate", "rate_valid")
-        } | {
-            "output_tokens_estimated": drift["output_estimated"],
-            "output_token_drift": drift["output_rel_diff_mean"],
-            "input_token_drift": drift["input_rel_diff_mean"],
-        }
-        for side in ("input", "output"):
-            rel = drift[f"{side}_rel_diff_mean"]
+        writer.set_engine(name, result)
+        drift = metrics.token_drift
+        writer.manifest.validity[name] = Validity(
+            offered_rate=metrics.offered_rate, achieved_rate=metrics.achieved_rate, rate_valid=metrics.rate_valid,
+            output_tokens_estimated=drift.output_estimated, output_token_drift=drift.output_rel_diff_mean,
+            input_token_drift=drift.input_rel_diff_mean,
+        )
+        for side, rel in (("input", drift.input_rel_diff_mean), ("output", drift.output_rel_diff_mean)):
             if rel is not None and rel > DRIFT_WARN:
                 self.console.print(
                     f"[yellow]{name}[/]: server-reported {side} tokens differ from our tokenizer's count by "
@@ -511,28 +376,31 @@ class Orchestrator:
             setup_engine(name, console=self.console)
         except EngineError as exc:
             self.console.print(f"[red]{name}[/]: failed to install — {escape(str(exc))}")
-            writer.set_engine(name, "failed", f"failed to install: {exc}", log_tail=exc.log_tail[-4000:],
-                              capabilities=cap_dict)
+            writer.set_engine(name, EngineResult(status=EngineStatus.FAILED, reason=f"failed to install: {exc}",
+                                                 log_tail=exc.log_tail[-4000:], capabilities=cap_dict))
             return False
         return True
 
     def _report(self, run_dir: Path) -> Any:
         from adapters.hardware import detect_hardware, get_profile
+        from harness.app.reporting import write_run_reports
         from harness.scoring import recommend
-        from reports import write_reports
+        from results.recommendation import write_recommendation
         from results.store import load_run
 
         run = load_run(run_dir)
         hw = detect_hardware() if self.cfg.hardware == "detected" else get_profile(self.cfg.hardware)
         rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset)
-        write_reports(run_dir, rec)
+        write_recommendation(run_dir, rec)
+        write_run_reports(run_dir, rec)
         return rec
 
 
 def _mark_not_measured(writer: RunWriter, engines: list[tuple[Any, dict[str, Any], Any]], why: str) -> None:
-    """Record each ``(adapter, capabilities, probe)`` as skipped: "not measured: <why>"."""
+    """Record each ``(adapter, capabilities, probe)`` as not measured, with ``why``."""
     for adapter, cap_dict, _ in engines:
-        writer.set_engine(adapter.name, "skipped", f"not measured: {why}", capabilities=cap_dict)
+        writer.set_engine(adapter.name, EngineResult(status=EngineStatus.NOT_MEASURED, reason=f"not measured: {why}",
+                                                     capabilities=cap_dict))
 
 
 def _read_engine(writer: RunWriter, name: str) -> list[RequestRecord]:

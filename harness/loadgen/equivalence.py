@@ -1,9 +1,11 @@
-"""Greedy output-equivalence check across engines (``bench engines check``).
+"""The greedy output-equivalence check: one prompt set, one definition, used by ``bench run``
+(after each engine's warm-up, summary ``equivalence``) and ``bench engines check``.
 
-Every engine loads the same model folder and answers the same fixed prompts with greedy
-decoding (``temperature=0``, non-streaming ``/v1/completions``); the outputs are tokenized by
-the model's own tokenizer and compared token by token with the reference engine's (the first
-engine that ran). Engines run one after another, never at once.
+Every engine serves the same model folder and answers the same fixed prompts with greedy
+decoding (``temperature=0``); the outputs are tokenized by the model's own tokenizer and
+compared token by token with the reference engine's (``bench run``: transformers when it ran,
+else the first engine; ``bench engines check``: the first engine). Engines run one after
+another, never at once.
 
 Per prompt: ``prefix_tokens`` = length of the common token prefix with the reference;
 ``agreement`` = prefix_tokens / max(len(reference), len(output)) (1.0 = identical; fp32 engines
@@ -21,13 +23,25 @@ from typing import Any, Sequence
 import aiohttp
 
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
+from results.schema import EquivalenceResult
+from workloads.base import RequestSpec
 
-DEFAULT_PROMPTS = (
+EQUIVALENCE_PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):",
-    "Here is a short list of three fruits:",
-    "The main difference between a CPU and a GPU is",
+    "List three primary colors:",
 )
+EQUIVALENCE_MAX_TOKENS = 16  # per prompt in ``bench run`` (``bench engines check --max-tokens``)
+DEFAULT_PROMPTS = EQUIVALENCE_PROMPTS
+
+
+def equivalence_requests() -> list[RequestSpec]:
+    """The prompts as greedy requests whose reply text is kept (``bench run``)."""
+    return [
+        RequestSpec(request_id=f"equiv-{i}", prompt=p, max_tokens=EQUIVALENCE_MAX_TOKENS, temperature=0.0,
+                    keep_output_text=True)
+        for i, p in enumerate(EQUIVALENCE_PROMPTS)
+    ]
 
 
 async def _complete(endpoint: Any, prompt: str, max_tokens: int, timeout_s: float) -> str:
@@ -53,6 +67,24 @@ def token_agreement(ref: list[int], out: list[int]) -> tuple[int, float]:
     return n, (n / denom if denom else 1.0)
 
 
+def compare_outputs(tokenizer: Any, reference: Sequence[str], outputs: Sequence[str]) -> EquivalenceResult:
+    """One engine's greedy texts against the reference's, prompt by prompt (see module docstring).
+
+    ``first_divergence``: per prompt, the index of the first differing token (None = identical).
+    """
+    per, exact, firsts = [], 0, []
+    for ref_text, out_text in zip(reference, outputs):
+        ref_ids = tokenizer.encode(ref_text, add_special_tokens=False)
+        out_ids = tokenizer.encode(out_text, add_special_tokens=False)
+        prefix, agreement = token_agreement(ref_ids, out_ids)
+        same = ref_ids == out_ids
+        per.append(agreement)
+        exact += same
+        firsts.append(None if same else prefix)
+    return EquivalenceResult(token_agreement=round(sum(per) / len(per), 4) if per else None,
+                             exact_matches=exact, prompts=len(per), first_divergence=firsts)
+
+
 def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path,
                       prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = 32, threads: int = 1,
                       engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
@@ -74,7 +106,7 @@ def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_di
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     result: dict[str, Any] = {"reference": None, "prompts": list(prompts), "max_tokens": max_tokens, "engines": {}}
-    ref_ids: list[list[int]] | None = None
+    ref_outputs: list[str] | None = None
     for adapter in adapters:
         entry: dict[str, Any] = {"status": "skipped", "reason": None, "display_name": None, "outputs": [],
                                  "per_prompt": [], "token_agreement": None, "exact_matches": None}
@@ -97,15 +129,17 @@ def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_di
             continue
         entry["status"] = "ok"
         entry["outputs"] = outputs
-        ids = [tokenizer(o, add_special_tokens=False)["input_ids"] for o in outputs]
-        if ref_ids is None:
-            ref_ids = ids
+        if ref_outputs is None:
+            ref_outputs = outputs
             result["reference"] = adapter.name
         per = []
-        for r, o in zip(ref_ids, ids):
-            prefix, agree = token_agreement(r, o)
-            per.append({"tokens": len(o), "prefix_tokens": prefix, "agreement": round(agree, 4)})
+        for ref_text, out_text in zip(ref_outputs, outputs):
+            ref_ids = tokenizer.encode(ref_text, add_special_tokens=False)
+            out_ids = tokenizer.encode(out_text, add_special_tokens=False)
+            prefix, agree = token_agreement(ref_ids, out_ids)
+            per.append({"tokens": len(out_ids), "prefix_tokens": prefix, "agreement": round(agree, 4)})
         entry["per_prompt"] = per
-        entry["token_agreement"] = round(sum(p["agreement"] for p in per) / len(per), 4)
-        entry["exact_matches"] = sum(1 for r, o in zip(ref_ids, ids) if r == o)
+        summary = compare_outputs(tokenizer, ref_outputs, outputs)
+        entry["token_agreement"] = summary.token_agreement
+        entry["exact_matches"] = summary.exact_matches
     return result

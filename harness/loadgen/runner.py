@@ -7,7 +7,9 @@ closed-loop cap (``max_concurrency``) gates the *send*: ``scheduled_ns`` is the 
 ``send_ns`` is after the gate, so client-side queueing shows up in "TTFT from scheduled".
 
 Every finished request is handed to ``on_record`` at once (the store appends it), so an
-interrupted run keeps what finished.
+interrupted run keeps what finished. Re-tokenization (the token-count drift check) is derived
+work: it runs after the measured phase (:meth:`Runner.retokenize`), never on the event loop
+while other streams are being timed (``vllm bench serve`` does the same).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Runner:
         self.options = options or RunnerOptions()
         self.on_progress = on_progress
         self.records: list[RequestRecord] = []
+        self._texts: dict[tuple[str, str], tuple[RequestSpec, str]] = {}  # kept for retokenize()
 
     def _new_record(self, req: RequestSpec, scheduled_ns: int, phase: str) -> RequestRecord:
         return RequestRecord(
@@ -114,8 +117,7 @@ class Runner:
         else:
             text = await stream_request(http, self.target, req, record)
         if self.tok is not None:
-            record.output_tokens_retok = self.tok.output_tokens(text)
-            record.input_tokens_retok = self.tok.input_tokens(req)
+            self._texts[record.request_id, record.phase] = (req, text)
         if self.options.keep_text and record.output_text is None:
             record.output_text = text
         self.records.append(record)
@@ -123,6 +125,23 @@ class Runner:
         if self.on_progress is not None:
             self.on_progress(record)
         return record, text
+
+    def retokenize(self) -> list[RequestRecord]:
+        """Fill ``input_tokens_retok`` / ``output_tokens_retok`` of every record so far (one
+        tokenizer pass each) and return the records that changed; call it after the measured
+        phase. A runner without a tokenizer changes nothing."""
+        if self.tok is None:
+            return []
+        changed = []
+        for record in self.records:
+            kept = self._texts.pop((record.request_id, record.phase), None)
+            if kept is None:
+                continue
+            req, text = kept
+            record.output_tokens_retok = self.tok.output_tokens(text)
+            record.input_tokens_retok = self.tok.input_tokens(req)
+            changed.append(record)
+        return changed
 
     async def _session(self, http: Any, session: Session, t0: int, gate: asyncio.Semaphore | None) -> None:
         tasks: set[asyncio.Task] = set()

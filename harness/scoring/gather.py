@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from adapters.base import FEATURES
 from adapters.hardware import HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, slo_percentile_value
-from results.schema import RequestRecord
+from results.schema import EngineStatus, Metrics, RequestRecord
 from results.store import Run
 
 Condition = tuple[str, float]
@@ -104,7 +104,7 @@ class Measurement:
     stored_request_goodput: float | None
     prefix_cache_hit_rate: float | None
     spec_acceptance_rate: float | None
-    _summary_metrics: dict[str, Any] = field(repr=False, default_factory=dict)
+    _summary_metrics: Metrics | None = field(repr=False, default=None)
 
     @property
     def condition(self) -> Condition:
@@ -114,8 +114,10 @@ class Measurement:
         """The SLO's run-level value in ms (``harness.metrics.slo_percentile_value``);
         math.inf when unmeasurable because requests failed."""
         try:
+            if self._summary_metrics is None:
+                return math.inf
             value = slo_percentile_value(self._summary_metrics, slo)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):
             return math.inf
         if value is None:
             if slo.metric == "tpot" and not self.requests_failed:
@@ -157,11 +159,14 @@ def gather(runs: Sequence[Run]) -> Gathered:
     run_facts: list[RunFacts] = []
     engines: dict[str, EngineRuns] = {}
     for run in runs:
-        summary = run.summary or {}
-        facts = _run_facts(run, summary, run.manifest or {})
+        # the typed artefacts, read here as their JSON form (the one shape this module parses)
+        summary = run.summary.model_dump(mode="json")
+        facts = _run_facts(run, summary, run.manifest.model_dump(mode="json"))
         run_facts.append(facts)
         for name, entry in (summary.get("engines") or {}).items():
             entry = entry or {}
+            if entry.get("status") == EngineStatus.NOT_MEASURED.value:
+                entry["status"] = "skipped"  # listed with the skipped engines, as before
             engine = engines.setdefault(name, EngineRuns(name, str(entry.get("display_name") or name)))
             if entry.get("display_name"):
                 engine.display_name = str(entry["display_name"])
@@ -172,7 +177,8 @@ def gather(runs: Sequence[Run]) -> Gathered:
             metrics = entry.get("metrics") or {}
             if status == "ok" and metrics.get("requests_completed"):
                 engine.measurements.append(
-                    _measurement(facts, metrics, entry.get("engine_metrics") or {}, run.records_for(name))
+                    _measurement(facts, metrics, entry.get("engine_metrics") or {}, run.records_for(name),
+                                 run.summary.engines[name].metrics)
                 )
     return Gathered(run_facts, engines)
 
@@ -208,7 +214,8 @@ def _capabilities(declared: dict[str, Any]) -> Capabilities:
 
 
 def _measurement(
-    run: RunFacts, metrics: dict[str, Any], engine_metrics: dict[str, Any], records: list[RequestRecord]
+    run: RunFacts, metrics: dict[str, Any], engine_metrics: dict[str, Any], records: list[RequestRecord],
+    typed_metrics: Metrics | None,
 ) -> Measurement:
     rate = metrics.get("offered_rate")
     goodput = metrics.get("goodput") or {}
@@ -227,7 +234,7 @@ def _measurement(
         stored_request_goodput=goodput.get("request_goodput"),
         prefix_cache_hit_rate=_first_number(engine_metrics, "prefix_cache_hit_rate"),
         spec_acceptance_rate=_first_number(engine_metrics, "spec_acceptance_rate", "spec_decode_acceptance_rate"),
-        _summary_metrics=metrics,
+        _summary_metrics=typed_metrics,
     )
 
 

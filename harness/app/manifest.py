@@ -1,0 +1,51 @@
+"""The run manifest: what was run, on what, with which code (``results.schema.Manifest``)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from adapters.hardware import detect_hardware
+from harness import __version__
+from harness.metrics import SLO
+from results.schema import Manifest, ModelSummary
+from workloads.base import Workload
+
+
+def git_sha() -> str | None:
+    """The harness checkout's commit, or None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed: int | None,
+                  slos: Sequence[SLO], threads: int) -> None:
+    """Record the command, versions, hardware, model, workload (spec, seed, statistics), SLOs,
+    threads and the metric definitions in ``manifest`` (in place)."""
+    import harness.metrics as metrics_module
+
+    from harness.app.model import model_summary
+
+    manifest.command = list(sys.argv)
+    manifest.harness_version = __version__
+    manifest.git_sha = git_sha()
+    manifest.created_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest.python = platform.python_version()
+    manifest.platform = platform.platform()
+    manifest.hardware = detect_hardware().to_dict()
+    manifest.model = ModelSummary.model_validate(model_summary(model_dir))
+    manifest.workload = workload.spec
+    manifest.workload_stats = workload.stats
+    manifest.seed = workload.spec.get("seed", seed)
+    manifest.slos = {s.key: s.threshold_ms for s in slos}
+    manifest.threads = {"engine": threads, "client": 1}
+    manifest.metric_definitions = (metrics_module.__doc__ or "").strip()

@@ -1,0 +1,60 @@
+"""What ``bench run`` was asked for, validated by the CLI before the orchestrator gets it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.metrics import SLO
+
+
+@dataclass
+class RunConfig:
+    """Everything ``bench run`` was asked for (validated by the CLI before it gets here)."""
+
+    engines: list[str]
+    workload: str = "agentic"
+    model: str | None = None
+    num_requests: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float | None = None
+    request_rate: float | None = None  # None: the workload's default
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    seed: int | None = None  # None: the workload spec file's seed, else 0
+    slos: list[SLO] = field(default_factory=list)
+    warmup: int = 2
+    output_dir: Path = Path("results")
+    run_id: str | None = None
+    scale: float | None = None
+    api: str | None = None
+    trace: str | None = None
+    time_scale: float | None = None
+    spec_file: Path | None = None
+    base_url: str | None = None
+    served_model_name: str | None = None
+    engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
+    threads: int | None = None
+    request_timeout_s: float = 600.0
+    startup_timeout_s: float = 600.0
+    check_equivalence: bool = True
+    calibrate: bool = True
+    hardware: str = "detected"
+    preset: str = "balanced"
+    report: bool = True
+    setup_engines: bool = False  # install missing CPU engine environments before measuring them
+    parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
+
+
+# Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
+# Not DeepSpeed: on a CPU its inference path is Hugging Face `generate` underneath (no kernel
+# injection), so it measures what the transformers baseline already measures, at ~40 s of a
+# default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it.
+AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime")
+
+
+def default_threads() -> int:
+    """Engine threads: all cores but one (the client's), at least 1 (DESIGN.md)."""
+    return max(1, (os.cpu_count() or 2) - 1)

@@ -1,0 +1,43 @@
+"""One request's latencies from its ``perf_counter_ns`` stamps (DESIGN.md "Metric definitions").
+
+Each function is one metric: its unit is ms, its formula is in its docstring.
+"""
+
+from __future__ import annotations
+
+from results.schema import RequestRecord
+
+NS_PER_MS = 1_000_000
+
+NS_PER_S = 1_000_000_000
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    """TTFT in ms (first token-bearing chunk − send), or None when either is missing."""
+    if r.first_token_ns is None or r.send_ns is None:
+        return None
+    return (r.first_token_ns - r.send_ns) / NS_PER_MS
+
+def ttft_from_scheduled_ms(r: RequestRecord) -> float | None:
+    """TTFT measured from the scheduled send time (ms): includes client-side queueing."""
+    if r.first_token_ns is None:
+        return None
+    return (r.first_token_ns - r.scheduled_ns) / NS_PER_MS
+
+def e2el_ms(r: RequestRecord) -> float | None:
+    """E2E latency in ms: last token-bearing chunk − send."""
+    if r.last_token_ns is None or r.send_ns is None:
+        return None
+    return (r.last_token_ns - r.send_ns) / NS_PER_MS
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    """TPOT in ms: (E2E − TTFT) / (output_tokens − 1); None when output_tokens < 2."""
+    n = r.output_tokens
+    t, e = ttft_ms(r), e2el_ms(r)
+    if n is None or n < 2 or t is None or e is None:
+        return None
+    return (e - t) / (n - 1)
+
+def itls_ms(r: RequestRecord) -> list[float]:
+    """Gaps between consecutive token-bearing chunks of one request, in ms."""
+    ts = r.chunk_times_ns
+    return [(b - a) / NS_PER_MS for a, b in zip(ts, ts[1:])]

@@ -1,0 +1,205 @@
+"""Request records → one engine's :class:`results.schema.Metrics` (the numbers in ``summary.json``)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Sequence
+
+import numpy as np
+
+from results.schema import MAX_SAMPLES, Metrics, RequestRecord, Samples
+
+from .request import NS_PER_MS, NS_PER_S, e2el_ms, itls_ms, tpot_ms, ttft_from_scheduled_ms, ttft_ms
+from .slo import SLO, meets_slos
+from .stats import distribution, error_adjusted_distribution
+
+RATE_TOLERANCE = 0.05  # achieved vs offered arrival rate flag (±5 %)
+
+def _rate(count: int, first_ns: int, last_ns: int) -> float | None:
+    if count < 2 or last_ns <= first_ns:
+        return None
+    return (count - 1) / ((last_ns - first_ns) / NS_PER_S)
+
+def token_drift(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Server usage vs one re-tokenization pass of the text, over requests that have both.
+
+    Returns ``requests_compared``, ``output_mismatched`` (count), ``output_abs_diff_mean`` and
+    ``output_abs_diff_max`` (tokens), ``output_rel_diff_mean`` (fraction of server count), the
+    same three for input, and ``output_estimated`` (requests counted by the tokenizer because
+    the server sent no usage).
+    """
+    out_pairs = [
+        (r.output_tokens_server, r.output_tokens_retok)
+        for r in records
+        if r.output_tokens_server is not None and r.output_tokens_retok is not None
+    ]
+    in_pairs = [
+        (r.input_tokens_server, r.input_tokens_retok)
+        for r in records
+        if r.input_tokens_server is not None and r.input_tokens_retok is not None
+    ]
+
+    def _side(pairs: list[tuple[int, int]], prefix: str) -> dict[str, Any]:
+        if not pairs:
+            return {f"{prefix}_mismatched": 0, f"{prefix}_abs_diff_mean": None, f"{prefix}_abs_diff_max": None,
+                    f"{prefix}_rel_diff_mean": None}
+        diffs = [abs(a - b) for a, b in pairs]
+        rel = [abs(a - b) / a for a, b in pairs if a > 0]
+        return {
+            f"{prefix}_mismatched": sum(1 for d in diffs if d),
+            f"{prefix}_abs_diff_mean": float(np.mean(diffs)),
+            f"{prefix}_abs_diff_max": int(max(diffs)),
+            f"{prefix}_rel_diff_mean": float(np.mean(rel)) if rel else None,
+        }
+
+    return {
+        "requests_compared": len(out_pairs),
+        **_side(out_pairs, "output"),
+        **_side(in_pairs, "input"),
+        "output_estimated": sum(1 for r in records if r.output_tokens_estimated),
+    }
+
+def session_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Per-session outcome of multi-turn workloads (agentic).
+
+    A session is every record sharing a ``session_id`` (branches included). **Session
+    completion time** = last ``end_ns`` − first ``scheduled_ns`` of the session (ms): the time
+    a user waits for the whole agent task, think/tool times included. ``completed`` counts
+    sessions whose every request succeeded; only those enter the distribution.
+    """
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if r.session_id is not None:
+            groups.setdefault(r.session_id, []).append(r)
+    times = [
+        (max(r.end_ns or 0 for r in g) - min(r.scheduled_ns for r in g)) / NS_PER_MS
+        for g in groups.values()
+        if all(r.success for r in g)
+    ]
+    return {
+        "sessions": len(groups),
+        "completed": len(times),
+        "requests_per_session_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
+        "completion_time_ms": distribution(times),
+    }
+
+def per_turn_metrics(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """TTFT and prompt/cached tokens by turn index (successful requests; keys are turn ids as
+    strings for JSON). Shows how latency grows with the shared prefix on agentic workloads."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.turn_id is not None and r.success:
+            turns.setdefault(r.turn_id, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for t in sorted(turns):
+        rs = turns[t]
+        d = distribution([v for r in rs if (v := ttft_ms(r)) is not None])
+        cached = [r.cached_tokens_server for r in rs if r.cached_tokens_server is not None]
+        out[str(t)] = {
+            "requests": len(rs),
+            "ttft_ms_p50": d["p50"],
+            "ttft_ms_p90": d["p90"],
+            "ttft_ms_p99": d["p99"],
+            "input_tokens_mean": float(np.mean([r.input_tokens or 0 for r in rs])),
+            "cached_tokens_mean": float(np.mean(cached)) if cached else None,
+        }
+    return out
+
+def compute_metrics(
+    records: Sequence[RequestRecord],
+    slos: Sequence[SLO] = (),
+    offered_rate: float | None = None,
+) -> Metrics:
+    """The ``engines.<name>.metrics`` object of ``summary.json`` for one engine's records.
+
+    ``offered_rate`` (req/s; ``inf`` or None = no open-loop target) is compared with the
+    achieved arrival rate of the first turns (requests with ``turn_id`` in (None, 0)); outside
+    ±5 % sets ``rate_valid = False``. Units: ``*_ms`` in ms, ``*_throughput`` in tokens/s,
+    ``request_throughput``/``goodput`` in requests/s, ``duration_s`` in s.
+    """
+    measured = [r for r in records if r.phase == "measured"]
+    ok = [r for r in measured if r.success]
+    failed = [r for r in measured if not r.success]
+    sent = [r for r in measured if r.send_ns is not None]
+    ends = [r.end_ns for r in measured if r.end_ns is not None]
+
+    if sent and ends:
+        first_send = min(r.send_ns for r in sent)  # type: ignore[type-var]
+        duration_s = max(0.0, (max(ends) - first_send) / NS_PER_S)
+    else:
+        first_send = None
+        duration_s = 0.0
+
+    def per_s(x: float) -> float | None:
+        return x / duration_s if duration_s > 0 else None
+
+    out_tokens = sum(r.output_tokens or 0 for r in ok)
+    in_tokens = sum(r.input_tokens or 0 for r in ok)
+    ttfts = [v for r in ok if (v := ttft_ms(r)) is not None]
+    ttfts_sched = [v for r in ok if (v := ttft_from_scheduled_ms(r)) is not None]
+    e2els = [v for r in ok if (v := e2el_ms(r)) is not None]
+    tpots = [v for r in ok if (v := tpot_ms(r)) is not None]
+    itls = [g for r in ok for g in itls_ms(r)]
+
+    metrics: dict[str, Any] = {
+        "requests_sent": len(sent),
+        "requests_completed": len(ok),
+        "requests_failed": len(failed),
+        "duration_s": duration_s,
+        "request_throughput": per_s(len(ok)),
+        "output_throughput": per_s(out_tokens),
+        "input_throughput": per_s(in_tokens),
+        "total_token_throughput": per_s(out_tokens + in_tokens),
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "ttft_ms": distribution(ttfts),
+        "ttft_from_scheduled_ms": distribution(ttfts_sched),
+        "tpot_ms": distribution(tpots),
+        "itl_ms": distribution(itls),
+        "e2el_ms": distribution(e2els),
+        "error_adjusted": {
+            "ttft_ms": error_adjusted_distribution(ttfts, len(failed)),
+            "e2el_ms": error_adjusted_distribution(e2els, len(failed)),
+        },
+        "failures_by_class": dict(Counter(r.error_class or "unknown" for r in failed)),
+        "cached_tokens": sum(r.cached_tokens_server or 0 for r in ok),
+        "token_drift": token_drift(ok),
+        "samples_ms": samples(ttfts, tpots, itls, e2els),
+    }
+
+    firsts = sorted(r.send_ns for r in sent if r.turn_id in (None, 0))  # type: ignore[misc]
+    achieved = _rate(len(firsts), firsts[0], firsts[-1]) if firsts else None
+    metrics["offered_rate"] = None if offered_rate is None or math.isinf(offered_rate) else offered_rate
+    metrics["achieved_rate"] = achieved
+    if metrics["offered_rate"] and achieved is not None:
+        metrics["rate_valid"] = abs(achieved - offered_rate) / offered_rate <= RATE_TOLERANCE  # type: ignore[operator]
+    else:
+        metrics["rate_valid"] = None
+
+    if any(r.turn_id is not None for r in measured):
+        metrics["sessions"] = session_metrics(measured)
+        metrics["per_turn"] = per_turn_metrics(measured)
+
+    if slos:
+        good = sum(1 for r in measured if meets_slos(r, slos))
+        metrics["goodput"] = {
+            "request_goodput": per_s(good),
+            "good_requests": good,
+            "slo_attainment": good / len(measured) if measured else None,
+            "slos": {s.key: s.threshold_ms for s in slos},
+        }
+    return Metrics.model_validate(metrics)
+
+
+def _bounded(values: list[float]) -> list[float]:
+    """Sorted values; above :data:`MAX_SAMPLES` that many evenly spaced quantiles (numpy linear)."""
+    arr = np.sort(np.asarray(values, dtype=np.float64))
+    if arr.size > MAX_SAMPLES:
+        arr = np.quantile(arr, np.linspace(0.0, 1.0, MAX_SAMPLES), method="linear")
+    return [float(v) for v in arr]
+
+
+def samples(ttfts: list[float], tpots: list[float], itls: list[float], e2els: list[float]) -> Samples:
+    """The per-request values (ms) the report draws its CDFs from, bounded in size."""
+    return Samples(ttft=_bounded(ttfts), tpot=_bounded(tpots), itl=_bounded(itls), e2el=_bounded(e2els))

@@ -1,0 +1,71 @@
+"""Typed run artefacts: a version-1 run folder (written by main before the redesign, kept as a
+fixture) loads, scores and reports with unchanged numbers; stored models validate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from adapters.hardware import profile_from_manifest
+from harness.app.reporting import write_run_reports
+from harness.metrics import parse_slos
+from harness.scoring import recommend
+from results.recommendation import Recommendation, read_recommendation
+from results.schema import EngineStatus, Manifest, RunSummary
+from results.store import ResultsError, load_run
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _v1_copy(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "v1-fixture"
+    shutil.copytree(FIXTURES / "run_v1", run_dir)
+    return run_dir
+
+
+def test_v1_run_loads_and_scores_unchanged(tmp_path: Path) -> None:
+    run = load_run(_v1_copy(tmp_path))
+    assert run.upgraded_from == "1.0" and run.recommendation is None
+    assert run.summary.engines["own"].status is EngineStatus.OK
+    assert run.summary.engines["own"].metrics.ttft_ms.p99 == pytest.approx(1511.35944015)
+    rec = recommend([run], hardware=profile_from_manifest(run.manifest.hardware), slos=parse_slos("ttft_p99=20000"))
+    before = Recommendation.model_validate_json((FIXTURES / "run_v1_recommendation.json").read_text())
+    assert [(r.engine, r.score, r.metrics) for r in rec.ranking] == [(r.engine, r.score, r.metrics) for r in before.ranking]
+    assert rec.deciding_constraint == before.deciding_constraint
+    assert rec.sensitivity == before.sensitivity and rec.memory_fit == before.memory_fit
+
+
+def test_v1_run_reports_and_stores_its_recommendation(tmp_path: Path) -> None:
+    run_dir = _v1_copy(tmp_path)
+    md_path, html_path = write_run_reports(run_dir)
+    md = md_path.read_text()
+    assert "| own |" in md and "| transformers |" in md and "1,511.4" in md  # the stored p99 TTFT
+    assert "TTFT** = first token-bearing chunk − send" in md
+    stored = read_recommendation(run_dir)
+    assert stored is not None and stored.winner == "own"
+    # the CDF samples came from the run's own records: as many TTFTs as successful requests
+    run = load_run(run_dir)
+    assert run.recommendation == stored
+    assert "<img" in html_path.read_text()
+
+
+def test_damaged_artefacts_name_the_file_and_field(tmp_path: Path) -> None:
+    run_dir = _v1_copy(tmp_path)
+    data = json.loads((run_dir / "summary.json").read_text())
+    data["engines"]["own"]["metrics"] = "fast"
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"summary.json: field engines\.own\.metrics"):
+        load_run(run_dir)
+    (run_dir / "summary.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(ResultsError, match="not UTF-8"):
+        load_run(run_dir)
+
+
+def test_models_round_trip_the_fixture() -> None:
+    summary = RunSummary.model_validate_json((FIXTURES / "run_v1" / "summary.json").read_text())
+    manifest = Manifest.model_validate_json((FIXTURES / "run_v1" / "manifest.json").read_text())
+    assert RunSummary.model_validate_json(summary.model_dump_json()) == summary
+    assert manifest.model is not None and manifest.model.num_kv_heads == 3
