@@ -17,7 +17,6 @@ Engine-arg conventions (``--engine-arg NAME:key=value``), shared by all server a
 from __future__ import annotations
 
 import os
-import json
 import re
 import shlex
 from contextlib import contextmanager
@@ -27,6 +26,8 @@ from typing import Iterator
 
 from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
 from adapters.process import ServerProcess, find_free_port
+from results.model_geometry import kv_bytes_per_token as geometry_kv_bytes_per_token
+from results.model_geometry import read_model_summary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS", "CREDENTIAL", "AUTH"}
@@ -60,15 +61,12 @@ CPU_KV_CACHE_BYTES = 1 << 30
 
 
 def kv_bytes_per_token(model_dir: Path, dtype_bytes: int = 4) -> int:
-    """KV-cache bytes per token: 2 (K and V) × layers × KV heads × head dim × dtype bytes
-    (vLLM's cache sizing). Reads ``config.json``; raises ValueError when it lacks the fields."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    try:
-        heads = cfg["num_attention_heads"]
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-        return 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * dtype_bytes
-    except (KeyError, TypeError, ZeroDivisionError) as exc:
-        raise ValueError(f"{model_dir}/config.json lacks the attention sizes needed for the KV budget ({exc})") from exc
+    """KV-cache bytes per token of the model in ``model_dir`` (``results.model_geometry``'s one
+    formula over its one ``config.json`` reader); raises ValueError when the sizes are missing."""
+    geometry = read_model_summary(model_dir)
+    if None in (geometry.num_layers, geometry.num_kv_heads, geometry.head_dim):
+        raise ValueError(f"{model_dir}/config.json lacks the attention sizes needed for the KV budget")
+    return geometry_kv_bytes_per_token(geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, dtype_bytes)
 
 
 def cpu_kv_tokens(model_dir: Path, budget_bytes: int = CPU_KV_CACHE_BYTES) -> int:

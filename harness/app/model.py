@@ -7,6 +7,8 @@ vocab 49,152), Q4_1 GGUF dequantized to fp32 by transformers' GGUF loader.
 
 from __future__ import annotations
 
+from results.model_geometry import read_model_summary
+
 import hashlib
 import importlib.metadata
 import json
@@ -139,14 +141,9 @@ def resolve_model(model: str | None) -> Path:
 
 
 def model_summary(folder: Path) -> dict:
-    """Architecture facts the scorer and manifest need, read from ``config.json``.
-
-    Returns: name, architecture, num_layers, hidden_size, num_heads, num_kv_heads, head_dim,
-    vocab_size, max_position_embeddings, dtype, num_params (from safetensors headers, or None).
+    """Architecture facts the scorer and manifest need (``results.model_geometry.read_model_summary``)
+    plus ``num_params`` counted from the safetensors headers (None when they cannot be read).
     """
-    cfg = json.loads((folder / "config.json").read_text())
-    heads = cfg.get("num_attention_heads")
-    hidden = cfg.get("hidden_size")
     num_params = None
     try:
         from safetensors import safe_open
@@ -162,17 +159,4 @@ def model_summary(folder: Path) -> dict:
                     num_params += n
     except Exception:  # informational only
         num_params = None
-    return {
-        "name": folder.name,
-        "path": str(folder),
-        "architecture": (cfg.get("architectures") or ["?"])[0],
-        "num_layers": cfg.get("num_hidden_layers"),
-        "hidden_size": hidden,
-        "num_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads", heads),
-        "head_dim": cfg.get("head_dim") or (hidden // heads if hidden and heads else None),
-        "vocab_size": cfg.get("vocab_size"),
-        "max_position_embeddings": cfg.get("max_position_embeddings"),
-        "dtype": cfg.get("torch_dtype") or cfg.get("dtype") or "float32",
-        "num_params": num_params,
-    }
+    return read_model_summary(folder, num_params).model_dump()
