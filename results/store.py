@@ -42,7 +42,6 @@ REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "manifest.json"
 
-ENGINE_STATUSES = tuple(s.value for s in EngineStatus)
 
 
 class ResultsError(RuntimeError):
