@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from results.model_geometry import kv_bytes_per_token, read_model_summary
+
 BATCHING_MODES = ("continuous", "static")
 KV_ALLOCATIONS = ("paged", "naive")
 SPECULATIVE_MODES = ("none", "ngram", "draft")
@@ -20,6 +22,13 @@ ATTENTION_BACKENDS = ("auto", "triton", "torch")
 
 class ConfigError(ValueError):
     """An invalid engine setting; the message names the setting and the fix."""
+
+
+def _required(value: object, key: str, model_dir: Path) -> int:
+    """``value`` as an int; :class:`ConfigError` naming ``key`` when config.json lacks it."""
+    if value is None:
+        raise ConfigError(f"{model_dir}/config.json has no {key!r}: pass a complete Hugging Face model folder")
+    return int(value)  # type: ignore[call-overload]
 
 
 @dataclass
@@ -53,20 +62,20 @@ class ModelConfig:
             raise ConfigError(f"{model_dir} is a {arch} model; own_engine supports Llama-architecture models only")
         if cfg.get("attention_bias") or cfg.get("mlp_bias"):
             raise ConfigError(f"{model_dir} uses attention/MLP biases, which own_engine does not implement")
-        heads = cfg["num_attention_heads"]
+        geometry = read_model_summary(model_dir)  # the one reader of the attention sizes
         eos = cfg.get("eos_token_id")
         gen = Path(model_dir) / "generation_config.json"
         if gen.is_file():
             eos = json.loads(gen.read_text()).get("eos_token_id", eos)
         eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         return cls(
-            num_layers=cfg["num_hidden_layers"],
-            hidden_size=cfg["hidden_size"],
-            num_heads=heads,
-            num_kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            intermediate_size=cfg["intermediate_size"],
-            vocab_size=cfg["vocab_size"],
+            num_layers=_required(geometry.num_layers, "num_hidden_layers", model_dir),
+            hidden_size=_required(geometry.hidden_size, "hidden_size", model_dir),
+            num_heads=_required(geometry.num_heads, "num_attention_heads", model_dir),
+            num_kv_heads=_required(geometry.num_kv_heads, "num_key_value_heads", model_dir),
+            head_dim=_required(geometry.head_dim, "head_dim", model_dir),
+            intermediate_size=_required(cfg.get("intermediate_size"), "intermediate_size", model_dir),
+            vocab_size=_required(geometry.vocab_size, "vocab_size", model_dir),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -75,10 +84,10 @@ class ModelConfig:
         )
 
     def kv_bytes_per_block(self, block_size: int, num_layers: int | None = None, dtype_bytes: int = 4) -> int:
-        """Bytes of one KV block over ``num_layers`` layers (default: all): 2 (K,V) x layers x
-        block_size x num_kv_heads x head_dim x dtype_bytes."""
+        """Bytes of one KV block over ``num_layers`` layers (default: all): ``block_size`` ×
+        :func:`results.model_geometry.kv_bytes_per_token` (the one KV-bytes formula)."""
         layers = self.num_layers if num_layers is None else num_layers
-        return 2 * layers * block_size * self.num_kv_heads * self.head_dim * dtype_bytes
+        return block_size * kv_bytes_per_token(layers, self.num_kv_heads, self.head_dim, dtype_bytes)
 
 
 @dataclass
