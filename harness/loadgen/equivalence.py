@@ -67,22 +67,33 @@ def token_agreement(ref: list[int], out: list[int]) -> tuple[int, float]:
     return n, (n / denom if denom else 1.0)
 
 
+def prompt_agreements(tokenizer: Any, reference: Sequence[str], outputs: Sequence[str]) -> list[dict[str, Any]]:
+    """Per prompt, one engine's greedy text against the reference's, each tokenized once:
+    ``{"tokens": len(output ids), "prefix_tokens": common prefix, "agreement": 0..1, "exact": bool}``."""
+    per = []
+    for ref_text, out_text in zip(reference, outputs):
+        ref_ids = tokenizer.encode(ref_text, add_special_tokens=False)
+        out_ids = tokenizer.encode(out_text, add_special_tokens=False)
+        prefix, agreement = token_agreement(ref_ids, out_ids)
+        per.append({"tokens": len(out_ids), "prefix_tokens": prefix, "agreement": agreement, "exact": ref_ids == out_ids})
+    return per
+
+
+def summarize_agreements(per: Sequence[dict[str, Any]]) -> EquivalenceResult:
+    """The :class:`EquivalenceResult` of :func:`prompt_agreements`' rows (mean agreement, exact
+    matches, and per prompt the index of the first differing token, None = identical)."""
+    return EquivalenceResult(
+        token_agreement=round(sum(p["agreement"] for p in per) / len(per), 4) if per else None,
+        exact_matches=sum(bool(p["exact"]) for p in per), prompts=len(per),
+        first_divergence=[None if p["exact"] else p["prefix_tokens"] for p in per])
+
+
 def compare_outputs(tokenizer: Any, reference: Sequence[str], outputs: Sequence[str]) -> EquivalenceResult:
     """One engine's greedy texts against the reference's, prompt by prompt (see module docstring).
 
     ``first_divergence``: per prompt, the index of the first differing token (None = identical).
     """
-    per, exact, firsts = [], 0, []
-    for ref_text, out_text in zip(reference, outputs):
-        ref_ids = tokenizer.encode(ref_text, add_special_tokens=False)
-        out_ids = tokenizer.encode(out_text, add_special_tokens=False)
-        prefix, agreement = token_agreement(ref_ids, out_ids)
-        same = ref_ids == out_ids
-        per.append(agreement)
-        exact += same
-        firsts.append(None if same else prefix)
-    return EquivalenceResult(token_agreement=round(sum(per) / len(per), 4) if per else None,
-                             exact_matches=exact, prompts=len(per), first_divergence=firsts)
+    return summarize_agreements(prompt_agreements(tokenizer, reference, outputs))
 
 
 def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path,
@@ -132,14 +143,10 @@ def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_di
         if ref_outputs is None:
             ref_outputs = outputs
             result["reference"] = adapter.name
-        per = []
-        for ref_text, out_text in zip(ref_outputs, outputs):
-            ref_ids = tokenizer.encode(ref_text, add_special_tokens=False)
-            out_ids = tokenizer.encode(out_text, add_special_tokens=False)
-            prefix, agree = token_agreement(ref_ids, out_ids)
-            per.append({"tokens": len(out_ids), "prefix_tokens": prefix, "agreement": round(agree, 4)})
-        entry["per_prompt"] = per
-        summary = compare_outputs(tokenizer, ref_outputs, outputs)
+        per = prompt_agreements(tokenizer, ref_outputs, outputs)
+        entry["per_prompt"] = [{"tokens": p["tokens"], "prefix_tokens": p["prefix_tokens"],
+                                "agreement": round(p["agreement"], 4)} for p in per]
+        summary = summarize_agreements(per)
         entry["token_agreement"] = summary.token_agreement
         entry["exact_matches"] = summary.exact_matches
     return result
