@@ -311,13 +311,37 @@ def test_cli_lists_and_shows(monkeypatch):
 
 def test_run_takes_the_spec_files_seed_unless_seed_is_given(tmp_path, tok):
     from harness.app.orchestrator import Orchestrator, RunConfig
+    from workloads.options import WorkloadOptions
 
     spec = tmp_path / "s.yaml"
     spec.write_text("kind: agentic\nseed: 7\nnum_requests: 3\n")
-    from_spec = Orchestrator(RunConfig(engines=["own"], spec_file=spec), None)._workload(tok)
+    from_spec = Orchestrator(RunConfig(engines=["own"], workload=WorkloadOptions(spec_file=spec)), None)._workload(tok)
     assert from_spec.spec["seed"] == 7
-    flag = Orchestrator(RunConfig(engines=["own"], spec_file=spec, seed=3), None)._workload(tok)
+    flag = Orchestrator(RunConfig(engines=["own"], workload=WorkloadOptions(spec_file=spec, seed=3)), None)._workload(tok)
     assert flag.spec["seed"] == 3
     spec.write_text("kind: agentic\nseed: -5\n")
     with pytest.raises(WorkloadError, match="seed"):
-        Orchestrator(RunConfig(engines=["own"], spec_file=spec), None)._workload(tok)
+        Orchestrator(RunConfig(engines=["own"], workload=WorkloadOptions(spec_file=spec)), None)._workload(tok)
+
+
+def test_workload_options_are_validated_once_with_one_line_errors_naming_the_flag(kit):
+    from workloads.options import WorkloadOptions, parse_options
+
+    opts = parse_options(name="random", num_requests=4, input_len=8, request_rate=math.inf)
+    assert opts.overrides() == {"num_requests": 4, "input_len": 8, "request_rate": math.inf}
+    assert WorkloadOptions.kinds("input_len") == ("random",) and WorkloadOptions.kinds("seed") is None
+    cases = {
+        "num_requests": (0, "--num-requests must be > 0, got 0"),
+        "range_ratio": (1.0, "--range-ratio must be < 1, got 1.0"),
+        "burstiness": (math.inf, "--burstiness must be a finite number, got inf"),
+        "seed": (-1, "--seed must be >= 0, got -1"),
+        "api": ("grpc", "--api must be one of 'chat' or 'completions', got 'grpc'"),
+    }
+    for field, (value, message) in cases.items():
+        with pytest.raises(WorkloadError) as err:
+            parse_options(name="random", **{field: value})
+        assert str(err.value) == message
+    with pytest.raises(WorkloadError, match="unknown workload option 'input_length'"):
+        parse_options(name="random", input_length=3)
+    with pytest.raises(WorkloadError, match="--input-len does not apply to the agentic workload"):
+        build_workload(parse_options(name="agentic", input_len=8), kit)

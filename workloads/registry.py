@@ -17,6 +17,7 @@ import numpy as np
 from workloads.agentic import build_agentic_sessions
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
+from workloads.options import WorkloadOptions, flag, is_neutral, parse_options
 from workloads.single import build_chat, build_code, build_rag, build_random, build_summarization
 from workloads.spec import WorkloadSpec, load_spec_file, make_spec
 from workloads.stats import schedule_rate, workload_stats
@@ -43,28 +44,6 @@ _BUILDERS: dict[str, Callable[[Any, TokenKit], list]] = {
     "trace": build_trace,
 }
 
-# keyword → (spec field, kinds it applies to; None = all)
-_OVERRIDES: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "seed": ("seed", None),
-    "num_requests": ("num_requests", None),
-    "scale": ("scale", None),
-    "request_rate": ("request_rate", ("agentic", "chat", "rag", "summarization", "code", "random")),
-    "burstiness": ("burstiness", ("agentic", "chat", "rag", "summarization", "code", "random")),
-    "max_concurrency": ("max_concurrency", None),
-    "api": ("api", None),
-    "input_len": ("input_len", ("random",)),
-    "output_len": ("output_len", ("random",)),
-    "range_ratio": ("range_ratio", ("random",)),
-    "trace": ("trace", ("trace",)),
-    "time_scale": ("time_scale", ("trace",)),
-}
-
-
-# Values of inapplicable options that are ignored instead of rejected (the neutral defaults
-# of the original ``build_workload`` signature, which callers may pass for every workload).
-_NEUTRAL: dict[str, Any] = {"request_rate": math.inf, "burstiness": 1.0, "range_ratio": 0.0, "time_scale": 1.0}
-
-
 def list_workloads() -> list[tuple[str, str]]:
     """``(name, one-line description)`` of every workload, the default (agentic) first."""
     return list(_DESCRIPTIONS.items())
@@ -80,60 +59,48 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def resolve_spec(name: str, spec_file: Path | None = None, **overrides: Any) -> WorkloadSpec:
-    """The validated spec for ``name``: kind defaults < ``spec_file`` values < non-None overrides.
+def resolve_spec(name: str | WorkloadOptions, spec_file: Path | None = None, **overrides: Any) -> WorkloadSpec:
+    """The validated spec: kind defaults < the YAML spec file's values < options given.
 
+    ``name``: a :class:`WorkloadOptions` (then ``spec_file`` and ``overrides`` must be empty),
+    or a workload name with ``spec_file`` and the options as keywords.
     Raises :class:`WorkloadError` for an unknown name, a spec file of another kind, an
-    override that does not apply to this kind (e.g. ``input_len`` for agentic), or invalid values.
+    option that does not apply to this kind (e.g. ``input_len`` for agentic), or invalid values.
     """
-    if name not in _BUILDERS:
-        raise WorkloadError(f"unknown workload {name!r}: choose one of {', '.join(_BUILDERS)}")
+    opts = name if isinstance(name, WorkloadOptions) else parse_options(name=name, spec_file=spec_file, **overrides)
+    if opts.name not in _BUILDERS:
+        raise WorkloadError(f"unknown workload {opts.name!r}: choose one of {', '.join(_BUILDERS)}")
     values: dict[str, Any] = {}
-    if spec_file is not None:
-        values = load_spec_file(Path(spec_file))
-        kind = values.pop("kind", name)
-        if kind != name:
-            raise WorkloadError(f"{spec_file} describes a {kind!r} workload, not {name!r}: pass --workload {kind}")
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key not in _OVERRIDES:
-            raise WorkloadError(f"unknown workload option {key!r}")
-        field, kinds = _OVERRIDES[key]
-        if kinds is not None and name not in kinds:
-            if key in _NEUTRAL and value == _NEUTRAL[key]:
+    if opts.spec_file is not None:
+        values = load_spec_file(Path(opts.spec_file))
+        kind = values.pop("kind", opts.name)
+        if kind != opts.name:
+            raise WorkloadError(f"{opts.spec_file} describes a {kind!r} workload, not {opts.name!r}: pass --workload {kind}")
+    for key, value in opts.overrides().items():
+        kinds = WorkloadOptions.kinds(key)
+        if kinds is not None and opts.name not in kinds:
+            if is_neutral(key, value):
                 continue  # a caller passing the documented neutral default everywhere
-
-            flag = "--" + key.replace("_", "-")
-            raise WorkloadError(f"{flag} does not apply to the {name} workload (it applies to: {', '.join(kinds)})")
-        values[field] = value
-    return make_spec(name, values)
+            raise WorkloadError(f"{flag(key)} does not apply to the {opts.name} workload (it applies to: {', '.join(kinds)})")
+        values[key] = value
+    return make_spec(opts.name, values)
 
 
 def build_workload(
-    name: str,
+    name: str | WorkloadOptions,
     tokenizer: Any,
     *,
-    seed: int | None = None,
-    num_requests: int | None = None,
-    scale: float | None = None,
-    request_rate: float | None = None,
-    burstiness: float | None = None,
-    max_concurrency: int | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    range_ratio: float | None = None,
-    api: str | None = None,
-    trace: str | None = None,
-    time_scale: float | None = None,
-    spec_file: Path | None = None,
     exclude_token_ids: Iterable[int] | None = None,
     with_stats: bool = True,
+    **options: Any,
 ) -> Workload:
-    """Build the named workload on ``tokenizer`` (a Hugging Face tokenizer or a :class:`TokenKit`).
+    """Build a workload on ``tokenizer`` (a Hugging Face tokenizer or a :class:`TokenKit`).
 
-    Keywords left at None keep the spec's value (YAML ``spec_file``, else the kind's default:
-    seed 0; agentic: 4 sessions × 3 turns (1 branching), scale 0.1, 0.5 sessions/s Poisson; ...).
+    ``name``: a validated :class:`WorkloadOptions`, or a workload name with the options as
+    keywords (``seed``, ``num_requests``, ``request_rate`` ... ``spec_file``: the fields of
+    :class:`WorkloadOptions`, validated here). Options left at None keep the spec's value (YAML
+    ``spec_file``, else the kind's default: seed 0; agentic: 4 sessions × 3 turns (1
+    branching), scale 0.1, 0.5 sessions/s Poisson; ...).
     ``num_requests`` bounds the number of *requests* (for agentic: turns, branches included;
     sessions are added until the planned turns total exactly num_requests).
     ``request_rate``: requests/s (agentic: session starts/s), inf = all at once.
@@ -147,22 +114,14 @@ def build_workload(
     ``stats``. Raises :class:`WorkloadError` (a ``ValueError``; one line naming the fix) for an
     unknown name, bad values, or malformed data/spec files.
     """
-    spec = resolve_spec(
-        name,
-        spec_file,
-        seed=seed,
-        num_requests=num_requests,
-        scale=scale,
-        request_rate=request_rate,
-        burstiness=burstiness,
-        max_concurrency=max_concurrency,
-        input_len=input_len,
-        output_len=output_len,
-        range_ratio=range_ratio,
-        api=api,
-        trace=trace,
-        time_scale=time_scale,
-    )
+    if isinstance(name, WorkloadOptions):
+        if options:
+            raise TypeError("build_workload: pass either WorkloadOptions or keyword options, not both")
+        opts = name
+    else:
+        opts = parse_options(name=name, **options)
+    spec = resolve_spec(opts)
+    name = opts.name
     kit = as_kit(tokenizer, exclude_token_ids)
     try:
         sessions = _BUILDERS[name](spec, kit)

@@ -119,17 +119,20 @@ def run(
     engines = [e.strip() for e in engine.split(",") if e.strip()]
     if not engines:
         fail("--engine is empty: name engines (e.g. own,transformers) or use 'all'")
-    rate = parse_rate(request_rate)
-    for name, v in (("--num-requests", num_requests), ("--input-len", input_len), ("--output-len", output_len),
-                    ("--max-concurrency", max_concurrency), ("--burstiness", burstiness), ("--scale", scale),
-                    ("--threads", threads), ("--time-scale", time_scale), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
+    from workloads.errors import WorkloadError
+    from workloads.options import parse_options
+
+    try:  # the one validation of the workload options, from here to the builder
+        options = parse_options(
+            name=workload, spec_file=workload_spec, seed=seed, num_requests=num_requests, scale=scale,
+            request_rate=parse_rate(request_rate), burstiness=burstiness, max_concurrency=max_concurrency, api=api,
+            input_len=input_len, output_len=output_len, range_ratio=range_ratio, trace=trace, time_scale=time_scale)
+    except WorkloadError as exc:
+        fail(str(exc))
+    for name, v in (("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
         _positive(name, v)
     if warmup < 0:
         fail(f"--warmup must be >= 0, got {warmup}")
-    if range_ratio is not None and not 0 <= range_ratio < 1:
-        fail(f"--range-ratio must be in [0, 1), got {range_ratio}")
-    if api not in (None, "chat", "completions"):
-        fail(f"--api must be 'chat' or 'completions', got {api!r}")
     try:
         slos = parse_slos(slo)
     except SLOError as exc:
@@ -160,13 +163,17 @@ def run(
     names = [n for n, _ in list_workloads()]
     if workload not in names:
         fail(f"unknown workload {workload!r}: choose from {', '.join(names)}")
+    from workloads.registry import resolve_spec
+
+    try:  # an option the workload does not take, or a bad spec file, fails before any engine starts
+        resolve_spec(options)
+    except WorkloadError as exc:
+        fail(str(exc))
     _check_run_target(preset, hardware, threads, output_dir, run_id)
 
     cfg = RunConfig(
-        engines=engines, workload=workload, model=model_dir, num_requests=num_requests, input_len=input_len,
-        output_len=output_len, range_ratio=range_ratio, request_rate=rate, burstiness=burstiness,
-        max_concurrency=max_concurrency, seed=seed, slos=slos, warmup=warmup, output_dir=output_dir, run_id=run_id,
-        scale=scale, api=api, trace=trace, time_scale=time_scale, spec_file=workload_spec, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
+        engines=engines, workload=options, model=model_dir, slos=slos, warmup=warmup, output_dir=output_dir,
+        run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
         parallel_start=not sequential_start,

@@ -127,6 +127,7 @@ def show(
     """Build a workload offline and print its statistics."""
     from harness.app.model import ModelError, resolve_model
     from workloads.errors import WorkloadError
+    from workloads.options import parse_options
     from workloads.registry import build_workload
 
     rate = _rate(request_rate)
@@ -139,10 +140,11 @@ def show(
         except Exception as exc:  # transformers raises many types for a bad folder
             _fail(f"could not load the tokenizer from {model_dir} ({type(exc).__name__}): pass a Hugging Face model folder")
         w = build_workload(
-            name, tokenizer, seed=seed, num_requests=num_requests, scale=scale, request_rate=rate,
-            burstiness=burstiness, max_concurrency=max_concurrency, input_len=input_len, output_len=output_len,
-            range_ratio=range_ratio, api=api, trace=trace, time_scale=time_scale, spec_file=spec_file,
-        )
+            parse_options(name=name, seed=seed, num_requests=num_requests, scale=scale, request_rate=rate,
+                          burstiness=burstiness, max_concurrency=max_concurrency, input_len=input_len,
+                          output_len=output_len, range_ratio=range_ratio, api=api, trace=trace,
+                          time_scale=time_scale, spec_file=spec_file),
+            tokenizer)
     except (WorkloadError, ModelError) as exc:
         _fail(str(exc))
         return

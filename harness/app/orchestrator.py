@@ -81,27 +81,10 @@ class Orchestrator:
     def _workload(self, tokenizer: Any) -> Workload:
         from workloads.registry import build_workload
 
-        c = self.cfg
-        return build_workload(
-            c.workload,
-            tokenizer,
-            seed=c.seed,
-            num_requests=c.num_requests,
-            scale=c.scale,
-            request_rate=c.request_rate,
-            burstiness=c.burstiness,
-            max_concurrency=c.max_concurrency,
-            input_len=c.input_len,
-            output_len=c.output_len,
-            range_ratio=c.range_ratio,
-            api=c.api,
-            trace=c.trace,
-            time_scale=c.time_scale,
-            spec_file=c.spec_file,
-        )
+        return build_workload(self.cfg.workload, tokenizer)
 
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
-        fill_manifest(writer.manifest, model_dir, workload, self.cfg.seed, self.cfg.slos, threads)
+        fill_manifest(writer.manifest, model_dir, workload, self.cfg.workload.seed, self.cfg.slos, threads)
         writer.write_manifest()
 
     # -- one engine ----------------------------------------------------------------------
@@ -149,7 +132,7 @@ class Orchestrator:
             target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
             progress_cb, finish = engine_progress(self.console, name, workload)
             runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
-                            RunnerOptions(c.max_concurrency, c.request_timeout_s), on_progress=progress_cb)
+                            RunnerOptions(c.workload.max_concurrency, c.request_timeout_s), on_progress=progress_cb)
             try:
                 equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer))
                 t0 = time.monotonic()
@@ -172,7 +155,7 @@ class Orchestrator:
 
         c = self.cfg
         # all at once: one batch on a continuous-batching engine, a couple on a static one
-        warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=(c.seed or 0) + 7919), concurrency=c.warmup) if c.warmup else None
+        warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=(c.workload.seed or 0) + 7919), concurrency=c.warmup) if c.warmup else None
         check = None
         if c.check_equivalence:
             eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
@@ -202,10 +185,10 @@ class Orchestrator:
 
         c = self.cfg
         model_dir = resolve_model(c.model)
-        run_id = c.run_id or new_run_id(c.workload)
+        run_id = c.run_id or new_run_id(c.workload.name)
         run_dir = Path(c.output_dir) / run_id
         threads = c.threads or default_threads()
-        writer = RunWriter(run_dir, run_id, c.workload)
+        writer = RunWriter(run_dir, run_id, c.workload.name)
         writer.summary.slos = {s.key: s.threshold_ms for s in c.slos}
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
         if c.calibrate:  # first, while nothing else runs: it measures the client's own timing

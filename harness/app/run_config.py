@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workloads.options import WorkloadOptions
+
 from harness.metrics import SLO
 
 
@@ -14,25 +16,12 @@ class RunConfig:
     """Everything ``bench run`` was asked for (validated by the CLI before it gets here)."""
 
     engines: list[str]
-    workload: str = "agentic"
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)  # validated once, by the CLI
     model: str | None = None
-    num_requests: int | None = None
-    input_len: int | None = None
-    output_len: int | None = None
-    range_ratio: float | None = None
-    request_rate: float | None = None  # None: the workload's default
-    burstiness: float | None = None
-    max_concurrency: int | None = None
-    seed: int | None = None  # None: the workload spec file's seed, else 0
     slos: list[SLO] = field(default_factory=list)
     warmup: int = 2
     output_dir: Path = Path("results")
     run_id: str | None = None
-    scale: float | None = None
-    api: str | None = None
-    trace: str | None = None
-    time_scale: float | None = None
-    spec_file: Path | None = None
     base_url: str | None = None
     served_model_name: str | None = None
     engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
