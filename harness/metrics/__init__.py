@@ -24,6 +24,17 @@ from .request import NS_PER_MS, NS_PER_S, e2el_ms, itls_ms, tpot_ms, ttft_from_s
 from .slo import SLO, SLO_METRICS, SLOError, meets_slos, parse_slos, slo_percentile_value
 from .stats import PERCENTILES, STAT_KEYS, distribution, error_adjusted_distribution
 from .summary import RATE_TOLERANCE, compute_metrics, per_turn_metrics, session_metrics, token_drift
+from .intervals import (  # noqa: F401  (issue 12: repeats and intervals)
+    Interval,
+    bootstrap_ci,
+    coefficient_of_variation,
+    could_flip,
+    headline_interval,
+    intervals_overlap,
+    median_ci_over_repeats,
+    rank_with_ties,
+    two_stage_bootstrap_ci,
+)
 
 __all__ = [
     "NS_PER_MS",
