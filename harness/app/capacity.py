@@ -1,0 +1,314 @@
+"""Capacity search under SLOs: the highest offered load at which every SLO still holds.
+
+Independent of engines: the caller passes ``measure(load) -> ProbeResult``, which runs one
+probe point (one measured condition) at offered load ``load`` and judges it (usually with
+:func:`probe_result` over the probe's :class:`results.schema.Metrics`). The load variable is
+the caller's: requests/s, session starts/s (agentic) or a concurrency cap.
+
+The method (the shape of vLLM's ``vllm bench sweep serve_sla``, which tunes ``request_rate``
+or ``max_concurrency`` until SLA constraints such as ``p99_e2el_ms <= 500`` just hold, and of
+AIPerf's search for the highest goodput under SLOs; goodput as in DistServe, Zhong et al. 2024):
+
+1. probe ``low``; if it fails, the capacity is 0 ("never meets the SLO at the lowest load");
+2. bracket: double the load until a probe fails (at most up to ``high``; if ``high`` itself
+   passes, the capacity is at least ``high``: stopped ``"high_reached"``);
+3. bisect between the last passing load ``p`` and the first failing load ``f`` (midpoint)
+   until ``(f - p) / p <= tolerance``; the capacity is ``p``, so the true threshold lies in
+   ``[p, f)`` and ``p`` is within ``tolerance`` of it (relative), if pass/fail is monotonic
+   in the load (bisection assumes it; a noisy probe can mislead it like any bisection).
+
+A probe *passes* only when it meets every SLO and is not saturated: a saturated probe (the
+achieved arrival rate fell short of the offered one beyond the validity band) counts as a
+fail, since the load it was labelled with was never offered.
+
+With ``integer=True`` (a concurrency search) every probe load is rounded to an integer, the
+midpoint is ``floor((p + f) / 2)``, and the search has also converged when ``f - p <= 1``
+(no integer lies between): the capacity is then exact.
+
+Budget: before each probe the search reads ``clock()`` (seconds) and does not start a probe
+that cannot finish within ``budget_s`` of the search's start. A probe is assumed to take as
+long as the previous one (``first_estimate_s`` for the first, else 0: the first probe always
+starts while any budget is left). Probes are never interrupted; ``elapsed_s`` stays within
+the budget as long as each probe takes no longer than the one before it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Literal, Sequence
+
+from pydantic import Field
+
+from harness.metrics import SLO, slo_percentile_value
+from results.schema import Artefact, Metrics
+
+StopReason = Literal["converged", "budget", "max_probes", "never_met", "high_reached"]
+
+
+class ProbeResult(Artefact):
+    """One probe point of a capacity search.
+
+    ``load``: the offered load (the caller's unit: req/s, sessions/s or concurrency);
+    ``meets_slo``: every SLO held at its percentile; ``saturated``: the achieved arrival rate
+    fell short of the offered one beyond the validity band (counts as a fail); ``achieved``:
+    the achieved arrival rate (req/s; None = not measured); ``values``: the judged value of
+    each SLO in ms by its key (``{"ttft_p99": 21.3}``; None = infinite: the percentile landed
+    on a failed request, or no value); ``reason``: a human sentence; ``duration_s``: the
+    probe's wall time by the search's clock (filled in by :func:`search_capacity`).
+    """
+
+    load: float
+    meets_slo: bool
+    saturated: bool = False
+    achieved: float | None = None
+    values: dict[str, float | None] = Field(default_factory=dict)
+    reason: str = ""
+    duration_s: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Meets every SLO and is not saturated."""
+        return self.meets_slo and not self.saturated
+
+
+class CapacityResult(Artefact):
+    """The outcome of :func:`search_capacity` (stored as JSON in the run folder).
+
+    ``capacity``: the highest passing load (the caller's unit), 0.0 when none passed;
+    ``stopped``: why the search ended (``converged``, ``budget``, ``max_probes``,
+    ``never_met``, ``high_reached``); ``bracket``: (highest passing load, lowest failing
+    load above it), either None when not found; ``probes``: every probe in the order run;
+    ``message``: one sentence for the console and report; ``elapsed_s``: the search's wall
+    time (s) by its clock. The search parameters are kept as given.
+    """
+
+    capacity: float
+    stopped: StopReason
+    bracket: tuple[float | None, float | None]
+    probes: list[ProbeResult] = Field(default_factory=list)
+    message: str = ""
+    elapsed_s: float = 0.0
+    low: float
+    high: float | None = None
+    tolerance: float
+    budget_s: float
+    max_probes: int
+    integer: bool = False
+    unit: str = ""
+
+
+def _fmt(x: float | None) -> str:
+    return "none" if x is None else f"{x:g}"
+
+
+def search_capacity(
+    measure: Callable[[float], ProbeResult],
+    *,
+    low: float,
+    high: float | None,
+    tolerance: float = 0.05,
+    budget_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    max_probes: int = 12,
+    integer: bool = False,
+    first_estimate_s: float | None = None,
+    unit: str = "",
+) -> CapacityResult:
+    """Find the highest load at which ``measure(load)`` passes (see the module docstring).
+
+    ``low`` (> 0; >= 1 when ``integer``): the first load probed; ``high``: the highest load
+    ever probed (None = unbounded doubling); ``tolerance``: relative width of the final
+    bracket, ``(fail - pass) / pass`` (0.05 = 5 %); ``budget_s``: seconds the whole search
+    may take by ``clock``; ``max_probes``: probes at most; ``integer``: round loads to
+    integers (concurrency search); ``first_estimate_s``: expected duration of the first probe
+    (s), for the budget check; ``unit``: the load's unit, for the message (``"req/s"``).
+
+    ``measure`` must not raise for a failing engine: it returns a failing ProbeResult (an
+    exception propagates and ends the search). Raises ValueError for bad parameters.
+    """
+    if not (low > 0) or math.isinf(low):
+        raise ValueError(f"low must be a finite load > 0, got {low}")
+    if integer and round(low) < 1:
+        raise ValueError(f"an integer search needs low >= 1, got {low}")
+    if high is not None and not (high >= low):
+        raise ValueError(f"high ({high}) must be >= low ({low})")
+    if not (tolerance > 0):
+        raise ValueError(f"tolerance must be > 0 (0.05 = 5 %), got {tolerance}")
+    if not (budget_s >= 0):
+        raise ValueError(f"budget_s must be >= 0 seconds, got {budget_s}")
+    if max_probes < 1:
+        raise ValueError(f"max_probes must be >= 1, got {max_probes}")
+
+    def norm(x: float) -> float:
+        return float(round(x)) if integer else float(x)
+
+    lo = norm(low)
+    hi = None if high is None else (float(math.floor(high)) if integer else float(high))
+    sp = f" {unit}" if unit else ""
+    t0 = clock()
+    probes: list[ProbeResult] = []
+    estimate = [first_estimate_s or 0.0]
+    why_not = [""]
+
+    def probe(load: float) -> ProbeResult | None:
+        """Run one probe, or None when the budget or the probe count forbids it."""
+        if len(probes) >= max_probes:
+            why_not[0] = "max_probes"
+            return None
+        start = clock()
+        elapsed = start - t0
+        if elapsed >= budget_s or elapsed + estimate[0] > budget_s:
+            why_not[0] = "budget"
+            return None
+        r = measure(load)
+        end = clock()
+        r = r.model_copy(update={"load": load, "duration_s": end - start})
+        estimate[0] = end - start
+        probes.append(r)
+        return r
+
+    def done(stopped: StopReason, capacity: float, p: float | None, f: float | None, message: str) -> CapacityResult:
+        return CapacityResult(
+            capacity=capacity, stopped=stopped, bracket=(p, f), probes=probes, message=message,
+            elapsed_s=clock() - t0, low=low, high=high, tolerance=tolerance, budget_s=budget_s,
+            max_probes=max_probes, integer=integer, unit=unit,
+        )
+
+    def cut_short(p: float | None, f: float | None) -> CapacityResult:
+        stopped: StopReason = "budget" if why_not[0] == "budget" else "max_probes"
+        if stopped == "budget":
+            cause = (f"the time budget ({budget_s:g} s) is spent: {clock() - t0:.1f} s used, "
+                     f"the next probe would take about {estimate[0]:.1f} s")
+        else:
+            cause = f"the probe limit ({max_probes}) is reached"
+        if p is None:
+            return done(stopped, 0.0, None, f, f"no probe passed before {cause}")
+        above = f", fails at {_fmt(f)}" if f is not None else ", no failing load found yet"
+        return done(stopped, p, p, f, f"capacity at least {p:g}{sp} (passes at {p:g}{above}); stopped early: {cause}")
+
+    first = probe(lo)
+    if first is None:
+        return cut_short(None, None)
+    if not first.passed:
+        return done("never_met", 0.0, None, lo,
+                    f"never meets the SLO at the lowest load {lo:g}{sp}: {first.reason}")
+
+    p, f = lo, None
+    while f is None:  # bracket by doubling
+        if hi is not None and p >= hi:
+            return done("high_reached", p, p, None,
+                        f"meets the SLO at the highest load searched ({p:g}{sp}): the capacity is at least that")
+        nxt = norm(p * 2)
+        if hi is not None:
+            nxt = min(nxt, hi)
+        r = probe(nxt)
+        if r is None:
+            return cut_short(p, f)
+        if r.passed:
+            p = nxt
+        else:
+            f = nxt
+
+    def converged(p: float, f: float) -> bool:
+        return (f - p) <= tolerance * p or (integer and f - p <= 1)
+
+    while not converged(p, f):  # bisect
+        mid = float(math.floor((p + f) / 2)) if integer else (p + f) / 2
+        r = probe(mid)
+        if r is None:
+            return cut_short(p, f)
+        if r.passed:
+            p = mid
+        else:
+            f = mid
+    return done("converged", p, p, f,
+                f"capacity {p:g}{sp}: passes at {p:g}, fails at {f:g} "
+                f"({(f - p) / p:.1%} apart; tolerance {tolerance:.0%}{', integer loads' if integer else ''})")
+
+
+# ------------------------------------------------------------------------------------------
+# judging one probe from its metrics
+
+
+def _ms(v: float) -> str:
+    return f"{v:.1f} ms"
+
+
+def slo_values(metrics: Metrics, slos: Sequence[SLO]) -> dict[str, float | None]:
+    """Each SLO's judged value (ms) by key (``"ttft_p99"``): its percentile of the metric,
+    error-adjusted for ttft/e2el when requests failed (:func:`harness.metrics.slo_percentile_value`);
+    None = infinite, or no value."""
+    return {s.key: slo_percentile_value(metrics, s) for s in slos}
+
+
+def probe_verdict(
+    metrics: Metrics,
+    slos: Sequence[SLO],
+    offered: float | None,
+    validity_band: float = 0.05,
+) -> tuple[bool, bool, str]:
+    """``(meets_slo, saturated, reason)`` for one probe's metrics.
+
+    Each SLO is judged at its percentile (:func:`harness.metrics.slo_percentile_value`, ms):
+    it holds when the value is ``<= threshold_ms``. A None value is infinite for ttft/e2el
+    when requests failed (the percentile landed on a failure: the SLO fails); a tpot/itl
+    SLO without any value (1-token replies only) cannot be violated. A probe where no
+    request completed never meets the SLOs. No SLOs at all: trivially met.
+
+    ``offered``: the offered arrival rate (req/s, or first turns/s for sessions); the probe is
+    *saturated* when ``metrics.achieved_rate`` (first-turn sends/s) is below
+    ``offered * (1 - validity_band)``. None (a concurrency probe: no arrival-rate target)
+    skips the check, as does a probe whose achieved rate could not be measured (< 2 sends).
+    """
+    parts: list[str] = []
+    meets = True
+    if metrics.requests_completed == 0:
+        meets = False
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(metrics.failures_by_class.items())) or "none sent"
+        parts.append(f"no request completed ({fails})")
+    else:
+        for slo in slos:
+            v = slo_percentile_value(metrics, slo)
+            limit = _ms(slo.threshold_ms)
+            if v is None:
+                if slo.metric in ("ttft", "e2el") and metrics.requests_failed:
+                    meets = False
+                    parts.append(f"{slo.key} infinite (lands on one of {metrics.requests_failed} failed requests) > {limit}")
+                elif slo.metric in ("tpot", "itl"):
+                    parts.append(f"{slo.key} has no value (1-token replies) - cannot be violated")
+                else:
+                    meets = False
+                    parts.append(f"{slo.key} has no value")
+            elif v > slo.threshold_ms:
+                meets = False
+                parts.append(f"{slo.key} {_ms(v)} > {limit}")
+            else:
+                parts.append(f"{slo.key} {_ms(v)} <= {limit}")
+        if not slos:
+            parts.append("no SLO given")
+    saturated = False
+    achieved = metrics.achieved_rate
+    if offered is not None and not math.isinf(offered):
+        if achieved is None:
+            parts.append("achieved rate not measured (fewer than 2 requests sent)")
+        elif achieved < offered * (1 - validity_band):
+            saturated = True
+            parts.append(f"saturated: achieved {achieved:.3g} req/s < offered {offered:.3g} req/s "
+                         f"- {validity_band:.0%}")
+    return meets, saturated, "; ".join(parts)
+
+
+def probe_result(
+    load: float,
+    metrics: Metrics,
+    slos: Sequence[SLO],
+    offered: float | None,
+    validity_band: float = 0.05,
+) -> ProbeResult:
+    """A :class:`ProbeResult` at ``load`` from one probe's metrics: :func:`probe_verdict`
+    plus :func:`slo_values` and the achieved rate. ``offered``: as in :func:`probe_verdict`
+    (the rate for a rate search, None for a concurrency search)."""
+    meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band)
+    return ProbeResult(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
+                       values=slo_values(metrics, slos), reason=reason)
