@@ -70,7 +70,9 @@ class LaunchConfig:
     ``model_dir``: a Hugging Face folder (config.json, safetensors, tokenizer);
     ``run_dir``: the run folder (server logs go to ``run_dir/logs/<engine>.log``);
     ``threads``: intra-op CPU threads the engine may use; ``engine_args``: pass-through
-    options from ``--engine-arg NAME:key=value``; ``startup_timeout_s``: health wait limit.
+    options from ``--engine-arg NAME:key=value``; ``startup_timeout_s``: health wait limit;
+    ``probe``: the probe already taken for this launch (the run's engine plan), so
+    ``launch`` does not probe again; None = ``launch`` probes first.
     """
 
     model_dir: Path
@@ -81,6 +83,7 @@ class LaunchConfig:
     base_url: str | None = None  # for the generic ``openai`` adapter
     model_name: str | None = None  # served model name override
     cancel: threading.Event | None = None  # set = abandon a start-up in progress (parallel start)
+    probe: ProbeResult | None = None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 
 from adapters.base import EngineAdapter
@@ -30,17 +31,21 @@ _FACTORIES = {
 _ARG_RE = re.compile(r"^(?P<engine>[A-Za-z_]+):(?P<key>[A-Za-z0-9_.\-]+)=(?P<value>.*)$")
 
 
-def get_adapter(name: str) -> EngineAdapter:
-    """A fresh adapter for engine ``name``. Raises ValueError naming the valid choices."""
+def get_adapter(name: str, hardware: str | None = None) -> EngineAdapter:
+    """A fresh adapter for engine ``name``; ``hardware`` (``"nvidia"|"amd"|"cpu"``, detected
+    once by the caller) is given to the adapters whose probe or command depends on it, so they
+    do not detect it again. Raises ValueError naming the valid choices."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise ValueError(f"unknown engine {name!r}: choose from {', '.join(ENGINE_NAMES)}")
+    if hardware is not None and "hardware" in inspect.signature(factory).parameters:
+        return factory(hardware=hardware)
     return factory()
 
 
-def all_adapters() -> list[EngineAdapter]:
+def all_adapters(hardware: str | None = None) -> list[EngineAdapter]:
     """Every engine except ``openai`` (which needs --base-url): what ``--engine all`` probes."""
-    return [get_adapter(n) for n in ENGINE_NAMES if n != "openai"]
+    return [get_adapter(n, hardware) for n in ENGINE_NAMES if n != "openai"]
 
 
 def parse_engine_args(items: list[str]) -> dict[str, dict[str, str]]:

@@ -184,7 +184,7 @@ class ServerAdapter:
         Raises :class:`EngineError` when the engine is unavailable, fails to start, or crashed
         during the with-block.
         """
-        probe = self.probe_for_launch(config)
+        probe = config.probe or self.probe_for_launch(config)
         if not probe.available:
             raise EngineError(f"{self.name}: {probe.reason}")
         port = find_free_port()

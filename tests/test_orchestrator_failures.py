@@ -54,7 +54,7 @@ ARGS = ["--workload", "random", "--num-requests", "5", "--input-len", "8", "--ou
 
 def test_engine_crash_is_reported_with_log_tail_and_run_continues(url, tmp_path, monkeypatch):
     real_get = registry.get_adapter
-    monkeypatch.setattr(registry, "get_adapter", lambda n: CrashingEngine(url) if n == "own" else real_get(n))
+    monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: CrashingEngine(url) if n == "own" else real_get(n, hardware))
     res = CliRunner().invoke(app, ["run", "--engine", "own,openai", "--base-url", url, *ARGS,
                                    "-o", str(tmp_path), "--run-id", "crash"])
     assert res.exit_code == 0, res.output
@@ -110,7 +110,7 @@ def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monk
 
 def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
     real_get = registry.get_adapter
-    monkeypatch.setattr(registry, "get_adapter", lambda n: NullEngine(url) if n == "own" else real_get(n))
+    monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: NullEngine(url) if n == "own" else real_get(n, hardware))
     real_measure = orchestrator.Runner.measure
 
     async def measure_then_interrupt(self, workload):

@@ -1,7 +1,8 @@
-"""Parallel start-up (harness/startup.py) with real child processes (the fake lifecycle server):
-engines start together, each is frozen (every process of its group stopped) once healthy, a
-taken engine is thawed and answers again, a failed start is raised at its turn with the log
-tail, Ctrl-C during the start stops everything, and nothing survives close()."""
+"""Engine start-up (harness/app/startup.py) with real child processes (the fake lifecycle
+server): engines start together, each is frozen (every process of its group stopped) once
+healthy, a taken engine is thawed and answers again, a failed start is raised at its turn with
+the log tail, Ctrl-C during the start stops everything, nothing survives close(); one slot is
+the sequential start through the same path, and a start never overlaps a turn."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from rich.console import Console
 
 from adapters.base import EngineError, LaunchConfig
 from adapters.process import group_members
-from harness.app.startup import ParallelStarter, parallel_start_fits
+from harness.app.startup import EngineStarter, StartItem, parallel_start_fits, start_slots
 
 from test_adapter_process import FakeAdapter
 
@@ -32,6 +33,12 @@ def cfg(tmp_path: Path, timeout: float = 10.0) -> LaunchConfig:
     return LaunchConfig(model_dir=tmp_path, run_dir=tmp_path / "run", threads=1, startup_timeout_s=timeout)
 
 
+def start(tmp_path: Path, engines: list[tuple[str, FakeAdapter]], slots: int | None = None,
+          timeout: float = 10.0) -> EngineStarter:
+    items = [StartItem(name, adapter, cfg(tmp_path, timeout)) for name, adapter in engines]
+    return EngineStarter(Console(file=open("/dev/null", "w")), items, slots or len(items))
+
+
 def group_of(url: str) -> list[psutil.Process]:
     port = int(url.rsplit(":", 1)[1])
     for c in psutil.net_connections(kind="tcp"):
@@ -40,7 +47,7 @@ def group_of(url: str) -> list[psutil.Process]:
     raise AssertionError(f"nothing listens on {url}")
 
 
-def statuses(starter: ParallelStarter, name: str) -> set[str]:
+def statuses(starter: EngineStarter, name: str) -> set[str]:
     ep, _ = starter._ready[name]
     return {p.status() for p in group_of(ep.base_url)}
 
@@ -51,10 +58,11 @@ def health(url: str) -> int:
 
 
 def test_engines_start_together_frozen_until_taken(tmp_path):
-    starter = ParallelStarter(Console(file=open("/dev/null", "w")))
     a, b = Named("a", "--children", "1", "--delay", "0.5"), Named("b", "--delay", "0.5")
+    starter = start(tmp_path, [("a", a), ("b", b)])
     t0 = time.monotonic()
-    starter.start([("a", a, cfg(tmp_path)), ("b", b, cfg(tmp_path))])
+    starter.begin()
+    starter.wait()
     # together: both waited their 0.5 s delay at the same time, not one after the other
     assert time.monotonic() - t0 < 0.5 + 0.5 + 3.0
     try:
@@ -80,8 +88,9 @@ def test_engines_start_together_frozen_until_taken(tmp_path):
 
 
 def test_failed_start_is_raised_at_its_turn_with_the_log_tail(tmp_path):
-    starter = ParallelStarter(Console(file=open("/dev/null", "w")))
-    starter.start([("ok", Named("ok"), cfg(tmp_path)), ("bad", Named("bad", "--mode", "exit_early"), cfg(tmp_path))])
+    starter = start(tmp_path, [("ok", Named("ok")), ("bad", Named("bad", "--mode", "exit_early"))])
+    starter.begin()
+    starter.wait()
     try:
         assert starter.holds("bad")
         with pytest.raises(EngineError, match="exited with code 3 during start-up") as ei:
@@ -95,8 +104,9 @@ def test_failed_start_is_raised_at_its_turn_with_the_log_tail(tmp_path):
 
 
 def test_engine_that_died_while_frozen_fails_its_turn(tmp_path):
-    starter = ParallelStarter(Console(file=open("/dev/null", "w")))
-    starter.start([("x", Named("x"), cfg(tmp_path)), ("y", Named("y"), cfg(tmp_path))])
+    starter = start(tmp_path, [("x", Named("x")), ("y", Named("y"))])
+    starter.begin()
+    starter.wait()
     try:
         procs = group_of(starter._ready["x"][0].base_url)
         for p in procs:
@@ -111,8 +121,8 @@ def test_engine_that_died_while_frozen_fails_its_turn(tmp_path):
 
 
 def test_ctrl_c_during_parallel_start_stops_everything(tmp_path):
-    starter = ParallelStarter(Console(file=open("/dev/null", "w")))
     quick, slow = Named("quick"), Named("slow", "--mode", "never_healthy")
+    starter = start(tmp_path, [("quick", quick), ("slow", slow)], timeout=60)
     seen: list[str] = []
 
     def interrupt_when_quick_is_up():
@@ -126,7 +136,8 @@ def test_ctrl_c_during_parallel_start_stops_everything(tmp_path):
     threading.Thread(target=interrupt_when_quick_is_up, daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        starter.start([("quick", quick, cfg(tmp_path, timeout=60)), ("slow", slow, cfg(tmp_path, timeout=60))])
+        starter.begin()
+        starter.wait()
     assert time.monotonic() - t0 < 20  # the never-healthy start was abandoned, not waited out
     assert seen and not starter.holds("quick") and not starter.holds("slow")
     with pytest.raises(OSError):
@@ -151,10 +162,10 @@ def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_th
     from workloads.errors import WorkloadError
 
     fakes = {"own": Named("own", "--delay", "0.3"), "transformers": Named("transformers", "--delay", "0.3")}
-    monkeypatch.setattr(registry, "get_adapter", lambda n: fakes[n])
+    monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: fakes[n])
     began: list[bool] = []
-    real_begin = ParallelStarter.begin
-    monkeypatch.setattr(ParallelStarter, "begin", lambda self, items: (began.append(True), real_begin(self, items))[1])
+    real_begin = EngineStarter.begin
+    monkeypatch.setattr(EngineStarter, "begin", lambda self: (began.append(self.slots), real_begin(self))[1])
 
     def bad_workload(self, tokenizer):
         time.sleep(0.5)  # the engines are starting meanwhile
@@ -165,27 +176,54 @@ def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_th
     cfg = RunConfig(engines=["own", "transformers"], output_dir=tmp_path, run_id="bad", calibrate=False, report=False)
     with pytest.raises(WorkloadError, match="num_sessions"):
         Orchestrator(cfg, Console(file=open("/dev/null", "w"))).run()
-    assert began == [True]
+    assert began == [2]  # both engines began starting before the workload was built
     assert not (tmp_path / "bad").exists()  # nothing measured: no half-written run folder
     leftover = [c for c in psutil.Process().children(recursive=True)
                 if c.pid not in before and c.status() != psutil.STATUS_ZOMBIE]
     assert leftover == []
 
 
-def test_parallel_start_only_on_a_cpu_machine_and_only_when_asked(tmp_path, monkeypatch):
-    from harness.app.orchestrator import Orchestrator, RunConfig
+def test_start_slots_parallel_only_on_a_cpu_machine_when_asked_and_as_memory_allows():
+    gib = 2**30
+    assert start_slots(7, parallel=True, hardware_kind="cpu", available_bytes=17 * gib) == 7
+    assert start_slots(7, parallel=True, hardware_kind="cpu", available_bytes=10 * gib) == 3  # 3 × 2 + 3 ≤ 10
+    assert start_slots(7, parallel=True, hardware_kind="cpu", available_bytes=4 * gib) == 1
+    # GPU engines each claim most of the device memory: one after another
+    assert start_slots(7, parallel=True, hardware_kind="nvidia", available_bytes=100 * gib) == 1
+    assert start_slots(7, parallel=False, hardware_kind="cpu", available_bytes=100 * gib) == 1
+    assert start_slots(1, parallel=True, hardware_kind="cpu", available_bytes=100 * gib) == 1
 
-    runnable = [(Named("a"), {}, None), (Named("b"), {}, None)]
-    launches = {"a": cfg(tmp_path), "b": cfg(tmp_path)}
-    quiet = Console(file=open("/dev/null", "w"))
-    monkeypatch.setenv("BENCH_HARDWARE", "nvidia")  # GPU engines each claim most of the device memory
-    assert Orchestrator(RunConfig(engines=["all"]), quiet)._parallel_start(runnable, launches) is None
-    monkeypatch.setenv("BENCH_HARDWARE", "cpu")
-    assert Orchestrator(RunConfig(engines=["all"], parallel_start=False), quiet)._parallel_start(runnable, launches) is None
-    assert Orchestrator(RunConfig(engines=["all"]), quiet)._parallel_start(runnable[:1], launches) is None  # one engine
-    starter = Orchestrator(RunConfig(engines=["all"]), quiet)._parallel_start(runnable, launches)
+
+def test_one_slot_is_the_sequential_start_each_engine_at_its_turn(tmp_path):
+    a, b = Named("a", "--delay", "0.2"), Named("b", "--delay", "0.2")
+    starter = start(tmp_path, [("a", a), ("b", b)], slots=1)
     try:
+        starter.begin()
         starter.wait()
-        assert starter.holds("a") and starter.holds("b")
+        assert starter.holds("a") and not starter.holds("b")  # only the first engine started
+        with starter.take("a") as (ep_a, _):
+            assert health(ep_a.base_url) == 200
+            assert not starter.holds("b")  # b does not start during a's turn
+        with starter.take("b") as (ep_b, startup_s):
+            assert startup_s >= 0.2 and health(ep_b.base_url) == 200
+        assert not starter.parallel("a") and not starter.parallel("b")
+    finally:
+        starter.close()
+
+
+def test_with_fewer_slots_than_engines_the_next_start_finishes_before_a_turn_begins(tmp_path):
+    engines = [(n, Named(n, "--delay", "0.3")) for n in ("a", "b", "c")]
+    starter = start(tmp_path, engines, slots=2)
+    try:
+        starter.begin()
+        with starter.take("a") as (ep, _):
+            assert starter.holds("b") and not starter.holds("c")  # a in use + b frozen = 2 slots
+            assert starter.parallel("a") and starter.parallel("b")
+        with starter.take("b") as (ep_b, _):
+            # c was started when b's turn came, and was ready (frozen) before b was thawed
+            assert starter.holds("c") and statuses(starter, "c") == {psutil.STATUS_STOPPED}
+            assert health(ep_b.base_url) == 200
+        with starter.take("c") as (ep_c, _):
+            assert health(ep_c.base_url) == 200
     finally:
         starter.close()

@@ -10,7 +10,6 @@ marks it ``failed`` ("interrupted"), keeps every record already written, and re-
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shutil
 import time
 import urllib.request
@@ -34,6 +33,8 @@ from results.store import RunWriter, new_run_id
 from workloads.base import Workload
 
 from harness.app.manifest import fill_manifest
+from harness.app.plan import EnginePlan, capabilities_of, plan_engine
+from harness.app.startup import EngineStarter, start_slots
 from harness.app.run_config import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
 from harness.app.progress import engine_progress
 from harness.loadgen.client import EndpointTarget
@@ -103,25 +104,20 @@ class Orchestrator:
         )
 
     @contextmanager
-    def _endpoint(self, name: str, adapter: Any, launch: Any, starter: Any) -> Iterator[tuple[Any, float, bool]]:
-        """Yield ``(endpoint, start-up s, started in parallel)``: the engine held by ``starter``
-        (thawed for its turn) or a fresh launch; the engine is stopped on exit."""
-        if starter is not None and starter.holds(name):
-            if not starter.failed(name):
-                self.console.print(f"[bold]{name}[/]: resuming …")
-            with starter.take(name) as (ep, startup_s):
-                yield ep, startup_s, True
-            return
-        self.console.print(f"[bold]{name}[/]: starting …")
-        t_start = time.monotonic()
-        with adapter.launch(launch) as ep:
-            yield ep, time.monotonic() - t_start, False
+    def _endpoint(self, plan: EnginePlan, starter: EngineStarter) -> Iterator[tuple[Any, float, bool]]:
+        """Yield ``(endpoint, start-up s, started alongside others)`` for ``plan``'s turn; the
+        engine is stopped on exit."""
+        resuming = starter.holds(plan.name) and not starter.failed(plan.name) and starter.slots > 1
+        self.console.print(f"[bold]{plan.name}[/]: {'resuming' if resuming else 'starting'} …")
+        with starter.take(plan.name) as (ep, startup_s):
+            yield ep, startup_s, starter.parallel(plan.name)
 
     def _measure_engine(
-        self, name: str, adapter: Any, launch: Any, starter: Any, writer: RunWriter, workload: Workload, tokenizer: Any
+        self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, workload: Workload, tokenizer: Any
     ) -> tuple[EngineResult, list[RequestRecord], list[str] | None]:
         c = self.cfg
-        with self._endpoint(name, adapter, launch, starter) as (ep, startup_s, parallel):
+        name = plan.name
+        with self._endpoint(plan, starter) as (ep, startup_s, parallel):
             writer.manifest.engines[name] = {
                 "display_name": ep.display_name,
                 "startup_s": round(startup_s, 2),
@@ -179,6 +175,7 @@ class Orchestrator:
     # -- the whole run -------------------------------------------------------------------
     def run(self) -> RunResult:
         from adapters.base import EngineError
+        from adapters.hardware import detect_kind
         from adapters.registry import all_adapters, get_adapter
 
         from harness.app.model import resolve_model
@@ -201,48 +198,41 @@ class Orchestrator:
                 writer.manifest.client_calibration = {"error": str(exc)}
             writer.write_manifest()
 
-        adapters = all_adapters() if c.engines == ["all"] else [get_adapter(n) for n in c.engines]
+        kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
+        adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         equivalence: dict[str, list[str]] = {}
         interrupted = False
-        runnable: list[tuple[Any, dict[str, Any], Any]] = []
+        plans: list[EnginePlan] = []
         for adapter in adapters:
-            name = adapter.name
-            caps = getattr(adapter, "capabilities", None)
-            cap_dict = dataclasses.asdict(caps) if caps is not None else {}
-            if c.setup_engines and not self._ensure_installed(name, writer, cap_dict):
+            if c.setup_engines and not self._ensure_installed(adapter, kind, writer):
                 continue
-            probe = adapter.probe()
-            if not probe.available:
-                self.console.print(f"[yellow]{name}[/]: skipped — {escape(probe.reason)}")
-                writer.set_engine(name, EngineResult(status=EngineStatus.SKIPPED, reason=probe.reason,
-                                                     skip_cause=SkipCause(probe.cause), capabilities=cap_dict))
+            plan = plan_engine(adapter, self._launch_config(adapter.name, model_dir, writer, threads), kind)
+            if not plan.available:
+                self.console.print(f"[yellow]{plan.name}[/]: skipped — {escape(plan.probe.reason)}")
+                writer.set_engine(plan.name, EngineResult(status=EngineStatus.SKIPPED, reason=plan.probe.reason,
+                                                          skip_cause=SkipCause(plan.probe.cause),
+                                                          capabilities=plan.capabilities))
                 continue
-            runnable.append((adapter, cap_dict, probe))
-        launches = {a.name: self._launch_config(a.name, model_dir, writer, threads) for a, _, _ in runnable}
-        starter = self._parallel_start(runnable, launches)
+            plans.append(plan)
+        starter = self._starter(plans, kind)
+        starter.begin()
         # built while the engines start (loading transformers and the tokenizer takes ~5 s)
         tokenizer, workload = self._build_workload(model_dir, starter, writer)
         try:
             self._manifest(writer, model_dir, workload, threads)
-            if starter is not None:
+            for i, plan in enumerate(plans):
+                name = plan.name
                 try:
-                    starter.wait()
-                except KeyboardInterrupt:
-                    _mark_not_measured(writer, runnable, "the run was interrupted during the engines' start-up")
-                    raise
-            for i, (adapter, cap_dict, probe) in enumerate(runnable):
-                name = adapter.name
-                try:
-                    result, measured, texts = self._measure_engine(name, adapter, launches[name], starter, writer,
-                                                                  workload, tokenizer)
+                    result, measured, texts = self._measure_engine(plan, starter, writer, workload, tokenizer)
                 except KeyboardInterrupt:
                     measured = _read_engine(writer, name)
                     writer.set_engine(name, EngineResult(
                         status=EngineStatus.FAILED,
                         reason=f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
-                        metrics=self._partial_metrics(measured, workload), capabilities=cap_dict, version=probe.version))
+                        metrics=self._partial_metrics(measured, workload), capabilities=plan.capabilities,
+                        version=plan.probe.version))
                     interrupted = True
-                    _mark_not_measured(writer, runnable[i + 1:], "the run was interrupted before its turn")
+                    _mark_not_measured(writer, plans[i + 1:], "the run was interrupted before its turn")
                     break
                 except EngineError as exc:
                     # a crash mid-run keeps what was measured before it (metrics over those requests)
@@ -252,14 +242,13 @@ class Orchestrator:
                         self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
                     writer.set_engine(name, EngineResult(
                         status=EngineStatus.FAILED, reason=str(exc), metrics=self._partial_metrics(measured, workload),
-                        log_tail=exc.log_tail[-4000:], capabilities=cap_dict, version=probe.version))
+                        log_tail=exc.log_tail[-4000:], capabilities=plan.capabilities, version=plan.probe.version))
                     continue
-                texts = self._record_engine(name, result, texts, writer, cap_dict, probe)
+                texts = self._record_engine(name, result, texts, writer, plan)
                 if texts is not None:
                     equivalence[name] = texts
         finally:
-            if starter is not None:
-                starter.close()
+            starter.close()
             writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
         if len(equivalence) >= 2:
             ref = "transformers" if "transformers" in equivalence else next(iter(equivalence))
@@ -278,12 +267,12 @@ class Orchestrator:
         return compute_metrics(measured, self.cfg.slos, workload.offered_rate) if measured else None
 
     def _record_engine(self, name: str, result: EngineResult, texts: list[str] | None, writer: RunWriter,
-                       cap_dict: dict[str, Any], probe: Any) -> list[str] | None:
+                       plan: EnginePlan) -> list[str] | None:
         """Store one measured engine (ok, or failed when no request succeeded), its validity
         facts and drift warnings; returns its equivalence texts when it counts."""
         metrics = result.metrics
         assert metrics is not None
-        result.capabilities, result.version = cap_dict, probe.version
+        result.capabilities, result.version = plan.capabilities, plan.probe.version
         if metrics.requests_completed == 0:
             result.status = EngineStatus.FAILED
             result.reason = f"no request succeeded ({metrics.failures_by_class})"
@@ -305,7 +294,7 @@ class Orchestrator:
                 )
         return texts
 
-    def _build_workload(self, model_dir: Path, starter: Any, writer: RunWriter) -> tuple[Any, Workload]:
+    def _build_workload(self, model_dir: Path, starter: EngineStarter, writer: RunWriter) -> tuple[Any, Workload]:
         """Tokenizer and workload; on failure (a bad spec, Ctrl-C) the engines already starting
         are stopped and the run folder, which holds no measurement yet, is removed."""
         try:
@@ -314,45 +303,31 @@ class Orchestrator:
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
             return tokenizer, self._workload(tokenizer)
         except BaseException:
-            if starter is not None:
-                starter.close()
+            starter.close()
             writer.close()
             shutil.rmtree(writer.run_dir, ignore_errors=True)
             raise
 
-    def _parallel_start(self, runnable: list[tuple[Any, dict[str, Any], Any]], launches: dict[str, Any]) -> Any:
-        """Start every engine the harness runs as a process at once (harness/startup.py), when
-        asked for, on a CPU-only machine, there are two or more, and they fit in host memory;
-        None = start one by one.
-        Returns at once: the caller waits with ``starter.wait()``."""
-        from harness.app.startup import ParallelStarter, parallel_start_fits
+    def _starter(self, plans: list[EnginePlan], kind: str) -> EngineStarter:
+        """The one launch path (harness/app/startup.py): as many engines started ahead of their
+        turn as the machine holds (all of them on a CPU machine with the memory, else fewer);
+        one slot = each engine starts at its turn (``--sequential-start``, a GPU machine)."""
+        n = sum(p.starts_process for p in plans)
+        slots = start_slots(n, parallel=self.cfg.parallel_start, hardware_kind=kind)
+        if self.cfg.parallel_start and kind == "cpu" and 1 < n and slots < n:
+            self.console.print(f"[yellow]free memory holds {slots} of the {n} engines at once: "
+                               f"starting at most {slots} ahead of their turn[/]")
+        return EngineStarter(self.console, [p.start_item() for p in plans], slots)
 
-        from adapters.hardware import detect_kind
-
-        items = [(a.name, a, launches[a.name]) for a, _, _ in runnable if getattr(a, "starts_process", False)]
-        if not self.cfg.parallel_start or len(items) < 2:
-            return None
-        if detect_kind() != "cpu":
-            # GPU engines each claim most of the device memory (vLLM: 90 %): they cannot all
-            # be resident at once, so they start one after another
-            return None
-        if not parallel_start_fits(len(items)):
-            self.console.print(f"[yellow]not enough free memory to hold {len(items)} engines at once: "
-                               "starting them one after another[/]")
-            return None
-        starter = ParallelStarter(self.console)
-        starter.begin(items)
-        return starter
-
-    def _ensure_installed(self, name: str, writer: RunWriter, cap_dict: dict[str, Any]) -> bool:
+    def _ensure_installed(self, adapter: Any, kind: str, writer: RunWriter) -> bool:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
         missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
         install fails; True otherwise (including engines that need no install)."""
         from adapters.base import EngineError
         from adapters.envs import is_installed, setup_engine
-        from adapters.hardware import detect_kind
 
-        if name not in AUTO_SETUP_CPU or detect_kind() != "cpu" or is_installed(name):
+        name = adapter.name
+        if name not in AUTO_SETUP_CPU or kind != "cpu" or is_installed(name):
             return True
         self.console.print(f"[bold]{name}[/]: environment missing, installing (one time) …")
         try:
@@ -360,30 +335,32 @@ class Orchestrator:
         except EngineError as exc:
             self.console.print(f"[red]{name}[/]: failed to install — {escape(str(exc))}")
             writer.set_engine(name, EngineResult(status=EngineStatus.FAILED, reason=f"failed to install: {exc}",
-                                                 log_tail=exc.log_tail[-4000:], capabilities=cap_dict))
+                                                 log_tail=exc.log_tail[-4000:], capabilities=capabilities_of(adapter)))
             return False
         return True
 
     def _report(self, run_dir: Path) -> Any:
-        from adapters.hardware import detect_hardware, get_profile
+        from adapters.hardware import get_profile, profile_from_manifest
         from harness.app.reporting import write_run_reports
         from harness.scoring import recommend
         from results.recommendation import write_recommendation
         from results.store import load_run
 
         run = load_run(run_dir)
-        hw = detect_hardware() if self.cfg.hardware == "detected" else get_profile(self.cfg.hardware)
+        # the profile the manifest recorded for this run (detected once), unless another was asked for
+        detected = profile_from_manifest(run.manifest.hardware) if self.cfg.hardware == "detected" else None
+        hw = detected or get_profile(self.cfg.hardware)
         rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset)
         write_recommendation(run_dir, rec)
         write_run_reports(run_dir, rec)
         return rec
 
 
-def _mark_not_measured(writer: RunWriter, engines: list[tuple[Any, dict[str, Any], Any]], why: str) -> None:
-    """Record each ``(adapter, capabilities, probe)`` as not measured, with ``why``."""
-    for adapter, cap_dict, _ in engines:
-        writer.set_engine(adapter.name, EngineResult(status=EngineStatus.NOT_MEASURED, reason=f"not measured: {why}",
-                                                     capabilities=cap_dict))
+def _mark_not_measured(writer: RunWriter, plans: list[EnginePlan], why: str) -> None:
+    """Record each planned engine as not measured, with ``why``."""
+    for plan in plans:
+        writer.set_engine(plan.name, EngineResult(status=EngineStatus.NOT_MEASURED, reason=f"not measured: {why}",
+                                                  capabilities=plan.capabilities))
 
 
 def _read_engine(writer: RunWriter, name: str) -> list[RequestRecord]:

@@ -1,16 +1,19 @@
-"""Parallel engine start-up: the engines of a run start together, then wait frozen.
+"""Engine start-up: one launch path for every engine of a run, ``slots`` of them ahead of time.
 
 Why: on the 2-core reference machine, start-up (Python imports, weight load, KV cache
 allocation) takes vLLM-CPU and SGLang ~45 s each, and one start after another was about a
 quarter of a default ``bench run --engine all``. Start-up is not measured, so the engines may
-compete for the CPU while they start. Each engine starts in its own thread; the moment it
-answers health its whole process group is frozen (SIGSTOP, :meth:`Endpoint.pause`), so an
-idle server never takes CPU from the engine being measured. :meth:`ParallelStarter.take`
-thaws one (SIGCONT, then health again) for its turn and stops it when the turn ends.
+compete for the CPU while they start — never with a measurement. :class:`EngineStarter`
+holds up to ``slots`` engines started (the one being measured included). Each starts in its
+own thread; the moment it answers health its whole process group is frozen (SIGSTOP,
+:meth:`Endpoint.pause`), so an idle server never takes CPU from the engine being measured.
+:meth:`EngineStarter.take` starts the engines that now fit, waits until every start in
+progress is done (so none overlaps the measurement), thaws its engine (SIGCONT, then health
+again) and stops it when the turn ends.
 
-The cost is memory: every started engine stays resident until its turn.
-:func:`parallel_start_fits` checks the machine's available memory first; the orchestrator
-falls back to one start after another when it does not fit (or on ``--sequential-start``).
+Sequential start is the same path with one slot: each engine starts at its turn. The cost of
+more slots is memory: every started engine stays resident until its turn;
+:func:`start_slots` sizes the slots to the machine's available memory.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from rich.markup import escape
@@ -48,67 +51,112 @@ def parallel_start_fits(n_engines: int, available_bytes: int | None = None) -> b
     return available_bytes >= (n_engines * ENGINE_RESIDENT_GIB + HEADROOM_GIB) * 2**30
 
 
-class ParallelStarter:
-    """Starts several engines at once and holds each one, frozen, until its turn.
+def start_slots(n_engines: int, *, parallel: bool, hardware_kind: str, available_bytes: int | None = None) -> int:
+    """How many engines may be started at once (1 = one after another, each at its turn).
 
-    ``console``: a rich Console for progress. Use :meth:`begin` and :meth:`wait` (or
-    :meth:`start`, both at once), then :meth:`take` per engine, and always :meth:`close` (it
-    stops every engine not yet taken).
+    1 when parallel start is off, for fewer than two engines, and on a GPU machine (GPU
+    engines each claim most of the device memory, vLLM 90 %: they cannot all be resident);
+    else as many as fit in host memory (:func:`parallel_start_fits`), at least 1.
+    """
+    if not parallel or n_engines < 2 or hardware_kind != "cpu":
+        return 1
+    fitting = max(k for k in range(1, n_engines + 1) if k == 1 or parallel_start_fits(k, available_bytes))
+    return fitting
+
+
+@dataclass(frozen=True)
+class StartItem:
+    """One engine to start: ``name``, its ``adapter`` and ``config``; ``starts_process`` False
+    (an external endpoint) = launched at its turn in the caller's thread, outside the slots."""
+
+    name: str
+    adapter: Any
+    config: LaunchConfig
+    starts_process: bool = True
+
+
+class EngineStarter:
+    """Starts a run's engines, at most ``slots`` ahead of their turn, frozen until it.
+
+    ``items``: the engines in run order; ``console``: a rich Console for progress. Call
+    :meth:`begin` (returns at once: the caller may build the workload meanwhile), then
+    :meth:`take` per engine in order, and always :meth:`close` (it stops every engine not yet
+    taken). An engine's start-up failure is raised by its :meth:`take`, not before.
     """
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, items: list[StartItem], slots: int = 1) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
         self.console = console
+        self.slots = slots
         self.cancel = threading.Event()
+        self._items = {it.name: it for it in items}
+        self._queue = [it.name for it in items if it.starts_process]  # not started yet, in run order
         self._lock = threading.Lock()
         self._stacks: dict[str, ExitStack] = {}
         self._ready: dict[str, tuple[Endpoint, float]] = {}
         self._errors: dict[str, EngineError] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._futures: list[Future] = []
+        self._futures: dict[str, Future] = {}
+        self._overlapped: set[str] = set()  # engines whose start-up ran alongside another's
+        self._in_use = 0  # engines taken and not yet stopped (the one being measured)
+        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="engine-start")
 
-    def _start_one(self, name: str, adapter: Any, config: LaunchConfig, t0: float) -> None:
+    # -- starting ------------------------------------------------------------------------
+    def _start_one(self, item: StartItem, t0: float) -> None:
         """Thread body: launch, freeze once healthy, report; a failure is kept for :meth:`take`."""
         stack = ExitStack()
         try:
-            ep = stack.enter_context(adapter.launch(replace(config, cancel=self.cancel)))
+            ep = stack.enter_context(item.adapter.launch(replace(item.config, cancel=self.cancel)))
             elapsed = time.monotonic() - t0
             if ep.pause is not None:
                 ep.pause()
         except Exception as exc:  # any failure of one start fails that engine, not the run
             stack.close()
-            err = exc if isinstance(exc, EngineError) else EngineError(f"{name}: start-up failed: {type(exc).__name__}: {exc}")
+            err = exc if isinstance(exc, EngineError) else EngineError(f"{item.name}: start-up failed: {type(exc).__name__}: {exc}")
             with self._lock:
-                self._errors[name] = err
+                self._errors[item.name] = err
             if not self.cancel.is_set():
-                self.console.print(f"  [red]{escape(name)}[/]: failed to start — {escape(str(err))}")
+                self.console.print(f"  [red]{escape(item.name)}[/]: failed to start — {escape(str(err))}")
             return
         except BaseException:
             stack.close()
             raise
         with self._lock:
-            self._stacks[name] = stack
-            self._ready[name] = (ep, elapsed)
-        self.console.print(f"  {escape(name)}: ready in {elapsed:.1f} s (frozen until its turn)")
+            self._stacks[item.name] = stack
+            self._ready[item.name] = (ep, elapsed)
+        if self.slots > 1:
+            self.console.print(f"  {escape(item.name)}: ready in {elapsed:.1f} s (frozen until its turn)")
 
-    def begin(self, items: list[tuple[str, Any, LaunchConfig]]) -> None:
-        """Start every ``(name, adapter, launch config)`` at once, each in its own thread, and
-        return at once: the caller may do other work, then :meth:`wait`."""
-        if not items:
+    def _fill(self) -> None:
+        """Start queued engines while fewer than ``slots`` are started, starting or in use."""
+        with self._lock:
+            held = len(self._ready) + self._in_use + sum(not f.done() for f in self._futures.values())
+            batch = []
+            while self._queue and held < self.slots:
+                batch.append(self._items[self._queue.pop(0)])
+                held += 1
+            running = {n for n, f in self._futures.items() if not f.done()}
+        if not batch:
             return
-        names = ", ".join(n for n, _, _ in items)
-        self.console.print(f"Starting {len(items)} engines in parallel ({escape(names)}); "
-                           "each is frozen once ready until its turn …")
+        if len(batch) + len(running) > 1:
+            self._overlapped.update(running | {it.name for it in batch})
+            names = escape(", ".join(it.name for it in batch))
+            self.console.print(f"Starting {len(batch)} engines in parallel ({names}); each is frozen once ready until its turn …"
+                               if len(batch) > 1 else f"Starting {names} ahead of its turn (frozen once ready) …")
         t0 = time.monotonic()
-        self._pool = ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="engine-start")
-        self._futures = [self._pool.submit(self._start_one, name, adapter, cfg, t0) for name, adapter, cfg in items]
+        for it in batch:
+            self._futures[it.name] = self._pool.submit(self._start_one, it, t0)
+
+    def begin(self) -> None:
+        """Start the first ``slots`` engines, each in its own thread, and return at once."""
+        self._fill()
 
     def wait(self) -> None:
-        """Block until every engine of :meth:`begin` is healthy (and frozen) or has failed.
-        A failure is kept and raised by :meth:`take`.
+        """Block until every start in progress is healthy (and frozen) or has failed.
 
         On KeyboardInterrupt: abandons the start-ups in progress, stops what had started, re-raises.
         """
-        pending = set(self._futures)
+        pending = {f for f in self._futures.values() if not f.done()}
         try:
             while pending:
                 # short waits: a Ctrl-C is seen within 0.5 s whatever the platform's lock semantics
@@ -117,10 +165,15 @@ class ParallelStarter:
             self.close()
             raise
 
-    def start(self, items: list[tuple[str, Any, LaunchConfig]]) -> None:
-        """:meth:`begin` then :meth:`wait`."""
-        self.begin(items)
-        self.wait()
+    # -- turns ---------------------------------------------------------------------------
+    def parallel(self, name: str) -> bool:
+        """True when ``name``'s start-up ran alongside another engine's."""
+        return name in self._overlapped
+
+    def failed(self, name: str) -> bool:
+        """True when ``name``'s start failed (its error is raised by :meth:`take`)."""
+        with self._lock:
+            return name in self._errors
 
     def holds(self, name: str) -> bool:
         """True when ``name`` was started here (ready or failed) and not yet taken."""
@@ -129,35 +182,54 @@ class ParallelStarter:
 
     @contextmanager
     def take(self, name: str) -> Iterator[tuple[Endpoint, float]]:
-        """Thaw engine ``name`` and yield ``(endpoint, start-up seconds)``; stop it on exit.
+        """Engine ``name``'s turn: yield ``(endpoint, start-up seconds)``; stop it on exit.
 
-        Raises the :class:`EngineError` of a failed start, or one when the engine died or
-        stopped answering while it waited; KeyError for an engine that was never started.
+        Starts it (and whatever else now fits in the slots) if not started, waits for every
+        start in progress, thaws it. Raises the :class:`EngineError` of a failed start, or one
+        when the engine died or stopped answering while it waited; KeyError for a name that
+        is not one of the items.
         """
+        item = self._items[name]
+        if not item.starts_process:
+            t0 = time.monotonic()
+            with item.adapter.launch(item.config) as ep:
+                yield ep, time.monotonic() - t0
+            return
+        with self._lock:
+            if name in self._queue:  # its turn came before a slot did: first in line now
+                self._queue.remove(name)
+                self._queue.insert(0, name)
+        self._fill()
+        self.wait()
         with self._lock:
             if name in self._errors:
                 raise self._errors.pop(name)
             ep, startup_s = self._ready.pop(name)
             stack = self._stacks.pop(name)
-        with stack:
-            if ep.resume is not None:
-                ep.resume()
-            yield ep, startup_s
+            self._in_use += 1
+        try:
+            with stack:
+                if ep.resume is not None:
+                    ep.resume()
+                yield ep, startup_s
+        finally:
+            with self._lock:
+                self._in_use -= 1
 
     def close(self) -> None:
         """Abandon start-ups still in progress and stop every engine still held (thawed
         first, so it can shut down cleanly). Ctrl-C and SIGTERM are held off meanwhile (in
         the main thread): a second Ctrl-C must not leave a half-stopped engine behind."""
         with _signals_held():
-            pending = [f for f in self._futures if not f.done()]
+            pending = [f for f in self._futures.values() if not f.done()]
             with self._lock:
+                self._queue.clear()
                 held = len(self._stacks)
             if pending or held:
                 self.console.print(f"Stopping {len(pending) + held} engine(s) …")
-            if self._pool is not None:
-                if pending:
-                    self.cancel.set()
-                self._pool.shutdown(wait=True, cancel_futures=True)
+            if pending:
+                self.cancel.set()
+            self._pool.shutdown(wait=True, cancel_futures=True)
             with self._lock:
                 stacks = list(self._stacks.values())
                 self._stacks.clear()
@@ -165,11 +237,6 @@ class ParallelStarter:
                 self._errors.clear()
             for stack in stacks:
                 stack.close()
-
-    def failed(self, name: str) -> bool:
-        """True when ``name``'s start failed (its error is raised by :meth:`take`)."""
-        with self._lock:
-            return name in self._errors
 
 
 @contextmanager

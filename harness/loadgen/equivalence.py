@@ -129,7 +129,8 @@ def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_di
         if console is not None:
             console.print(f"checking {adapter.name} ...")
         cfg = LaunchConfig(model_dir=Path(model_dir), run_dir=Path(run_dir), threads=threads,
-                           engine_args=(engine_args or {}).get(adapter.name, {}), startup_timeout_s=startup_timeout_s)
+                           engine_args=(engine_args or {}).get(adapter.name, {}), startup_timeout_s=startup_timeout_s,
+                           probe=probe)  # probed once, just above
         try:
             with adapter.launch(cfg) as ep:
                 entry["display_name"] = ep.display_name

@@ -1,0 +1,59 @@
+"""The run's engine plan: each engine decided once, before anything starts.
+
+An :class:`EnginePlan` holds what the rest of the run needs to know about one engine: its
+adapter, its declared capabilities (recorded, never scored as facts), the one probe result
+(carried in the launch config, so the launch does not probe again), the launch config, and
+the hardware kind the run detected once. The orchestrator builds the plans, hands them to
+the :class:`~harness.app.startup.EngineStarter` and measures them in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import LaunchConfig, ProbeResult
+
+from harness.app.startup import StartItem
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """One engine of the run: ``name``, ``adapter``, ``capabilities`` (the adapter's declared
+    :class:`~adapters.base.Capabilities` as a dict), ``probe`` (taken once), ``launch`` (its
+    :class:`LaunchConfig`, the probe included) and ``hardware_kind`` (``"nvidia"|"amd"|"cpu"``)."""
+
+    name: str
+    adapter: Any
+    capabilities: dict[str, Any]
+    probe: ProbeResult
+    launch: LaunchConfig
+    hardware_kind: str
+
+    @property
+    def available(self) -> bool:
+        return self.probe.available
+
+    @property
+    def starts_process(self) -> bool:
+        """True when the harness starts (and may pause) this engine's server process."""
+        return bool(getattr(self.adapter, "starts_process", False))
+
+    def start_item(self) -> StartItem:
+        return StartItem(self.name, self.adapter, self.launch, self.starts_process)
+
+
+def capabilities_of(adapter: Any) -> dict[str, Any]:
+    """The adapter's declared capabilities as a JSON-safe dict ({} when it declares none)."""
+    caps = getattr(adapter, "capabilities", None)
+    return dataclasses.asdict(caps) if caps is not None else {}
+
+
+def plan_engine(adapter: Any, launch: LaunchConfig, hardware_kind: str) -> EnginePlan:
+    """Probe ``adapter`` once (with the launch's engine args where the adapter reads them,
+    e.g. ``tensorrt_llm:trtllm_serve=PATH``) and return its plan."""
+    probe_for_launch = getattr(adapter, "probe_for_launch", None)
+    probe = probe_for_launch(launch) if probe_for_launch is not None else adapter.probe()
+    return EnginePlan(name=adapter.name, adapter=adapter, capabilities=capabilities_of(adapter), probe=probe,
+                      launch=dataclasses.replace(launch, probe=probe), hardware_kind=hardware_kind)
