@@ -208,6 +208,11 @@ class Metrics(Artefact):
 
     Units: ``*_ms`` ms, ``*_throughput`` tokens/s (``request_throughput`` requests/s),
     ``duration_s`` s, rates requests/s (sessions/s for agentic first turns).
+    ``requested_rate``: the rate asked for (None = no rate limit, or a run from before it was
+    recorded); ``offered_rate``: the rate the start schedule offers, which the achieved one is
+    checked against (equal to the requested rate since drawn schedules are rescaled to it;
+    older runs hold the raw draw's rate there); ``achieved_rate``: first sends,
+    ``(n-1) / (last - first)``.
     """
 
     requests_sent: int = 0
@@ -232,6 +237,7 @@ class Metrics(Artefact):
     offered_rate: float | None = None
     achieved_rate: float | None = None
     rate_valid: bool | None = None
+    requested_rate: float | None = None
     sessions: SessionMetrics | None = None
     per_turn: dict[str, TurnMetrics] | None = None
     goodput: Goodput | None = None
@@ -349,11 +355,13 @@ class ModelSummary(Artefact):
 
 
 class Validity(Artefact):
-    """Per engine: was the offered load achieved, and how were tokens counted."""
+    """Per engine: was the offered load achieved, and how were tokens counted
+    (``requested_rate``: the rate asked for; None when not recorded)."""
 
     offered_rate: float | None = None
     achieved_rate: float | None = None
     rate_valid: bool | None = None
+    requested_rate: float | None = None
     output_tokens_estimated: int = 0
     output_token_drift: float | None = None
     input_token_drift: float | None = None

@@ -1,6 +1,7 @@
 """Arrival processes: exact schedules for degenerate cases, mean rate and CV within statistical
 tolerance for the random ones (fixed seeds, 40k samples: the standard error of the mean gap
-is CV/sqrt(n) <= 1%, tolerances are 4-8%)."""
+is CV/sqrt(n) <= 1%, tolerances are 4-8%), and the rescale that makes a drawn schedule offer
+exactly the requested rate while keeping the draw's shape."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from workloads.arrivals import ArrivalError, arrival_offsets, scale_timestamps, windowed_rate_offsets
+from workloads.stats import schedule_rate
 
 N = 40_000
 
@@ -45,6 +47,52 @@ def test_offsets_are_ascending_and_deterministic():
     assert a == arrival_offsets(100, rate=3.0, burstiness=0.5, seed=7)
     assert a != arrival_offsets(100, rate=3.0, burstiness=0.5, seed=8)
     assert all(x < y for x, y in zip(a, a[1:]))
+
+
+def test_drawn_schedule_offers_exactly_the_requested_rate():
+    # --request-rate 2, 32 requests, seed 0: the raw Poisson draw offers 1.71 req/s
+    raw = arrival_offsets(32, rate=2.0, seed=0, rescale=False)
+    assert schedule_rate(raw) == pytest.approx(1.708566409466856, rel=1e-12)
+    off = arrival_offsets(32, rate=2.0, seed=0)
+    # by the metrics' own formula, (n-1) / (last - first): the requested rate
+    assert schedule_rate(off) == pytest.approx(2.0, abs=1e-9)
+    assert (len(off) - 1) / (off[-1] - off[0]) == pytest.approx(2.0, abs=1e-9)
+    # the shape is the draw's: every gap (the lead gap before the first arrival included)
+    # is the raw gap times one factor (to the float error of differencing cumulative offsets)
+    ratio = gaps(off) / gaps(raw)
+    assert ratio == pytest.approx(np.full(32, 1.708566409466856 / 2.0), rel=1e-9)
+    assert off[0] > 0 and off[0] == pytest.approx(raw[0] * ratio[0])
+
+
+@pytest.mark.parametrize("process,burstiness", [("poisson", 1.0), ("gamma", 0.25), ("gamma", 4.0)])
+@pytest.mark.parametrize("n,rate", [(2, 0.5), (4, 0.5), (32, 2.0), (1000, 7.0)])
+def test_rescale_hits_the_rate_for_every_draw(process, burstiness, n, rate):
+    for seed in range(5):
+        off = arrival_offsets(n, rate=rate, burstiness=burstiness, seed=seed, process=process)
+        assert schedule_rate(off) == pytest.approx(rate, abs=1e-9)
+        assert np.all(np.diff(off) >= 0) and off[0] > 0
+
+
+def test_burstiness_still_sets_the_gaps_cv():
+    def cv(burstiness: float) -> float:
+        g = np.diff(arrival_offsets(2000, rate=3.0, burstiness=burstiness, seed=11))
+        return float(g.std() / g.mean())
+
+    bursty, poisson, regular = cv(0.25), cv(1.0), cv(4.0)
+    assert bursty == pytest.approx(2.0, rel=0.15) and poisson == pytest.approx(1.0, rel=0.1)
+    assert regular == pytest.approx(0.5, rel=0.1) and bursty > poisson > regular
+    # the rescale leaves the CV exactly as drawn (one factor for every gap)
+    raw = np.diff(arrival_offsets(2000, rate=3.0, burstiness=0.25, seed=11, rescale=False))
+    assert float(raw.std() / raw.mean()) == pytest.approx(bursty, rel=1e-9)
+
+
+def test_rescale_edge_cases():
+    assert arrival_offsets(1, rate=4.0, seed=0) == pytest.approx([0.25])  # one arrival: at 1/rate (N/rate)
+    assert arrival_offsets(5, rate=math.inf, seed=0) == [0.0] * 5  # all at once: nothing to rescale
+    # a draw whose gaps underflowed to 0 (burstiness 1e-3, seed 5): vLLM's factor, the last
+    # arrival at n/rate; the arrivals still coincide (no factor can spread them)
+    off = arrival_offsets(3, rate=1.0, burstiness=1e-3, seed=5)
+    assert off == pytest.approx([3.0, 3.0, 3.0]) and math.isinf(schedule_rate(off))
 
 
 @pytest.mark.parametrize(

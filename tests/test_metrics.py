@@ -99,6 +99,26 @@ def test_offered_vs_achieved_rate_flag():
     assert compute_metrics(on_time, offered_rate=math.inf)["rate_valid"] is None
 
 
+def test_requested_rate_is_recorded_and_a_rescaled_schedule_is_achieved_exactly():
+    from workloads.arrivals import arrival_offsets
+
+    # a client that keeps the rescaled schedule (seed 0, 32 requests, 2 req/s) to the
+    # microsecond achieves the requested rate by the metrics' formula: like with like
+    offsets = arrival_offsets(32, rate=2.0, seed=0)
+    kept = [rec(i, round(o * 1000, 3), [round(o * 1000, 3) + 5], 1) for i, o in enumerate(offsets)]
+    m = compute_metrics(kept, offered_rate=2.0)
+    assert m.achieved_rate == pytest.approx(2.0, rel=1e-6) and m.rate_valid is True
+    assert m.offered_rate == 2.0 and m.requested_rate == 2.0  # today's call: requested = offered
+    # the raw draw (1.71 req/s) kept as faithfully would have been flagged against 2 req/s
+    raw = arrival_offsets(32, rate=2.0, seed=0, rescale=False)
+    drawn = [rec(i, round(o * 1000, 3), [round(o * 1000, 3) + 5], 1) for i, o in enumerate(raw)]
+    assert compute_metrics(drawn, offered_rate=2.0).rate_valid is False
+    # an explicit requested rate is recorded as given; no rate limit records none
+    assert compute_metrics(kept, offered_rate=1.9, requested_rate=2.0).requested_rate == 2.0
+    assert compute_metrics(kept, offered_rate=math.inf).requested_rate is None
+    assert compute_metrics(kept).requested_rate is None
+
+
 def test_token_drift_between_usage_and_retokenization():
     records = [rec(0, 0, [1, 2], 10, retok=10), rec(1, 0, [1, 2], 20, retok=18), rec(2, 0, [1, 2], None, retok=7)]
     d = compute_metrics(records)["token_drift"]

@@ -40,4 +40,7 @@ def test_schedule_starts_at_the_first_arrival_and_keeps_the_gaps(kit, monkeypatc
     expected = sorted(base + START_LEAD_NS - int(offsets[0] * 1e9) + int(o * 1e9) for o in offsets)
     assert sched == expected
     assert sched[0] == pytest.approx(base + START_LEAD_NS, abs=1)  # no idle lead-in
+    # the 2 gaps between the first and last due times span 2 / 4 s: the runner offers the
+    # requested 4 req/s (the drawn schedule is rescaled to it; the lead gap is not waited out)
+    assert sched[-1] - sched[0] == pytest.approx(0.5e9, abs=2)
     assert all(rec.success for rec in records)

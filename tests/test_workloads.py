@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.app.model import resolve_model
+from workloads.arrivals import arrival_offsets
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
 from workloads.registry import build_warmup, build_workload, list_workloads
@@ -199,7 +200,10 @@ def test_agentic_default_scale_fits_the_cpu_profile(kit):
     assert 150 <= st["input_tokens"]["p50"] and st["input_tokens"]["max"] <= 1000
     assert 16 <= st["output_tokens"]["mean"] <= 32
     assert st["prefix_reuse_ratio"] > 0.5  # the growing conversation is re-sent every turn
-    assert w.offered_rate == st["offered_rate"] and w.spec["scale"] == 0.1 and w.spec["request_rate"] == 0.5
+    assert w.spec["scale"] == 0.1 and w.spec["request_rate"] == 0.5
+    # 0.5 sessions/s asked for, 0.5 offered (the raw draw of these 4 starts offered 1.44)
+    assert w.requested_rate == w.offered_rate == 0.5
+    assert st["offered_rate"] == pytest.approx(0.5, abs=1e-9) and w.schedule_rate == st["offered_rate"]
     assert "recorded replies" in st["note"]
     json.dumps(w.spec), json.dumps(w.stats)  # manifest-safe
 
@@ -217,6 +221,8 @@ def test_mooncake_hash_ids_map_to_identical_token_blocks(tmp_path, kit):
     w = build_workload("trace", kit, trace=str(p), scale=0.05, time_scale=2.0)
     reqs = [s.request for s in w.sessions]
     assert [s.start_offset_s for s in w.sessions] == pytest.approx([0.0, 0.05, 0.125, 0.125, 0.45])
+    # a trace replays its timestamps, never rescaled: it offers its own rate, nothing was requested
+    assert w.offered_rate == pytest.approx(4 / 0.45) and w.schedule_rate == w.offered_rate and w.requested_rate is None
     B = 26  # round(512 * 0.05)
     blocks = [[r.prompt_token_ids[k * B : (k + 1) * B] for k in range(len(h))] for r, (_, _, h) in zip(reqs, rows)]
     for i, (_, _, hi) in enumerate(rows):
@@ -284,11 +290,32 @@ def test_offered_rate_and_stats_shapes(kit):
     w = build_workload("random", kit, num_requests=200, input_len=8, output_len=2, request_rate=4.0, burstiness=0.5, seed=1)
     starts = sorted(s.start_offset_s for s in w.sessions)
     assert w.offered_rate == pytest.approx(199 / (starts[-1] - starts[0]))  # the schedule's own rate
-    assert w.offered_rate == pytest.approx(4.0, rel=0.3) and w.stats["offered_rate"] == w.offered_rate
+    # ... which is the requested one: the drawn schedule is rescaled to it
+    assert w.offered_rate == w.requested_rate == 4.0 and w.stats["offered_rate"] == pytest.approx(4.0, abs=1e-9)
+    assert w.schedule_rate == w.stats["offered_rate"]
     assert w.spec["request_rate"] == 4.0 and w.spec["burstiness"] == 0.5
     inf = build_workload("random", kit, num_requests=3, input_len=8, output_len=2)
-    assert inf.spec["request_rate"] == "inf" and math.isinf(inf.offered_rate)
-    assert inf.stats["offered_rate"] == "inf"
+    assert inf.spec["request_rate"] == "inf" and math.isinf(inf.offered_rate) and math.isinf(inf.requested_rate)
+    assert inf.stats["offered_rate"] == "inf" and math.isinf(inf.schedule_rate)
+
+
+def test_offered_rate_is_the_requested_rate(kit):
+    # --request-rate 2, 32 requests, seed 0: the raw Poisson draw offered 1.71 req/s; now 2.00
+    w = build_workload("random", kit, num_requests=32, input_len=8, output_len=2, request_rate=2.0, seed=0)
+    starts = sorted(s.start_offset_s for s in w.sessions)
+    assert (len(starts) - 1) / (starts[-1] - starts[0]) == pytest.approx(2.0, abs=1e-9)  # the metrics' formula
+    assert w.requested_rate == w.offered_rate == 2.0 and w.schedule_rate == pytest.approx(2.0, abs=1e-9)
+    # the shape is the raw draw's: gaps proportional to it (ratio constant)
+    raw = arrival_offsets(32, rate=2.0, seed=0, rescale=False)
+    ratio = np.diff(np.concatenate([[0.0], starts])) / np.diff(np.concatenate([[0.0], raw]))
+    assert ratio == pytest.approx(np.full(32, ratio[0]), rel=1e-9) and ratio[0] == pytest.approx(1.7085664 / 2, rel=1e-6)
+    # the same for every non-trace kind and for a gamma draw; agentic session starts too
+    bursty = build_workload("chat", kit, num_requests=20, request_rate=3.0, burstiness=0.3, seed=4)
+    assert bursty.offered_rate == 3.0 and bursty.schedule_rate == pytest.approx(3.0, abs=1e-9)
+    agentic = build_workload("agentic", kit, num_requests=40, request_rate=0.25, seed=2, with_stats=False)
+    starts = sorted(s.start_offset_s for s in agentic.sessions)
+    assert len(starts) > 2 and (len(starts) - 1) / (starts[-1] - starts[0]) == pytest.approx(0.25, abs=1e-9)
+    assert agentic.offered_rate == agentic.requested_rate == 0.25
 
 
 def test_cli_lists_and_shows(monkeypatch):

@@ -281,6 +281,7 @@ def build_agentic_sessions(spec: AgenticSpec, kit: TokenKit) -> list[AgenticSess
             budget -= len(stem) + sum(len(x) for x in branches)
         k += 1
 
+    # session starts: drawn, then rescaled to offer exactly request_rate sessions/s
     offsets = arrival_offsets(
         len(plans), rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival
     )

@@ -16,9 +16,30 @@ Processes (``process=``):
 - ``rate = inf``: every offset is 0 (all requests at once; use the runner's
   ``max_concurrency`` for a closed loop).
 
+**The offered load is the requested load.** A drawn (gamma/Poisson) schedule is rescaled
+so that it offers exactly ``rate``: every drawn gap is multiplied by one factor, so the
+draw's shape (the gaps' proportions, hence their CV and burst pattern) is kept and only its
+time unit changes. vLLM (``vllm bench serve``) does the same: without the rescale, the rate
+of ``n`` drawn arrivals is off by about ``1/sqrt(n-1)`` (18 % at 32 requests; ``--request-rate
+2`` with 32 requests and seed 0 drew 1.71 req/s, the default 4-session agentic run at 0.5
+sessions/s drew 1.44).
+vLLM makes its ``N`` cumulative gaps, counted from the start including the lead gap
+before the first request, sum to ``N/rate``. Here the ``N - 1`` gaps *between the first and
+the last arrival* sum to ``(N - 1)/rate``, so that :func:`workloads.stats.schedule_rate`
+``(n-1) / (last - first)`` — the formula ``harness.metrics`` uses for the achieved rate —
+gives ``rate`` exactly (to float error): achieved vs offered then compares like with like,
+and the runner, which starts its clock at the first arrival (the lead gap is never waited
+out), really offers ``rate``. Both conventions make the mean counted gap ``1/rate`` and the
+schedule span about ``N/rate`` from the start; vLLM's, read by the metrics' formula, would
+still miss the rate on short schedules (the default agentic run: 0.62 instead of 0.5
+sessions/s) because its lead gap is part of the sum. One arrival has no gap between
+arrivals: it is put at ``1/rate`` (vLLM's ``N/rate`` for ``N = 1``). ``rescale=False`` gives
+the raw draw.
+
 Trace timestamps are not a process here: the trace workloads turn recorded timestamps into
-offsets themselves (divided by their ``time_scale``); :func:`scale_timestamps` is the shared
-helper.
+offsets themselves (divided by their ``time_scale``) and are never rescaled (their offered
+rate is the trace's); :func:`scale_timestamps` is the shared helper, and
+:func:`windowed_rate_offsets` (ServeGen's rate windows) is a trace replay too.
 """
 
 from __future__ import annotations
@@ -36,14 +57,18 @@ class ArrivalError(ValueError):
 
 
 def arrival_offsets(
-    n: int, *, rate: float, burstiness: float = 1.0, seed: int, process: str = "gamma"
+    n: int, *, rate: float, burstiness: float = 1.0, seed: int, process: str = "gamma", rescale: bool = True
 ) -> list[float]:
     """Offsets (seconds from start, ascending, length ``n``) of ``n`` arrivals.
 
-    ``rate``: mean arrivals per second (``> 0``; ``inf`` → all offsets 0).
+    ``rate``: the requested mean arrival rate per second (``> 0``; ``inf`` → all offsets 0).
     ``burstiness``: gamma shape ``k`` (``> 0``; ignored by ``"poisson"`` and ``"constant"``).
     ``seed``: numpy ``default_rng`` seed; the same arguments always give the same offsets.
     ``process``: one of :data:`PROCESSES` (see the module docstring for the formulas).
+    ``rescale``: scale a drawn schedule (gamma/Poisson) by one factor so that
+    ``(n-1) / (last - first) == rate`` (``n >= 2``; one arrival lands at ``1/rate``), keeping the
+    gaps' proportions — see "The offered load is the requested load" in the module
+    docstring. ``False``: the raw draw, whose rate is only ``rate`` on average.
 
     Raises :class:`ArrivalError` (a ``ValueError``) for ``n < 0``, ``rate <= 0`` or NaN,
     ``burstiness <= 0`` or an unknown process.
@@ -61,12 +86,26 @@ def arrival_offsets(
     if math.isinf(rate):
         return [0.0] * n
     if process == "constant":
-        gaps = np.full(n, 1.0 / rate)
-    else:
-        shape = 1.0 if process == "poisson" else burstiness
-        rng = np.random.default_rng(seed)
-        gaps = rng.gamma(shape=shape, scale=1.0 / (rate * shape), size=n)
-    return np.cumsum(gaps).tolist()
+        return (np.arange(1, n + 1, dtype=np.float64) / rate).tolist()  # exactly the rate already
+    shape = 1.0 if process == "poisson" else burstiness
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum(rng.gamma(shape=shape, scale=1.0 / (rate * shape), size=n))
+    return (offsets * _rescale_factor(offsets, rate)).tolist() if rescale else offsets.tolist()
+
+
+def _rescale_factor(offsets: np.ndarray, rate: float) -> float:
+    """The one factor that makes the drawn ``offsets`` offer ``rate``: the ``n-1`` gaps between
+    the first and last arrival then sum to ``(n-1)/rate``; one arrival lands at ``1/rate``.
+    Degenerate draws (gaps that underflowed to 0, possible at a very small burstiness): when
+    every arrival after the first drew a zero gap, vLLM's factor (the last offset at ``n/rate``);
+    when every gap is 0, no scaling (the schedule is all at once either way)."""
+    n = len(offsets)
+    span = float(offsets[-1] - offsets[0])
+    if n >= 2 and span > 0:
+        return ((n - 1) / rate) / span
+    if offsets[-1] > 0:
+        return (n / rate) / float(offsets[-1])
+    return 1.0
 
 
 def scale_timestamps(timestamps_s: Sequence[float], time_scale: float) -> list[float]:

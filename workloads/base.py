@@ -56,7 +56,8 @@ class Session(Protocol):
     """A chain of dependent requests.
 
     ``start_offset_s``: seconds after the measured phase starts at which the first turn is due
-    (from the workload's arrival process).
+    (from the workload's arrival process, rescaled to offer the requested rate; or a trace's
+    timestamp).
     """
 
     session_id: str
@@ -95,8 +96,21 @@ class SingleRequestSession:
 class Workload:
     """A generated workload: sessions plus what the manifest needs to reproduce it.
 
-    ``offered_rate``: offered session-start rate in sessions/s (``inf`` = all at once, None =
-    closed loop); ``max_concurrency``: closed-loop cap on in-flight requests (None = open loop);
+    Rates are session starts per second (requests/s for single-turn workloads; ``inf`` = all
+    at once):
+
+    - ``requested_rate``: the rate asked for (``--request-rate`` / the spec's
+      ``request_rate``); None for a trace replay, whose rate is the trace's own.
+    - ``offered_rate``: the rate the schedule offers, which the metrics compare the achieved
+      rate with (None = closed loop). A drawn schedule is rescaled to offer the requested
+      rate exactly (:mod:`workloads.arrivals`), so for every non-trace workload this *is*
+      ``requested_rate`` (the same float: conditions at one requested rate group together);
+      for a trace it is ``schedule_rate``.
+    - ``schedule_rate``: the generated start schedule's own rate, ``(n-1) / (last start -
+      first start)`` (:func:`workloads.stats.schedule_rate`, the formula the metrics use for
+      the achieved rate): equals ``requested_rate`` to float error for a drawn schedule.
+
+    ``max_concurrency``: closed-loop cap on in-flight requests (None = open loop);
     ``spec``: the full, JSON-serialisable spec (including seed and scale) for the manifest;
     ``stats``: summary statistics (counts, length distributions, prefix-reuse ratio).
     """
@@ -107,3 +121,5 @@ class Workload:
     offered_rate: float | None = float("inf")
     max_concurrency: int | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    requested_rate: float | None = None
+    schedule_rate: float | None = None

@@ -108,11 +108,14 @@ def build_workload(
     ``with_stats``: compute ``Workload.stats`` (an offline dry run, ~0.1 s for the default agentic).
 
     Returns a :class:`Workload` with ``spec`` (every parameter, seed and scale, JSON-safe:
-    inf → "inf"; the nominal rate is ``spec["request_rate"]``), ``offered_rate`` (sessions/s
-    of the generated start schedule, ``(n-1)/(last start - first start)``, the formula the
-    metrics use for the achieved rate; inf = all at once), ``max_concurrency`` and
-    ``stats``. Raises :class:`WorkloadError` (a ``ValueError``; one line naming the fix) for an
-    unknown name, bad values, or malformed data/spec files.
+    inf → "inf"; the requested rate is ``spec["request_rate"]``), ``requested_rate`` (that
+    rate; None for a trace), ``offered_rate`` (sessions/s the schedule offers: the requested
+    rate, since drawn schedules are rescaled to it — vLLM's convention, see
+    :mod:`workloads.arrivals`; a trace's own rate), ``schedule_rate`` (the generated start
+    schedule's ``(n-1)/(last start - first start)``, the formula the metrics use for the
+    achieved rate; equal to the requested rate to float error except for a trace; inf = all at
+    once), ``max_concurrency`` and ``stats``. Raises :class:`WorkloadError` (a ``ValueError``;
+    one line naming the fix) for an unknown name, bad values, or malformed data/spec files.
     """
     if isinstance(name, WorkloadOptions):
         if options:
@@ -131,10 +134,12 @@ def build_workload(
         raise WorkloadError(str(exc)) from None
     if not sessions:
         raise WorkloadError(f"the {name} workload produced no requests: raise --num-requests or check the trace")
-    # The generated schedule's rate (not the nominal one: with few sessions a Poisson draw is
-    # far from it), so the metrics' achieved-vs-offered check measures the client only.
-    nominal = None if name == "trace" else spec.request_rate
-    offered = schedule_rate([s.start_offset_s for s in sessions], nominal)
+    # Drawn schedules are rescaled to offer the requested rate exactly (by the metrics' own
+    # formula), so the offered rate is the requested one: the same float for every seed, and
+    # the achieved-vs-offered check measures the client only. A trace offers its own rate.
+    requested = None if name == "trace" else spec.request_rate
+    drawn = schedule_rate([s.start_offset_s for s in sessions], requested)
+    offered = drawn if requested is None else requested
     manifest = spec.manifest()
     manifest["tokenizer"] = getattr(kit.tokenizer, "name_or_path", type(kit.tokenizer).__name__)
     if kit.exclude_token_ids:
@@ -149,6 +154,8 @@ def build_workload(
         offered_rate=offered,
         max_concurrency=spec.max_concurrency,
         stats=stats,
+        requested_rate=requested,
+        schedule_rate=drawn,
     )
 
 

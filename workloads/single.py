@@ -73,7 +73,8 @@ def make_request(
 
 
 def sessions_at_offsets(requests: list[RequestSpec], spec: WorkloadSpec) -> list[SingleRequestSession]:
-    """One session per request, due at the spec's arrival process offsets (seeded by ``spec.seed``)."""
+    """One session per request, due at the spec's arrival process offsets (seeded by
+    ``spec.seed``; a drawn schedule rescaled to offer exactly ``spec.request_rate``)."""
     offsets = arrival_offsets(
         len(requests), rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival
     )

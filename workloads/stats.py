@@ -13,7 +13,9 @@ recorded reply, others get ``""``. Statistics:
   unbounded, token-granular prefix cache;
 - ``offered_rate``: session starts per second of the generated schedule,
   ``(n-1) / (last start - first start)`` (``inf`` when all start together; see
-  :func:`schedule_rate`), ``offered_request_rate``: requests / simulated duration.
+  :func:`schedule_rate`): the requested rate, to float error, for every drawn schedule
+  (rescaled to it, :mod:`workloads.arrivals`), the trace's own rate for a trace;
+  ``offered_request_rate``: requests / simulated duration.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ def simulate(sessions: Sequence[Session]) -> list[tuple[float, RequestSpec]]:
 def schedule_rate(offsets: Sequence[float], nominal: float | None = None) -> float:
     """Rate (per s) of a start schedule: ``(n-1) / (last - first)``, the formula
     ``harness.metrics`` uses for the achieved rate, so achieved vs offered measures only how
-    well the client kept the schedule. ``inf`` when all start together; ``nominal`` (or inf)
-    when there are fewer than 2 starts."""
+    well the client kept the schedule. A drawn schedule is rescaled so that this equals the
+    requested rate (:func:`workloads.arrivals.arrival_offsets`). ``inf`` when all start
+    together; ``nominal`` (or inf) when there are fewer than 2 starts."""
     if len(offsets) < 2:
         return nominal if nominal is not None else math.inf
     span = max(offsets) - min(offsets)

@@ -110,13 +110,21 @@ def compute_metrics(
     records: Sequence[RequestRecord],
     slos: Sequence[SLO] = (),
     offered_rate: float | None = None,
+    requested_rate: float | None = None,
 ) -> Metrics:
     """The ``engines.<name>.metrics`` object of ``summary.json`` for one engine's records.
 
     ``offered_rate`` (req/s; ``inf`` or None = no open-loop target) is compared with the
-    achieved arrival rate of the first turns (requests with ``turn_id`` in (None, 0)); outside
-    ±5 % sets ``rate_valid = False``. Units: ``*_ms`` in ms, ``*_throughput`` in tokens/s,
-    ``request_throughput``/``goodput`` in requests/s, ``duration_s`` in s.
+    achieved arrival rate of the first turns (requests with ``turn_id`` in (None, 0)),
+    ``(n-1) / (last send - first send)``; outside ±5 % sets ``rate_valid = False``. The
+    offered rate is the start schedule's rate by that same formula (``Workload.offered_rate``:
+    a drawn schedule is rescaled so that it equals the requested rate; a trace's own rate), so
+    the check compares like with like and measures only how well the client kept the schedule.
+    ``requested_rate``: the rate asked for, recorded as ``Metrics.requested_rate`` (None when
+    infinite); None → ``offered_rate``, which is the requested rate for every drawn schedule
+    (for a trace replay: the trace's rate, what replaying it asks for). Units: ``*_ms`` in ms,
+    ``*_throughput`` in tokens/s, ``request_throughput``/``goodput`` in requests/s,
+    ``duration_s`` in s.
     """
     measured = [r for r in records if r.phase == "measured"]
     ok = [r for r in measured if r.success]
@@ -171,6 +179,8 @@ def compute_metrics(
     firsts = sorted(r.send_ns for r in sent if r.turn_id in (None, 0))  # type: ignore[misc]
     achieved = _rate(len(firsts), firsts[0], firsts[-1]) if firsts else None
     metrics["offered_rate"] = None if offered_rate is None or math.isinf(offered_rate) else offered_rate
+    requested = offered_rate if requested_rate is None else requested_rate
+    metrics["requested_rate"] = None if requested is None or math.isinf(requested) else requested
     metrics["achieved_rate"] = achieved
     if metrics["offered_rate"] and achieved is not None:
         metrics["rate_valid"] = abs(achieved - offered_rate) / offered_rate <= RATE_TOLERANCE  # type: ignore[operator]

@@ -3,18 +3,62 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Sequence
 
 from harness.metrics import SLO
+
+if TYPE_CHECKING:
+    from .gather import Measurement
 
 METRIC_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E latency", "itl": "ITL"}
 
 
-def condition_label(condition: tuple[str, float]) -> str:
-    """``("chat", 4.0)`` → ``"chat at 4 req/s"``; agentic rates are session starts
-    (``"agentic at 0.753 sessions/s"``); an infinite rate → ``"at max load"``."""
+def rate_text(value: float) -> str:
+    """A rate for a sentence: 2 decimals (``0.5`` → ``"0.50"``), 2 significant digits below 0.1."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+
+
+def condition_label(condition: tuple[str, float], repeats: Sequence[Measurement] | None = None) -> str:
+    """The condition for a sentence; an infinite rate → ``"chat at max load (no rate limit)"``.
+
+    Without ``repeats``: the short form, ``("chat", 4.0)`` → ``"chat at 4 req/s"`` (agentic
+    rates are session starts: ``"agentic at 0.5 sessions/s"``).
+
+    With the condition's ``repeats`` (its measurements): the requested load and the achieved
+    one, ``"agentic at 0.50 sessions/s requested (0.49 achieved)"``; several repeats give the
+    achieved range (``"(0.48–0.50 achieved)"``), none measured ``"(achieved not measured)"``.
+    The condition's rate is the offered rate, which is the requested one since drawn schedules
+    are rescaled to it (``workloads.arrivals``); runs that did not record a requested rate
+    (older runs, whose offered rate was the raw draw's) read ``"offered"`` instead, and a trace
+    replay ``"(the trace's own rate; … achieved)"``.
+    """
     workload, rate = condition
     unit = "sessions/s" if workload == "agentic" else "req/s"
-    return f"{workload} at {rate:.3g} {unit}" if math.isfinite(rate) else f"{workload} at max load (no rate limit)"
+    if not math.isfinite(rate):
+        return f"{workload} at max load (no rate limit)"
+    if repeats is None:
+        return f"{workload} at {rate:.3g} {unit}"
+    achieved = sorted(float(m.achieved_rate) for m in repeats if m.achieved_rate is not None)
+    if not achieved:
+        achieved_text = "achieved not measured"
+    else:
+        low, high = rate_text(achieved[0]), rate_text(achieved[-1])
+        achieved_text = f"{low} achieved" if low == high else f"{low}–{high} achieved"
+    if workload == "trace":
+        return f"{workload} at {rate_text(rate)} {unit} (the trace's own rate; {achieved_text})"
+    requested = [r for m in repeats if (r := _requested_rate(m)) is not None]
+    if not repeats or len(requested) < len(repeats):
+        return f"{workload} at {rate_text(rate)} {unit} offered ({achieved_text})"
+    asked = sorted(requested)[len(requested) // 2]  # one value in practice: the condition's
+    if not math.isclose(asked, rate, rel_tol=1e-9):  # a schedule that did not offer what was asked
+        achieved_text = f"{rate_text(rate)} offered, {achieved_text}"
+    return f"{workload} at {rate_text(asked)} {unit} requested ({achieved_text})"
+
+
+def _requested_rate(measurement: Measurement) -> float | None:
+    """The requested rate the run recorded (``Metrics.requested_rate``); None for older runs."""
+    metrics = measurement._summary_metrics
+    return None if metrics is None else metrics.requested_rate
 
 
 def format_weight(value: float) -> str:
