@@ -54,6 +54,7 @@ class RequestRecord(BaseModel):
     turn_id: int | None = None
     branch_id: int | None = None
     phase: str = "measured"  # "warmup" records are stored but never enter metrics
+    repeat: int = 0  # which repeat of the run (``bench run --repeats N``: 0 … N-1) the request belongs to
 
     scheduled_ns: int
     send_ns: int | None = None
@@ -269,8 +270,34 @@ class SkipCause(str, Enum):
     UNAVAILABLE = "unavailable"  # anything else (bad configuration, missing endpoint)
 
 
+class Interval(Artefact):
+    """A headline number with its 95 % confidence interval (``harness.metrics.intervals``).
+
+    ``point``: the statistic (requests pooled over repeats; for rates the median over
+    repeats); ``low``/``high``: the interval (equal to ``point`` when none could be formed);
+    ``n``: repeats (``basis`` "repeats") or requests (``basis`` "requests"); ``method``: how
+    it was formed, in words; ``cv``: coefficient of variation (over repeats when basis is
+    repeats), None when undefined. Units: those of the metric (ms, tokens/s, requests/s).
+    """
+
+    point: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+    method: str = ""
+    basis: str = "requests"
+    cv: float | None = None
+
+
 class EngineResult(Artefact):
-    """One engine's entry in ``summary.json``."""
+    """One engine's entry in ``summary.json``.
+
+    With ``--repeats N`` (N ≥ 2): ``metrics`` is pooled over the repeats (distributions over
+    every request of every repeat; rates over the summed measured time), ``repeats`` holds
+    each repeat's own metrics in repeat order, and ``intervals`` the headline numbers with
+    their confidence intervals (also for one repeat, over requests, where that is possible).
+    """
 
     model_config = ConfigDict(use_enum_values=False)
 
@@ -281,6 +308,8 @@ class EngineResult(Artefact):
     version: str | None = None
     capabilities: dict[str, Any] = Field(default_factory=dict)  # declared by the adapter, never scored as fact
     metrics: Metrics | None = None
+    repeats: list[Metrics] = Field(default_factory=list)
+    intervals: dict[str, Interval] = Field(default_factory=dict)
     engine_metrics: dict[str, Any] = Field(default_factory=dict)  # the engine's own /metrics counters
     wall_s: float | None = None
     startup_s: float | None = None
@@ -322,6 +351,7 @@ class RunSummary(Artefact):
     run_id: str
     workload: str = "unknown"
     slos: dict[str, float] = Field(default_factory=dict)
+    repeats: int = 1  # ``--repeats``: rounds of every engine, interleaved (A B C, A B C)
     engines: dict[str, EngineResult] = Field(default_factory=dict)
     equivalence: Equivalence | None = None
 

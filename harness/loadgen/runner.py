@@ -30,11 +30,13 @@ START_LEAD_NS = 50_000_000  # first measured request is due 50 ms after the sche
 @dataclass
 class RunnerOptions:
     """``max_concurrency``: cap on in-flight requests (None = workload's, else unbounded);
-    ``request_timeout_s``: per-request client timeout; ``keep_text``: store every reply's text."""
+    ``request_timeout_s``: per-request client timeout; ``keep_text``: store every reply's text;
+    ``repeat``: the repeat index stamped on every record (``bench run --repeats``)."""
 
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0
     keep_text: bool = False
+    repeat: int = 0
 
 
 class _Tokenizer:
@@ -94,6 +96,7 @@ class Runner:
             turn_id=req.turn_id,
             branch_id=req.branch_id,
             phase=phase,
+            repeat=self.options.repeat,
             scheduled_ns=scheduled_ns,
             input_tokens_expected=req.input_tokens_expected,
             max_tokens=req.max_tokens,
