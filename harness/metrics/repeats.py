@@ -1,0 +1,124 @@
+"""Repeats of one engine in one run (``bench run --repeats N``) → pooled metrics and the
+headline numbers with their confidence intervals.
+
+- **Pooled metrics** (:func:`pooled_metrics`): distributions (TTFT, TPOT, ITL, E2E latency)
+  over every measured request of every repeat; rates (throughputs, goodput) over the *summed*
+  measured time of the repeats — the time between repeats (other engines' turns, restarts) is
+  not measured time; the achieved arrival rate is the median of the repeats' and the rate is
+  valid only when every repeat's is.
+- **Headline intervals** (:func:`headline_intervals`): per-request metrics by a two-stage
+  bootstrap over repeats then requests (≥ 2 repeats), else over the requests of the one
+  repeat; rates by a bootstrap of the median over the per-repeat values (≥ 2 repeats; with one
+  there is no interval for a rate). ``harness.metrics.intervals`` has the methods and sources.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from results.schema import Interval, Metrics, RequestRecord
+
+from .intervals import bootstrap_ci, headline_interval, median_ci_over_repeats
+from .request import e2el_ms, tpot_ms, ttft_ms
+from .slo import SLO, meets_slos
+from .summary import compute_metrics
+
+# headline key → (per-request value, statistic) for the latency metrics
+LATENCY_HEADLINES: dict[str, tuple[Callable[[RequestRecord], float | None], str]] = {
+    "ttft_ms.p50": (ttft_ms, "median"),
+    "ttft_ms.p99": (ttft_ms, "p99"),
+    "tpot_ms.p50": (tpot_ms, "median"),
+    "tpot_ms.p99": (tpot_ms, "p99"),
+    "e2el_ms.p50": (e2el_ms, "median"),
+    "e2el_ms.p99": (e2el_ms, "p99"),
+}
+RATE_HEADLINES = ("output_throughput", "request_throughput", "goodput.request_goodput")
+RESAMPLES = 1000  # bootstrap resamples per headline number (~10 ms each for 1,000 requests)
+
+
+def by_repeat(records: Sequence[RequestRecord]) -> list[list[RequestRecord]]:
+    """Measured records grouped by ``record.repeat``, in repeat order (empty repeats dropped)."""
+    groups: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        if record.phase == "measured":
+            groups.setdefault(record.repeat, []).append(record)
+    return [groups[k] for k in sorted(groups)]
+
+
+def pooled_metrics(repeats: Sequence[Metrics], records: Sequence[RequestRecord], slos: Sequence[SLO] = (),
+                   offered_rate: float | None = None, requested_rate: float | None = None) -> Metrics:
+    """One engine's metrics over all its repeats (see module docstring); ``repeats``: each
+    repeat's :func:`compute_metrics`, ``records``: the measured records of all of them.
+
+    Raises ValueError for no repeats.
+    """
+    if not repeats:
+        raise ValueError("pooled_metrics needs at least one repeat")
+    if len(repeats) == 1:
+        return repeats[0]
+    pooled = compute_metrics(records, slos, offered_rate, requested_rate)
+    duration = sum(m.duration_s for m in repeats)
+
+    def per_s(total: float) -> float | None:
+        return total / duration if duration > 0 else None
+
+    update = {
+        "duration_s": duration,
+        "request_throughput": per_s(pooled.requests_completed),
+        "output_throughput": per_s(pooled.total_output_tokens),
+        "input_throughput": per_s(pooled.total_input_tokens),
+        "total_token_throughput": per_s(pooled.total_output_tokens + pooled.total_input_tokens),
+    }
+    achieved = [m.achieved_rate for m in repeats if m.achieved_rate is not None]
+    update["achieved_rate"] = float(np.median(achieved)) if achieved else None
+    valid = [m.rate_valid for m in repeats]
+    update["rate_valid"] = None if any(v is None for v in valid) else all(valid)
+    if pooled.goodput is not None:
+        update["goodput"] = pooled.goodput.model_copy(update={"request_goodput": per_s(pooled.goodput.good_requests)})
+    return pooled.model_copy(update=update)
+
+
+def _rate_value(metrics: Metrics, key: str) -> float | None:
+    node: object = metrics
+    for part in key.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return None
+    return float(node) if isinstance(node, (int, float)) else None
+
+
+def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
+                       slos: Sequence[SLO] = (), seed: int = 0) -> dict[str, Interval]:
+    """Each headline number (``ttft_ms.p99``, ``output_throughput`` ...) with its 95 % CI.
+
+    ``repeats``: each repeat's metrics in repeat order; ``records``: their measured records.
+    A number without any value (e.g. TPOT of one-token replies, goodput without SLOs) is
+    left out.
+    """
+    groups = by_repeat(records)
+    out: dict[str, Interval] = {}
+    for key, (value_of, stat) in LATENCY_HEADLINES.items():
+        values = [[v for r in g if r.success and (v := value_of(r)) is not None] for g in groups]
+        values = [v for v in values if v]
+        if not values:
+            continue
+        ci = headline_interval(None, values if len(values) >= 2 else values[0], stat, n_resamples=RESAMPLES, seed=seed)
+        out[key] = Interval(**ci.as_dict())
+    for key in RATE_HEADLINES:
+        per_repeat = [v for m in repeats if (v := _rate_value(m, key)) is not None]
+        if len(per_repeat) >= 2:
+            ci = median_ci_over_repeats(per_repeat, n_resamples=RESAMPLES, seed=seed)
+        elif per_repeat:
+            ci = bootstrap_ci(per_repeat, "median", basis="repeats")  # one repeat: no interval for a rate
+        else:
+            continue
+        out[key] = Interval(**ci.as_dict())
+    if slos and groups:
+        attained = [sum(meets_slos(r, slos) for r in g) / len(g) for g in groups]
+        ci = (median_ci_over_repeats(attained, n_resamples=RESAMPLES, seed=seed) if len(attained) >= 2
+              else bootstrap_ci([float(meets_slos(r, slos)) for r in groups[0]], "mean", n_resamples=RESAMPLES,
+                                seed=seed))
+        out["goodput.slo_attainment"] = Interval(**ci.as_dict())
+    return out
