@@ -88,9 +88,11 @@ class ServerProcess:
     thaw the whole group (SIGSTOP / SIGCONT) so an idle server takes no CPU while another
     engine is measured.
 
-    ``__enter__`` starts and waits for health; raises :class:`EngineError` (message + the last
-    40 log lines in ``log_tail``) when the process exits early or health times out, after
-    stopping it. ``__exit__`` always stops the group; when the server had died on its own during
+    ``__enter__`` starts and waits for health, then records ``startup_s`` (s) and
+    ``processes`` (live processes in the group at that moment: the server plus its workers, a
+    recorded operational fact the scorer's complexity criterion uses); it raises
+    :class:`EngineError` (message + the last 40 log lines in ``log_tail``) when the process
+    exits early or health times out, after stopping it. ``__exit__`` always stops the group; when the server had died on its own during
     the with-block (a crash mid-run) and no other exception is in flight, it raises
     :class:`EngineError` so a crash is never a silent wrong number.
     """
@@ -128,6 +130,7 @@ class ServerProcess:
         self.pgid: int | None = None
         self._stopping = False
         self.startup_s: float | None = None
+        self.processes: int | None = None  # live processes in the group once healthy (a measured fact)
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -293,6 +296,7 @@ class ServerProcess:
         self.start()
         try:
             self.startup_s = self.wait_healthy()
+            self.processes = len(group_members(self.pgid)) if self.pgid is not None else None
         except BaseException:
             self.stop()
             raise

@@ -212,6 +212,7 @@ class ServerAdapter:
                 "engine_args": dict(config.engine_args),
                 "port": port,
                 "startup_s": round(server.startup_s or 0.0, 3),
+                "processes": server.processes,  # live processes in the server's group once healthy
                 **plan.extra_config,
             }
             yield Endpoint(

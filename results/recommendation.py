@@ -58,7 +58,12 @@ class RankedEngine(BaseModel):
     """One surviving engine: ``score`` in [0, 1], ``components`` (criterion → normalized score in
     [0, 1]), ``contributions`` (criterion → wᵢ·sᵢ/Σw, summing to ``score``), ``metrics`` (raw
     values at ``condition``: ``*_ms`` in ms, ``output_throughput`` in tokens/s,
-    ``request_throughput``/``goodput`` in requests/s)."""
+    ``request_throughput``/``goodput`` in requests/s).
+
+    ``reference``: the reference engine, ranked as a yardstick and never the recommendation;
+    ``declared_features``: the serving features its adapter declares — declared, unverified,
+    never scored. Both default so recommendations stored before them still load.
+    """
 
     rank: int
     engine: str
@@ -70,6 +75,8 @@ class RankedEngine(BaseModel):
     condition: str
     repeats: int
     notes: list[str] = Field(default_factory=list)
+    reference: bool = False
+    declared_features: list[str] = Field(default_factory=list)
 
 
 class WeightFlip(BaseModel):
@@ -89,6 +96,10 @@ class Recommendation(BaseModel):
     and :attr:`exit_code` is 1). ``eliminated`` maps engine → one-line reason (including
     skipped/failed/not-measured engines); ``elimination_stage`` maps engine → ``"not measured" |
     "hardware" | "feature" | "memory" | "slo"``.
+
+    ``winner`` is never the reference engine (it is ranked, as a yardstick); ``yardstick`` is
+    the sentence that says where the reference engine stands against the winner ("" when it
+    was not measured).
     """
 
     winner: str | None
@@ -110,6 +121,7 @@ class Recommendation(BaseModel):
     tie_break: str = TIE_BREAK
     notes: list[str] = Field(default_factory=list)
     message: str = ""
+    yardstick: str = ""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

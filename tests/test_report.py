@@ -62,7 +62,8 @@ def test_report_content(tmp_path: Path) -> None:
     summary = md.split("## Summary per engine")[1].split("##")[0]
     assert "tensorrt_llm" not in summary and "vllm" not in summary
     assert "ImportError: libcuda.so.1" in md
-    assert "Recommended: own (reference engine)" in md
+    assert "Recommended: transformers" in md  # own is the reference engine: a yardstick, never recommended
+    assert "own (reference engine, a yardstick, never the recommendation) ranks 1 of 2" in md
     assert "TTFT** = first token-bearing chunk − send" in md  # definitions from harness/metrics.py
     assert "- seed: 7" in md and "- git_sha: abc1234" in md and "- client_calibration: not recorded" in md
     assert "- gpus: none" in md

@@ -27,36 +27,36 @@ CPU = HardwareProfile("CPU", "cpu", 64 * GiB)
 TRT_SKIP = skipped("tensorrt_llm: needs an NVIDIA GPU, none found")
 
 
-def two_engine_run(tmp_path, *, own=(100.0, 20.0, 10), tf=(130.0, 20.0, 10), slos=None, run_id="r1", **kw):
-    """own and transformers measured (ttft_ms, tpot_ms, out_tokens), tensorrt_llm skipped."""
-    r_own = make_records("own", 12, ttft_ms=own[0], tpot_ms=own[1], out_tokens=own[2])
+def two_engine_run(tmp_path, *, sgl=(100.0, 20.0, 10), tf=(130.0, 20.0, 10), slos=None, run_id="r1", **kw):
+    """sglang and transformers measured (ttft_ms, tpot_ms, out_tokens), tensorrt_llm skipped."""
+    r_sgl = make_records("sglang", 12, ttft_ms=sgl[0], tpot_ms=sgl[1], out_tokens=sgl[2])
     r_tf = make_records("transformers", 12, ttft_ms=tf[0], tpot_ms=tf[1], out_tokens=tf[2])
     engines = {
-        "own": ok_entry(r_own, OWN_CAPS, display_name="own (reference engine)"),
+        "sglang": ok_entry(r_sgl, OWN_CAPS),
         "transformers": ok_entry(r_tf, CPU_ONLY),
         "tensorrt_llm": TRT_SKIP,
     }
-    return write_run(tmp_path, run_id, engines, r_own + r_tf, slos=slos, **kw)
+    return write_run(tmp_path, run_id, engines, r_sgl + r_tf, slos=slos, **kw)
 
 
 def test_slo_elimination_names_the_deciding_constraint(tmp_path: Path) -> None:
     run = two_engine_run(tmp_path)
     rec = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=120"))
-    assert rec.winner == "own"
+    assert rec.winner == "sglang"
     assert rec.elimination_stage == {"tensorrt_llm": "not measured", "transformers": "slo"}
     assert "p99 TTFT 130.0 ms > 120 ms" in rec.eliminated["transformers"]
     assert rec.deciding_constraint == (
-        "own: the only engine meeting p99 TTFT ≤ 120 ms on chat at 4 req/s; transformers 2nd, 1.3× the TTFT; "
+        "sglang: the only engine meeting p99 TTFT ≤ 120 ms on chat at 4 req/s; transformers 2nd, 1.3× the TTFT; "
         "not measured (skipped; reasons in the not-measured list): tensorrt_llm"
     )
     assert "needs an NVIDIA GPU" in rec.eliminated["tensorrt_llm"]  # the reason itself stays in the table
-    # SLO sensitivity: below own's 100 ms nobody is left; at transformers' 130 ms it is readmitted
+    # SLO sensitivity: below sglang's 100 ms nobody is left; at transformers' 130 ms it is readmitted
     assert "tightening p99 TTFT from 120 ms to below 100.0 ms leaves no engine" in rec.sensitivity
     loosened = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=130"))
-    assert {r.engine for r in loosened.ranking} == {"own", "transformers"}
+    assert {r.engine for r in loosened.ranking} == {"sglang", "transformers"}
     expect = (
         "no loosening of p99 TTFT changes the winner"
-        if loosened.winner == "own"
+        if loosened.winner == "sglang"
         else f"loosening p99 TTFT from 120 ms to 130.0 ms makes {loosened.winner} the winner"
     )
     assert expect in rec.sensitivity
@@ -119,11 +119,13 @@ def test_memory_uses_one_device_without_tensor_parallelism(tmp_path: Path) -> No
 def test_hardware_elimination(tmp_path: Path) -> None:
     run = two_engine_run(tmp_path)
     rec = recommend([run], hardware=get_profile("H100-80GB"))
-    assert rec.winner == "own"
+    assert rec.winner == "sglang"
     assert rec.elimination_stage["transformers"] == "hardware"
-    assert rec.eliminated["transformers"] == "needs a CPU; target H100-80GB is nvidia"
-    assert [r.engine for r in rec.ranking] == ["own"]
+    assert rec.eliminated["transformers"] == "its adapter declares a CPU only; target H100-80GB is nvidia"
+    assert [r.engine for r in rec.ranking] == ["sglang"]
     assert any("measured on cpu" in n for n in rec.notes)
+    assert any(n.startswith("the hardware and required-feature constraints use what each adapter declares")
+               for n in rec.notes)
 
 
 def test_fp8_needs_hopper_or_ada(tmp_path: Path) -> None:
@@ -138,7 +140,7 @@ def test_fp8_needs_hopper_or_ada(tmp_path: Path) -> None:
     )
     h100 = recommend([run], hardware=get_profile("H100-80GB"), required_features=["fp8"])
     assert h100.winner == "tensorrt_llm"
-    assert h100.eliminated["own"] == "lacks fp8, which the workload needs"
+    assert h100.eliminated["own"] == "does not declare fp8, which the workload needs"
 
 
 def test_a_weights_change_flips_the_winner(tmp_path: Path) -> None:
@@ -192,13 +194,13 @@ def test_ties_are_broken_deterministically(tmp_path: Path) -> None:
 
 
 def test_single_available_engine(tmp_path: Path) -> None:
-    recs = make_records("own", 6, ttft_ms=80.0, tpot_ms=8.0)
-    engines = {"own": ok_entry(recs, OWN_CAPS), "tensorrt_llm": TRT_SKIP,
+    recs = make_records("sglang", 6, ttft_ms=80.0, tpot_ms=8.0)
+    engines = {"sglang": ok_entry(recs, OWN_CAPS), "tensorrt_llm": TRT_SKIP,
                "vllm": skipped("server exited with code 1 during startup", "failed", log_tail="ImportError: x")}
     run = write_run(tmp_path, "r", engines, recs)
     rec = recommend([run], hardware=CPU)
-    assert rec.winner == "own" and rec.exit_code == 0
-    assert rec.deciding_constraint.startswith("own: the only engine left after the hard constraints (chat at 4 req/s)")
+    assert rec.winner == "sglang" and rec.exit_code == 0
+    assert rec.deciding_constraint.startswith("sglang: the only engine left after the hard constraints (chat at 4 req/s)")
     assert "vllm excluded: not measured (failed): server exited with code 1 during startup" in rec.deciding_constraint
     assert rec.sensitivity[0] == "no weight change can change the winner: only one engine survives the hard constraints"
 
@@ -215,7 +217,7 @@ def test_skipped_engines_never_get_numbers(tmp_path: Path) -> None:
     recs = make_records("own", 6, ttft_ms=80.0, tpot_ms=8.0)
     bogus = make_records("vllm", 6, ttft_ms=1.0, tpot_ms=1.0)
     engines = {
-        "own": ok_entry(recs, OWN_CAPS),
+        "own": ok_entry(recs, OWN_CAPS),  # the reference engine alone: ranked, never recommended
         # a failed engine whose partial metrics and records must still be ignored
         "vllm": {**ok_entry(bogus, OWN_CAPS), "status": "failed", "reason": "crashed mid-run"},
         "tensorrt_llm": TRT_SKIP,
@@ -248,23 +250,23 @@ def test_repeats_noise_can_or_cannot_flip(tmp_path: Path) -> None:
 
 
 def test_load_sweep_scores_the_highest_load_meeting_the_slo(tmp_path: Path) -> None:
-    lo = make_records("own", 8, ttft_ms=100.0, tpot_ms=10.0)
-    hi = make_records("own", 8, ttft_ms=900.0, tpot_ms=10.0, interval_s=0.125)
-    r1 = write_run(tmp_path, "lo", {"own": ok_entry(lo, OWN_CAPS, offered_rate=4.0)}, lo)
-    r2 = write_run(tmp_path, "hi", {"own": ok_entry(hi, OWN_CAPS, offered_rate=8.0)}, hi)
+    lo = make_records("vllm", 8, ttft_ms=100.0, tpot_ms=10.0)
+    hi = make_records("vllm", 8, ttft_ms=900.0, tpot_ms=10.0, interval_s=0.125)
+    r1 = write_run(tmp_path, "lo", {"vllm": ok_entry(lo, CPU_ONLY, offered_rate=4.0)}, lo)
+    r2 = write_run(tmp_path, "hi", {"vllm": ok_entry(hi, CPU_ONLY, offered_rate=8.0)}, hi)
     rec = recommend([r1, r2], hardware=CPU, slos=parse_slos("ttft_p99=500"))
-    assert rec.winner == "own" and rec.ranking[0].condition == "chat at 4 req/s"
+    assert rec.winner == "vllm" and rec.ranking[0].condition == "chat at 4 req/s"
     rec_all = recommend([r1, r2], hardware=CPU, slos=parse_slos("ttft_p99=1000"))
     assert rec_all.ranking[0].condition == "chat at 8 req/s"
 
 
 def test_missing_manifest_fields_say_not_recorded(tmp_path: Path) -> None:
-    recs = make_records("own", 4, ttft_ms=10.0, tpot_ms=1.0)
-    run = write_run(tmp_path, "r", {"own": ok_entry(recs, None)}, recs, manifest={})
+    recs = make_records("vllm", 4, ttft_ms=10.0, tpot_ms=1.0)
+    run = write_run(tmp_path, "r", {"vllm": ok_entry(recs, None)}, recs, manifest={})
     rec = recommend([run], hardware=CPU)
-    assert rec.winner == "own"
-    assert rec.memory_fit["own"].fits is None
-    assert "model num_params, model dtype, num_layers, num_kv_heads, head_dim not recorded" in rec.memory_fit["own"].arithmetic
+    assert rec.winner == "vllm"
+    assert rec.memory_fit["vllm"].fits is None
+    assert "model num_params, model dtype, num_layers, num_kv_heads, head_dim not recorded" in rec.memory_fit["vllm"].arithmetic
     assert "capabilities not recorded" in rec.ranking[0].notes[0]
 
 

@@ -22,11 +22,11 @@ runner = CliRunner()
 
 
 def _run(tmp_path: Path, run_id: str = "20261129-193500-chat"):
-    r_own = make_records("own", 8, ttft_ms=100.0, tpot_ms=20.0)
+    r_sgl = make_records("sglang", 8, ttft_ms=100.0, tpot_ms=20.0)
     r_tf = make_records("transformers", 8, ttft_ms=130.0, tpot_ms=20.0)
-    engines = {"own": ok_entry(r_own, OWN_CAPS), "transformers": ok_entry(r_tf, CPU_ONLY),
+    engines = {"sglang": ok_entry(r_sgl, OWN_CAPS), "transformers": ok_entry(r_tf, CPU_ONLY),
                "tensorrt_llm": skipped("tensorrt_llm: needs an NVIDIA GPU, none found")}
-    return write_run(tmp_path, run_id, engines, r_own + r_tf)
+    return write_run(tmp_path, run_id, engines, r_sgl + r_tf)
 
 
 def test_recommend_prints_the_deciding_constraint(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_recommend_prints_the_deciding_constraint(tmp_path: Path) -> None:
     res = runner.invoke(app, ["recommend", "latest", "--output-dir", str(tmp_path), "--hardware", "CPU",
                               "--slo", "ttft_p99=120"])
     assert res.exit_code == 0, res.output
-    assert "Deciding constraint: own: the only engine meeting p99 TTFT ≤ 120 ms" in " ".join(res.output.split())
+    assert "Deciding constraint: sglang: the only engine meeting p99 TTFT ≤ 120 ms" in " ".join(res.output.split())
     assert "Sensitivity:" in res.output
 
 
@@ -44,7 +44,7 @@ def test_recommend_json(tmp_path: Path) -> None:
                               "--preset", "latency", "--weights", "features=0"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert data["winner"] == "own" and data["weights"]["features"] == 0.0 and data["weights"]["latency"] == 4.0
+    assert data["winner"] == "sglang" and data["weights"]["features"] == 0.0 and data["weights"]["latency"] == 4.0
     assert data["eliminated"]["tensorrt_llm"].startswith("not measured (skipped)")
     assert data["hardware"]["name"] == "recorded: Test CPU"
     assert data["exit_code"] == 0
@@ -88,6 +88,6 @@ def test_report_cmd_single_and_compare(tmp_path: Path) -> None:
     res = runner.invoke(app, ["report", "a", "b", "--output-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     html = (a.run_dir / "report-compare.html").read_text()
-    assert "Comparison of a, b" in html and "b/own" in html
+    assert "Comparison of a, b" in html and "b/sglang" in html
     assert "report-compare.html" in res.output
     assert not (b.run_dir / "report-compare.html").exists()

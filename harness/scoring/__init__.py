@@ -6,16 +6,20 @@ Pipeline (issue 6), per engine found in the runs' ``summary.json``:
 1. **Not measured**: engines whose status is ``skipped``/``failed`` in every run (or that have no
    successful request) are listed with their reason and never get a number.
 2. **Hard constraints**, first failure wins, each with a one-line reason:
-   hardware (the engine's declared ``capabilities.hardware`` must include the target's kind; an FP8
+   hardware (the engine's *declared* ``capabilities.hardware`` must include the target's kind; an FP8
    requirement needs ``HardwareProfile.supports_fp8``, i.e. compute capability ≥ 8.9),
    required features (declared ``features``/``quantization``), memory fit (weights + KV cache for
    the workload's concurrency × context must fit, see :class:`MemoryFit`), and the SLOs
    (``harness.metrics.slo_percentile_value`` at the offered load; repeats are combined by their
    median).
-3. **Soft score** over the survivors: every criterion is normalized to (0, 1] relative to the
-   best survivor with its direction explicit — higher-better ``x / max(x)`` (throughput, goodput,
-   features), lower-better ``min(x) / x`` (latencies, complexity); ``hardware_fit`` is the memory
-   headroom ``1 − required / usable``. Score = Σ wᵢ·sᵢ / Σ wᵢ (weights shown in the result).
+3. **Soft score** over the survivors: every criterion is normalized to [0, 1] relative to the
+   best survivor with its direction explicit — higher-better ``x / max(x)`` (throughput, goodput),
+   lower-better ``min(x) / x`` (latencies; complexity from the recorded time to healthy and
+   process count, :mod:`.operational`); ``hardware_fit`` is the memory headroom
+   ``1 − required / usable``; ``features`` score 0 until a probe verifies them. No criterion
+   rests on what an adapter declares about itself. Score = Σ wᵢ·sᵢ / Σ wᵢ (weights shown in the
+   result). The reference engine (``own``) is ranked as a yardstick but never recommended: the
+   winner is the best non-reference engine, and a note says where the reference stands.
 4. **Deciding constraint** (one sentence) and **sensitivity**: the smallest change of one weight
    (closed form: the score difference is linear in each weight) or of one SLO threshold (re-run
    of steps 2-3 at each measured value) that changes the winner; and, when repeats exist,
@@ -31,7 +35,8 @@ that meets every SLO (without SLOs: its highest-load condition).
 
 Modules, in pipeline order: :mod:`.gather` (runs → the scorer's own measurements; the only
 reader of ``summary.json``/``manifest.json``), :mod:`.weights` (criteria, presets,
-``--weights``), :mod:`.memory_fit`, :mod:`.repeats` (combining repeats), :mod:`.constraints`
+``--weights``), :mod:`.memory_fit`, :mod:`.repeats` (combining repeats), :mod:`.operational`
+(complexity and features), :mod:`.constraints`
 (steps 1-2), :mod:`.ranking` (step 3), :mod:`.explanation` and :mod:`.sensitivity` (step 4),
 :mod:`.recommender` (:func:`recommend`). The result models live in ``results.recommendation``.
 """
@@ -52,18 +57,18 @@ from .constraints import QUANTIZATION_FORMATS
 from .errors import ScorerError
 from .formatting import METRIC_LABELS, condition_label
 from .memory_fit import max_in_flight, memory_fit
-from .ranking import DEFAULT_COMPLEXITY
+from .ranking import REFERENCE_ENGINES
 from .recommender import recommend
 from .weights import CRITERIA, PRESETS, parse_weights, resolve_weights
 
 __all__ = [
     "CRITERIA",
-    "DEFAULT_COMPLEXITY",
     "DEFAULT_MEMORY_UTILIZATION",
     "DTYPE_BYTES",
     "METRIC_LABELS",
     "PRESETS",
     "QUANTIZATION_FORMATS",
+    "REFERENCE_ENGINES",
     "TIE_BREAK",
     "MemoryFit",
     "RankedEngine",

@@ -1,11 +1,14 @@
 """The hard constraints, first failure wins, each with a one-line reason.
 
-In order: measured at all; hardware (the engine's declared ``capabilities.hardware`` must
+In order: measured at all; hardware (the engine's *declared* ``capabilities.hardware`` must
 include the target's kind; an FP8 requirement needs ``HardwareProfile.supports_fp8``, i.e.
-compute capability ≥ 8.9); required features (declared ``features``/``quantization``); memory
+compute capability ≥ 8.9); required features (*declared* ``features``/``quantization``); memory
 fit (:mod:`.memory_fit`); the SLOs (``harness.metrics.slo_percentile_value`` at the offered
 load, repeats combined by their median). An engine is judged at its highest-load condition
 that meets every SLO (without SLOs: its highest-load condition).
+
+The hardware and feature constraints rest on what the adapters declare (no probe verifies it
+yet); their reasons say so. They only exclude, never score.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def before_slos(
         declared = engine.capabilities
         if declared is not None and hardware.kind not in declared.hardware:
             wants = " or ".join(_HARDWARE_WORDS.get(kind, kind) for kind in declared.hardware) or "no declared hardware"
-            eliminated[name] = ("hardware", f"needs {wants}; target {hardware.name} is {hardware.kind}")
+            eliminated[name] = ("hardware", f"its adapter declares {wants} only; target {hardware.name} is {hardware.kind}")
             continue
         if fp8_needed and not hardware.supports_fp8:
             capability = hardware.compute_capability
@@ -98,7 +101,7 @@ def before_slos(
         if declared is not None:
             lacking = [feature for feature in required if feature not in declared.offered()]
             if lacking:
-                eliminated[name] = ("feature", f"lacks {', '.join(lacking)}, which the workload needs")
+                eliminated[name] = ("feature", f"does not declare {', '.join(lacking)}, which the workload needs")
                 continue
         first = engine.measurements[0]
         fit = memory_fit(

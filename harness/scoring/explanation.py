@@ -1,9 +1,11 @@
 """The deciding constraint: one sentence that says why the winner won.
 
-With one survivor: the constraint that left only it (the SLO that the runner-up, the
-eliminated engine closest to meeting every SLO, misses, or the other eliminations). With
-several: the criterion with the largest share of the winner's margin over the runner-up,
-its raw numbers, and the criteria that pulled the other way; a tie names the tie-break.
+Only production engines compete for it: the reference engine is ranked as a yardstick and
+:func:`yardstick_sentence` says where it stands. With one production survivor: the constraint
+that left only it (the SLO that the runner-up, the eliminated engine closest to meeting every
+SLO, misses, or the other eliminations). With several: the criterion with the largest share of
+the winner's margin over the runner-up (the next production engine), its raw numbers, and the
+criteria that pulled the other way; a tie names the tie-break.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from harness.metrics import SLO
 from results.recommendation import TIE_BREAK
 
 from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
-from .ranking import EPS, Outcome, ScoringContext, declared_complexity, serving_feature_count
+from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
 from .weights import CRITERIA
 
 _BEFORE_SLO_STAGES = ("not measured", "hardware", "feature", "memory")
@@ -35,14 +37,16 @@ def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outc
         ratio = f", {winner_tps / runner_up_tps:.2f}×" if winner_tps and runner_up_tps else ""
         return f"output {winner_tps or 0:,.1f} vs {runner_up_tps or 0:,.1f} tokens/s{ratio}"
     if criterion == "features":
-        winner_count = serving_feature_count(ctx.engines[winner])
-        runner_up_count = serving_feature_count(ctx.engines[runner_up])
-        return f"{winner_count} vs {runner_up_count} declared serving features"
+        return "no feature verified for either engine: features score 0"
     if criterion == "complexity":
-        winner_level = declared_complexity(ctx.engines[winner])
-        runner_up_level = declared_complexity(ctx.engines[runner_up])
-        return (f"operational complexity {winner_level} vs {runner_up_level} "
-                "(1 = pip install, 5 = containers + compilation)")
+        winner_facts, runner_up_facts = outcome.facts[winner], outcome.facts[runner_up]
+        parts = []
+        if winner_facts.time_to_healthy_s is not None and runner_up_facts.time_to_healthy_s is not None:
+            parts.append(f"time to healthy {winner_facts.time_to_healthy_s:,.1f} s vs "
+                         f"{runner_up_facts.time_to_healthy_s:,.1f} s")
+        if winner_facts.processes is not None and runner_up_facts.processes is not None:
+            parts.append(f"{winner_facts.processes:g} vs {runner_up_facts.processes:g} processes")
+        return ", ".join(parts) or "no comparable operational fact recorded"
     winner_headroom = outcome.components[winner]["hardware_fit"]
     runner_up_headroom = outcome.components[runner_up]["hardware_fit"]
     return f"memory headroom {winner_headroom:.0%} vs {runner_up_headroom:.0%}"
@@ -62,6 +66,8 @@ def excluded_clause(outcome: Outcome, stages: Iterable[str]) -> list[str]:
 
 
 def _only_survivor(outcome: Outcome, winner: str, condition: str) -> str:
+    """The deciding line when one production engine survives (the reference engine may too)."""
+    kind = "production engine" if outcome.reference else "engine"
     slo_eliminated = [name for name, (stage, _) in outcome.eliminated.items() if stage == "slo"]
     if slo_eliminated and outcome.slos:
         slos_met = " and ".join(slo_text(slo) for slo in outcome.slos)
@@ -82,25 +88,32 @@ def _only_survivor(outcome: Outcome, winner: str, condition: str) -> str:
         else:
             runner_up_text = f"{runner_up} 2nd, {label} {format_ms(runner_up_ms)}"
         others = [f"{name} also misses it" for name in slo_eliminated if name != runner_up]
-        parts = [f"{winner}: the only engine meeting {slos_met} on {condition}", runner_up_text, *others]
+        parts = [f"{winner}: the only {kind} meeting {slos_met} on {condition}", runner_up_text, *others]
         parts += excluded_clause(outcome, _BEFORE_SLO_STAGES)
         return "; ".join(parts)
     excluded = excluded_clause(outcome, _BEFORE_SLO_STAGES)
     if not excluded:
-        return f"{winner}: the only engine measured ({condition}); no other engine to compare with"
-    return "; ".join([f"{winner}: the only engine left after the hard constraints ({condition})", *excluded])
+        return f"{winner}: the only {kind} measured ({condition}); no other {kind} to compare with"
+    return "; ".join([f"{winner}: the only {kind} left after the hard constraints ({condition})", *excluded])
 
 
 def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str) -> str:
     """The one sentence that names what decided the recommendation (see the module docstring)."""
     if outcome.winner is None:
         parts = [f"{name}: {reason}" for name, (_, reason) in outcome.eliminated.items()]
-        return "no engine survives the hard constraints: " + ("; ".join(parts) if parts else "the runs hold no engines")
+        head = "no engine survives the hard constraints: "
+        if outcome.reference:
+            head = (f"no production engine survives the hard constraints; only the reference engine "
+                    f"{outcome.reference} does, and it is a yardstick, never the recommendation"
+                    + (": " if parts else ""))
+            return head + "; ".join(parts)
+        return head + ("; ".join(parts) if parts else "the runs hold no engines")
     winner = outcome.winner
     condition = condition_label(outcome.judged_at[winner])
-    if len(outcome.survivors) == 1:
+    production = outcome.production
+    if len(production) == 1:
         return _only_survivor(outcome, winner, condition)
-    runner_up = outcome.ranking[1].engine
+    runner_up = production[1]
     weight_sum = sum(ctx.weights.values())
     winner_components, runner_up_components = outcome.components[winner], outcome.components[runner_up]
     margin_by_criterion = {
@@ -108,7 +121,8 @@ def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str) -> s
         for criterion in CRITERIA
     }
     margin = sum(margin_by_criterion.values())
-    winner_score, runner_up_score = outcome.ranking[0].score, outcome.ranking[1].score
+    scores = {row.engine: row.score for row in outcome.ranking}
+    winner_score, runner_up_score = scores[winner], scores[runner_up]
     if abs(margin) < EPS:
         head = (
             f"{winner}: tied with {runner_up} on score {winner_score:.3f} under the {preset} weights; "
@@ -128,3 +142,30 @@ def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str) -> s
             f"{top} {margin_by_criterion[top]:+.3f} to the margin of {margin:+.3f}{offset})"
         )
     return "; ".join([head, *excluded_clause(outcome, _BEFORE_SLO_STAGES + ("slo",))])
+
+
+def yardstick_sentence(outcome: Outcome) -> str:
+    """Where the reference engine stands against the recommended engine ("" when it was not
+    among the engines; its elimination reason when it did not survive)."""
+    reference = outcome.reference
+    if reference is None:
+        out = [name for name in outcome.eliminated if name in REFERENCE_ENGINES]
+        if not out:
+            return ""
+        return f"{out[0]} (reference engine, a yardstick) is out: {outcome.eliminated[out[0]][1]}"
+    rank = {row.engine: row for row in outcome.ranking}
+    row = rank[reference]
+    place = f"ranks {row.rank} of {len(outcome.ranking)} with score {row.score:.3f}"
+    winner = outcome.winner
+    if winner is None:
+        return f"{reference} (reference engine, a yardstick, never the recommendation) {place}"
+    winner_row = rank[winner]
+    relation = "above" if row.rank < winner_row.rank else "below"
+    ref_raw, win_raw = outcome.raw[reference], outcome.raw[winner]
+    details = [f"output {ref_raw.get('output_throughput') or 0:,.1f} vs {win_raw.get('output_throughput') or 0:,.1f} "
+               "tokens/s"]
+    key, label = (f"slo:{outcome.slos[0].key}", slo_text(outcome.slos[0]).split(" ≤")[0]) if outcome.slos \
+        else ("ttft_p99_ms", "p99 TTFT")
+    details.append(f"{label} {format_ms(ref_raw.get(key))} vs {format_ms(win_raw.get(key))}")
+    return (f"{reference} (reference engine, a yardstick, never the recommendation) {place}, {relation} the "
+            f"recommended {winner} ({winner_row.score:.3f}): {'; '.join(details)}")

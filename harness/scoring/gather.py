@@ -6,7 +6,8 @@ dataclasses defined here:
 
 - :class:`RunFacts`: what the scorer needs of one run as a whole (workload, stored SLOs,
   required features, the model's sizes, the hardware it was measured on);
-- :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`);
+- :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`,
+  the recorded :class:`OperationalRecord` of each run it started in);
 - :class:`Measurement`: one engine in one run that served at least one request, i.e. one
   repeat of one *condition* (workload, offered rate).
 """
@@ -65,20 +66,48 @@ class RunFacts:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What an engine's adapter declared (``adapters.base.Capabilities``), as recorded."""
+    """What an engine's adapter declared (``adapters.base.Capabilities``), as recorded.
+
+    Declared, never verified: the scorer uses it only for the declared hard constraints
+    (hardware kind, required features) and lists the features as "declared, unverified". The
+    adapter's self-declared ``complexity`` is deliberately not read (complexity is scored from
+    recorded facts, :mod:`.operational`).
+    """
 
     hardware: tuple[str, ...] = ()  # lower case: "nvidia" | "amd" | "cpu"
     features: tuple[str, ...] = ()
     quantization: tuple[str, ...] = ()
-    complexity: int | float | None = None  # 1 = pip install … 5 = containers + compilation
 
-    def serving_feature_count(self) -> int:
-        """How many of :data:`adapters.base.FEATURES` the engine declares."""
-        return len(set(self.features) & set(FEATURES))
+    def serving_features(self) -> list[str]:
+        """The declared features that are serving features (:data:`adapters.base.FEATURES`), in
+        that order."""
+        return [feature for feature in FEATURES if feature in self.features]
 
     def offered(self) -> set[str]:
         """Declared features and quantization formats, lower case."""
         return {str(name).lower() for name in self.features} | {str(name).lower() for name in self.quantization}
+
+
+@dataclass(frozen=True)
+class OperationalRecord:
+    """Operational facts one run recorded about one engine it measured (None = not recorded).
+
+    ``startup_s``: time from launch to the first healthy answer, s (``EngineResult.startup_s``
+    in ``summary.json``); ``startup_parallel``: True when it started alongside other engines
+    (its time then includes their contention for the CPU); ``processes``: live processes in the
+    server's process group once healthy (the manifest's effective configuration,
+    ``adapters.process.ServerProcess.processes``); ``install_s``: how long ``bench engines
+    setup`` took, s (the manifest's effective configuration, from ``.engines/<name>/installed.json``);
+    ``external``: the harness did not start it (the ``openai`` adapter's endpoint, recorded with
+    its ``base_url``), so ``startup_s`` times nothing.
+    """
+
+    run_id: str
+    startup_s: float | None = None
+    startup_parallel: bool | None = None
+    processes: int | None = None
+    install_s: float | None = None
+    external: bool = False
 
 
 @dataclass
@@ -135,6 +164,7 @@ class EngineRuns:
     statuses: list[tuple[str, str]] = field(default_factory=list)
     capabilities: Capabilities | None = None  # None = not recorded
     measurements: list[Measurement] = field(default_factory=list)
+    operations: list[OperationalRecord] = field(default_factory=list)  # one per run where it was measured
 
     def conditions(self) -> list[Condition]:
         """The measured conditions, by offered rate (then workload name)."""
@@ -161,7 +191,8 @@ def gather(runs: Sequence[Run]) -> Gathered:
     for run in runs:
         # the typed artefacts, read here as their JSON form (the one shape this module parses)
         summary = run.summary.model_dump(mode="json")
-        facts = _run_facts(run, summary, run.manifest.model_dump(mode="json"))
+        manifest = run.manifest.model_dump(mode="json")
+        facts = _run_facts(run, summary, manifest)
         run_facts.append(facts)
         for name, entry in (summary.get("engines") or {}).items():
             entry = entry or {}
@@ -180,6 +211,8 @@ def gather(runs: Sequence[Run]) -> Gathered:
                     _measurement(facts, metrics, entry.get("engine_metrics") or {}, run.records_for(name),
                                  run.summary.engines[name].metrics)
                 )
+                effective = (manifest.get("engines") or {}).get(name) or {}
+                engine.operations.append(_operational(run.run_id, entry, effective))
     return Gathered(run_facts, engines)
 
 
@@ -204,12 +237,26 @@ def _run_facts(run: Run, summary: dict[str, Any], manifest: dict[str, Any]) -> R
     )
 
 
+def _operational(run_id: str, entry: dict[str, Any], effective: dict[str, Any]) -> OperationalRecord:
+    """The operational facts of one engine in one run: the summary entry's start-up, the
+    manifest's effective configuration for the rest."""
+    processes = effective.get("processes")
+    parallel = entry.get("startup_parallel")
+    return OperationalRecord(
+        run_id=run_id,
+        startup_s=_first_number(entry, "startup_s"),
+        startup_parallel=parallel if isinstance(parallel, bool) else None,
+        processes=int(processes) if isinstance(processes, int) and not isinstance(processes, bool) else None,
+        install_s=_first_number(effective, "install_s"),
+        external=bool(effective.get("base_url")),
+    )
+
+
 def _capabilities(declared: dict[str, Any]) -> Capabilities:
     return Capabilities(
         hardware=tuple(str(kind).lower() for kind in declared.get("hardware") or []),
         features=tuple(declared.get("features") or []),
         quantization=tuple(declared.get("quantization") or []),
-        complexity=declared.get("complexity"),
     )
 
 

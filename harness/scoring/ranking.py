@@ -1,9 +1,15 @@
 """The soft score over the engines that survive the hard constraints, and the ranking.
 
-Every criterion is normalized to (0, 1] relative to the best survivor with its direction
-explicit — higher-better ``x / max(x)`` (throughput, goodput, features), lower-better
-``min(x) / x`` (latencies, complexity); ``hardware_fit`` is the memory headroom
-``1 − required / usable``. Score = Σ wᵢ·sᵢ / Σ wᵢ.
+Every criterion is normalized to [0, 1] relative to the best survivor with its direction
+explicit — higher-better ``x / max(x)`` (throughput, goodput), lower-better ``min(x) / x``
+(latencies); ``hardware_fit`` is the memory headroom ``1 − required / usable``; ``complexity``
+is measured (time to healthy, process count; :mod:`.operational`); ``features`` score 0 until a
+probe verifies them. Score = Σ wᵢ·sᵢ / Σ wᵢ. No criterion reads what an adapter declares about
+itself.
+
+The reference engine (:data:`REFERENCE_ENGINES`) is scored and ranked like every engine, as a
+yardstick, but is never the production recommendation: :attr:`Outcome.winner` is the best
+ranked non-reference engine.
 
 Tie-break (``results.recommendation.TIE_BREAK``): equal scores (|Δ| < 1e-9) are ordered by
 higher output throughput, then lower p99 TTFT, then engine name.
@@ -12,7 +18,7 @@ higher output throughput, then lower p99 TTFT, then engine name.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,23 +29,15 @@ from results.recommendation import MemoryFit, RankedEngine
 from .constraints import Elimination, judge_slos
 from .formatting import condition_label
 from .gather import Condition, EngineRuns
+from .operational import OperationalFacts, complexity_scores, operational_facts
 from .repeats import info_metrics, raw_metrics
 from .weights import CRITERIA
 
-DEFAULT_COMPLEXITY = 2  # adapters.base.Capabilities default
 EPS = 1e-9  # scores closer than this are equal
+REFERENCE_ENGINES = frozenset({"own"})
+"""The reference engine (``own_engine``, adapter ``adapters.own``): a yardstick, never recommended."""
 
 RawMetrics = dict[str, float | None]
-
-
-def declared_complexity(engine: EngineRuns) -> int | float:
-    """The operational complexity the adapter declared (1 … 5), else :data:`DEFAULT_COMPLEXITY`."""
-    return (engine.capabilities.complexity if engine.capabilities else None) or DEFAULT_COMPLEXITY
-
-
-def serving_feature_count(engine: EngineRuns) -> int:
-    """How many serving features (``adapters.base.FEATURES``) the adapter declared."""
-    return engine.capabilities.serving_feature_count() if engine.capabilities else 0
 
 
 @dataclass
@@ -65,10 +63,24 @@ class Outcome:
     slo_values: dict[str, dict[str, float]]  # engine → slo key → value at the judged condition
     components: dict[str, dict[str, float]]  # engine → criterion → normalized score
     raw: dict[str, RawMetrics]
+    facts: dict[str, OperationalFacts] = field(default_factory=dict)  # survivors' recorded operational facts
+    complexity_notes: list[str] = field(default_factory=list)  # what the complexity score (did not) compare
+
+    @property
+    def production(self) -> list[str]:
+        """The ranked engines that may be recommended (all but the reference engine), best first."""
+        return [row.engine for row in self.ranking if row.engine not in REFERENCE_ENGINES]
+
+    @property
+    def reference(self) -> str | None:
+        """The reference engine, when it survived (ranked as a yardstick)."""
+        return next((row.engine for row in self.ranking if row.engine in REFERENCE_ENGINES), None)
 
     @property
     def winner(self) -> str | None:
-        return self.ranking[0].engine if self.ranking else None
+        """The production recommendation: the best ranked non-reference engine (None = none survives)."""
+        production = self.production
+        return production[0] if production else None
 
 
 def normalize(values: dict[str, float | None], higher_better: bool) -> dict[str, float]:
@@ -95,14 +107,15 @@ def normalize(values: dict[str, float | None], higher_better: bool) -> dict[str,
 
 def _components(
     ctx: ScoringContext, survivors: list[str], raw: dict[str, RawMetrics], slos: list[SLO]
-) -> dict[str, dict[str, float]]:
-    """Each survivor's normalized score per criterion."""
+) -> tuple[dict[str, dict[str, float]], dict[str, OperationalFacts], list[str]]:
+    """Each survivor's normalized score per criterion, its operational facts and the
+    complexity notes."""
     throughput_keys = ["output_throughput"] + (["goodput"] if slos else [])
     latency_keys = [f"slo:{slo.key}" for slo in slos] if slos else ["ttft_p99_ms", "tpot_p99_ms"]
     throughput_scores = [normalize({name: raw[name].get(key) for name in survivors}, True) for key in throughput_keys]
     latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False) for key in latency_keys]
-    feature_scores = normalize({name: float(serving_feature_count(ctx.engines[name])) for name in survivors}, True)
-    complexity_scores = normalize({name: float(declared_complexity(ctx.engines[name])) for name in survivors}, False)
+    facts = {name: operational_facts(ctx.engines[name]) for name in survivors}
+    complexity, notes = complexity_scores(facts)
     components: dict[str, dict[str, float]] = {}
     for name in survivors:
         fit = ctx.memory_fits.get(name)
@@ -110,10 +123,10 @@ def _components(
             "throughput": float(np.mean([scores[name] for scores in throughput_scores])),
             "latency": float(np.mean([scores[name] for scores in latency_scores])),
             "hardware_fit": 1.0 if fit is None or fit.headroom is None else float(fit.headroom),
-            "features": feature_scores[name],
-            "complexity": complexity_scores[name],
+            "features": 0.0,  # nothing verified yet (.operational): declared features score nothing
+            "complexity": complexity[name],
         }
-    return components
+    return components, facts, notes
 
 
 def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, RawMetrics] | None = None) -> Outcome:
@@ -124,7 +137,7 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
     raw: dict[str, RawMetrics] = {}
     for name in survivors:
         raw[name] = (raw_override or {}).get(name) or raw_metrics(ctx.engines[name].at(judged_at[name]), slos)
-    components = _components(ctx, survivors, raw, slos) if survivors else {}
+    components, facts, complexity_notes = _components(ctx, survivors, raw, slos) if survivors else ({}, {}, [])
 
     weight_sum = sum(ctx.weights.values())
     rows: list[tuple[str, float, dict[str, float]]] = []  # (engine, score, contributions)
@@ -145,8 +158,11 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
         engine = ctx.engines[name]
         repeats = engine.at(judged_at[name])
         notes = []
+        if name in REFERENCE_ENGINES:
+            notes.append("reference engine: ranked as a yardstick, never the production recommendation")
         if not engine.capabilities:
-            notes.append("capabilities not recorded: hardware/feature checks skipped, complexity assumed 2")
+            notes.append("capabilities not recorded: the declared hardware/feature checks were skipped")
+        declared = engine.capabilities.serving_features() if engine.capabilities else []
         metrics: dict[str, float | bool | None] = {**raw[name], **info_metrics(repeats)}
         ranking.append(
             RankedEngine(
@@ -160,6 +176,9 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
                 condition=condition_label(judged_at[name]),
                 repeats=len(repeats),
                 notes=notes,
+                reference=name in REFERENCE_ENGINES,
+                declared_features=declared,
             )
         )
-    return Outcome(slos, survivors, ranking, verdict.eliminated, judged_at, verdict.slo_values, components, raw)
+    return Outcome(slos, survivors, ranking, verdict.eliminated, judged_at, verdict.slo_values, components, raw,
+                   facts, complexity_notes)

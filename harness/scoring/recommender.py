@@ -11,8 +11,9 @@ from results.store import Run
 
 from .constraints import before_slos, collect_required_features, needs_fp8
 from .errors import ScorerError
-from .explanation import deciding_constraint
+from .explanation import deciding_constraint, yardstick_sentence
 from .gather import Gathered, RunFacts, gather
+from .operational import complexity_note, features_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
 from .weights import resolve_weights
@@ -79,6 +80,11 @@ def recommend(
             "no engine survives the hard constraints; loosen an SLO (--slo), pick other hardware "
             "(--hardware/--gpus) or measure more engines"
         )
+        if outcome.reference:
+            message = (f"no production engine survives the hard constraints (the reference engine "
+                       f"{outcome.reference} is a yardstick, never the recommendation); loosen an SLO (--slo), "
+                       "pick other hardware (--hardware/--gpus) or measure more engines")
+    yardstick = yardstick_sentence(outcome)
     return Recommendation(
         winner=outcome.winner,
         winner_display_name=gathered.engines[outcome.winner].display_name if outcome.winner else None,
@@ -96,8 +102,10 @@ def recommend(
         memory_fit=memory_fits,
         workloads=workloads,
         runs=[run.run_id for run in gathered.runs],
-        notes=_notes(gathered, outcome, memory_fits, workloads, hardware),
+        notes=([yardstick] if yardstick else []) + _notes(gathered, outcome, memory_fits, workloads, hardware,
+                                                           required),
         message=message,
+        yardstick=yardstick,
     )
 
 
@@ -113,11 +121,19 @@ def _stored_slos(first_run: RunFacts) -> list[SLO]:
 
 def _notes(
     gathered: Gathered, outcome: Outcome, memory_fits: dict[str, MemoryFit], workloads: list[str],
-    hardware: HardwareProfile,
+    hardware: HardwareProfile, required: list[str],
 ) -> list[str]:
-    """Caveats a reader needs: several workloads, survivors at different conditions, measured
-    on other hardware than the target, memory fits that could not be checked."""
+    """Caveats a reader needs: how complexity was measured and the declared, unverified
+    features; which constraints rest on declarations; several workloads, survivors at different
+    conditions, measured on other hardware than the target, memory fits that could not be checked."""
     notes: list[str] = []
+    if outcome.survivors:
+        notes.append(complexity_note(outcome.facts, outcome.complexity_notes))
+        notes.append(features_note(gathered.engines, outcome.survivors))
+    declared_stages = [stage for stage, _ in outcome.eliminated.values() if stage in ("hardware", "feature")]
+    if declared_stages or required:
+        notes.append("the hardware and required-feature constraints use what each adapter declares "
+                     "(capabilities.hardware/features/quantization), not a verified probe")
     if len(workloads) > 1:
         notes.append(f"the runs cover several workloads ({', '.join(workloads)}); each engine is scored at its "
                      "highest-load condition that meets the SLOs")

@@ -1,4 +1,5 @@
-"""Sensitivity: what small change would change the winner.
+"""Sensitivity: what small change would change the winner (the best production engine: the
+reference engine is a yardstick and never becomes the winner, so it is no rival here).
 
 - one weight: closed form, since the score difference is linear in each weight;
 - one SLO threshold: steps 2-3 re-run at each measured value of that SLO's metric;
@@ -29,11 +30,12 @@ def weight_sensitivity(outcome: Outcome, ctx: ScoringContext, flips: list[Weight
     change per criterion to ``flips``."""
     if outcome.winner is None:
         return []
-    if len(outcome.survivors) < 2:
-        return ["no weight change can change the winner: only one engine survives the hard constraints"]
+    rivals = [name for name in outcome.production if name != outcome.winner]
+    if not rivals:
+        kind = "production engine" if outcome.reference else "engine"
+        return [f"no weight change can change the winner: only one {kind} survives the hard constraints"]
     winner = outcome.winner
     weight_sum = sum(ctx.weights.values())
-    rivals = [name for name in outcome.survivors if name != winner]
     found: list[tuple[float, str]] = []  # (change, sentence): the smallest lever per criterion
     lines: list[str] = []
     for criterion in CRITERIA:
@@ -79,6 +81,9 @@ def weight_sensitivity(outcome: Outcome, ctx: ScoringContext, flips: list[Weight
             options.sort(key=lambda option: option[0])
             found.append(options[0])
             lines.append(options[0][1])
+        elif criterion == "features":
+            lines.append("no change of the features weight changes the winner: no feature is verified yet, so "
+                         "features score 0 for every engine")
         else:
             lines.append(extreme or f"no change of the {criterion} weight alone changes the winner")
     if found:
@@ -165,9 +170,9 @@ def noise_sensitivity(outcome: Outcome, ctx: ScoringContext) -> list[str]:
             if name in slo_eliminated and misses < len(repeats):
                 lines.append(f"{name} met {slo_text(slo)} in {len(repeats) - misses} of {len(repeats)} repeats: "
                              "noise could readmit it")
-    if winner is not None and len(outcome.survivors) > 1:
+    if winner is not None and len(outcome.production) > 1:
         flips = []
-        for rival in outcome.survivors:
+        for rival in outcome.production:
             if rival == winner:
                 continue
             override = {name: outcome.raw[name] for name in outcome.survivors}

@@ -9,12 +9,17 @@ from .errors import ScorerError
 CRITERIA: tuple[str, ...] = ("throughput", "latency", "hardware_fit", "features", "complexity")
 
 PRESETS: dict[str, dict[str, float]] = {
-    "latency": {"throughput": 1.0, "latency": 4.0, "hardware_fit": 1.0, "features": 0.5, "complexity": 0.5},
-    "throughput": {"throughput": 4.0, "latency": 1.0, "hardware_fit": 1.0, "features": 0.5, "complexity": 0.5},
-    "balanced": {"throughput": 2.0, "latency": 2.0, "hardware_fit": 1.0, "features": 1.0, "complexity": 1.0},
-    "agentic": {"throughput": 1.5, "latency": 3.0, "hardware_fit": 1.0, "features": 1.5, "complexity": 0.5},
+    "latency": {"throughput": 1.0, "latency": 4.0, "hardware_fit": 1.0, "features": 0.0, "complexity": 0.5},
+    "throughput": {"throughput": 4.0, "latency": 1.0, "hardware_fit": 1.0, "features": 0.0, "complexity": 0.5},
+    "balanced": {"throughput": 2.0, "latency": 2.0, "hardware_fit": 1.0, "features": 0.0, "complexity": 1.0},
+    "agentic": {"throughput": 1.5, "latency": 3.0, "hardware_fit": 1.0, "features": 0.0, "complexity": 0.5},
 }
-"""Weights over :data:`CRITERIA`; ``--weights`` overrides the named ones."""
+"""Weights over :data:`CRITERIA`; ``--weights`` overrides the named ones.
+
+``features`` stays a criterion (so ``--weights features=…`` and stored weights stay valid) but
+weighs 0 in every preset: a feature counts only once a probe verified it, no probe exists yet,
+so the criterion scores 0 for every engine (:mod:`.operational`) and a non-zero weight would
+only scale every score down. Give it its weights back when the verification probes land."""
 
 
 def parse_weights(text: str) -> dict[str, float]:
