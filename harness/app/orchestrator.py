@@ -24,7 +24,6 @@ from results.schema import (
     EngineResult,
     EngineStatus,
     Equivalence,
-    Metrics,
     RequestRecord,
     SkipCause,
     Validity,
@@ -32,6 +31,7 @@ from results.schema import (
 from results.store import RunWriter, new_run_id
 from workloads.base import Workload
 
+from harness.app.engine_turns import EngineTurns
 from harness.app.manifest import fill_manifest
 from harness.app.plan import EnginePlan, capabilities_of, plan_engine
 from harness.app.startup import EngineStarter, start_slots
@@ -39,7 +39,7 @@ from harness.app.run_config import AUTO_SETUP_CPU, RunConfig, default_threads  #
 from harness.app.progress import engine_progress
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs, equivalence_requests
-from harness.metrics import SLO, compute_metrics
+from harness.metrics import compute_metrics
 from harness.loadgen.runner import Runner, RunnerOptions
 
 DRIFT_WARN = 0.05  # warn when server usage and re-tokenization disagree by more than 5 % on average
@@ -112,12 +112,14 @@ class Orchestrator:
         with starter.take(plan.name) as (ep, startup_s):
             yield ep, startup_s, starter.parallel(plan.name)
 
-    def _measure_engine(
-        self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, workload: Workload, tokenizer: Any
-    ) -> tuple[EngineResult, list[RequestRecord], list[str] | None]:
+    def _measure_engine(self, turns: EngineTurns, starter: EngineStarter, writer: RunWriter, workload: Workload,
+                        tokenizer: Any, repeat: int) -> list[str] | None:
+        """One turn of ``turns``' engine: start/thaw, warm up, (repeat 0) equivalence prompts,
+        measure, stop; adds the repeat to ``turns`` and returns the equivalence texts."""
         c = self.cfg
-        name = plan.name
-        with self._endpoint(plan, starter) as (ep, startup_s, parallel):
+        name = turns.name
+        label = name if c.repeats == 1 else f"{name} (repeat {repeat + 1}/{c.repeats})"
+        with self._endpoint(turns.plan, starter) as (ep, startup_s, parallel):
             writer.manifest.engines[name] = {
                 "display_name": ep.display_name,
                 "startup_s": round(startup_s, 2),
@@ -126,11 +128,12 @@ class Orchestrator:
             }
             writer.write_manifest()
             target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
-            progress_cb, finish = engine_progress(self.console, name, workload)
+            progress_cb, finish = engine_progress(self.console, label, workload)
             runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
-                            RunnerOptions(c.workload.max_concurrency, c.request_timeout_s), on_progress=progress_cb)
+                            RunnerOptions(c.workload.max_concurrency, c.request_timeout_s, repeat=repeat),
+                            on_progress=progress_cb)
             try:
-                equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer))
+                equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer, repeat == 0))
                 t0 = time.monotonic()
                 asyncio.run(runner.measure(workload))
                 wall = time.monotonic() - t0
@@ -139,12 +142,13 @@ class Orchestrator:
             writer.replace_records(runner.retokenize())  # derived work, after the measured phase
             engine_metrics = self._engine_metrics(name, _scrape(ep.metrics_url))
         measured = [r for r in runner.records if r.phase == "measured"]
-        metrics = compute_metrics(measured, c.slos, workload.offered_rate)
-        result = EngineResult(status=EngineStatus.OK, metrics=metrics, display_name=ep.display_name, wall_s=round(wall, 2),
-                              startup_s=round(startup_s, 2), startup_parallel=parallel, engine_metrics=engine_metrics)
-        return result, measured, equiv_texts
+        turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate), measured,
+                  wall_s=wall, startup_s=startup_s, parallel=parallel, display_name=ep.display_name,
+                  engine_metrics=engine_metrics)
+        return equiv_texts
 
-    async def _before_measuring(self, name: str, target: EndpointTarget, runner: Runner, tokenizer: Any) -> list[str] | None:
+    async def _before_measuring(self, name: str, target: EndpointTarget, runner: Runner, tokenizer: Any,
+                                equivalence: bool) -> list[str] | None:
         """Warm-up requests (stored as phase ``warmup``, never in metrics) and the greedy
         equivalence prompts, sent together; returns the equivalence outputs (None = not checked)."""
         from workloads.registry import build_warmup
@@ -153,7 +157,7 @@ class Orchestrator:
         # all at once: one batch on a continuous-batching engine, a couple on a static one
         warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=(c.workload.seed or 0) + 7919), concurrency=c.warmup) if c.warmup else None
         check = None
-        if c.check_equivalence:
+        if c.check_equivalence and equivalence:
             eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
             check = eq.warmup(equivalence_requests(), concurrency=len(EQUIVALENCE_PROMPTS))
         results = await asyncio.gather(*(x for x in (warm, check) if x is not None))
@@ -174,7 +178,6 @@ class Orchestrator:
 
     # -- the whole run -------------------------------------------------------------------
     def run(self) -> RunResult:
-        from adapters.base import EngineError
         from adapters.hardware import detect_kind
         from adapters.registry import all_adapters, get_adapter
 
@@ -214,42 +217,31 @@ class Orchestrator:
                                                           capabilities=plan.capabilities))
                 continue
             plans.append(plan)
-        starter = self._starter(plans, kind)
-        starter.begin()
-        # built while the engines start (loading transformers and the tokenizer takes ~5 s)
-        tokenizer, workload = self._build_workload(model_dir, starter, writer)
+        writer.summary.repeats = c.repeats
+        turns = {p.name: EngineTurns(p) for p in plans}
+        tokenizer, workload = None, None
         try:
-            self._manifest(writer, model_dir, workload, threads)
-            for i, plan in enumerate(plans):
-                name = plan.name
+            for repeat in range(c.repeats):
+                live = [t for t in turns.values() if not t.failed]
+                starter = self._starter([t.plan for t in live], kind, quiet=repeat > 0)
                 try:
-                    result, measured, texts = self._measure_engine(plan, starter, writer, workload, tokenizer)
-                except KeyboardInterrupt:
-                    measured = _read_engine(writer, name)
-                    writer.set_engine(name, EngineResult(
-                        status=EngineStatus.FAILED,
-                        reason=f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept",
-                        metrics=self._partial_metrics(measured, workload), capabilities=plan.capabilities,
-                        version=plan.probe.version))
-                    interrupted = True
-                    _mark_not_measured(writer, plans[i + 1:], "the run was interrupted before its turn")
+                    starter.begin()
+                    if workload is None:
+                        # built while the engines start (loading transformers and the tokenizer takes ~5 s)
+                        tokenizer, workload = self._build_workload(model_dir, starter, writer)
+                        self._manifest(writer, model_dir, workload, threads)
+                    for i, engine in enumerate(live):
+                        if not self._turn(engine, starter, writer, workload, tokenizer, repeat, equivalence):
+                            interrupted = True
+                            self._interrupted(writer, workload, live[i + 1:], list(turns.values()), repeat)
+                            break
+                finally:
+                    starter.close()
+                if interrupted:
                     break
-                except EngineError as exc:
-                    # a crash mid-run keeps what was measured before it (metrics over those requests)
-                    measured = _read_engine(writer, name)
-                    self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
-                    if exc.log_tail:
-                        self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
-                    writer.set_engine(name, EngineResult(
-                        status=EngineStatus.FAILED, reason=str(exc), metrics=self._partial_metrics(measured, workload),
-                        log_tail=exc.log_tail[-4000:], capabilities=plan.capabilities, version=plan.probe.version))
-                    continue
-                texts = self._record_engine(name, result, texts, writer, plan)
-                if texts is not None:
-                    equivalence[name] = texts
         finally:
-            starter.close()
-            writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
+            if workload is not None:  # else the run folder was removed: nothing was measured
+                writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
         if len(equivalence) >= 2:
             ref = "transformers" if "transformers" in equivalence else next(iter(equivalence))
             writer.summary.equivalence = Equivalence(
@@ -262,28 +254,63 @@ class Orchestrator:
             result.recommendation = self._report(run_dir)
         return result
 
-    def _partial_metrics(self, measured: list[RequestRecord], workload: Workload) -> Metrics | None:
-        """Metrics over what an engine measured before it crashed or was interrupted (None: nothing)."""
-        return compute_metrics(measured, self.cfg.slos, workload.offered_rate) if measured else None
+    def _turn(self, engine: EngineTurns, starter: EngineStarter, writer: RunWriter, workload: Workload,
+              tokenizer: Any, repeat: int, equivalence: dict[str, list[str]]) -> bool:
+        """One engine's turn in one repeat, its summary entry updated at once (a crash of the
+        harness keeps it). False when the user interrupted it (the engine is then failed)."""
+        from adapters.base import EngineError
 
-    def _record_engine(self, name: str, result: EngineResult, texts: list[str] | None, writer: RunWriter,
-                       plan: EnginePlan) -> list[str] | None:
+        c = self.cfg
+        name = engine.name
+        try:
+            texts = self._measure_engine(engine, starter, writer, workload, tokenizer, repeat)
+        except KeyboardInterrupt:
+            measured = _read_engine(writer, name, repeat)
+            writer.set_engine(name, engine.fail(
+                f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept", measured, c.slos,
+                workload.offered_rate, workload.requested_rate))
+            return False
+        except EngineError as exc:
+            # a crash mid-run keeps what was measured before it (metrics over those requests)
+            self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
+            if exc.log_tail:
+                self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
+            why = str(exc) if c.repeats == 1 else f"repeat {repeat + 1}/{c.repeats}: {exc}"
+            writer.set_engine(name, engine.fail(why, _read_engine(writer, name, repeat), c.slos, workload.offered_rate,
+                                                workload.requested_rate, exc.log_tail))
+            return True
+        result = engine.result(c.slos, workload.offered_rate, workload.requested_rate, c.repeats,
+                               seed=c.workload.seed or 0)
+        self._record_engine(name, result, writer)
+        if texts is not None and result.status is EngineStatus.OK:
+            equivalence[name] = texts
+        return True
+
+    def _interrupted(self, writer: RunWriter, workload: Workload, waiting: list[EngineTurns],
+                     engines: list[EngineTurns], repeat: int) -> None:
+        """After a Ctrl-C: engines that measured earlier repeats keep them (marked as fewer than
+        planned); engines that measured nothing are not measured."""
+        c = self.cfg
+        for engine in waiting:
+            if engine.metrics:
+                writer.set_engine(engine.name, engine.result(c.slos, workload.offered_rate, workload.requested_rate,
+                                                             c.repeats, seed=c.workload.seed or 0))
+        _mark_not_measured(writer, [e.plan for e in engines if not e.metrics and not e.failed],
+                           "the run was interrupted before its turn")
+
+    def _record_engine(self, name: str, result: EngineResult, writer: RunWriter) -> None:
         """Store one measured engine (ok, or failed when no request succeeded), its validity
-        facts and drift warnings; returns its equivalence texts when it counts."""
+        facts and drift warnings."""
         metrics = result.metrics
         assert metrics is not None
-        result.capabilities, result.version = plan.capabilities, plan.probe.version
-        if metrics.requests_completed == 0:
-            result.status = EngineStatus.FAILED
-            result.reason = f"no request succeeded ({metrics.failures_by_class})"
-            writer.set_engine(name, result)
-            self.console.print(f"[red]{name}[/]: failed — {escape(result.reason)}")
-            return None
         writer.set_engine(name, result)
+        if result.status is not EngineStatus.OK:
+            self.console.print(f"[red]{name}[/]: failed — {escape(result.reason)}")
+            return
         drift = metrics.token_drift
         writer.manifest.validity[name] = Validity(
-            offered_rate=metrics.offered_rate, achieved_rate=metrics.achieved_rate, rate_valid=metrics.rate_valid,
-            output_tokens_estimated=drift.output_estimated, output_token_drift=drift.output_rel_diff_mean,
+            offered_rate=metrics.offered_rate, requested_rate=metrics.requested_rate,
+            achieved_rate=metrics.achieved_rate, rate_valid=metrics.rate_valid, output_tokens_estimated=drift.output_estimated, output_token_drift=drift.output_rel_diff_mean,
             input_token_drift=drift.input_rel_diff_mean,
         )
         for side, rel in (("input", drift.input_rel_diff_mean), ("output", drift.output_rel_diff_mean)):
@@ -292,7 +319,6 @@ class Orchestrator:
                     f"[yellow]{name}[/]: server-reported {side} tokens differ from our tokenizer's count by "
                     f"{rel:.0%} on average: is the engine serving the same model/tokenizer? (manifest: validity)"
                 )
-        return texts
 
     def _build_workload(self, model_dir: Path, starter: EngineStarter, writer: RunWriter) -> tuple[Any, Workload]:
         """Tokenizer and workload; on failure (a bad spec, Ctrl-C) the engines already starting
@@ -308,13 +334,13 @@ class Orchestrator:
             shutil.rmtree(writer.run_dir, ignore_errors=True)
             raise
 
-    def _starter(self, plans: list[EnginePlan], kind: str) -> EngineStarter:
+    def _starter(self, plans: list[EnginePlan], kind: str, quiet: bool = False) -> EngineStarter:
         """The one launch path (harness/app/startup.py): as many engines started ahead of their
         turn as the machine holds (all of them on a CPU machine with the memory, else fewer);
         one slot = each engine starts at its turn (``--sequential-start``, a GPU machine)."""
         n = sum(p.starts_process for p in plans)
         slots = start_slots(n, parallel=self.cfg.parallel_start, hardware_kind=kind)
-        if self.cfg.parallel_start and kind == "cpu" and 1 < n and slots < n:
+        if self.cfg.parallel_start and kind == "cpu" and 1 < n and slots < n and not quiet:
             self.console.print(f"[yellow]free memory holds {slots} of the {n} engines at once: "
                                f"starting at most {slots} ahead of their turn[/]")
         return EngineStarter(self.console, [p.start_item() for p in plans], slots)
@@ -363,7 +389,9 @@ def _mark_not_measured(writer: RunWriter, plans: list[EnginePlan], why: str) -> 
                                                   capabilities=plan.capabilities))
 
 
-def _read_engine(writer: RunWriter, name: str) -> list[RequestRecord]:
+def _read_engine(writer: RunWriter, name: str, repeat: int) -> list[RequestRecord]:
+    """The measured records of ``name``'s repeat ``repeat`` written so far."""
     from results.store import REQUESTS_FILE, read_records
 
-    return [r for r in read_records(writer.run_dir / REQUESTS_FILE) if r.engine == name and r.phase == "measured"]
+    return [r for r in read_records(writer.run_dir / REQUESTS_FILE)
+            if r.engine == name and r.phase == "measured" and r.repeat == repeat]
