@@ -92,8 +92,9 @@ class ServerProcess:
     ``processes`` (live processes in the group at that moment: the server plus its workers, a
     recorded operational fact the scorer's complexity criterion uses); it raises
     :class:`EngineError` (message + the last 40 log lines in ``log_tail``) when the process
-    exits early or health times out, after stopping it. ``__exit__`` always stops the group; when the server had died on its own during
-    the with-block (a crash mid-run) and no other exception is in flight, it raises
+    exits early or health times out, after stopping it. ``__exit__`` always stops the group;
+    when the server had died on its own during the with-block (a crash mid-run) and no other
+    exception is in flight, it raises
     :class:`EngineError` so a crash is never a silent wrong number.
     """
 

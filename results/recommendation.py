@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
+from .schema import Interval
+
 RECOMMENDATION_FILE = "recommendation.json"
 
 DEFAULT_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
@@ -62,7 +64,9 @@ class RankedEngine(BaseModel):
 
     ``reference``: the reference engine, ranked as a yardstick and never the recommendation;
     ``declared_features``: the serving features its adapter declares — declared, unverified,
-    never scored. Both default so recommendations stored before them still load.
+    never scored; ``score_interval``: the median of its per-repeat scores with a 95 % bootstrap
+    interval over repeats (``harness.scoring.ties``; None with fewer than 2 repeats). All
+    default so recommendations stored before them still load.
     """
 
     rank: int
@@ -77,6 +81,7 @@ class RankedEngine(BaseModel):
     notes: list[str] = Field(default_factory=list)
     reference: bool = False
     declared_features: list[str] = Field(default_factory=list)
+    score_interval: Interval | None = None
 
 
 class WeightFlip(BaseModel):
@@ -100,6 +105,13 @@ class Recommendation(BaseModel):
     ``winner`` is never the reference engine (it is ranked, as a yardstick); ``yardstick`` is
     the sentence that says where the reference engine stands against the winner ("" when it
     was not measured).
+
+    Noise (``harness.scoring.ties``): ``score_repeats`` is how many aligned repeats the score
+    intervals rest on (< 2: none, no tie check possible); ``tie_groups`` the ranked engines
+    grouped into ties (intervals overlapping the group leader's), best first;
+    ``tied_with_winner`` the production engines tied with the winner; ``noise_could_flip``
+    whether the winner's interval overlaps a production rival's (None = not measured or no
+    rival). All default so older recommendation files still load.
     """
 
     winner: str | None
@@ -122,6 +134,10 @@ class Recommendation(BaseModel):
     notes: list[str] = Field(default_factory=list)
     message: str = ""
     yardstick: str = ""
+    score_repeats: int = 0
+    tie_groups: list[list[str]] = Field(default_factory=list)
+    tied_with_winner: list[str] = Field(default_factory=list)
+    noise_could_flip: bool | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -29,15 +29,20 @@ Pipeline (issue 6), per engine found in the runs' ``summary.json``:
 Tie-break (stated in every result): equal scores (|Δ| < 1e-9) are ordered by higher output
 throughput, then lower p99 TTFT, then engine name.
 
-Several runs: runs with the same workload and offered rate are repeats of one *condition*;
-several offered rates form a load sweep. Each engine is scored at its highest-load condition
+Repeats: runs with the same workload and offered rate are repeats of one *condition*, and so
+is each repeat of a ``bench run --repeats N`` folder (``EngineResult.repeats``, records by
+``RequestRecord.repeat``); several offered rates form a load sweep. **Ties** (:mod:`.ties`):
+each survivor's score gets a 95 % interval over repeats (repeat k of every engine scored
+together, then the bootstrap median of the per-repeat scores); overlapping intervals are ties,
+and the deciding line says whether noise could flip the winner — or, with one repeat, that
+noise was not measured and no tie check was possible. Each engine is scored at its highest-load condition
 that meets every SLO (without SLOs: its highest-load condition).
 
 Modules, in pipeline order: :mod:`.gather` (runs → the scorer's own measurements; the only
 reader of ``summary.json``/``manifest.json``), :mod:`.weights` (criteria, presets,
 ``--weights``), :mod:`.memory_fit`, :mod:`.repeats` (combining repeats), :mod:`.operational`
 (complexity and features), :mod:`.constraints`
-(steps 1-2), :mod:`.ranking` (step 3), :mod:`.explanation` and :mod:`.sensitivity` (step 4),
+(steps 1-2), :mod:`.ranking` (step 3), :mod:`.ties`, :mod:`.explanation` and :mod:`.sensitivity` (step 4),
 :mod:`.recommender` (:func:`recommend`). The result models live in ``results.recommendation``.
 """
 

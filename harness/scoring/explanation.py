@@ -97,8 +97,9 @@ def _only_survivor(outcome: Outcome, winner: str, condition: str) -> str:
     return "; ".join([f"{winner}: the only {kind} left after the hard constraints ({condition})", *excluded])
 
 
-def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str) -> str:
-    """The one sentence that names what decided the recommendation (see the module docstring)."""
+def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str, noise: str = "") -> str:
+    """The one sentence that names what decided the recommendation (see the module docstring);
+    ``noise``: the tie check's clause (:func:`.ties.tie_clause`), put after the margin."""
     if outcome.winner is None:
         parts = [f"{name}: {reason}" for name, (_, reason) in outcome.eliminated.items()]
         head = "no engine survives the hard constraints: "
@@ -141,7 +142,7 @@ def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str) -> s
             f"weights on {condition}; decided by {top} ({_criterion_detail(top, winner, runner_up, outcome, ctx)}; "
             f"{top} {margin_by_criterion[top]:+.3f} to the margin of {margin:+.3f}{offset})"
         )
-    return "; ".join([head, *excluded_clause(outcome, _BEFORE_SLO_STAGES + ("slo",))])
+    return "; ".join([head, *([noise] if noise else []), *excluded_clause(outcome, _BEFORE_SLO_STAGES + ("slo",))])
 
 
 def yardstick_sentence(outcome: Outcome) -> str:

@@ -7,9 +7,12 @@ dataclasses defined here:
 - :class:`RunFacts`: what the scorer needs of one run as a whole (workload, stored SLOs,
   required features, the model's sizes, the hardware it was measured on);
 - :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`,
-  the recorded :class:`OperationalRecord` of each run it started in);
-- :class:`Measurement`: one engine in one run that served at least one request, i.e. one
-  repeat of one *condition* (workload, offered rate).
+  the recorded :class:`.operational.OperationalRecord` of each run it was measured in);
+- :class:`Measurement`: one repeat of one *condition* (workload, offered rate) of one engine
+  that served at least one request in that run: one per run, or with ``bench run --repeats N``
+  one per repeat of the run (``EngineResult.repeats[i]`` and the records whose
+  ``RequestRecord.repeat`` is ``i``), so repeats inside one run folder combine exactly as
+  repeats over several run folders of one condition do.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from typing import Any, Sequence
 from adapters.base import FEATURES
 from adapters.hardware import HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, slo_percentile_value
-from results.schema import EngineStatus, Metrics, RequestRecord
+from results.schema import EngineResult, EngineStatus, Metrics, RequestRecord
 from results.store import Run
+
+from .operational import OperationalRecord
 
 Condition = tuple[str, float]
 """(workload name, offered rate in requests/s — sessions/s for agentic; math.inf = no rate limit)."""
@@ -88,31 +93,11 @@ class Capabilities:
         return {str(name).lower() for name in self.features} | {str(name).lower() for name in self.quantization}
 
 
-@dataclass(frozen=True)
-class OperationalRecord:
-    """Operational facts one run recorded about one engine it measured (None = not recorded).
-
-    ``startup_s``: time from launch to the first healthy answer, s (``EngineResult.startup_s``
-    in ``summary.json``); ``startup_parallel``: True when it started alongside other engines
-    (its time then includes their contention for the CPU); ``processes``: live processes in the
-    server's process group once healthy (the manifest's effective configuration,
-    ``adapters.process.ServerProcess.processes``); ``install_s``: how long ``bench engines
-    setup`` took, s (the manifest's effective configuration, from ``.engines/<name>/installed.json``);
-    ``external``: the harness did not start it (the ``openai`` adapter's endpoint, recorded with
-    its ``base_url``), so ``startup_s`` times nothing.
-    """
-
-    run_id: str
-    startup_s: float | None = None
-    startup_parallel: bool | None = None
-    processes: int | None = None
-    install_s: float | None = None
-    external: bool = False
-
-
 @dataclass
 class Measurement:
-    """One engine in one run: one repeat of the condition (workload, offered rate).
+    """One engine in one run, or in one repeat of a run: one repeat of the condition (workload,
+    offered rate). ``repeat``: the index within its run (``RequestRecord.repeat``; 0 for a
+    single-repeat run).
 
     ``values``: the scoring metrics keyed as in :data:`SUMMARY_METRIC_PATHS` (``*_ms`` in ms,
     throughputs in tokens/s or requests/s; None = not recorded). Times in s, rates in
@@ -134,6 +119,7 @@ class Measurement:
     prefix_cache_hit_rate: float | None
     spec_acceptance_rate: float | None
     _summary_metrics: Metrics | None = field(repr=False, default=None)
+    repeat: int = 0
 
     @property
     def condition(self) -> Condition:
@@ -207,10 +193,7 @@ def gather(runs: Sequence[Run]) -> Gathered:
                 engine.capabilities = _capabilities(entry["capabilities"])
             metrics = entry.get("metrics") or {}
             if status == "ok" and metrics.get("requests_completed"):
-                engine.measurements.append(
-                    _measurement(facts, metrics, entry.get("engine_metrics") or {}, run.records_for(name),
-                                 run.summary.engines[name].metrics)
-                )
+                engine.measurements.extend(_measurements(facts, entry, run.records_for(name), run.summary.engines[name]))
                 effective = (manifest.get("engines") or {}).get(name) or {}
                 engine.operations.append(_operational(run.run_id, entry, effective))
     return Gathered(run_facts, engines)
@@ -260,9 +243,24 @@ def _capabilities(declared: dict[str, Any]) -> Capabilities:
     )
 
 
+def _measurements(run: RunFacts, entry: dict[str, Any], records: list[RequestRecord],
+                  typed: EngineResult) -> list[Measurement]:
+    """One engine's measurements in one run: one per repeat when the run has ≥ 2 (each repeat's
+    metrics with its own records; a repeat where every request failed stays in, as a repeat
+    that misses every SLO), else the run's metrics."""
+    engine_metrics = entry.get("engine_metrics") or {}
+    if len(typed.repeats) < 2:
+        return [_measurement(run, entry.get("metrics") or {}, engine_metrics, records, typed.metrics)]
+    return [
+        _measurement(run, metrics.model_dump(mode="json"), engine_metrics,
+                     [record for record in records if record.repeat == index], metrics, repeat=index)
+        for index, metrics in enumerate(typed.repeats)
+    ]
+
+
 def _measurement(
     run: RunFacts, metrics: dict[str, Any], engine_metrics: dict[str, Any], records: list[RequestRecord],
-    typed_metrics: Metrics | None,
+    typed_metrics: Metrics | None, repeat: int = 0,
 ) -> Measurement:
     rate = metrics.get("offered_rate")
     goodput = metrics.get("goodput") or {}
@@ -282,6 +280,7 @@ def _measurement(
         prefix_cache_hit_rate=_first_number(engine_metrics, "prefix_cache_hit_rate"),
         spec_acceptance_rate=_first_number(engine_metrics, "spec_acceptance_rate", "spec_decode_acceptance_rate"),
         _summary_metrics=typed_metrics,
+        repeat=repeat,
     )
 
 

@@ -31,9 +31,36 @@ yet): the declared features are listed per engine as "declared, unverified".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import median
+from typing import TYPE_CHECKING
 
-from .gather import EngineRuns
-from .repeats import median
+if TYPE_CHECKING:
+    from .gather import EngineRuns
+
+
+@dataclass(frozen=True)
+class OperationalRecord:
+    """Operational facts one run recorded about one engine it measured (None = not recorded).
+
+    ``startup_s``: time from launch to the first healthy answer, s (``EngineResult.startup_s``
+    in ``summary.json``); ``startup_parallel``: True when it started alongside other engines
+    (its time then includes their contention for the CPU); ``processes``: live processes in the
+    server's process group once healthy (the manifest's effective configuration,
+    ``adapters.process.ServerProcess.processes``); ``install_s``: how long ``bench engines
+    setup`` took, s (the manifest's effective configuration ``install_s``; ``bench engines setup``
+    writes it to ``.engines/<name>/installed.json`` as ``seconds``, but no adapter copies it into
+    a run yet, so it reads "not recorded");
+    ``external``: the harness did not start it (the ``openai`` adapter's endpoint, recorded with
+    its ``base_url``), so ``startup_s`` times nothing.
+    """
+
+    run_id: str
+    startup_s: float | None = None
+    startup_parallel: bool | None = None
+    processes: int | None = None
+    install_s: float | None = None
+    external: bool = False
+
 
 NOT_RECORDED = ("install size", "steps outside pip (e.g. an engine build)")
 """Operational facts no run records yet (named in the notes, never guessed)."""
@@ -63,16 +90,16 @@ class OperationalFacts:
         return f"{healthy}, {processes}"
 
 
-def operational_facts(engine: EngineRuns) -> OperationalFacts:
+def operational_facts(engine: "EngineRuns") -> OperationalFacts:
     """The median facts over ``engine``'s runs (see the module docstring for the start-up rule)."""
     starts = [(op.startup_s, bool(op.startup_parallel)) for op in engine.operations
               if op.startup_s is not None and not op.external]
     alone = [seconds for seconds, parallel in starts if not parallel]
     together = [seconds for seconds, parallel in starts if parallel]
     if alone:
-        healthy, parallel = median(alone), False
+        healthy, parallel = float(median(alone)), False
     elif together:
-        healthy, parallel = median(together), True
+        healthy, parallel = float(median(together)), True
     else:
         healthy, parallel = None, None
     processes = [op.processes for op in engine.operations if op.processes is not None]
@@ -80,7 +107,7 @@ def operational_facts(engine: EngineRuns) -> OperationalFacts:
     return OperationalFacts(
         time_to_healthy_s=healthy,
         started_in_parallel=parallel,
-        processes=median(processes) if processes else None,
+        processes=float(median(processes)) if processes else None,
         install_s=installs[-1] if installs else None,
     )
 
@@ -132,7 +159,7 @@ def complexity_note(facts: dict[str, OperationalFacts], how: list[str]) -> str:
             f"(time to healthy, processes) — {shown}{caveats}; {install}; not recorded: {', '.join(NOT_RECORDED)}")
 
 
-def features_note(engines: dict[str, EngineRuns], names: list[str]) -> str:
+def features_note(engines: "dict[str, EngineRuns]", names: list[str]) -> str:
     """The declared features of ``names``, as "declared, unverified", and why they score 0."""
     listed = []
     for name in names:

@@ -16,6 +16,7 @@ from .gather import Gathered, RunFacts, gather
 from .operational import complexity_note, features_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
+from .ties import attach, tie_check, tie_clause, yardstick_noise
 from .weights import resolve_weights
 
 
@@ -69,7 +70,9 @@ def recommend(
 
     workloads = sorted({measurement.run.workload for engine in gathered.engines.values()
                         for measurement in engine.measurements})
-    deciding = deciding_constraint(outcome, ctx, preset)
+    ties = tie_check(outcome, ctx)
+    attach(outcome, ties)
+    deciding = deciding_constraint(outcome, ctx, preset, tie_clause(outcome, ties))
     flips: list[WeightFlip] = []
     sensitivity = [
         *weight_sensitivity(outcome, ctx, flips), *slo_sensitivity(outcome, ctx), *noise_sensitivity(outcome, ctx)
@@ -85,6 +88,8 @@ def recommend(
                        f"{outcome.reference} is a yardstick, never the recommendation); loosen an SLO (--slo), "
                        "pick other hardware (--hardware/--gpus) or measure more engines")
     yardstick = yardstick_sentence(outcome)
+    if yardstick and (noise := yardstick_noise(outcome, ties)):
+        yardstick += f"; {noise}"
     return Recommendation(
         winner=outcome.winner,
         winner_display_name=gathered.engines[outcome.winner].display_name if outcome.winner else None,
@@ -106,6 +111,10 @@ def recommend(
                                                            required),
         message=message,
         yardstick=yardstick,
+        score_repeats=ties.repeats,
+        tie_groups=ties.groups,
+        tied_with_winner=ties.tied_with_winner,
+        noise_could_flip=ties.could_flip,
     )
 
 
