@@ -46,7 +46,7 @@ def test_slo_elimination_names_the_deciding_constraint(tmp_path: Path) -> None:
     assert rec.elimination_stage == {"tensorrt_llm": "not measured", "transformers": "slo"}
     assert "p99 TTFT 130.0 ms > 120 ms" in rec.eliminated["transformers"]
     assert rec.deciding_constraint == (
-        "sglang: the only engine meeting p99 TTFT ≤ 120 ms on chat at 4 req/s; transformers 2nd, 1.3× the TTFT; "
+        "sglang: the only engine meeting p99 TTFT ≤ 120 ms on chat at 4.00 req/s requested, 4.00 achieved; transformers 2nd, 1.3× the TTFT; "
         "not measured (skipped; reasons in the not-measured list): tensorrt_llm"
     )
     assert "needs an NVIDIA GPU" in rec.eliminated["tensorrt_llm"]  # the reason itself stays in the table
@@ -200,7 +200,7 @@ def test_single_available_engine(tmp_path: Path) -> None:
     run = write_run(tmp_path, "r", engines, recs)
     rec = recommend([run], hardware=CPU)
     assert rec.winner == "sglang" and rec.exit_code == 0
-    assert rec.deciding_constraint.startswith("sglang: the only engine left after the hard constraints (chat at 4 req/s)")
+    assert rec.deciding_constraint.startswith("sglang: the only engine left after the hard constraints (chat at 4.00 req/s requested, 4.00 achieved)")
     assert "vllm excluded: not measured (failed): server exited with code 1 during startup" in rec.deciding_constraint
     assert rec.sensitivity[0] == "no weight change can change the winner: only one engine survives the hard constraints"
 
@@ -255,9 +255,9 @@ def test_load_sweep_scores_the_highest_load_meeting_the_slo(tmp_path: Path) -> N
     r1 = write_run(tmp_path, "lo", {"vllm": ok_entry(lo, CPU_ONLY, offered_rate=4.0)}, lo)
     r2 = write_run(tmp_path, "hi", {"vllm": ok_entry(hi, CPU_ONLY, offered_rate=8.0)}, hi)
     rec = recommend([r1, r2], hardware=CPU, slos=parse_slos("ttft_p99=500"))
-    assert rec.winner == "vllm" and rec.ranking[0].condition == "chat at 4 req/s"
+    assert rec.winner == "vllm" and rec.ranking[0].condition == "chat at 4.00 req/s requested, 4.00 achieved"
     rec_all = recommend([r1, r2], hardware=CPU, slos=parse_slos("ttft_p99=1000"))
-    assert rec_all.ranking[0].condition == "chat at 8 req/s"
+    assert rec_all.ranking[0].condition == "chat at 8.00 req/s requested, 8.00 achieved"
 
 
 def test_missing_manifest_fields_say_not_recorded(tmp_path: Path) -> None:

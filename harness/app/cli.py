@@ -267,42 +267,15 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
-def _pair(d: Any) -> str:
-    """``p50 / p99`` of a :class:`results.schema.Distribution`."""
-    return f"{_fmt(d.p50)} / {_fmt(d.p99)}"
-
-
 def _print_summary(summary: Any) -> None:
-    """The console table of a :class:`results.schema.RunSummary`."""
-    from results.schema import EngineStatus
+    """The console table of a :class:`results.schema.RunSummary` (harness/app/cli_summary.py)."""
+    from harness.app.cli_summary import summary_table
 
-    t = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
-    cols = ("engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50/p99", "TPOT p50/p99", "E2E p99", "goodput")
-    for col in cols:
-        t.add_column(col, justify="left" if col in ("engine", "status") else "right")
-    notes = []
-
-    def note(name: str, reason: str) -> None:  # adapters' reasons already start with "name:"
-        notes.append(reason if reason.startswith(f"{name}:") else f"{name}: {reason}")
-
-    for name, engine in summary.engines.items():
-        m = engine.metrics
-        status = engine.status.value
-        if engine.status is not EngineStatus.OK:
-            note(name, engine.reason)
-        if m is None:
-            t.add_row(name, status, *["–"] * (len(cols) - 2))
-            continue
-        t.add_row(
-            name, status, f"{m.requests_completed}/{m.requests_failed}",
-            _fmt(m.request_throughput, 2), _fmt(m.output_throughput),
-            _pair(m.ttft_ms), _pair(m.tpot_ms), _fmt(m.e2el_ms.p99),
-            _fmt(m.goodput.request_goodput if m.goodput else None, 2),
-        )
-    console.print(t)
-    console.print("Latencies in ms; rates over the measured phase (definitions: harness/metrics/).")
-    for n in notes:
-        console.print(f"  {n}", highlight=False, markup=False)
+    table, notes = summary_table(summary)
+    console.print(table)
+    for line in notes:
+        console.print(f"  {line}" if not line.startswith(("Latencies", "[brackets]")) else line,
+                      highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ def judge_slos(
             repeats = len(engine.at(lowest))
             repeat_note = f" (median of {repeats} repeats)" if repeats > 1 else ""
             eliminated[name] = (
-                "slo", f"misses the SLO: {'; '.join(misses_at[lowest])} on {condition_label(lowest)}{repeat_note}"
+                "slo", f"misses the SLO: {'; '.join(misses_at[lowest])} on {condition_label(lowest, engine.at(lowest))}{repeat_note}"
             )
             verdict.slo_values[name] = values_at[lowest]
             continue

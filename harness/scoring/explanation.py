@@ -110,7 +110,7 @@ def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str, nois
             return head + "; ".join(parts)
         return head + ("; ".join(parts) if parts else "the runs hold no engines")
     winner = outcome.winner
-    condition = condition_label(outcome.judged_at[winner])
+    condition = condition_label(outcome.judged_at[winner], ctx.engines[winner].at(outcome.judged_at[winner]))
     production = outcome.production
     if len(production) == 1:
         return _only_survivor(outcome, winner, condition)

@@ -25,12 +25,12 @@ def condition_label(condition: tuple[str, float], repeats: Sequence[Measurement]
     rates are session starts: ``"agentic at 0.5 sessions/s"``).
 
     With the condition's ``repeats`` (its measurements): the requested load and the achieved
-    one, ``"agentic at 0.50 sessions/s requested (0.49 achieved)"``; several repeats give the
-    achieved range (``"(0.48–0.50 achieved)"``), none measured ``"(achieved not measured)"``.
+    one, ``"agentic at 0.50 sessions/s requested, 0.49 achieved"``; several repeats give the
+    achieved range (``"0.48–0.50 achieved"``), none measured ``"achieved not measured"``.
     The condition's rate is the offered rate, which is the requested one since drawn schedules
     are rescaled to it (``workloads.arrivals``); runs that did not record a requested rate
     (older runs, whose offered rate was the raw draw's) read ``"offered"`` instead, and a trace
-    replay ``"(the trace's own rate; … achieved)"``.
+    replay ``"the trace's own rate, … achieved"``.
     """
     workload, rate = condition
     unit = "sessions/s" if workload == "agentic" else "req/s"
@@ -45,14 +45,14 @@ def condition_label(condition: tuple[str, float], repeats: Sequence[Measurement]
         low, high = rate_text(achieved[0]), rate_text(achieved[-1])
         achieved_text = f"{low} achieved" if low == high else f"{low}–{high} achieved"
     if workload == "trace":
-        return f"{workload} at {rate_text(rate)} {unit} (the trace's own rate; {achieved_text})"
+        return f"{workload} at {rate_text(rate)} {unit}, the trace's own rate, {achieved_text}"
     requested = [r for m in repeats if (r := _requested_rate(m)) is not None]
     if not repeats or len(requested) < len(repeats):
-        return f"{workload} at {rate_text(rate)} {unit} offered ({achieved_text})"
+        return f"{workload} at {rate_text(rate)} {unit} offered, {achieved_text}"
     asked = sorted(requested)[len(requested) // 2]  # one value in practice: the condition's
     if not math.isclose(asked, rate, rel_tol=1e-9):  # a schedule that did not offer what was asked
         achieved_text = f"{rate_text(rate)} offered, {achieved_text}"
-    return f"{workload} at {rate_text(asked)} {unit} requested ({achieved_text})"
+    return f"{workload} at {rate_text(asked)} {unit} requested, {achieved_text}"
 
 
 def _requested_rate(measurement: Measurement) -> float | None:

@@ -173,7 +173,7 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
                 components={criterion: round(value, 6) for criterion, value in components[name].items()},
                 contributions={criterion: round(value, 6) for criterion, value in contributions.items()},
                 metrics=metrics,
-                condition=condition_label(judged_at[name]),
+                condition=condition_label(judged_at[name], repeats),
                 repeats=len(repeats),
                 notes=notes,
                 reference=name in REFERENCE_ENGINES,

@@ -1,0 +1,75 @@
+"""The console table of a run's summary: every headline number with its 95 % interval.
+
+Renders a stored :class:`results.schema.RunSummary` (``bench run`` at its end, ``bench results
+show``); the intervals come from ``EngineResult.intervals`` (``harness.metrics.repeats``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from results.schema import EngineStatus, Interval, RunSummary
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """A number with thousands separators and ``digits`` decimals; "–" for None."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def with_interval(value: float | None, interval: Interval | None, digits: int = 1) -> str:
+    """``value [low, high]`` when an interval was formed (low < high), else ``value``."""
+    if value is None:
+        return "–"
+    if interval is None or not interval.high > interval.low:
+        return fmt(float(value), digits)
+    return f"{fmt(float(value), digits)} [{fmt(interval.low, digits)}, {fmt(interval.high, digits)}]"
+
+
+def _basis_line(summary: RunSummary) -> str:
+    if summary.repeats > 1:
+        return (f"[brackets]: 95% intervals over {summary.repeats} interleaved repeats (two-stage bootstrap: "
+                "repeats, then requests; rates: the median over repeats); CV: run-to-run coefficient of variation "
+                "of output throughput.")
+    return ("[brackets]: 95% intervals over the requests of one repeat (bootstrap); rates have none and "
+            "run-to-run noise was not measured: use --repeats 2 or more.")
+
+
+def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
+    """The table and the lines to print under it (interval basis, engines' reasons)."""
+    table = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
+    cols = ["engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+            "E2E p99", "goodput"]
+    if summary.repeats > 1:
+        cols.append("CV")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("engine", "status") else "right")
+    notes = ["Latencies in ms; rates over the measured phase (definitions: harness/metrics/).", _basis_line(summary)]
+    for name, engine in summary.engines.items():
+        m = engine.metrics
+        if engine.status is not EngineStatus.OK or engine.reason:  # adapters' reasons already start with "name:"
+            notes.append(engine.reason if engine.reason.startswith(f"{name}:") else f"{name}: {engine.reason}")
+        if m is None:
+            table.add_row(name, engine.status.value, *["–"] * (len(cols) - 2))
+            continue
+        ci = engine.intervals.get
+        row = [
+            name, engine.status.value, f"{m.requests_completed}/{m.requests_failed}",
+            with_interval(m.request_throughput, ci("request_throughput"), 2),
+            with_interval(m.output_throughput, ci("output_throughput")),
+            with_interval(m.ttft_ms.p50, ci("ttft_ms.p50")), with_interval(m.ttft_ms.p99, ci("ttft_ms.p99")),
+            with_interval(m.tpot_ms.p50, ci("tpot_ms.p50")), with_interval(m.tpot_ms.p99, ci("tpot_ms.p99")),
+            with_interval(m.e2el_ms.p99, ci("e2el_ms.p99")),
+            with_interval(m.goodput.request_goodput if m.goodput else None, ci("goodput.request_goodput"), 2),
+        ]
+        if summary.repeats > 1:
+            cv = ci("output_throughput").cv if ci("output_throughput") else None
+            row.append("–" if cv is None else f"{cv:.1%}")
+        table.add_row(*row)
+    return table, notes
