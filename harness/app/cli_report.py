@@ -69,13 +69,27 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
     )
     if rec.ranking:
         table = Table(title="Ranking (survivors of the hard constraints)")
-        for col, just in [("#", "right"), ("engine", "left"), ("score", "right"), ("output tok/s", "right"),
-                          ("TTFT p99 ms", "right"), ("TPOT p99 ms", "right"), ("condition", "left")]:
+        for col, just in [("#", "right"), ("engine", "left"), ("score", "right"), ("95% interval", "right"),
+                          ("tie", "left"), ("output tok/s", "right"), ("TTFT p99 ms", "right"),
+                          ("TPOT p99 ms", "right"), ("condition", "left")]:
             table.add_column(col, justify=just)  # type: ignore[arg-type]
+        group_of = {name: i for i, group in enumerate(rec.tie_groups) for name in group}
         for r in rec.ranking:
-            table.add_row(str(r.rank), escape(r.display_name), f"{r.score:.3f}", _ms(r.metrics.get("output_throughput")),
-                          _ms(r.metrics.get("ttft_p99_ms")), _ms(r.metrics.get("tpot_p99_ms")), r.condition)
+            ci = r.score_interval
+            interval = f"[{ci.low:.3f}, {ci.high:.3f}]" if ci is not None and ci.high > ci.low else "–"
+            group = group_of.get(r.engine)
+            tied = group is not None and len(rec.tie_groups[group]) > 1
+            marked = r.reference and "reference" not in r.display_name
+            name = escape(r.display_name) + (" [dim](reference engine: a yardstick)[/dim]" if marked else "")
+            table.add_row(str(r.rank), name, f"{r.score:.3f}", interval, f"tie {group + 1}" if tied else "",
+                          _ms(r.metrics.get("output_throughput")), _ms(r.metrics.get("ttft_p99_ms")),
+                          _ms(r.metrics.get("tpot_p99_ms")), r.condition)
         console.print(table)
+        if rec.score_repeats < 2:
+            console.print("[dim]score intervals: none (one repeat: run-to-run noise not measured; use --repeats 2+)[/dim]")
+        else:
+            console.print(f"[dim]score intervals: median per-repeat score over {rec.score_repeats} interleaved repeats "
+                          "(bootstrap); engines sharing a 'tie' number overlap and are tied within the noise[/dim]")
     if rec.eliminated:
         elim = Table(title="Eliminated / not measured")
         elim.add_column("engine")
@@ -86,6 +100,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         console.print(elim)
     style = "bold green" if rec.winner else "bold red"
     console.print(f"[{style}]Deciding constraint:[/{style}] {escape(rec.deciding_constraint)}", highlight=False)
+    if rec.yardstick:
+        console.print(f"[bold]Reference engine:[/bold] {escape(rec.yardstick)}", highlight=False)
     if rec.message:
         console.print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
     if rec.sensitivity:
@@ -93,7 +109,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         for s in rec.sensitivity:
             console.print(f"  • {escape(s)}", highlight=False)
     for n in rec.notes:
-        console.print(f"[dim]note: {escape(n)}[/dim]", highlight=False)
+        if n != rec.yardstick:  # printed above
+            console.print(f"[dim]note: {escape(n)}[/dim]", highlight=False)
 
 
 def recommend_cmd(

@@ -23,13 +23,18 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _short(value: float, digits: int) -> str:
+    """Fewer decimals for big numbers, so a value and its interval fit one table cell."""
+    return fmt(value, 0 if abs(value) >= 100 else digits)
+
+
 def with_interval(value: float | None, interval: Interval | None, digits: int = 1) -> str:
-    """``value [low, high]`` when an interval was formed (low < high), else ``value``."""
+    """``value [low–high]`` when an interval was formed (low < high), else ``value``."""
     if value is None:
         return "–"
     if interval is None or not interval.high > interval.low:
         return fmt(float(value), digits)
-    return f"{fmt(float(value), digits)} [{fmt(interval.low, digits)}, {fmt(interval.high, digits)}]"
+    return f"{_short(float(value), digits)} [{_short(interval.low, digits)}–{_short(interval.high, digits)}]"
 
 
 def _basis_line(summary: RunSummary) -> str:
@@ -49,7 +54,7 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
     if summary.repeats > 1:
         cols.append("CV")
     for col in cols:
-        table.add_column(col, justify="left" if col in ("engine", "status") else "right")
+        table.add_column(col, justify="left" if col in ("engine", "status") else "right", overflow="fold")
     notes = ["Latencies in ms; rates over the measured phase (definitions: harness/metrics/).", _basis_line(summary)]
     for name, engine in summary.engines.items():
         m = engine.metrics
