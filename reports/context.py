@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from results.recommendation import Recommendation
-from results.schema import EngineStatus, Metrics
+from results.schema import EngineStatus, Interval, Metrics
 from results.store import Run
 
 NOT_RECORDED = "not recorded"
@@ -83,7 +83,8 @@ def _value_text(v: Any) -> str:
     return str(v)
 
 
-def _summary_cells(m: Metrics) -> dict[str, str]:
+def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]:
+    """One row of the summary table; a number with a stored 95 % interval reads ``v [low–high]``."""
     cells: dict[str, str] = {}
     for key, _, path, pattern in SUMMARY_COLUMNS:
         if pattern == "okfail":
@@ -94,7 +95,20 @@ def _summary_cells(m: Metrics) -> dict[str, str]:
             cells[key] = f"{fmt(off, '{:g}') if off else 'max load'} / {fmt(ach, '{:.2f}')}{flag}"
         else:
             cells[key] = fmt(_get(m, path), pattern)
+            ci = intervals.get(path)
+            if ci is not None and ci.high > ci.low:
+                cells[key] += f" [{fmt(ci.low, pattern)}–{fmt(ci.high, pattern)}]"
     return cells
+
+
+def interval_note(runs: list[Run]) -> str:
+    """What the brackets of the summary table are, from the runs' repeat counts."""
+    repeats = sorted({r.summary.repeats for r in runs})
+    if repeats == [1]:
+        return ("Brackets: 95 % bootstrap intervals over the requests of one repeat; rates have none and "
+                "run-to-run noise was not measured (bench run --repeats 2 or more measures it).")
+    return (f"Brackets: 95 % intervals over {', '.join(map(str, repeats))} interleaved repeats (two-stage bootstrap: "
+            "repeats, then requests; rates: the median over repeats).")
 
 
 def _label(run: Run, engine: str, compare: bool) -> str:
@@ -120,7 +134,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                 })
                 continue
             rows.append({"run_id": run.run_id, "engine": name, "display_name": display, "label": label,
-                         "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m)})
+                         "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m, entry.intervals)})
             series = m.samples_ms.model_dump() if m.samples_ms is not None else {}
             if any(series.values()):
                 cdf[label] = series
@@ -177,6 +191,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "compare": compare,
         "runs": [{"run_id": r.run_id, "workload": r.summary.workload or NOT_RECORDED} for r in runs],
         "columns": [(k, h) for k, h, _, _ in SUMMARY_COLUMNS],
+        "interval_note": interval_note(runs),
         "rows": rows,
         "not_measured": not_measured,
         "engine_stats": engine_stats,
