@@ -5,14 +5,21 @@ Pipeline (issue 6), per engine found in the runs' ``summary.json``:
 
 1. **Not measured**: engines whose status is ``skipped``/``failed`` in every run (or that have no
    successful request) are listed with their reason and never get a number.
-2. **Hard constraints**, first failure wins, each with a one-line reason:
+2. **Validity** (:mod:`.validity`): a condition is left out of the decision when a repeat of it
+   missed its offered arrival rate beyond ±5 % (``Metrics.rate_valid`` False) or ran the client
+   near its own limit per the run's ``client_calibration`` (client request rate above half the
+   calibrated ``max_rate_rps``, or the calibrated ITL timing error p99 above 10 % of the
+   condition's ITL p50); an engine with no valid condition is eliminated at the ``validity``
+   stage with the reason, one with some is judged on those only and a note lists the others.
+   Without a calibration the client limit is not checked, and a note says so.
+3. **Hard constraints**, first failure wins, each with a one-line reason:
    hardware (the engine's *declared* ``capabilities.hardware`` must include the target's kind; an FP8
    requirement needs ``HardwareProfile.supports_fp8``, i.e. compute capability ≥ 8.9),
    required features (declared ``features``/``quantization``), memory fit (weights + KV cache for
    the workload's concurrency × context must fit, see :class:`MemoryFit`), and the SLOs
    (``harness.metrics.slo_percentile_value`` at the offered load; repeats are combined by their
    median).
-3. **Soft score** over the survivors: every criterion is normalized to [0, 1] relative to the
+4. **Soft score** over the survivors: every criterion is normalized to [0, 1] relative to the
    best survivor with its direction explicit — higher-better ``x / max(x)`` (throughput, goodput),
    lower-better ``min(x) / x`` (latencies; complexity from the recorded time to healthy and
    process count, :mod:`.operational`); ``hardware_fit`` is the memory headroom
@@ -20,9 +27,9 @@ Pipeline (issue 6), per engine found in the runs' ``summary.json``:
    rests on what an adapter declares about itself. Score = Σ wᵢ·sᵢ / Σ wᵢ (weights shown in the
    result). The reference engine (``own``) is ranked as a yardstick but never recommended: the
    winner is the best non-reference engine, and a note says where the reference stands.
-4. **Deciding constraint** (one sentence) and **sensitivity**: the smallest change of one weight
+5. **Deciding constraint** (one sentence) and **sensitivity**: the smallest change of one weight
    (closed form: the score difference is linear in each weight) or of one SLO threshold (re-run
-   of steps 2-3 at each measured value) that changes the winner; and, when repeats exist,
+   of steps 3-4 at each measured value) that changes the winner; and, when repeats exist,
    whether their spread could flip the ranking (winner at its worst repeat vs each rival at its
    best).
 
@@ -41,8 +48,8 @@ that meets every SLO (without SLOs: its highest-load condition).
 Modules, in pipeline order: :mod:`.gather` (runs → the scorer's own measurements; the only
 reader of ``summary.json``/``manifest.json``), :mod:`.weights` (criteria, presets,
 ``--weights``), :mod:`.memory_fit`, :mod:`.repeats` (combining repeats), :mod:`.operational`
-(complexity and features), :mod:`.constraints`
-(steps 1-2), :mod:`.ranking` (step 3), :mod:`.ties`, :mod:`.explanation` and :mod:`.sensitivity` (step 4),
+(complexity and features), :mod:`.validity` (step 2), :mod:`.constraints`
+(steps 1 and 3), :mod:`.ranking` (step 4), :mod:`.ties`, :mod:`.explanation` and :mod:`.sensitivity` (step 5),
 :mod:`.recommender` (:func:`recommend`). The result models live in ``results.recommendation``.
 """
 

@@ -1,11 +1,13 @@
 """The hard constraints, first failure wins, each with a one-line reason.
 
-In order: measured at all; hardware (the engine's *declared* ``capabilities.hardware`` must
-include the target's kind; an FP8 requirement needs ``HardwareProfile.supports_fp8``, i.e.
-compute capability ≥ 8.9); required features (*declared* ``features``/``quantization``); memory
-fit (:mod:`.memory_fit`); the SLOs (``harness.metrics.slo_percentile_value`` at the offered
-load, repeats combined by their median). An engine is judged at its highest-load condition
-that meets every SLO (without SLOs: its highest-load condition).
+In order: measured at all; valid (the gates of :mod:`.validity`, applied by the recommender
+before the rest, which see only the conditions they keep); hardware (the engine's *declared*
+``capabilities.hardware`` must include the target's kind; an FP8 requirement needs
+``HardwareProfile.supports_fp8``, i.e. compute capability ≥ 8.9); required features
+(*declared* ``features``/``quantization``); memory fit (:mod:`.memory_fit`); the SLOs
+(``harness.metrics.slo_percentile_value`` at the offered load, repeats combined by their
+median). An engine is judged at its highest-load condition that meets every SLO (without SLOs:
+its highest-load condition).
 
 The hardware and feature constraints rest on what the adapters declare (no probe verifies it
 yet); their reasons say so. They only exclude, never score.
@@ -30,7 +32,8 @@ from .repeats import median_slo_value
 QUANTIZATION_FORMATS = ("fp8", "int8", "int4", "awq", "gptq", "fp4", "nvfp4", "mxfp4", "gguf", "bnb")
 
 Elimination = tuple[str, str]
-"""(stage, one-line reason); stage ∈ "not measured" | "hardware" | "feature" | "memory" | "slo"."""
+"""(stage, one-line reason); stage ∈ "not measured" | "validity" (:mod:`.validity`) | "hardware" |
+"feature" | "memory" | "slo"."""
 
 _HARDWARE_WORDS = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "cpu": "a CPU"}
 

@@ -5,7 +5,8 @@ The only module of ``harness.scoring`` that looks inside a run's ``summary.json`
 dataclasses defined here:
 
 - :class:`RunFacts`: what the scorer needs of one run as a whole (workload, stored SLOs,
-  required features, the model's sizes, the hardware it was measured on);
+  required features, the model's sizes, the hardware it was measured on, the client
+  calibration, :class:`ClientCalibration`);
 - :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`,
   the recorded :class:`.operational.OperationalRecord` of each run it was measured in);
 - :class:`Measurement`: one repeat of one *condition* (workload, offered rate) of one engine
@@ -57,6 +58,25 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
+class ClientCalibration:
+    """The manifest's ``client_calibration`` (``harness.loadgen.calibrate``): the client measured
+    against a local null server before the engines ran. ``recorded`` False: the run has none
+    (``--no-calibration``, or a run from before calibration); ``error``: the calibration ran and
+    failed (its message). Numbers None when not recorded: ``max_rate_rps`` (one-token requests/s
+    the client completes with ``burst_concurrency`` in flight), ``itl_error_ms_p99`` (p99 of
+    |measured ITL − scripted gap| over ``stream_concurrency`` streams ``stream_gap_ms`` apart),
+    ``overhead_ms_p99`` (the client's own TTFT against the null server)."""
+
+    recorded: bool = False
+    error: str | None = None
+    max_rate_rps: float | None = None
+    itl_error_ms_p99: float | None = None
+    stream_gap_ms: float | None = None
+    stream_concurrency: float | None = None
+    overhead_ms_p99: float | None = None
+
+
+@dataclass(frozen=True)
 class RunFacts:
     """One run as a whole."""
 
@@ -67,6 +87,7 @@ class RunFacts:
     model: ModelFacts
     max_concurrency: int | None  # the workload spec's cap on requests in flight
     measured_on: HardwareProfile | None  # the hardware the manifest recorded
+    client_calibration: ClientCalibration = field(default_factory=ClientCalibration)
 
 
 @dataclass(frozen=True)
@@ -120,6 +141,7 @@ class Measurement:
     spec_acceptance_rate: float | None
     _summary_metrics: Metrics | None = field(repr=False, default=None)
     repeat: int = 0
+    itl_p50_ms: float | None = None  # the measured ITL median (None: no inter-token gap measured)
 
     @property
     def condition(self) -> Condition:
@@ -217,6 +239,24 @@ def _run_facts(run: Run, summary: dict[str, Any], manifest: dict[str, Any]) -> R
         ),
         max_concurrency=int(max_concurrency) if max_concurrency else None,
         measured_on=profile_from_manifest(manifest.get("hardware")),
+        client_calibration=_calibration(manifest.get("client_calibration")),
+    )
+
+
+def _calibration(stored: Any) -> ClientCalibration:
+    """The manifest's ``client_calibration``: None/absent → not recorded; ``{"error": ...}`` →
+    the failure; otherwise its numbers (a missing or non-finite one stays None)."""
+    if not isinstance(stored, dict) or not stored:
+        return ClientCalibration()
+    if stored.get("error"):
+        return ClientCalibration(recorded=True, error=str(stored["error"]))
+    return ClientCalibration(
+        recorded=True,
+        max_rate_rps=_first_number(stored, "max_rate_rps"),
+        itl_error_ms_p99=_first_number(stored, "itl_error_ms_p99"),
+        stream_gap_ms=_first_number(stored, "stream_gap_ms"),
+        stream_concurrency=_first_number(stored, "stream_concurrency"),
+        overhead_ms_p99=_first_number(stored, "overhead_ms_p99"),
     )
 
 
@@ -281,6 +321,7 @@ def _measurement(
         spec_acceptance_rate=_first_number(engine_metrics, "spec_acceptance_rate", "spec_decode_acceptance_rate"),
         _summary_metrics=typed_metrics,
         repeat=repeat,
+        itl_p50_ms=_number_at(metrics, "itl_ms.p50"),
     )
 
 

@@ -11,12 +11,13 @@ from results.store import Run
 
 from .constraints import before_slos, collect_required_features, needs_fp8
 from .errors import ScorerError
-from .explanation import deciding_constraint, yardstick_sentence
+from .explanation import deciding_constraint, excluded_clause, yardstick_sentence
 from .gather import Gathered, RunFacts, gather
 from .operational import complexity_note, features_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
 from .ties import attach, tie_check, tie_clause, yardstick_noise
+from .validity import ValidityVerdict, judge_validity
 from .weights import resolve_weights
 
 
@@ -57,22 +58,30 @@ def recommend(
         slos = _stored_slos(gathered.runs[0])
     required = collect_required_features(required_features, gathered.runs)
 
-    eliminated, memory_fits = before_slos(
-        gathered.engines,
+    # validity first: the later stages see only the conditions it keeps
+    validity = judge_validity(gathered.engines, gathered.runs)
+    eliminated_later, memory_fits = before_slos(
+        {name: engine for name, engine in validity.engines.items() if name not in validity.eliminated},
         hardware,
         required,
         fp8_needed=needs_fp8(required, dtype_bytes, gathered.runs),
         dtype_bytes=dtype_bytes,
         memory_utilization=memory_utilization,
     )
-    ctx = ScoringContext(gathered.engines, hardware, resolved_weights, eliminated, memory_fits)
+    eliminated = {name: validity.eliminated.get(name) or eliminated_later[name] for name in gathered.engines
+                  if name in validity.eliminated or name in eliminated_later}
+    ctx = ScoringContext(validity.engines, hardware, resolved_weights, eliminated, memory_fits)
     outcome = evaluate(ctx, list(slos))
+    _mark_left_out(outcome, validity)
 
     workloads = sorted({measurement.run.workload for engine in gathered.engines.values()
                         for measurement in engine.measurements})
     ties = tie_check(outcome, ctx)
     attach(outcome, ties)
     deciding = deciding_constraint(outcome, ctx, preset, tie_clause(outcome, ties))
+    if outcome.winner is not None:  # the deciding line also names the engines the validity gates left out
+        invalid = [part for part in excluded_clause(outcome, ("validity",)) if part not in deciding]
+        deciding = "; ".join([deciding, *invalid])
     flips: list[WeightFlip] = []
     sensitivity = [
         *weight_sensitivity(outcome, ctx, flips), *slo_sensitivity(outcome, ctx), *noise_sensitivity(outcome, ctx)
@@ -87,6 +96,7 @@ def recommend(
             message = (f"no production engine survives the hard constraints (the reference engine "
                        f"{outcome.reference} is a yardstick, never the recommendation); loosen an SLO (--slo), "
                        "pick other hardware (--hardware/--gpus) or measure more engines")
+        message = _validity_message(message, outcome, gathered)
     yardstick = yardstick_sentence(outcome)
     if yardstick and (noise := yardstick_noise(outcome, ties)):
         yardstick += f"; {noise}"
@@ -107,8 +117,8 @@ def recommend(
         memory_fit=memory_fits,
         workloads=workloads,
         runs=[run.run_id for run in gathered.runs],
-        notes=([yardstick] if yardstick else []) + _notes(gathered, outcome, memory_fits, workloads, hardware,
-                                                           required),
+        notes=([yardstick] if yardstick else []) + validity.notes
+        + _notes(gathered, outcome, memory_fits, workloads, hardware, required),
         message=message,
         yardstick=yardstick,
         score_repeats=ties.repeats,
@@ -117,6 +127,26 @@ def recommend(
         noise_could_flip=ties.could_flip,
     )
 
+
+def _mark_left_out(outcome: Outcome, validity: ValidityVerdict) -> None:
+    """A ranked engine judged on some of its conditions says so on its row."""
+    for row in outcome.ranking:
+        if left_out := validity.left_out.get(row.engine):
+            row.notes.append("judged on its valid conditions only; left out as invalid: "
+                             + ", ".join(entry.label for entry in left_out))
+
+
+def _validity_message(message: str, outcome: Outcome, gathered: Gathered) -> str:
+    """The no-recommendation message when the validity gates took out every (or some) engine."""
+    invalid = [name for name, (stage, _) in outcome.eliminated.items() if stage == "validity"]
+    if not invalid:
+        return message
+    measured = [name for name, engine in gathered.engines.items() if engine.measurements]
+    if set(measured) <= set(invalid):
+        return ("no valid measurement to decide on: every measured condition missed its offered load (±5%) or "
+                "ran the client near its own limit (reasons in the eliminated list, stage validity); rerun at a "
+                "load the engines can sustain (a lower --request-rate) or where the client has headroom")
+    return f"{message}; no valid condition for {', '.join(invalid)} (validity stage)"
 
 
 def _stored_slos(first_run: RunFacts) -> list[SLO]:

@@ -1,0 +1,221 @@
+"""Validity gates: which measured conditions the decision may rest on.
+
+A condition (workload, offered rate) of one engine is **invalid**, and left out of the decision
+with its reason, when any of its repeats
+
+1. **missed its offered arrival rate** beyond ±5 % (``Metrics.rate_valid`` False, the band
+   ``harness.metrics.RATE_TOLERANCE``): the client or the engine could not keep the schedule,
+   so its latencies were measured at another load than its label says;
+2. **ran the client near its own limit**: the client's request rate (the achieved arrival
+   rate, or the measured request throughput where that is higher - an agentic run's achieved
+   rate counts session starts, not requests) above :data:`CLIENT_RATE_FRACTION` (half) of the
+   calibrated ``max_rate_rps``. Why half: the calibration measures the client's ceiling with
+   one-token replies from a server that does no work, while a real run also parses every
+   streamed chunk, so the true ceiling is lower; and a single event loop busy more than half
+   the time queues its sends and chunk timestamps (an M/M/1 queue's time in system is twice
+   the service time at utilisation 0.5), so the TTFTs and the achieved rate start to carry the
+   client's own delay rather than the engine's;
+3. **measured inter-token gaps finer than the client can time**: the calibration's ITL timing
+   error p99 above :data:`ITL_ERROR_FRACTION` (10 %) of the condition's measured ITL p50. Why a
+   relative bound: ITL and TPOT are what the latency SLOs and score rest on, and an error of
+   a tenth of the typical gap keeps the client's share of a gap to the same order as the ±5 %
+   load band already accepted. A fixed bound does not fit both ends: on the 2-core reference
+   machine the calibration's p99 is 2-16 ms depending on what else runs, against ITL p50s of
+   80-110 ms for the CPU engines (a 1 ms bound would flag every CPU run whose timing error is a
+   few percent), while on a GPU engine with 5 ms gaps 1 ms is already 20 %. The calibrated
+   error is an upper bound on the client's own (it includes the null server's sleep jitter,
+   measured at 32 concurrent streams, usually more than a run keeps in flight), so the rule
+   errs towards flagging. Conditions without an ITL (one-token replies) are not checked by it.
+
+A condition is invalid when any of its repeats is: keeping only the repeats that kept up would
+bias its medians towards the engine's good runs. Without a client calibration (``--no-calibration``,
+a failed calibration, an older run) rules 2-3 are not applied and a note says the client limit
+was not checked.
+
+An engine all of whose conditions are invalid is eliminated at the ``"validity"`` stage with
+the reasons; one with some valid conditions is judged on those only (its
+:class:`.gather.EngineRuns` is replaced by a copy without the invalid ones) and a note lists
+the left-out conditions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from harness.metrics import RATE_TOLERANCE
+
+from .constraints import Elimination
+from .formatting import condition_label, rate_text
+from .gather import ClientCalibration, Condition, EngineRuns, Measurement, RunFacts
+
+CLIENT_RATE_FRACTION = 0.5
+"""A condition is invalid when the client sent more than this fraction of its calibrated maximum rate."""
+ITL_ERROR_FRACTION = 0.10
+"""A condition is invalid when the client's calibrated ITL error p99 exceeds this fraction of its ITL p50."""
+
+@dataclass(frozen=True)
+class InvalidCondition:
+    """A condition left out: its label (requested and achieved load) and why."""
+
+    condition: Condition
+    label: str
+    reason: str
+
+
+@dataclass
+class ValidityVerdict:
+    """``engines``: every engine, those judged on some valid conditions as copies holding only
+    those (the others unchanged); ``eliminated``: engines with no valid condition (stage
+    ``"validity"``); ``left_out``: engine → its invalid conditions, for the engines still judged;
+    ``notes``: the caveats for the recommendation."""
+
+    engines: dict[str, EngineRuns]
+    eliminated: dict[str, Elimination] = field(default_factory=dict)
+    left_out: dict[str, list[InvalidCondition]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _signed_percent(fraction: float) -> str:
+    """``-0.19`` → ``"−19%"`` (a real minus sign), ``0.07`` → ``"+7%"``."""
+    return f"{fraction:+.0%}".replace("-", "−")
+
+
+def _client_rate_text(rate: float) -> str:
+    """A calibrated client rate: thousands separated and whole above 100 req/s (``"2,658"``)."""
+    return f"{rate:,.0f}" if rate >= 100 else rate_text(rate)
+
+
+def rate_reason(measurement: Measurement) -> str | None:
+    """Rule 1: the achieved arrival rate outside ±5 % of the offered one (None = kept up or not gated)."""
+    if measurement.rate_valid is not False:
+        return None
+    offered, achieved = measurement.recorded_offered_rate, measurement.achieved_rate
+    why = "the client or the engine could not keep the schedule"
+    if not offered or achieved is None:
+        return f"the achieved arrival rate missed the offered one beyond ±{RATE_TOLERANCE:.0%}: {why}"
+    unit = "sessions/s" if measurement.run.workload == "agentic" else "req/s"
+    return (f"achieved {rate_text(achieved)} {unit} vs {rate_text(offered)} offered "
+            f"({_signed_percent((achieved - offered) / offered)}): {why}")
+
+
+def client_rate(measurement: Measurement) -> float | None:
+    """Requests/s the client sent: the larger of the achieved arrival rate and the request throughput."""
+    rates = [rate for rate in (measurement.achieved_rate, measurement.values.get("request_throughput"))
+             if rate is not None and math.isfinite(rate)]
+    return max(rates) if rates else None
+
+
+def client_reasons(measurement: Measurement) -> list[str]:
+    """Rules 2-3 against the run's client calibration (none when it was not recorded or failed)."""
+    calibration = measurement.run.client_calibration
+    if not calibration.recorded or calibration.error:
+        return []
+    reasons = []
+    rate = client_rate(measurement)
+    if calibration.max_rate_rps and rate is not None and rate > CLIENT_RATE_FRACTION * calibration.max_rate_rps:
+        reasons.append(
+            f"the client sent {rate_text(rate)} req/s, above {CLIENT_RATE_FRACTION:.0%} of its calibrated maximum "
+            f"{_client_rate_text(calibration.max_rate_rps)} req/s (null server): "
+            "the client, not the engine, may be the limit"
+        )
+    error, itl = calibration.itl_error_ms_p99, measurement.itl_p50_ms
+    if error is not None and itl is not None and itl > 0 and error > ITL_ERROR_FRACTION * itl:
+        reasons.append(
+            f"the client's ITL timing error p99 {error:,.1f} ms (calibration) exceeds {ITL_ERROR_FRACTION:.0%} of the "
+            f"measured ITL p50 {itl:,.1f} ms: the client cannot time these inter-token gaps"
+        )
+    return reasons
+
+
+def measurement_reasons(measurement: Measurement) -> list[str]:
+    """Why one repeat is invalid (empty = valid)."""
+    reason = rate_reason(measurement)
+    return ([reason] if reason else []) + client_reasons(measurement)
+
+
+def condition_reason(repeats: Sequence[Measurement]) -> str | None:
+    """Why a condition is invalid (any repeat invalid), None when every repeat is valid."""
+    invalid = [reasons for repeat in repeats if (reasons := measurement_reasons(repeat))]
+    if not invalid:
+        return None
+    text = "; ".join(dict.fromkeys(reason for reasons in invalid for reason in reasons))
+    return f"{text} (in {len(invalid)} of {len(repeats)} repeats)" if len(repeats) > 1 else text
+
+
+def judge_validity(engines: dict[str, EngineRuns], runs: Sequence[RunFacts]) -> ValidityVerdict:
+    """Gate every measured engine's conditions (see the module docstring)."""
+    verdict = ValidityVerdict(engines={})
+    for name, engine in engines.items():
+        verdict.engines[name] = engine
+        invalid = [
+            InvalidCondition(condition, condition_label(condition, engine.at(condition)), reason)
+            for condition in engine.conditions()
+            if (reason := condition_reason(engine.at(condition)))
+        ]
+        if not invalid:
+            continue
+        if len(invalid) == len(engine.conditions()):
+            verdict.eliminated[name] = ("validity", _elimination_reason(invalid))
+            continue
+        bad = {entry.condition for entry in invalid}
+        verdict.engines[name] = replace(
+            engine, measurements=[m for m in engine.measurements if m.condition not in bad])
+        verdict.left_out[name] = invalid
+        verdict.notes.append(
+            f"{name}: judged on its valid conditions only; left out "
+            + "; ".join(f"{entry.label} ({entry.reason})" for entry in invalid)
+        )
+    verdict.notes.extend(calibration_notes(runs))
+    return verdict
+
+
+def _elimination_reason(invalid: list[InvalidCondition]) -> str:
+    if len(invalid) == 1:
+        return invalid[0].reason
+    return "no valid condition: " + "; ".join(f"{condition_label(entry.condition)}: {entry.reason}"
+                                              for entry in invalid)
+
+
+def _runs_text(run_ids: list[str], total: int) -> str:
+    if total == 1:
+        return "the run"
+    return f"run{'s' if len(run_ids) > 1 else ''} {', '.join(run_ids)}"
+
+
+def calibration_notes(runs: Sequence[RunFacts]) -> list[str]:
+    """What the validity gates checked: the client limit, or that it was not checked and why."""
+    total = len(runs)
+    missing = [run.run_id for run in runs if not run.client_calibration.recorded]
+    failed = [(run.run_id, run.client_calibration.error) for run in runs if run.client_calibration.error]
+    calibrated: list[ClientCalibration] = [run.client_calibration for run in runs
+                                           if run.client_calibration.recorded and not run.client_calibration.error]
+    rate_only = f"conditions were gated on achieved vs offered arrival rate (±{RATE_TOLERANCE:.0%}) only"
+    notes = []
+    if missing:
+        notes.append(f"the client limit was not checked: {_runs_text(missing, total)} recorded no client calibration "
+                     f"(--no-calibration or an older run); {rate_only}")
+    for run_id, error in failed:
+        notes.append(f"the client limit was not checked: the client calibration of "
+                     f"{_runs_text([run_id], total)} failed ({error}); {rate_only}")
+    if not calibrated:
+        return notes
+    gates = [f"achieved arrival rate within ±{RATE_TOLERANCE:.0%} of offered"]
+    max_rates = sorted(c.max_rate_rps for c in calibrated if c.max_rate_rps)
+    if max_rates:
+        gates.append(f"client request rate ≤ {CLIENT_RATE_FRACTION:.0%} of its calibrated maximum "
+                     f"({_range(max_rates, _client_rate_text)} req/s)")
+    errors = sorted(c.itl_error_ms_p99 for c in calibrated if c.itl_error_ms_p99 is not None)
+    if errors:
+        gates.append(f"client ITL timing error p99 ({_range(errors, lambda v: f'{v:,.1f}')} ms) ≤ "
+                     f"{ITL_ERROR_FRACTION:.0%} of each condition's ITL p50")
+    unchecked = [what for what, values in (("request rate", max_rates), ("ITL timing error", errors)) if not values]
+    tail = f"; the client's {' and '.join(unchecked)} not recorded by its calibration, not checked" if unchecked else ""
+    notes.append(f"validity gates: {'; '.join(gates)}{tail}")
+    return notes
+
+
+def _range(values: list[float], fmt: Callable[[float], str]) -> str:
+    low, high = fmt(values[0]), fmt(values[-1])
+    return low if low == high else f"{low}–{high}"
