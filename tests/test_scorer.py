@@ -84,7 +84,7 @@ def test_memory_fit_arithmetic_is_exact(tmp_path: Path) -> None:
     r_seq = make_records("seq", 8, ttft_ms=10.0, tpot_ms=1.0, out_tokens=24, in_tokens=1000, interval_s=1.0)
     r_burst = make_records("burst", 8, ttft_ms=10.0, tpot_ms=1.0, out_tokens=24, in_tokens=1000, interval_s=0.0)
     assert max_in_flight(r_seq) == 1 and max_in_flight(r_burst) == 8
-    run = write_run(tmp_path, "r", {"seq": ok_entry(r_seq, CPU_ONLY), "burst": ok_entry(r_burst, CPU_ONLY)},
+    run = write_run(tmp_path, "r", {"seq": ok_entry(r_seq, CPU_ONLY, offered_rate=1.0), "burst": ok_entry(r_burst, CPU_ONLY)},
                     r_seq + r_burst)
     kv_per_token = 2 * 30 * 3 * 64 * 4
     weights = 134_515_008 * 4
