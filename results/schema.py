@@ -55,6 +55,7 @@ class RequestRecord(BaseModel):
     branch_id: int | None = None
     phase: str = "measured"  # "warmup" records are stored but never enter metrics
     repeat: int = 0  # which repeat of the run (``bench run --repeats N``: 0 … N-1) the request belongs to
+    probe: int | None = None  # which probe point of a capacity search (``bench search``: 0, 1, …); None = not a search
 
     scheduled_ns: int
     send_ns: int | None = None
@@ -428,3 +429,123 @@ class Manifest(Artefact):
     @classmethod
     def _empty_model(cls, v: Any) -> Any:
         return None if v == {} else v
+
+
+# ------------------------------------------------------------------------------------------
+# search.json (``bench search``: capacity under SLOs)
+
+SEARCH_FILE = "search.json"
+
+
+class SearchProbe(Artefact):
+    """One probe point of a capacity search: the fields of ``harness.app.capacity.ProbeResult``
+    (``load`` in the search's unit; ``values`` each SLO's judged value in ms, None = infinite
+    or none; ``achieved`` req/s or sessions/s; ``duration_s`` s) plus its index, the workload
+    seed it was drawn with and the probe's full :class:`Metrics` (None when it measured nothing)."""
+
+    index: int
+    load: float
+    meets_slo: bool
+    saturated: bool = False
+    achieved: float | None = None
+    values: dict[str, float | None] = Field(default_factory=dict)
+    reason: str = ""
+    duration_s: float | None = None
+    seed: int | None = None
+    metrics: Metrics | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Meets every SLO and is not saturated."""
+        return self.meets_slo and not self.saturated
+
+
+class EngineSearch(Artefact):
+    """One engine's capacity search: the fields of ``harness.app.capacity.CapacityResult``
+    (``capacity`` in ``unit``, 0 = no probe passed; ``stopped``: converged | budget | max_probes
+    | never_met | high_reached, or ``interrupted`` / ``failed``; ``bracket``: highest passing,
+    lowest failing load; ``elapsed_s``, ``budget_s`` s) with :class:`SearchProbe` probes, and the
+    engine's status (``ok``: searched; ``failed``: crashed or interrupted, probes kept;
+    ``skipped``: cannot run here) with its reason."""
+
+    status: EngineStatus = EngineStatus.OK
+    reason: str = ""
+    display_name: str | None = None
+    version: str | None = None
+    startup_s: float | None = None
+    capacity: float = 0.0
+    stopped: str | None = None
+    bracket: tuple[float | None, float | None] = (None, None)
+    probes: list[SearchProbe] = Field(default_factory=list)
+    message: str = ""
+    elapsed_s: float = 0.0
+    low: float | None = None
+    high: float | None = None
+    tolerance: float | None = None
+    budget_s: float | None = None
+    max_probes: int | None = None
+    integer: bool = False
+    unit: str = ""
+
+
+class CapacityRank(Artefact):
+    """One engine's place in the capacity ranking (``harness.scoring.capacity_ranking``):
+    ``rank`` 1 = highest capacity (tied engines share a rank); ``tied_with``: engines whose
+    capacity bracket overlaps this one's; ``reference``: the yardstick engine (never
+    recommended); ``at_least``: the search stopped before a failing load above the capacity
+    was found (budget, probe limit, ``--high``), so the capacity is a lower bound."""
+
+    engine: str
+    rank: int
+    capacity: float
+    bracket: tuple[float | None, float | None] = (None, None)
+    tied_with: list[str] = Field(default_factory=list)
+    reference: bool = False
+    at_least: bool = False
+
+
+class CapacityRecommendation(Artefact):
+    """Engines ranked by their capacity under the SLOs, and the deciding sentence.
+
+    ``recommended``: the highest-capacity production engine with a capacity above 0 (None when
+    none); ``sentence``: e.g. "sglang sustains 3.1 sessions/s at p99 TTFT ≤ 500 ms and p99 TPOT
+    ≤ 50 ms; vllm 2.4; own 2.2 (yardstick)"; ``tie_groups``: engines tied by overlapping
+    brackets; ``excluded``: engine → why it is not ranked (failed, skipped)."""
+
+    recommended: str | None = None
+    sentence: str = ""
+    unit: str = ""
+    ranking: list[CapacityRank] = Field(default_factory=list)
+    tie_groups: list[list[str]] = Field(default_factory=list)
+    excluded: dict[str, str] = Field(default_factory=dict)
+    method: str = ""
+
+
+class SearchSummary(Artefact):
+    """``search.json``: a ``bench search`` run (capacity under SLOs per engine).
+
+    ``search_var``: ``rate`` (requests/s; agentic: session starts/s) or ``concurrency``
+    (in-flight requests, open rate); ``unit``: the load's unit; ``slos``: key → threshold ms
+    (``slos_default``: the defaults were used, no ``--slo``); ``budget_s``: the whole search's
+    budget (s), ``budget_per_engine_s`` its even share per engine; ``requests_per_probe``: the
+    workload's request count per probe; ``seed``: the base seed (probe ``i`` uses seed + i);
+    ``wall_s``: the command's wall time (s), engine start-ups included."""
+
+    schema_version: str = SCHEMA_VERSION
+    run_id: str
+    workload: str
+    search_var: str
+    unit: str
+    slos: dict[str, float] = Field(default_factory=dict)
+    slos_default: bool = False
+    low: float
+    high: float | None = None
+    tolerance: float
+    budget_s: float
+    budget_per_engine_s: float
+    max_probes: int
+    requests_per_probe: int | None = None
+    seed: int = 0
+    wall_s: float = 0.0
+    engines: dict[str, EngineSearch] = Field(default_factory=dict)
+    capacity_recommendation: CapacityRecommendation | None = None
