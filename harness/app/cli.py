@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness import __version__
-from harness.app import cli_engines, cli_report, cli_workloads
+from harness.app import cli_engines, cli_report, cli_search, cli_workloads
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
     err_console,
@@ -43,6 +43,7 @@ app.add_typer(cli_workloads.app, name="workloads")
 app.add_typer(cli_engines.app, name="engines")
 app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
 app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
+app.command("search", help="Find each engine's capacity: the highest load (rate or concurrency) at which every SLO holds, by bracketing and bisection.")(cli_search.search_cmd)
 
 console = make_console()
 

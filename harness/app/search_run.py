@@ -1,0 +1,373 @@
+"""``bench search``: each engine's capacity under SLOs, by bracketing and bisection.
+
+For every engine (planned and started like ``bench run``: :func:`plan_engine`, the one launch
+path :class:`EngineStarter` with slots from :func:`start_slots`): start it, warm it up once,
+run :func:`harness.app.capacity.search_capacity` over the search variable, stop it. The
+engine stays up for all of its probes. The method is that of vLLM's ``vllm bench sweep
+serve_sla`` (tune ``request_rate`` or ``max_concurrency`` until the SLA just holds) and of
+AIPerf's max-goodput-under-SLO search: probe ``--low``, double until a probe fails, bisect to
+``--tolerance`` (relative; concurrency is bisected on integers, so it is exact).
+
+Each probe is one measured condition:
+
+- the workload is built at the probe's load: ``--search-var rate`` sets the request rate
+  (requests/s; agentic: session starts/s, offered exactly, drawn schedules being rescaled),
+  ``--search-var concurrency`` the in-flight cap (``max_concurrency``) with the rate at inf;
+- **probe ``i`` draws its workload with seed ``base seed + i``**: no probe reuses another's
+  prompts, so no probe is flattered by prefixes an earlier probe left in the engine's cache
+  (the warm-up shares no prefix with any workload either);
+- measured with the shared :class:`Runner` (a fixed request count per probe: keep probes
+  short), metrics by :func:`compute_metrics`, judged by :func:`probe_result`: it passes only
+  when every SLO holds at its percentile and it is not saturated (achieved arrival rate below
+  the offered one beyond 5 %, rate searches only) - a saturated probe is a fail, so the
+  search turns down at once;
+- its records go to the run folder's ``requests.jsonl`` with ``probe = i`` (written when the
+  probe ends, after the re-tokenization pass; a Ctrl-C keeps the requests that finished).
+
+The time budget (``--budget``, s) is split evenly over the engines; an engine's share bounds
+its probes (start-up and warm-up are not counted): no probe starts that would not finish
+within it, judging by the previous probe's duration (the first by its schedule length).
+
+Artefacts: ``search.json`` (:class:`results.schema.SearchSummary`: per engine the search
+result with each probe's full metrics, the SLOs, the search variable and unit, the budget, the
+wall time, and the capacity ranking of :mod:`harness.scoring.capacity_ranking`),
+``manifest.json`` (:func:`fill_manifest`, plus a ``search`` section), ``summary.json`` (per
+engine the metrics of its probe at the found capacity), ``search.md`` and
+``search_latency_vs_load.png`` (:mod:`reports.search`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from adapters.base import EngineError
+from results.schema import (
+    SEARCH_FILE,
+    EngineResult,
+    EngineSearch,
+    EngineStatus,
+    SearchProbe,
+    SearchSummary,
+    SkipCause,
+)
+from results.store import RunWriter, new_run_id, write_model_atomic
+from workloads.options import WorkloadOptions
+
+from harness.app.capacity import CapacityResult, ProbeResult, probe_result, search_capacity
+from harness.app.orchestrator import Orchestrator
+from harness.app.plan import EnginePlan, plan_engine
+from harness.app.run_config import RunConfig, default_threads
+from harness.app.startup import EngineStarter
+from harness.loadgen.client import EndpointTarget
+from harness.loadgen.runner import Runner, RunnerOptions
+from harness.metrics import SLO, compute_metrics
+from harness.scoring.capacity_ranking import rank_capacity
+from harness.scoring.formatting import METRIC_LABELS, slo_text
+
+SEARCH_VARS = ("rate", "concurrency")
+# Default SLOs by hardware kind. CPU (the 2-core reference machine, SmolLM2-135M): p99 TTFT
+# 2 s, about the wait a chat user tolerates before the first word, and p99 TPOT 200 ms = 5
+# tokens/s, about reading speed. GPU: the tighter pair production serving is judged by.
+DEFAULT_SLOS = {"cpu": "ttft_p99=2000,tpot_p99=200", "gpu": "ttft_p99=500,tpot_p99=50"}
+DEFAULT_PROBE_REQUESTS = 24  # requests per probe of a single-turn workload without --num-requests
+
+
+@dataclass
+class SearchConfig:
+    """What ``bench search`` was asked for (validated by the CLI). ``slos`` empty = the
+    defaults for the detected hardware (:data:`DEFAULT_SLOS`); ``low``/``high`` in the search
+    variable's unit (``high`` None = unbounded for a rate, the probe's request count for a
+    concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines."""
+
+    engines: list[str]
+    workload: WorkloadOptions
+    slos: list[SLO] = field(default_factory=list)
+    search_var: str = "rate"
+    low: float = 1.0
+    high: float | None = None
+    tolerance: float = 0.05
+    budget_s: float = 600.0
+    max_probes: int = 12
+    model: str | None = None
+    warmup: int = 2
+    output_dir: Path = Path("results")
+    run_id: str | None = None
+    base_url: str | None = None
+    served_model_name: str | None = None
+    engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
+    threads: int | None = None
+    request_timeout_s: float = 600.0
+    startup_timeout_s: float = 600.0
+    parallel_start: bool = True
+
+    def run_config(self, workload: WorkloadOptions, slos: list[SLO]) -> RunConfig:
+        """The :class:`RunConfig` whose :class:`Orchestrator` helpers the search reuses."""
+        return RunConfig(engines=self.engines, workload=workload, model=self.model, slos=slos, warmup=self.warmup,
+                         output_dir=self.output_dir, run_id=self.run_id, base_url=self.base_url,
+                         served_model_name=self.served_model_name, engine_args=self.engine_args, threads=self.threads,
+                         request_timeout_s=self.request_timeout_s, startup_timeout_s=self.startup_timeout_s,
+                         check_equivalence=False, calibrate=False, report=False, parallel_start=self.parallel_start)
+
+
+@dataclass
+class SearchResult:
+    run_dir: Path
+    summary: SearchSummary
+    interrupted: bool = False
+
+
+def search_unit(search_var: str, workload: str) -> str:
+    """The load's unit: ``concurrent requests``, ``sessions/s`` (agentic rate) or ``req/s``."""
+    if search_var == "concurrency":
+        return "concurrent requests"
+    return "sessions/s" if workload == "agentic" else "req/s"
+
+
+def default_slos(hardware_kind: str) -> list[SLO]:
+    """The default SLO pair for ``hardware_kind`` (``cpu``; anything else counts as a GPU)."""
+    from harness.metrics import parse_slos
+
+    return parse_slos(DEFAULT_SLOS["cpu" if hardware_kind == "cpu" else "gpu"])
+
+
+def probe_options(base: WorkloadOptions, search_var: str, load: float, index: int) -> WorkloadOptions:
+    """The workload options of probe ``index`` at ``load``: seed ``base seed + index``; the
+    request rate (rate search) or the in-flight cap with an unlimited rate (concurrency)."""
+    update: dict[str, Any] = {"seed": (base.seed or 0) + index}
+    if search_var == "concurrency":
+        update.update(max_concurrency=int(load), request_rate=math.inf)
+    else:
+        update["request_rate"] = float(load)
+    return base.model_copy(update=update)
+
+
+def _load_text(load: float, search_var: str) -> str:
+    return f"{load:g}" if search_var == "concurrency" else f"{load:.2f}"
+
+
+class SearchOrchestrator:
+    """Runs one :class:`SearchConfig`, composing an :class:`Orchestrator`'s helpers (launch
+    config, endpoint turn, warm-up, starter, workload and manifest) rather than copying them."""
+
+    def __init__(self, cfg: SearchConfig, console: Any) -> None:
+        self.cfg = cfg
+        self.console = console
+        self.unit = search_unit(cfg.search_var, cfg.workload.name)
+        self.orch: Orchestrator | None = None
+        self.requests_per_probe: int | None = None
+        self.slos: list[SLO] = list(cfg.slos)  # the defaults once the hardware is known
+        self.kit: Any = None
+
+    # -- the whole search ----------------------------------------------------------------
+    def run(self) -> SearchResult:
+        from adapters.hardware import detect_kind
+        from adapters.registry import all_adapters, get_adapter
+
+        from harness.app.model import resolve_model
+
+        c = self.cfg
+        t_start = time.monotonic()
+        kind = detect_kind()  # once: the adapters, the start slots and the default SLOs use it
+        slos_default = not c.slos
+        slos = self.slos = c.slos or default_slos(kind)
+        first = probe_options(c.workload, c.search_var, c.low, 0)
+        orch = self.orch = Orchestrator(c.run_config(first, slos), self.console)
+        model_dir = resolve_model(c.model)
+        run_id = c.run_id or new_run_id(f"search-{c.workload.name}")
+        run_dir = Path(c.output_dir) / run_id
+        threads = c.threads or default_threads()
+        writer = RunWriter(run_dir, run_id, c.workload.name)
+        writer.summary.slos = {s.key: s.threshold_ms for s in slos}
+        self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
+        adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
+        summary = SearchSummary(run_id=run_id, workload=c.workload.name, search_var=c.search_var, unit=self.unit,
+                                slos=writer.summary.slos, slos_default=slos_default, low=c.low, high=c.high,
+                                tolerance=c.tolerance, budget_s=c.budget_s, budget_per_engine_s=c.budget_s,
+                                max_probes=c.max_probes, seed=c.workload.seed or 0)
+        plans: list[EnginePlan] = []
+        for adapter in adapters:
+            plan = plan_engine(adapter, orch._launch_config(adapter.name, model_dir, writer, threads), kind)
+            if plan.available:
+                plans.append(plan)
+                continue
+            self.console.print(f"[yellow]{plan.name}[/]: skipped — {escape(plan.probe.reason)}")
+            summary.engines[plan.name] = EngineSearch(status=EngineStatus.SKIPPED, reason=plan.probe.reason)
+            writer.set_engine(plan.name, EngineResult(status=EngineStatus.SKIPPED, reason=plan.probe.reason,
+                                                      skip_cause=SkipCause(plan.probe.cause), capabilities=plan.capabilities))
+        per_engine = c.budget_s / max(1, len(plans))
+        summary.budget_per_engine_s = per_engine
+        self._announce(slos, slos_default, kind, len(plans), per_engine)
+        interrupted = False
+        starter = orch._starter(plans, kind)
+        try:
+            starter.begin()
+            tokenizer, workload = orch._build_workload(model_dir, starter, writer)
+            orch._manifest(writer, model_dir, workload, threads)
+            st = workload.stats
+            self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))
+            summary.requests_per_probe = self.requests_per_probe
+            writer.manifest.search = {  # type: ignore[attr-defined]  (Manifest allows extra fields)
+                "search_var": c.search_var, "unit": self.unit, "low": c.low, "high": self._high(), "tolerance": c.tolerance,
+                "budget_s": c.budget_s, "budget_per_engine_s": per_engine, "max_probes": c.max_probes,
+                "seeds": f"probe i uses seed {summary.seed} + i", "slos_default": slos_default}
+            writer.write_manifest()
+            for i, plan in enumerate(plans):
+                if not self._engine(plan, starter, writer, tokenizer, summary, per_engine):
+                    interrupted = True
+                    for rest in plans[i + 1:]:
+                        why = "not measured: the search was interrupted before its turn"
+                        summary.engines[rest.name] = EngineSearch(status=EngineStatus.NOT_MEASURED, reason=why)
+                        writer.set_engine(rest.name, EngineResult(status=EngineStatus.NOT_MEASURED, reason=why,
+                                                                  capabilities=rest.capabilities))
+                    break
+        finally:
+            starter.close()
+        writer.order_engines([a.name for a in adapters])
+        summary.engines = {a.name: summary.engines[a.name] for a in adapters if a.name in summary.engines}
+        summary.capacity_recommendation = rank_capacity(summary.engines, slos, self.unit, low=c.low)
+        summary.wall_s = round(time.monotonic() - t_start, 2)
+        write_model_atomic(run_dir / SEARCH_FILE, summary)
+        writer.close()
+        from reports.search import write_search_report
+
+        write_search_report(run_dir)
+        return SearchResult(run_dir, summary, interrupted)
+
+    def _high(self) -> float | None:
+        """``--high``, else the probe's request count for a concurrency search (more in flight
+        than there are requests changes nothing), else None (unbounded doubling)."""
+        if self.cfg.high is not None:
+            return self.cfg.high
+        return float(self.requests_per_probe) if self.cfg.search_var == "concurrency" and self.requests_per_probe else None
+
+    def _announce(self, slos: list[SLO], slos_default: bool, kind: str, n: int, per_engine: float) -> None:
+        c = self.cfg
+        where = "the reference CPU machine" if kind == "cpu" else "a GPU"
+        dflt = f" (default SLOs for {where}; pass --slo to set yours)" if slos_default else ""
+        self.console.print(f"Capacity search over {'the request rate' if c.search_var == 'rate' else 'concurrency'} "
+                           f"({self.unit}) under {' and '.join(slo_text(s) for s in slos)}{dflt}", highlight=False)
+        if n:
+            self.console.print(f"Budget {c.budget_s:g} s split evenly over {n} engine(s): {per_engine:.0f} s of probes "
+                               f"each (start-up and warm-up not counted); tolerance {c.tolerance:.0%}, at most "
+                               f"{c.max_probes} probes; probe i draws its workload with seed {c.workload.seed or 0} + i",
+                               highlight=False)
+
+    # -- one engine ----------------------------------------------------------------------
+    def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: Any,
+                summary: SearchSummary, budget_s: float) -> bool:
+        """Search one engine and record it; False when the user interrupted it."""
+        assert self.orch is not None
+        c, name = self.cfg, plan.name
+        probes: list[SearchProbe] = []
+        result: CapacityResult | None = None
+        info: dict[str, Any] = {}
+        try:
+            with self.orch._endpoint(plan, starter) as (ep, startup_s, parallel):
+                info = {"display_name": ep.display_name, "startup_s": round(startup_s, 2)}
+                writer.manifest.engines[name] = {**info, "startup_parallel": parallel, **ep.effective_config}
+                writer.write_manifest()
+                target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
+                warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.request_timeout_s))
+                asyncio.run(self.orch._before_measuring(name, target, warm, tokenizer, False))  # warm-up once per engine
+                result = search_capacity(
+                    lambda load: self._probe(name, target, tokenizer, writer, load, probes),
+                    low=c.low, high=self._high(), tolerance=c.tolerance, budget_s=budget_s, max_probes=c.max_probes,
+                    integer=c.search_var == "concurrency", first_estimate_s=self._first_estimate(), unit=self.unit)
+        except KeyboardInterrupt:
+            self._record(name, plan, writer, summary, None, probes, info, EngineStatus.FAILED,
+                         f"interrupted by the user (Ctrl-C) after {len(probes)} probes; kept")
+            return False
+        except EngineError as exc:
+            self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
+            if exc.log_tail:
+                self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
+            self._record(name, plan, writer, summary, result, probes, info, EngineStatus.FAILED, str(exc), exc.log_tail)
+            return True
+        self._record(name, plan, writer, summary, result, probes, info, EngineStatus.OK, "")
+        return True
+
+    def _first_estimate(self) -> float | None:
+        """Expected seconds of the first probe: its arrival schedule's span at ``--low``
+        (a lower bound; None for a concurrency search, whose span is not known beforehand)."""
+        n = self.requests_per_probe
+        return (n - 1) / self.cfg.low if self.cfg.search_var == "rate" and n and n > 1 else None
+
+    def _probe(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter, load: float,
+               probes: list[SearchProbe]) -> ProbeResult:
+        """One probe point at ``load``: build (seed base + index), measure, judge, store, print."""
+        from workloads.registry import build_workload
+
+        c = self.cfg
+        index = len(probes)
+        opts = probe_options(c.workload, c.search_var, load, index)
+        workload = build_workload(opts, self._kit(tokenizer), with_stats=False)
+        runner = Runner(target, name, workload.name, lambda r: None, tokenizer, RunnerOptions(None, c.request_timeout_s))
+        t0 = time.monotonic()
+        try:
+            asyncio.run(runner.measure(workload))
+        finally:  # the finished requests are stored even when the probe is interrupted
+            runner.retokenize()
+            for record in runner.records:
+                record.probe = index
+                writer.add_record(record)
+        duration = time.monotonic() - t0
+        measured = [r for r in runner.records if r.phase == "measured"]
+        slos = self.slos
+        metrics = compute_metrics(measured, slos, workload.offered_rate, workload.requested_rate)
+        offered = workload.offered_rate if c.search_var == "rate" else None
+        pr = probe_result(load, metrics, slos, offered)
+        probes.append(SearchProbe(index=index, seed=opts.seed, metrics=metrics,
+                                  **{**pr.model_dump(), "duration_s": round(duration, 3)}))
+        self._print_probe(name, index, pr, slos)
+        return pr
+
+    def _kit(self, tokenizer: Any) -> Any:
+        """One :class:`TokenKit` for every probe: it caches the word ids a build draws from (a
+        fresh one per probe would spend ~1 s of the budget re-tokenizing the vocabulary)."""
+        if self.kit is None:
+            from workloads.tokens import as_kit
+
+            self.kit = as_kit(tokenizer)
+        return self.kit
+
+    def _print_probe(self, name: str, index: int, pr: ProbeResult, slos: list[SLO]) -> None:
+        """``own probe 2: 4.00 req/s (achieved 3.98) → TTFT p99 812 ms, TPOT p99 45 ms ✓``."""
+        parts = []
+        for s in slos:
+            v = pr.values.get(s.key)
+            parts.append(f"{METRIC_LABELS[s.metric]} p{s.percentile:g} " + ("∞" if v is None else f"{v:,.0f} ms"))
+        achieved = f" (achieved {pr.achieved:.2f})" if self.cfg.search_var == "rate" and pr.achieved is not None else ""
+        mark = "✓" if pr.passed else ("✗ saturated" if pr.saturated else "✗")
+        self.console.print(f"  {name} probe {index}: {_load_text(pr.load, self.cfg.search_var)} {self.unit}{achieved} "
+                           f"→ {', '.join(parts) or 'no SLO'} {mark}", markup=False, highlight=False)
+
+    def _record(self, name: str, plan: EnginePlan, writer: RunWriter, summary: SearchSummary,
+                result: CapacityResult | None, probes: list[SearchProbe], info: dict[str, Any],
+                status: EngineStatus, reason: str, log_tail: str = "") -> None:
+        """Store one engine's search in ``search.json``'s model and ``summary.json``."""
+        if result is not None:
+            fields = result.model_dump(exclude={"probes"})
+        else:  # interrupted or crashed mid-search: the passing probes so far give a lower bound
+            passing = [p.load for p in probes if p.passed]
+            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if "Ctrl-C" in reason else "failed",
+                      "bracket": (max(passing, default=None), None), "message": reason, "unit": self.unit,
+                      "low": self.cfg.low, "integer": self.cfg.search_var == "concurrency"}
+        entry = EngineSearch(status=status, reason=reason, version=plan.probe.version, probes=probes, **info, **fields)
+        summary.engines[name] = entry
+        if status is EngineStatus.OK:
+            self.console.print(f"[bold]{name}[/]: {escape(entry.message)}")
+        at = next((p for p in probes if p.passed and p.load == entry.capacity), probes[0] if probes else None)
+        where = (f"metrics of probe {at.index} at {_load_text(at.load, self.cfg.search_var)} {self.unit}"
+                 f"{' (the found capacity)' if at.passed else ' (the lowest load; it failed)'}") if at else "no probe ran"
+        why = reason or f"capacity search: {entry.message}"
+        writer.set_engine(name, EngineResult(
+            status=status, reason=f"{why}; {where}; every probe in {SEARCH_FILE}", metrics=at.metrics if at else None,
+            display_name=info.get("display_name"), version=plan.probe.version, capabilities=plan.capabilities,
+            startup_s=info.get("startup_s"), wall_s=round(entry.elapsed_s, 2) or None, log_tail=log_tail[-4000:]))
