@@ -91,7 +91,8 @@ def latency_vs_load(summary: SearchSummary) -> bytes | None:
         ax.set_xlabel(f"offered load ({summary.unit})")
         ax.set_ylabel(f"{slo_label(key)} (ms)")
         ax.set_ylim(0, top * 1.05)
-        ax.set_title(f"{slo_label(key)} vs load (o pass, x fail, ▲ infinite)", fontsize=10)
+        ax.set_title(f"{slo_label(key)} vs offered load (o probe passed, x failed: every SLO judged, ▲ infinite)",
+                     fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

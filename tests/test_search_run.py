@@ -118,6 +118,32 @@ def test_a_server_that_never_meets_the_slo_stops_within_budget(servers, tmp_path
     assert (tmp_path / "never" / "search.md").exists()
 
 
+def test_ctrl_c_keeps_the_probes_and_exits_130(servers, tmp_path, monkeypatch):
+    import harness.app.search_run as search_run
+
+    _engines(monkeypatch, {"own": servers["four"]})
+    real_measure, calls = search_run.Runner.measure, []
+
+    async def measure_then_interrupt(self, workload):
+        out = await real_measure(self, workload)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(search_run.Runner, "measure", measure_then_interrupt)
+    res = CliRunner().invoke(app, ["search", "--engine", "own", *CONCURRENCY, "--budget", "60",
+                                   "-o", str(tmp_path), "--run-id", "ctrlc"])
+    assert res.exit_code == 130, res.output
+    s = SearchSummary.model_validate_json((tmp_path / "ctrlc" / "search.json").read_text())
+    e = s.engines["own"]
+    assert e.status is EngineStatus.FAILED and e.stopped == "interrupted" and "Ctrl-C" in e.reason
+    assert len(e.probes) == 1 and e.capacity == 1.0  # the passing probe is kept: a lower bound
+    records = read_records(tmp_path / "ctrlc" / "requests.jsonl")
+    assert sorted({r.probe for r in records if r.phase == "measured"}) == [0, 1]  # the interrupted probe's too
+    assert (tmp_path / "ctrlc" / "search.md").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--low", "0"], "--low must be a finite number > 0"),
     (["--search-var", "foo"], "--search-var must be one of rate, concurrency"),

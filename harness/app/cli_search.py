@@ -144,6 +144,8 @@ def search_cmd(
 
 def print_search(summary) -> None:  # type: ignore[no-untyped-def]
     """The console table of a :class:`results.schema.SearchSummary` and its deciding sentence."""
+    from harness.scoring.capacity_ranking import capacity_text
+
     rec = summary.capacity_recommendation
     ranks = {r.engine: r for r in rec.ranking} if rec else {}
     t = Table(title=escape(f"Capacity search {summary.run_id}: {summary.workload}, {summary.search_var} ({summary.unit})"))
@@ -151,9 +153,9 @@ def print_search(summary) -> None:  # type: ignore[no-untyped-def]
         t.add_column(col, justify="left" if col in ("engine", "stopped") else "right")
     for name, e in summary.engines.items():
         r = ranks.get(name)
-        cap = ("≥ " if r is not None and r.at_least else "") + f"{e.capacity:g}"
+        cap = capacity_text(e)
         lo, hi = e.bracket
-        bracket = f"[{'–' if lo is None else f'{lo:g}'}, {'–' if hi is None else f'{hi:g}'})"
+        bracket = f"[{'–' if lo is None else f'{lo:.4g}'}, {'–' if hi is None else f'{hi:.4g}'})"
         label = name + (" (yardstick)" if r is not None and r.reference else "")
         t.add_row(str(r.rank) if r else "–", escape(label), cap, bracket, escape(e.stopped or e.status.value),
                   str(len(e.probes)), f"{e.elapsed_s:.1f}")

@@ -149,7 +149,10 @@ def probe_options(base: WorkloadOptions, search_var: str, load: float, index: in
 
 
 def _load_text(load: float, search_var: str) -> str:
-    return f"{load:g}" if search_var == "concurrency" else f"{load:.2f}"
+    """A probe's load for the console: ``4`` (concurrency), ``2.00``, ``1.125`` (rates, 4 digits at most)."""
+    if search_var == "concurrency":
+        return f"{load:g}"
+    return f"{load:.2f}" if round(load, 2) == load else f"{load:.4g}"
 
 
 class SearchOrchestrator:
