@@ -437,13 +437,18 @@ class Manifest(Artefact):
 SEARCH_FILE = "search.json"
 
 
-class SearchProbe(Artefact):
-    """One probe point of a capacity search: the fields of ``harness.app.capacity.ProbeResult``
-    (``load`` in the search's unit; ``values`` each SLO's judged value in ms, None = infinite
-    or none; ``achieved`` req/s or sessions/s; ``duration_s`` s) plus its index, the workload
-    seed it was drawn with and the probe's full :class:`Metrics` (None when it measured nothing)."""
+class LoadProbe(Artefact):
+    """One probe point of a capacity search (``harness.app.capacity.search_capacity``).
 
-    index: int
+    ``load``: the offered load (the caller's unit: req/s, sessions/s or concurrency);
+    ``meets_slo``: every SLO held at its percentile; ``saturated``: the achieved arrival rate
+    fell short of the offered one beyond the validity band (counts as a fail); ``achieved``:
+    the achieved arrival rate (req/s; None = not measured); ``values``: the judged value of
+    each SLO in ms by its key (``{"ttft_p99": 21.3}``; None = infinite: the percentile landed
+    on a failed request, or no value); ``reason``: a human sentence; ``duration_s``: the
+    probe's wall time by the search's clock (filled in by :func:`search_capacity`).
+    """
+
     load: float
     meets_slo: bool
     saturated: bool = False
@@ -451,13 +456,21 @@ class SearchProbe(Artefact):
     values: dict[str, float | None] = Field(default_factory=dict)
     reason: str = ""
     duration_s: float | None = None
-    seed: int | None = None
-    metrics: Metrics | None = None
 
     @property
     def passed(self) -> bool:
         """Meets every SLO and is not saturated."""
         return self.meets_slo and not self.saturated
+
+
+class SearchProbe(LoadProbe):
+    """One stored probe point of ``bench search``: a :class:`LoadProbe` plus its index, the
+    workload seed it was drawn with and the probe's full :class:`Metrics` (None when it
+    measured nothing)."""
+
+    index: int
+    seed: int | None = None
+    metrics: Metrics | None = None
 
 
 class EngineSearch(Artefact):

@@ -89,14 +89,14 @@ class RunWriter:
 
     def replace_records(self, records: Iterable[RequestRecord]) -> None:
         """Rewrite ``requests.jsonl`` with ``records`` in place of the stored records of the same
-        (engine, request_id, phase, repeat) — e.g. once derived fields are filled after a phase.
+        (engine, request_id, phase, repeat, probe) — e.g. once derived fields are filled after a phase.
         Written through a temporary file, so a crash leaves either the old or the new file."""
-        updates = {(r.engine, r.request_id, r.phase, r.repeat): r for r in records}
+        updates = {(r.engine, r.request_id, r.phase, r.repeat, r.probe): r for r in records}
         if not updates:
             return
         self._fh.flush()
         path = self.run_dir / REQUESTS_FILE
-        stored = [updates.get((r.engine, r.request_id, r.phase, r.repeat), r) for r in read_records(path)]
+        stored = [updates.get((r.engine, r.request_id, r.phase, r.repeat, r.probe), r) for r in read_records(path)]
         self._fh.close()
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:

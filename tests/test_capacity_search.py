@@ -34,7 +34,7 @@ import math
 
 import pytest
 
-from harness.app.capacity import CapacityResult, ProbeResult, probe_result, probe_verdict, search_capacity
+from harness.app.capacity import CapacityResult, LoadProbe, probe_result, probe_verdict, search_capacity
 from harness.metrics import SLO, compute_metrics
 from results.schema import Distribution, ErrorAdjusted, Metrics
 
@@ -54,11 +54,11 @@ def threshold_measure(threshold: float, clock: FakeClock | None = None, probe_s:
     """A measure that passes iff load <= threshold (and saturates above ``saturate_above``),
     each probe advancing ``clock`` by ``probe_s``."""
 
-    def measure(load: float) -> ProbeResult:
+    def measure(load: float) -> LoadProbe:
         if clock is not None:
             clock.t += probe_s
         sat = saturate_above is not None and load > saturate_above
-        return ProbeResult(load=load, meets_slo=load <= threshold, saturated=sat,
+        return LoadProbe(load=load, meets_slo=load <= threshold, saturated=sat,
                            achieved=load * (0.5 if sat else 1.0), values={"ttft_p99": 10.0 * load}, reason="fake")
 
     return measure
@@ -179,11 +179,11 @@ def test_search_finds_the_dd_c_rate_capacity():
     expected = slots / S  # 23.53 req/s
     slo_ms = prefill_ms + 5.0
 
-    def measure(rate: float) -> ProbeResult:
+    def measure(rate: float) -> LoadProbe:
         arrivals = [i / rate for i in range(1, 801)]  # uniform arrivals
         ttfts = sorted(w * 1000.0 + prefill_ms for w in _fifo_waits(arrivals, slots, S))
         p99 = ttfts[int(0.99 * (len(ttfts) - 1))]
-        return ProbeResult(load=rate, meets_slo=p99 <= slo_ms, values={"ttft_p99": p99})
+        return LoadProbe(load=rate, meets_slo=p99 <= slo_ms, values={"ttft_p99": p99})
 
     res = search_capacity(measure, low=1.0, high=None, budget_s=1e9, clock=FakeClock())
     assert res.stopped == "converged"
@@ -255,7 +255,7 @@ def test_concurrency_search_finds_the_servers_slots(kit):
 
     with capacity_server(slots=slots, prefill_ms=prefill_ms, per_token_ms=per_token_ms) as url:
 
-        def measure(load: float) -> ProbeResult:
+        def measure(load: float) -> LoadProbe:
             c = int(load)
             w = build_workload("random", kit, num_requests=N, input_len=8, output_len=T,
                                request_rate=math.inf, seed=0, with_stats=False)

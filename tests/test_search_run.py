@@ -23,12 +23,11 @@ from typer.testing import CliRunner
 import adapters.registry as registry
 from adapters.base import Capabilities, Endpoint, ProbeResult
 from harness.app.capacity import CapacityResult
-from harness.app.capacity import ProbeResult as CapacityProbe
 from harness.app.cli import app
 from harness.loadgen.capacity_server import capacity_server
 from harness.metrics import SLO
 from harness.scoring.capacity_ranking import rank_capacity
-from results.schema import EngineSearch, EngineStatus, RequestRecord, SearchProbe, SearchSummary
+from results.schema import LoadProbe, EngineSearch, EngineStatus, RequestRecord, SearchProbe, SearchSummary
 from results.store import load_run, read_records
 
 
@@ -200,9 +199,9 @@ def test_ranking_lower_bounds_exclusions_and_nobody_passing():
 
 
 def test_stored_models_mirror_the_search_result_and_old_records_load():
-    # results cannot import harness: the stored models repeat CapacityResult/ProbeResult's fields
+    # results cannot import harness: the stored engine search repeats CapacityResult's fields
     assert set(CapacityResult.model_fields) <= set(EngineSearch.model_fields)
-    assert set(CapacityProbe.model_fields) <= set(SearchProbe.model_fields)
+    assert issubclass(SearchProbe, LoadProbe)  # one probe model, stored with its metrics
     old = RequestRecord.model_validate({"request_id": "r", "engine": "own", "workload": "random", "scheduled_ns": 1})
     assert old.probe is None
 

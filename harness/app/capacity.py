@@ -1,6 +1,6 @@
 """Capacity search under SLOs: the highest offered load at which every SLO still holds.
 
-Independent of engines: the caller passes ``measure(load) -> ProbeResult``, which runs one
+Independent of engines: the caller passes ``measure(load) -> LoadProbe``, which runs one
 probe point (one measured condition) at offered load ``load`` and judges it (usually with
 :func:`probe_result` over the probe's :class:`results.schema.Metrics`). The load variable is
 the caller's: requests/s, session starts/s (agentic) or a concurrency cap.
@@ -41,35 +41,9 @@ from typing import Callable, Literal, Sequence
 from pydantic import Field
 
 from harness.metrics import SLO, slo_percentile_value
-from results.schema import Artefact, Metrics
+from results.schema import Artefact, LoadProbe, Metrics
 
 StopReason = Literal["converged", "budget", "max_probes", "never_met", "high_reached"]
-
-
-class ProbeResult(Artefact):
-    """One probe point of a capacity search.
-
-    ``load``: the offered load (the caller's unit: req/s, sessions/s or concurrency);
-    ``meets_slo``: every SLO held at its percentile; ``saturated``: the achieved arrival rate
-    fell short of the offered one beyond the validity band (counts as a fail); ``achieved``:
-    the achieved arrival rate (req/s; None = not measured); ``values``: the judged value of
-    each SLO in ms by its key (``{"ttft_p99": 21.3}``; None = infinite: the percentile landed
-    on a failed request, or no value); ``reason``: a human sentence; ``duration_s``: the
-    probe's wall time by the search's clock (filled in by :func:`search_capacity`).
-    """
-
-    load: float
-    meets_slo: bool
-    saturated: bool = False
-    achieved: float | None = None
-    values: dict[str, float | None] = Field(default_factory=dict)
-    reason: str = ""
-    duration_s: float | None = None
-
-    @property
-    def passed(self) -> bool:
-        """Meets every SLO and is not saturated."""
-        return self.meets_slo and not self.saturated
 
 
 class CapacityResult(Artefact):
@@ -86,7 +60,7 @@ class CapacityResult(Artefact):
     capacity: float
     stopped: StopReason
     bracket: tuple[float | None, float | None]
-    probes: list[ProbeResult] = Field(default_factory=list)
+    probes: list[LoadProbe] = Field(default_factory=list)
     message: str = ""
     elapsed_s: float = 0.0
     low: float
@@ -103,7 +77,7 @@ def _fmt(x: float | None) -> str:
 
 
 def search_capacity(
-    measure: Callable[[float], ProbeResult],
+    measure: Callable[[float], LoadProbe],
     *,
     low: float,
     high: float | None,
@@ -124,7 +98,7 @@ def search_capacity(
     integers (concurrency search); ``first_estimate_s``: expected duration of the first probe
     (s), for the budget check; ``unit``: the load's unit, for the message (``"req/s"``).
 
-    ``measure`` must not raise for a failing engine: it returns a failing ProbeResult (an
+    ``measure`` must not raise for a failing engine: it returns a failing LoadProbe (an
     exception propagates and ends the search). Raises ValueError for bad parameters.
     """
     if not (low > 0) or math.isinf(low):
@@ -147,11 +121,11 @@ def search_capacity(
     hi = None if high is None else (float(math.floor(high)) if integer else float(high))
     sp = f" {unit}" if unit else ""
     t0 = clock()
-    probes: list[ProbeResult] = []
+    probes: list[LoadProbe] = []
     estimate = [first_estimate_s or 0.0]
     why_not = [""]
 
-    def probe(load: float) -> ProbeResult | None:
+    def probe(load: float) -> LoadProbe | None:
         """Run one probe, or None when the budget or the probe count forbids it."""
         if len(probes) >= max_probes:
             why_not[0] = "max_probes"
@@ -305,10 +279,10 @@ def probe_result(
     slos: Sequence[SLO],
     offered: float | None,
     validity_band: float = 0.05,
-) -> ProbeResult:
-    """A :class:`ProbeResult` at ``load`` from one probe's metrics: :func:`probe_verdict`
+) -> LoadProbe:
+    """A :class:`LoadProbe` at ``load`` from one probe's metrics: :func:`probe_verdict`
     plus :func:`slo_values` and the achieved rate. ``offered``: as in :func:`probe_verdict`
     (the rate for a rate search, None for a concurrency search)."""
     meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band)
-    return ProbeResult(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
+    return LoadProbe(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
                        values=slo_values(metrics, slos), reason=reason)

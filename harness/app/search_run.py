@@ -60,7 +60,7 @@ from results.schema import (
 from results.store import RunWriter, new_run_id, write_model_atomic
 from workloads.options import WorkloadOptions
 
-from harness.app.capacity import CapacityResult, ProbeResult, probe_result, search_capacity
+from harness.app.capacity import CapacityResult, LoadProbe, probe_result, search_capacity
 from harness.app.orchestrator import Orchestrator
 from harness.app.plan import EnginePlan, plan_engine
 from harness.app.run_config import RunConfig, default_threads
@@ -303,7 +303,7 @@ class SearchOrchestrator:
         return (n - 1) / self.cfg.low if self.cfg.search_var == "rate" and n and n > 1 else None
 
     def _probe(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter, load: float,
-               probes: list[SearchProbe]) -> ProbeResult:
+               probes: list[SearchProbe]) -> LoadProbe:
         """One probe point at ``load``: build (seed base + index), measure, judge, store, print."""
         from workloads.registry import build_workload
 
@@ -340,7 +340,7 @@ class SearchOrchestrator:
             self.kit = as_kit(tokenizer)
         return self.kit
 
-    def _print_probe(self, name: str, index: int, pr: ProbeResult, slos: list[SLO]) -> None:
+    def _print_probe(self, name: str, index: int, pr: LoadProbe, slos: list[SLO]) -> None:
         """``own probe 2: 4.00 req/s (achieved 3.98) → TTFT p99 812 ms, TPOT p99 45 ms ✓``."""
         parts = []
         for s in slos:
