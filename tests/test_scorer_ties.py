@@ -89,7 +89,16 @@ def test_clearly_different_engines_are_not_tied(tmp_path: Path) -> None:
     rec = recommend([run_of(tmp_path, "r", engines)], hardware=CPU, preset="latency")
     assert rec.winner == "vllm" and rec.tie_groups == [["vllm"], ["sglang"]]
     assert rec.noise_could_flip is False and rec.tied_with_winner == []
+    # 3 repeats: separated, but identical engines come out this separated 1 time in 10 by chance
+    assert "the intervals do not overlap" in rec.deciding_constraint
+    assert ("vllm scored above sglang in 3 of 3 paired repeats, but with 3 repeats two identical engines come out "
+            "this separated by chance 1 time in 10: provisional, rerun with --repeats 4 or more") in rec.deciding_constraint
+    four = {"vllm": repeated_entry("vllm", [100.0, 105.0, 98.0, 101.0]),
+            "sglang": repeated_entry("sglang", [300.0, 310.0, 295.0, 305.0])}
+    rec = recommend([run_of(tmp_path, "four", four)], hardware=CPU, preset="latency")
     assert "noise cannot flip the winner on this data: the intervals do not overlap" in rec.deciding_constraint
+    assert "vllm scored above sglang in 4 of 4 paired repeats (by chance between identical engines: 1 in 35)" \
+        in rec.deciding_constraint
     low = {r.engine: r.score_interval.low for r in rec.ranking}
     high = {r.engine: r.score_interval.high for r in rec.ranking}
     assert low["vllm"] > high["sglang"]
@@ -97,6 +106,12 @@ def test_clearly_different_engines_are_not_tied(tmp_path: Path) -> None:
     assert any(s.startswith("the spread over repeats cannot flip vllm vs sglang") for s in rec.sensitivity)
     stored = Recommendation.model_validate_json(rec.model_dump_json())
     assert stored.tie_groups == rec.tie_groups and stored.ranking[0].score_interval == rec.ranking[0].score_interval
+
+
+def test_chance_that_identical_engines_come_out_separated():
+    from harness.scoring.ties import chance_separated
+
+    assert [round(1 / chance_separated(n)) for n in (2, 3, 4, 5)] == [3, 10, 35, 126]
 
 
 def test_one_repeat_says_noise_was_not_measured(tmp_path: Path) -> None:

@@ -191,5 +191,7 @@ def noise_sensitivity(outcome: Outcome, ctx: ScoringContext) -> list[str]:
                     f"({repeat_counts[winner]} vs {repeat_counts[rival]} repeats)"
                 )
         if flips:
-            lines.insert(0, "run-to-run noise could flip the ranking: " + "; ".join(flips))
+            lines.insert(0, "in the unpaired worst case (each metric at the winner's worst repeat against the rival's "
+                            "best, a bound beyond the paired per-repeat intervals of the deciding line) the winner "
+                            "changes: " + "; ".join(flips))
     return lines

@@ -20,6 +20,7 @@ interval exists: the deciding line says noise was not measured and no tie check 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from harness.metrics import Interval, could_flip, median_ci_over_repeats, rank_with_ties
@@ -43,6 +44,7 @@ class TieCheck:
     groups: list[list[str]] = field(default_factory=list)
     tied_with_winner: list[str] = field(default_factory=list)
     could_flip: bool | None = None
+    scores: dict[str, list[float]] = field(default_factory=dict)  # engine → its score in repeat 0, 1, …
 
     def stored(self, engine: str) -> StoredInterval | None:
         """``engine``'s interval as the stored model (None without one)."""
@@ -75,7 +77,7 @@ def tie_check(outcome: Outcome, ctx: ScoringContext) -> TieCheck:
     if count < 2:
         return TieCheck(repeats=count)
     intervals = {name: median_ci_over_repeats(values, seed=SEED) for name, values in scores.items()}
-    check = TieCheck(repeats=count, intervals=intervals, groups=rank_with_ties(intervals))
+    check = TieCheck(repeats=count, intervals=intervals, groups=rank_with_ties(intervals), scores=scores)
     winner = outcome.winner
     if winner is not None:
         rivals = [name for name in outcome.production if name != winner]
@@ -103,8 +105,34 @@ def tie_clause(outcome: Outcome, check: TieCheck) -> str:
         return (f"tied with {', '.join(check.tied_with_winner)} within the noise ({n}: {winner} "
                 f"{_score_text(check.intervals[winner])} vs {rivals}): noise could flip the winner")
     runner_up = production[1]
-    return (f"noise cannot flip the winner on this data: the intervals do not overlap ({n}: {winner} "
-            f"{_score_text(check.intervals[winner])} vs {runner_up} {_score_text(check.intervals[runner_up])})")
+    wins = sum(a > b for a, b in zip(check.scores.get(winner, []), check.scores.get(runner_up, [])))
+    paired = f"{winner} scored above {runner_up} in {wins} of {check.repeats} paired repeats"
+    chance = chance_separated(check.repeats)
+    intervals = (f"({n}: {winner} {_score_text(check.intervals[winner])} vs {runner_up} "
+                 f"{_score_text(check.intervals[runner_up])})")
+    if chance > 0.05:
+        return (f"the intervals do not overlap {intervals} and {paired}, but with {check.repeats} repeats two "
+                f"identical engines come out this separated by chance 1 time in {round(1 / chance)}: provisional, "
+                f"rerun with --repeats {_repeats_for(0.05)} or more to rule noise out")
+    return (f"noise cannot flip the winner on this data: the intervals do not overlap {intervals}; {paired} "
+            f"(by chance between identical engines: 1 in {round(1 / chance)})")
+
+
+def chance_separated(repeats: int) -> float:
+    """Probability that two engines with identical score distributions come out with all ``repeats``
+    per-repeat scores of one above all of the other's (their intervals over repeats then cannot
+    overlap): 2 / C(2n, n) for n repeats each, exchangeable scores (a permutation argument:
+    each of the C(2n, n) splits of the 2n pooled scores is equally likely, and 2 of them
+    separate). 1/3 for 2 repeats, 1/10 for 3, 1/35 for 4."""
+    return 2 / math.comb(2 * repeats, repeats)
+
+
+def _repeats_for(alpha: float) -> int:
+    """The fewest repeats for which :func:`chance_separated` is at most ``alpha``."""
+    n = 2
+    while chance_separated(n) > alpha:
+        n += 1
+    return n
 
 
 def yardstick_noise(outcome: Outcome, check: TieCheck) -> str:
