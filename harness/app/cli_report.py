@@ -69,14 +69,14 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
     )
     if rec.ranking:
         table = Table(title="Ranking (survivors of the hard constraints)")
-        for col, just in [("#", "right"), ("engine", "left"), ("score", "right"), ("95% interval", "right"),
+        for col, just in [("#", "right"), ("engine", "left"), ("score", "right"), ("per-repeat score [95%]", "right"),
                           ("tie", "left"), ("output tok/s", "right"), ("TTFT p99 ms", "right"),
                           ("TPOT p99 ms", "right"), ("condition", "left")]:
             table.add_column(col, justify=just)  # type: ignore[arg-type]
         group_of = {name: i for i, group in enumerate(rec.tie_groups) for name in group}
         for r in rec.ranking:
             ci = r.score_interval
-            interval = f"[{ci.low:.3f}, {ci.high:.3f}]" if ci is not None and ci.high > ci.low else "–"
+            interval = f"{ci.point:.3f} [{ci.low:.3f}, {ci.high:.3f}]" if ci is not None and ci.high > ci.low else "–"
             group = group_of.get(r.engine)
             tied = group is not None and len(rec.tie_groups[group]) > 1
             marked = r.reference and "reference" not in r.display_name
@@ -88,8 +88,10 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         if rec.score_repeats < 2:
             console.print("[dim]score intervals: none (one repeat: run-to-run noise not measured; use --repeats 2+)[/dim]")
         else:
-            console.print(f"[dim]score intervals: median per-repeat score over {rec.score_repeats} interleaved repeats "
-                          "(bootstrap); engines sharing a 'tie' number overlap and are tied within the noise[/dim]")
+            console.print(f"[dim]score: of the median metrics over repeats; per-repeat score: the median of the "
+                          f"{rec.score_repeats} interleaved repeats each scored on its own (every criterion normalised "
+                          "to that repeat's best), with its 95% bootstrap interval; engines sharing a 'tie' number "
+                          "overlap and are tied within the noise[/dim]")
     if rec.eliminated:
         elim = Table(title="Eliminated / not measured")
         elim.add_column("engine")
