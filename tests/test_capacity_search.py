@@ -102,13 +102,25 @@ def test_first_estimate_keeps_an_impossible_first_probe_from_starting():
     assert res.stopped == "budget" and res.probes == [] and res.capacity == 0.0 and res.elapsed_s == 0.0
 
 
-def test_never_met_at_the_lowest_load_stops_at_once_within_budget():
+def test_a_failing_first_load_is_halved_until_a_probe_passes():
     clock = FakeClock()
     res = search_capacity(threshold_measure(0.1, clock, 2.0), low=0.5, high=None, budget_s=60, clock=clock)
+    # 0.5, 0.25, 0.125 fail; 0.0625 passes; then bisection between 0.0625 and 0.125
+    assert [round(p.load, 6) for p in res.probes[:4]] == [0.5, 0.25, 0.125, 0.0625]
+    assert res.stopped == "converged" and 0.095 <= res.capacity <= 0.1
+
+
+def test_never_met_down_to_a_sixteenth_of_the_lowest_load_stops_within_budget():
+    clock = FakeClock()
+    res = search_capacity(threshold_measure(0.01, clock, 2.0), low=0.5, high=None, budget_s=600, clock=clock)
     assert res.stopped == "never_met"
-    assert res.capacity == 0.0 and res.bracket == (None, 0.5)
-    assert len(res.probes) == 1 and res.elapsed_s == 2.0 <= 60
-    assert "never meets the SLO at the lowest load 0.5" in res.message
+    assert [p.load for p in res.probes] == [0.5, 0.25, 0.125, 0.0625, 0.03125]
+    assert res.capacity == 0.0 and res.bracket == (None, 0.03125)
+    assert "never meets the SLO down to 0.03125 (searched from 0.5)" in res.message
+    # a budget that allows one probe (each "takes" 2 s here; halving doubles the estimate) stops the halving
+    clock = FakeClock()
+    res = search_capacity(threshold_measure(0.01, clock, 2.0), low=0.5, high=None, budget_s=3, clock=clock)
+    assert res.stopped == "budget" and len(res.probes) == 1 and res.capacity == 0.0
 
 
 def test_saturation_counts_as_a_fail():

@@ -107,13 +107,16 @@ def test_a_server_that_never_meets_the_slo_stops_within_budget(servers, tmp_path
     assert res.exit_code == 0, res.output
     s = SearchSummary.model_validate_json((tmp_path / "never" / "search.json").read_text())
     e = s.engines["vllm"]
-    assert e.stopped == "never_met" and e.capacity == 0 and len(e.probes) == 1 and e.elapsed_s <= 20
+    # 2 req/s fails, so the load is halved (1, 0.5 req/s) until the budget cannot fit the next probe
+    assert e.stopped == "budget" and e.capacity == 0 and e.elapsed_s <= 20
+    assert [p.load for p in e.probes][:2] == [2.0, 1.0] and not any(p.passed for p in e.probes)
     assert e.probes[0].values["ttft_p99"] >= 300 and not e.probes[0].passed
     assert s.unit == "req/s"
     rec = s.capacity_recommendation
     assert rec.recommended is None
-    assert rec.sentence == "no engine sustains p99 TTFT ≤ 100 ms at the lowest load searched (2 req/s): vllm 0"
-    assert "never meets the SLO at the lowest load 2 req/s" in res.output
+    lowest = min(p.load for p in e.probes)
+    assert rec.sentence == f"no engine sustains p99 TTFT ≤ 100 ms at the lowest load searched ({lowest:g} req/s): vllm 0"
+    assert "no probe passed before the time budget (20 s) is spent" in res.output
     assert (tmp_path / "never" / "search.md").exists()
 
 

@@ -43,6 +43,8 @@ from pydantic import Field
 from harness.metrics import SLO, slo_percentile_value
 from results.schema import Artefact, LoadProbe, Metrics
 
+DOWN_FACTOR = 16.0  # a search whose first load fails halves it down to low / 16 (integer: down to 1)
+
 StopReason = Literal["converged", "budget", "max_probes", "never_met", "high_reached"]
 
 
@@ -91,7 +93,8 @@ def search_capacity(
 ) -> CapacityResult:
     """Find the highest load at which ``measure(load)`` passes (see the module docstring).
 
-    ``low`` (> 0; >= 1 when ``integer``): the first load probed; ``high``: the highest load
+    ``low`` (> 0; >= 1 when ``integer``): the first load probed (when it fails, the load is
+    halved until a probe passes, down to ``low / 16``, or 1 for integers: then ``never_met``); ``high``: the highest load
     ever probed (None = unbounded doubling); ``tolerance``: relative width of the final
     bracket, ``(fail - pass) / pass`` (0.05 = 5 %); ``budget_s``: seconds the whole search
     may take by ``clock``; ``max_probes``: probes at most; ``integer``: round loads to
@@ -164,11 +167,25 @@ def search_capacity(
     first = probe(lo)
     if first is None:
         return cut_short(None, None)
-    if not first.passed:
-        return done("never_met", 0.0, None, lo,
-                    f"never meets the SLO at the lowest load {lo:g}{sp}: {first.reason}")
-
     p, f = lo, None
+    if not first.passed:  # bracket downwards by halving, to low / DOWN_FACTOR at most
+        f, floor_load = lo, (1.0 if integer else lo / DOWN_FACTOR)
+        last = first
+        while True:
+            nxt = norm(f / 2)
+            if not integer:  # a fixed request count at half the rate takes about twice as long
+                estimate[0] *= 2
+            if nxt < floor_load or nxt >= f:
+                return done("never_met", 0.0, None, f,
+                            f"never meets the SLO down to {f:g}{sp} (searched from {lo:g}{sp}): {last.reason}")
+            r = probe(nxt)
+            if r is None:
+                return cut_short(None, f)
+            if r.passed:
+                p = nxt
+                break
+            f, last = nxt, r
+
     while f is None:  # bracket by doubling
         if hi is not None and p >= hi:
             return done("high_reached", p, p, None,

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness import __version__
+from harness.app.cli_summary import fmt
 from harness.app import cli_engines, cli_report, cli_search, cli_workloads
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
@@ -260,14 +261,6 @@ def _guarded(fn: Any) -> Any:
         fail(f"internal error: {type(exc).__name__}: {exc} (traceback in {path}; please report it)", code=1)
 
 
-def _fmt(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
-
-
 def _print_summary(summary: Any) -> None:
     """The console table of a :class:`results.schema.RunSummary` (harness/app/cli_summary.py)."""
     from harness.app.cli_summary import summary_table
@@ -328,7 +321,7 @@ def calibrate(
     t.add_column("measure")
     t.add_column("value", justify="right")
     for k, v in res.items():
-        t.add_row(k, _fmt(v, 3))
+        t.add_row(k, fmt(v, 3))
     console.print(t)
 
 

@@ -151,8 +151,9 @@ def print_search(summary) -> None:  # type: ignore[no-untyped-def]
     t = Table(title=escape(f"Capacity search {summary.run_id}: {summary.workload}, {summary.search_var} ({summary.unit})"))
     for col in ("rank", "engine", "capacity", "bracket [pass, fail)", "stopped", "probes", "search s"):
         t.add_column(col, justify="left" if col in ("engine", "stopped") else "right")
-    for name, e in summary.engines.items():
-        r = ranks.get(name)
+    order = sorted(summary.engines, key=lambda n: (ranks[n].rank if n in ranks else len(ranks) + 1))
+    for name in order:  # by rank; unranked (skipped, failed) last
+        e, r = summary.engines[name], ranks.get(name)
         cap = capacity_text(e)
         lo, hi = e.bracket
         bracket = f"[{'–' if lo is None else f'{lo:.4g}'}, {'–' if hi is None else f'{hi:.4g}'})"

@@ -32,15 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from aiohttp import web
 
-from harness.loadgen.nullserver import _chunk, _free_port
+from harness.loadgen.nullserver import _chunk, local_server
 
 MODEL = "capacity"
 
@@ -139,40 +136,9 @@ def capacity_server(
     RuntimeError when it exits early or does not answer ``/health`` within
     ``startup_timeout_s`` seconds.
     """
-    import urllib.request
-
-    port = port or _free_port()
-    cmd = [
-        sys.executable, "-m", "harness.loadgen.capacity_server", "--port", str(port),
-        "--slots", str(slots), "--prefill-ms", repr(float(prefill_ms)), "--per-token-ms", repr(float(per_token_ms)),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-                raise RuntimeError(f"capacity server exited with code {proc.returncode}: {err}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("capacity server did not become healthy in time")
-            time.sleep(0.05)
+    args = ["--slots", str(slots), "--prefill-ms", repr(float(prefill_ms)), "--per-token-ms", repr(float(per_token_ms))]
+    with local_server("harness.loadgen.capacity_server", args, port, startup_timeout_s, "capacity server") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def main() -> None:

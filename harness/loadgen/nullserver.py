@@ -122,28 +122,27 @@ def _free_port() -> int:
 
 
 @contextmanager
-def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Iterator[str]:
-    """Start the null server in a child process (own process group); yield its base URL.
+def local_server(module: str, args: list[str], port: int | None = None, startup_timeout_s: float = 30.0,
+                 name: str = "server") -> Iterator[str]:
+    """Run ``python -m module --port P *args`` in a child process (own process group) and yield
+    its base URL once ``/health`` answers 200.
 
     The process is terminated (and killed after 5 s) on exit, whatever happened inside.
-    Raises RuntimeError when it does not answer ``/health`` within ``startup_timeout_s``.
+    Raises RuntimeError naming ``name`` when it exits early or does not answer ``/health``
+    within ``startup_timeout_s`` seconds.
     """
     import urllib.request
 
     port = port or _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.loadgen.nullserver", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
         while True:
             if proc.poll() is not None:
                 err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-                raise RuntimeError(f"null server exited with code {proc.returncode}: {err}")
+                raise RuntimeError(f"{name} exited with code {proc.returncode}: {err}")
             try:
                 with urllib.request.urlopen(url + "/health", timeout=1) as r:
                     if r.status == 200:
@@ -151,7 +150,7 @@ def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Ite
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("null server did not become healthy in time")
+                raise RuntimeError(f"{name} did not become healthy in time")
             time.sleep(0.05)
         yield url
     finally:
@@ -163,6 +162,17 @@ def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Ite
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+
+
+@contextmanager
+def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Iterator[str]:
+    """Start the null server in a child process (own process group); yield its base URL.
+
+    The process is terminated (and killed after 5 s) on exit, whatever happened inside.
+    Raises RuntimeError when it does not answer ``/health`` within ``startup_timeout_s``.
+    """
+    with local_server("harness.loadgen.nullserver", [], port, startup_timeout_s, "null server") as url:
+        yield url
 
 
 def main() -> None:

@@ -91,6 +91,9 @@ def rank_capacity(engines: dict[str, EngineSearch], slos: Sequence[SLO], unit: s
         else:
             ranked[name] = e
     names = sorted(ranked, key=lambda n: (-ranked[n].capacity, n))
+    probed = [p.load for e in ranked.values() for p in e.probes]
+    if probed:  # the lowest load any engine was probed at (a failing first load is halved)
+        low = min(probed)
     ranking: list[CapacityRank] = []
     for i, n in enumerate(names):
         rank = ranking[-1].rank if i and overlaps(ranked[n], ranked[names[i - 1]]) else i + 1
