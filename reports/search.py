@@ -6,6 +6,9 @@ every probe, and one plot panel per SLO metric: each engine's measured SLO value
 offered load (a marker at every probe, filled = pass, ``x`` = fail, a triangle at the top =
 infinite: the percentile landed on a failed request), the SLO threshold as a dashed line and
 a dotted vertical line at each engine's found capacity. Plot style: :mod:`reports.plots`.
+
+With ``--repeats N`` a probe's values and verdict are those of its pooled metrics (every
+request of its N repeats); the probe table says how many of the N repeats pass on their own.
 """
 
 from __future__ import annotations
@@ -99,6 +102,18 @@ def latency_vs_load(summary: SearchSummary) -> bytes | None:
     return plots._png(fig)
 
 
+def _probe_text(s: SearchSummary) -> str:
+    """How each probe was measured and seeded (one or two sentences)."""
+    n = s.requests_per_probe or "?"
+    if s.repeats <= 1:
+        return (f"{n} requests per probe; probe i draws its workload with seed {s.seed} + i, so no probe reuses "
+                f"another's prompts from the prefix cache.")
+    return (f"each probe is {s.repeats} repeats of {n} requests back to back, judged on their pooled metrics (a "
+            f"percentile over all {s.repeats} × {n} requests; each repeat's own verdict is listed); repeat k of probe i "
+            f"draws its workload with seed {s.seed} + i × {s.repeats} + k, so no measurement reuses another's prompts "
+            f"from the prefix cache.")
+
+
 def render_markdown(summary: SearchSummary, plot: str | None) -> str:
     """``search.md`` from the stored summary (``plot``: the PNG's relative path, or None)."""
     s, rec = summary, summary.capacity_recommendation
@@ -111,8 +126,7 @@ def render_markdown(summary: SearchSummary, plot: str | None) -> str:
         f"SLOs: {slos}{dflt}.",
         f"Budget {s.budget_s:g} s, split evenly over the engines: {s.budget_per_engine_s:.0f} s of probes per engine "
         f"(start-up and warm-up not counted). Tolerance {s.tolerance:.0%}, at most {s.max_probes} probes, "
-        f"{s.requests_per_probe or '?'} requests per probe; probe i draws its workload with seed {s.seed} + i, so no "
-        f"probe reuses another's prompts from the prefix cache. Wall time {s.wall_s:.0f} s.", "",
+        f"{_probe_text(s)} Wall time {s.wall_s:.0f} s.", "",
         "## Decision", "", f"> {rec.sentence if rec else 'not ranked'}", "",
         "## Capacity per engine", "",
         "| rank | engine | capacity | bracket [pass, fail) | stopped | probes | search time (s) | note |",
@@ -142,9 +156,12 @@ def render_markdown(summary: SearchSummary, plot: str | None) -> str:
                 "|---:|---:|---:|" + "---:|" * len(keys) + "---|---:|---:|"]
         for p in e.probes:
             verdict = "pass" if p.passed else ("fail (saturated)" if p.saturated else "fail")
+            if len(p.repeat_passed) > 1:
+                verdict += f" ({sum(p.repeat_passed)} of {len(p.repeat_passed)} repeats pass)"
             vals = " | ".join(_num(p.values.get(k)) for k in keys)
             out.append(f"| {p.index} | {_load(p.load, e)} | {_num(p.achieved, 2)} | {vals} | {verdict} | "
-                       f"{p.seed if p.seed is not None else '–'} | {_num(p.duration_s)} |")
+                       f"{', '.join(map(str, p.seeds)) if p.seeds else (p.seed if p.seed is not None else '–')} | "
+                       f"{_num(p.duration_s)} |")
     if rec and rec.method:
         out += ["", "## Method", "", rec.method + "."]
     return "\n".join(out) + "\n"

@@ -466,11 +466,22 @@ class LoadProbe(Artefact):
 class SearchProbe(LoadProbe):
     """One stored probe point of ``bench search``: a :class:`LoadProbe` plus its index, the
     workload seed it was drawn with and the probe's full :class:`Metrics` (None when it
-    measured nothing)."""
+    measured nothing).
+
+    With ``--repeats N`` (N > 1) the probe is N measurements back to back: ``metrics`` are
+    pooled over them (the verdict is judged on these), ``repeats`` holds each repeat's own
+    metrics, ``repeat_passed`` each repeat's own verdict, ``seeds`` each repeat's workload seed
+    (``seed`` is the first's). ``intervals``: the headline numbers' 95 % intervals (over
+    repeats, or over the requests of the one repeat). All empty in files from before repeats.
+    """
 
     index: int
     seed: int | None = None
     metrics: Metrics | None = None
+    seeds: list[int] = Field(default_factory=list)  # per repeat; empty for one repeat
+    repeats: list[Metrics] = Field(default_factory=list)  # per repeat; empty for one repeat
+    repeat_passed: list[bool] = Field(default_factory=list)  # each repeat's own verdict
+    intervals: dict[str, Interval] = Field(default_factory=dict)
 
 
 class EngineSearch(Artefact):
@@ -541,7 +552,8 @@ class SearchSummary(Artefact):
     (in-flight requests, open rate); ``unit``: the load's unit; ``slos``: key → threshold ms
     (``slos_default``: the defaults were used, no ``--slo``); ``budget_s``: the whole search's
     budget (s), ``budget_per_engine_s`` its even share per engine; ``requests_per_probe``: the
-    workload's request count per probe; ``seed``: the base seed (probe ``i`` uses seed + i);
+    workload's request count per measurement; ``repeats``: measurements per probe (``--repeats
+    N``); ``seed``: the base seed (repeat ``k`` of probe ``i`` uses seed + i * N + k);
     ``wall_s``: the command's wall time (s), engine start-ups included."""
 
     schema_version: str = SCHEMA_VERSION
@@ -557,7 +569,8 @@ class SearchSummary(Artefact):
     budget_s: float
     budget_per_engine_s: float
     max_probes: int
-    requests_per_probe: int | None = None
+    requests_per_probe: int | None = None  # per measurement: a probe takes ``repeats`` of them
+    repeats: int = 1  # ``--repeats``: measurements per probe, back to back; the verdict is on their pooled metrics
     seed: int = 0
     wall_s: float = 0.0
     engines: dict[str, EngineSearch] = Field(default_factory=dict)

@@ -99,6 +99,52 @@ def test_concurrency_search_finds_each_servers_slots(servers, tmp_path, monkeypa
     assert "Decision: vllm sustains 2" in res.output
 
 
+def test_repeats_pool_each_probe_and_draw_fresh_seeds(servers, tmp_path, monkeypatch):
+    import workloads.registry as workloads_registry
+
+    _engines(monkeypatch, {"own": servers["four"]})
+    real_build, drawn = workloads_registry.build_workload, []
+
+    def build_and_note(opts, *args, **kwargs):  # every probe's workload (built without stats): seed, prompts
+        w = real_build(opts, *args, **kwargs)
+        if kwargs.get("with_stats") is False:
+            drawn.append((opts.seed, tuple(tuple(sess.request.prompt_token_ids) for sess in w.sessions)))
+        return w
+
+    monkeypatch.setattr(workloads_registry, "build_workload", build_and_note)
+    res = CliRunner().invoke(app, ["search", "--engine", "own", *CONCURRENCY, "--repeats", "2", "--low", "2", "--budget", "120",
+                                   "-o", str(tmp_path), "--run-id", "reps"])
+    assert res.exit_code == 0, res.output
+    s = SearchSummary.model_validate_json((tmp_path / "reps" / "search.json").read_text())
+    own = s.engines["own"]
+    assert s.repeats == 2 and s.requests_per_probe == 12
+    assert own.stopped == "converged" and own.capacity == 4 and own.bracket == (4.0, 5.0), own.message
+    assert [p.load for p in own.probes] == [2, 4, 8, 6, 5]
+    for p in own.probes:  # pooled over both repeats, each repeat's metrics and verdict kept
+        assert len(p.repeats) == 2 and len(p.repeat_passed) == 2
+        assert [m.requests_completed for m in p.repeats] == [12, 12] and p.metrics.requests_completed == 24
+        assert p.seeds == [2 * p.index, 2 * p.index + 1] and p.seed == 2 * p.index  # seed 0 + i * 2 + k
+        assert p.passed == (p.load <= 4) and all(p.repeat_passed) == (p.load <= 4)
+        ci = p.intervals["ttft_ms.p99"]  # over the two repeats
+        assert ci.n == 2 and ci.low <= ci.high, ci
+    # the seeds differ per repeat and per probe, and so do the drawn prompts: none reused
+    assert [seed for seed, _ in drawn] == list(range(10))
+    assert len({prompts for _, prompts in drawn}) == 10
+    prompts = [pr for _, ps in drawn for pr in ps]
+    assert len(set(prompts)) == len(prompts)
+    records = [r for r in read_records(tmp_path / "reps" / "requests.jsonl") if r.phase == "measured"]
+    for p in own.probes:
+        mine = [r for r in records if r.probe == p.index]
+        assert sorted({r.repeat for r in mine}) == [0, 1] and len(mine) == 24
+    assert "own probe 1: 4 concurrent requests → TTFT p99" in res.output and "(2 of 2 repeats pass)" in res.output
+    assert "(0 of 2 repeats pass)" in res.output and "2 repeats per probe" in res.output
+    md = (tmp_path / "reps" / "search.md").read_text()
+    assert "pass (2 of 2 repeats pass)" in md and "seed 0 + i × 2 + k" in md and "| 2, 3 |" in md
+    loaded = load_run(tmp_path / "reps")  # summary.json: the capacity probe's pooled metrics and its repeats
+    assert loaded.summary.engines["own"].metrics.requests_completed == 24
+    assert len(loaded.summary.engines["own"].repeats) == 2
+
+
 def test_a_server_that_never_meets_the_slo_stops_within_budget(servers, tmp_path, monkeypatch):
     _engines(monkeypatch, {"vllm": servers["slow"]})
     res = CliRunner().invoke(app, ["search", "--engine", "vllm", "--workload", "random", "--num-requests", "4",
@@ -155,6 +201,8 @@ def test_ctrl_c_keeps_the_probes_and_exits_130(servers, tmp_path, monkeypatch):
     (["--workload", "trace"], "search it with --search-var concurrency"),
     (["--slo", "ttft_p99=fast"], "SLO ttft_p99 needs a number"),
     (["--max-probes", "0"], "--max-probes must be >= 1"),
+    (["--repeats", "0"], "--repeats must be between 1 and 10"),
+    (["--repeats", "11"], "--repeats must be between 1 and 10"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     res = CliRunner().invoke(app, ["search", "--engine", "own", *args, "-o", str(tmp_path)])
@@ -205,6 +253,11 @@ def test_stored_models_mirror_the_search_result_and_old_records_load():
     # results cannot import harness: the stored engine search repeats CapacityResult's fields
     assert set(CapacityResult.model_fields) <= set(EngineSearch.model_fields)
     assert issubclass(SearchProbe, LoadProbe)  # one probe model, stored with its metrics
+    old_probe = SearchProbe.model_validate({"index": 0, "load": 1.0, "meets_slo": True})  # from before --repeats
+    assert old_probe.repeats == [] and old_probe.repeat_passed == [] and old_probe.intervals == {}
+    assert SearchSummary.model_validate({"run_id": "x", "workload": "random", "search_var": "rate", "unit": "req/s",
+                                         "low": 1, "tolerance": 0.05, "budget_s": 1, "budget_per_engine_s": 1,
+                                         "max_probes": 1}).repeats == 1
     old = RequestRecord.model_validate({"request_id": "r", "engine": "own", "workload": "random", "scheduled_ns": 1})
     assert old.probe is None
 

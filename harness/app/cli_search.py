@@ -42,7 +42,7 @@ def search_cmd(
     trace: TraceOpt = None,
     time_scale: TimeScaleOpt = None,
     workload_spec: WorkloadSpecOpt = None,
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Base seed: probe i draws its workload with seed + i (no probe reuses another's prompts)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Base seed: repeat k of probe i draws its workload with seed + i * repeats + k (no measurement reuses another's prompts)."),
     slo: Optional[str] = typer.Option(None, "--slo", help=SLO_HELP),
     search_var: str = typer.Option("rate", "--search-var", help="What to search: 'rate' (requests/s; agentic: session starts/s) or 'concurrency' (in-flight cap, all requests due at once)."),
     low: float = typer.Option(1.0, "--low", help="First (lowest) load probed, in the search variable's unit (> 0; a whole number >= 1 for concurrency)."),
@@ -50,6 +50,7 @@ def search_cmd(
     tolerance: float = typer.Option(0.05, "--tolerance", help="Stop bisecting when (fail - pass) / pass <= this (0.05 = 5 %); concurrency is exact."),
     budget: float = typer.Option(600.0, "--budget", help="Seconds for the whole search, split evenly over the engines (probes only; start-up and warm-up not counted)."),
     max_probes: int = typer.Option(12, "--max-probes", help="Probes per engine at most."),
+    repeats: int = typer.Option(1, "--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests once per engine (excluded, share no prefix with the workload)."),
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where run folders are written."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-search-workload)."),
@@ -62,6 +63,7 @@ def search_cmd(
 ) -> None:
     """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
     from harness.app.cli import _check_run_target, _guarded, _positive
+    from harness.app.search_probe import MAX_REPEATS
     from harness.app.search_run import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig, SearchOrchestrator
     from harness.metrics import SLOError, parse_slos
     from workloads.errors import WorkloadError
@@ -81,6 +83,8 @@ def search_cmd(
         fail(f"--tolerance is relative (0.05 = 5 %) and must be < 1, got {tolerance:g}")
     if max_probes < 1:
         fail(f"--max-probes must be >= 1, got {max_probes}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        fail(f"--repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
     if warmup < 0:
         fail(f"--warmup must be >= 0, got {warmup}")
     for name, t in (("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
@@ -125,7 +129,7 @@ def search_cmd(
 
     cfg = SearchConfig(
         engines=engines, workload=options, slos=slos, search_var=search_var, low=low, high=high, tolerance=tolerance,
-        budget_s=budget, max_probes=max_probes, model=model_dir, warmup=warmup, output_dir=output_dir, run_id=run_id,
+        budget_s=budget, max_probes=max_probes, repeats=repeats, model=model_dir, warmup=warmup, output_dir=output_dir, run_id=run_id,
         base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads, request_timeout_s=timeout,
         startup_timeout_s=startup_timeout, parallel_start=not sequential_start)
     result = _guarded(lambda: SearchOrchestrator(cfg, console).run())
@@ -162,7 +166,9 @@ def print_search(summary) -> None:  # type: ignore[no-untyped-def]
                   str(len(e.probes)), f"{e.elapsed_s:.1f}")
     console.print(t)
     slos = ", ".join(f"{k} ≤ {v:g} ms" for k, v in summary.slos.items())
-    console.print(f"SLOs: {slos}{' (defaults)' if summary.slos_default else ''}; budget {summary.budget_s:g} s "
+    reps = (f"; {summary.repeats} repeats per probe, judged pooled (seeds base + i * {summary.repeats} + k)"
+            if summary.repeats > 1 else "")
+    console.print(f"SLOs: {slos}{' (defaults)' if summary.slos_default else ''}{reps}; budget {summary.budget_s:g} s "
                   f"({summary.budget_per_engine_s:.0f} s per engine); wall time {summary.wall_s:.0f} s",
                   markup=False, highlight=False)
     if rec is not None:

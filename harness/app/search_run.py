@@ -13,20 +13,25 @@ Each probe is one measured condition:
 - the workload is built at the probe's load: ``--search-var rate`` sets the request rate
   (requests/s; agentic: session starts/s, offered exactly, drawn schedules being rescaled),
   ``--search-var concurrency`` the in-flight cap (``max_concurrency``) with the rate at inf;
-- **probe ``i`` draws its workload with seed ``base seed + i``**: no probe reuses another's
-  prompts, so no probe is flattered by prefixes an earlier probe left in the engine's cache
-  (the warm-up shares no prefix with any workload either);
-- measured with the shared :class:`Runner` (a fixed request count per probe: keep probes
-  short), metrics by :func:`compute_metrics`, judged by :func:`probe_result`: it passes only
-  when every SLO holds at its percentile and it is not saturated (achieved arrival rate below
-  the offered one beyond 5 %, rate searches only) - a saturated probe is a fail, so the
-  search turns down at once;
-- its records go to the run folder's ``requests.jsonl`` with ``probe = i`` (written when the
-  probe ends, after the re-tokenization pass; a Ctrl-C keeps the requests that finished).
+- it is ``--repeats N`` measurements back to back on the same engine (default 1), **repeat
+  ``k`` of probe ``i`` drawing its workload with seed ``base seed + i * N + k``**: no
+  measurement reuses another's prompts, so none is flattered by prefixes an earlier one left
+  in the engine's cache (the warm-up shares no prefix with any workload either);
+- each measured with the shared :class:`Runner` (a fixed request count per measurement: keep
+  probes short), metrics by :func:`compute_metrics`, pooled over the N repeats
+  (:func:`harness.metrics.repeats.pooled_metrics`: a p99 rests on N times the requests) and
+  judged on the pooled metrics by :func:`probe_result`: it passes only when every SLO holds at
+  its percentile and it is not saturated (achieved arrival rate below the offered one beyond
+  5 %, rate searches only) - a saturated probe is a fail, so the search turns down at once;
+  each repeat's own verdict, metrics and the headline intervals are stored with the probe;
+- its records go to the run folder's ``requests.jsonl`` with ``probe = i`` and ``repeat = k``
+  (written when each repeat ends, after the re-tokenization pass; a Ctrl-C keeps the requests
+  that finished). The probe itself: :mod:`harness.app.search_probe`.
 
 The time budget (``--budget``, s) is split evenly over the engines; an engine's share bounds
 its probes (start-up and warm-up are not counted): no probe starts that would not finish
-within it, judging by the previous probe's duration (the first by its schedule length).
+within it, judging by the previous probe's duration, all of its repeats included (the first
+by N times its schedule length).
 
 Artefacts: ``search.json`` (:class:`results.schema.SearchSummary`: per engine the search
 result with each probe's full metrics, the SLOs, the search variable and unit, the budget, the
@@ -39,7 +44,6 @@ engine the metrics of its probe at the found capacity), ``search.md`` and
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,16 +64,17 @@ from results.schema import (
 from results.store import RunWriter, new_run_id, write_model_atomic
 from workloads.options import WorkloadOptions
 
-from harness.app.capacity import CapacityResult, LoadProbe, probe_result, search_capacity
+from harness.app.capacity import CapacityResult, search_capacity
 from harness.app.orchestrator import Orchestrator
 from harness.app.plan import EnginePlan, plan_engine
 from harness.app.run_config import RunConfig, default_threads
+from harness.app.search_probe import ProbeMeasurer, load_text, probe_options
 from harness.app.startup import EngineStarter
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.runner import Runner, RunnerOptions
-from harness.metrics import SLO, compute_metrics
+from harness.metrics import SLO
 from harness.scoring.capacity_ranking import rank_capacity
-from harness.scoring.formatting import METRIC_LABELS, slo_text
+from harness.scoring.formatting import slo_text
 
 SEARCH_VARS = ("rate", "concurrency")
 # Default SLOs by hardware kind. CPU (the 2-core reference machine, SmolLM2-135M): p99 TTFT
@@ -84,7 +89,8 @@ class SearchConfig:
     """What ``bench search`` was asked for (validated by the CLI). ``slos`` empty = the
     defaults for the detected hardware (:data:`DEFAULT_SLOS`); ``low``/``high`` in the search
     variable's unit (``high`` None = unbounded for a rate, the probe's request count for a
-    concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines."""
+    concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines;
+    ``repeats``: measurements per probe, back to back (1 .. :data:`harness.app.search_probe.MAX_REPEATS`)."""
 
     engines: list[str]
     workload: WorkloadOptions
@@ -95,6 +101,7 @@ class SearchConfig:
     tolerance: float = 0.05
     budget_s: float = 600.0
     max_probes: int = 12
+    repeats: int = 1
     model: str | None = None
     warmup: int = 2
     output_dir: Path = Path("results")
@@ -137,24 +144,6 @@ def default_slos(hardware_kind: str) -> list[SLO]:
     return parse_slos(DEFAULT_SLOS["cpu" if hardware_kind == "cpu" else "gpu"])
 
 
-def probe_options(base: WorkloadOptions, search_var: str, load: float, index: int) -> WorkloadOptions:
-    """The workload options of probe ``index`` at ``load``: seed ``base seed + index``; the
-    request rate (rate search) or the in-flight cap with an unlimited rate (concurrency)."""
-    update: dict[str, Any] = {"seed": (base.seed or 0) + index}
-    if search_var == "concurrency":
-        update.update(max_concurrency=int(load), request_rate=math.inf)
-    else:
-        update["request_rate"] = float(load)
-    return base.model_copy(update=update)
-
-
-def _load_text(load: float, search_var: str) -> str:
-    """A probe's load for the console: ``4`` (concurrency), ``2.00``, ``1.125`` (rates, 4 digits at most)."""
-    if search_var == "concurrency":
-        return f"{load:g}"
-    return f"{load:.2f}" if round(load, 2) == load else f"{load:.4g}"
-
-
 class SearchOrchestrator:
     """Runs one :class:`SearchConfig`, composing an :class:`Orchestrator`'s helpers (launch
     config, endpoint turn, warm-up, starter, workload and manifest) rather than copying them."""
@@ -166,7 +155,7 @@ class SearchOrchestrator:
         self.orch: Orchestrator | None = None
         self.requests_per_probe: int | None = None
         self.slos: list[SLO] = list(cfg.slos)  # the defaults once the hardware is known
-        self.kit: Any = None
+        self.prober: ProbeMeasurer | None = None
 
     # -- the whole search ----------------------------------------------------------------
     def run(self) -> SearchResult:
@@ -180,6 +169,7 @@ class SearchOrchestrator:
         kind = detect_kind()  # once: the adapters, the start slots and the default SLOs use it
         slos_default = not c.slos
         slos = self.slos = c.slos or default_slos(kind)
+        self.prober = ProbeMeasurer(c, slos, self.unit, self.console)
         first = probe_options(c.workload, c.search_var, c.low, 0)
         orch = self.orch = Orchestrator(c.run_config(first, slos), self.console)
         model_dir = resolve_model(c.model)
@@ -188,12 +178,13 @@ class SearchOrchestrator:
         threads = c.threads or default_threads()
         writer = RunWriter(run_dir, run_id, c.workload.name)
         writer.summary.slos = {s.key: s.threshold_ms for s in slos}
+        writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
         self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         summary = SearchSummary(run_id=run_id, workload=c.workload.name, search_var=c.search_var, unit=self.unit,
                                 slos=writer.summary.slos, slos_default=slos_default, low=c.low, high=c.high,
                                 tolerance=c.tolerance, budget_s=c.budget_s, budget_per_engine_s=c.budget_s,
-                                max_probes=c.max_probes, seed=c.workload.seed or 0)
+                                max_probes=c.max_probes, repeats=c.repeats, seed=c.workload.seed or 0)
         plans: list[EnginePlan] = []
         for adapter in adapters:
             plan = plan_engine(adapter, orch._launch_config(adapter.name, model_dir, writer, threads), kind)
@@ -219,7 +210,7 @@ class SearchOrchestrator:
             writer.manifest.search = {  # type: ignore[attr-defined]  (Manifest allows extra fields)
                 "search_var": c.search_var, "unit": self.unit, "low": c.low, "high": self._high(), "tolerance": c.tolerance,
                 "budget_s": c.budget_s, "budget_per_engine_s": per_engine, "max_probes": c.max_probes,
-                "seeds": f"probe i uses seed {summary.seed} + i", "slos_default": slos_default}
+                "repeats": c.repeats, "seeds": self._seed_text(summary.seed), "slos_default": slos_default}
             writer.write_manifest()
             for i, plan in enumerate(plans):
                 if not self._engine(plan, starter, writer, tokenizer, summary, per_engine):
@@ -250,6 +241,12 @@ class SearchOrchestrator:
             return self.cfg.high
         return float(self.requests_per_probe) if self.cfg.search_var == "concurrency" and self.requests_per_probe else None
 
+    def _seed_text(self, base: int) -> str:
+        n = self.cfg.repeats
+        if n == 1:
+            return f"probe i uses seed {base} + i"
+        return f"repeat k of probe i uses seed {base} + i * {n} + k (no prompt reused across measurements)"
+
     def _announce(self, slos: list[SLO], slos_default: bool, kind: str, n: int, per_engine: float) -> None:
         c = self.cfg
         where = "the reference CPU machine" if kind == "cpu" else "a GPU"
@@ -259,8 +256,14 @@ class SearchOrchestrator:
         if n:
             self.console.print(f"Budget {c.budget_s:g} s split evenly over {n} engine(s): {per_engine:.0f} s of probes "
                                f"each (start-up and warm-up not counted); tolerance {c.tolerance:.0%}, at most "
-                               f"{c.max_probes} probes; probe i draws its workload with seed {c.workload.seed or 0} + i",
-                               highlight=False)
+                               f"{c.max_probes} probes; {self._probe_text()}", highlight=False)
+
+    def _probe_text(self) -> str:
+        c = self.cfg
+        if c.repeats == 1:
+            return f"probe i draws its workload with seed {c.workload.seed or 0} + i"
+        return (f"each probe is {c.repeats} measurements back to back, judged on their pooled metrics; "
+                f"{self._seed_text(c.workload.seed or 0)}")
 
     # -- one engine ----------------------------------------------------------------------
     def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: Any,
@@ -279,8 +282,10 @@ class SearchOrchestrator:
                 target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
                 warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.request_timeout_s))
                 asyncio.run(self.orch._before_measuring(name, target, warm, tokenizer, False))  # warm-up once per engine
+                prober = self.prober
+                assert prober is not None
                 result = search_capacity(
-                    lambda load: self._probe(name, target, tokenizer, writer, load, probes),
+                    lambda load: prober.measure(name, target, tokenizer, writer, load, probes),
                     low=c.low, high=self._high(), tolerance=c.tolerance, budget_s=budget_s, max_probes=c.max_probes,
                     integer=c.search_var == "concurrency", first_estimate_s=self._first_estimate(), unit=self.unit)
         except KeyboardInterrupt:
@@ -297,59 +302,11 @@ class SearchOrchestrator:
         return True
 
     def _first_estimate(self) -> float | None:
-        """Expected seconds of the first probe: its arrival schedule's span at ``--low``
-        (a lower bound; None for a concurrency search, whose span is not known beforehand)."""
+        """Expected seconds of the first probe: its arrival schedule's span at ``--low`` times
+        the repeats (a lower bound; None for a concurrency search, whose span is not known
+        beforehand)."""
         n = self.requests_per_probe
-        return (n - 1) / self.cfg.low if self.cfg.search_var == "rate" and n and n > 1 else None
-
-    def _probe(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter, load: float,
-               probes: list[SearchProbe]) -> LoadProbe:
-        """One probe point at ``load``: build (seed base + index), measure, judge, store, print."""
-        from workloads.registry import build_workload
-
-        c = self.cfg
-        index = len(probes)
-        opts = probe_options(c.workload, c.search_var, load, index)
-        workload = build_workload(opts, self._kit(tokenizer), with_stats=False)
-        runner = Runner(target, name, workload.name, lambda r: None, tokenizer, RunnerOptions(None, c.request_timeout_s))
-        t0 = time.monotonic()
-        try:
-            asyncio.run(runner.measure(workload))
-        finally:  # the finished requests are stored even when the probe is interrupted
-            runner.retokenize()
-            for record in runner.records:
-                record.probe = index
-                writer.add_record(record)
-        duration = time.monotonic() - t0
-        measured = [r for r in runner.records if r.phase == "measured"]
-        slos = self.slos
-        metrics = compute_metrics(measured, slos, workload.offered_rate, workload.requested_rate)
-        offered = workload.offered_rate if c.search_var == "rate" else None
-        pr = probe_result(load, metrics, slos, offered)
-        probes.append(SearchProbe(index=index, seed=opts.seed, metrics=metrics,
-                                  **{**pr.model_dump(), "duration_s": round(duration, 3)}))
-        self._print_probe(name, index, pr, slos)
-        return pr
-
-    def _kit(self, tokenizer: Any) -> Any:
-        """One :class:`TokenKit` for every probe: it caches the word ids a build draws from (a
-        fresh one per probe would spend ~1 s of the budget re-tokenizing the vocabulary)."""
-        if self.kit is None:
-            from workloads.tokens import as_kit
-
-            self.kit = as_kit(tokenizer)
-        return self.kit
-
-    def _print_probe(self, name: str, index: int, pr: LoadProbe, slos: list[SLO]) -> None:
-        """``own probe 2: 4.00 req/s (achieved 3.98) → TTFT p99 812 ms, TPOT p99 45 ms ✓``."""
-        parts = []
-        for s in slos:
-            v = pr.values.get(s.key)
-            parts.append(f"{METRIC_LABELS[s.metric]} p{s.percentile:g} " + ("∞" if v is None else f"{v:,.0f} ms"))
-        achieved = f" (achieved {pr.achieved:.2f})" if self.cfg.search_var == "rate" and pr.achieved is not None else ""
-        mark = "✓" if pr.passed else ("✗ saturated" if pr.saturated else "✗")
-        self.console.print(f"  {name} probe {index}: {_load_text(pr.load, self.cfg.search_var)} {self.unit}{achieved} "
-                           f"→ {', '.join(parts) or 'no SLO'} {mark}", markup=False, highlight=False)
+        return self.cfg.repeats * (n - 1) / self.cfg.low if self.cfg.search_var == "rate" and n and n > 1 else None
 
     def _record(self, name: str, plan: EnginePlan, writer: RunWriter, summary: SearchSummary,
                 result: CapacityResult | None, probes: list[SearchProbe], info: dict[str, Any],
@@ -367,10 +324,12 @@ class SearchOrchestrator:
         if status is EngineStatus.OK:
             self.console.print(f"[bold]{name}[/]: {escape(entry.message)}")
         at = next((p for p in probes if p.passed and p.load == entry.capacity), probes[0] if probes else None)
-        where = (f"metrics of probe {at.index} at {_load_text(at.load, self.cfg.search_var)} {self.unit}"
-                 f"{' (the found capacity)' if at.passed else ' (the lowest load; it failed)'}") if at else "no probe ran"
+        pooled = f", pooled over its {self.cfg.repeats} repeats" if self.cfg.repeats > 1 else ""
+        where = (f"metrics of probe {at.index} at {load_text(at.load, self.cfg.search_var)} {self.unit}"
+                 f"{' (the found capacity)' if at.passed else ' (the lowest load; it failed)'}{pooled}") if at else "no probe ran"
         why = reason or f"capacity search: {entry.message}"
         writer.set_engine(name, EngineResult(
             status=status, reason=f"{why}; {where}; every probe in {SEARCH_FILE}", metrics=at.metrics if at else None,
+            repeats=at.repeats if at else [], intervals=at.intervals if at else {},
             display_name=info.get("display_name"), version=plan.probe.version, capabilities=plan.capabilities,
             startup_s=info.get("startup_s"), wall_s=round(entry.elapsed_s, 2) or None, log_tail=log_tail[-4000:]))

@@ -1,0 +1,160 @@
+"""One probe point of ``bench search``, measured ``--repeats N`` times back to back.
+
+A probe at load ``L`` (the ``i``-th of its engine's search) is ``N`` measurements on the same,
+running engine, one after the other:
+
+- **repeat ``k`` of probe ``i`` draws its workload with seed ``base + i * N + k``**: no prompt
+  is reused by any measurement of the search (another repeat, another probe), so none is
+  flattered by a prefix an earlier one left in the engine's cache (with ``N = 1`` this is the
+  plain ``base + i``);
+- each repeat is measured with its own :class:`Runner` and its records are stamped with
+  ``repeat = k`` and ``probe = i`` (written to ``requests.jsonl`` when the repeat ends, after
+  the re-tokenization pass; a Ctrl-C keeps the requests that finished);
+- **the verdict is judged on the pooled metrics** of the N repeats
+  (:func:`harness.metrics.repeats.pooled_metrics`: percentiles over every request of every
+  repeat, so a p99 rests on N times the requests; rates over the summed measured time; the
+  achieved arrival rate is the repeats' median) by :func:`probe_result`; each repeat's own
+  verdict is stored too (``repeat_passed``), with its metrics (``repeats``, empty for N = 1)
+  and the headline numbers' 95 % intervals (:func:`headline_intervals`: over repeats for
+  N >= 2, else over the requests of the one repeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+from typing import Any
+
+from results.schema import Metrics, RequestRecord, SearchProbe
+from results.store import RunWriter
+from workloads.options import WorkloadOptions
+
+from harness.app.capacity import LoadProbe, probe_result
+from harness.loadgen.client import EndpointTarget
+from harness.loadgen.runner import Runner, RunnerOptions
+from harness.metrics import SLO, compute_metrics
+from harness.metrics.repeats import headline_intervals, pooled_metrics
+from harness.scoring.formatting import METRIC_LABELS
+
+MAX_REPEATS = 10  # ``--repeats`` per probe at most
+
+
+def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
+    """The workload seed of repeat ``repeat`` of probe ``index``: ``base + index * repeats + repeat``."""
+    return base + index * repeats + repeat
+
+
+def probe_options(base: WorkloadOptions, search_var: str, load: float, index: int, repeats: int = 1,
+                  repeat: int = 0) -> WorkloadOptions:
+    """The workload options of repeat ``repeat`` of probe ``index`` at ``load``: the seed of
+    :func:`probe_seed`; the request rate (rate search) or the in-flight cap with an unlimited
+    rate (concurrency)."""
+    update: dict[str, Any] = {"seed": probe_seed(base.seed or 0, index, repeats, repeat)}
+    if search_var == "concurrency":
+        update.update(max_concurrency=int(load), request_rate=math.inf)
+    else:
+        update["request_rate"] = float(load)
+    return base.model_copy(update=update)
+
+
+def load_text(load: float, search_var: str) -> str:
+    """A probe's load for the console: ``4`` (concurrency), ``2.00``, ``1.125`` (rates, 4 digits at most)."""
+    if search_var == "concurrency":
+        return f"{load:g}"
+    return f"{load:.2f}" if round(load, 2) == load else f"{load:.4g}"
+
+
+class ProbeMeasurer:
+    """Measures, judges, stores and prints the probes of a search (see the module docstring).
+
+    ``cfg``: the :class:`harness.app.search_run.SearchConfig` (``workload``, ``search_var``,
+    ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
+
+    def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
+        self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
+        self.repeats = int(getattr(cfg, "repeats", 1) or 1)
+        self.kit: Any = None
+
+    def measure(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter, load: float,
+                probes: list[SearchProbe]) -> LoadProbe:
+        """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
+        c, slos, n = self.cfg, self.slos, self.repeats
+        index = len(probes)
+        per_repeat: list[Metrics] = []
+        records: list[RequestRecord] = []
+        verdicts: list[LoadProbe] = []
+        offered: list[float] = []
+        requested: float | None = None
+        seeds: list[int] = []
+        t0 = time.monotonic()
+        for k in range(n):
+            opts = probe_options(c.workload, c.search_var, load, index, n, k)
+            seeds.append(opts.seed or 0)
+            workload, measured = self._measure_once(name, target, tokenizer, writer, opts, index, k)
+            metrics = compute_metrics(measured, slos, workload.offered_rate, workload.requested_rate)
+            if workload.offered_rate is not None:
+                offered.append(workload.offered_rate)
+            requested = workload.requested_rate
+            per_repeat.append(metrics)
+            records.extend(measured)
+            verdicts.append(probe_result(load, metrics, slos, self._judged_rate(workload.offered_rate)))
+        duration = time.monotonic() - t0
+        offered_rate = statistics.median(offered) if offered else None
+        pooled = pooled_metrics(per_repeat, records, slos, offered_rate, requested)
+        pr = probe_result(load, pooled, slos, self._judged_rate(offered_rate))
+        probes.append(SearchProbe(
+            index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=pooled,
+            repeats=per_repeat if n > 1 else [], repeat_passed=[v.passed for v in verdicts],
+            intervals=headline_intervals(per_repeat, records, slos, seed=seeds[0]),
+            **{**pr.model_dump(), "duration_s": round(duration, 3)}))
+        self.print_probe(name, index, pr, sum(v.passed for v in verdicts))
+        return pr
+
+    def _judged_rate(self, offered: float | None) -> float | None:
+        """The offered rate the saturation check compares against: None for a concurrency search."""
+        return offered if self.cfg.search_var == "rate" else None
+
+    def _measure_once(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter,
+                      opts: WorkloadOptions, index: int, repeat: int) -> tuple[Any, list[RequestRecord]]:
+        """One measurement (repeat ``repeat`` of probe ``index``): build, measure, store; the
+        workload and its measured records."""
+        from workloads.registry import build_workload
+
+        c = self.cfg
+        workload = build_workload(opts, self._kit(tokenizer), with_stats=False)
+        runner = Runner(target, name, workload.name, lambda r: None, tokenizer,
+                        RunnerOptions(None, c.request_timeout_s, repeat=repeat))
+        try:
+            asyncio.run(runner.measure(workload))
+        finally:  # the finished requests are stored even when the probe is interrupted
+            runner.retokenize()
+            for record in runner.records:
+                record.probe = index
+                writer.add_record(record)
+        return workload, [r for r in runner.records if r.phase == "measured"]
+
+    def _kit(self, tokenizer: Any) -> Any:
+        """One :class:`TokenKit` for every probe: it caches the word ids a build draws from (a
+        fresh one per probe would spend ~1 s of the budget re-tokenizing the vocabulary)."""
+        if self.kit is None:
+            from workloads.tokens import as_kit
+
+            self.kit = as_kit(tokenizer)
+        return self.kit
+
+    def print_probe(self, name: str, index: int, pr: LoadProbe, passing: int) -> None:
+        """``own probe 2: 4.00 req/s (achieved 3.98) → TTFT p99 812 ms, TPOT p99 45 ms ✓``,
+        with ``(2 of 3 repeats pass)`` when the probe has repeats (``passing``: how many do)."""
+        parts = []
+        for s in self.slos:
+            v = pr.values.get(s.key)
+            parts.append(f"{METRIC_LABELS[s.metric]} p{s.percentile:g} " + ("∞" if v is None else f"{v:,.0f} ms"))
+        rate = self.cfg.search_var == "rate"
+        achieved = f" (achieved {pr.achieved:.2f})" if rate and pr.achieved is not None else ""
+        mark = "✓" if pr.passed else ("✗ saturated" if pr.saturated else "✗")
+        reps = f" ({passing} of {self.repeats} repeats pass)" if self.repeats > 1 else ""
+        pooled = f", pooled over {self.repeats} repeats" if self.repeats > 1 else ""
+        self.console.print(f"  {name} probe {index}: {load_text(pr.load, self.cfg.search_var)} {self.unit}{achieved} "
+                           f"→ {', '.join(parts) or 'no SLO'}{pooled} {mark}{reps}", markup=False, highlight=False)
