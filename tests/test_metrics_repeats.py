@@ -55,6 +55,9 @@ def test_headline_intervals_over_repeats_widen_when_repeats_disagree():
     # a 30 ms slower second repeat: the interval reaches both repeats' medians (52 and 82 ms)
     assert ttft_apart.low <= 52.0 + 1e-9 and ttft_apart.high >= 82.0 - 1e-9
     assert "output_throughput" in same_ci and same_ci["output_throughput"].n == 2
+    # a rate over 2 repeats is about their range: labelled with the 50 % it covers, not 95 %
+    assert same_ci["output_throughput"].confidence == pytest.approx(0.5)
+    assert "holds the median with probability 50%, not 95%" in same_ci["output_throughput"].method
 
 
 def test_one_repeat_intervals_are_over_requests_and_rates_have_none():

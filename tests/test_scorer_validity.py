@@ -188,3 +188,13 @@ def test_several_invalid_conditions_give_each_reason(tmp_path: Path) -> None:
     # only the reference engine is left: a yardstick, never the recommendation
     assert rec.winner is None
     assert rec.message.endswith("; no valid condition for vllm (validity stage)")
+
+
+def test_a_burst_at_infinite_rate_is_gated_on_throughput_not_on_its_dispatch_rate(tmp_path: Path) -> None:
+    # everything sent at once: the "achieved arrival rate" is the dispatch speed (here 4,000 req/s,
+    # above half the calibrated 2,658), not a load; the 4 req/s the engine completed is what counts
+    records, entry = engine("burst", 4.0, offered=4.0)
+    entry["metrics"].update({"offered_rate": None, "achieved_rate": 4000.0, "rate_valid": None})
+    run = run_of(tmp_path, "inf", {"burst": (records, entry), "slow": engine("slow", 2.0, offered=2.0)})
+    rec = recommend([run], hardware=CPU)
+    assert "burst" not in rec.eliminated

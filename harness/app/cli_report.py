@@ -76,7 +76,7 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         group_of = {name: i for i, group in enumerate(rec.tie_groups) for name in group}
         for r in rec.ranking:
             ci = r.score_interval
-            interval = f"{ci.point:.3f} [{ci.low:.3f}, {ci.high:.3f}]" if ci is not None and ci.high > ci.low else "–"
+            interval = f"{ci.point:.3f} [{ci.low:.3f}, {ci.high:.3f}]" if ci is not None else "–"
             group = group_of.get(r.engine)
             tied = group is not None and len(rec.tie_groups[group]) > 1
             marked = r.reference and "reference" not in r.display_name
@@ -91,7 +91,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
             console.print(f"[dim]score: of the median metrics over repeats; per-repeat score: the median of the "
                           f"{rec.score_repeats} interleaved repeats each scored on its own (every criterion normalised "
                           "to that repeat's best), with its 95% bootstrap interval; engines sharing a 'tie' number "
-                          "overlap and are tied within the noise[/dim]")
+                          "overlap and are tied within the noise; the metrics here are the median over repeats of each repeat's "
+                          "value (the run's summary table pools all requests instead)[/dim]")
     if rec.eliminated:
         elim = Table(title="Eliminated / not measured")
         elim.add_column("engine")
@@ -127,7 +128,7 @@ def recommend_cmd(
                                                         "(throughput, latency, hardware_fit, features, complexity).")] = None,
     feature: Annotated[Optional[list[str]], typer.Option(help="A feature every engine must have (repeatable), "
                                                               "e.g. prefix_caching or fp8.")] = None,
-    output_dir: Annotated[Path, typer.Option(help="Where run ids are looked up.")] = Path("results"),
+    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as JSON.")] = False,
 ) -> None:
     """Rank the engines of one or more runs for a deployment target and name the deciding constraint.
@@ -158,7 +159,7 @@ def recommend_cmd(
 
 def report_cmd(
     run: Annotated[list[str], typer.Argument(help="Run folder(s) or id(s); several = a comparison report.")],
-    output_dir: Annotated[Path, typer.Option(help="Where run ids are looked up.")] = Path("results"),
+    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
 ) -> None:
     """Write report.md and a self-contained report.html into the run folder.
 

@@ -39,9 +39,12 @@ def with_interval(value: float | None, interval: Interval | None, digits: int = 
 
 def _basis_line(summary: RunSummary) -> str:
     if summary.repeats > 1:
-        return (f"[brackets]: 95% intervals over {summary.repeats} interleaved repeats (two-stage bootstrap: "
-                "repeats, then requests; rates: the median over repeats); CV: run-to-run coefficient of variation "
-                "of output throughput.")
+        rates = ("with fewer than 6 repeats, about their range: it holds the median with probability "
+                 f"{1 - 2 * 0.5 ** summary.repeats:.0%}") if summary.repeats < 6 else "95%"
+        return (f"[brackets]: intervals over {summary.repeats} interleaved repeats; latencies: 95%, two-stage "
+                "bootstrap (repeats, then requests), around the value over all requests; rates: the value over the "
+                f"summed measured time, bracketed by the per-repeat values ({rates}); CV: run-to-run coefficient of "
+                "variation of output throughput.")
     return ("[brackets]: 95% intervals over the requests of one repeat (bootstrap); rates have none and "
             "run-to-run noise was not measured: use --repeats 2 or more.")
 

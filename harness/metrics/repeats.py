@@ -14,12 +14,14 @@ headline numbers with their confidence intervals.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from results.schema import Interval, Metrics, RequestRecord
 
+from .intervals import Interval as IntervalStat
 from .intervals import bootstrap_ci, headline_interval, median_ci_over_repeats
 from .request import e2el_ms, tpot_ms, ttft_ms
 from .slo import SLO, meets_slos
@@ -80,6 +82,19 @@ def pooled_metrics(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
     return pooled.model_copy(update=update)
 
 
+def _honest(ci: IntervalStat) -> IntervalStat:
+    """An interval over per-repeat numbers, labelled with the coverage it really has for few
+    repeats: a bootstrap over 2 values is their range, which holds the median with probability
+    1 - 2 × 0.5² = 0.5, not 0.95 (for n values the range holds it with 1 - 2 × 0.5ⁿ: 0.75 for 3,
+    0.875 for 4, 0.94 for 5)."""
+    if ci.n >= 6:
+        return ci
+    coverage = 1 - 2 * 0.5 ** ci.n
+    return replace(ci, confidence=min(ci.confidence, coverage),
+                   method=f"{ci.method}; with {ci.n} repeats about the range, which holds the median "
+                          f"with probability {coverage:.0%}, not {ci.confidence:.0%}")
+
+
 def _rate_value(metrics: Metrics, key: str) -> float | None:
     node: object = metrics
     for part in key.split("."):
@@ -109,7 +124,7 @@ def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestReco
     for key in RATE_HEADLINES:
         per_repeat = [v for m in repeats if (v := _rate_value(m, key)) is not None]
         if len(per_repeat) >= 2:
-            ci = median_ci_over_repeats(per_repeat, n_resamples=RESAMPLES, seed=seed)
+            ci = _honest(median_ci_over_repeats(per_repeat, n_resamples=RESAMPLES, seed=seed))
         elif per_repeat:
             ci = bootstrap_ci(per_repeat, "median", basis="repeats")  # one repeat: no interval for a rate
         else:
@@ -117,7 +132,7 @@ def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestReco
         out[key] = Interval(**ci.as_dict())
     if slos and groups:
         attained = [sum(meets_slos(r, slos) for r in g) / len(g) for g in groups]
-        ci = (median_ci_over_repeats(attained, n_resamples=RESAMPLES, seed=seed) if len(attained) >= 2
+        ci = (_honest(median_ci_over_repeats(attained, n_resamples=RESAMPLES, seed=seed)) if len(attained) >= 2
               else bootstrap_ci([float(meets_slos(r, slos)) for r in groups[0]], "mean", n_resamples=RESAMPLES,
                                 seed=seed))
         out["goodput.slo_attainment"] = Interval(**ci.as_dict())

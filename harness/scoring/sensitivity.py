@@ -182,12 +182,12 @@ def noise_sensitivity(outcome: Outcome, ctx: ScoringContext) -> list[str]:
             winner_worst = next(row.score for row in alternative.ranking if row.engine == winner)
             rival_best = next(row.score for row in alternative.ranking if row.engine == rival)
             if alternative.winner != winner:
-                flips.append(f"{rival} at its best repeat scores {rival_best:.3f} "
-                             f"vs {winner} at its worst {winner_worst:.3f}")
+                flips.append(f"{rival} with every metric at its best repeat scores {rival_best:.3f} "
+                             f"vs {winner} with every metric at its worst {winner_worst:.3f}")
             else:
                 lines.append(
-                    f"the spread over repeats cannot flip {winner} vs {rival}: {winner} at its worst repeat "
-                    f"{winner_worst:.3f} ≥ {rival} at its best {rival_best:.3f} "
+                    f"the spread over repeats cannot flip {winner} vs {rival}: {winner} with every metric at its "
+                    f"worst repeat {winner_worst:.3f} ≥ {rival} with every metric at its best {rival_best:.3f} "
                     f"({repeat_counts[winner]} vs {repeat_counts[rival]} repeats)"
                 )
         if flips:

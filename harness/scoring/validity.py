@@ -103,8 +103,12 @@ def rate_reason(measurement: Measurement) -> str | None:
 
 
 def client_rate(measurement: Measurement) -> float | None:
-    """Requests/s the client sent: the larger of the achieved arrival rate and the request throughput."""
-    rates = [rate for rate in (measurement.achieved_rate, measurement.values.get("request_throughput"))
+    """Requests/s the client sustained: the larger of the achieved arrival rate and the request
+    throughput; at an infinite offered rate (everything sent at once) the throughput only: the
+    "arrival rate" of a burst is how fast the client enqueued a handful of sends (thousands per
+    second), not a load it had to keep up."""
+    arrival = measurement.achieved_rate if math.isfinite(measurement.offered_rate) else None
+    rates = [rate for rate in (arrival, measurement.values.get("request_throughput"))
              if rate is not None and math.isfinite(rate)]
     return max(rates) if rates else None
 
