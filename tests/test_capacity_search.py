@@ -292,3 +292,24 @@ def test_concurrency_search_finds_the_servers_slots(kit):
         assert v is not None and v >= prefill_ms  # no answer before the prefill time
         if pr.load > slots:  # queued for about one whole service time
             assert v >= service_ms
+
+
+def test_a_probe_whose_completions_fall_behind_the_offered_rate_is_saturated():
+    from harness.metrics import completion_rate
+    from results.schema import RequestRecord
+
+    ms = 1_000_000
+    # 8 requests sent exactly at 4 req/s (250 ms apart) but served one at a time in 1 s each:
+    # completions 1 s apart, 1 req/s, although the client kept the schedule
+    records = [RequestRecord(request_id=str(i), engine="e", workload="w", scheduled_ns=i * 250 * ms,
+                             send_ns=i * 250 * ms, first_token_ns=(i + 1) * 1000 * ms - 10 * ms,
+                             last_token_ns=(i + 1) * 1000 * ms, end_ns=(i + 1) * 1000 * ms,
+                             chunk_times_ns=[(i + 1) * 1000 * ms - 10 * ms, (i + 1) * 1000 * ms], success=True)
+               for i in range(8)]
+    assert completion_rate(records) == pytest.approx(1.0)
+    metrics = compute_metrics(records, [], 4.0)
+    assert metrics.achieved_rate == pytest.approx(4.0)  # the client kept the schedule
+    meets, saturated, reason = probe_verdict(metrics, [], 4.0, completed=completion_rate(records))
+    assert meets and saturated and "the engine completed 1 req/s of the 4 offered" in reason
+    # a stable probe: completions keep pace within 10 %
+    assert not probe_verdict(metrics, [], 4.0, completed=3.7)[1]

@@ -233,11 +233,15 @@ def slo_values(metrics: Metrics, slos: Sequence[SLO]) -> dict[str, float | None]
     return {s.key: slo_percentile_value(metrics, s) for s in slos}
 
 
+COMPLETION_BAND = 0.10  # saturated when completions fall this far below the offered rate
+
+
 def probe_verdict(
     metrics: Metrics,
     slos: Sequence[SLO],
     offered: float | None,
     validity_band: float = 0.05,
+    completed: float | None = None,
 ) -> tuple[bool, bool, str]:
     """``(meets_slo, saturated, reason)`` for one probe's metrics.
 
@@ -251,6 +255,10 @@ def probe_verdict(
     *saturated* when ``metrics.achieved_rate`` (first-turn sends/s) is below
     ``offered * (1 - validity_band)``. None (a concurrency probe: no arrival-rate target)
     skips the check, as does a probe whose achieved rate could not be measured (< 2 sends).
+    ``completed``: the probe's completion rate (``harness.metrics.completion_rate``, req/s); it
+    is also *saturated* when that is below ``offered * (1 - COMPLETION_BAND)``: the client kept
+    the schedule but the engine did not keep pace (a short probe can meet a TTFT SLO while
+    requests pile up; the wider 10 % band leaves room for the drain of the last requests).
     """
     parts: list[str] = []
     meets = True
@@ -287,6 +295,10 @@ def probe_verdict(
             saturated = True
             parts.append(f"saturated: achieved {achieved:.3g} req/s < offered {offered:.3g} req/s "
                          f"- {validity_band:.0%}")
+        if completed is not None and completed < offered * (1 - COMPLETION_BAND):
+            saturated = True
+            parts.append(f"saturated: the engine completed {completed:.3g} req/s of the {offered:.3g} offered "
+                         f"(more than {COMPLETION_BAND:.0%} short: requests pile up)")
     return meets, saturated, "; ".join(parts)
 
 
@@ -296,10 +308,11 @@ def probe_result(
     slos: Sequence[SLO],
     offered: float | None,
     validity_band: float = 0.05,
+    completed: float | None = None,
 ) -> LoadProbe:
     """A :class:`LoadProbe` at ``load`` from one probe's metrics: :func:`probe_verdict`
     plus :func:`slo_values` and the achieved rate. ``offered``: as in :func:`probe_verdict`
     (the rate for a rate search, None for a concurrency search)."""
-    meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band)
+    meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band, completed)
     return LoadProbe(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
                        values=slo_values(metrics, slos), reason=reason)

@@ -34,7 +34,7 @@ from workloads.options import WorkloadOptions
 from harness.app.capacity import LoadProbe, probe_result
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.runner import Runner, RunnerOptions
-from harness.metrics import SLO, compute_metrics
+from harness.metrics import SLO, completion_rate, compute_metrics
 from harness.metrics.repeats import headline_intervals, pooled_metrics
 from harness.scoring.formatting import METRIC_LABELS
 
@@ -46,12 +46,29 @@ def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
     return base + index * repeats + repeat
 
 
+MIN_PROBE_S = 8.0  # a rate probe offers its rate for at least this long (s)
+MIN_ROUNDS = 4  # a concurrency probe sends at least this many requests per in-flight slot
+
+
+def probe_requests(asked: int | None, search_var: str, load: float, workload: str) -> int | None:
+    """Requests of one probe: the ``--num-requests`` asked, raised so the probe reaches a steady
+    state: a rate probe offers its rate for at least :data:`MIN_PROBE_S` seconds (1 + 8 s × rate
+    requests: 8 requests at 14 req/s last 0.5 s, too short for a queue to build, and such a
+    probe passes whatever the engine's capacity), a concurrency probe sends :data:`MIN_ROUNDS`
+    requests per slot. Agentic (sessions with think times) and an unset count are left alone."""
+    if asked is None or workload == "agentic":
+        return asked
+    floor = MIN_ROUNDS * int(load) if search_var == "concurrency" else 1 + math.ceil(MIN_PROBE_S * load)
+    return max(asked, floor)
+
+
 def probe_options(base: WorkloadOptions, search_var: str, load: float, index: int, repeats: int = 1,
                   repeat: int = 0) -> WorkloadOptions:
     """The workload options of repeat ``repeat`` of probe ``index`` at ``load``: the seed of
     :func:`probe_seed`; the request rate (rate search) or the in-flight cap with an unlimited
-    rate (concurrency)."""
-    update: dict[str, Any] = {"seed": probe_seed(base.seed or 0, index, repeats, repeat)}
+    rate (concurrency); the request count of :func:`probe_requests`."""
+    update: dict[str, Any] = {"seed": probe_seed(base.seed or 0, index, repeats, repeat),
+                              "num_requests": probe_requests(base.num_requests, search_var, load, base.name)}
     if search_var == "concurrency":
         update.update(max_concurrency=int(load), request_rate=math.inf)
     else:
@@ -85,6 +102,7 @@ class ProbeMeasurer:
         per_repeat: list[Metrics] = []
         records: list[RequestRecord] = []
         verdicts: list[LoadProbe] = []
+        completed: list[float | None] = []  # each repeat's completion rate (req/s)
         offered: list[float] = []
         requested: float | None = None
         seeds: list[int] = []
@@ -99,11 +117,15 @@ class ProbeMeasurer:
             requested = workload.requested_rate
             per_repeat.append(metrics)
             records.extend(measured)
-            verdicts.append(probe_result(load, metrics, slos, self._judged_rate(workload.offered_rate)))
+            completed.append(completion_rate(measured))
+            verdicts.append(probe_result(load, metrics, slos, self._judged_rate(workload.offered_rate),
+                                         completed=completed[-1]))
         duration = time.monotonic() - t0
         offered_rate = statistics.median(offered) if offered else None
         pooled = pooled_metrics(per_repeat, records, slos, offered_rate, requested)
-        pr = probe_result(load, pooled, slos, self._judged_rate(offered_rate))
+        rates = [rate for rate in completed if rate is not None]
+        pr = probe_result(load, pooled, slos, self._judged_rate(offered_rate),
+                          completed=statistics.median(rates) if rates else None)
         probes.append(SearchProbe(
             index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=pooled,
             repeats=per_repeat if n > 1 else [], repeat_passed=[v.passed for v in verdicts],

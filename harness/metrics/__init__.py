@@ -23,7 +23,7 @@ Definitions (per request, from ``perf_counter_ns`` timestamps):
 from .request import NS_PER_MS, NS_PER_S, e2el_ms, itls_ms, tpot_ms, ttft_from_scheduled_ms, ttft_ms
 from .slo import SLO, SLO_METRICS, SLOError, meets_slos, parse_slos, slo_percentile_value
 from .stats import PERCENTILES, STAT_KEYS, distribution, error_adjusted_distribution
-from .summary import RATE_TOLERANCE, compute_metrics, per_turn_metrics, session_metrics, token_drift
+from .summary import RATE_TOLERANCE, completion_rate, compute_metrics, per_turn_metrics, session_metrics, token_drift
 from .intervals import (  # noqa: F401  (issue 12: repeats and intervals)
     Interval,
     bootstrap_ci,

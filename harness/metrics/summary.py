@@ -21,6 +21,17 @@ def _rate(count: int, first_ns: int, last_ns: int) -> float | None:
         return None
     return (count - 1) / ((last_ns - first_ns) / NS_PER_S)
 
+def completion_rate(records: Sequence[RequestRecord]) -> float | None:
+    """The departure rate of the first turns (requests with ``turn_id`` in (None, 0)), req/s:
+    ``(n-1) / (last end - first end)`` over the successful measured ones, the same formula as
+    the achieved arrival rate applied to completions. In a stable queue departures keep pace
+    with arrivals; an engine that cannot keep up completes at its own capacity, below the
+    offered rate, however fast the client sent. None with fewer than 2 completions."""
+    ends = sorted(r.end_ns for r in records  # type: ignore[misc]
+                  if r.phase == "measured" and r.success and r.end_ns is not None and r.turn_id in (None, 0))
+    return _rate(len(ends), ends[0], ends[-1]) if ends else None
+
+
 def token_drift(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Server usage vs one re-tokenization pass of the text, over requests that have both.
 
