@@ -281,3 +281,17 @@ def test_report_draws_infinite_values_and_fails(tmp_path):
     text = md.read_text()
     assert "| 1 | 2 | ∞ | ∞ | fail |" in text and "fail (saturated)" in text and png is not None and png.exists()
     assert math.isfinite(len(render_markdown(s, None)))
+
+
+def test_bench_report_on_a_search_folder_writes_the_search_report(servers, tmp_path, monkeypatch):
+    _engines(monkeypatch, {"own": servers["four"]})
+    res = CliRunner().invoke(app, ["search", "--engine", "own", "--workload", "random", "--num-requests", "4",
+                                   "--input-len", "8", "--output-len", "2", "--search-var", "concurrency",
+                                   "--high", "2", "--slo", "ttft_p99=150", "--budget", "30", "--warmup", "0",
+                                   "-o", str(tmp_path), "--run-id", "rep"])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "rep" / "search.md").unlink()
+    res = CliRunner().invoke(app, ["report", "rep", "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "Search report:" in res.output and (tmp_path / "rep" / "search.md").is_file()
+    assert not (tmp_path / "rep" / "recommendation.json").exists()  # a search is not re-scored as a load point

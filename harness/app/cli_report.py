@@ -169,7 +169,16 @@ def report_cmd(
     from harness.app.reporting import write_run_reports
 
     runs = _load_runs(run, output_dir)
-    md, html = write_run_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
     console = make_console()
+    if len(runs) == 1 and (runs[0].run_dir / "search.json").is_file():
+        # a bench search folder: its report is the capacity search, not a re-scored load point
+        from reports.search import write_search_report
+
+        md, plot = write_search_report(runs[0].run_dir)
+        console.print(f"Search report: {md}", highlight=False, soft_wrap=True)
+        if plot is not None:
+            console.print(f"Plot:          {plot}", highlight=False, soft_wrap=True)
+        return
+    md, html = write_run_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
     console.print(f"Markdown report: {md}", highlight=False, soft_wrap=True)
     console.print(f"HTML report:     {html}", highlight=False, soft_wrap=True)

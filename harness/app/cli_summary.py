@@ -38,6 +38,9 @@ def with_interval(value: float | None, interval: Interval | None, digits: int = 
 
 
 def _basis_line(summary: RunSummary) -> str:
+    if not any(ci.high > ci.low for e in summary.engines.values() for ci in e.intervals.values()):
+        return ("No intervals: no engine measured enough for one (one repeat gives intervals over requests; "
+                "--repeats 2 or more measures run-to-run noise).")
     if summary.repeats > 1:
         rates = ("with fewer than 6 repeats, about their range: it holds the median with probability "
                  f"{1 - 2 * 0.5 ** summary.repeats:.0%}") if summary.repeats < 6 else "95%"
