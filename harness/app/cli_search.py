@@ -64,6 +64,7 @@ def search_cmd(
     """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
     from harness.app.cli import _check_run_target, _guarded, _positive
     from harness.app.search_probe import MAX_REPEATS
+    from harness.app.run_config import RunConfig
     from harness.app.search_run import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig, SearchOrchestrator
     from harness.metrics import SLOError, parse_slos
     from workloads.errors import WorkloadError
@@ -129,9 +130,11 @@ def search_cmd(
 
     cfg = SearchConfig(
         engines=engines, workload=options, slos=slos, search_var=search_var, low=low, high=high, tolerance=tolerance,
-        budget_s=budget, max_probes=max_probes, repeats=repeats, model=model_dir, warmup=warmup, output_dir=output_dir, run_id=run_id,
-        base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads, request_timeout_s=timeout,
-        startup_timeout_s=startup_timeout, parallel_start=not sequential_start)
+        budget_s=budget, max_probes=max_probes, repeats=repeats,
+        run=RunConfig(engines=engines, workload=options, model=model_dir, warmup=warmup, output_dir=output_dir,
+                      run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs,
+                      threads=threads, request_timeout_s=timeout, startup_timeout_s=startup_timeout,
+                      parallel_start=not sequential_start))
     result = _guarded(lambda: SearchOrchestrator(cfg, console).run())
     print_search(result.summary)
     console.print(f"\nResults: {result.run_dir}", markup=False)

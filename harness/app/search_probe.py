@@ -147,7 +147,7 @@ class ProbeMeasurer:
         c = self.cfg
         workload = build_workload(opts, self._kit(tokenizer), with_stats=False)
         runner = Runner(target, name, workload.name, lambda r: None, tokenizer,
-                        RunnerOptions(None, c.request_timeout_s, repeat=repeat))
+                        RunnerOptions(None, c.run.request_timeout_s, repeat=repeat))
         try:
             asyncio.run(runner.measure(workload))
         finally:  # the finished requests are stored even when the probe is interrupted

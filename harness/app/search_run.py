@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,25 +102,17 @@ class SearchConfig:
     budget_s: float = 600.0
     max_probes: int = 12
     repeats: int = 1
-    model: str | None = None
-    warmup: int = 2
-    output_dir: Path = Path("results")
-    run_id: str | None = None
-    base_url: str | None = None
-    served_model_name: str | None = None
-    engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
-    threads: int | None = None
-    request_timeout_s: float = 600.0
-    startup_timeout_s: float = 600.0
-    parallel_start: bool = True
+    run: RunConfig | None = None  # the bench run settings the search shares (model, threads, timeouts …)
+
+    def __post_init__(self) -> None:
+        if self.run is None:
+            self.run = RunConfig(engines=self.engines, workload=self.workload)
 
     def run_config(self, workload: WorkloadOptions, slos: list[SLO]) -> RunConfig:
         """The :class:`RunConfig` whose :class:`Orchestrator` helpers the search reuses."""
-        return RunConfig(engines=self.engines, workload=workload, model=self.model, slos=slos, warmup=self.warmup,
-                         output_dir=self.output_dir, run_id=self.run_id, base_url=self.base_url,
-                         served_model_name=self.served_model_name, engine_args=self.engine_args, threads=self.threads,
-                         request_timeout_s=self.request_timeout_s, startup_timeout_s=self.startup_timeout_s,
-                         check_equivalence=False, calibrate=False, report=False, parallel_start=self.parallel_start)
+        assert self.run is not None
+        return replace(self.run, engines=self.engines, workload=workload, slos=slos,
+                       check_equivalence=False, calibrate=False, report=False)
 
 
 @dataclass
@@ -172,10 +164,10 @@ class SearchOrchestrator:
         self.prober = ProbeMeasurer(c, slos, self.unit, self.console)
         first = probe_options(c.workload, c.search_var, c.low, 0)
         orch = self.orch = Orchestrator(c.run_config(first, slos), self.console)
-        model_dir = resolve_model(c.model)
-        run_id = c.run_id or new_run_id(f"search-{c.workload.name}")
-        run_dir = Path(c.output_dir) / run_id
-        threads = c.threads or default_threads()
+        model_dir = resolve_model(c.run.model)
+        run_id = c.run.run_id or new_run_id(f"search-{c.workload.name}")
+        run_dir = Path(c.run.output_dir) / run_id
+        threads = c.run.threads or default_threads()
         writer = RunWriter(run_dir, run_id, c.workload.name)
         writer.summary.slos = {s.key: s.threshold_ms for s in slos}
         writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
@@ -280,7 +272,7 @@ class SearchOrchestrator:
                 writer.manifest.engines[name] = {**info, "startup_parallel": parallel, **ep.effective_config}
                 writer.write_manifest()
                 target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
-                warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.request_timeout_s))
+                warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.run.request_timeout_s))
                 asyncio.run(self.orch._before_measuring(name, target, warm, tokenizer, False))  # warm-up once per engine
                 prober = self.prober
                 assert prober is not None
