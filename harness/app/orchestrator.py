@@ -233,7 +233,7 @@ class Orchestrator:
                     for i, engine in enumerate(live):
                         if not self._turn(engine, starter, writer, workload, tokenizer, repeat, equivalence):
                             interrupted = True
-                            self._interrupted(writer, workload, live[i + 1:], list(turns.values()), repeat)
+                            self._interrupted(writer, workload, live[i + 1:], list(turns.values()))
                             break
                 finally:
                     starter.close()
@@ -287,7 +287,7 @@ class Orchestrator:
         return True
 
     def _interrupted(self, writer: RunWriter, workload: Workload, waiting: list[EngineTurns],
-                     engines: list[EngineTurns], repeat: int) -> None:
+                     engines: list[EngineTurns]) -> None:
         """After a Ctrl-C: engines that measured earlier repeats keep them (marked as fewer than
         planned); engines that measured nothing are not measured."""
         c = self.cfg
