@@ -234,6 +234,7 @@ class Metrics(Artefact):
     e2el_ms: Distribution = Field(default_factory=Distribution)
     error_adjusted: ErrorAdjusted = Field(default_factory=ErrorAdjusted)
     failures_by_class: dict[str, int] = Field(default_factory=dict)
+    error_examples: dict[str, str] = Field(default_factory=dict)  # error class → its first message (the server's words)
     cached_tokens: int = 0
     token_drift: TokenDrift = Field(default_factory=TokenDrift)
     offered_rate: float | None = None

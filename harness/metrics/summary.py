@@ -32,6 +32,18 @@ def completion_rate(records: Sequence[RequestRecord]) -> float | None:
     return _rate(len(ends), ends[0], ends[-1]) if ends else None
 
 
+def error_examples(failed: Sequence[RequestRecord], limit: int = 300) -> dict[str, str]:
+    """Error class → the first failed request's message of that class (in record order, cut to
+    ``limit`` characters): what the server said, so a reason can quote it (``"http_400":
+    "maximum context length is 4096 tokens ..."``). Classes without a message are left out."""
+    out: dict[str, str] = {}
+    for r in failed:
+        cls = r.error_class or "unknown"
+        if cls not in out and r.error_message:
+            out[cls] = " ".join(r.error_message.split())[:limit]
+    return out
+
+
 def token_drift(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Server usage vs one re-tokenization pass of the text, over requests that have both.
 
@@ -182,6 +194,7 @@ def compute_metrics(
             "e2el_ms": error_adjusted_distribution(e2els, len(failed)),
         },
         "failures_by_class": dict(Counter(r.error_class or "unknown" for r in failed)),
+        "error_examples": error_examples(failed),
         "cached_tokens": sum(r.cached_tokens_server or 0 for r in ok),
         "token_drift": token_drift(ok),
         "samples_ms": samples(ttfts, tpots, itls, e2els),
