@@ -74,9 +74,13 @@ def test_failed_requests_make_the_percentile_infinite(tmp_path: Path) -> None:
     r_tf = make_records("transformers", 10, ttft_ms=90.0, tpot_ms=10.0)
     run = write_run(tmp_path, "r", {"own": ok_entry(r_own, OWN_CAPS), "transformers": ok_entry(r_tf, CPU_ONLY)},
                     r_own + r_tf)
-    rec = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=500"))
+    # 1 of 10 failed: above the default 5 % reliability bound, so allow 20 % to test the percentile
+    rec = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=500"), max_failure_rate=0.2)
     assert rec.winner == "transformers"
     assert "∞ (failed requests)" in rec.eliminated["own"]
+    strict = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=500"))
+    assert strict.elimination_stage["own"] == "reliability"
+    assert strict.eliminated["own"].startswith("1 of 10 requests failed (10%, above the 5% bound): http_500 ×1 at chat")
 
 
 def test_memory_fit_arithmetic_is_exact(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from typing import Callable, Literal, Sequence
 from pydantic import Field
 
 from harness.metrics import SLO, slo_percentile_value
+from harness.metrics.failures import MAX_FAILURE_RATE, failure_rate, failure_text
 from results.schema import Artefact, LoadProbe, Metrics
 
 DOWN_FACTOR = 16.0  # a search whose first load fails halves it down to low / 16 (integer: down to 1)
@@ -242,6 +243,7 @@ def probe_verdict(
     offered: float | None,
     validity_band: float = 0.05,
     completed: float | None = None,
+    max_failure_rate: float = MAX_FAILURE_RATE,
 ) -> tuple[bool, bool, str]:
     """``(meets_slo, saturated, reason)`` for one probe's metrics.
 
@@ -249,7 +251,9 @@ def probe_verdict(
     it holds when the value is ``<= threshold_ms``. A None value is infinite for ttft/e2el
     when requests failed (the percentile landed on a failure: the SLO fails); a tpot/itl
     SLO without any value (1-token replies only) cannot be violated. A probe where no
-    request completed never meets the SLOs. No SLOs at all: trivially met.
+    request completed never meets the SLOs, nor one that failed more than
+    ``max_failure_rate`` of its requests (:mod:`harness.metrics.failures`: a load the engine
+    serves by failing requests is not capacity). No SLOs at all: trivially met.
 
     ``offered``: the offered arrival rate (req/s, or first turns/s for sessions); the probe is
     *saturated* when ``metrics.achieved_rate`` (first-turn sends/s) is below
@@ -267,6 +271,9 @@ def probe_verdict(
         fails = ", ".join(f"{k} {v}" for k, v in sorted(metrics.failures_by_class.items())) or "none sent"
         parts.append(f"no request completed ({fails})")
     else:
+        if (share := failure_rate([metrics])) is not None and share > max_failure_rate:
+            meets = False
+            parts.append(failure_text([metrics], bound=max_failure_rate))
         for slo in slos:
             v = slo_percentile_value(metrics, slo)
             limit = _ms(slo.threshold_ms)

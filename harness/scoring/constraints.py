@@ -1,6 +1,7 @@
 """The hard constraints, first failure wins, each with a one-line reason.
 
-In order: measured at all; valid (the gates of :mod:`.validity`, applied by the recommender
+In order: measured at all; reliable (:mod:`.reliability`: at most 5 % of a condition's requests
+failed); valid (the gates of :mod:`.validity`, applied by the recommender
 before the rest, which see only the conditions they keep); hardware (the engine's *declared*
 ``capabilities.hardware`` must include the target's kind; an FP8 requirement needs
 ``HardwareProfile.supports_fp8``, i.e. compute capability ≥ 8.9); required features
@@ -32,7 +33,7 @@ from .repeats import median_slo_value
 QUANTIZATION_FORMATS = ("fp8", "int8", "int4", "awq", "gptq", "fp4", "nvfp4", "mxfp4", "gguf", "bnb")
 
 Elimination = tuple[str, str]
-"""(stage, one-line reason); stage ∈ "not measured" | "validity" (:mod:`.validity`) | "hardware" |
+"""(stage, one-line reason); stage ∈ "not measured" | "reliability" (:mod:`.reliability`) | "validity" (:mod:`.validity`) | "hardware" |
 "feature" | "memory" | "slo"."""
 
 _HARDWARE_WORDS = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "cpu": "a CPU"}

@@ -20,7 +20,7 @@ from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
 from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
 from .weights import CRITERIA
 
-_BEFORE_SLO_STAGES = ("not measured", "validity", "hardware", "feature", "memory")
+_BEFORE_SLO_STAGES = ("not measured", "reliability", "validity", "hardware", "feature", "memory")
 
 
 def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outcome, ctx: ScoringContext) -> str:

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from adapters.hardware import HardwareProfile
 from harness.metrics import SLO, parse_slos
+from harness.metrics.failures import MAX_FAILURE_RATE
 from results.recommendation import DEFAULT_MEMORY_UTILIZATION, MemoryFit, Recommendation, WeightFlip
 from results.store import Run
 
@@ -17,6 +18,7 @@ from .operational import complexity_note, features_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
 from .ties import attach, tie_check, tie_clause, yardstick_noise
+from .reliability import check_bound, judge_reliability
 from .validity import ValidityVerdict, judge_validity
 from .weights import resolve_weights
 
@@ -31,6 +33,7 @@ def recommend(
     required_features: Sequence[str] = (),
     dtype_bytes: int | None = None,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    max_failure_rate: float = MAX_FAILURE_RATE,
 ) -> Recommendation:
     """Rank the engines measured in ``runs`` for a deployment on ``hardware``.
 
@@ -40,11 +43,14 @@ def recommend(
     (:data:`.constraints.QUANTIZATION_FORMATS`; ``"fp8"`` also needs FP8 hardware) every engine must declare —
     the workload spec's ``required_features`` in the manifest are added;
     ``dtype_bytes``: bytes per weight and KV element (default: from the model's dtype);
-    ``memory_utilization``: fraction of device memory an engine may use (vLLM default 0.9).
+    ``memory_utilization``: fraction of device memory an engine may use (vLLM default 0.9);
+    ``max_failure_rate``: the failed share of a condition's requests above which an engine is
+    eliminated at the ``"reliability"`` stage, before every other (:mod:`.reliability`).
 
     Returns a :class:`Recommendation` (``winner`` None when nothing survives — never raises for
     that). Raises :class:`ScorerError` for no runs, an unknown preset/weight/feature, a
-    ``dtype_bytes`` ≤ 0 or a ``memory_utilization`` outside (0, 1].
+    ``dtype_bytes`` ≤ 0, a ``memory_utilization`` outside (0, 1] or a ``max_failure_rate``
+    outside [0, 1).
     """
     if not runs:
         raise ScorerError("no runs given: pass at least one run folder or run id")
@@ -53,13 +59,18 @@ def recommend(
         raise ScorerError(f"dtype_bytes must be a positive number of bytes, got {dtype_bytes}")
     if not 0 < memory_utilization <= 1:
         raise ScorerError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
+    check_bound(max_failure_rate)
     gathered = gather(runs)
     if slos is None:
         slos = _stored_slos(gathered.runs[0])
     required = collect_required_features(required_features, gathered.runs)
 
-    # validity first: the later stages see only the conditions it keeps
+    # reliability, then validity: the later stages see only the engines and conditions they keep
+    unreliable = judge_reliability(gathered.engines, max_failure_rate)
     validity = judge_validity(gathered.engines, gathered.runs)
+    for name, elimination in unreliable.items():
+        validity.eliminated[name] = elimination
+        validity.left_out.pop(name, None)
     eliminated_later, memory_fits = before_slos(
         {name: engine for name, engine in validity.engines.items() if name not in validity.eliminated},
         hardware,
@@ -79,8 +90,8 @@ def recommend(
     ties = tie_check(outcome, ctx)
     attach(outcome, ties)
     deciding = deciding_constraint(outcome, ctx, preset, tie_clause(outcome, ties))
-    if outcome.winner is not None:  # the deciding line also names the engines the validity gates left out
-        invalid = [part for part in excluded_clause(outcome, ("validity",)) if part not in deciding]
+    if outcome.winner is not None:  # the deciding line also names the engines the gates left out
+        invalid = [part for part in excluded_clause(outcome, ("reliability", "validity")) if part not in deciding]
         deciding = "; ".join([deciding, *invalid])
     flips: list[WeightFlip] = []
     sensitivity = [
