@@ -87,6 +87,26 @@ def test_ctrl_c_keeps_measured_results_and_exits_130(url, tmp_path, monkeypatch)
     assert (run / "manifest.json").exists()
 
 
+def test_sigterm_is_reported_as_sigterm_and_exits_143(url, tmp_path, monkeypatch):
+    import signal as _signal
+
+    from harness.app.signals import Terminated
+
+    real_measure = orchestrator.Runner.measure
+
+    async def measure_then_terminate(self, workload):
+        await real_measure(self, workload)
+        raise Terminated(_signal.SIGTERM)  # what the installed SIGTERM handler raises
+
+    monkeypatch.setattr(orchestrator.Runner, "measure", measure_then_terminate)
+    res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", url, *ARGS,
+                                   "-o", str(tmp_path), "--run-id", "term"])
+    assert res.exit_code == 143, res.output
+    e = json.loads((tmp_path / "term" / "summary.json").read_text())["engines"]["openai"]
+    assert e["status"] == "failed" and e["reason"] == "interrupted by SIGTERM after 5 measured requests; kept"
+    assert "interrupted by SIGTERM" in res.output and "Ctrl-C" not in res.output
+
+
 def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monkeypatch):
     import adapters.envs as envs
     import adapters.hardware as hw

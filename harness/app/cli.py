@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +19,7 @@ from rich.table import Table
 from harness import __version__
 from harness.app.cli_summary import fmt
 from harness.app import cli_engines, cli_report, cli_search, cli_workloads
+from harness.app.signals import exit_code, install_handlers, interrupt_cause
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
     err_console,
@@ -60,7 +60,7 @@ def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Benchmark LLM serving engines and recommend one."""
-    _sigterm_to_interrupt()  # every command cleans up its child processes on SIGTERM as on Ctrl-C
+    install_handlers()  # every command cleans up its child processes on SIGTERM/SIGHUP as on Ctrl-C
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,15 +69,6 @@ def main(
 def _positive(name: str, v: Optional[int | float]) -> None:
     if v is not None and (not v > 0 or math.isinf(v)):
         fail(f"{name} must be > 0, got {v}")
-
-
-def _sigterm_to_interrupt() -> None:
-    """SIGTERM behaves like Ctrl-C: engines are stopped and measured results kept."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 @app.command()
@@ -191,8 +182,8 @@ def run(
         if (result.run_dir / name).exists():
             console.print(f"Report:  {result.run_dir / name}", markup=False)
     if result.interrupted:
-        err_console.print("[yellow]interrupted: engines stopped; results measured so far are kept[/]")
-        raise typer.Exit(130)
+        err_console.print(f"[yellow]interrupted by {result.interrupted}: engines stopped; results measured so far are kept[/]")
+        raise typer.Exit(exit_code(result.interrupted))
     if not result.summary.ok_engines():
         fail("no engine produced a measurement (see the reasons above)", code=1)
 
@@ -247,9 +238,10 @@ def _guarded(fn: Any) -> Any:
         return fn()
     except known as exc:
         fail(str(exc))
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]")
-        raise typer.Exit(130)
+    except KeyboardInterrupt as exc:
+        cause = interrupt_cause(exc)
+        err_console.print(f"[yellow]interrupted by {cause}[/]")
+        raise typer.Exit(exit_code(cause))
     except OSError as exc:
         fail(f"{exc.strerror or type(exc).__name__}: {exc.filename or exc} - check the path and its permissions")
     except Exception as exc:  # the last line of defence: one line for the user, details in a file

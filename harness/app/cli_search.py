@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from harness.app.signals import exit_code
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, ScaleOpt, TimeScaleOpt, TraceOpt,
     WorkloadSpecOpt, err_console, fail, make_console,
@@ -142,8 +143,8 @@ def search_cmd(
         if (result.run_dir / name).exists():
             console.print(f"{'Report' if name.endswith('.md') else 'Plot'}:  {result.run_dir / name}", markup=False)
     if result.interrupted:
-        err_console.print("[yellow]interrupted: engines stopped; probes measured so far are kept[/]")
-        raise typer.Exit(130)
+        err_console.print(f"[yellow]interrupted by {result.interrupted}: engines stopped; probes measured so far are kept[/]")
+        raise typer.Exit(exit_code(result.interrupted))
     rec = result.summary.capacity_recommendation
     if rec is None or not rec.ranking:
         fail("no engine could be searched (see the reasons above)", code=1)

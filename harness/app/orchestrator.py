@@ -37,6 +37,7 @@ from harness.app.plan import EnginePlan, capabilities_of, plan_engine
 from harness.app.startup import EngineStarter, start_slots
 from harness.app.run_config import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
 from harness.app.progress import engine_progress
+from harness.app.signals import interrupt_cause
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs, equivalence_requests
 from harness.metrics import compute_metrics
@@ -58,7 +59,7 @@ class RunResult:
     run_dir: Path
     summary: Any  # results.schema.RunSummary
     recommendation: Any = None
-    interrupted: bool = False
+    interrupted: str = ""  # who interrupted the run: "the user (Ctrl-C)", "SIGTERM"; "" = ran to its end
 
 
 def _scrape(url: str | None) -> str | None:
@@ -204,7 +205,7 @@ class Orchestrator:
         kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         equivalence: dict[str, list[str]] = {}
-        interrupted = False
+        interrupted = ""  # who interrupted the run ("" = nobody)
         plans: list[EnginePlan] = []
         for adapter in adapters:
             if c.setup_engines and not self._ensure_installed(adapter, kind, writer):
@@ -231,8 +232,8 @@ class Orchestrator:
                         tokenizer, workload = self._build_workload(model_dir, starter, writer)
                         self._manifest(writer, model_dir, workload, threads)
                     for i, engine in enumerate(live):
-                        if not self._turn(engine, starter, writer, workload, tokenizer, repeat, equivalence):
-                            interrupted = True
+                        if cause := self._turn(engine, starter, writer, workload, tokenizer, repeat, equivalence):
+                            interrupted = cause
                             self._interrupted(writer, workload, live[i + 1:], list(turns.values()))
                             break
                 finally:
@@ -255,21 +256,23 @@ class Orchestrator:
         return result
 
     def _turn(self, engine: EngineTurns, starter: EngineStarter, writer: RunWriter, workload: Workload,
-              tokenizer: Any, repeat: int, equivalence: dict[str, list[str]]) -> bool:
+              tokenizer: Any, repeat: int, equivalence: dict[str, list[str]]) -> str:
         """One engine's turn in one repeat, its summary entry updated at once (a crash of the
-        harness keeps it). False when the user interrupted it (the engine is then failed)."""
+        harness keeps it). Returns who interrupted it ("the user (Ctrl-C)", "SIGTERM"; the
+        engine is then failed), "" when it was not interrupted."""
         from adapters.base import EngineError
 
         c = self.cfg
         name = engine.name
         try:
             texts = self._measure_engine(engine, starter, writer, workload, tokenizer, repeat)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             measured = _read_engine(writer, name, repeat)
+            cause = interrupt_cause(exc)
             writer.set_engine(name, engine.fail(
-                f"interrupted by the user (Ctrl-C) after {len(measured)} measured requests; kept", measured, c.slos,
+                f"interrupted by {cause} after {len(measured)} measured requests; kept", measured, c.slos,
                 workload.offered_rate, workload.requested_rate))
-            return False
+            return cause
         except EngineError as exc:
             # a crash mid-run keeps what was measured before it (metrics over those requests)
             self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
@@ -278,13 +281,13 @@ class Orchestrator:
             why = str(exc) if c.repeats == 1 else f"repeat {repeat + 1}/{c.repeats}: {exc}"
             writer.set_engine(name, engine.fail(why, _read_engine(writer, name, repeat), c.slos, workload.offered_rate,
                                                 workload.requested_rate, exc.log_tail))
-            return True
+            return ""
         result = engine.result(c.slos, workload.offered_rate, workload.requested_rate, c.repeats,
                                seed=c.workload.seed or 0)
         self._record_engine(name, result, writer)
         if texts is not None and result.status is EngineStatus.OK:
             equivalence[name] = texts
-        return True
+        return ""
 
     def _interrupted(self, writer: RunWriter, workload: Workload, waiting: list[EngineTurns],
                      engines: list[EngineTurns]) -> None:

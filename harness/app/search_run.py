@@ -64,6 +64,7 @@ from results.schema import (
 from results.store import RunWriter, new_run_id, write_model_atomic
 from workloads.options import WorkloadOptions
 
+from harness.app.signals import interrupt_cause
 from harness.app.capacity import CapacityResult, search_capacity
 from harness.app.orchestrator import Orchestrator
 from harness.app.plan import EnginePlan, plan_engine
@@ -119,7 +120,7 @@ class SearchConfig:
 class SearchResult:
     run_dir: Path
     summary: SearchSummary
-    interrupted: bool = False
+    interrupted: str = ""  # who interrupted the search ("the user (Ctrl-C)", "SIGTERM"); "" = it ran to its end
 
 
 def search_unit(search_var: str, workload: str) -> str:
@@ -190,7 +191,7 @@ class SearchOrchestrator:
         per_engine = c.budget_s / max(1, len(plans))
         summary.budget_per_engine_s = per_engine
         self._announce(slos, slos_default, kind, len(plans), per_engine)
-        interrupted = False
+        interrupted = ""
         starter = orch._starter(plans, kind)
         try:
             starter.begin()
@@ -205,8 +206,8 @@ class SearchOrchestrator:
                 "repeats": c.repeats, "seeds": self._seed_text(summary.seed), "slos_default": slos_default}
             writer.write_manifest()
             for i, plan in enumerate(plans):
-                if not self._engine(plan, starter, writer, tokenizer, summary, per_engine):
-                    interrupted = True
+                if cause := self._engine(plan, starter, writer, tokenizer, summary, per_engine):
+                    interrupted = cause
                     for rest in plans[i + 1:]:
                         why = "not measured: the search was interrupted before its turn"
                         summary.engines[rest.name] = EngineSearch(status=EngineStatus.NOT_MEASURED, reason=why)
@@ -259,8 +260,8 @@ class SearchOrchestrator:
 
     # -- one engine ----------------------------------------------------------------------
     def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: Any,
-                summary: SearchSummary, budget_s: float) -> bool:
-        """Search one engine and record it; False when the user interrupted it."""
+                summary: SearchSummary, budget_s: float) -> str:
+        """Search one engine and record it; returns who interrupted it ("" = not interrupted)."""
         assert self.orch is not None
         c, name = self.cfg, plan.name
         probes: list[SearchProbe] = []
@@ -280,18 +281,19 @@ class SearchOrchestrator:
                     lambda load: prober.measure(name, target, tokenizer, writer, load, probes),
                     low=c.low, high=self._high(), tolerance=c.tolerance, budget_s=budget_s, max_probes=c.max_probes,
                     integer=c.search_var == "concurrency", first_estimate_s=self._first_estimate(), unit=self.unit)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            cause = interrupt_cause(exc)
             self._record(name, plan, writer, summary, None, probes, info, EngineStatus.FAILED,
-                         f"interrupted by the user (Ctrl-C) after {len(probes)} probes; kept")
-            return False
+                         f"interrupted by {cause} after {len(probes)} probes; kept")
+            return cause
         except EngineError as exc:
             self.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")
             if exc.log_tail:
                 self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
             self._record(name, plan, writer, summary, result, probes, info, EngineStatus.FAILED, str(exc), exc.log_tail)
-            return True
+            return ""
         self._record(name, plan, writer, summary, result, probes, info, EngineStatus.OK, "")
-        return True
+        return ""
 
     def _first_estimate(self) -> float | None:
         """Expected seconds of the first probe: its arrival schedule's span at ``--low`` times
@@ -308,7 +310,7 @@ class SearchOrchestrator:
             fields = result.model_dump(exclude={"probes"})
         else:  # interrupted or crashed mid-search: the passing probes so far give a lower bound
             passing = [p.load for p in probes if p.passed]
-            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if "Ctrl-C" in reason else "failed",
+            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if reason.startswith("interrupted") else "failed",
                       "bracket": (max(passing, default=None), None), "message": reason, "unit": self.unit,
                       "low": self.cfg.low, "integer": self.cfg.search_var == "concurrency"}
         entry = EngineSearch(status=status, reason=reason, version=plan.probe.version, probes=probes, **info, **fields)
