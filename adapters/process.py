@@ -6,6 +6,12 @@ to a log file, polls ``GET /health`` (then ``/v1/models``) until one answers 200
 sends SIGTERM to the group, waits a grace period and SIGKILLs whatever is left. Used as a
 context manager, success, error, timeout and KeyboardInterrupt all stop it, and nothing of
 the group survives: ``stop()`` waits until no live process remains in the group.
+
+Nothing outlives the harness either, whatever kills it (SIGKILL, the OOM killer): ``start()``
+starts a watchdog beside each group (:mod:`adapters.watchdog`: a child of the harness in its
+own session that stops the group once the harness is gone) and records the group in the
+registry of live groups (:mod:`adapters.leftovers`), from which a later ``bench`` removes the
+groups of a dead run when the watchdog died too. ``stop()`` ends both.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -25,9 +32,12 @@ from typing import Mapping, Sequence
 
 import psutil
 
+from adapters import leftovers
 from adapters.base import EngineError
 
 LOG_TAIL_LINES = 40
+WATCHDOG = Path(__file__).with_name("watchdog.py")
+_record_warned: set[Path] = set()  # state dirs already warned about (one line per process)
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
@@ -129,6 +139,8 @@ class ServerProcess:
         self.paused = False
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
+        self.watchdog: subprocess.Popen | None = None  # adapters/watchdog.py for this group
+        self.record_path: Path | None = None  # this group's record in the live-group registry
         self._stopping = False
         self.startup_s: float | None = None
         self.processes: int | None = None  # live processes in the group once healthy (a measured fact)
@@ -145,7 +157,8 @@ class ServerProcess:
         return self.proc.pid if self.proc else None
 
     def start(self) -> None:
-        """Spawn the child in a new session/process group, output appended to the log file."""
+        """Spawn the child in a new session/process group, output appended to the log file; then
+        its watchdog and its registry record (:meth:`_guard`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             log.write(f"$ {' '.join(self.cmd)}\n".encode())
@@ -158,6 +171,51 @@ class ServerProcess:
             except OSError as exc:
                 raise EngineError(f"{self.name}: could not start {self.cmd[0]!r}: {exc}") from exc
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+        self._guard()
+
+    def _guard(self) -> None:
+        """Start the group's watchdog, then write its registry record (Linux: both read /proc).
+
+        The watchdog is a child of this process (its parent pid is what it watches) in a session
+        of its own, and appends what it does to the engine's log. A state dir that cannot be
+        written costs only the record: one line on stderr, and the engine still starts.
+        """
+        if self.pgid is None or not os.path.isdir("/proc/self"):
+            return
+        leader_start = leftovers.start_ticks(self.pgid) or 0
+        record = leftovers.record_path(os.getpid(), self.pgid)
+        with self.log_path.open("ab") as log:
+            try:
+                self.watchdog = subprocess.Popen(
+                    [sys.executable, "-I", str(WATCHDOG), str(os.getpid()), str(self.pgid), str(leader_start),
+                     f"{self.stop_grace_s:g}", str(record)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            except OSError as exc:  # pragma: no cover - the interpreter that runs us can always start
+                log.write(f"bench: could not start the engine's watchdog: {exc}\n".encode())
+        rec = leftovers.new_record(self.name, self.pgid, self.cmd, self.log_path,
+                                   watchdog_pid=self.watchdog.pid if self.watchdog else None)
+        try:
+            self.record_path = leftovers.write_record(rec, record.parent)
+        except OSError as exc:
+            if record.parent not in _record_warned:
+                _record_warned.add(record.parent)
+                print(f"warning: cannot record engine groups in {record.parent} ({exc.strerror or exc}): "
+                      f"a later bench cannot clean up after this one if it is killed; set "
+                      f"{leftovers.STATE_ENV} to a writable folder", file=sys.stderr)
+
+    def _end_guard(self) -> None:
+        """After the group is gone: end its watchdog (reaped) and remove its registry record."""
+        wd, self.watchdog = self.watchdog, None
+        if wd is not None:
+            if wd.poll() is None:
+                wd.kill()
+            try:
+                wd.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+                pass
+        leftovers.remove_record(self.record_path)
+        self.record_path = None
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         """The last ``n`` lines of the server log."""
@@ -211,7 +269,8 @@ class ServerProcess:
         """SIGTERM the whole group, wait ``stop_grace_s``, SIGKILL what is left; reap.
 
         Returns the child's exit code. Safe to call twice. Waits (up to 5 s after SIGKILL)
-        until no live process of the group remains.
+        until no live process of the group remains, then ends the group's watchdog and removes
+        its registry record.
         """
         if self.proc is None or self.pgid is None:
             return None
@@ -223,6 +282,8 @@ class ServerProcess:
             except ProcessLookupError:
                 pass
             raise
+        finally:
+            self._end_guard()
 
     def _stop(self) -> int | None:
         assert self.proc is not None and self.pgid is not None
