@@ -5,6 +5,8 @@
 - ``bench engines setup NAME|all-cpu`` → creates ``.engines/NAME/venv`` with the pinned packages.
 - ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
   across engines on a few fixed prompts (token-level agreement; ``harness.loadgen.equivalence``).
+- ``bench engines cleanup [--dry-run]`` → lists and removes engine servers that a dead bench run
+  left behind (``adapters.leftovers``); ``check`` and every run do the same before they start.
 
 Errors are one line on stderr with exit code 2 (bad input) or 1 (an engine failed).
 """
@@ -122,6 +124,7 @@ def check(
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
     from harness.loadgen.equivalence import DEFAULT_PROMPTS, check_equivalence
     from harness.app.model import ModelError, resolve_model
+    from harness.app.startup import remove_leftovers
 
     names = [n.strip() for n in engines_csv.split(",") if n.strip()]
     if not names:
@@ -133,6 +136,7 @@ def check(
     except (ValueError, ModelError) as exc:
         _fail(str(exc))
     out = run_dir or Path("results") / f"check-{time.strftime('%Y%m%d-%H%M%S')}"
+    remove_leftovers(console)
     res = check_equivalence(adapters, model_dir, out, DEFAULT_PROMPTS, max_tokens, threads=threads,
                             engine_args=eargs, console=console)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,3 +156,29 @@ def check(
         console.print(f"details: {out / 'equivalence.json'}")
     if any(e["status"] == "failed" for e in res["engines"].values()):
         raise typer.Exit(1)
+
+
+@app.command("cleanup")
+def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the leftovers; stop nothing")) -> None:
+    """Stop the engine servers a dead bench run left behind (killed with its watchdog), one line each.
+
+    Reads the registry of live engine groups ($BENCH_STATE_DIR, default
+    ~/.local/state/llm-serve-bench/live); groups of a bench that still runs are never touched.
+    """
+    from adapters.leftovers import find_leftovers, state_dir
+    from harness.app.startup import remove_leftovers
+
+    where = state_dir()
+    if dry_run:
+        try:
+            found = find_leftovers(where)
+        except OSError as exc:
+            _fail(f"cannot read {where}: {exc.strerror or exc}; set BENCH_STATE_DIR to the registry folder", code=1)
+        for lo in found:
+            console.print(escape(lo.describe()), soft_wrap=True, highlight=False)
+        console.print(f"{len(found)} leftover engine server(s) of dead bench runs in {escape(str(where))}"
+                      + ("; run without --dry-run to stop them" if found else ""), highlight=False)
+        return
+    done = remove_leftovers(console)
+    console.print(f"{len(done)} leftover engine server(s) of dead bench runs removed ({escape(str(where))})",
+                  highlight=False)

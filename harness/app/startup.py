@@ -14,6 +14,10 @@ again) and stops it when the turn ends.
 Sequential start is the same path with one slot: each engine starts at its turn. The cost of
 more slots is memory: every started engine stays resident until its turn;
 :func:`start_slots` sizes the slots to the machine's available memory.
+
+Before the first start, :func:`remove_leftovers` ends the engine groups that a dead bench run
+left behind (``adapters.leftovers``: their harness was killed together with their watchdog),
+one line each, so they hold neither memory nor ports while this run measures.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Iterator
 
 from rich.markup import escape
 
+from adapters import leftovers
 from adapters.base import Endpoint, EngineError, LaunchConfig
 
 # Mean resident memory (USS) of one started, idle CPU engine with the 1 GiB KV budget of
@@ -62,6 +68,30 @@ def start_slots(n_engines: int, *, parallel: bool, hardware_kind: str, available
         return 1
     fitting = max(k for k in range(1, n_engines + 1) if k == 1 or parallel_start_fits(k, available_bytes))
     return fitting
+
+
+_leftovers_checked: set[Path] = set()  # state dirs cleaned by this process (once per command)
+
+
+def remove_leftovers(console: Any, *, once: bool = False) -> list[leftovers.Leftover]:
+    """End the engine groups of dead bench runs recorded in the state dir and print one line per
+    group ("removed a leftover vllm server of a dead bench run (pid 123, group 123, 2.1 GB):
+    log ..."). ``once``: do nothing when this process already cleaned that state dir. An
+    unreadable state dir is one yellow line, never a failure of the run. Returns what was removed.
+    """
+    where = leftovers.state_dir()
+    if once and where in _leftovers_checked:
+        return []
+    _leftovers_checked.add(where)
+    try:
+        done = leftovers.clean_leftovers(where)
+    except OSError as exc:
+        console.print(f"[yellow]could not check {escape(str(where))} for engines of dead bench runs: "
+                      f"{escape(exc.strerror or str(exc))}; set {leftovers.STATE_ENV} to a writable folder[/]")
+        return []
+    for lo in done:
+        console.print(f"[yellow]{escape(lo.describe())}[/]", soft_wrap=True)
+    return done
 
 
 @dataclass(frozen=True)
@@ -148,7 +178,10 @@ class EngineStarter:
             self._futures[it.name] = self._pool.submit(self._start_one, it, t0)
 
     def begin(self) -> None:
-        """Start the first ``slots`` engines, each in its own thread, and return at once."""
+        """Remove a dead run's leftover engines (once per command), then start the first
+        ``slots`` engines, each in its own thread, and return at once."""
+        if self._queue:
+            remove_leftovers(self.console, once=True)
         self._fill()
 
     def wait(self) -> None:
