@@ -41,11 +41,50 @@ from .schema import (
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "manifest.json"
+RUNNING_FILE = "running.json"  # the writing process (pid, start time) while the run is in progress
 
 
 
 class ResultsError(RuntimeError):
     """A run folder is missing, unreadable or from an incompatible schema (message = the fix)."""
+
+
+class UnsummarisedRun(ResultsError):
+    """A run folder with request records but no ``summary.json``: the harness was killed
+    (SIGKILL, the OOM killer) before the first engine's turn ended. ``harness.app.rebuild``
+    summarises it from its records."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(f"{run_dir} has request records but no {SUMMARY_FILE} (the run was killed before its first "
+                         f"engine finished); `bench results rebuild {run_dir}` summarises them")
+        self.run_dir = run_dir
+
+
+def _process_start(pid: int) -> float | None:
+    """The start time of process ``pid`` (s since the epoch, psutil), None when it is gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def run_state(run_dir: Path) -> str:
+    """``"running"`` while the process that writes ``run_dir`` is alive (its ``running.json``
+    names it: pid and start time, so a reused pid does not count); ``"killed"`` when that
+    process is gone without closing the run (SIGKILL, OOM killer, power loss); ``"closed"``
+    when the run was closed (or was written before the marker existed)."""
+    marker = Path(run_dir) / RUNNING_FILE
+    if not marker.is_file():
+        return "closed"
+    try:
+        info = json.loads(marker.read_text(encoding="utf-8"))
+        pid, started = int(info["pid"]), float(info["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "killed"
+    alive = _process_start(pid)
+    return "running" if alive is not None and abs(alive - started) < 1.0 else "killed"
 
 
 def new_run_id(workload: str, now: float | None = None) -> str:
@@ -76,6 +115,8 @@ class RunWriter:
         self._fh = open(self.run_dir / REQUESTS_FILE, "a", encoding="utf-8")
         self.summary = RunSummary(run_id=run_id, workload=workload)
         self.manifest = Manifest(run_id=run_id)
+        started = _process_start(os.getpid())
+        (self.run_dir / RUNNING_FILE).write_text(json.dumps({"pid": os.getpid(), "started": started}) + "\n")
 
     @property
     def logs_dir(self) -> Path:
@@ -130,6 +171,7 @@ class RunWriter:
             self._fh.close()
         self.write_summary()
         self.write_manifest()
+        (self.run_dir / RUNNING_FILE).unlink(missing_ok=True)
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -171,7 +213,12 @@ def read_records(path: Path) -> list[RequestRecord]:
     out: list[RequestRecord] = []
     if not path.exists():
         return out
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); the run folder is damaged") from exc
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot be read ({exc.strerror or exc}); the run folder is damaged") from exc
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -196,8 +243,14 @@ def upgrade_v1_summary(data: dict[str, Any]) -> dict[str, Any]:
     still reads that prose, so stored runs keep loading.
     """
     engines = {}
-    for name, entry in (data.get("engines") or {}).items():
-        entry = dict(entry or {})
+    stored = data.get("engines") or {}
+    if not isinstance(stored, dict):
+        return data  # not upgradable: the validation names the field
+    for name, entry in stored.items():
+        if not isinstance(entry, dict):
+            engines[name] = entry
+            continue
+        entry = dict(entry)
         reason = str(entry.get("reason") or "")
         if entry.get("status") == "skipped":
             if reason.startswith(_V1_NOT_MEASURED):
@@ -242,7 +295,11 @@ def load_run(run_dir: Path | str) -> Run:
     """
     run_dir = Path(run_dir)
     summary_path = run_dir / SUMMARY_FILE
+    if summary_path.exists() and not summary_path.is_file():
+        raise ResultsError(f"{summary_path} is not a file; the run folder is damaged")
     if not summary_path.is_file():
+        if (run_dir / REQUESTS_FILE).is_file():
+            raise UnsummarisedRun(run_dir)
         raise ResultsError(f"{run_dir} is not a run folder (no {SUMMARY_FILE}); see `bench results list`")
     summary_data = _read_json(summary_path, run_dir)
     manifest_path = run_dir / MANIFEST_FILE
@@ -267,12 +324,17 @@ def load_run(run_dir: Path | str) -> Run:
                recommendation=read_recommendation(run_dir), upgraded_from=upgraded)
 
 
+def is_run_folder(path: Path) -> bool:
+    """A folder with a ``summary.json``, or with request records only (a killed run)."""
+    return (path / SUMMARY_FILE).exists() or (path / REQUESTS_FILE).is_file()
+
+
 def list_runs(output_dir: Path | str) -> list[Path]:
-    """Run folders under ``output_dir`` (those with a summary.json), newest first."""
+    """Run folders under ``output_dir`` (:func:`is_run_folder`), newest first."""
     root = Path(output_dir)
     if not root.is_dir():
         return []
-    runs = [p for p in root.iterdir() if (p / SUMMARY_FILE).is_file()]
+    runs = [p for p in root.iterdir() if p.is_dir() and is_run_folder(p)]
     return sorted(runs, key=lambda p: p.name, reverse=True)
 
 
@@ -282,7 +344,7 @@ def resolve_run(ref: str, output_dir: Path | str = "results") -> Path:
     Raises :class:`ResultsError` when nothing matches.
     """
     p = Path(ref)
-    if (p / SUMMARY_FILE).is_file():
+    if is_run_folder(p):
         return p
     if ref == "latest":
         runs = list_runs(output_dir)
@@ -290,7 +352,7 @@ def resolve_run(ref: str, output_dir: Path | str = "results") -> Path:
             raise ResultsError(f"no runs under {output_dir}; run `bench run` first")
         return runs[0]
     cand = Path(output_dir) / ref
-    if (cand / SUMMARY_FILE).is_file():
+    if is_run_folder(cand):
         return cand
     raise ResultsError(f"no run {ref!r} (looked for {p} and {cand}); see `bench results list`")
 

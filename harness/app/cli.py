@@ -319,8 +319,9 @@ def calibrate(
 
 @results_app.command("list")
 def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o")) -> None:
-    """List stored runs, newest first."""
-    from results.store import ResultsError, list_runs, load_run
+    """List stored runs, newest first (a killed run is summarised from its records first)."""
+    from harness.app.rebuild import load_or_rebuild
+    from results.store import ResultsError, list_runs
 
     runs = list_runs(output_dir)
     if not runs:
@@ -331,7 +332,7 @@ def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir"
         t.add_column(col)
     for p in runs:
         try:
-            r = load_run(p)
+            r = load_or_rebuild(p, note=lambda line: err_console.print(escape(line)))
         except ResultsError as exc:
             t.add_row(escape(p.name), "?", escape(f"unreadable: {exc}"))
             continue
@@ -346,17 +347,39 @@ def results_show(
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
 ) -> None:
-    """Show one run's summary table."""
-    from results.store import ResultsError, load_run, resolve_run
+    """Show one run's summary table (a killed run is summarised from its records first)."""
+    from harness.app.rebuild import load_or_rebuild
+    from results.store import ResultsError, resolve_run
 
     try:
-        r = load_run(resolve_run(run, output_dir))
+        r = load_or_rebuild(resolve_run(run, output_dir), note=lambda line: err_console.print(escape(line)))
     except ResultsError as exc:
         fail(str(exc))
     if as_json:
         console.print_json(r.summary.model_dump_json())
         return
     _print_summary(r.summary)
+
+
+@results_app.command("rebuild")
+def results_rebuild(
+    run: str = typer.Argument(..., help="Run id or run folder of a killed run."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
+) -> None:
+    """Summarise a killed run from its request records: every engine with records but no entry
+    in summary.json gets one (status failed, metrics from its stored requests; never ranked)."""
+    from harness.app.rebuild import rebuild
+    from results.store import ResultsError, resolve_run
+
+    try:
+        summary, names = rebuild(resolve_run(run, output_dir))
+    except ResultsError as exc:
+        fail(str(exc))
+    if not names:
+        console.print(f"{summary.run_id}: every engine with records is already summarised; nothing to do", markup=False)
+        return
+    console.print(f"{summary.run_id}: summarised {', '.join(names)} from the stored records", markup=False)
+    _print_summary(summary)
 
 
 def entrypoint() -> None:  # pragma: no cover - console script shim

@@ -22,7 +22,8 @@ from adapters.hardware import HardwareProfile, get_profile, profile_from_manifes
 from harness.metrics import SLOError, parse_slos
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.recommendation import write_recommendation
-from results.store import ResultsError, Run, load_run, resolve_run
+from harness.app.rebuild import load_or_rebuild
+from results.store import ResultsError, Run, resolve_run
 
 
 def _fail(message: str) -> NoReturn:
@@ -35,7 +36,7 @@ def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
     runs = []
     for ref in refs:
         try:
-            runs.append(load_run(resolve_run(ref, output_dir)))
+            runs.append(load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: make_console(stderr=True).print(escape(line), highlight=False)))
         except ResultsError as exc:
             _fail(str(exc))
     return runs

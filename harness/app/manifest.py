@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import platform
 import subprocess
 import sys
@@ -44,7 +46,9 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     manifest.hardware = detect_hardware().to_dict()
     manifest.model = ModelSummary.model_validate(model_summary(model_dir))
     manifest.workload = workload.spec
-    manifest.workload_stats = workload.stats
+    rates = {key: rate for key in ("offered_rate", "requested_rate")
+             if (rate := getattr(workload, key, None)) is not None and math.isfinite(rate)}
+    manifest.workload_stats = {**workload.stats, **rates}  # the rates let a killed run be summarised later
     manifest.seed = workload.spec.get("seed", seed)
     manifest.slos = {s.key: s.threshold_ms for s in slos}
     manifest.threads = {"engine": threads, "client": 1}

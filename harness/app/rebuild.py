@@ -1,0 +1,132 @@
+"""Summarise a killed run from its request records (``bench results rebuild``, and on read).
+
+``requests.jsonl`` is appended and fsync'ed as each request ends, while ``summary.json`` is
+written when an engine's turn ends. A harness killed by SIGKILL or the OOM killer therefore
+leaves records that no summary describes: all of them when it died during the first engine, or
+the engine in progress otherwise. This module computes those engines' metrics from the records
+with the same functions a live run uses (``harness.metrics``: each repeat's metrics, pooled over
+the repeats), and stores them as ``failed`` with the reason "killed while measured", so they are
+shown and reported but never ranked (a partial measurement is not a measurement of the
+condition). Engines the summary already holds are left as they are.
+
+A run whose writer is still alive (``results.store.run_state`` = ``"running"``) is never
+rebuilt: its summary is on its way.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+from results.schema import EngineResult, EngineStatus, Metrics, RequestRecord, RunSummary
+from results.store import (
+    MANIFEST_FILE,
+    REQUESTS_FILE,
+    SUMMARY_FILE,
+    ResultsError,
+    Run,
+    UnsummarisedRun,
+    load_run,
+    read_records,
+    run_state,
+    write_model_atomic,
+)
+
+from harness.metrics import compute_metrics, parse_slos
+from harness.metrics.repeats import pooled_metrics
+
+KILLED = "the run was killed while this engine was measured (no summary was written); summarised afterwards " \
+         "from its {n} stored measured requests"
+
+
+def unsummarised_engines(run_dir: Path, summary: RunSummary | None, records: list[RequestRecord]) -> list[str]:
+    """Engines with measured records that ``summary`` does not hold (all of them without one), in record order."""
+    known = set(summary.engines) if summary is not None else set()
+    seen: dict[str, None] = {}
+    for record in records:
+        if record.phase == "measured" and record.engine not in known:
+            seen.setdefault(record.engine)
+    return list(seen)
+
+
+def rebuild(run_dir: Path | str) -> tuple[RunSummary, list[str]]:
+    """Add every unsummarised engine of ``run_dir`` to its ``summary.json`` (written
+    atomically; created when missing) and return ``(summary, rebuilt engine names)``.
+
+    Raises :class:`results.store.ResultsError` when the folder has no records, its files are
+    damaged, or its writer is still running.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / REQUESTS_FILE).is_file() and not (run_dir / SUMMARY_FILE).is_file():
+        raise ResultsError(f"{run_dir} is not a run folder (no {REQUESTS_FILE} or {SUMMARY_FILE})")
+    if run_state(run_dir) == "running":
+        raise ResultsError(f"{run_dir} is still being written by a running bench; wait for it to finish")
+    try:
+        run: Run | None = load_run(run_dir)
+        summary, records = run.summary, run.records
+    except UnsummarisedRun:
+        run, records = None, read_records(run_dir / REQUESTS_FILE)
+        summary = RunSummary(run_id=run_dir.name, workload=_workload_name(run_dir, records))
+    slos = parse_slos(",".join(f"{k}={v}" for k, v in summary.slos.items())) if summary.slos else []
+    offered, requested = _rates(run)
+    names = unsummarised_engines(run_dir, summary, records)
+    for name in names:
+        measured = [r for r in records if r.engine == name and r.phase == "measured"]
+        summary.engines[name] = _killed_result(measured, slos, offered, requested)
+    if names or not (run_dir / SUMMARY_FILE).is_file():
+        write_model_atomic(run_dir / SUMMARY_FILE, summary)
+    return summary, names
+
+
+def _killed_result(measured: list[RequestRecord], slos, offered: float | None, requested: float | None) -> EngineResult:
+    """A failed entry with metrics per repeat and pooled (the live run's functions)."""
+    by_repeat: dict[int, list[RequestRecord]] = {}
+    for record in measured:
+        by_repeat.setdefault(record.repeat, []).append(record)
+    repeats: list[Metrics] = [compute_metrics(by_repeat[i], slos, offered, requested) for i in sorted(by_repeat)]
+    metrics = pooled_metrics(repeats, measured, slos, offered, requested)
+    return EngineResult(status=EngineStatus.FAILED, reason=KILLED.format(n=len(measured)), metrics=metrics,
+                        repeats=repeats if len(repeats) > 1 else [])
+
+
+def _rates(run: Run | None) -> tuple[float | None, float | None]:
+    """The offered and requested rates the manifest recorded (None when not: the achieved rate
+    is then not checked against one)."""
+    stats = (run.manifest.workload_stats or {}) if run is not None else {}
+    def number(key: str) -> float | None:
+        value = stats.get(key)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return number("offered_rate"), number("requested_rate")
+
+
+def _workload_name(run_dir: Path, records: list[RequestRecord]) -> str:
+    import json
+
+    try:
+        manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+        name = (manifest.get("workload") or {}).get("name")
+        if name:
+            return str(name)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return records[0].workload if records else "unknown"
+
+
+def load_or_rebuild(run_dir: Path | str, note: Callable[[str], None] | None = None) -> Run:
+    """:func:`results.store.load_run`, summarising a killed run first (``note`` gets one line
+    saying so). A run still being written loads as it is."""
+    run_dir = Path(run_dir)
+    if run_state(run_dir) != "running":
+        needs = not (run_dir / SUMMARY_FILE).exists()
+        if not needs and run_state(run_dir) == "killed":
+            run = load_run(run_dir)
+            needs = bool(unsummarised_engines(run_dir, run.summary, run.records))
+            if not needs:
+                return run
+        if needs:
+            _, names = rebuild(run_dir)
+            if note is not None and names:
+                note(f"{run_dir.name}: the run was killed before it summarised {', '.join(names)}; "
+                     f"summarised now from the stored records (status failed, never ranked)")
+    return load_run(run_dir)
