@@ -119,6 +119,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
     """Everything the templates render, plus ``plot_data`` for :mod:`reports.plots`."""
     compare = len(runs) > 1
     rows, not_measured, engine_stats, turn_rows = [], [], [], []
+    degraded: list[dict[str, str]] = []  # measured engines some of whose requests failed
     cdf: dict[str, dict[str, list[float]]] = {}
     tl_points: list[tuple[str, float, float]] = []
     turn_series: dict[str, dict[int, float]] = {}
@@ -133,6 +134,12 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                     "reason": entry.reason or "no reason recorded", "log_tail": entry.log_tail,
                 })
                 continue
+            if entry.shown_status == "degraded":  # listed with its failures, and still in the tables
+                failed, total = m.requests_failed, m.requests_failed + m.requests_completed
+                classes = ", ".join(f"{cls} ×{n}" + (f" ({m.error_examples[cls][:120]})" if cls in m.error_examples else "")
+                                    for cls, n in sorted(m.failures_by_class.items(), key=lambda kv: -kv[1]))
+                degraded.append({"run_id": run.run_id, "engine": name,
+                                 "reason": f"{failed} of {total} measured requests failed: {classes}"})
             rows.append({"run_id": run.run_id, "engine": name, "display_name": display, "label": label,
                          "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m, entry.intervals)})
             series = m.samples_ms.model_dump() if m.samples_ms is not None else {}
@@ -194,6 +201,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "interval_note": interval_note(runs),
         "rows": rows,
         "not_measured": not_measured,
+        "degraded": degraded,
         "engine_stats": engine_stats,
         "turn_rows": turn_rows,
         "manifests": manifests,

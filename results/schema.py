@@ -323,6 +323,15 @@ class EngineResult(Artefact):
     def _empty_metrics(cls, v: Any) -> Any:
         return None if v == {} else v
 
+    @property
+    def shown_status(self) -> str:
+        """The status for a table: ``"degraded"`` for an ok engine some of whose measured
+        requests failed (under the scorer's reliability bound it is still ranked, its failures
+        counted by the error-adjusted latencies; above it, eliminated), else the status value."""
+        if self.status is EngineStatus.OK and self.metrics is not None and self.metrics.requests_failed:
+            return "degraded"
+        return self.status.value
+
     @field_serializer("metrics")
     def _metrics_out(self, v: Metrics | None) -> Any:
         return {} if v is None else v.model_dump(mode="json")  # "no metrics" is {} on disk (v1 shape)

@@ -145,3 +145,84 @@ def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
     assert s["engines"]["openai"]["status"] == "failed" and "interrupted" in s["engines"]["openai"]["reason"]
     assert s["engines"]["own"] == {**s["engines"]["own"], "status": "not_measured",
                                    "reason": "not measured: the run was interrupted before its turn"}
+
+
+HALF_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+
+@pytest.fixture(scope="module")
+def half_dead_url():
+    """A server that answers the first request of every 10 and fails the other 9 with HTTP 500
+    and vLLM's engine-core message (vLLM with its engine core killed)."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from harness.loadgen.nullserver import create_app
+
+    seen = {"n": 0}
+    null = create_app()
+    complete = next(r.handler for r in null.router.routes() if r.method == "POST")
+
+    async def flaky(request):
+        seen["n"] += 1
+        if seen["n"] % 10 != 1:
+            return web.json_response({"object": "error", "message": HALF_DEAD_MESSAGE}, status=500)
+        return await complete(request)
+
+    app_ = web.Application()
+    app_.router.add_get("/health", lambda _: web.json_response({}))
+    app_.router.add_get("/v1/models", lambda _: web.json_response({"data": [{"id": "null"}]}))
+    app_.router.add_post("/v1/completions", flaky)
+    app_.router.add_post("/v1/chat/completions", flaky)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app_)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def test_a_90_percent_failing_engine_is_eliminated_in_every_ranking_path(url, half_dead_url, tmp_path, monkeypatch):
+    class HalfDeadEngine(NullEngine):
+        @contextmanager
+        def launch(self, config):
+            yield Endpoint(base_url=half_dead_url, model_name="null", display_name="half-dead fake")
+
+    real_get = registry.get_adapter
+    monkeypatch.setattr(registry, "get_adapter",
+                        lambda n, hardware=None: HalfDeadEngine(url) if n == "own" else real_get(n, hardware))
+    args = ["--workload", "random", "--num-requests", "20", "--input-len", "8", "--output-len", "3",
+            "--warmup", "0", "--no-calibration", "--no-equivalence", "--hardware", "CPU"]
+    res = CliRunner().invoke(app, ["run", "--engine", "openai,own", "--base-url", url, *args,
+                                   "-o", str(tmp_path), "--run-id", "halfdead"])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "halfdead"
+    entry = json.loads((run / "summary.json").read_text())["engines"]["own"]
+    assert entry["status"] == "ok" and entry["metrics"]["requests_failed"] == 18
+    assert "degraded" in res.output
+    expected = (f'18 of 20 requests failed (90%, above the 5% bound): http_500 ×18 ("{HALF_DEAD_MESSAGE}")')
+    stored = json.loads((run / "recommendation.json").read_text())  # bench run's own ranking
+    assert stored["elimination_stage"]["own"] == "reliability"
+    assert stored["eliminated"]["own"].startswith(expected)
+    assert [row["engine"] for row in stored["ranking"]] == ["openai"]
+
+    rec = CliRunner().invoke(app, ["recommend", str(run), "--hardware", "CPU", "--json"])
+    assert rec.exit_code == 0, rec.output
+    again = json.loads(rec.output[rec.output.index("{"):])
+    assert again["elimination_stage"]["own"] == "reliability" and again["eliminated"]["own"].startswith(expected)
+    loose = CliRunner().invoke(app, ["recommend", str(run), "--hardware", "CPU", "--json", "--max-failure-rate", "0.95"])
+    assert "reliability" not in json.loads(loose.output[loose.output.index("{"):])["elimination_stage"].values()
+
+    (run / "recommendation.json").unlink()  # the report scores the run itself
+    rep = CliRunner().invoke(app, ["report", str(run)])
+    assert rep.exit_code == 0, rep.output
+    md = (run / "report.md").read_text()
+    assert "18 of 20 requests failed (90%, above the 5% bound)" in md
+    assert "## Degraded engines" in md

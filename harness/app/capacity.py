@@ -316,10 +316,11 @@ def probe_result(
     offered: float | None,
     validity_band: float = 0.05,
     completed: float | None = None,
+    max_failure_rate: float = MAX_FAILURE_RATE,
 ) -> LoadProbe:
     """A :class:`LoadProbe` at ``load`` from one probe's metrics: :func:`probe_verdict`
     plus :func:`slo_values` and the achieved rate. ``offered``: as in :func:`probe_verdict`
     (the rate for a rate search, None for a concurrency search)."""
-    meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band, completed)
+    meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band, completed, max_failure_rate)
     return LoadProbe(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
                        values=slo_values(metrics, slos), reason=reason)

@@ -103,6 +103,7 @@ def run(
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Skip the client calibration against a null server."),
     hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
     preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
+    max_failure_rate: float = typer.Option(0.05, "--max-failure-rate", help="An engine that fails more than this share of a condition's requests is eliminated, its reason the count and the server's first messages (0.05 = 5%; 0 = none may fail)."),
     setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine."),
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
 ) -> None:
@@ -164,13 +165,14 @@ def run(
     except WorkloadError as exc:
         fail(str(exc))
     _check_run_target(preset, hardware, threads, output_dir, run_id)
+    _check_failure_rate(max_failure_rate)
 
     cfg = RunConfig(
         engines=engines, workload=options, model=model_dir, slos=slos, warmup=warmup, repeats=repeats, output_dir=output_dir,
         run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
-        parallel_start=not sequential_start,
+        parallel_start=not sequential_start, max_failure_rate=max_failure_rate,
     )
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)
@@ -186,6 +188,12 @@ def run(
         raise typer.Exit(exit_code(result.interrupted))
     if not result.summary.ok_engines():
         fail("no engine produced a measurement (see the reasons above)", code=1)
+
+
+def _check_failure_rate(value: float) -> None:
+    """``--max-failure-rate`` is a share in [0, 1)."""
+    if math.isnan(value) or not 0 <= value < 1:
+        fail(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {value:g}")
 
 
 def _check_run_target(preset: str, hardware: str, threads: Optional[int], output_dir: Path, run_id: Optional[str]) -> None:

@@ -131,11 +131,15 @@ def recommend_cmd(
                                                               "e.g. prefix_caching or fp8.")] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as JSON.")] = False,
+    max_failure_rate: Annotated[float, typer.Option(help="An engine that fails more than this share of a condition's "
+                                                         "requests is eliminated (0.05 = 5%).")] = 0.05,
 ) -> None:
     """Rank the engines of one or more runs for a deployment target and name the deciding constraint.
 
     Exit code 1 when no engine survives the hard constraints, 2 on bad input.
     """
+    if not 0 <= max_failure_rate < 1:  # NaN fails too
+        _fail(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {max_failure_rate:g}")
     runs = _load_runs(run, output_dir)
     if gpus is not None and gpus < 1:
         _fail(f"--gpus must be at least 1, got {gpus}")
@@ -143,7 +147,8 @@ def recommend_cmd(
     try:
         slos = parse_slos(slo) if slo is not None else None
         w = parse_weights(weights) if weights is not None else None
-        rec = recommend(runs, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or ())
+        rec = recommend(runs, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or (),
+                        max_failure_rate=max_failure_rate)
     except (SLOError, ScorerError) as exc:
         _fail(str(exc))
     if len(runs) == 1:  # stored with the run it scores (a multi-run ranking belongs to no one folder)

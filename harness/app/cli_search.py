@@ -61,9 +61,10 @@ def search_cmd(
     timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request client timeout, seconds."),
     startup_timeout: float = typer.Option(600.0, "--startup-timeout", help="Engine start-up (health) timeout, seconds."),
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once (frozen until their turn)."),
+    max_failure_rate: float = typer.Option(0.05, "--max-failure-rate", help="A probe that fails more than this share of its requests does not pass (0.05 = 5%)."),
 ) -> None:
     """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
-    from harness.app.cli import _check_run_target, _guarded, _positive
+    from harness.app.cli import _check_failure_rate, _check_run_target, _guarded, _positive
     from harness.app.search_probe import MAX_REPEATS
     from harness.app.run_config import RunConfig
     from harness.app.search_run import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig, SearchOrchestrator
@@ -128,6 +129,7 @@ def search_cmd(
     if slo is not None and not slos:
         fail("--slo is empty: give e.g. ttft_p99=500,tpot_p99=50, or leave it out for the defaults")
     _check_run_target("balanced", "detected", threads, output_dir, run_id)
+    _check_failure_rate(max_failure_rate)
 
     cfg = SearchConfig(
         engines=engines, workload=options, slos=slos, search_var=search_var, low=low, high=high, tolerance=tolerance,
@@ -135,7 +137,7 @@ def search_cmd(
         run=RunConfig(engines=engines, workload=options, model=model_dir, warmup=warmup, output_dir=output_dir,
                       run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs,
                       threads=threads, request_timeout_s=timeout, startup_timeout_s=startup_timeout,
-                      parallel_start=not sequential_start))
+                      parallel_start=not sequential_start, max_failure_rate=max_failure_rate))
     result = _guarded(lambda: SearchOrchestrator(cfg, console).run())
     print_search(result.summary)
     console.print(f"\nResults: {result.run_dir}", markup=False)

@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from harness.metrics.failures import failure_text
 from results.schema import EngineStatus, Interval, RunSummary
 
 
@@ -66,12 +67,14 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
         m = engine.metrics
         if engine.status is not EngineStatus.OK or engine.reason:  # adapters' reasons already start with "name:"
             notes.append(engine.reason if engine.reason.startswith(f"{name}:") else f"{name}: {engine.reason}")
+        elif engine.shown_status == "degraded" and m is not None:
+            notes.append(f"{name}: degraded, {failure_text([m])}")
         if m is None:
             table.add_row(name, engine.status.value, *["–"] * (len(cols) - 2))
             continue
         ci = engine.intervals.get
         row = [
-            name, engine.status.value, f"{m.requests_completed}/{m.requests_failed}",
+            name, engine.shown_status, f"{m.requests_completed}/{m.requests_failed}",
             with_interval(m.request_throughput, ci("request_throughput"), 2),
             with_interval(m.output_throughput, ci("output_throughput")),
             with_interval(m.ttft_ms.p50, ci("ttft_ms.p50")), with_interval(m.ttft_ms.p99, ci("ttft_ms.p99")),

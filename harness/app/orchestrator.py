@@ -379,7 +379,8 @@ class Orchestrator:
         # the profile the manifest recorded for this run (detected once), unless another was asked for
         detected = profile_from_manifest(run.manifest.hardware) if self.cfg.hardware == "detected" else None
         hw = detected or get_profile(self.cfg.hardware)
-        rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset)
+        rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset,
+                        max_failure_rate=self.cfg.max_failure_rate)
         write_recommendation(run_dir, rec)
         write_run_reports(run_dir, rec)
         return rec

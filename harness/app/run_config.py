@@ -36,6 +36,8 @@ class RunConfig:
     report: bool = True
     setup_engines: bool = False  # install missing CPU engine environments before measuring them
     parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
+    ignore_eos: bool = True  # send ignore_eos where the workload and engine allow; False = --no-ignore-eos
+    max_failure_rate: float = 0.05  # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.

@@ -32,6 +32,7 @@ from results.store import RunWriter
 from workloads.options import WorkloadOptions
 
 from harness.app.capacity import LoadProbe, probe_result
+from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.runner import Runner, RunnerOptions
 from harness.metrics import SLO, completion_rate, compute_metrics
@@ -92,6 +93,7 @@ class ProbeMeasurer:
     def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
         self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
         self.repeats = int(getattr(cfg, "repeats", 1) or 1)
+        self.max_failure_rate = float(getattr(getattr(cfg, "run", None), "max_failure_rate", MAX_FAILURE_RATE))
         self.kit: Any = None
 
     def measure(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter, load: float,
@@ -119,13 +121,13 @@ class ProbeMeasurer:
             records.extend(measured)
             completed.append(completion_rate(measured))
             verdicts.append(probe_result(load, metrics, slos, self._judged_rate(workload.offered_rate),
-                                         completed=completed[-1]))
+                                         completed=completed[-1], max_failure_rate=self.max_failure_rate))
         duration = time.monotonic() - t0
         offered_rate = statistics.median(offered) if offered else None
         pooled = pooled_metrics(per_repeat, records, slos, offered_rate, requested)
         rates = [rate for rate in completed if rate is not None]
         pr = probe_result(load, pooled, slos, self._judged_rate(offered_rate),
-                          completed=statistics.median(rates) if rates else None)
+                          completed=statistics.median(rates) if rates else None, max_failure_rate=self.max_failure_rate)
         probes.append(SearchProbe(
             index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=pooled,
             repeats=per_repeat if n > 1 else [], repeat_passed=[v.passed for v in verdicts],

@@ -12,12 +12,30 @@ changes it.
 
 from __future__ import annotations
 
-from typing import Iterable
+import json
+from typing import Any, Iterable
 
 from results.schema import Metrics
 
 MAX_FAILURE_RATE = 0.05
 """Default bound on the failed share of a condition's measured requests (0.05 = 5 %)."""
+
+
+def server_message(body: str) -> str:
+    """The message of an OpenAI-style JSON error body (``{"error": {"message": ...}}``, vLLM's
+    ``{"object": "error", "message": ...}``, FastAPI's ``{"detail": ...}``), else ``body`` itself."""
+    try:
+        obj: Any = json.loads(body)
+    except (ValueError, TypeError):
+        return body
+    if isinstance(obj, dict):
+        error = obj.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        for key in ("message", "detail", "error"):
+            if isinstance(obj.get(key), str):
+                return obj[key]
+    return body
 
 
 def request_counts(metrics: Iterable[Metrics]) -> tuple[int, int]:

@@ -11,6 +11,7 @@ import numpy as np
 from results.schema import MAX_SAMPLES, Metrics, RequestRecord, Samples
 
 from .request import NS_PER_MS, NS_PER_S, e2el_ms, itls_ms, tpot_ms, ttft_from_scheduled_ms, ttft_ms
+from .failures import server_message
 from .slo import SLO, meets_slos
 from .stats import distribution, error_adjusted_distribution
 
@@ -33,14 +34,15 @@ def completion_rate(records: Sequence[RequestRecord]) -> float | None:
 
 
 def error_examples(failed: Sequence[RequestRecord], limit: int = 300) -> dict[str, str]:
-    """Error class → the first failed request's message of that class (in record order, cut to
-    ``limit`` characters): what the server said, so a reason can quote it (``"http_400":
+    """Error class → the first failed request's message of that class (in record order, the
+    message of a JSON error body, cut to ``limit`` characters): what the server said, so a
+    reason can quote it (``"http_400":
     "maximum context length is 4096 tokens ..."``). Classes without a message are left out."""
     out: dict[str, str] = {}
     for r in failed:
         cls = r.error_class or "unknown"
         if cls not in out and r.error_message:
-            out[cls] = " ".join(r.error_message.split())[:limit]
+            out[cls] = " ".join(server_message(r.error_message).split())[:limit]
     return out
 
 
