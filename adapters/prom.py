@@ -9,6 +9,15 @@ Common keys (None when the engine does not report them):
 - ``spec_acceptance_rate``: accepted / proposed draft tokens (fraction 0..1);
 - ``spec_mean_accepted_length``: 1 + accepted / verification steps (tokens per target step,
   vLLM's "mean acceptance length" convention).
+
+Counters are cumulative since the engine started, so a single scrape at the end mixes the
+warm-up and equivalence prompts into the measured numbers (a warm-up that fills the prefix cache
+raises the "hit rate" of a measured phase that never hits). :func:`measured_phase` therefore
+takes two scrapes, one right before the measured phase and one right after, and maps the
+difference of every counter (``_total``, ``_count``, ``_sum``) together with the gauges' final
+values; the result says which scope it has (``counters_scope``). A hit rate an engine reports only
+as a gauge (SGLang's ``cache_hit_rate``, when its ``cached_tokens_total`` /
+``prompt_tokens_total`` counters are absent) cannot be taken apart and is marked so.
 """
 
 from __future__ import annotations
@@ -82,8 +91,9 @@ def _own(m: dict[str, float]) -> dict[str, float | None]:
 
 
 def _sglang(m: dict[str, float]) -> dict[str, float | None]:
+    counted = _ratio(_get(m, "sglang:cached_tokens_total"), _get(m, "sglang:prompt_tokens_total"))
     return {
-        "prefix_cache_hit_rate": _get(m, "sglang:cache_hit_rate"),
+        "prefix_cache_hit_rate": counted if counted is not None else _get(m, "sglang:cache_hit_rate"),
         "kv_cache_usage": _get(m, "sglang:token_usage"),
         "num_preemptions": _get(m, "sglang:num_retracted_reqs", "sglang:num_retracted_requests_total"),
         "spec_acceptance_rate": _get(m, "sglang:spec_accept_rate"),
@@ -96,6 +106,37 @@ MAPPERS: dict[str, Callable[[dict[str, float]], dict[str, float | None]]] = {
     "own": _own,
     "sglang": _sglang,
 }
+
+
+COUNTER_SUFFIXES = ("_total", "_count", "_sum")
+
+GAUGE_ONLY_HIT_RATES = {"sglang": ("sglang:cached_tokens_total", "sglang:prompt_tokens_total")}
+"""Engines whose hit rate falls back to a gauge when these counters are absent."""
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """``after`` with every counter (name ending in :data:`COUNTER_SUFFIXES`) replaced by its
+    increase since ``before`` (a counter that went down - an engine restart - keeps ``after``'s
+    value); gauges keep ``after``'s value."""
+    out = dict(after)
+    for name, value in after.items():
+        if name.endswith(COUNTER_SUFFIXES) and name in before and value >= before[name]:
+            out[name] = value - before[name]
+    return out
+
+
+def measured_phase(engine: str, before: dict[str, float] | None, after: dict[str, float]) -> dict[str, object]:
+    """:func:`common_metrics` over the measured phase: counters as ``after - before``
+    (:func:`counter_delta`). ``counters_scope`` is ``"measured phase"``, or ``"since engine
+    start"`` without a ``before`` scrape; ``prefix_cache_hit_rate_scope`` is ``"engine gauge"``
+    when the hit rate came from a gauge that includes earlier requests."""
+    scoped = counter_delta(before, after) if before is not None else after
+    out: dict[str, object] = dict(common_metrics(engine, scoped))
+    out["counters_scope"] = "measured phase" if before is not None else "since engine start"
+    needed = GAUGE_ONLY_HIT_RATES.get(engine)
+    if needed and out.get("prefix_cache_hit_rate") is not None and not all(n in after for n in needed):
+        out["prefix_cache_hit_rate_scope"] = "engine gauge (includes warm-up)"
+    return out
 
 
 def common_metrics(engine: str, parsed: dict[str, float]) -> dict[str, float | None]:

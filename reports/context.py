@@ -164,6 +164,8 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                     "spec_mean_acceptance_length": fmt(acc_len, "{:.2f}"),
                     "num_preemptions": fmt(preempt, "{:,.0f}"),
                     "kv_cache_usage": fmt(kv_use, "{:.1%}"),
+                    # engine counters: deltas over the measured phase, or cumulative in older runs
+                    "scope": em.get("prefix_cache_hit_rate_scope") or em.get("counters_scope") or "since engine start",
                 })
             turns = {int(t): row for t, row in (m.per_turn or {}).items() if row.ttft_ms_p50 is not None}
             if len(turns) >= 2:

@@ -135,13 +135,14 @@ class Orchestrator:
                             on_progress=progress_cb)
             try:
                 equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer, repeat == 0))
+                counters_before = _scrape(ep.metrics_url)  # engine counters then count the measured phase only
                 t0 = time.monotonic()
                 asyncio.run(runner.measure(workload))
                 wall = time.monotonic() - t0
             finally:
                 finish()
             writer.replace_records(runner.retokenize())  # derived work, after the measured phase
-            engine_metrics = self._engine_metrics(name, _scrape(ep.metrics_url))
+            engine_metrics = self._engine_metrics(name, counters_before, _scrape(ep.metrics_url))
         measured = [r for r in runner.records if r.phase == "measured"]
         turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate), measured,
                   wall_s=wall, startup_s=startup_s, parallel=parallel, display_name=ep.display_name,
@@ -167,13 +168,14 @@ class Orchestrator:
         recs = sorted(results[-1], key=lambda r: r.request_id)
         return [r.output_text or "" for r in recs]
 
-    def _engine_metrics(self, name: str, text: str | None) -> dict[str, Any]:
-        if not text:
+    def _engine_metrics(self, name: str, before: str | None, after: str | None) -> dict[str, Any]:
+        """The engine's own counters over the measured phase (``adapters.prom.measured_phase``)."""
+        if not after:
             return {}
         try:
-            from adapters.prom import common_metrics, parse_prometheus
+            from adapters.prom import measured_phase, parse_prometheus
 
-            return common_metrics(name, parse_prometheus(text))
+            return measured_phase(name, parse_prometheus(before) if before else None, parse_prometheus(after))
         except Exception as exc:  # informational: never fail a run over a scrape
             return {"error": f"could not parse /metrics: {exc}"}
 
