@@ -4,7 +4,9 @@ Request bodies follow the OpenAI API (``/v1/completions``, ``/v1/chat/completion
 vLLM extensions the benchmark sends (``top_k``, ``ignore_eos``, ``stop_token_ids``). Unknown
 fields are ignored (clients send many harmless defaults); fields that would change the result
 in a way this server does not implement (``logprobs``, penalties, ``echo``, ``best_of`` other
-than ``n``, ``suffix``) are rejected with HTTP 400 rather than silently ignored.
+than ``n``, ``suffix``) are rejected with HTTP 400 rather than silently ignored. Field types
+are strict, as in the OpenAI API: ``"stream": "yes"``, ``"max_tokens": "12"`` or ``12.5``,
+``"n": true`` and ``"temperature": "0.5"`` are 400s naming the field, never coerced.
 
 Response objects are plain dicts in the exact shapes of OpenAI / vLLM, built by the functions
 below so the streaming and non-streaming paths share one definition.
@@ -16,17 +18,21 @@ other engines' virtual environments.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
 
 class APIError(Exception):
     """An error returned to the client as ``{"error": {"message", "type", "param", "code"}}``.
 
     ``status``: the HTTP status (``code`` in the body, as vLLM does); ``err_type``: the
-    OpenAI-style class name (``BadRequestError``, ``NotFoundError``, ``InternalServerError``).
+    OpenAI-style class name (``BadRequestError``, ``NotFoundError``, ``InternalServerError``);
+    ``headers``: extra response headers (e.g. ``Connection: close``).
     """
+
+    headers: dict[str, str] | None = None
 
     def __init__(
         self,
@@ -57,28 +63,30 @@ class StreamOptions(BaseModel):
     """``stream_options``: ``include_usage`` adds a final usage-only chunk (``choices: []``)."""
 
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class _CommonRequest(BaseModel):
+    # Strict scalar types (OpenAI's convention: "max_tokens": "12" or 12.5, "stream": "yes",
+    # "n": true are type errors there, not values to coerce); a float field accepts an integer.
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
+    max_tokens: StrictInt | None = None
+    temperature: StrictFloat | None = None
+    top_p: StrictFloat | None = None
+    top_k: StrictInt | None = None
+    seed: StrictInt | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    n: int = 1
-    best_of: int | None = None
-    stream: bool = False
+    stop_token_ids: list[StrictInt] | None = None
+    ignore_eos: StrictBool = False
+    n: StrictInt = 1
+    best_of: StrictInt | None = None
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
+    presence_penalty: StrictFloat | None = None
+    frequency_penalty: StrictFloat | None = None
+    repetition_penalty: StrictFloat | None = None
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list (OpenAI allows one string or a list)."""
@@ -97,9 +105,9 @@ class CompletionRequest(_CommonRequest):
     list of either); ``max_tokens`` defaults to 16 (OpenAI)."""
 
     prompt: Any = None
-    echo: bool = False
+    echo: StrictBool = False
     suffix: str | None = None
-    logprobs: int | None = None
+    logprobs: StrictInt | None = None
 
 
 class ChatMessage(BaseModel):
@@ -115,28 +123,102 @@ class ChatCompletionRequest(_CommonRequest):
     without either, the request may use the rest of the context (vLLM convention)."""
 
     messages: list[ChatMessage] | None = None
-    max_completion_tokens: int | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    max_completion_tokens: StrictInt | None = None
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = None
     tools: list[Any] | None = Field(default=None)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed by RFC 8259")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:20]} is too large for a number")
+    return value
+
+
+_TYPE_MESSAGES = {  # pydantic strict-mode error types -> what the field must be (OpenAI's wording)
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+}
+
+
+def _describe(value: Any) -> str:
+    """``value`` as the client wrote it, in JSON terms and at most about 40 characters."""
+    kind = {bool: "", str: "the string ", int: "the integer ", float: "the number ", list: "a list ",
+            dict: "an object "}.get(type(value), "")
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, (bool, str, int, float)) or value is None else ""
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return (kind + text).strip() or "null"
+
+
+_UNION_TAG = re.compile(  # pydantic's names for union branches: str, list[str], StreamOptions, ...
+    r"(str|int|float|bool|bytes|none|list|dict|tuple|set|literal|is-instance)(\[.*\])?|[A-Z]\w*|function-\w+(\[.*\])?")
+
+
+def _field_path(data: Any, loc: tuple[Any, ...]) -> str:
+    """The dotted path of an error's location in the request, without pydantic's union-branch
+    names (``messages.0.content.str`` -> ``messages.0.content``)."""
+    parts, node = [], data
+    for key in loc:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        elif isinstance(key, str) and (not isinstance(node, dict) or _UNION_TAG.fullmatch(key)):
+            continue  # a union branch's name, not a place in the request
+        else:
+            node = None  # a missing field: the path ends here
+        parts.append(str(key))
+    return ".".join(parts) or "body"
+
+
 def parse_body(raw: bytes, model_cls: type[BaseModel]) -> Any:
-    """Parse and validate a request body; raises :class:`APIError` (400) with a one-line reason."""
+    """Parse and validate a request body; raises :class:`APIError` (400) with a one-line reason
+    naming the field.
+
+    Strict JSON (RFC 8259): ``NaN``/``Infinity`` and numbers beyond the float range are
+    rejected, and so is nesting deeper than Python's recursion limit (about 1,000 levels),
+    which ``json`` reports as ``RecursionError`` - answered 400 here rather than 500. Field
+    types are strict (see :class:`_CommonRequest`): ``"stream": "yes"`` or ``"max_tokens":
+    "12"`` are errors, not coerced.
+    """
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise APIError("the request body is nested too deeply (about 1,000 levels of JSON arrays/objects); "
+                       "send a flatter JSON object") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise APIError(f"the request body is not valid JSON ({exc}); send a JSON object") from None
     if not isinstance(data, dict):
         raise APIError("the request body must be a JSON object")
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "body"
+        errors = exc.errors()
+        err = errors[0]
+        field = _field_path(data, tuple(err["loc"]))
         if err["type"] == "missing":
             raise APIError(f"missing required field '{field}'", param=field) from None
-        raise APIError(f"invalid value for '{field}': {err['msg']}", param=field) from None
+        # a union field (``stop``: a string or a list) fails once per branch: name every branch
+        wants: list[str] = []
+        for other in errors:
+            if _field_path(data, tuple(other["loc"])) == field:
+                want = _TYPE_MESSAGES.get(other["type"], other["msg"])
+                if want not in wants:
+                    wants.append(want)
+        what = " or ".join([wants[0], *(w.removeprefix("must be ") for w in wants[1:])])
+        got = f", got {_describe(err['input'])}" if "input" in err else ""
+        raise APIError(f"invalid value for '{field}': {what}{got}", param=field) from None
 
 
 def chat_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
