@@ -20,6 +20,55 @@ from own_engine.sampling_params import SamplingParams
 from own_engine.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, chat_messages
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # a 64-bit seed, vLLM's range (torch.Generator.manual_seed)
+# Request body limit: the most JSON bytes one character can take is 12 (an escaped surrogate
+# pair, "\ud83d\ude00"), and a token id takes at most 12 ("1234567890, "); the fields around
+# the prompt (messages' framing, sampling options, harmless extras) get 1 MiB.
+JSON_BYTES_PER_CHAR = 12
+BODY_OVERHEAD_BYTES = 1 << 20
+FALLBACK_TOKEN_CHARS = 128  # for the body limit when a tokenizer's longest token is not bounded
+
+
+def max_token_chars(tokenizer: Any) -> int | None:
+    """``L``, the most characters of (normalized) text one token of ``tokenizer`` can stand for;
+    None when no such bound exists.
+
+    From the vocabulary: the longest token string of ``get_vocab()`` (added tokens included). In
+    byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM) a vocabulary string has one character per byte
+    of text, so it is at least as long as the text it covers; in SentencePiece-style BPE (Llama 2,
+    Mistral) "▁" is one space and byte-fallback tokens ("<0x0A>") are longer than their byte. A
+    model that maps a whole run of unknown text to one token (WordPiece, Unigram, BPE with
+    ``fuse_unk`` and no byte fallback) has no bound: None. A tokenizer without ``get_vocab``
+    (test fakes) is measured by decoding every id on its own (None if it cannot be).
+    """
+    model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    if model is not None:
+        if type(model).__name__ != "BPE":
+            return None
+        if getattr(model, "unk_token", None) and getattr(model, "fuse_unk", False) and not getattr(
+            model, "byte_fallback", False
+        ):
+            return None
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if callable(get_vocab):
+        vocab = get_vocab()
+        return max(map(len, vocab), default=0) or None
+    try:
+        return max((len(tokenizer.decode([i])) for i in range(len(tokenizer))), default=0) or None
+    except Exception:  # no len() or an id that does not decode: no bound known
+        return None
+
+
+def default_max_body_bytes(max_model_len: int | None, token_chars: int | None) -> int | None:
+    """The default request body limit in bytes: ``12 * L * max_model_len + 1 MiB``, the largest
+    JSON body whose prompt can still fit the context (each of at most ``L * max_model_len``
+    characters taking at most 12 bytes, see :data:`JSON_BYTES_PER_CHAR`); ``L`` is
+    :func:`max_token_chars` (128 when it is unbounded). None (no limit) without ``max_model_len``.
+    For SmolLM2 (L = 81) and 4,096 tokens: 3,981,312 + 1,048,576 = 5,029,888 bytes.
+    """
+    if max_model_len is None:
+        return None
+    return JSON_BYTES_PER_CHAR * (token_chars or FALLBACK_TOKEN_CHARS) * max_model_len + BODY_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)
@@ -42,8 +91,15 @@ class RequestValidator:
     ``vocab_size``: token ids must lie in ``[0, vocab_size)`` (None: not checked);
     ``chat_default_max_tokens``: for a chat request without ``max_tokens`` (None: the rest of the
     context, vLLM's default; needs ``max_model_len``); ``sampling_params_cls``: builds the
-    sampling parameters and raises ``ValueError`` on bad values. Raises ``ValueError`` for
-    ``chat_default_max_tokens=None`` without ``max_model_len``.
+    sampling parameters and raises ``ValueError`` on bad values; ``token_chars``: the longest
+    token in characters (None: :func:`max_token_chars` of ``tokenizer``; 0: no length check
+    before tokenizing). Raises ``ValueError`` for ``chat_default_max_tokens=None`` without
+    ``max_model_len``.
+
+    A prompt text is checked twice against ``max_model_len``: by its length before it is
+    tokenized (:meth:`_check_chars`: a text of ``C`` characters has at least ``C / L`` tokens),
+    so an oversized body costs a ``len()`` instead of a tokenizer pass, then exactly by its
+    token count.
     """
 
     def __init__(
@@ -58,6 +114,7 @@ class RequestValidator:
         chat_default_max_tokens: int | None = None,
         unknown_model_status: int = 400,
         sampling_params_cls: Callable[..., Any] = SamplingParams,
+        token_chars: int | None = None,
     ) -> None:
         if chat_default_max_tokens is None and max_model_len is None:
             raise ValueError("chat_default_max_tokens=None (the rest of the context) needs max_model_len")
@@ -70,6 +127,9 @@ class RequestValidator:
         self.chat_default_max_tokens = chat_default_max_tokens
         self.unknown_model_status = unknown_model_status
         self.sampling_params_cls = sampling_params_cls
+        self.token_chars = max_token_chars(tokenizer) if token_chars is None else (token_chars or None)
+        normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+        self._normalize: Callable[[str], str] | None = getattr(normalizer, "normalize_str", None)
 
     # ------------------------------------------------------------------ the two endpoints
     def completion(self, req: CompletionRequest) -> EngineInput:
@@ -79,9 +139,10 @@ class RequestValidator:
             raise APIError("echo is not supported; omit it or send false", param="echo")
         if req.suffix:
             raise APIError("suffix is not supported; omit it", param="suffix")
-        if req.logprobs:
+        if req.logprobs is not None:  # logprobs=0 asks for the sampled tokens' logprobs (OpenAI)
             raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
-        ids = self._completion_prompt_ids(req)
+        self._check_requested(req.max_tokens, "max_tokens")
+        ids = self._completion_prompt_ids(req, req.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS)
         max_tokens = self._max_tokens(req.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS, len(ids), "max_tokens")
         return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens))
 
@@ -90,11 +151,12 @@ class RequestValidator:
         self._check_common(req)
         if req.logprobs or req.top_logprobs:
             raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
-        ids = self._chat_prompt_ids(req)
         if req.max_completion_tokens is not None:
             requested, what = req.max_completion_tokens, "max_completion_tokens"
         else:
             requested, what = req.max_tokens, "max_tokens"
+        self._check_requested(requested, what)
+        ids = self._chat_prompt_ids(req, requested or self.chat_default_max_tokens or 1)
         max_tokens = self._max_tokens(requested, self.chat_default_max_tokens, len(ids), what)
         return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens))
 
@@ -122,6 +184,8 @@ class RequestValidator:
                 raise APIError(f"{name} is not supported; omit it or send 0", param=name)
         if req.repetition_penalty not in (None, 1, 1.0):
             raise APIError("repetition_penalty is not supported; omit it or send 1", param="repetition_penalty")
+        if req.seed is not None and not SEED_MIN <= req.seed <= SEED_MAX:
+            raise APIError(f"seed must be a 64-bit integer (from -2**63 to 2**63-1), got {req.seed}", param="seed")
         if req.stop_token_ids:
             self._check_token_ids(req.stop_token_ids, "stop_token_ids")
 
@@ -132,13 +196,43 @@ class RequestValidator:
         if bad:
             raise APIError(f"{what} has token id {bad[0]} outside the vocabulary [0, {self.vocab_size})", param=what)
 
-    def _completion_prompt_ids(self, req: CompletionRequest) -> list[int]:
+    def _check_chars(self, text: str, min_output: int, what: str) -> None:
+        """Reject ``text`` when its length alone proves it cannot fit the context, before it is
+        tokenized.
+
+        Bound: every token stands for at most ``L`` = :attr:`token_chars` characters of the
+        normalized text (:func:`max_token_chars`), so ``C`` characters need at least
+        ``ceil(C / L)`` tokens; with ``min_output`` completion tokens (at least 1) the request
+        cannot fit when ``ceil(C / L) + min_output > max_model_len``. The bound never rejects a
+        prompt that fits; it is loose for ordinary text (about 4 characters per token, while L
+        is 81 for SmolLM2), which the exact token count after tokenizing catches.
+        """
+        if self.max_model_len is None or self.token_chars is None:
+            return
+        min_output = max(min_output, 1)
+        num_chars = len(text)
+        if -(-num_chars // self.token_chars) + min_output <= self.max_model_len:
+            return
+        if self._normalize is not None:  # the tokenizer sees the normalized text (one full pass)
+            num_chars = len(self._normalize(text))
+        least = -(-num_chars // self.token_chars)
+        if least + min_output > self.max_model_len:
+            raise APIError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, the prompt has "
+                f"{num_chars} characters, so at least {least} tokens (no token of this model stands for more than "
+                f"{self.token_chars} characters), plus {min_output} in the completion. "
+                f"Please reduce the length of the prompt.",
+                param=what,
+            )
+
+    def _completion_prompt_ids(self, req: CompletionRequest, min_output: int) -> list[int]:
         prompt = req.prompt
         if prompt is None:
             raise APIError("missing required field 'prompt' (a string or a list of token ids)", param="prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str):
+            self._check_chars(prompt, min_output, "prompt")
             ids = list(self.tokenizer.encode(prompt, add_special_tokens=True))
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
@@ -153,7 +247,7 @@ class RequestValidator:
             raise APIError("the prompt is empty; send at least one token", param="prompt")
         return ids
 
-    def _chat_prompt_ids(self, req: ChatCompletionRequest) -> list[int]:
+    def _chat_prompt_ids(self, req: ChatCompletionRequest, min_output: int) -> list[int]:
         messages = chat_messages(req)
         if req.tools:
             raise APIError("tools are not supported by this server; omit 'tools'", param="tools")
@@ -163,14 +257,19 @@ class RequestValidator:
             text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception as exc:  # a Jinja error in the template (e.g. bad role order)
             raise APIError(f"the chat template rejected the messages: {exc}", param="messages") from None
+        self._check_chars(text, min_output, "messages")  # the rendered text: what is tokenized
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
         if not ids:
             raise APIError("the chat prompt is empty", param="messages")
         return ids
 
-    def _max_tokens(self, requested: int | None, default: int | None, num_prompt: int, what: str) -> int:
+    @staticmethod
+    def _check_requested(requested: int | None, what: str) -> None:
         if requested is not None and requested < 1:
             raise APIError(f"{what} must be at least 1, got {requested}", param=what)
+
+    def _max_tokens(self, requested: int | None, default: int | None, num_prompt: int, what: str) -> int:
+        self._check_requested(requested, what)
         if requested is None and default is None:  # chat: the rest of the context (vLLM)
             room = self.max_model_len - num_prompt
             if room < 1:
@@ -194,7 +293,8 @@ class RequestValidator:
         kwargs: dict[str, Any] = {
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "top_p": 1.0 if req.top_p is None else req.top_p,
-            "top_k": -1 if req.top_k in (None, 0) else req.top_k,
+            # 0 and k >= the vocabulary keep every token: -1 (a huge k would overflow the sampler's tensor)
+            "top_k": -1 if req.top_k in (None, 0) or req.top_k >= (self.vocab_size or 2**31) else req.top_k,
             "seed": req.seed,
             "max_tokens": max_tokens,
             "stop": req.stop_list() or None,
