@@ -22,10 +22,13 @@ Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multi
   failure) is :mod:`own_engine.server.frontend`'s, shared with the shims.
 - A client that disconnects (streaming or not) has its request aborted in the engine, which
   frees its KV blocks.
-- Bad requests (bad JSON, missing ``prompt``/``messages``, ``max_tokens`` < 1, prompt +
-  ``max_tokens`` > ``max_model_len``, unknown model, unsupported options such as ``logprobs``)
-  get HTTP 400 with an OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` body
-  (checks: :mod:`own_engine.server.validation`).
+- Bad requests (bad JSON, missing ``prompt``/``messages``, a value of the wrong type such as
+  ``"stream": "yes"``, ``max_tokens`` < 1, prompt + ``max_tokens`` > ``max_model_len``, unknown
+  model, unsupported options such as ``logprobs``) get HTTP 400 with an OpenAI-style
+  ``{"error": {"message", "type", "param", "code"}}`` body (checks:
+  :mod:`own_engine.server.protocol`, :mod:`own_engine.server.validation`). A body over
+  ``max_body_bytes`` gets 413 before it is parsed, and a prompt text too long to fit the
+  context by its character count alone is rejected before it is tokenized.
 
 No module-level mutable state: everything lives in the app built by :func:`create_app`.
 """
@@ -44,7 +47,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from own_engine.server.frontend import Step, StreamFailure, install_error_handlers, respond
+from own_engine.server.frontend import Step, StreamFailure, install_error_handlers, read_body, respond
 from own_engine.server.metrics import CONTENT_TYPE, ServerCounters, render_metrics
 from own_engine.server.protocol import (
     APIError,
@@ -56,7 +59,7 @@ from own_engine.server.protocol import (
     usage,
 )
 from own_engine.server.text import OutputTextProcessor
-from own_engine.server.validation import EngineInput, RequestValidator
+from own_engine.server.validation import EngineInput, RequestValidator, default_max_body_bytes
 from own_engine.server.worker import EngineFailure, EngineNotRunning, EngineWorker
 
 logger = logging.getLogger("own_engine.server")
@@ -155,7 +158,9 @@ class OpenAIServing:
     :class:`own_engine.sampling_params.SamplingParams`); it must raise ``ValueError`` on
     invalid values. Requests are checked by a
     :class:`~own_engine.server.validation.RequestValidator` (``n`` up to ``max_num_seqs``, chat
-    ``max_tokens`` defaulting to the rest of the context).
+    ``max_tokens`` defaulting to the rest of the context). ``max_body_bytes``: the request body
+    limit in bytes (None: :func:`~own_engine.server.validation.default_max_body_bytes`, the
+    largest body whose prompt can fit ``max_model_len``).
     """
 
     def __init__(
@@ -165,6 +170,7 @@ class OpenAIServing:
         counters: ServerCounters,
         model_name: str,
         sampling_params_cls: Callable[..., Any],
+        max_body_bytes: int | None = None,
     ) -> None:
         self.engine = engine
         self.tokenizer = engine.tokenizer
@@ -182,18 +188,19 @@ class OpenAIServing:
             vocab_size=int(getattr(model_config, "vocab_size", 0) or len(self.tokenizer)),
             sampling_params_cls=sampling_params_cls,
         )
+        self.max_body_bytes = max_body_bytes or default_max_body_bytes(self.max_model_len, self.validator.token_chars)
         # EOS ids the engine stops on (generation_config + tokenizer): their text is never shown.
         self._eos_ids = sorted(getattr(engine, "eos_token_ids", None) or ())
 
     # ------------------------------------------------------------------ endpoints
     async def completions(self, raw: Request) -> Response:
         """``POST /v1/completions``."""
-        req = parse_body(await raw.body(), CompletionRequest)
+        req = parse_body(await read_body(raw, self.max_body_bytes), CompletionRequest)
         return await self._generate(raw, req, self.validator.completion(req), chat=False)
 
     async def chat_completions(self, raw: Request) -> Response:
         """``POST /v1/chat/completions``."""
-        req = parse_body(await raw.body(), ChatCompletionRequest)
+        req = parse_body(await read_body(raw, self.max_body_bytes), ChatCompletionRequest)
         return await self._generate(raw, req, self.validator.chat(req), chat=True)
 
     async def _generate(self, raw: Request, req: Any, inp: EngineInput, chat: bool) -> Response:
@@ -227,12 +234,14 @@ def create_app(
     engine: Any,
     served_model_name: str | None = None,
     sampling_params_cls: Callable[..., Any] | None = None,
+    max_body_bytes: int | None = None,
 ) -> FastAPI:
     """Build the FastAPI app serving ``engine`` (an ``LLMEngine`` or an object with its API).
 
     The engine thread starts with the app's lifespan and stops with it. ``served_model_name``
-    defaults to the model folder's name (``engine.config.model_dir``). Nothing is shared
-    between two apps.
+    defaults to the model folder's name (``engine.config.model_dir``); ``max_body_bytes``: the
+    request body limit in bytes (None: derived from ``max_model_len``, see
+    :class:`OpenAIServing`). Nothing is shared between two apps.
     """
     if sampling_params_cls is None:
         from own_engine.sampling_params import SamplingParams
@@ -241,7 +250,7 @@ def create_app(
     model_name = served_model_name or _default_model_name(engine)
     worker = EngineWorker(engine)
     counters = ServerCounters()
-    serving = OpenAIServing(engine, worker, counters, model_name, sampling_params_cls)
+    serving = OpenAIServing(engine, worker, counters, model_name, sampling_params_cls, max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -8,7 +8,10 @@ which stops the engine thread). Bad flags print one ``error: ...`` line and exit
 
 Flags map one-to-one onto :class:`own_engine.config.EngineConfig` fields (``--no-prefix-caching``
 → ``enable_prefix_caching=False`` etc.); ``--num-kv-blocks`` and ``--kv-cache-bytes`` are
-alternatives (default: 256 MiB of KV cache).
+alternatives (default: 256 MiB of KV cache). ``--max-body-bytes`` is the server's own: the
+largest request body accepted (HTTP 413 beyond it); by default the largest body whose prompt
+can still fit ``max_model_len`` (:func:`own_engine.server.validation.default_max_body_bytes`,
+about 5 MB for SmolLM2 at 4,096 tokens).
 """
 
 from __future__ import annotations
@@ -90,6 +93,10 @@ def serve(
     device: Device = typer.Option(Device.auto, help="auto picks CUDA when available."),
     seed: int = typer.Option(0, help="Seed for requests without their own."),
     log_level: str = typer.Option("info", help="Server log level (debug, info, warning, error)."),
+    max_body_bytes: int | None = typer.Option(
+        None, min=1, help="Largest request body in bytes, HTTP 413 beyond it "
+        "(default: 12 x the longest token's characters x max_model_len + 1 MiB)."
+    ),
 ) -> None:
     if num_kv_blocks is not None and kv_cache_bytes is not None:
         raise _Exit("--num-kv-blocks and --kv-cache-bytes are alternatives; pass only one", 2)
@@ -121,7 +128,7 @@ def serve(
     engine = _load_engine(options)
     from own_engine.server.app import create_app
 
-    app = create_app(engine, served_model_name=served_model_name)
+    app = create_app(engine, served_model_name=served_model_name, max_body_bytes=max_body_bytes)
     _run_server(app, engine, host, port, log_level.lower(), served_model_name or model.name)
 
 
@@ -175,7 +182,8 @@ def _run_server(app: Any, engine: Any, host: str, port: int, log_level: str, mod
             stats = engine.stats()
             print(
                 f"own_engine ready: http://{bound_host}:{bound_port} model={model_name} "
-                f"max_model_len={engine.max_model_len} kv_blocks={stats.get('kv_blocks_total', '?')}",
+                f"max_model_len={engine.max_model_len} kv_blocks={stats.get('kv_blocks_total', '?')} "
+                f"max_body_bytes={app.state.serving.max_body_bytes}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -14,6 +14,11 @@ shim's batch row) and gets the response back:
   ``chat.completion`` body; a client that disconnects first gets its request closed (HTTP 499).
 
 In both cases the stream is closed when the response ends (a finished stream ignores it).
+
+Request bodies are read with :func:`read_body`, which stops at a size limit (HTTP 413) before
+the body is held in memory. An unhandled error before the response started is answered 500
+without closing the keep-alive connection (:func:`install_error_handlers`).
+
 Imports the standard library, FastAPI/Starlette and :mod:`~own_engine.server.protocol` only
 (no torch): the shims import it inside other engines' venvs.
 """
@@ -150,6 +155,54 @@ async def _collect(raw: Request, stream: ChoiceStream, model: str, created: int,
     return JSONResponse(build(stream.request_id, created, model, texts, stream.finish_reasons, stream.usage()))
 
 
+# An oversized body up to this many times the limit is read and dropped (keep-alive kept); a
+# larger one is answered at once and its connection closed.
+DRAIN_FACTOR = 64
+
+
+async def read_body(request: Request, max_bytes: int | None) -> bytes:
+    """The request body, at most ``max_bytes`` bytes (None: no limit).
+
+    Raises :class:`~own_engine.server.protocol.APIError` 413 when the body is larger. Nothing
+    past the limit is kept: the rest of the body is read and dropped, so the client, still
+    sending, reads the 413 instead of a connection reset and the connection stays usable. A body
+    that declares (``Content-Length``) or sends more than :data:`DRAIN_FACTOR` times the limit is
+    answered at once and its connection closed (``Connection: close``).
+    """
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else None  # h11/httptools reject malformed values
+    if max_bytes is None:
+        return await request.body()
+    if size is not None and size > DRAIN_FACTOR * max_bytes:
+        raise _too_large(size, max_bytes, close=True)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > max_bytes:
+            chunks.clear()
+            if received > DRAIN_FACTOR * max_bytes:
+                raise _too_large(size, max_bytes, close=True)
+        else:
+            chunks.append(chunk)
+    if received > max_bytes:
+        raise _too_large(size, max_bytes, close=False)
+    return b"".join(chunks)
+
+
+def _too_large(size: int | None, max_bytes: int, *, close: bool) -> APIError:
+    what = f"is {size} bytes, over" if size is not None else "is over"
+    err = APIError(
+        f"the request body {what} this server's limit of {max_bytes} bytes; send a shorter prompt "
+        f"(the server's --max-body-bytes sets the limit)",
+        413,
+        "RequestTooLargeError",
+    )
+    if close:
+        err.headers = {"Connection": "close"}
+    return err
+
+
 async def _aclose(stream: ChoiceStream) -> None:
     """Close ``stream`` on the event loop (an async background task; a sync one would run in a
     thread pool and race the generator's own ``finally``)."""
@@ -164,22 +217,62 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
+class _KeepAliveInternalErrors:
+    """ASGI middleware: an exception that escapes a handler before its response started is
+    answered here with a 500 JSON error body (logged to ``logger``) and not re-raised.
+
+    Starlette's own last-resort handler (``ServerErrorMiddleware``) sends its response and then
+    re-raises, on which uvicorn closes the connection: a keep-alive client's next request on it
+    failed with a connection reset. An exception after the response started (a broken stream)
+    still propagates: that connection cannot be reused.
+    """
+
+    def __init__(self, app: Any, logger: logging.Logger) -> None:
+        self.app = app
+        self.logger = logger
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            if started:
+                raise
+            self.logger.exception("unhandled error")
+            await _internal_error_response(exc)(scope, receive, send)
+
+
+def _internal_error_response(exc: Exception) -> JSONResponse:
+    message = " ".join(f"internal error: {type(exc).__name__}: {exc}".split())  # one line
+    return JSONResponse(error_body(message, 500, "InternalServerError"), status_code=500)
+
+
 def install_error_handlers(app: FastAPI, logger: logging.Logger) -> None:
-    """Answer :class:`APIError`, HTTP errors (404 for unknown paths...) and unhandled exceptions
-    (500, logged to ``logger``) with an OpenAI-style ``{"error": {...}}`` body."""
+    """Answer :class:`APIError` (with its ``headers``), HTTP errors (404 for unknown paths...)
+    and unhandled exceptions (500, logged to ``logger``, the connection kept alive: see
+    :class:`_KeepAliveInternalErrors`) with an OpenAI-style ``{"error": {...}}`` body."""
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         err_type = "NotFoundError" if exc.status_code == 404 else "BadRequestError"
         return JSONResponse(error_body(str(exc.detail), exc.status_code, err_type), status_code=exc.status_code)
 
+    app.add_middleware(_KeepAliveInternalErrors, logger=logger)
+
     @app.exception_handler(Exception)
-    async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+    async def _internal_error(_: Request, exc: Exception) -> JSONResponse:  # the middleware's own failures
         logger.exception("unhandled error")
-        return JSONResponse(
-            error_body(f"internal error: {type(exc).__name__}: {exc}", 500, "InternalServerError"), status_code=500
-        )
+        return _internal_error_response(exc)
