@@ -11,6 +11,9 @@ Processes (``process=``):
   ``θ = 1 / (rate · burstiness)``, so the mean gap is ``1/rate`` and the coefficient of
   variation (CV) of the gaps is ``1/sqrt(burstiness)``: ``burstiness < 1`` is burstier than
   Poisson, ``> 1`` more regular (vLLM ``benchmarks/serve.py``, ``--burstiness``).
+  ``burstiness = inf`` is the limit of that family: every gap exactly ``1/rate`` (CV 0), the
+  ``"constant"`` process (vLLM's convention: its ``get_request`` uses the delay ``1/rate``
+  when ``burstiness == inf``, "the delay time becomes constant").
 - ``"poisson"``: gamma with ``burstiness = 1`` (exponential gaps, CV 1).
 - ``"constant"``: evenly spaced gaps of exactly ``1/rate`` (CV 0).
 - ``rate = inf``: every offset is 0 (all requests at once; use the runner's
@@ -62,7 +65,8 @@ def arrival_offsets(
     """Offsets (seconds from start, ascending, length ``n``) of ``n`` arrivals.
 
     ``rate``: the requested mean arrival rate per second (``> 0``; ``inf`` → all offsets 0).
-    ``burstiness``: gamma shape ``k`` (``> 0``; ignored by ``"poisson"`` and ``"constant"``).
+    ``burstiness``: gamma shape ``k`` (``> 0``; ``inf`` = constant gaps of exactly ``1/rate``,
+    vLLM's convention; ignored by ``"poisson"`` and ``"constant"``).
     ``seed``: numpy ``default_rng`` seed; the same arguments always give the same offsets.
     ``process``: one of :data:`PROCESSES` (see the module docstring for the formulas).
     ``rescale``: scale a drawn schedule (gamma/Poisson) by one factor so that
@@ -70,8 +74,11 @@ def arrival_offsets(
     gaps' proportions — see "The offered load is the requested load" in the module
     docstring. ``False``: the raw draw, whose rate is only ``rate`` on average.
 
+    A constant schedule (``"constant"``, or ``"gamma"`` with ``burstiness = inf``) is
+    ``[1/rate, 2/rate, …, n/rate]``: it offers ``rate`` already, so it is never rescaled.
+
     Raises :class:`ArrivalError` (a ``ValueError``) for ``n < 0``, ``rate <= 0`` or NaN,
-    ``burstiness <= 0`` or an unknown process.
+    ``burstiness <= 0`` or NaN, or an unknown process.
     """
     if n < 0:
         raise ArrivalError(f"number of arrivals must be >= 0, got {n}")
@@ -79,13 +86,13 @@ def arrival_offsets(
         raise ArrivalError(f"unknown arrival process {process!r}: use one of {', '.join(PROCESSES)}")
     if not (rate > 0) or math.isnan(rate):
         raise ArrivalError(f"request rate must be > 0 (or inf for all at once), got {rate}")
-    if not (burstiness > 0) or math.isinf(burstiness):
-        raise ArrivalError(f"burstiness must be a finite number > 0 (1 = Poisson), got {burstiness}")
+    if not (burstiness > 0) or math.isnan(burstiness):
+        raise ArrivalError(f"burstiness must be a number > 0 (1 = Poisson, inf = constant spacing), got {burstiness}")
     if n == 0:
         return []
     if math.isinf(rate):
         return [0.0] * n
-    if process == "constant":
+    if process == "constant" or (process == "gamma" and math.isinf(burstiness)):
         return (np.arange(1, n + 1, dtype=np.float64) / rate).tolist()  # exactly the rate already
     shape = 1.0 if process == "poisson" else burstiness
     rng = np.random.default_rng(seed)

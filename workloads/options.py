@@ -15,11 +15,27 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from workloads.errors import WorkloadError
 
 RATE_KINDS = ("agentic", "chat", "rag", "summarization", "code", "random")
+
+
+# Upper bounds (issue 16): a value past them exhausted the machine instead of failing, e.g.
+# ``-n 1000000000`` grew to 21 GB until the OOM killer stopped it. Chosen far above real use:
+MAX_REQUESTS = 100_000
+"""Requests (agentic: turns) or sessions in one workload. ShareGPT, the largest prompt set the
+field benchmarks with, has ~94,000 conversations; vLLM's serving benchmark defaults to 1,000."""
+MAX_LEN_TOKENS = 1_048_576
+"""Tokens of one prompt or one reply (``--input-len``, ``--output-len``, a spec's prefix): 2^20,
+the longest context window models offer (1M-token Qwen2.5/Llama 4 variants)."""
+MAX_WORKLOAD_TOKENS = 50_000_000
+"""Prompt tokens one workload holds in memory at once (requests x prompt length): about 60 bytes
+each as built here (ids + text), so ~3 GB and a few minutes to build; 100,000 prompts of 500."""
+MAX_CONCURRENCY = 100_000
+"""``--max-concurrency``: in-flight requests; never more than the requests of a workload."""
 
 
 def _applies(*kinds: str) -> dict[str, Any]:
@@ -30,8 +46,10 @@ class WorkloadOptions(BaseModel):
     """What a run asks of its workload; None = the spec file's value, else the kind's default.
 
     ``request_rate`` is in requests/s (agentic: session starts/s), ``inf`` = all at once;
-    ``burstiness`` is the gamma shape of the gaps (1 = Poisson); ``scale`` shrinks trace prompt
-    lengths (bounds per kind: the spec checks them); ``time_scale`` divides a trace's timestamps. Lengths are in tokens.
+    ``burstiness`` is the gamma shape of the gaps (1 = Poisson; ``inf``, spelled ``inf``,
+    ``Infinity``, ``+inf`` or ``∞`` in any case = constant gaps of ``1/rate``, vLLM's
+    convention); ``scale`` shrinks trace prompt lengths (bounds per kind: the spec checks
+    them); ``time_scale`` divides a trace's timestamps. Lengths are in tokens.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -39,17 +57,31 @@ class WorkloadOptions(BaseModel):
     name: str = "agentic"
     spec_file: Path | None = None
     seed: int | None = Field(None, ge=0)
-    num_requests: int | None = Field(None, gt=0)
+    num_requests: int | None = Field(None, gt=0, le=MAX_REQUESTS)
     scale: float | None = Field(None, gt=0, allow_inf_nan=False)
     request_rate: float | None = Field(None, gt=0, **_applies(*RATE_KINDS))
-    burstiness: float | None = Field(None, gt=0, allow_inf_nan=False, **_applies(*RATE_KINDS))
-    max_concurrency: int | None = Field(None, gt=0)
+    burstiness: float | None = Field(None, gt=0, **_applies(*RATE_KINDS))
+    max_concurrency: int | None = Field(None, gt=0, le=MAX_CONCURRENCY)
     api: Literal["chat", "completions"] | None = None
-    input_len: int | None = Field(None, gt=0, **_applies("random"))
-    output_len: int | None = Field(None, gt=0, **_applies("random"))
+    input_len: int | None = Field(None, gt=0, le=MAX_LEN_TOKENS, **_applies("random"))
+    output_len: int | None = Field(None, gt=0, le=MAX_LEN_TOKENS, **_applies("random"))
     range_ratio: float | None = Field(None, ge=0, lt=1, **_applies("random"))
     trace: str | None = Field(None, **_applies("trace"))
     time_scale: float | None = Field(None, gt=0, allow_inf_nan=False, **_applies("trace"))
+
+    @field_validator("burstiness", mode="before")
+    @classmethod
+    def _burstiness(cls, value: Any) -> Any:
+        """``∞`` (and ``inf`` spelled any way ``float()`` reads) → ``inf``; NaN refused."""
+        if isinstance(value, str) and value.strip().lstrip("+") == "∞":
+            return math.inf
+        try:
+            nan = math.isnan(float(value))
+        except (TypeError, ValueError):
+            return value  # not a number: pydantic's own error names it
+        if nan:
+            raise PydanticCustomError("burstiness_nan", "must be a number > 0 or inf (constant spacing)")
+        return value
 
     def overrides(self) -> dict[str, Any]:
         """The options given (not None), by field name, without ``name`` and ``spec_file``."""
@@ -71,6 +103,41 @@ _BOUNDS = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than
            "less_than_equal": "<= {le}"}
 
 
+_UPPER_WHY = {
+    "num_requests": " (the bound a workload is built in memory under; split a larger benchmark into runs)",
+    "max_concurrency": " (more in flight than any workload has requests)",
+    "input_len": " tokens (2^20, the longest context window models offer)",
+    "output_len": " tokens (2^20, the longest context window models offer)",
+}
+
+
+def check_spec_bounds(spec: Any) -> None:
+    """The upper bounds on a resolved spec, whatever set its values (flags are checked by
+    :class:`WorkloadOptions`; a YAML spec file is checked here): ``num_requests`` and
+    ``num_sessions`` <= :data:`MAX_REQUESTS`, ``input_len``/``output_len``/``prefix_len`` <=
+    :data:`MAX_LEN_TOKENS`, and for the random workload requests x the longest prompt <=
+    :data:`MAX_WORKLOAD_TOKENS`. Raises :class:`WorkloadError` naming the field and the bound."""
+    def value(name: str) -> Any:
+        return getattr(spec, name, None)
+
+    for name in ("num_requests", "num_sessions"):
+        if isinstance(value(name), int) and value(name) > MAX_REQUESTS:
+            raise WorkloadError(f"{name} must be <= {MAX_REQUESTS:,}, got {value(name):,} (the bound a workload "
+                                "is built in memory under; split a larger benchmark into runs)")
+    for name in ("input_len", "output_len", "prefix_len"):
+        if isinstance(value(name), int) and value(name) > MAX_LEN_TOKENS:
+            raise WorkloadError(f"{name} must be <= {MAX_LEN_TOKENS:,} tokens, got {value(name):,} "
+                                "(2^20, the longest context window models offer)")
+    if getattr(spec, "kind", None) == "random" and isinstance(value("input_len"), int):
+        scale = float(value("scale") or 1.0)
+        longest = math.ceil(value("input_len") * scale * (1 + float(value("range_ratio") or 0.0)))
+        total = int(value("num_requests") or 0) * longest
+        if total > MAX_WORKLOAD_TOKENS:
+            raise WorkloadError(
+                f"the random workload would hold up to {total:,} prompt tokens ({value('num_requests'):,} requests x "
+                f"{longest:,}); at most {MAX_WORKLOAD_TOKENS:,} fit in memory: lower --num-requests or --input-len")
+
+
 def _describe(err: dict[str, Any]) -> str:
     """One line for one pydantic error of :class:`WorkloadOptions`, naming the CLI flag."""
     field = str(err["loc"][0]) if err.get("loc") else "?"
@@ -79,10 +146,14 @@ def _describe(err: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         return f"unknown workload option {field!r}"
     if kind in _BOUNDS:
-        bounds = {k: f"{v:g}" if isinstance(v, (int, float)) else v for k, v in err.get("ctx", {}).items()}
-        return f"{flag(field)} must be {_BOUNDS[kind].format(**bounds)}, got {value}"
+        bounds = {k: f"{v:,}" if isinstance(v, int) else f"{v:g}" if isinstance(v, float) else v
+                  for k, v in err.get("ctx", {}).items()}
+        why = _UPPER_WHY.get(field, "") if kind in ("less_than", "less_than_equal") else ""
+        return f"{flag(field)} must be {_BOUNDS[kind].format(**bounds)}, got {value}{why}"
     if kind == "finite_number":
         return f"{flag(field)} must be a finite number, got {value}"
+    if kind == "burstiness_nan":
+        return f"{flag(field)} {err.get('msg')}, got {value!r}"
     if kind == "literal_error":
         return f"{flag(field)} must be one of {err.get('ctx', {}).get('expected', '?')}, got {value!r}"
     return f"{flag(field)}: {err.get('msg', 'invalid value')} (got {value!r})"
