@@ -71,3 +71,88 @@ def test_bench_workloads_stats_takes_burstiness_inf():
                                    "--request-rate", "2", "--burstiness", "inf"])
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output
+
+
+# --- (7) multi-turn: the answer, not the reasoning; aborted turns ---------------------------------
+def test_reasoning_is_not_in_the_next_turns_messages(kit):
+    from workloads.base import Reply
+
+    w = build_workload("agentic", kit, num_requests=6, seed=2)
+    s = w.sessions[0]
+    r0 = s.first_request()
+    reply = Reply(answer="  ls -la /tmp/xyzzy\n", reasoning="SECRET-PLAN: first list the files", success=True)
+    (fu,) = s.on_complete(r0, reply)
+    r1 = fu.request
+    assert r1.messages[len(r0.messages)] == {"role": "assistant", "content": "ls -la /tmp/xyzzy"}
+    assert not any("SECRET-PLAN" in m["content"] for m in r1.messages)
+    assert r1.prompt_token_ids[: len(r0.prompt_token_ids)] == r0.prompt_token_ids  # the prefix still grows exactly
+    # a reply whose content carries a <think> block (a server without a reasoning parser):
+    # stripped as Qwen3's / DeepSeek-R1's chat templates strip it from earlier turns
+    (fu2,) = s.on_complete(r1, Reply(answer="<think>SECRET-PLAN again</think>\n\ncat setup.py"))
+    assert fu2.request.messages[-2] == {"role": "assistant", "content": "cat setup.py"}
+    # the older (text, success) call: a tagged block is stripped too, untagged text is kept whole
+    s2 = w.sessions[1]
+    (fu3,) = s2.on_complete(s2.first_request(), "<think>SECRET-PLAN</think>pwd", True)
+    assert fu3.request.messages[-2] == {"role": "assistant", "content": "pwd"}
+    s3 = build_workload("agentic", kit, num_requests=6, seed=2).sessions[0]
+    (fu4,) = s3.on_complete(s3.first_request(), "  plain reply  ", True)
+    assert fu4.request.messages[-2] == {"role": "assistant", "content": "plain reply"}
+    with pytest.raises(TypeError, match="needs success"):
+        s3.on_complete(fu4.request, "text only")
+
+
+def test_a_failed_turn_counts_the_turns_it_aborted(kit):
+    from workloads.agentic import build_agentic_sessions
+    from workloads.base import Reply
+    from workloads.registry import resolve_spec
+
+    # one session: a stem of 2 turns forking into 2 branches of 2 turns (planned 2 + 2*2 = 6)
+    spec = resolve_spec("agentic").model_copy(update={"num_sessions": 1, "branch_fraction": 1.0, "max_turns": 4,
+                                                      "branch_after": 2, "branch_factor": 2})
+    (s,) = build_agentic_sessions(spec, kit)
+    assert s.planned_turns == 6 and s.aborted_turns == 0
+    assert s.on_complete(s.first_request(), Reply("", success=False)) == []
+    assert s.aborted_turns == 5  # the stem's second turn and both branches
+    # a new replay starts the count again; a failure at the stem's last turn aborts both branches
+    (t1,) = s.on_complete(s.first_request(), Reply("ok"))
+    assert s.aborted_turns == 0
+    assert s.on_complete(t1.request, "", False) == []
+    assert s.aborted_turns == 4
+    # a failure on a branch's first turn aborts the rest of that branch only
+    (t1,) = s.on_complete(s.first_request(), Reply("ok"))
+    b1, b2 = s.on_complete(t1.request, Reply("ok"))
+    assert s.on_complete(b1.request, Reply("", success=False)) == []
+    assert s.aborted_turns == 1
+    (b2_last,) = s.on_complete(b2.request, Reply("ok"))
+    assert s.on_complete(b2_last.request, Reply("", success=False)) == [] and s.aborted_turns == 1
+
+
+def test_aborted_turns_through_the_runner_and_from_the_records(kit):
+    """Against a server that fails every request: each session's first turn fails and the rest
+    are never sent; the sessions count them, and the records with the workload's planned turns
+    give the same number (what session metrics can compute)."""
+    import aiohttp
+
+    from harness.loadgen.client import EndpointTarget
+    from harness.loadgen.nullserver import null_server
+    from harness.loadgen.runner import Runner, RunnerOptions
+    from workloads.base import count_aborted
+
+    w = build_workload("agentic", kit, num_requests=6, request_rate=math.inf, seed=0)
+    planned = w.planned_turns()
+    assert sum(planned.values()) == 6 and len(planned) == 2  # two linear sessions of 3 turns
+
+    async def replay(url: str):
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"{url}/_script/down", json={"status": 503, "pieces": []}) as r:
+                assert r.status == 200
+        runner = Runner(EndpointTarget(url, "script:down"), "null", w.name, lambda rec: None, None, RunnerOptions())
+        return await runner.measure(w)
+
+    with null_server() as url:
+        for _ in range(2):  # a second replay (the next engine, or a repeat) counts afresh
+            records = asyncio.run(replay(url))
+            assert len(records) == 2 and not any(r.success for r in records)
+            assert w.aborted_turns() == 4
+            assert count_aborted(planned, [(r.session_id, r.success) for r in records]) == 4
+    assert count_aborted(planned, [("agentic-s000", True)] * 3) == 0  # a session that completed aborted nothing

@@ -5,8 +5,10 @@ calls: ``system prompt [+ demonstration] + task``, then per step the model's rep
 action) and the tool's observation. A session here replays one trajectory:
 
 - turn 0's prompt = the (scaled) system prompt, demonstration and task;
-- turn k's prompt = turn k-1's prompt + the model's **actual** reply to turn k-1 (received
-  in :meth:`AgenticSession.on_complete`, whitespace-stripped) + the trace's next tool
+- turn k's prompt = turn k-1's prompt + the model's **actual** answer to turn k-1 (received
+  in :meth:`AgenticSession.on_complete` as a :class:`~workloads.base.Reply`; its reasoning is
+  left out and a ``<think>…</think>`` block stripped, as reasoning models' chat templates do;
+  whitespace-stripped) + the trace's next tool
   observation (scaled). So every turn's prompt token ids extend the previous turn's exactly
   and the shared prefix grows turn by turn (SWE-agent's history, ``tool`` messages sent as
   ``user`` so every chat template accepts them);
@@ -18,7 +20,10 @@ action) and the tool's observation. A session here replays one trajectory:
 - a ``branch_fraction`` of sessions fork after ``branch_after`` turns into ``branch_factor``
   continuations (parallel sub-agents exploring from one state): each branch receives the
   same stem conversation, including the stem's last actual reply, then its own observation
-  (branch j continues with the trace's observations starting j steps later).
+  (branch j continues with the trace's observations starting j steps later);
+- a failed turn ends its path: the turns it would have led to are never sent and are
+  counted in :attr:`AgenticSession.aborted_turns` (at a failure before the branch point,
+  every branch's turns too).
 
 Scale (``AgenticSpec.scale``): every trace message is cut to ``ceil(tokens × scale)`` tokens
 (at least ``min_message_tokens``), keeping the prefix structure and the length ratios
@@ -35,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from workloads.arrivals import arrival_offsets
-from workloads.base import FollowUp, RequestSpec
+from workloads.base import FollowUp, Reply, RequestSpec, as_reply, strip_reasoning
 from workloads.errors import WorkloadError
 from workloads.loaders import Trajectory, list_trajectory_files, load_trajectory
 from workloads.spec import AgenticSpec
@@ -80,7 +85,10 @@ class AgenticSession:
 
     Branch ids: 0 for the stem (and for the whole of a linear session), ``j`` (1-based) for
     the j-th branch; ``turn_id`` is the turn's position along its path (stem then branch).
-    A failed turn ends its path (an agent cannot continue without its reply).
+    A failed turn ends its path (an agent cannot continue without its reply); the turns
+    never sent because of it are counted in ``aborted_turns`` (reset when the first turn is
+    taken again, so the count is the latest replay's). ``planned_turns``: requests sent when
+    every turn succeeds.
     """
 
     def __init__(self, script: AgenticScript, kit: TokenKit) -> None:
@@ -92,6 +100,12 @@ class AgenticSession:
         self._pos: dict[int, int] = {}
         self._pending: dict[str, tuple[int, int]] = {}  # request_id -> (branch, position)
         self._recorded: dict[str, str] = {}
+        self.aborted_turns = 0
+
+    @property
+    def planned_turns(self) -> int:
+        """Requests this session sends when every turn succeeds (stem + all branches)."""
+        return self.script.num_turns
 
     def clone(self) -> AgenticSession:
         """A fresh, unstarted copy (same script and tokenizer)."""
@@ -125,6 +139,7 @@ class AgenticSession:
 
     def first_request(self) -> RequestSpec:
         """Turn 0: system prompt, demonstration, task."""
+        self.aborted_turns = 0  # a new replay of this session
         conv = [{"role": r, "content": c} for r, c in self.script.initial]
         first = self.script.stem[0]
         if first.observation is not None:
@@ -135,21 +150,28 @@ class AgenticSession:
         """The trace's reply for ``request`` (cut to its max_tokens): for offline statistics."""
         return self._recorded.get(request.request_id, "")
 
-    def on_complete(self, request: RequestSpec, reply_text: str, success: bool) -> list[FollowUp]:
-        """Next turn(s) after ``request`` completed: the conversation so far + the actual reply
-        (stripped) + the next observation; several follow-ups at the branch point.
+    def on_complete(self, request: RequestSpec, reply: Reply | str, success: bool | None = None) -> list[FollowUp]:
+        """Next turn(s) after ``request`` completed: the conversation so far + the actual
+        answer (its reasoning left out, a ``<think>`` block stripped, whitespace-stripped) +
+        the next observation; several follow-ups at the branch point. After a failed turn:
+        none, and the turns it would have led to are added to ``aborted_turns``.
 
-        Raises ``ValueError`` for a request this session did not issue or already completed.
+        ``reply``: a :class:`~workloads.base.Reply`, or the reply text with ``success``
+        (:func:`~workloads.base.as_reply`). Raises ``ValueError`` for a request this session
+        did not issue or already completed, ``TypeError`` for a text without ``success``.
         """
+        got = as_reply(reply, success)
         key = self._pending.pop(request.request_id, None)
         if key is None:
             raise ValueError(
                 f"session {self.session_id} got on_complete for unknown or already completed request {request.request_id!r}"
             )
-        if not success:
-            return []
         branch, pos = key
-        conv = self._conv[branch] + [{"role": "assistant", "content": (reply_text or "").strip()}]
+        if not got.success:
+            self.aborted_turns += self._after(branch, pos)
+            return []
+        answer = strip_reasoning(got.answer or "").strip()
+        conv = self._conv[branch] + [{"role": "assistant", "content": answer}]
         stem, branches = self.script.stem, self.script.branches
         if branch == 0 and pos == len(stem) - 1 and branches:
             out = []
@@ -163,6 +185,13 @@ class AgenticSession:
             return []
         nxt = path[pos + 1]
         return [FollowUp(nxt.delay_s, self._request(branch, pos + 1, conv + [{"role": "user", "content": nxt.observation or ""}]))]
+
+    def _after(self, branch: int, pos: int) -> int:
+        """Turns that follow turn ``pos`` of ``branch``'s path: the rest of the stem and every
+        branch for the stem, the rest of the branch for a branch."""
+        if branch == 0:
+            return len(self.script.stem) - 1 - pos + sum(len(b) for b in self.script.branches)
+        return len(self._path(branch)) - 1 - pos
 
 
 # --- building scripts from trajectories ------------------------------------------------------------

@@ -6,12 +6,19 @@ built from the previous turn's *actual* reply. The runner (``harness.loadgen.run
 sends each session's first turn at ``start_offset_s`` after the run start (an absolute
 schedule, never cumulative sleeps) and asks the session for follow-ups when a turn completes.
 Nothing here sleeps, does I/O against an engine, or computes a metric.
+
+What a turn's reply carries into the next turn is a :class:`Reply`: the answer (``content``,
+plus any tool-call text) and, apart, the reasoning, which chat templates keep out of the
+history. A plain reply string is still accepted (:func:`as_reply`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+THINK_END = "</think>"
 
 
 @dataclass
@@ -51,6 +58,70 @@ class FollowUp:
     request: RequestSpec
 
 
+@dataclass(frozen=True)
+class Reply:
+    """One turn's reply as the next turn's history needs it.
+
+    ``answer``: the text a chat history keeps: the streamed ``delta.content`` (and the
+    completions API's ``text``), plus any tool-call text (``delta.tool_calls[].function`` name
+    and arguments); ``reasoning``: the streamed ``delta.reasoning_content`` /
+    ``delta.reasoning``, which reasoning models' chat templates (Qwen3, DeepSeek-R1) drop
+    from earlier assistant turns, so it never enters the next prompt; ``success``: the
+    request succeeded (a failed turn ends its path: see :meth:`Session.on_complete`).
+    """
+
+    answer: str
+    reasoning: str = ""
+    success: bool = True
+
+
+def strip_reasoning(text: str) -> str:
+    """``text`` without a leading reasoning block: everything up to the last ``</think>``
+    removed, with the newlines after it (Qwen3's chat template, ``content.split('</think>')[-1]
+    .lstrip('\\n')``; DeepSeek-R1's does the same split). Text without ``</think>`` is
+    returned unchanged."""
+    if THINK_END not in text:
+        return text
+    return text.rsplit(THINK_END, 1)[1].lstrip("\n")
+
+
+def as_reply(reply: Reply | str | None, success: bool | None = None) -> Reply:
+    """The :class:`Reply` for what a runner passed to :meth:`Session.on_complete`.
+
+    A :class:`Reply` passes through (its own ``success`` counts; ``success`` must be None or
+    agree). A plain string (the older interface) is the whole streamed text: its reasoning
+    can only be told apart when it is tagged (``<think>…</think>``, stripped as the chat
+    templates do); untagged reasoning concatenated into the text stays in, which is why
+    runners should pass a :class:`Reply`. Raises ``TypeError`` for a string without
+    ``success`` and ``ValueError`` when ``success`` contradicts ``reply.success``.
+    """
+    if isinstance(reply, Reply):
+        if success is not None and bool(success) != reply.success:
+            raise ValueError(f"on_complete: success={success} contradicts the Reply's success={reply.success}")
+        return reply
+    if success is None:
+        raise TypeError("on_complete(request, text, success): a plain reply string needs success=True/False")
+    return Reply(answer=reply or "", success=bool(success))
+
+
+def count_aborted(planned: Mapping[str, int], outcomes: Iterable[tuple[str | None, bool]]) -> int:
+    """Turns never sent because an earlier turn of their session failed, from one replay's
+    records: ``outcomes`` holds ``(session_id, success)`` per sent request and ``planned``
+    the turns each session sends when every turn succeeds (:meth:`Workload.planned_turns`).
+    A session with a failed request and ``s`` sent requests aborted ``planned - s`` turns (a
+    path stops only at a failure, so on a run that was not interrupted this is exact);
+    sessions without a failure abort none. Requests without a session id are ignored."""
+    sent: dict[str, int] = {}
+    failed: set[str] = set()
+    for sid, ok in outcomes:
+        if sid is None:
+            continue
+        sent[sid] = sent.get(sid, 0) + 1
+        if not ok:
+            failed.add(sid)
+    return sum(max(0, planned.get(sid, sent[sid]) - sent[sid]) for sid in failed)
+
+
 @runtime_checkable
 class Session(Protocol):
     """A chain of dependent requests.
@@ -66,10 +137,15 @@ class Session(Protocol):
     def first_request(self) -> RequestSpec:
         """The first turn."""
 
-    def on_complete(self, request: RequestSpec, reply_text: str, success: bool) -> list[FollowUp]:
-        """Follow-ups after ``request`` completed with ``reply_text`` (empty list = done).
+    def on_complete(self, request: RequestSpec, reply: Reply | str, success: bool | None = None) -> list[FollowUp]:
+        """Follow-ups after ``request`` completed with ``reply`` (empty list = done).
 
-        Several follow-ups = a branch (parallel continuations of the same stem).
+        ``reply``: a :class:`Reply` (answer and reasoning apart, its own success), or the
+        older ``(text, success)`` pair (see :func:`as_reply`). Several follow-ups = a branch
+        (parallel continuations of the same stem). Sessions may also expose
+        ``planned_turns`` (requests when every turn succeeds) and ``aborted_turns`` (turns of
+        the latest replay never sent because an earlier turn failed); a session without them
+        counts as one turn, never aborted.
         """
 
 
@@ -85,10 +161,13 @@ class SingleRequestSession:
         if not self.session_id:
             self.session_id = self.request.request_id
 
+    planned_turns: ClassVar[int] = 1  # one request; a failure aborts nothing
+    aborted_turns: ClassVar[int] = 0
+
     def first_request(self) -> RequestSpec:
         return self.request
 
-    def on_complete(self, request: RequestSpec, reply_text: str, success: bool) -> list[FollowUp]:
+    def on_complete(self, request: RequestSpec, reply: Reply | str, success: bool | None = None) -> list[FollowUp]:
         return []
 
 
@@ -123,3 +202,14 @@ class Workload:
     stats: dict[str, Any] = field(default_factory=dict)
     requested_rate: float | None = None
     schedule_rate: float | None = None
+
+    def planned_turns(self) -> dict[str, int]:
+        """Requests each session sends when every turn succeeds, by session id (branches
+        included): with the records of one replay, :func:`count_aborted` gives the turns that
+        failures aborted."""
+        return {s.session_id: int(getattr(s, "planned_turns", 1)) for s in self.sessions}
+
+    def aborted_turns(self) -> int:
+        """Turns of the latest replay never sent because an earlier turn of their session
+        failed (sessions reset their count when their first turn is taken again)."""
+        return sum(int(getattr(s, "aborted_turns", 0)) for s in self.sessions)
