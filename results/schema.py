@@ -40,6 +40,16 @@ class RequestRecord(BaseModel):
     - ``end_ns``: when the stream ended (``[DONE]``, EOF or error).
     - ``chunk_times_ns``: arrival of every token-bearing chunk, in order
       (``chunk_times_ns[0] == first_token_ns``, ``chunk_times_ns[-1] == last_token_ns``).
+    - ``first_answer_ns``: arrival of the first chunk carrying answer text (content or tool
+      calls, not ``reasoning_content``): equal to ``first_token_ns`` for a reply without
+      reasoning text; None when no answer text came (or an older record).
+    - ``connect_start_ns`` / ``connect_end_ns``: the new connection's set-up (DNS, TCP, TLS)
+      before the request was written; both None when a pooled connection was reused
+      (``connection_reused`` True) or for older records (``connection_reused`` None).
+
+    ``send_ns`` is stamped when aiohttp has handed the request's last byte to the socket (a
+    trace hook), so TTFT and E2E exclude connection set-up. ``ignore_eos_sent``: whether the
+    body carried ``ignore_eos: true`` (None = older record).
 
     Token counts: ``*_tokens_server`` come from the server's ``usage`` object (None when the
     server sent none); ``*_tokens_retok`` from one tokenizer pass over the prompt / the whole
@@ -66,6 +76,11 @@ class RequestRecord(BaseModel):
     # Generated-token count carried by each token-bearing chunk when the server reports it
     # per chunk (in-process engines); empty for SSE where only text is known.
     chunk_token_counts: list[int] = Field(default_factory=list)
+    first_answer_ns: int | None = None
+    connect_start_ns: int | None = None
+    connect_end_ns: int | None = None
+    connection_reused: bool | None = None
+    ignore_eos_sent: bool | None = None
 
     input_tokens_expected: int | None = None  # what the workload asked for
     input_tokens_server: int | None = None
@@ -79,7 +94,9 @@ class RequestRecord(BaseModel):
     output_text: str | None = None  # kept only when the workload needs it (agentic replies)
     finish_reason: str | None = None
     success: bool = False
-    error_class: str | None = None  # e.g. "http_500", "timeout", "stream_error", "connection"
+    # e.g. "http_500", "timeout", "stream_error", "connection", "no_token", "decode_error",
+    # "incomplete_stream", "interrupted" (harness.loadgen.client lists them all)
+    error_class: str | None = None
     error_message: str | None = None
 
     @property
@@ -205,6 +222,18 @@ class Samples(Artefact):
 MAX_SAMPLES = 1001
 
 
+class OutputShortfall(Artefact):
+    """Replies that ended with ``finish_reason: "stop"`` well short of ``max_tokens`` although
+    ``ignore_eos`` was sent (``harness.metrics.summary.output_shortfall``): the endpoint did not
+    honour it, so its requests did less work than other engines'. ``checked``: successful
+    requests sent with ``ignore_eos`` and a known output count; ``requests``: the short ones;
+    ``tokens_missing``: their ``max_tokens - output_tokens`` summed (tokens)."""
+
+    checked: int = 0
+    requests: int = 0
+    tokens_missing: int = 0
+
+
 class Metrics(Artefact):
     """One engine's numbers under one condition (``harness.metrics`` defines each).
 
@@ -214,7 +243,10 @@ class Metrics(Artefact):
     recorded); ``offered_rate``: the rate the start schedule offers, which the achieved one is
     checked against (equal to the requested rate since drawn schedules are rescaled to it;
     older runs hold the raw draw's rate there); ``achieved_rate``: first sends,
-    ``(n-1) / (last - first)``.
+    ``(n-1) / (last - first)``. ``peak_output_throughput``: tokens/s in the busiest ~1-s
+    bucket of chunk arrival, tokens not chunks (``harness.metrics.summary.peak_output_throughput``).
+    ``connections_opened``: requests that set up a new connection; ``connect_ms`` their set-up
+    time (DNS + TCP + TLS, excluded from TTFT/E2E).
     """
 
     requests_sent: int = 0
@@ -232,6 +264,12 @@ class Metrics(Artefact):
     tpot_ms: Distribution = Field(default_factory=Distribution)
     itl_ms: Distribution = Field(default_factory=Distribution)
     e2el_ms: Distribution = Field(default_factory=Distribution)
+    e2el_from_scheduled_ms: Distribution = Field(default_factory=Distribution)
+    ttfat_ms: Distribution = Field(default_factory=Distribution)
+    connect_ms: Distribution = Field(default_factory=Distribution)
+    connections_opened: int = 0
+    peak_output_throughput: float | None = None
+    output_shortfall: OutputShortfall = Field(default_factory=OutputShortfall)
     error_adjusted: ErrorAdjusted = Field(default_factory=ErrorAdjusted)
     failures_by_class: dict[str, int] = Field(default_factory=dict)
     error_examples: dict[str, str] = Field(default_factory=dict)  # error class → its first message (the server's words)
@@ -272,6 +310,36 @@ class SkipCause(str, Enum):
     UNAVAILABLE = "unavailable"  # anything else (bad configuration, missing endpoint)
 
 
+FEATURE_PROBES: tuple[str, ...] = ("structured_output", "tool_calling", "n_best", "stop", "logprobs", "max_context")
+"""The serving features a feature probe exercises (``harness.loadgen.features``), in report
+order. ``structured_output`` is also a declared adapter feature (``adapters.base.FEATURES``);
+the others exist only as probes: ``tool_calling`` (``tools`` → a ``tool_calls`` reply),
+``n_best`` (``n`` > 1 choices), ``stop`` (stop strings), ``logprobs``, ``max_context`` (a prompt
+near the model's maximum length)."""
+
+
+class FeatureStatus(str, Enum):
+    """A feature probe's verdict."""
+
+    VERIFIED = "verified"  # the reply did what the feature promises (checked, not just accepted)
+    FAILED = "failed"  # an error (5xx, timeout, a 4xx that is not "unsupported") or a wrong reply
+    UNSUPPORTED = "unsupported"  # the server rejected the field with a 4xx saying it is not supported
+
+
+class FeatureProbe(Artefact):
+    """One feature probe of one engine (``EngineResult.feature_probes``), run once per run after
+    the engine's first measured phase and outside it (``harness.app.feature_phase``).
+
+    ``feature``: one of :data:`FEATURE_PROBES`; ``detail``: one line - what was verified, what
+    was wrong, or the server's message; ``elapsed_ms``: the probe's wall time in ms (all of its
+    requests)."""
+
+    feature: str
+    status: FeatureStatus
+    detail: str = ""
+    elapsed_ms: float | None = None
+
+
 class Interval(Artefact):
     """A headline number with its 95 % confidence interval (``harness.metrics.intervals``).
 
@@ -292,6 +360,71 @@ class Interval(Artefact):
     cv: float | None = None
 
 
+class ResourceUse(Artefact):
+    """What an engine's process group used during its measured phase (``adapters.resources``).
+
+    Sampled every ``interval_s`` (s) over every process of the server's process group:
+    ``peak_rss_bytes`` / ``mean_rss_bytes``: resident set size summed over the group (bytes;
+    RSS counts a page shared by several processes once per process, so it over-counts a forked
+    server); ``peak_pss_bytes`` / ``mean_pss_bytes``: proportional set size summed over the group
+    (each shared page split between its sharers: the group's real footprint; None where
+    ``/proc/<pid>/smaps_rollup`` could not be read); ``mean_cpu_percent`` / ``peak_cpu_percent``:
+    CPU time of the group per wall time between samples, in % of one core (200 = two cores
+    busy); ``cpu_cores``: the cores the machine offers this process (``mean_cpu_percent /
+    cpu_cores`` is the machine share); ``samples``: how many; ``sampler_ms_mean``: the
+    sampler's own time per sample (ms, in a thread of the harness, never on the event loop).
+
+    NVIDIA only (NVML, ``nvidia-ml-py``), None elsewhere: ``peak_gpu_memory_bytes`` /
+    ``mean_gpu_memory_bytes`` (the group's processes, or the devices' used memory where NVML
+    shows no process of the group), ``mean_gpu_util_percent`` / ``peak_gpu_util_percent``
+    (device utilisation, %), ``gpu_energy_j`` (J, the devices' total-energy counter over the
+    phase) and ``energy_per_output_token_j`` (J per output token of the phase); ``gpu_note``
+    says why they are missing ("no NVIDIA driver / NVML: …"). ``note``: why nothing was measured
+    ("not measured (external endpoint)"), or a caveat. With ``--repeats N`` the engine's entry holds
+    the peak over repeats and the mean of the repeats' means, each repeat in ``repeats``.
+    """
+
+    interval_s: float = 0.5
+    samples: int = 0
+    duration_s: float | None = None
+    peak_rss_bytes: int | None = None
+    mean_rss_bytes: int | None = None
+    peak_pss_bytes: int | None = None
+    mean_pss_bytes: int | None = None
+    mean_cpu_percent: float | None = None
+    peak_cpu_percent: float | None = None
+    cpu_cores: int | None = None
+    processes_max: int | None = None
+    sampler_ms_mean: float | None = None
+    peak_gpu_memory_bytes: int | None = None
+    mean_gpu_memory_bytes: int | None = None
+    mean_gpu_util_percent: float | None = None
+    peak_gpu_util_percent: float | None = None
+    gpu_energy_j: float | None = None
+    energy_per_output_token_j: float | None = None
+    gpu_note: str = ""
+    note: str = ""
+    repeats: list["ResourceUse"] = Field(default_factory=list)
+
+
+class Cost(Artefact):
+    """What one engine's measured output costs on the hardware it ran on.
+
+    ``usd_per_1m_output_tokens = usd_per_hour / (output tok/s × 3600) × 1e6``
+    (``adapters.hardware.cost_per_million_tokens``) from the measured output throughput;
+    ``low`` / ``high``: the same from the high / low end of that throughput's interval (equal to
+    the point when the run formed none); ``usd_per_hour``: the price of the devices measured on
+    (USD per device-hour × devices), ``price_source``: where the price came from.
+    """
+
+    usd_per_hour: float
+    price_source: str = ""
+    output_tokens_per_s: float
+    usd_per_1m_output_tokens: float
+    low: float | None = None
+    high: float | None = None
+
+
 class EngineResult(Artefact):
     """One engine's entry in ``summary.json``.
 
@@ -309,6 +442,8 @@ class EngineResult(Artefact):
     display_name: str | None = None
     version: str | None = None
     capabilities: dict[str, Any] = Field(default_factory=dict)  # declared by the adapter, never scored as fact
+    # verified by a request, by feature ({} = not probed: --no-feature-probes, or an older run)
+    feature_probes: dict[str, FeatureProbe] = Field(default_factory=dict)
     metrics: Metrics | None = None
     repeats: list[Metrics] = Field(default_factory=list)
     intervals: dict[str, Interval] = Field(default_factory=dict)
@@ -317,6 +452,8 @@ class EngineResult(Artefact):
     startup_s: float | None = None
     startup_parallel: bool | None = None
     log_tail: str = ""
+    resources: ResourceUse | None = None  # sampled during the measured phase (None = not sampled: an older run)
+    cost: Cost | None = None  # None = no price for the hardware, or no output throughput
 
     @field_validator("metrics", mode="before")
     @classmethod

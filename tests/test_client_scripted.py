@@ -201,6 +201,7 @@ async def test_reasoning_and_tool_call_deltas_are_tokens(server):
     assert rec.success and rec.finish_reason == "tool_calls"
     assert text == 'let me thinkmoregrep{"q":1}' and len(rec.chunk_times_ns) == 4
     assert close(rec.first_token_ns, w[0]) and close(rec.last_token_ns, w[3])
+    assert close(rec.first_answer_ns, w[2])  # the tool call is the first answer after the reasoning
 
 
 async def test_http_error_status_is_classed(server):
@@ -227,3 +228,18 @@ async def test_failure_accounting_goodput_and_percentiles_over_scripted_requests
     assert m["ttft_ms"]["max"] == pytest.approx(t2)
     assert m["error_adjusted"]["ttft_ms"]["max"] is None  # a failure is +inf
     assert m["total_output_tokens"] == 4
+
+
+async def test_reply_text_keeps_answer_and_reasoning_apart(server):
+    from harness.loadgen.client import stream_texts
+
+    pieces = [(0, ev(chat(reasoning_content="hmm, "))), (5, ev(chat(content="Paris"))), (5, ev(chat(content=".", finish="stop"))), (0, DONE)]
+    script = {"status": 200, "pieces": [[d, base64.b64encode(b).decode()] for d, b in pieces]}
+    async with aiohttp.ClientSession() as s:
+        async with s.put(f"{server}/_script/parts", json=script) as r:
+            assert r.status == 200
+    rec = RequestRecord(request_id="parts", engine="null", workload="scripted", scheduled_ns=0)
+    req = RequestSpec(request_id="parts", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    async with new_session(30) as http:
+        out = await stream_texts(http, EndpointTarget(server, "script:parts"), req, rec)
+    assert rec.success and (out.text, out.answer, out.reasoning) == ("hmm, Paris.", "Paris.", "hmm, ")

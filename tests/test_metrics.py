@@ -167,3 +167,23 @@ def test_session_completion_time_and_per_turn_ttft():
     assert m["sessions"]["completion_time_ms"]["max"] == pytest.approx(301.0)
     assert m["per_turn"]["0"]["requests"] == 2 and m["per_turn"]["0"]["ttft_ms_p50"] == pytest.approx(40.0)
     assert m["per_turn"]["1"]["requests"] == 1 and m["per_turn"]["1"]["ttft_ms_p99"] == pytest.approx(90.0)
+
+
+def test_e2e_from_scheduled_and_shortfall_exact():
+    # request 0: scheduled 0, sent 30 (queued 30 ms), last token 130: E2E 100, from scheduled 130
+    # request 1: scheduled = sent = 50, last token 90: E2E 40, from scheduled 40
+    a, b = rec(0, 30, [80, 130], 2, sched_ms=0), rec(1, 50, [70, 90], 2)
+    m = compute_metrics([a, b])
+    assert m.e2el_ms.max == pytest.approx(100.0) and m.e2el_from_scheduled_ms.max == pytest.approx(130.0)
+    assert m.e2el_from_scheduled_ms.mean == pytest.approx(85.0)
+    # shortfall: only "stop" replies sent with ignore_eos, more than 5 % short of max_tokens, count
+    short = rec(2, 0, [10, 20], 40)
+    short.max_tokens, short.finish_reason, short.ignore_eos_sent = 100, "stop", True
+    near = rec(3, 0, [10, 20], 96)  # 4 % short: within the tolerance for a tokenizer estimate
+    near.max_tokens, near.finish_reason, near.ignore_eos_sent = 100, "stop", True
+    length = rec(4, 0, [10, 20], 40)  # stopped by length, not by an EOS
+    length.max_tokens, length.finish_reason, length.ignore_eos_sent = 100, "length", True
+    unsent = rec(5, 0, [10, 20], 40)  # ignore_eos not sent: a short "stop" reply is legitimate
+    unsent.max_tokens, unsent.finish_reason, unsent.ignore_eos_sent = 100, "stop", False
+    sf = compute_metrics([short, near, length, unsent]).output_shortfall
+    assert (sf.checked, sf.requests, sf.tokens_missing) == (3, 1, 60)

@@ -105,3 +105,26 @@ def test_error_event_and_done():
 def test_finish_reason_is_read_from_completion_and_chat_chunks():
     assert interpret(chunk(text="", finish="length")).finish_reason == "length"
     assert interpret(chunk(delta={}, finish="stop")).finish_reason == "stop"
+
+
+def test_invalid_utf8_is_kept_as_a_decode_error_not_silently_replaced():
+    p = SSEParser()
+    out = p.feed(b"data: ok\n\ndata: a\xffb\n\n", 1) + p.close(2)
+    assert [e.data for e in out] == ["ok", "a\ufffdb"]  # timing of the rest is kept
+    assert p.decode_error == ("invalid UTF-8 in stream line 3: 'utf-8' codec can't decode byte 0xff "
+                              "in position 7: invalid start byte")
+    clean = SSEParser()
+    clean.feed("data: héllo\n\n".encode(), 1)
+    assert clean.decode_error is None
+
+
+def test_answer_text_is_told_apart_from_reasoning():
+    r = interpret(chunk(delta={"reasoning_content": "think"}))
+    assert r.token_bearing and not r.answer_bearing and r.reasoning == "think"
+    a = interpret(chunk(delta={"content": "Paris"}))
+    assert a.answer_bearing and a.reasoning == "" and a.text == "Paris"
+    both = interpret(chunk(delta={"reasoning": "hm", "content": "ok"}))
+    assert both.answer_bearing and both.reasoning == "hm" and both.answer == "ok" and both.text == "hmok"
+    tool = interpret(chunk(delta={"tool_calls": [{"index": 0, "function": {"name": "ls"}}]}))
+    assert tool.answer_bearing and tool.text == "ls"
+    assert interpret(chunk(text="x")).answer_bearing and not interpret(chunk(text="")).answer_bearing

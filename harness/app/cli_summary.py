@@ -72,6 +72,11 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
         if m is None:
             table.add_row(name, engine.status.value, *["–"] * (len(cols) - 2))
             continue
+        if m.output_shortfall.requests:
+            sf = m.output_shortfall
+            notes.append(f"{name}: {sf.requests} of {sf.checked} replies stopped (finish_reason \"stop\") "
+                         f"{sf.tokens_missing / sf.requests:,.0f} tokens short of max_tokens on average although "
+                         "ignore_eos was sent: the endpoint ignores it, so it did less work than asked")
         ci = engine.intervals.get
         row = [
             name, engine.shown_status, f"{m.requests_completed}/{m.requests_failed}",

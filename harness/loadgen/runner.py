@@ -7,7 +7,11 @@ closed-loop cap (``max_concurrency``) gates the *send*: ``scheduled_ns`` is the 
 ``send_ns`` is after the gate, so client-side queueing shows up in "TTFT from scheduled".
 
 Every finished request is handed to ``on_record`` at once (the store appends it), so an
-interrupted run keeps what finished. Re-tokenization (the token-count drift check) is derived
+interrupted run keeps what finished; a request in flight when the run is interrupted (its task
+cancelled: Ctrl-C, SIGTERM) is handed over too, as a failure of class ``interrupted``, before
+the cancellation propagates, so ``requests.jsonl`` accounts for every request that was sent
+(requests still waiting for their due time or for the concurrency gate were not sent and leave
+no record). Re-tokenization (the token-count drift check) is derived
 work: it runs after the measured phase (:meth:`Runner.retokenize`), never on the event loop
 while other streams are being timed (``vllm bench serve`` does the same).
 """
@@ -114,11 +118,20 @@ class Runner:
         if delay > 0:
             await asyncio.sleep(delay)
         record = self._new_record(req, scheduled_ns, phase)
-        if gate is not None:
-            async with gate:
+        sent = False
+        try:
+            if gate is not None:
+                async with gate:
+                    sent = True
+                    text = await stream_request(http, self.target, req, record)
+            else:
+                sent = True
                 text = await stream_request(http, self.target, req, record)
-        else:
-            text = await stream_request(http, self.target, req, record)
+        except asyncio.CancelledError:
+            if sent:  # in flight at an interrupt: stored (error class "interrupted") before it propagates
+                self.records.append(record)
+                self.on_record(record)
+            raise
         if self.tok is not None:
             self._texts[record.request_id, record.phase] = (req, text)
         if self.options.keep_text and record.output_text is None:

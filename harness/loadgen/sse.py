@@ -10,11 +10,16 @@ Two layers, both ours because they are part of what we measure:
    joined with ``\\n``; a blank line dispatches the event; an event still pending at EOF is
    dispatched by :meth:`SSEParser.close`. Bytes are decoded per complete line, so a
    multi-byte UTF-8 character split across reads is never corrupted (LF/CR never occur inside
-   a UTF-8 sequence). Lines have no length limit (a 1 MiB line is fine) and scanning is linear.
+   a UTF-8 sequence). Invalid UTF-8 is not silently replaced: the first decoding error is kept
+   in :attr:`SSEParser.decode_error` (the client fails the request with it; the line itself is
+   still parsed with U+FFFD so the rest of the stream keeps its timing). Lines have no length
+   limit (a 1 MiB line is fine) and scanning is linear.
 
 2. :func:`interpret` reads one event's ``data`` as an OpenAI chunk (``/v1/completions`` or
    ``/v1/chat/completions``) and says what it carries: generated text (content, reasoning
-   content, tool-call deltas), finish reason, usage, an in-stream error, or ``[DONE]``.
+   content, tool-call deltas), finish reason, usage, an in-stream error, or ``[DONE]``; it
+   tells answer text (content, completions text, tool calls) from reasoning text
+   (``reasoning_content`` / ``reasoning``), for the time to first answer token.
 """
 
 from __future__ import annotations
@@ -50,6 +55,20 @@ class SSEParser:
         self._data: list[str] = []
         self._event: str | None = None
         self._has_field = False
+        self._lines = 0  # complete lines decoded so far (named in a decoding error)
+        self.decode_error: str | None = None
+        """The first invalid-UTF-8 line's error, e.g. ``"invalid UTF-8 in stream line 3:
+        'utf-8' codec can't decode byte 0xff in position 17: invalid start byte"``; None if
+        every line decoded."""
+
+    def _decode(self, raw: bytes) -> str:
+        self._lines += 1
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if self.decode_error is None:
+                self.decode_error = f"invalid UTF-8 in stream line {self._lines}: {exc}"
+            return raw.decode("utf-8", errors="replace")
 
     def feed(self, chunk: bytes, t_ns: int) -> list[SSEEvent]:
         """Add one read's bytes; return the events it completed, all stamped ``t_ns``."""
@@ -80,7 +99,7 @@ class SSEParser:
                 else:  # CR is the last byte of this read: swallow a following LF later
                     nxt = cr + 1
                     self._skip_lf = True
-            line = bytes(buf[start:end]).decode("utf-8", errors="replace")
+            line = self._decode(bytes(buf[start:end]))
             ev = self._line(line, t_ns)
             if ev is not None:
                 out.append(ev)
@@ -94,7 +113,7 @@ class SSEParser:
         """End of stream: an unterminated last line and a pending event are dispatched."""
         out: list[SSEEvent] = []
         if self._buf:
-            ev = self._line(bytes(self._buf).decode("utf-8", errors="replace"), t_ns)
+            ev = self._line(self._decode(bytes(self._buf)), t_ns)
             self._buf.clear()
             self._scan = 0
             if ev is not None:
@@ -136,11 +155,17 @@ class ChunkInfo:
 
     ``text``: generated text in this chunk (content + reasoning + tool-call name/arguments);
     ``token_bearing``: True iff ``text`` is non-empty (role-only, empty, usage-only chunks and
-    comments never count, DESIGN.md); ``usage``: the ``usage`` object when present;
-    ``error``: the error message of an in-stream ``{"error": ...}`` event.
+    comments never count, DESIGN.md); ``reasoning``: the part of ``text`` that is reasoning
+    (``reasoning_content`` / ``reasoning``, the vLLM/SGLang/DeepSeek field names);
+    ``answer``: the rest of ``text`` (content, completions ``text``, tool-call text);
+    ``answer_bearing``: True iff ``answer`` is non-empty, the time to first answer token's event; ``usage``: the ``usage``
+    object when present; ``error``: the error message of an in-stream ``{"error": ...}`` event.
     """
 
     text: str = ""
+    reasoning: str = ""
+    answer: str = ""
+    answer_bearing: bool = False
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
@@ -149,19 +174,23 @@ class ChunkInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _delta_text(delta: dict[str, Any]) -> str:
-    parts: list[str] = []
-    for key in ("content", "reasoning_content", "reasoning"):
+def _delta_text(delta: dict[str, Any]) -> tuple[str, str]:
+    """(answer text, reasoning text) of one chat delta."""
+    answer: list[str] = []
+    reasoning: list[str] = []
+    if isinstance(delta.get("content"), str):
+        answer.append(delta["content"])
+    for key in ("reasoning_content", "reasoning"):
         v = delta.get(key)
         if isinstance(v, str):
-            parts.append(v)
+            reasoning.append(v)
     for call in delta.get("tool_calls") or []:
-        fn = (call or {}).get("function") or {}
+        fn = call.get("function") if isinstance(call, dict) else None
         for key in ("name", "arguments"):
-            v = fn.get(key)
+            v = fn.get(key) if isinstance(fn, dict) else None
             if isinstance(v, str):
-                parts.append(v)
-    return "".join(parts)
+                answer.append(v)
+    return "".join(answer), "".join(reasoning)
 
 
 def interpret(data: str) -> ChunkInfo:
@@ -190,18 +219,27 @@ def interpret(data: str) -> ChunkInfo:
         info.error = str(obj.get("message", s[:200]))
         return info
     texts: list[str] = []
+    reasoning: list[str] = []
+    answer: list[str] = []
     for choice in obj.get("choices") or []:
         if not isinstance(choice, dict):
             continue
         if isinstance(choice.get("text"), str):
             texts.append(choice["text"])
+            answer.append(choice["text"])
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            texts.append(_delta_text(delta))
+            a, r = _delta_text(delta)
+            texts.append(r + a)  # reasoning precedes the answer within a delta
+            reasoning.append(r)
+            answer.append(a)
         if choice.get("finish_reason"):
             info.finish_reason = str(choice["finish_reason"])
     if isinstance(obj.get("usage"), dict):
         info.usage = obj["usage"]
     info.text = "".join(texts)
+    info.reasoning = "".join(reasoning)
+    info.answer = "".join(answer)
     info.token_bearing = bool(info.text)
+    info.answer_bearing = bool(info.answer)
     return info

@@ -23,11 +23,37 @@ def ttft_from_scheduled_ms(r: RequestRecord) -> float | None:
         return None
     return (r.first_token_ns - r.scheduled_ns) / NS_PER_MS
 
+def ttfat_ms(r: RequestRecord) -> float | None:
+    """Time to first answer token in ms: first chunk carrying answer text (content or tool
+    calls, not ``reasoning_content``) − send. Equals :func:`ttft_ms` for a reply without
+    reasoning text; None when no answer text came (a reply cut off while reasoning)."""
+    if r.first_answer_ns is None or r.send_ns is None:
+        return None
+    return (r.first_answer_ns - r.send_ns) / NS_PER_MS
+
+def connect_ms(r: RequestRecord) -> float | None:
+    """Connection set-up in ms (DNS + TCP + TLS of a new connection, before the request was
+    written; excluded from TTFT and E2E). 0.0 for a reused pooled connection; None when not
+    recorded (the request failed before connecting, or an older record)."""
+    if r.connection_reused:
+        return 0.0
+    if r.connect_start_ns is None or r.connect_end_ns is None:
+        return None
+    return (r.connect_end_ns - r.connect_start_ns) / NS_PER_MS
+
 def e2el_ms(r: RequestRecord) -> float | None:
     """E2E latency in ms: last token-bearing chunk − send."""
     if r.last_token_ns is None or r.send_ns is None:
         return None
     return (r.last_token_ns - r.send_ns) / NS_PER_MS
+
+def e2el_from_scheduled_ms(r: RequestRecord) -> float | None:
+    """E2E latency measured from the scheduled send time (ms): last token-bearing chunk −
+    scheduled, so client-side queueing (``--max-concurrency``) is included, as in
+    :func:`ttft_from_scheduled_ms`."""
+    if r.last_token_ns is None:
+        return None
+    return (r.last_token_ns - r.scheduled_ns) / NS_PER_MS
 
 def tpot_ms(r: RequestRecord) -> float | None:
     """TPOT in ms: (E2E − TTFT) / (output_tokens − 1); None when output_tokens < 2."""

@@ -10,12 +10,17 @@ import numpy as np
 
 from results.schema import MAX_SAMPLES, Metrics, RequestRecord, Samples
 
-from .request import NS_PER_MS, NS_PER_S, e2el_ms, itls_ms, tpot_ms, ttft_from_scheduled_ms, ttft_ms
+from .request import (NS_PER_MS, NS_PER_S, connect_ms, e2el_from_scheduled_ms, e2el_ms, itls_ms, tpot_ms,
+                      ttfat_ms, ttft_from_scheduled_ms, ttft_ms)
 from .failures import server_message
 from .slo import SLO, meets_slos
 from .stats import distribution, error_adjusted_distribution
 
 RATE_TOLERANCE = 0.05  # achieved vs offered arrival rate flag (±5 %)
+
+SHORTFALL_TOLERANCE = 0.05
+"""A reply is short when more than this fraction of ``max_tokens`` is missing (any missing
+token for small ``max_tokens``): tolerates a tokenizer-estimated output count."""
 
 def _rate(count: int, first_ns: int, last_ns: int) -> float | None:
     if count < 2 or last_ns <= first_ns:
@@ -84,6 +89,60 @@ def token_drift(records: Sequence[RequestRecord]) -> dict[str, Any]:
         **_side(in_pairs, "input"),
         "output_estimated": sum(1 for r in records if r.output_tokens_estimated),
     }
+
+def output_shortfall(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Replies that stopped early although ``ignore_eos`` was sent: ``finish_reason == "stop"``
+    and ``max_tokens - output_tokens > SHORTFALL_TOLERANCE * max_tokens`` (tokens). Returns
+    ``checked`` (requests sent with ignore_eos whose max and output counts are known),
+    ``requests`` (the short ones) and ``tokens_missing`` (their missing tokens summed). A
+    short reply means the endpoint did not honour ``ignore_eos`` (an EOS ended it), so it did
+    less work than requested and than engines that did honour it."""
+    checked = short = missing = 0
+    for r in records:
+        n, cap = r.output_tokens, r.max_tokens
+        if not r.ignore_eos_sent or n is None or cap is None:
+            continue
+        checked += 1
+        if r.finish_reason == "stop" and cap - n > SHORTFALL_TOLERANCE * cap:
+            short += 1
+            missing += cap - n
+    return {"checked": checked, "requests": short, "tokens_missing": missing}
+
+
+def peak_output_throughput(records: Sequence[RequestRecord], first_ns: int, last_ns: int) -> float | None:
+    """The busiest ~1-s stretch of output, tokens/s, over successful ``records``.
+
+    Each request's output tokens are spread over its token-bearing chunks (the per-chunk
+    counts when the server gave them, ``chunk_token_counts``; else evenly), so a chunk that
+    carries k tokens counts k (``vllm bench serve``'s ``max_output_tokens_per_s`` counts one
+    per chunk, which puts its peak below the average under speculative decoding or any
+    server that batches tokens into chunks). The measured span ``[first_ns, last_ns]`` is cut
+    into n = max(1, floor(span / 1 s)) equal buckets (1 s wide for a whole number of seconds,
+    under 2 s otherwise; the whole span below 1 s) and each chunk's tokens go to the bucket of
+    its arrival; the peak is the fullest bucket's tokens over its width. So the peak is never
+    below the average output throughput over the same span. None when the span is empty or no
+    tokens were counted.
+    """
+    span = last_ns - first_ns
+    if span <= 0:
+        return None
+    n = max(1, span // NS_PER_S)
+    buckets = np.zeros(n, dtype=np.float64)
+    for r in records:
+        times, tokens = r.chunk_times_ns, r.output_tokens
+        if not times or not tokens:
+            continue
+        counts = r.chunk_token_counts
+        if len(counts) == len(times) and sum(counts) > 0:
+            weights = np.asarray(counts, dtype=np.float64) * (tokens / sum(counts))
+        else:
+            weights = np.full(len(times), tokens / len(times))
+        idx = np.clip((np.asarray(times, dtype=np.int64) - first_ns) * n // span, 0, n - 1)
+        np.add.at(buckets, idx, weights)
+    if not buckets.any():
+        return None
+    return float(buckets.max() / (span / n / NS_PER_S))
+
 
 def session_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Per-session outcome of multi-turn workloads (agentic).
@@ -172,6 +231,9 @@ def compute_metrics(
     ttfts = [v for r in ok if (v := ttft_ms(r)) is not None]
     ttfts_sched = [v for r in ok if (v := ttft_from_scheduled_ms(r)) is not None]
     e2els = [v for r in ok if (v := e2el_ms(r)) is not None]
+    e2els_sched = [v for r in ok if (v := e2el_from_scheduled_ms(r)) is not None]
+    ttfats = [v for r in ok if (v := ttfat_ms(r)) is not None]
+    connects = [v for r in measured if not r.connection_reused and (v := connect_ms(r)) is not None]
     tpots = [v for r in ok if (v := tpot_ms(r)) is not None]
     itls = [g for r in ok for g in itls_ms(r)]
 
@@ -191,6 +253,13 @@ def compute_metrics(
         "tpot_ms": distribution(tpots),
         "itl_ms": distribution(itls),
         "e2el_ms": distribution(e2els),
+        "e2el_from_scheduled_ms": distribution(e2els_sched),
+        "ttfat_ms": distribution(ttfats),
+        "connect_ms": distribution(connects),
+        "connections_opened": len(connects),
+        "peak_output_throughput": (peak_output_throughput(ok, first_send, max(ends))
+                                   if first_send is not None else None),
+        "output_shortfall": output_shortfall(ok),
         "error_adjusted": {
             "ttft_ms": error_adjusted_distribution(ttfts, len(failed)),
             "e2el_ms": error_adjusted_distribution(e2els, len(failed)),
