@@ -23,8 +23,11 @@ def test_engines_table_json_lists_every_engine_with_reasons():
     res = runner.invoke(app, ["--json"])
     assert res.exit_code == 0, res.output
     rows = {r["engine"]: r for r in json.loads(res.output)}
-    assert set(rows) == {"own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
-                         "deepspeed-mii", "tensorrt_llm"}
+    # exactly the names --engine accepts: openai listed, no deepspeed-mii row --engine would reject
+    assert list(rows) == ["own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
+                          "tensorrt_llm", "openai"]
+    assert rows["openai"]["state"] == "available" and "--base-url" in rows["openai"]["reason"]
+    assert "deepspeed-mii (FastGen)" in rows["deepspeed"]["reason"]  # MII's note kept, in its engine's row
     assert rows["own"]["state"] == "available"
     assert rows["tensorrt_llm"]["state"] == "unsupported hardware"
     assert rows["tensorrt_llm"]["reason"] == "tensorrt_llm: needs an NVIDIA GPU, none found"

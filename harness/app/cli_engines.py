@@ -27,7 +27,7 @@ from rich.table import Table
 from adapters.base import EngineError, ProbeResult
 from adapters.envs import RECIPES, SETUP_CPU, engine_env_dir, setup_engine
 from adapters.hardware import detect_kind
-from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_engine_args
+from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -51,20 +51,22 @@ def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> st
 
 
 def engine_rows() -> list[dict]:
-    """One dict per engine (plus DeepSpeed-MII): name, state, version, hardware, features, api, reason."""
+    """One dict per name ``--engine`` accepts (``adapters.registry.ENGINE_NAMES``, in that
+    order; ``openai`` included, which needs ``--base-url``): name, state, version, hardware,
+    features, api, reason. DeepSpeed-MII/FastGen, which ``--engine`` cannot run, is a sentence
+    in the deepspeed row's reason, not a row of its own."""
     here = detect_kind()
     rows = []
-    for adapter in all_adapters():
+    for name in ENGINE_NAMES:
+        adapter = get_adapter(name, here)
         probe = adapter.probe()
         caps = adapter.capabilities
-        rows.append({"engine": adapter.name, "state": engine_state(probe, caps.hardware, here),
+        reason = probe.reason
+        if name == "deepspeed":
+            reason = f"{reason}; {adapter.probe_mii().reason}"  # type: ignore[attr-defined]
+        rows.append({"engine": name, "state": engine_state(probe, caps.hardware, here),
                      "version": probe.version or "", "hardware": ",".join(caps.hardware),
-                     "features": ",".join(caps.features), "api": caps.api, "reason": probe.reason})
-        if adapter.name == "deepspeed":
-            mii = adapter.probe_mii()
-            rows.append({"engine": "deepspeed-mii", "state": engine_state(mii, ("nvidia",), here), "version": "",
-                         "hardware": "nvidia", "features": "paged_kv,continuous_batching,tensor_parallel",
-                         "api": "server", "reason": mii.reason})
+                     "features": ",".join(caps.features), "api": caps.api, "reason": reason})
     return rows
 
 
