@@ -87,6 +87,41 @@ def run_state(run_dir: Path) -> str:
     return "running" if alive is not None and abs(alive - started) < 1.0 else "killed"
 
 
+def blocked_run_id(run_dir: Path) -> str | None:
+    """Why ``--run-id`` may not reuse the existing folder ``run_dir``, or None when it may.
+
+    A folder may be reused when it holds nothing a user could lose and nobody writes it: no
+    request record, no summary, search or report, no engine log, and no live ``bench`` (its
+    ``running.json``, :func:`run_state`) — what a run SIGKILLed during calibration leaves
+    (``running.json``, an empty ``requests.jsonl``, maybe ``manifest.json`` and ``logs/``).
+    The caller removes it (:func:`shutil.rmtree`) and starts afresh. The reason says how to
+    proceed."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return f"{run_dir} is a file: choose another --run-id or remove the file"
+    if run_state(run_dir) == "running":
+        return f"run folder {run_dir} is being written by a running bench: choose another --run-id"
+    disposable = {RUNNING_FILE, MANIFEST_FILE, REQUESTS_FILE, MANIFEST_FILE + ".tmp", "logs"}
+    logs = run_dir / "logs"
+    try:
+        kept = sorted(p.name for p in run_dir.iterdir() if p.name not in disposable)
+        if logs.is_dir() and any(logs.iterdir()):
+            kept.append("logs/")
+    except OSError as exc:
+        return f"run folder {run_dir} cannot be read ({exc.strerror or exc}): choose another --run-id"
+    records = run_dir / REQUESTS_FILE
+    try:
+        has_records = records.is_file() and bool(records.read_bytes().strip())
+    except OSError:
+        has_records = True
+    if has_records:
+        kept.append(REQUESTS_FILE)
+    if kept:
+        return (f"run folder {run_dir} already exists and holds {', '.join(kept)}: choose another --run-id, or "
+                f"delete the folder (rm -r {run_dir}) to run again under this id")
+    return None
+
+
 def new_run_id(workload: str, now: float | None = None) -> str:
     """``YYYYmmdd-HHMMSS-<workload>`` in local time, e.g. ``20261129-193500-agentic``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
@@ -335,7 +370,29 @@ def list_runs(output_dir: Path | str) -> list[Path]:
     if not root.is_dir():
         return []
     runs = [p for p in root.iterdir() if p.is_dir() and is_run_folder(p)]
-    return sorted(runs, key=lambda p: p.name, reverse=True)
+    return sorted(runs, key=lambda p: (created_at(p), p.name), reverse=True)
+
+
+def created_at(run_dir: Path) -> float:
+    """When the run was created, in seconds since the epoch: its manifest's ``created_at``
+    (ISO 8601, written by ``bench run``), else the modification time of its oldest artefact
+    (``manifest.json``, ``summary.json``, ``requests.jsonl``), else 0. Newest-first listings and
+    ``latest`` sort by it: a ``--run-id`` name says nothing about time."""
+    from datetime import datetime
+
+    manifest = Path(run_dir) / MANIFEST_FILE
+    try:
+        stamp = json.loads(manifest.read_text(encoding="utf-8")).get("created_at")
+        return datetime.fromisoformat(str(stamp)).timestamp()
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass  # no, damaged or an old manifest: the files' times
+    times = []
+    for name in (MANIFEST_FILE, SUMMARY_FILE, REQUESTS_FILE):
+        try:
+            times.append((Path(run_dir) / name).stat().st_mtime)
+        except OSError:
+            continue
+    return min(times) if times else 0.0
 
 
 def resolve_run(ref: str, output_dir: Path | str = "results") -> Path:
