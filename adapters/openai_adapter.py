@@ -3,6 +3,11 @@
 Nothing is started: ``launch`` checks the endpoint answers ``GET /v1/models`` (with the API key
 from ``$OPENAI_API_KEY`` when set - never written to results), picks the model name
 (``LaunchConfig.model_name`` or the first listed model) and yields the :class:`Endpoint`.
+
+The endpoint is taken to accept ``ignore_eos`` (vLLM, SGLang, TensorRT-LLM and the reference
+server do): workloads with fixed output lengths then cost every endpoint the same work. One
+that rejects the field (the hosted OpenAI API answers HTTP 400) is measured with
+``bench run --no-ignore-eos``; a reply that still stops early is counted as output shortfall.
 """
 
 from __future__ import annotations
@@ -93,5 +98,5 @@ class OpenAIAdapter:
             base_url=base, model_name=model, display_name=f"openai ({base})",
             effective_config={"engine": "openai", "base_url": base, "model": model,
                               "api_key": "from $OPENAI_API_KEY" if api_key else None, "served_models": models[:20]},
-            api_key=api_key, supports_ignore_eos=False, metrics_url=None, log_path=None,
+            api_key=api_key, supports_ignore_eos=True, metrics_url=None, log_path=None,
         )

