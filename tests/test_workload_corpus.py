@@ -156,3 +156,67 @@ def test_aborted_turns_through_the_runner_and_from_the_records(kit):
             assert w.aborted_turns() == 4
             assert count_aborted(planned, [(r.session_id, r.success) for r in records]) == 4
     assert count_aborted(planned, [("agentic-s000", True)] * 3) == 0  # a session that completed aborted nothing
+
+
+# --- (10) per-run prompt salt ------------------------------------------------------------------------
+def test_salt_prefixes_every_sessions_first_prompt_the_same_within_a_run_and_differs_between_runs(kit):
+    plain = build_workload("agentic", kit, seed=0)
+    run1 = build_workload("agentic", kit, seed=0, prompt_salt="auto")
+    run2 = build_workload("agentic", kit, seed=0, prompt_salt="auto")
+    salt1, salt2 = run1.spec["prompt_salt"], run2.spec["prompt_salt"]
+    assert re.fullmatch(r"run-[0-9a-f]{8}", salt1) and re.fullmatch(r"run-[0-9a-f]{8}", salt2) and salt1 != salt2
+    assert plain.spec["prompt_salt"] is None
+    firsts = [[s.first_request() for s in w.sessions] for w in (plain, run1, run2)]
+    for p, a, b in zip(*firsts):
+        # the salt sits at the very start of the shared system prompt, the rest unchanged
+        assert a.messages[0]["content"] == f"[{salt1}]\n" + p.messages[0]["content"]
+        assert b.messages[0]["content"] == f"[{salt2}]\n" + p.messages[0]["content"]
+        assert a.messages[1:] == p.messages[1:]
+        assert a.input_tokens_expected == len(a.prompt_token_ids) == len(kit.chat_ids(a.messages))
+        # an unsalted run shares only the chat template's header ("<|im_start|>system\n") with a
+        # salted one; two salted runs part within the salt (both start "[run-")
+        header = 3
+        assert common_prefix(a.prompt_token_ids, p.prompt_token_ids) == header
+        assert header <= common_prefix(a.prompt_token_ids, b.prompt_token_ids) < header + len(kit.encode(f"[{salt1}]\n"))
+    # within a run, sessions share exactly what they shared unsalted, plus the salt's tokens
+    added = len(firsts[1][0].prompt_token_ids) - len(firsts[0][0].prompt_token_ids)
+    assert added > 0
+    for i in range(1, len(plain.sessions)):
+        assert common_prefix(firsts[1][0].prompt_token_ids, firsts[1][i].prompt_token_ids) == \
+            common_prefix(firsts[0][0].prompt_token_ids, firsts[0][i].prompt_token_ids) + added
+    # multi-turn: every later turn still extends the salted previous prompt exactly
+    s = run1.sessions[0]
+    r0 = s.first_request()
+    (fu,) = s.on_complete(r0, "ls", True)
+    assert fu.request.prompt_token_ids[: len(r0.prompt_token_ids)] == r0.prompt_token_ids
+    assert fu.request.messages[0]["content"].startswith(f"[{salt1}]\n")
+
+
+def test_salt_on_single_turn_workloads_keeps_the_shared_prefix_and_exact_token_counts(kit, tmp_path):
+    spec_file = tmp_path / "prefixed.yaml"
+    spec_file.write_text("kind: random\nnum_requests: 4\ninput_len: 24\noutput_len: 2\nprefix_len: 12\nseed: 3\n")
+    plain = build_workload("random", kit, spec_file=spec_file)
+    salted = build_workload("random", kit, spec_file=spec_file, prompt_salt="exp-7")
+    again = build_workload("random", kit, spec_file=spec_file, prompt_salt="exp-7")
+    assert salted.spec["prompt_salt"] == "exp-7"
+    assert [s.request.prompt for s in salted.sessions] == [s.request.prompt for s in again.sessions]  # a given salt is reproducible
+    for p, s in zip(plain.sessions, salted.sessions):
+        assert s.request.prompt == "[exp-7]\n" + p.request.prompt
+        assert s.request.prompt_token_ids == kit.completion_ids(s.request.prompt)
+        assert s.request.input_tokens_expected == len(s.request.prompt_token_ids)
+    ids = [s.request.prompt_token_ids for s in salted.sessions]
+    plain_ids = [s.request.prompt_token_ids for s in plain.sessions]
+    added = len(ids[0]) - len(plain_ids[0])
+    assert all(common_prefix(ids[0], x) == common_prefix(plain_ids[0], y) + added >= 12 + added
+               for x, y in zip(ids[1:], plain_ids[1:]))
+    # chat API: the first message's content is salted
+    chat = build_workload("chat", kit, num_requests=2, seed=1, prompt_salt="exp-7")
+    assert all(s.request.messages[0]["content"].startswith("[exp-7]\n") for s in chat.sessions)
+    assert build_workload("chat", kit, num_requests=2, seed=1, prompt_salt="none").spec["prompt_salt"] is None
+
+
+def test_bad_salt_is_one_line():
+    for value, needle in (("", "1 to 64 characters"), ("x" * 65, "1 to 64 characters"), (" a", "printable text")):
+        with pytest.raises(WorkloadError, match=needle) as err:
+            parse_options(name="chat", prompt_salt=value)
+        assert str(err.value).startswith("--prompt-salt ") and "\n" not in str(err.value)

@@ -361,6 +361,7 @@ def test_workload_options_are_validated_once_with_one_line_errors_naming_the_fla
         "num_requests": (0, "--num-requests must be > 0, got 0"),
         "range_ratio": (1.0, "--range-ratio must be < 1, got 1.0"),
         "burstiness": (math.nan, "--burstiness must be a number > 0 or inf (constant spacing), got nan"),
+        "prompt_salt": ("a\nb", "--prompt-salt must be printable text without leading/trailing spaces or newlines, got 'a\\nb'"),
         "seed": (-1, "--seed must be >= 0, got -1"),
         "api": ("grpc", "--api must be one of 'chat' or 'completions', got 'grpc'"),
     }

@@ -43,6 +43,7 @@ from workloads.arrivals import arrival_offsets
 from workloads.base import FollowUp, Reply, RequestSpec, as_reply, strip_reasoning
 from workloads.errors import WorkloadError
 from workloads.loaders import Trajectory, list_trajectory_files, load_trajectory
+from workloads.salt import salt_initial
 from workloads.spec import AgenticSpec
 from workloads.tokens import TokenKit
 
@@ -316,7 +317,8 @@ def build_agentic_sessions(spec: AgenticSpec, kit: TokenKit) -> list[AgenticSess
     )
     sessions = []
     for idx, ((p, stem, branches), off) in enumerate(zip(plans, offsets)):
-        initial = tuple((role, scaler.cut(text)) for role, text in p.initial)
+        # the run's salt (None: none) at the very start of the shared system prompt, after the cut
+        initial = salt_initial(tuple((role, scaler.cut(text)) for role, text in p.initial), spec.prompt_salt)
         script = AgenticScript(
             session_id=f"agentic-s{idx:03d}",
             source=p.name,

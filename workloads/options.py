@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from workloads.errors import WorkloadError
 
 RATE_KINDS = ("agentic", "chat", "rag", "summarization", "code", "random")
+MAX_SALT_CHARS = 64  # a prompt salt is a short tag, not content
 
 
 # Upper bounds (issue 16): a value past them exhausted the machine instead of failing, e.g.
@@ -50,6 +51,9 @@ class WorkloadOptions(BaseModel):
     ``Infinity``, ``+inf`` or ``∞`` in any case = constant gaps of ``1/rate``, vLLM's
     convention); ``scale`` shrinks trace prompt lengths (bounds per kind: the spec checks
     them); ``time_scale`` divides a trace's timestamps. Lengths are in tokens.
+    ``prompt_salt``: a short text put at the very start of every session's first prompt so no
+    prompt matches a prefix an engine cached in an earlier run (``auto`` or ``run``: a random
+    salt drawn per run and recorded in the manifest; ``none``: no salt; default: no salt).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -68,6 +72,7 @@ class WorkloadOptions(BaseModel):
     range_ratio: float | None = Field(None, ge=0, lt=1, **_applies("random"))
     trace: str | None = Field(None, **_applies("trace"))
     time_scale: float | None = Field(None, gt=0, allow_inf_nan=False, **_applies("trace"))
+    prompt_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
 
     @field_validator("burstiness", mode="before")
     @classmethod
@@ -81,6 +86,13 @@ class WorkloadOptions(BaseModel):
             return value  # not a number: pydantic's own error names it
         if nan:
             raise PydanticCustomError("burstiness_nan", "must be a number > 0 or inf (constant spacing)")
+        return value
+
+    @field_validator("prompt_salt")
+    @classmethod
+    def _salt(cls, value: str | None) -> str | None:
+        if value is not None and (value != value.strip() or not value.isprintable()):
+            raise PydanticCustomError("salt_chars", "must be printable text without leading/trailing spaces or newlines")
         return value
 
     def overrides(self) -> dict[str, Any]:
@@ -152,8 +164,10 @@ def _describe(err: dict[str, Any]) -> str:
         return f"{flag(field)} must be {_BOUNDS[kind].format(**bounds)}, got {value}{why}"
     if kind == "finite_number":
         return f"{flag(field)} must be a finite number, got {value}"
-    if kind == "burstiness_nan":
+    if kind in ("burstiness_nan", "salt_chars"):
         return f"{flag(field)} {err.get('msg')}, got {value!r}"
+    if kind in ("string_too_short", "string_too_long") and field == "prompt_salt":
+        return f"{flag(field)} must be 1 to {MAX_SALT_CHARS} characters ('auto' draws one per run), got {len(str(value))}"
     if kind == "literal_error":
         return f"{flag(field)} must be one of {err.get('ctx', {}).get('expected', '?')}, got {value!r}"
     return f"{flag(field)}: {err.get('msg', 'invalid value')} (got {value!r})"

@@ -18,6 +18,7 @@ from workloads.agentic import build_agentic_sessions
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
 from workloads.options import WorkloadOptions, flag, is_neutral, parse_options
+from workloads.salt import resolve_salt, salt_single_sessions
 from workloads.single import build_chat, build_code, build_rag, build_random, build_summarization
 from workloads.spec import WorkloadSpec, load_spec_file, make_spec
 from workloads.stats import schedule_rate, workload_stats
@@ -106,6 +107,9 @@ def build_workload(
     ``request_rate``: requests/s (agentic: session starts/s), inf = all at once.
     ``exclude_token_ids``: token ids never used in synthetic text.
     ``with_stats``: compute ``Workload.stats`` (an offline dry run, ~0.1 s for the default agentic).
+    ``prompt_salt``: text put at the start of every session's first prompt (:mod:`workloads.salt`);
+    ``auto``/``run`` draws a random one here, once, and ``spec["prompt_salt"]`` records the
+    salt used (None: no salt, the default).
 
     Returns a :class:`Workload` with ``spec`` (every parameter, seed and scale, JSON-safe:
     inf → "inf"; the requested rate is ``spec["request_rate"]``), ``requested_rate`` (that
@@ -126,8 +130,10 @@ def build_workload(
     spec = resolve_spec(opts)
     name = opts.name
     kit = as_kit(tokenizer, exclude_token_ids)
+    spec.prompt_salt = resolve_salt(spec.prompt_salt)  # "auto": drawn once, here, for the whole run
     try:
         sessions = _BUILDERS[name](spec, kit)
+        salt_single_sessions(sessions, spec.prompt_salt, kit)  # agentic: its builder salted the system prompt
     except ValueError as exc:  # arrival-process errors are ValueErrors with a one-line message
         if isinstance(exc, WorkloadError):
             raise

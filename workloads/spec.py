@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workloads.errors import WorkloadError
 
@@ -37,6 +37,10 @@ class WorkloadSpec(BaseModel):
     all at once. ``burstiness``: gamma shape (1 = Poisson; CV of gaps = 1/sqrt(burstiness)).
     ``max_concurrency``: closed-loop cap on in-flight requests (None = open loop).
     ``ignore_eos``: ask engines to generate exactly ``max_tokens`` (same work on every engine).
+    ``prompt_salt``: text put at the very start of every session's first prompt
+    (:mod:`workloads.salt`); ``auto``/``run`` = a random salt drawn when the workload is
+    built (the built workload's manifest holds the drawn one); None (or ``none``) = no salt,
+    the default.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -52,6 +56,16 @@ class WorkloadSpec(BaseModel):
     api: Api = "completions"
     ignore_eos: bool = True
     temperature: float = Field(default=0.0, ge=0)
+    prompt_salt: str | None = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("prompt_salt")
+    @classmethod
+    def _salt(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() in ("none", "off"):
+            return None
+        if value != value.strip() or not value.isprintable():
+            raise ValueError("prompt_salt must be printable text without leading/trailing spaces or newlines")
+        return value
 
     def manifest(self) -> dict[str, Any]:
         """JSON-serialisable dict of every field (``inf`` written as the string ``"inf"``)."""
