@@ -31,6 +31,9 @@ def _fail(message: str) -> NoReturn:
 
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
+    """The runs named by ``refs``; several must be alike (one workload, one model:
+    :func:`harness.app.reporting.unlike_runs`), else one line and exit 2: an engine ranked above
+    another that was measured on other requests or another model would be a wrong answer."""
     if not refs:
         _fail("give at least one run (a folder, a run id under --output-dir, or 'latest')")
     runs = []
@@ -39,6 +42,12 @@ def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
             runs.append(load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: make_console(stderr=True).print(escape(line), highlight=False)))
         except ResultsError as exc:
             _fail(str(exc))
+    from harness.app.reporting import unlike_runs
+
+    why = unlike_runs(runs) if len(runs) > 1 else None
+    if why:
+        _fail(f"cannot rank these runs together: {why}; report or score each run on its own, or measure the "
+              "engines in one bench run")
     return runs
 
 
@@ -126,13 +135,17 @@ def recommend_cmd(
                                                     "(default: the run's).")] = None,
     preset: Annotated[str, typer.Option(help=f"Weight preset: {', '.join(PRESETS)}.")] = "balanced",
     weights: Annotated[Optional[str], typer.Option(help="Override preset weights, e.g. throughput=2,latency=1 "
-                                                        "(throughput, latency, hardware_fit, features, complexity).")] = None,
+                                                        "(throughput, latency, hardware_fit, features, complexity, "
+                                                        "cost).")] = None,
     feature: Annotated[Optional[list[str]], typer.Option(help="A feature every engine must have (repeatable), "
                                                               "e.g. prefix_caching or fp8.")] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as JSON.")] = False,
     max_failure_rate: Annotated[float, typer.Option(help="An engine that fails more than this share of a condition's "
                                                          "requests is eliminated (0.05 = 5%).")] = 0.05,
+    price_per_hour: Annotated[Optional[float], typer.Option(help="USD per device-hour of the target, for the cost "
+                                                                 "criterion and $/1M output tokens (default: the "
+                                                                 "profile's on-demand list price).")] = None,
 ) -> None:
     """Rank the engines of one or more runs for a deployment target and name the deciding constraint.
 
@@ -144,6 +157,10 @@ def recommend_cmd(
     if gpus is not None and gpus < 1:
         _fail(f"--gpus must be at least 1, got {gpus}")
     target = _hardware(hardware, gpus, runs)
+    if price_per_hour is not None:
+        if not (price_per_hour > 0 and price_per_hour != float("inf")):  # NaN fails too
+            _fail(f"--price-per-hour is USD per device-hour, a number > 0 (e.g. 2.5), got {price_per_hour:g}")
+        target = target.with_price(price_per_hour)
     try:
         slos = parse_slos(slo) if slo is not None else None
         w = parse_weights(weights) if weights is not None else None

@@ -18,6 +18,50 @@ from results.recommendation import write_recommendation
 from results.store import Run, load_run
 
 
+# Workload spec fields that set the load, not what each request is: runs that differ only in
+# these are one workload at other conditions, which the scorer ranks (each engine at its
+# highest-load condition meeting the SLOs). ``tokenizer``, a path, is compared by its folder
+# name (the same model lives under another path on another machine); ``token_counts`` is a note.
+LOAD_FIELDS = frozenset({"seed", "num_requests", "num_sessions", "request_rate", "burstiness", "arrival",
+                         "max_concurrency", "time_scale", "rate_scale", "start_window", "prompt_salt", "token_counts"})
+MODEL_FIELDS = ("name", "architecture", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                "vocab_size", "dtype", "num_params")
+
+
+def _workload_shape(run: Run) -> dict[str, object]:
+    spec = dict(run.manifest.workload or {})
+    if spec.get("tokenizer"):
+        spec["tokenizer"] = Path(str(spec["tokenizer"])).name
+    return {k: v for k, v in spec.items() if k not in LOAD_FIELDS}
+
+
+def unlike_runs(runs: list[Run]) -> str | None:
+    """Why ``runs`` cannot be ranked together, or None when they can: every run must have
+    measured the same workload (name, and every spec field that shapes a request: lengths,
+    scale, API, trace, tokenizer; the load fields of :data:`LOAD_FIELDS` may differ) on the same
+    model (manifest ``model`` facts, :data:`MODEL_FIELDS`; the folder path may differ). A field
+    one run did not record (an older run) is not compared. The reason names the two runs and the
+    first difference (DESIGN.md: a comparison that is not like for like is flagged with the reason)."""
+    base = runs[0]
+    for other in runs[1:]:
+        pair = f"runs {base.run_id} and {other.run_id}"
+        if base.summary.workload != other.summary.workload:
+            return (f"{pair} measured different workloads ({base.summary.workload} vs {other.summary.workload}); "
+                    "a ranking across them compares unlike requests")
+        mine, theirs = _workload_shape(base), _workload_shape(other)
+        for key in sorted(set(mine) & set(theirs)):
+            if mine[key] != theirs[key]:
+                return (f"{pair} measured the {base.summary.workload} workload differently ({key} {mine[key]} vs "
+                        f"{theirs[key]}); a ranking across them compares unlike requests")
+        if base.manifest.model is not None and other.manifest.model is not None:
+            a, b = base.manifest.model.model_dump(), other.manifest.model.model_dump()
+            for key in MODEL_FIELDS:
+                if a.get(key) is not None and b.get(key) is not None and a[key] != b[key]:
+                    return (f"{pair} served different models ({a.get('name')} vs {b.get('name')}: {key} {a[key]} vs "
+                            f"{b[key]}); a ranking across them compares unlike engines")
+    return None
+
+
 def completed(run: Run) -> Run:
     """``run`` with every engine's metrics completed from its records where fields are missing,
     and the metric definitions (unchanged since schema 1) where the manifest lacks them."""

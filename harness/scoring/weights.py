@@ -25,7 +25,7 @@ only scale every score down. Give it its weights back when the verification prob
 def parse_weights(text: str) -> dict[str, float]:
     """Parse ``"throughput=2,latency=1"`` into ``{"throughput": 2.0, "latency": 1.0}``.
 
-    Keys must be in :data:`CRITERIA`; values finite and ≥ 0. Raises :class:`ScorerError`
+    Keys must be in :data:`CRITERIA`, each given once; values finite and ≥ 0. Raises :class:`ScorerError`
     (a ValueError) with one line naming the bad part and the fix.
     """
     weights: dict[str, float] = {}
@@ -41,6 +41,8 @@ def parse_weights(text: str) -> dict[str, float]:
         key = key.strip().lower().replace("-", "_")
         if key not in CRITERIA:
             raise ScorerError(f"unknown weight {key!r}: use {', '.join(CRITERIA)}")
+        if key in weights:  # which one was meant? (the last one used to win silently)
+            raise ScorerError(f"weight {key} is given twice in --weights: give each criterion once")
         try:
             weight = float(value_text)
         except ValueError:
