@@ -287,6 +287,24 @@ async def test_time_to_first_answer_token_follows_the_reasoning(server):
     assert m.ttfat_ms.max == pytest.approx(ttfat_ms(rec)) and m.ttft_ms.max < m.ttfat_ms.max
 
 
+class RecordingSession(SingleRequestSession):
+    """A one-turn session that keeps what the runner handed to ``on_complete``."""
+
+    def on_complete(self, request, reply, success=None):  # type: ignore[override]
+        self.got = (reply, success)
+        return []
+
+
+async def test_the_runner_hands_sessions_the_answer_apart_from_the_reasoning(server):
+    pieces = [(0, ev(chat(reasoning_content="think: "))), (5, ev(chat(content="Paris", finish="stop"))), (0, DONE)]
+    await register(server, "reply", pieces)
+    session = RecordingSession(chat_request("r0"), 0.0)
+    runner = Runner(EndpointTarget(server, "script:reply"), "null", "corpus", lambda r: None)
+    await runner.measure(Workload(name="corpus", sessions=[session], spec={}))
+    reply, success = session.got
+    assert success is None and (reply.answer, reply.reasoning, reply.success) == ("Paris", "think: ", True)
+
+
 # (8) --------------------------------------------------------------------------------------
 async def test_peak_output_throughput_counts_tokens_not_chunks(server):
     # 10 chunks of 4 tokens each (usage: 40), 230 ms apart: 2.1 s of output, two ~1-s buckets

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from results.schema import RequestRecord
-from workloads.base import FollowUp, RequestSpec, Session, Workload
+from workloads.base import FollowUp, Reply, RequestSpec, Session, Workload
 
-from harness.loadgen.client import EndpointTarget, new_session, stream_request
+from harness.loadgen.client import EndpointTarget, StreamText, new_session, stream_texts
 
 START_LEAD_NS = 50_000_000  # first measured request is due 50 ms after the schedule is built
 
@@ -113,7 +113,7 @@ class Runner:
         scheduled_ns: int,
         gate: asyncio.Semaphore | None,
         phase: str,
-    ) -> tuple[RequestRecord, str]:
+    ) -> tuple[RequestRecord, StreamText]:
         delay = (scheduled_ns - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
@@ -123,24 +123,24 @@ class Runner:
             if gate is not None:
                 async with gate:
                     sent = True
-                    text = await stream_request(http, self.target, req, record)
+                    reply = await stream_texts(http, self.target, req, record)
             else:
                 sent = True
-                text = await stream_request(http, self.target, req, record)
+                reply = await stream_texts(http, self.target, req, record)
         except asyncio.CancelledError:
             if sent:  # in flight at an interrupt: stored (error class "interrupted") before it propagates
                 self.records.append(record)
                 self.on_record(record)
             raise
         if self.tok is not None:
-            self._texts[record.request_id, record.phase] = (req, text)
+            self._texts[record.request_id, record.phase] = (req, reply.text)
         if self.options.keep_text and record.output_text is None:
-            record.output_text = text
+            record.output_text = reply.text
         self.records.append(record)
         self.on_record(record)
         if self.on_progress is not None:
             self.on_progress(record)
-        return record, text
+        return record, reply
 
     def retokenize(self) -> list[RequestRecord]:
         """Fill ``input_tokens_retok`` / ``output_tokens_retok`` of every record so far (one
@@ -168,9 +168,10 @@ class Runner:
             t.add_done_callback(tasks.discard)
 
         async def turn(when: int, req: RequestSpec) -> None:
-            record, text = await self._one(http, req, when, gate, "measured")
+            record, reply = await self._one(http, req, when, gate, "measured")
             done_ns = record.end_ns or time.perf_counter_ns()
-            follow: list[FollowUp] = session.on_complete(req, text, record.success)
+            # answer and reasoning apart: the next turn's history keeps only the answer
+            follow: list[FollowUp] = session.on_complete(req, Reply(reply.answer, reply.reasoning, record.success))
             for f in follow:
                 spawn(done_ns + int(f.delay_s * 1e9), f.request)
 
