@@ -202,10 +202,18 @@ class RunWriter:
         write_model_atomic(self.run_dir / MANIFEST_FILE, self.manifest)
 
     def close(self) -> None:
+        """Write the summary and manifest, then ``requests.parquet`` and ``summary.csv``
+        (:mod:`results.export`, from the stored records), and clear the running marker. An
+        export that fails is recorded in the manifest (``export_error``) and never loses the run."""
         if not self._fh.closed:
             self._fh.close()
         self.write_summary()
         self.write_manifest()
+        try:
+            export_run(self.run_dir, self.summary)
+        except Exception as exc:  # the JSONL and summary are safe; the data files can be rebuilt
+            setattr(self.manifest, "export_error", f"{type(exc).__name__}: {exc}")
+            self.write_manifest()
         (self.run_dir / RUNNING_FILE).unlink(missing_ok=True)
 
     def __enter__(self) -> "RunWriter":
@@ -234,6 +242,18 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.summary.run_id or self.run_dir.name
+
+    @property
+    def requests(self) -> Any:
+        """Every request record as a pandas DataFrame (``results.export.requests_frame`` dtypes):
+        read from ``requests.parquet`` when it is as new as ``requests.jsonl``, else built from
+        the loaded records."""
+        from .export import PARQUET_FILE, frame_from_records, requests_frame
+
+        parquet, jsonl = self.run_dir / PARQUET_FILE, self.run_dir / REQUESTS_FILE
+        if parquet.is_file() and (not jsonl.is_file() or parquet.stat().st_mtime >= jsonl.stat().st_mtime):
+            return requests_frame(parquet)
+        return frame_from_records(self.records)
 
     def records_for(self, engine: str, phase: str = "measured") -> list[RequestRecord]:
         """Records of one engine in one phase, in file order."""
@@ -412,6 +432,27 @@ def resolve_run(ref: str, output_dir: Path | str = "results") -> Path:
     if is_run_folder(cand):
         return cand
     raise ResultsError(f"no run {ref!r} (looked for {p} and {cand}); see `bench results list`")
+
+
+def export_run(run_dir: Path, summary: RunSummary | None = None) -> list[Path]:
+    """Write ``requests.parquet`` and ``summary.csv`` of ``run_dir`` from its stored files
+    (``bench results export``; :class:`RunWriter` does it when a run closes). A capacity
+    search's ``search.json`` gives one CSV row per probe. Returns the paths written.
+    Raises :class:`ResultsError` for a damaged folder."""
+    from .export import write_parquet, write_summary_csv
+
+    run_dir = Path(run_dir)
+    records = read_records(run_dir / REQUESTS_FILE)
+    if summary is None:
+        summary = load_run(run_dir).summary
+    probes = None
+    search = run_dir / "search.json"
+    if search.is_file():
+        from .schema import SearchSummary
+
+        probes = {name: entry.probes for name, entry in
+                  _validate(SearchSummary, _read_json(search, run_dir), search).engines.items()}
+    return [write_parquet(run_dir, records, summary.run_id), write_summary_csv(run_dir, summary, probes)]
 
 
 def iter_engine_names(summary: RunSummary) -> Iterable[str]:

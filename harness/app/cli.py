@@ -370,6 +370,26 @@ def results_show(
     _print_summary(r.summary)
 
 
+@results_app.command("export")
+def results_export(
+    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
+) -> None:
+    """Write requests.parquet (one typed row per request record) and summary.csv (one row per
+    engine x condition, headline metrics with intervals) for a stored run, e.g. an older one."""
+    from harness.app.rebuild import load_or_rebuild
+    from results.store import ResultsError, export_run, resolve_run
+
+    try:
+        run_dir = resolve_run(run, output_dir)
+        load_or_rebuild(run_dir, note=lambda line: err_console.print(escape(line)))
+        paths = export_run(run_dir)
+    except ResultsError as exc:
+        fail(str(exc))
+    for path in paths:
+        console.print(f"wrote {path}", markup=False)
+
+
 @results_app.command("rebuild")
 def results_rebuild(
     run: str = typer.Argument(..., help="Run id or run folder of a killed run."),
