@@ -220,3 +220,61 @@ def test_bad_salt_is_one_line():
         with pytest.raises(WorkloadError, match=needle) as err:
             parse_options(name="chat", prompt_salt=value)
         assert str(err.value).startswith("--prompt-salt ") and "\n" not in str(err.value)
+
+
+# --- (10) the warm-cache warning ----------------------------------------------------------------------
+def _run(url: str, out, run_id: str, *extra: str):
+    from harness.app.cli import app
+
+    return CliRunner().invoke(app, [
+        "run", "--engine", "openai", "--base-url", url, "--model", "null", "--workload", "random",
+        "--num-requests", "4", "--input-len", "16", "--output-len", "3", "--warmup", "0", "--no-calibration",
+        "--no-equivalence", "-o", str(out), "--run-id", run_id, *extra,
+    ])
+
+
+def test_warning_when_an_identical_earlier_run_measured_the_same_endpoint(tmp_path):
+    from harness.loadgen.nullserver import null_server
+
+    warned = "the engine's prefix cache may be warm from run"
+    with null_server() as url:
+        first = _run(url, tmp_path, "r1")
+        assert first.exit_code == 0, first.output
+        assert warned not in first.output
+        second = _run(url, tmp_path, "r2")
+        assert second.exit_code == 0, second.output
+        lines = [line for line in second.output.splitlines() if warned in line]
+        assert lines == ["openai: the engine's prefix cache may be warm from run r1 (same endpoint, workload and seed: "
+                         "identical prompts); pass --prompt-salt auto, or restart the engine, to measure a cold cache"]
+        salted = _run(url, tmp_path, "r3", "--prompt-salt", "auto")
+        assert salted.exit_code == 0, salted.output
+        assert warned not in salted.output
+        other_seed = _run(url, tmp_path, "r4", "--seed", "5")
+        assert other_seed.exit_code == 0, other_seed.output
+        assert warned not in other_seed.output
+    salt = json.loads((tmp_path / "r3" / "manifest.json").read_text())["workload"]["prompt_salt"]
+    assert re.fullmatch(r"run-[0-9a-f]{8}", salt)
+    assert json.loads((tmp_path / "r1" / "manifest.json").read_text())["workload"]["prompt_salt"] is None
+
+
+def test_identical_earlier_run_needs_the_same_endpoint_and_spec_and_skips_damaged_folders(tmp_path):
+    from harness.app.warm_cache import identical_earlier_run
+
+    spec = {"kind": "random", "seed": 0, "input_len": 16, "prompt_salt": None}
+
+    def write(name: str, workload, base_url="http://127.0.0.1:9/v1", created="2026-12-01T10:00:00+0000"):
+        (tmp_path / name).mkdir()
+        manifest = {"created_at": created, "workload": workload, "engines": {"openai": {"base_url": base_url}}}
+        (tmp_path / name / "manifest.json").write_text(json.dumps(manifest))
+
+    write("old", {k: v for k, v in spec.items() if k != "prompt_salt"})  # written before the salt existed
+    write("newer", spec, created="2026-12-02T10:00:00+0000")
+    write("elsewhere", spec, base_url="http://10.0.0.2:8000", created="2026-12-03T10:00:00+0000")
+    write("seed1", {**spec, "seed": 1}, created="2026-12-03T10:00:00+0000")
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "manifest.json").write_bytes(b"\xff{")
+    assert identical_earlier_run(tmp_path, "now", spec, "openai", "http://127.0.0.1:9") == "newer"
+    assert identical_earlier_run(tmp_path, "newer", spec, "openai", "http://127.0.0.1:9/") == "old"
+    assert identical_earlier_run(tmp_path, "now", {**spec, "prompt_salt": "run-1"}, "openai", "http://127.0.0.1:9") is None
+    assert identical_earlier_run(tmp_path, "now", spec, "openai", "http://127.0.0.1:10") is None
+    assert identical_earlier_run(tmp_path, "now", spec, "own", "http://127.0.0.1:9") is None

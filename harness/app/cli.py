@@ -94,6 +94,7 @@ def run(
     trace: TraceOpt = None,
     time_scale: TimeScaleOpt = None,
     workload_spec: WorkloadSpecOpt = None,
+    prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json). Default: no salt."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads per engine (default: cores - 1, one core left for the client)."),
@@ -122,7 +123,8 @@ def run(
         options = parse_options(
             name=workload, spec_file=workload_spec, seed=seed, num_requests=num_requests, scale=scale,
             request_rate=parse_rate(request_rate), burstiness=burstiness, max_concurrency=max_concurrency, api=api,
-            input_len=input_len, output_len=output_len, range_ratio=range_ratio, trace=trace, time_scale=time_scale)
+            input_len=input_len, output_len=output_len, range_ratio=range_ratio, trace=trace, time_scale=time_scale,
+            prompt_salt=prompt_salt)
     except WorkloadError as exc:
         fail(str(exc))
     for name, v in (("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):

@@ -37,6 +37,7 @@ from harness.app.plan import EnginePlan, capabilities_of, plan_engine
 from harness.app.startup import EngineStarter, start_slots
 from harness.app.run_config import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
 from harness.app.progress import engine_progress
+from harness.app.warm_cache import warn_if_cache_may_be_warm
 from harness.app.signals import interrupt_cause
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs, equivalence_requests
@@ -233,6 +234,7 @@ class Orchestrator:
                         # built while the engines start (loading transformers and the tokenizer takes ~5 s)
                         tokenizer, workload = self._build_workload(model_dir, starter, writer)
                         self._manifest(writer, model_dir, workload, threads)
+                        warn_if_cache_may_be_warm(self.console, writer.run_dir, writer.manifest.workload, plans)
                     for i, engine in enumerate(live):
                         if cause := self._turn(engine, starter, writer, workload, tokenizer, repeat, equivalence):
                             interrupted = cause
