@@ -15,10 +15,12 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from results.recommendation import Recommendation
+from results.schema import Timeline
 from results.store import Run
 
 from . import plots
-from .context import CDF_PANELS, build_context
+from .context import CDF_PANELS, _label, build_context
+from .timeline import timeline_plots
 
 
 def _md_cell(value: Any) -> str:
@@ -52,17 +54,20 @@ def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
-def write_reports(runs: list[Run], recommendation: Recommendation | None, out_dir: Path) -> tuple[Path, Path]:
+def write_reports(runs: list[Run], recommendation: Recommendation | None, out_dir: Path,
+                  timelines: dict[tuple[str, str], list[Timeline]] | None = None) -> tuple[Path, Path]:
     """Write the Markdown and HTML reports of ``runs`` into ``out_dir``; return their paths.
 
     One run: ``report.md`` / ``report.html``; several: ``report-compare.md`` / ``.html`` covering
     all of them. Renders only stored artefacts (summary, manifest, recommendation); the
     application completes and scores runs before calling this (``harness.app.reporting``).
+    ``timelines``: (run id, engine) → its timelines (``harness.metrics.timeline``), plotted.
     """
     out_dir = Path(out_dir)
     stem = "report-compare" if len(runs) > 1 else "report"
     ctx = build_context(runs, recommendation)
     pngs = render_plots(ctx.pop("plot_data"))
+    pngs.update(timeline_plots(runs, timelines, _label))
 
     plot_dir = out_dir / f"{stem}-plots"
     plot_dir.mkdir(exist_ok=True)

@@ -48,12 +48,12 @@ def test_report_content(tmp_path: Path) -> None:
     md = md_path.read_text()
     for heading in ("## Recommendation", "## Summary per engine", "## Engines not measured", "## Latency distributions",
                     "## Throughput vs latency", "## Per-turn TTFT (agentic sessions)",
-                    "## Prefix caching and speculative decoding", "## Metric definitions", "## Manifest"):
+                    "## Over time", "## Prefix caching and speculative decoding", "## Metric definitions", "## Manifest"):
         assert heading in md
     # the plots the Markdown points at exist
     for rel in re.findall(r"\]\((report-plots/[a-z_]+\.png)\)", md):
         assert (run.run_dir / rel).stat().st_size > 1000
-    assert len(re.findall(r"\]\((report-plots/[a-z_]+\.png)\)", md)) == 3
+    assert len(re.findall(r"\]\((report-plots/[a-z_]+\.png)\)", md)) == 5  # + the timelines
     # per-turn table: own's median TTFT by turn
     assert "| own | 0 | 4 | 120.0 | 120.0 |" in md and "| own | 2 | 4 | 40.0 | 40.0 |" in md
     assert "| own | 62.0% | 0.0% | 75.0% | — | — | — |" in md
@@ -73,7 +73,7 @@ def test_report_content(tmp_path: Path) -> None:
     assert "<script" not in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)  # nothing external
     srcs = re.findall(r'<img class="plot" alt="[^"]*" src="([^"]+)"', html)
-    assert len(srcs) == 3 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert len(srcs) == 5 and all(s.startswith("data:image/png;base64,") for s in srcs)  # + the timelines
     for s in srcs:
         img = np.asarray(Image.open(io.BytesIO(base64.b64decode(s.split(",", 1)[1]))).convert("RGB"))
         assert img.shape[0] > 200 and img.std() > 10  # a drawn plot, not a blank canvas

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from adapters.hardware import get_profile, profile_from_manifest
 from harness.metrics.derive import complete_metrics
+from harness.metrics.timeline import timelines
 from harness.scoring import Recommendation, recommend
 from reports import write_reports
 from results.recommendation import write_recommendation
@@ -106,4 +107,5 @@ def write_run_reports(
         recommendation = default_recommendation(runs)
         if len(runs) == 1:
             write_recommendation(base.run_dir, recommendation)
-    return write_reports(runs, recommendation, Path(run_dir))
+    lines = {(run.run_id, name): timelines(run.records_for(name)) for run in runs for name in run.summary.engines}
+    return write_reports(runs, recommendation, Path(run_dir), timelines=lines)
