@@ -62,6 +62,7 @@ def search_cmd(
     startup_timeout: float = typer.Option(600.0, "--startup-timeout", help="Engine start-up (health) timeout, seconds."),
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once (frozen until their turn)."),
     max_failure_rate: float = typer.Option(0.05, "--max-failure-rate", help="A probe that fails more than this share of its requests does not pass (0.05 = 5%)."),
+    no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Do not send ignore_eos (for endpoints that reject the field); replies may then stop early."),
 ) -> None:
     """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
     from harness.app.cli import _check_failure_rate, _check_run_target, _guarded, _positive
@@ -137,7 +138,8 @@ def search_cmd(
         run=RunConfig(engines=engines, workload=options, model=model_dir, warmup=warmup, output_dir=output_dir,
                       run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs,
                       threads=threads, request_timeout_s=timeout, startup_timeout_s=startup_timeout,
-                      parallel_start=not sequential_start, max_failure_rate=max_failure_rate))
+                      parallel_start=not sequential_start, max_failure_rate=max_failure_rate,
+                      ignore_eos=not no_ignore_eos))
     result = _guarded(lambda: SearchOrchestrator(cfg, console).run())
     print_search(result.summary)
     console.print(f"\nResults: {result.run_dir}", markup=False)

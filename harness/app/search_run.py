@@ -272,7 +272,8 @@ class SearchOrchestrator:
                 info = {"display_name": ep.display_name, "startup_s": round(startup_s, 2)}
                 writer.manifest.engines[name] = {**info, "startup_parallel": parallel, **ep.effective_config}
                 writer.write_manifest()
-                target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos)
+                target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key,
+                                        ep.supports_ignore_eos and c.run.ignore_eos)
                 warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.run.request_timeout_s))
                 asyncio.run(self.orch._before_measuring(name, target, warm, tokenizer, False))  # warm-up once per engine
                 prober = self.prober
