@@ -12,9 +12,12 @@ that rejects the field (the hosted OpenAI API answers HTTP 400) is measured with
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
@@ -23,36 +26,68 @@ from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, Pro
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?P<password>:[^/@\s]*)?@")
+
+
+def redact_credentials(text: str) -> str:
+    """Every URL's credentials in ``text`` masked: ``http://user:key@host`` →
+    ``http://user:***@host``, a bare token ``https://TOKEN@host`` → ``https://***@host``
+    (RFC 3986 userinfo; the user name of a ``user:password`` pair is kept so a reader can tell
+    which account was used). Text without credentials is returned unchanged."""
+
+    def mask(m: re.Match[str]) -> str:
+        if m["password"] is not None:
+            return f"{m['scheme']}{m['user']}:***@"
+        return f"{m['scheme']}***@" if m["user"] else m[0]
+
+    return _USERINFO.sub(mask, text)
+
 
 def normalize_base_url(url: str) -> str:
     """``http://h:8000/v1/`` → ``http://h:8000`` (the Endpoint convention: no ``/v1``).
 
-    Raises ValueError for a URL that is not http(s).
+    Raises ValueError for a URL that is not http(s) (its message masks credentials).
     """
     u = url.strip().rstrip("/")
     if not (u.startswith("http://") or u.startswith("https://")):
-        raise ValueError(f"--base-url {url!r} must start with http:// or https://")
+        raise ValueError(f"--base-url {redact_credentials(url)!r} must start with http:// or https://")
     if u.endswith("/v1"):
         u = u[:-3]
     return u
 
 
+def _without_userinfo(url: str) -> tuple[str, str | None]:
+    """``(url without its user:password@, a Basic Authorization header value or None)``:
+    urllib sends no URL credentials itself (aiohttp, the streaming client, does)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{parts.port}" if parts.port else ""
+    pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), "Basic " + base64.b64encode(pair.encode()).decode()
+
+
 def list_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> list[str]:
-    """Model ids from ``GET {base_url}/v1/models``. Raises EngineError when unreachable/not OpenAI."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    req = urllib.request.Request(base_url + "/v1/models", headers=headers)
+    """Model ids from ``GET {base_url}/v1/models`` (credentials in the URL sent as Basic auth).
+    Raises EngineError when unreachable/not OpenAI; its message masks the URL's credentials."""
+    url, basic = _without_userinfo(base_url)
+    shown = redact_credentials(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else ({"Authorization": basic} if basic else {})
+    req = urllib.request.Request(url + "/v1/models", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
         hint = f": set {API_KEY_ENV}" if exc.code in (401, 403) else ""
-        raise EngineError(f"openai: GET {base_url}/v1/models answered HTTP {exc.code}{hint}") from exc
+        raise EngineError(f"openai: GET {shown}/v1/models answered HTTP {exc.code}{hint}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise EngineError(f"openai: {base_url} is not reachable ({exc}); check --base-url") from exc
+        raise EngineError(f"openai: {shown} is not reachable ({redact_credentials(str(exc))}); check --base-url") from exc
     try:
         return [m["id"] for m in data.get("data", [])]
     except (AttributeError, KeyError, TypeError) as exc:
-        raise EngineError(f"openai: {base_url}/v1/models is not an OpenAI model list") from exc
+        raise EngineError(f"openai: {shown}/v1/models is not an OpenAI model list") from exc
 
 
 class OpenAIAdapter:
@@ -74,7 +109,11 @@ class OpenAIAdapter:
             models = list_models(base, os.environ.get(API_KEY_ENV), timeout=5.0)
         except (ValueError, EngineError) as exc:
             return ProbeResult(False, str(exc))
-        return ProbeResult(True, f"openai: {base} serves {len(models)} model(s)")
+        return ProbeResult(True, f"openai: {redact_credentials(base)} serves {len(models)} model(s)")
+
+    def parity_args(self, target: object) -> tuple[dict[str, str], list[str]]:
+        """``--parity strict`` cannot reach an external endpoint: its settings are its operator's."""
+        return {}, [f"{self.name}: an external endpoint: its settings are its operator's, not set by this harness"]
 
     @contextmanager
     def launch(self, config: LaunchConfig) -> Iterator[Endpoint]:
@@ -86,17 +125,18 @@ class OpenAIAdapter:
         try:
             base = normalize_base_url(raw)
         except ValueError as exc:
-            raise EngineError(str(exc)) from exc
+            raise EngineError(redact_credentials(str(exc))) from exc
         api_key = os.environ.get(API_KEY_ENV) or None
         models = list_models(base, api_key)
+        shown = redact_credentials(base)  # what is stored and printed; ``base_url`` keeps them to authenticate
         model = config.model_name or (models[0] if models else None)
         if model is None:
-            raise EngineError(f"openai: {base}/v1/models lists no model: pass --model-name NAME")
+            raise EngineError(f"openai: {shown}/v1/models lists no model: pass --model NAME")
         if models and model not in models:
-            raise EngineError(f"openai: model {model!r} is not served by {base} (it serves: {', '.join(models[:5])})")
+            raise EngineError(f"openai: model {model!r} is not served by {shown} (it serves: {', '.join(models[:5])})")
         yield Endpoint(
-            base_url=base, model_name=model, display_name=f"openai ({base})",
-            effective_config={"engine": "openai", "base_url": base, "model": model,
+            base_url=base, model_name=model, display_name=f"openai ({shown})",
+            effective_config={"engine": "openai", "base_url": shown, "model": model,
                               "api_key": "from $OPENAI_API_KEY" if api_key else None, "served_models": models[:20]},
             api_key=api_key, supports_ignore_eos=True, metrics_url=None, log_path=None,
         )

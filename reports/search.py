@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from adapters.openai_adapter import redact_credentials
 from results.schema import SEARCH_FILE, EngineSearch, SearchSummary
 from results.store import ResultsError
 
@@ -178,5 +179,5 @@ def write_search_report(run_dir: Path | str) -> tuple[Path, Path | None]:
         plot_path = run_dir / PLOT_FILE
         plot_path.write_bytes(png)
     md = run_dir / MD_FILE
-    md.write_text(render_markdown(summary, PLOT_FILE if plot_path else None), encoding="utf-8")
+    md.write_text(redact_credentials(render_markdown(summary, PLOT_FILE if plot_path else None)), encoding="utf-8")
     return md, plot_path

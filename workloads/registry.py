@@ -17,7 +17,7 @@ import numpy as np
 from workloads.agentic import build_agentic_sessions
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
-from workloads.options import WorkloadOptions, flag, is_neutral, parse_options
+from workloads.options import WorkloadOptions, check_spec_bounds, flag, is_neutral, parse_options
 from workloads.salt import resolve_salt, salt_single_sessions
 from workloads.single import build_chat, build_code, build_rag, build_random, build_summarization
 from workloads.spec import WorkloadSpec, load_spec_file, make_spec
@@ -84,7 +84,9 @@ def resolve_spec(name: str | WorkloadOptions, spec_file: Path | None = None, **o
                 continue  # a caller passing the documented neutral default everywhere
             raise WorkloadError(f"{flag(key)} does not apply to the {opts.name} workload (it applies to: {', '.join(kinds)})")
         values[key] = value
-    return make_spec(opts.name, values)
+    spec = make_spec(opts.name, values)
+    check_spec_bounds(spec)  # a spec file's values too: a huge one would exhaust memory while building
+    return spec
 
 
 def build_workload(

@@ -6,11 +6,18 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Any, NoReturn, Optional
+from urllib.parse import urlsplit
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
+
+try:  # typer >= 0.2x parses with its own copy of click, whose exceptions are not click's
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer: click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 NON_TTY_WIDTH = 160  # tables stay readable in pipes, logs and CI (rich would use 80 columns)
 
@@ -26,11 +33,151 @@ def make_console(stderr: bool = False) -> Console:
 err_console = make_console(stderr=True)
 
 
+def _print_error(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(' '.join(message.splitlines()))}", highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` (one line, markup-escaped) on stderr and exit with ``code``
     (2 = bad input, 1 = the command ran but found nothing usable)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    _print_error(message)
     raise typer.Exit(code)
+
+
+def usage_error_line(exc: click_errors.ClickException) -> str:
+    """The message of a click/typer usage error on one line (every newline folded; typer's box
+    and click's three-line form carry the same text)."""
+    return " ".join(exc.format_message().split())
+
+
+class OneLineErrors(TyperGroup):
+    """The ``bench`` root group: every option-parsing error of every command (unknown option,
+    bad int, missing argument, bad choice) is printed as one line ``error: ...`` plus at most
+    one ``Try 'bench run --help' for help.`` line on stderr, exit code 2, instead of typer's
+    rich box. Errors of subcommands are raised while the root parses or invokes them, so
+    wrapping the root's ``make_context`` and ``invoke`` covers them all. ``bench`` alone still
+    prints its help (click's NoArgsIsHelpError)."""
+
+    def make_context(self, info_name: Optional[str], args: list[str], parent: Optional[typer.Context] = None,
+                     **extra: Any) -> typer.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click_errors.ClickException as exc:
+            _usage_exit(exc)
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click_errors.ClickException as exc:
+            _usage_exit(exc)
+
+
+def _usage_exit(exc: click_errors.ClickException) -> NoReturn:
+    if isinstance(exc, click_errors.NoArgsIsHelpError):
+        raise exc  # `bench` / `bench results` alone: the help text, as before
+    _print_error(usage_error_line(exc))
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click_errors.UsageError) and ctx is not None:
+        err_console.print(f"Try '{ctx.command_path} --help' for help.", highlight=False, soft_wrap=True, markup=False)
+    raise typer.Exit(exc.exit_code if exc.exit_code else 2)
+
+
+def check_base_url(url: Optional[str], option: str = "--base-url") -> Optional[str]:
+    """Validate an endpoint URL at parse time: ``http://`` or ``https://``, a host, a numeric
+    port when one is given. Returns it unchanged; exits with a one-line error (code 2) naming
+    the fix otherwise (a URL without a scheme used to pass and fail later as an engine)."""
+    if url is None:
+        return None
+    text = url.strip()
+    shown = redact_url(text)
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises ValueError for a non-numeric or out-of-range port
+    except ValueError as exc:
+        fail(f"{option} {shown!r} is not a URL ({exc}): give e.g. http://host:8000")
+    if parts.scheme not in ("http", "https"):
+        fail(f"{option} {shown!r} needs a scheme: give http://{shown} or https://{shown}" if "://" not in text
+             else f"{option} {shown!r}: the scheme must be http or https, got {parts.scheme!r}")
+    if not parts.hostname:
+        fail(f"{option} {shown!r} has no host: give e.g. http://host:8000")
+    del port
+    return text
+
+
+def check_workload(options: Any) -> Any:
+    """Resolve a run's :class:`workloads.options.WorkloadOptions` into its spec the way the
+    builder will (``workloads.registry.resolve_spec``: options that do not apply, spec files,
+    upper bounds) and check the trace a trace workload names exists, so none of these is found
+    only after engines started. Returns the spec; raises ``WorkloadError`` (one line)."""
+    from workloads.errors import WorkloadError
+    from workloads.registry import resolve_spec
+    from workloads.trace import resolve_trace
+
+    spec = resolve_spec(options)
+    if getattr(spec, "kind", None) == "trace":
+        _, path, _ = resolve_trace(spec.trace)
+        if not path.is_file():
+            raise WorkloadError(f"--trace {spec.trace}: no such file {path}: pass a trace name or an existing file")
+    return spec
+
+
+def endpoint_options(engines: list[str], model: Optional[str], base_url: Optional[str],
+                     tokenizer: Optional[str] = None) -> tuple[Optional[str], Optional[str]]:
+    """``(served model name, model folder)`` for the engines of a run: with ``--engine openai``
+    ``--model`` is the served name and the folder is ``--tokenizer`` (None = the default
+    model's, only to build prompts). Exits with one line (code 2) for ``--base-url`` without
+    ``openai`` or without a scheme/host, ``openai`` without ``--base-url``, ``--tokenizer``
+    without ``openai`` alone, or a ``--tokenizer`` that is not a model folder with a tokenizer
+    transformers can load."""
+    if "openai" not in engines:
+        if base_url is not None:
+            fail("--base-url is the endpoint of --engine openai: add --engine openai, or drop --base-url")
+        if tokenizer is not None:
+            fail("--tokenizer names the endpoint's tokenizer for --engine openai; local engines tokenize with --model DIR")
+        return None, model
+    if not base_url:
+        fail("--engine openai needs --base-url URL (and --model NAME, the served model name)")
+    check_base_url(base_url)
+    if tokenizer is not None:
+        if engines != ["openai"]:
+            fail("--tokenizer is for an --engine openai run alone: the local engines serve --model's folder and the "
+                 "workload is built with its tokenizer; measure the endpoint in its own run")
+        check_tokenizer_dir(tokenizer)
+    return model, tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def check_tokenizer_dir(folder: str, option: str = "--tokenizer") -> Path:
+    """A local Hugging Face model folder whose ``config.json`` and tokenizer (``tokenizer.json``,
+    ``tokenizer.model`` or ``tokenizer_config.json``) load; weights are not needed. Returns the
+    resolved path; exits with one line (code 2) saying what is missing otherwise."""
+    path = Path(folder).expanduser()
+    if not path.exists():
+        fail(f"{option} {folder}: no such folder: pass the local folder of the model the endpoint serves "
+             "(config.json and tokenizer files; e.g. `hf download ORG/MODEL --exclude '*.safetensors' --local-dir DIR`)")
+    if not path.is_dir():
+        fail(f"{option} {folder} is a file: pass the model folder that holds it")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        fail(f"{option} {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}): pass a Hugging Face model folder")
+    if not (path / "config.json").is_file():
+        fail(f"{option} {folder} has no config.json: pass the model's Hugging Face folder (config.json and tokenizer "
+             "files; the weights are not needed)")
+    try:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # transformers raises many types for a damaged folder
+        fail(f"{option} {folder}: the tokenizer does not load ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")
+    return path.resolve()
+
+
+def redact_url(url: str) -> str:
+    """``http://user:key@host`` → ``http://user:***@host`` (see adapters.openai_adapter.redact_credentials)."""
+    from adapters.openai_adapter import redact_credentials
+
+    return redact_credentials(url)
 
 
 def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[float]:

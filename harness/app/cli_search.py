@@ -18,7 +18,7 @@ from rich.table import Table
 from harness.app.signals import exit_code
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, ScaleOpt, TimeScaleOpt, TraceOpt,
-    WorkloadSpecOpt, err_console, fail, make_console,
+    WorkloadSpecOpt, check_workload, endpoint_options, err_console, fail, make_console,
 )
 
 console = make_console()
@@ -72,7 +72,7 @@ def search_cmd(
     from harness.metrics import SLOError, parse_slos
     from workloads.errors import WorkloadError
     from workloads.options import RATE_KINDS, parse_options
-    from workloads.registry import list_workloads, resolve_spec
+    from workloads.registry import list_workloads
 
     if search_var not in SEARCH_VARS:
         fail(f"--search-var must be one of {', '.join(SEARCH_VARS)}, got {search_var!r}")
@@ -110,11 +110,7 @@ def search_cmd(
     dup = next((e for e in engines if engines.count(e) > 1), None)
     if dup:
         fail(f"--engine lists {dup!r} twice: name each engine once")
-    served_name, model_dir = None, model
-    if "openai" in engines:
-        if not base_url:
-            fail("--engine openai needs --base-url URL (and --model NAME, the served model name)")
-        served_name, model_dir = model, None
+    served_name, model_dir = endpoint_options(engines, model, base_url)  # --base-url checked here, as for bench run
     try:
         slos = parse_slos(slo)
         eargs = parse_engine_args(engine_arg)
@@ -124,7 +120,7 @@ def search_cmd(
             name=workload, spec_file=workload_spec, seed=seed, num_requests=num_requests, scale=scale,
             burstiness=burstiness, api=api, input_len=input_len, output_len=output_len, range_ratio=range_ratio,
             trace=trace, time_scale=time_scale)
-        resolve_spec(options)  # an option the workload does not take fails before any engine starts
+        check_workload(options)  # an option the workload does not take, or an unknown trace, fails before any engine starts
     except (SLOError, WorkloadError, ValueError) as exc:
         fail(str(exc))
     if slo is not None and not slos:

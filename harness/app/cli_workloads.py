@@ -130,8 +130,15 @@ def show(
     from workloads.options import parse_options
     from workloads.registry import build_workload
 
+    from harness.app.cli_common import check_workload
+
     rate = _rate(request_rate)
     try:
+        options = parse_options(name=name, seed=seed, num_requests=num_requests, scale=scale, request_rate=rate,
+                                burstiness=burstiness, max_concurrency=max_concurrency, input_len=input_len,
+                                output_len=output_len, range_ratio=range_ratio, api=api, trace=trace,
+                                time_scale=time_scale, spec_file=spec_file)
+        check_workload(options)  # bounds, spec file, trace: before the tokenizer takes seconds to load
         model_dir = resolve_model(model)
         from transformers import AutoTokenizer
 
@@ -139,12 +146,7 @@ def show(
             tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         except Exception as exc:  # transformers raises many types for a bad folder
             _fail(f"could not load the tokenizer from {model_dir} ({type(exc).__name__}): pass a Hugging Face model folder")
-        w = build_workload(
-            parse_options(name=name, seed=seed, num_requests=num_requests, scale=scale, request_rate=rate,
-                          burstiness=burstiness, max_concurrency=max_concurrency, input_len=input_len,
-                          output_len=output_len, range_ratio=range_ratio, api=api, trace=trace,
-                          time_scale=time_scale, spec_file=spec_file),
-            tokenizer)
+        w = build_workload(options, tokenizer)
     except (WorkloadError, ModelError) as exc:
         _fail(str(exc))
         return

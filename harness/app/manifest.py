@@ -30,22 +30,30 @@ def git_sha() -> str | None:
 
 
 def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed: int | None,
-                  slos: Sequence[SLO], threads: int) -> None:
+                  slos: Sequence[SLO], threads: int, *, token_note: str | None = None,
+                  describe_model: bool = True) -> None:
     """Record the command, versions, hardware, model, workload (spec, seed, statistics), SLOs,
-    threads and the metric definitions in ``manifest`` (in place)."""
+    threads and the metric definitions in ``manifest`` (in place).
+
+    ``describe_model=False`` (an ``--engine openai`` run without ``--tokenizer``): ``model`` is
+    left empty, since ``model_dir`` only built the prompts and is not what the endpoint serves.
+    ``token_note``: what the token counts rest on, stored as ``workload.token_counts`` (the
+    report prints every workload field). Credentials in URLs of the command line are masked
+    (``http://user:***@host``)."""
     import harness.metrics as metrics_module
 
+    from adapters.openai_adapter import redact_credentials
     from harness.app.model import model_summary
 
-    manifest.command = list(sys.argv)
+    manifest.command = [redact_credentials(arg) for arg in sys.argv]
     manifest.harness_version = __version__
     manifest.git_sha = git_sha()
     manifest.created_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest.python = platform.python_version()
     manifest.platform = platform.platform()
     manifest.hardware = detect_hardware().to_dict()
-    manifest.model = ModelSummary.model_validate(model_summary(model_dir))
-    manifest.workload = workload.spec
+    manifest.model = ModelSummary.model_validate(model_summary(model_dir)) if describe_model else None
+    manifest.workload = {**workload.spec, **({"token_counts": token_note} if token_note else {})}
     rates = {key: rate for key in ("offered_rate", "requested_rate")
              if (rate := getattr(workload, key, None)) is not None and math.isfinite(rate)}
     manifest.workload_stats = {**workload.stats, **rates}  # the rates let a killed run be summarised later

@@ -142,14 +142,16 @@ def resolve_model(model: str | None) -> Path:
 
 def model_summary(folder: Path) -> dict:
     """Architecture facts the scorer and manifest need (``results.model_geometry.read_model_summary``)
-    plus ``num_params`` counted from the safetensors headers (None when they cannot be read).
+    plus ``num_params`` counted from the safetensors headers (None when they cannot be read or
+    the folder has none, e.g. an ``--engine openai --tokenizer`` folder without weights).
     """
     num_params = None
     try:
         from safetensors import safe_open
 
-        num_params = 0
-        for f in sorted(folder.glob("*.safetensors")):
+        files = sorted(folder.glob("*.safetensors"))
+        num_params = 0 if files else None  # a folder without weights (a tokenizer folder) has no known count, not 0
+        for f in files:
             with safe_open(str(f), "pt") as st:
                 for k in st.keys():
                     shape = st.get_slice(k).get_shape()
