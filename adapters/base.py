@@ -109,6 +109,10 @@ class Endpoint:
     # None for engines the harness did not start (an external endpoint is never paused).
     pause: Callable[[], None] | None = None
     resume: Callable[[], None] | None = None
+    # The server's process group (``os.getpgid`` of the server; every worker it forks shares it),
+    # sampled for memory/CPU during the measured phase (adapters.resources). None for an
+    # endpoint the harness did not start.
+    pgid: int | None = None
 
 
 class EngineError(RuntimeError):

@@ -225,6 +225,7 @@ class ServerAdapter:
                 log_path=log_path,
                 pause=server.pause,
                 resume=server.resume,
+                pgid=server.pgid,
             )
 
 
