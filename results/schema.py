@@ -181,10 +181,13 @@ class TokenDrift(Artefact):
 
 
 class SessionMetrics(Artefact):
-    """Multi-turn sessions: count, fully successful ones, their completion time (ms)."""
+    """Multi-turn sessions: count, fully successful ones, their completion time (ms);
+    ``aborted_turns``: turns never sent because an earlier turn of their session failed (None =
+    not counted: the planned turns were not known, e.g. an older run)."""
 
     sessions: int = 0
     completed: int = 0
+    aborted_turns: int | None = None
     requests_per_session_mean: float | None = None
     completion_time_ms: Distribution = Field(default_factory=Distribution)
 

@@ -102,6 +102,7 @@ def run(
     startup_timeout: float = typer.Option(600.0, "--startup-timeout", help="Engine start-up (health) timeout, seconds."),
     no_equivalence: bool = typer.Option(False, "--no-equivalence", help="Skip the greedy output-equivalence check across engines."),
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Skip the client calibration against a null server."),
+    no_feature_probes: bool = typer.Option(False, "--no-feature-probes", help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified."),
     hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
     preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
     max_failure_rate: float = typer.Option(0.05, "--max-failure-rate", help="An engine that fails more than this share of a condition's requests is eliminated, its reason the count and the server's first messages (0.05 = 5%; 0 = none may fail)."),
@@ -174,7 +175,7 @@ def run(
         engines=engines, workload=options, model=model_dir, slos=slos, warmup=warmup, repeats=repeats, output_dir=output_dir,
         run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
-        calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines,
+        calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines, feature_probes=not no_feature_probes,
         parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos,
     )
     result = _guarded(lambda: Orchestrator(cfg, console).run())

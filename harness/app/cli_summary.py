@@ -77,6 +77,9 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             notes.append(f"{name}: {sf.requests} of {sf.checked} replies stopped (finish_reason \"stop\") "
                          f"{sf.tokens_missing / sf.requests:,.0f} tokens short of max_tokens on average although "
                          "ignore_eos was sent: the endpoint ignores it, so it did less work than asked")
+        if m.sessions is not None and m.sessions.aborted_turns:
+            notes.append(f"{name}: {m.sessions.aborted_turns} turns never sent because an earlier turn of their session "
+                         f"failed ({m.sessions.completed} of {m.sessions.sessions} sessions completed)")
         ci = engine.intervals.get
         row = [
             name, engine.shown_status, f"{m.requests_completed}/{m.requests_failed}",

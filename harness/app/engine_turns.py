@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from results.schema import EngineResult, EngineStatus, Metrics, RequestRecord
+from results.schema import FeatureProbe, EngineResult, EngineStatus, Metrics, RequestRecord
 
 from harness.app.plan import EnginePlan
 from harness.metrics import SLO, compute_metrics
@@ -34,6 +34,7 @@ class EngineTurns:
     display_name: str | None = None
     engine_metrics: dict[str, Any] = field(default_factory=dict)
     failure: EngineResult | None = None
+    feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)  # the first repeat's (feature_phase)
 
     @property
     def name(self) -> str:
@@ -65,6 +66,7 @@ class EngineTurns:
         metrics = pooled_metrics(repeats, records, slos, offered, requested) if repeats else None
         self.failure = EngineResult(status=EngineStatus.FAILED, reason=reason, metrics=metrics,
                                     repeats=repeats if len(repeats) > 1 else [], log_tail=log_tail[-4000:],
+                                    feature_probes=self.feature_probes,
                                     capabilities=self.plan.capabilities, version=self.plan.probe.version)
         return self.failure
 
@@ -80,6 +82,7 @@ class EngineTurns:
         base = dict(display_name=self.display_name, capabilities=self.plan.capabilities, version=self.plan.probe.version,
                     wall_s=round(sum(self.walls_s), 2), startup_s=round(statistics.median(self.startups_s), 2),
                     startup_parallel=self.parallel, engine_metrics=self.engine_metrics,
+                    feature_probes=self.feature_probes,
                     repeats=list(self.metrics) if len(self.metrics) > 1 else [])
         if metrics.requests_completed == 0:
             return EngineResult(status=EngineStatus.FAILED, metrics=metrics,

@@ -145,7 +145,8 @@ class Orchestrator:
             writer.replace_records(runner.retokenize())  # derived work, after the measured phase
             engine_metrics = self._engine_metrics(name, counters_before, _scrape(ep.metrics_url))
         measured = [r for r in runner.records if r.phase == "measured"]
-        turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate), measured,
+        turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate,
+                                  workload.planned_turns()), measured,
                   wall_s=wall, startup_s=startup_s, parallel=parallel, display_name=ep.display_name,
                   engine_metrics=engine_metrics)
         return equiv_texts

@@ -31,6 +31,7 @@ class RunConfig:
     startup_timeout_s: float = 600.0
     check_equivalence: bool = True
     calibrate: bool = True
+    feature_probes: bool = True  # probe each engine's features once, after its first measured phase (feature_phase.py)
     hardware: str = "detected"
     preset: str = "balanced"
     report: bool = True

@@ -79,6 +79,10 @@ def pooled_metrics(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
     update["rate_valid"] = None if any(v is None for v in valid) else all(valid)
     if pooled.goodput is not None:
         update["goodput"] = pooled.goodput.model_copy(update={"request_goodput": per_s(pooled.goodput.good_requests)})
+    if pooled.sessions is not None:  # session ids repeat across repeats: the aborted turns add up per repeat
+        aborted = [m.sessions.aborted_turns if m.sessions else None for m in repeats]
+        update["sessions"] = pooled.sessions.model_copy(
+            update={"aborted_turns": None if None in aborted else sum(a or 0 for a in aborted)})
     return pooled.model_copy(update=update)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -13,6 +13,8 @@ from results.schema import MAX_SAMPLES, Metrics, RequestRecord, Samples
 from .request import (NS_PER_MS, NS_PER_S, connect_ms, e2el_from_scheduled_ms, e2el_ms, itls_ms, tpot_ms,
                       ttfat_ms, ttft_from_scheduled_ms, ttft_ms)
 from .failures import server_message
+from workloads.base import count_aborted
+
 from .slo import SLO, meets_slos
 from .stats import distribution, error_adjusted_distribution
 
@@ -144,13 +146,16 @@ def peak_output_throughput(records: Sequence[RequestRecord], first_ns: int, last
     return float(buckets.max() / (span / n / NS_PER_S))
 
 
-def session_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def session_metrics(records: Sequence[RequestRecord], planned_turns: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Per-session outcome of multi-turn workloads (agentic).
 
     A session is every record sharing a ``session_id`` (branches included). **Session
     completion time** = last ``end_ns`` − first ``scheduled_ns`` of the session (ms): the time
     a user waits for the whole agent task, think/tool times included. ``completed`` counts
     sessions whose every request succeeded; only those enter the distribution.
+    ``aborted_turns`` (with ``planned_turns``, session id → the turns it sends when every turn
+    succeeds, ``Workload.planned_turns``): the turns a failed turn stopped
+    (``workloads.base.count_aborted``); None without it.
     """
     groups: dict[str, list[RequestRecord]] = {}
     for r in records:
@@ -166,6 +171,8 @@ def session_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "completed": len(times),
         "requests_per_session_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
         "completion_time_ms": distribution(times),
+        "aborted_turns": None if planned_turns is None else
+        count_aborted(planned_turns, [(r.session_id, r.success) for r in records]),
     }
 
 def per_turn_metrics(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
@@ -195,6 +202,7 @@ def compute_metrics(
     slos: Sequence[SLO] = (),
     offered_rate: float | None = None,
     requested_rate: float | None = None,
+    planned_turns: Mapping[str, int] | None = None,
 ) -> Metrics:
     """The ``engines.<name>.metrics`` object of ``summary.json`` for one engine's records.
 
@@ -283,7 +291,7 @@ def compute_metrics(
         metrics["rate_valid"] = None
 
     if any(r.turn_id is not None for r in measured):
-        metrics["sessions"] = session_metrics(measured)
+        metrics["sessions"] = session_metrics(measured, planned_turns)
         metrics["per_turn"] = per_turn_metrics(measured)
 
     if slos:
