@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from harness.app.feature_phase import probe_line
 from harness.metrics.failures import failure_text
 from results.schema import EngineStatus, Interval, RunSummary
 
@@ -54,7 +55,7 @@ def _basis_line(summary: RunSummary) -> str:
 
 
 def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
-    """The table and the lines to print under it (interval basis, engines' reasons)."""
+    """The table and the lines to print under it (interval basis, engines' reasons, feature probes)."""
     table = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
     cols = ["engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
             "E2E p99", "goodput"]
@@ -65,6 +66,8 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
     notes = ["Latencies in ms; rates over the measured phase (definitions: harness/metrics/).", _basis_line(summary)]
     for name, engine in summary.engines.items():
         m = engine.metrics
+        if engine.feature_probes:  # ✓ verified, ✗ failed (why), – unsupported
+            notes.append(probe_line(name, engine.feature_probes))
         if engine.status is not EngineStatus.OK or engine.reason:  # adapters' reasons already start with "name:"
             notes.append(engine.reason if engine.reason.startswith(f"{name}:") else f"{name}: {engine.reason}")
         elif engine.shown_status == "degraded" and m is not None:

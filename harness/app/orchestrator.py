@@ -144,6 +144,10 @@ class Orchestrator:
                 finish()
             writer.replace_records(runner.retokenize())  # derived work, after the measured phase
             engine_metrics = self._engine_metrics(name, counters_before, _scrape(ep.metrics_url))
+            if repeat == 0 and c.feature_probes:  # outside the measured phase, after its counters were read
+                from harness.app.feature_phase import probe_phase
+                turns.feature_probes = probe_phase(self.console, name, ep, target, tokenizer, writer.manifest,
+                                                   c.request_timeout_s)
         measured = [r for r in runner.records if r.phase == "measured"]
         turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate,
                                   workload.planned_turns()), measured,
