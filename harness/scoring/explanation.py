@@ -18,6 +18,7 @@ from results.recommendation import TIE_BREAK
 
 from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
 from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
+from .cost import engine_cost
 from .weights import CRITERIA
 
 _BEFORE_SLO_STAGES = ("not measured", "reliability", "validity", "hardware", "feature", "memory")
@@ -38,6 +39,11 @@ def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outc
         return f"output {winner_tps or 0:,.1f} vs {runner_up_tps or 0:,.1f} tokens/s{ratio}"
     if criterion == "features":
         return "no feature verified for either engine: features score 0"
+    if criterion == "cost":
+        winner_cost, runner_up_cost = engine_cost(ctx.hardware, winner_raw), engine_cost(ctx.hardware, runner_up_raw)
+        if winner_cost is None or runner_up_cost is None:
+            return "no cost for one of them (no price or no output throughput)"
+        return f"${winner_cost:,.4g} vs ${runner_up_cost:,.4g} per 1M output tokens"
     if criterion == "complexity":
         winner_facts, runner_up_facts = outcome.facts[winner], outcome.facts[runner_up]
         parts = []

@@ -4,7 +4,7 @@ Every criterion is normalized to [0, 1] relative to the best survivor with its d
 explicit — higher-better ``x / max(x)`` (throughput, goodput), lower-better ``min(x) / x``
 (latencies); ``hardware_fit`` is the memory headroom ``1 − required / usable``; ``complexity``
 is measured (time to healthy, process count; :mod:`.operational`); ``features`` score 0 until a
-probe verifies them. Score = Σ wᵢ·sᵢ / Σ wᵢ. No criterion reads what an adapter declares about
+probe verifies them; ``cost`` is USD per 1M output tokens on the target, lower-better (:mod:`.cost`). Score = Σ wᵢ·sᵢ / Σ wᵢ. No criterion reads what an adapter declares about
 itself.
 
 The reference engine (:data:`REFERENCE_ENGINES`) is scored and ranked like every engine, as a
@@ -27,6 +27,7 @@ from harness.metrics import SLO
 from results.recommendation import MemoryFit, RankedEngine
 
 from .constraints import Elimination, judge_slos
+from .cost import cost_scores, engine_cost
 from .formatting import condition_label
 from .gather import Condition, EngineRuns
 from .operational import OperationalFacts, complexity_scores, operational_facts
@@ -116,6 +117,7 @@ def _components(
     latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False) for key in latency_keys]
     facts = {name: operational_facts(ctx.engines[name]) for name in survivors}
     complexity, notes = complexity_scores(facts)
+    cost = cost_scores(ctx.hardware, {name: raw[name] for name in survivors})
     components: dict[str, dict[str, float]] = {}
     for name in survivors:
         fit = ctx.memory_fits.get(name)
@@ -125,6 +127,7 @@ def _components(
             "hardware_fit": 1.0 if fit is None or fit.headroom is None else float(fit.headroom),
             "features": 0.0,  # nothing verified yet (.operational): declared features score nothing
             "complexity": complexity[name],
+            "cost": cost[name],  # USD per 1M output tokens, lower better (.cost)
         }
     return components, facts, notes
 
@@ -164,6 +167,8 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
             notes.append("capabilities not recorded: the declared hardware/feature checks were skipped")
         declared = engine.capabilities.serving_features() if engine.capabilities else []
         metrics: dict[str, float | bool | None] = {**raw[name], **info_metrics(repeats)}
+        if (cost := engine_cost(ctx.hardware, raw[name])) is not None:  # USD per 1M output tokens (.cost)
+            metrics["cost_per_1m_output_tokens"] = cost
         ranking.append(
             RankedEngine(
                 rank=rank,

@@ -14,6 +14,7 @@ from .constraints import before_slos, collect_required_features, needs_fp8
 from .errors import ScorerError
 from .explanation import deciding_constraint, excluded_clause, yardstick_sentence
 from .gather import Gathered, RunFacts, gather
+from .cost import cost_note
 from .operational import complexity_note, features_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
@@ -129,7 +130,7 @@ def recommend(
         workloads=workloads,
         runs=[run.run_id for run in gathered.runs],
         notes=([yardstick] if yardstick else []) + validity.notes
-        + _notes(gathered, outcome, memory_fits, workloads, hardware, required),
+        + _notes(gathered, outcome, memory_fits, workloads, hardware, required, resolved_weights),
         message=message,
         yardstick=yardstick,
         score_repeats=ties.repeats,
@@ -171,14 +172,16 @@ def _stored_slos(first_run: RunFacts) -> list[SLO]:
 
 def _notes(
     gathered: Gathered, outcome: Outcome, memory_fits: dict[str, MemoryFit], workloads: list[str],
-    hardware: HardwareProfile, required: list[str],
+    hardware: HardwareProfile, required: list[str], weights: dict[str, float],
 ) -> list[str]:
-    """Caveats a reader needs: how complexity was measured and the declared, unverified
-    features; which constraints rest on declarations; several workloads, survivors at different
+    """Caveats a reader needs: how complexity was measured, the price behind the cost, the
+    declared, unverified features; which constraints rest on declarations; several workloads, survivors at different
     conditions, measured on other hardware than the target, memory fits that could not be checked."""
     notes: list[str] = []
     if outcome.survivors:
         notes.append(complexity_note(outcome.facts, outcome.complexity_notes))
+        notes.append(cost_note(hardware, {name: outcome.raw[name] for name in outcome.survivors},
+                               weight=weights.get("cost", 0.0)))
         notes.append(features_note(gathered.engines, outcome.survivors))
     declared_stages = [stage for stage, _ in outcome.eliminated.values() if stage in ("hardware", "feature")]
     if declared_stages or required:

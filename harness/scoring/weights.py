@@ -6,7 +6,7 @@ import math
 
 from .errors import ScorerError
 
-CRITERIA: tuple[str, ...] = ("throughput", "latency", "hardware_fit", "features", "complexity")
+CRITERIA: tuple[str, ...] = ("throughput", "latency", "hardware_fit", "features", "complexity", "cost")
 
 PRESETS: dict[str, dict[str, float]] = {
     "latency": {"throughput": 1.0, "latency": 4.0, "hardware_fit": 1.0, "features": 0.0, "complexity": 0.5},
@@ -20,6 +20,14 @@ PRESETS: dict[str, dict[str, float]] = {
 weighs 0 in every preset: a feature counts only once a probe verified it, no probe exists yet,
 so the criterion scores 0 for every engine (:mod:`.operational`) and a non-zero weight would
 only scale every score down. Give it its weights back when the verification probes land."""
+
+
+for _preset in PRESETS.values():  # cost (harness.scoring.cost) weighs 0 unless asked for: rankings stay as they were
+    _preset.setdefault("cost", 0.0)
+PRESETS["cost"] = {"throughput": 0.0, "latency": 1.0, "hardware_fit": 1.0, "features": 0.0, "complexity": 0.5,
+                   "cost": 4.0}
+"""``cost`` preset: USD per 1M output tokens first (throughput at 0, since with one price for every
+engine the cost score is the output-throughput ratio), latency and fit as tie-breakers."""
 
 
 def parse_weights(text: str) -> dict[str, float]:
