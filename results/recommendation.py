@@ -64,7 +64,9 @@ class RankedEngine(BaseModel):
 
     ``reference``: the reference engine, ranked as a yardstick and never the recommendation;
     ``declared_features``: the serving features its adapter declares — declared, unverified,
-    never scored; ``score_interval``: the median of its per-repeat scores with a 95 % bootstrap
+    never scored; ``verified_features``: the features its feature probes verified (over every
+    run that probed it, ``harness.scoring.features``; empty when it was not probed), which the
+    ``features`` component counts; ``score_interval``: the median of its per-repeat scores with a 95 % bootstrap
     interval over repeats (``harness.scoring.ties``; None with fewer than 2 repeats). All
     default so recommendations stored before them still load.
     """
@@ -81,6 +83,7 @@ class RankedEngine(BaseModel):
     notes: list[str] = Field(default_factory=list)
     reference: bool = False
     declared_features: list[str] = Field(default_factory=list)
+    verified_features: list[str] = Field(default_factory=list)
     score_interval: Interval | None = None
 
 

@@ -72,8 +72,9 @@ def test_swapping_declared_attributes_changes_nothing(tmp_path: Path) -> None:
     assert before.ranking[[r.engine for r in before.ranking].index("beta")].declared_features == [
         "paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",
         "structured_output"]
-    note = next(n for n in before.notes if n.startswith("features score 0"))
-    assert "declared, unverified: alpha: none; beta: paged_kv, prefix_caching" in note
+    note = next(n for n in before.notes if n.startswith("features = the verified feature probes"))
+    assert "alpha: not probed; declared, unverified: none | beta: not probed; declared, unverified: paged_kv, " \
+           "prefix_caching" in note
     # no weight on the features criterion can change anything
     heavy = recommend([run_with(tmp_path, "c", {"alpha": entry("alpha", LEAN), "beta": entry("beta", RICH)}, procs)],
                       hardware=CPU, weights={"features": 5.0})
@@ -93,8 +94,8 @@ def test_complexity_is_time_to_healthy_and_processes(tmp_path: Path) -> None:
     note = next(n for n in rec.notes if n.startswith("complexity is measured"))
     assert "quick: time to healthy 12.3 s (started alone), 1 processes" in note
     assert "install time not recorded in these runs; not recorded: install size" in note
-    assert ("no change of the features weight changes the winner: no feature is verified yet, so features score 0 "
-            "for every engine") in rec.sensitivity
+    assert ("no change of the features weight changes the winner: no survivor has a verified feature (no feature "
+            "probe passed, or the runs have none), so features score 0 for every engine") in rec.sensitivity
 
 
 def test_time_to_healthy_is_compared_like_with_like(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ Pipeline (issue 6), per engine found in the runs' ``summary.json``:
 3. **Hard constraints**, first failure wins, each with a one-line reason:
    hardware (the engine's *declared* ``capabilities.hardware`` must include the target's kind; an FP8
    requirement needs ``HardwareProfile.supports_fp8``, i.e. compute capability ≥ 8.9),
-   required features (declared ``features``/``quantization``), memory fit (weights + KV cache for
+   required features (a verified feature probe where the engine was probed, else the declared
+   ``features``/``quantization``; :mod:`.features`), memory fit (weights + KV cache for
    the workload's concurrency × context must fit, see :class:`MemoryFit`), and the SLOs
    (``harness.metrics.slo_percentile_value`` at the offered load; repeats are combined by their
    median).
@@ -23,7 +24,8 @@ Pipeline (issue 6), per engine found in the runs' ``summary.json``:
    best survivor with its direction explicit — higher-better ``x / max(x)`` (throughput, goodput),
    lower-better ``min(x) / x`` (latencies; complexity from the recorded time to healthy and
    process count, :mod:`.operational`); ``hardware_fit`` is the memory headroom
-   ``1 − required / usable``; ``features`` score 0 until a probe verifies them. No criterion
+   ``1 − required / usable``; ``features`` counts the verified feature probes (:mod:`.features`;
+   weight 0 in every preset). No criterion
    rests on what an adapter declares about itself. Score = Σ wᵢ·sᵢ / Σ wᵢ (weights shown in the
    result). The reference engine (``own``) is ranked as a yardstick but never recommended: the
    winner is the best non-reference engine, and a note says where the reference stands.

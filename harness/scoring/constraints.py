@@ -5,13 +5,15 @@ failed); valid (the gates of :mod:`.validity`, applied by the recommender
 before the rest, which see only the conditions they keep); hardware (the engine's *declared*
 ``capabilities.hardware`` must include the target's kind; an FP8 requirement needs
 ``HardwareProfile.supports_fp8``, i.e. compute capability ≥ 8.9); required features
-(*declared* ``features``/``quantization``); memory fit (:mod:`.memory_fit`); the SLOs
+(a verified feature probe where the engine was probed, else the *declared*
+``features``/``quantization``: :mod:`.features`); memory fit (:mod:`.memory_fit`); the SLOs
 (``harness.metrics.slo_percentile_value`` at the offered load, repeats combined by their
 median). An engine is judged at its highest-load condition that meets every SLO (without SLOs:
 its highest-load condition).
 
-The hardware and feature constraints rest on what the adapters declare (no probe verifies it
-yet); their reasons say so. They only exclude, never score.
+The hardware constraint rests on what the adapters declare, and so does a required feature that
+no probe covers or of an engine without probe results; their reasons say so. They only
+exclude, never score.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from adapters.base import FEATURES
 from adapters.hardware import FP8_MIN_COMPUTE_CAPABILITY, HardwareProfile
 from harness.metrics import SLO
 from results.recommendation import MemoryFit
 
 from .errors import ScorerError
+from .features import REQUIRABLE_FEATURES, unmet_features
 from .formatting import METRIC_LABELS, condition_label, format_ms
 from .gather import Condition, EngineRuns, RunFacts
 from .memory_fit import memory_fit
@@ -43,7 +45,8 @@ def collect_required_features(requested: Sequence[str], runs: Sequence[RunFacts]
     """``requested`` (lower case, blanks dropped) plus each run's workload ``required_features``.
 
     Raises :class:`ScorerError` for a name that is neither an adapter feature
-    (``adapters.base.FEATURES``) nor a quantization format (:data:`QUANTIZATION_FORMATS`).
+    (``adapters.base.FEATURES``), a probed feature (``results.schema.FEATURE_PROBES``) nor a
+    quantization format (:data:`QUANTIZATION_FORMATS`).
     """
     required = [feature.strip().lower() for feature in requested if feature and feature.strip()]
     for run in runs:
@@ -51,9 +54,9 @@ def collect_required_features(requested: Sequence[str], runs: Sequence[RunFacts]
             if feature not in required:
                 required.append(feature)
     for feature in required:
-        if feature not in FEATURES and feature not in QUANTIZATION_FORMATS:
+        if feature not in REQUIRABLE_FEATURES and feature not in QUANTIZATION_FORMATS:
             raise ScorerError(
-                f"unknown feature {feature!r}: use one of {', '.join(FEATURES + QUANTIZATION_FORMATS)}"
+                f"unknown feature {feature!r}: use one of {', '.join(REQUIRABLE_FEATURES + QUANTIZATION_FORMATS)}"
             )
     return required
 
@@ -102,11 +105,9 @@ def before_slos(
                 "hardware", f"FP8 needs compute capability ≥ {minimum} (Ada/Hopper or newer); {hardware.name} {has}"
             )
             continue
-        if declared is not None:
-            lacking = [feature for feature in required if feature not in declared.offered()]
-            if lacking:
-                eliminated[name] = ("feature", f"does not declare {', '.join(lacking)}, which the workload needs")
-                continue
+        if required and (lacking := unmet_features(engine, required)):
+            eliminated[name] = ("feature", lacking)
+            continue
         first = engine.measurements[0]
         fit = memory_fit(
             name,

@@ -16,6 +16,7 @@ from typing import Iterable
 from harness.metrics import SLO
 from results.recommendation import TIE_BREAK
 
+from .features import verified_features
 from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
 from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
 from .cost import engine_cost
@@ -38,7 +39,11 @@ def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outc
         ratio = f", {winner_tps / runner_up_tps:.2f}×" if winner_tps and runner_up_tps else ""
         return f"output {winner_tps or 0:,.1f} vs {runner_up_tps or 0:,.1f} tokens/s{ratio}"
     if criterion == "features":
-        return "no feature verified for either engine: features score 0"
+        won, lost = (verified_features(ctx.engines[name]) for name in (winner, runner_up))
+        if not won and not lost:
+            return "no feature verified for either engine: features score 0"
+        return (f"verified features {len(won)} vs {len(lost)} "
+                f"({', '.join(won) or 'none'} vs {', '.join(lost) or 'none'})")
     if criterion == "cost":
         winner_cost, runner_up_cost = engine_cost(ctx.hardware, winner_raw), engine_cost(ctx.hardware, runner_up_raw)
         if winner_cost is None or runner_up_cost is None:

@@ -8,7 +8,8 @@ dataclasses defined here:
   required features, the model's sizes, the hardware it was measured on, the client
   calibration, :class:`ClientCalibration`);
 - :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`,
-  the recorded :class:`.operational.OperationalRecord` of each run it was measured in);
+  the recorded :class:`.operational.OperationalRecord` of each run it was measured in, the
+  feature probes' verdicts of each run that probed it);
 - :class:`Measurement`: one repeat of one *condition* (workload, offered rate) of one engine
   that served at least one request in that run: one per run, or with ``bench run --repeats N``
   one per repeat of the run (``EngineResult.repeats[i]`` and the records whose
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 from adapters.base import FEATURES
 from adapters.hardware import HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, slo_percentile_value
-from results.schema import EngineResult, EngineStatus, Metrics, RequestRecord
+from results.schema import EngineResult, EngineStatus, FeatureProbe, Metrics, RequestRecord
 from results.store import Run
 
 from .operational import OperationalRecord
@@ -95,7 +96,8 @@ class Capabilities:
     """What an engine's adapter declared (``adapters.base.Capabilities``), as recorded.
 
     Declared, never verified: the scorer uses it only for the declared hard constraints
-    (hardware kind, required features) and lists the features as "declared, unverified". The
+    (hardware kind; required features no probe covers, or of an engine without probe results,
+    :mod:`.features`) and lists the features as "declared, unverified". The
     adapter's self-declared ``complexity`` is deliberately not read (complexity is scored from
     recorded facts, :mod:`.operational`).
     """
@@ -173,6 +175,7 @@ class EngineRuns:
     capabilities: Capabilities | None = None  # None = not recorded
     measurements: list[Measurement] = field(default_factory=list)
     operations: list[OperationalRecord] = field(default_factory=list)  # one per run where it was measured
+    feature_probes: list[dict[str, FeatureProbe]] = field(default_factory=list)  # one per run that probed it
 
     def conditions(self) -> list[Condition]:
         """The measured conditions, by offered rate (then workload name)."""
@@ -213,6 +216,8 @@ def gather(runs: Sequence[Run]) -> Gathered:
             engine.statuses.append((status, str(entry.get("reason") or "")))
             if entry.get("capabilities"):
                 engine.capabilities = _capabilities(entry["capabilities"])
+            if run.summary.engines[name].feature_probes:
+                engine.feature_probes.append(dict(run.summary.engines[name].feature_probes))
             metrics = entry.get("metrics") or {}
             if status == "ok" and metrics.get("requests_completed"):
                 engine.measurements.extend(_measurements(facts, entry, run.records_for(name), run.summary.engines[name]))

@@ -1,4 +1,4 @@
-"""The measured criteria that are not about serving speed: operational complexity and features.
+"""A measured criterion that is not about serving speed: operational complexity.
 
 No criterion rests on a number an adapter declares about itself (issue 12, "measured criteria
 only"; DESIGN.md "How a recommendation is made").
@@ -24,8 +24,8 @@ depends on the package cache and the network, and engines in the harness's own e
 no install step, so it is not like for like). Not recorded anywhere: install size on disk and
 steps outside pip (an engine build); they are named as not recorded.
 
-**Features** score 0 for every engine until a probe verifies them (no verification probes exist
-yet): the declared features are listed per engine as "declared, unverified".
+**Features**, the other such criterion, come from the feature probes' verified results
+(:mod:`.features`).
 """
 
 from __future__ import annotations
@@ -157,14 +157,3 @@ def complexity_note(facts: dict[str, OperationalFacts], how: list[str]) -> str:
     caveats = "".join(f"; {line}" for line in how)
     return ("complexity is measured, lower better: mean of min(x)/x over the comparable recorded facts "
             f"(time to healthy, processes) — {shown}{caveats}; {install}; not recorded: {', '.join(NOT_RECORDED)}")
-
-
-def features_note(engines: "dict[str, EngineRuns]", names: list[str]) -> str:
-    """The declared features of ``names``, as "declared, unverified", and why they score 0."""
-    listed = []
-    for name in names:
-        declared = engines[name].capabilities
-        features = declared.serving_features() if declared else []
-        listed.append(f"{name}: {', '.join(features) if features else 'none'}")
-    return ("features score 0 for every engine until a probe verifies them (no verification probes yet); "
-            "declared, unverified: " + "; ".join(listed))

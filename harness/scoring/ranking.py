@@ -28,6 +28,7 @@ from results.recommendation import MemoryFit, RankedEngine
 
 from .constraints import Elimination, judge_slos
 from .cost import cost_scores, engine_cost
+from .features import features_scores, verified_features
 from .formatting import condition_label
 from .gather import Condition, EngineRuns
 from .operational import OperationalFacts, complexity_scores, operational_facts
@@ -117,6 +118,7 @@ def _components(
     latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False) for key in latency_keys]
     facts = {name: operational_facts(ctx.engines[name]) for name in survivors}
     complexity, notes = complexity_scores(facts)
+    features = features_scores(ctx.engines, survivors)
     cost = cost_scores(ctx.hardware, {name: raw[name] for name in survivors})
     components: dict[str, dict[str, float]] = {}
     for name in survivors:
@@ -125,7 +127,7 @@ def _components(
             "throughput": float(np.mean([scores[name] for scores in throughput_scores])),
             "latency": float(np.mean([scores[name] for scores in latency_scores])),
             "hardware_fit": 1.0 if fit is None or fit.headroom is None else float(fit.headroom),
-            "features": 0.0,  # nothing verified yet (.operational): declared features score nothing
+            "features": features[name],  # verified feature probes / the best survivor's (.features)
             "complexity": complexity[name],
             "cost": cost[name],  # USD per 1M output tokens, lower better (.cost)
         }
@@ -183,6 +185,7 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
                 notes=notes,
                 reference=name in REFERENCE_ENGINES,
                 declared_features=declared,
+                verified_features=verified_features(engine),
             )
         )
     return Outcome(slos, survivors, ranking, verdict.eliminated, judged_at, verdict.slo_values, components, raw,

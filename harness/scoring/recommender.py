@@ -15,7 +15,8 @@ from .errors import ScorerError
 from .explanation import deciding_constraint, excluded_clause, yardstick_sentence
 from .gather import Gathered, RunFacts, gather
 from .cost import cost_note
-from .operational import complexity_note, features_note
+from .features import features_note
+from .operational import complexity_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
 from .ties import attach, tie_check, tie_clause, yardstick_noise
@@ -184,9 +185,15 @@ def _notes(
                                weight=weights.get("cost", 0.0)))
         notes.append(features_note(gathered.engines, outcome.survivors))
     declared_stages = [stage for stage, _ in outcome.eliminated.values() if stage in ("hardware", "feature")]
-    if declared_stages or required:
+    probed = [name for name, engine in gathered.engines.items() if engine.feature_probes]
+    if (declared_stages or required) and not probed:
         notes.append("the hardware and required-feature constraints use what each adapter declares "
                      "(capabilities.hardware/features/quantization), not a verified probe")
+    elif declared_stages or required:
+        notes.append("the hardware constraint uses what each adapter declares (capabilities.hardware), not a verified "
+                     "probe; a required feature is met by a verified feature probe for the engines probed "
+                     f"({', '.join(probed)}; declared, unverified only for a feature no probe covers), by the "
+                     "declaration for the others")
     if len(workloads) > 1:
         notes.append(f"the runs cover several workloads ({', '.join(workloads)}); each engine is scored at its "
                      "highest-load condition that meets the SLOs")

@@ -81,9 +81,9 @@ def weight_sensitivity(outcome: Outcome, ctx: ScoringContext, flips: list[Weight
             options.sort(key=lambda option: option[0])
             found.append(options[0])
             lines.append(options[0][1])
-        elif criterion == "features":
-            lines.append("no change of the features weight changes the winner: no feature is verified yet, so "
-                         "features score 0 for every engine")
+        elif criterion == "features" and not any(outcome.components[name]["features"] for name in outcome.survivors):
+            lines.append("no change of the features weight changes the winner: no survivor has a verified feature "
+                         "(no feature probe passed, or the runs have none), so features score 0 for every engine")
         else:
             lines.append(extreme or f"no change of the {criterion} weight alone changes the winner")
     if found:

@@ -16,10 +16,12 @@ PRESETS: dict[str, dict[str, float]] = {
 }
 """Weights over :data:`CRITERIA`; ``--weights`` overrides the named ones.
 
-``features`` stays a criterion (so ``--weights features=…`` and stored weights stay valid) but
-weighs 0 in every preset: a feature counts only once a probe verified it, no probe exists yet,
-so the criterion scores 0 for every engine (:mod:`.operational`) and a non-zero weight would
-only scale every score down. Give it its weights back when the verification probes land."""
+``features`` (the verified feature probes' count, normalised to the best survivor's:
+:mod:`.features`) weighs 0 in every preset: which features matter depends on the deployment (an
+agent needs tool calling, a batch summariser none of them), so a count of verified features
+would reward breadth a user may not need, and runs without probes would all be scaled down.
+Weigh it with ``--weights features=N``; a feature the deployment cannot do without is a hard
+requirement (``--feature tool_calling``), met only by a verified probe."""
 
 
 for _preset in PRESETS.values():  # cost (harness.scoring.cost) weighs 0 unless asked for: rankings stay as they were
