@@ -1,6 +1,6 @@
 """Run folders as data: ``requests.parquet`` and ``summary.csv`` next to the JSONL and JSON.
 
-``requests.jsonl`` stays the durable, incremental record (appended and fsync'ed per request, so
+``requests.jsonl`` stays the durable, incremental record (appended and flushed per request, so
 an interrupted run keeps what it measured); Parquet is written from it when the run closes and
 by ``bench results export RUN`` for older or killed runs. Both files are replaced atomically.
 

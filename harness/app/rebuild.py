@@ -1,6 +1,6 @@
 """Summarise a killed run from its request records (``bench results rebuild``, and on read).
 
-``requests.jsonl`` is appended and fsync'ed as each request ends, while ``summary.json`` is
+``requests.jsonl`` is appended and flushed as each request ends, while ``summary.json`` is
 written when an engine's turn ends. A harness killed by SIGKILL or the OOM killer therefore
 leaves records that no summary describes: all of them when it died during the first engine, or
 the engine in progress otherwise. This module computes those engines' metrics from the records
