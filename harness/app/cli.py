@@ -104,8 +104,9 @@ def run(
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Skip the client calibration against a null server."),
     no_feature_probes: bool = typer.Option(False, "--no-feature-probes", help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified."),
     hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
-    preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic."),
+    preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost."),
     max_failure_rate: float = typer.Option(0.05, "--max-failure-rate", help="An engine that fails more than this share of a condition's requests is eliminated, its reason the count and the server's first messages (0.05 = 5%; 0 = none may fail)."),
+    price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="USD per device-hour of the hardware measured on, for the cost per 1M output tokens (default: the hardware profile's on-demand list price; CPU: an assumed $0.0335 per vCPU-hour). Overrides the price of the recommendation's target too."),
     setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine."),
     no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall."),
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
@@ -170,10 +171,11 @@ def run(
         fail(str(exc))
     _check_run_target(preset, hardware, threads, output_dir, run_id)
     _check_failure_rate(max_failure_rate)
+    cli_report.check_price(price_per_hour)
 
     cfg = RunConfig(
         engines=engines, workload=options, model=model_dir, slos=slos, warmup=warmup, repeats=repeats, output_dir=output_dir,
-        run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads,
+        run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads, price_per_hour=price_per_hour,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines, feature_probes=not no_feature_probes,
         parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos,
@@ -267,10 +269,10 @@ def _guarded(fn: Any) -> Any:
 
 def _print_summary(summary: Any) -> None:
     """The console table of a :class:`results.schema.RunSummary` (harness/app/cli_summary.py)."""
-    from harness.app.cli_summary import summary_table
+    from harness.app.cli_summary import resource_table, summary_table
 
     table, notes = summary_table(summary)
-    console.print(table)
+    console.print(table, *filter(None, [resource_table(summary)]))  # resources: a second, compact table
     for line in notes:
         console.print(f"  {line}" if not line.startswith(("Latencies", "[brackets]")) else line,
                       highlight=False, markup=False)

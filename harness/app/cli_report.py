@@ -8,6 +8,7 @@ Exit codes: 0 = done; 1 = no engine survives the hard constraints (``recommend``
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -63,6 +64,18 @@ def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
         _fail(f"{exc} (or 'recorded' for the run's own hardware)")
 
 
+def check_price(value: float | None) -> None:
+    """``--price-per-hour`` (``bench run`` and ``bench recommend``): None, or a finite number > 0
+    of USD per device-hour; else one line and exit 2."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        _fail(f"--price-per-hour is USD per device-hour, a number > 0 (e.g. 2.5), got {value:g}")
+
+
+def _usd(v: object) -> str:
+    """USD with 4 significant digits ("$0.1855"), "—" when there is none."""
+    return f"${v:,.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+
+
 def _ms(v: object) -> str:
     return f"{v:,.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
 
@@ -81,7 +94,7 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         table = Table(title="Ranking (survivors of the hard constraints)")
         for col, just in [("#", "right"), ("engine", "left"), ("score", "right"), ("per-repeat score [95%]", "right"),
                           ("tie", "left"), ("output tok/s", "right"), ("TTFT p99 ms", "right"),
-                          ("TPOT p99 ms", "right"), ("condition", "left")]:
+                          ("TPOT p99 ms", "right"), ("$/1M out", "right"), ("condition", "left")]:
             table.add_column(col, justify=just)  # type: ignore[arg-type]
         group_of = {name: i for i, group in enumerate(rec.tie_groups) for name in group}
         for r in rec.ranking:
@@ -93,7 +106,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
             name = escape(r.display_name) + (" [dim](reference engine: a yardstick)[/dim]" if marked else "")
             table.add_row(str(r.rank), name, f"{r.score:.3f}", interval, f"tie {group + 1}" if tied else "",
                           _ms(r.metrics.get("output_throughput")), _ms(r.metrics.get("ttft_p99_ms")),
-                          _ms(r.metrics.get("tpot_p99_ms")), r.condition)
+                          _ms(r.metrics.get("tpot_p99_ms")), _usd(r.metrics.get("cost_per_1m_output_tokens")),
+                          r.condition)
         console.print(table)
         if rec.score_repeats < 2:
             console.print("[dim]score intervals: none (one repeat: run-to-run noise not measured; use --repeats 2+)[/dim]")
@@ -157,10 +171,8 @@ def recommend_cmd(
     if gpus is not None and gpus < 1:
         _fail(f"--gpus must be at least 1, got {gpus}")
     target = _hardware(hardware, gpus, runs)
-    if price_per_hour is not None:
-        if not (price_per_hour > 0 and price_per_hour != float("inf")):  # NaN fails too
-            _fail(f"--price-per-hour is USD per device-hour, a number > 0 (e.g. 2.5), got {price_per_hour:g}")
-        target = target.with_price(price_per_hour)
+    check_price(price_per_hour)
+    target = target if price_per_hour is None else target.with_price(price_per_hour)
     try:
         slos = parse_slos(slo) if slo is not None else None
         w = parse_weights(weights) if weights is not None else None

@@ -2,6 +2,8 @@
 
 Renders a stored :class:`results.schema.RunSummary` (``bench run`` at its end, ``bench results
 show``); the intervals come from ``EngineResult.intervals`` (``harness.metrics.repeats``).
+:func:`resource_table` is the compact second table of what each engine used while measured
+(``EngineResult.resources``, ``adapters.resources``) and its cost (``EngineResult.cost``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.app.feature_phase import probe_line
+from adapters.resources import fmt_bytes
 from harness.metrics.failures import failure_text
-from results.schema import EngineStatus, Interval, RunSummary
+from results.schema import EngineResult, EngineStatus, Interval, RunSummary
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -98,3 +101,46 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             row.append("–" if cv is None else f"{cv:.1%}")
         table.add_row(*row)
     return table, notes
+
+
+def _resource_row(name: str, engine: EngineResult) -> list[str]:
+    use, cost = engine.resources, engine.cost
+    if use is None or not use.samples:
+        why = use.note if use is not None and use.note else "not sampled"
+        cells = [why] + ["–"] * 4
+    else:
+        cores = f" ({use.mean_cpu_percent / use.cpu_cores:.0f}% of {use.cpu_cores})" \
+            if use.mean_cpu_percent is not None and use.cpu_cores else ""
+        cpu = "–" if use.mean_cpu_percent is None else f"{use.mean_cpu_percent:,.0f}%{cores}"
+        gpu = "–"
+        if use.peak_gpu_memory_bytes is not None:
+            gpu = f"{fmt_bytes(use.peak_gpu_memory_bytes)}, {fmt(use.mean_gpu_util_percent, 0)}%"
+            if use.energy_per_output_token_j is not None:
+                gpu += f", {use.energy_per_output_token_j:.3g} J/tok"
+        cells = [fmt_bytes(use.peak_rss_bytes), fmt_bytes(use.peak_pss_bytes), cpu, fmt(use.peak_cpu_percent, 0) + "%"
+                 if use.peak_cpu_percent is not None else "–", gpu]
+    usd = "–"
+    if cost is not None:
+        spread = f" [{cost.low:.3g}–{cost.high:.3g}]" if cost.low is not None and cost.high is not None \
+            and cost.high > cost.low else ""
+        usd = f"{cost.usd_per_1m_output_tokens:.3g}{spread}"
+    return [name, *cells, fmt(engine.startup_s, 1), usd]
+
+
+def resource_table(summary: RunSummary) -> Table | None:
+    """What each measured engine's process group used in its measured phase (peak RSS and PSS,
+    mean CPU % of one core with the machine share, peak CPU %, GPU memory/utilisation/J per
+    token where NVML measured them), its time to healthy (s) and its cost (USD per 1M output
+    tokens at the run's price per hour); None when no engine was measured."""
+    measured = {name: e for name, e in summary.engines.items() if e.metrics is not None and e.status is EngineStatus.OK}
+    if not measured:
+        return None
+    prices = {(e.cost.usd_per_hour, e.cost.price_source) for e in measured.values() if e.cost is not None}
+    price = "; ".join(f"${usd:g}/h, {source}" for usd, source in sorted(prices)) or "no price: --price-per-hour"
+    table = Table(title=escape(f"Resources while measured; cost at {price}"), title_justify="left")
+    for col in ("engine", "peak RSS", "peak PSS", "mean CPU", "peak CPU", "GPU mem, util", "healthy s",
+                "$/1M out tok"):
+        table.add_column(col, justify="left" if col == "engine" else "right", overflow="fold")
+    for name, engine in measured.items():
+        table.add_row(*_resource_row(name, engine))
+    return table

@@ -14,7 +14,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from results.schema import FeatureProbe, EngineResult, EngineStatus, Metrics, RequestRecord
+from adapters.hardware import cost_per_million_tokens
+from adapters.resources import combine_repeats, with_output_tokens
+from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, Metrics, RequestRecord, ResourceUse
 
 from harness.app.plan import EnginePlan
 from harness.metrics import SLO, compute_metrics
@@ -35,6 +37,7 @@ class EngineTurns:
     engine_metrics: dict[str, Any] = field(default_factory=dict)
     failure: EngineResult | None = None
     feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)  # the first repeat's (feature_phase)
+    resources: list[ResourceUse] = field(default_factory=list)  # per repeat, sampled in its measured phase
 
     @property
     def name(self) -> str:
@@ -45,8 +48,12 @@ class EngineTurns:
         return self.failure is not None
 
     def add(self, metrics: Metrics, measured: Sequence[RequestRecord], *, wall_s: float, startup_s: float,
-            parallel: bool, display_name: str, engine_metrics: dict[str, Any]) -> None:
-        """One measured repeat (``measured``: its measured-phase records)."""
+            parallel: bool, display_name: str, engine_metrics: dict[str, Any],
+            resources: ResourceUse | None = None) -> None:
+        """One measured repeat (``measured``: its measured-phase records; ``resources``: what its
+        process group used meanwhile, energy per token from this repeat's output tokens)."""
+        if resources is not None:
+            self.resources.append(with_output_tokens(resources, metrics.total_output_tokens))
         self.metrics.append(metrics)
         self.records.extend(measured)
         self.walls_s.append(wall_s)
@@ -67,13 +74,16 @@ class EngineTurns:
         self.failure = EngineResult(status=EngineStatus.FAILED, reason=reason, metrics=metrics,
                                     repeats=repeats if len(repeats) > 1 else [], log_tail=log_tail[-4000:],
                                     feature_probes=self.feature_probes,
-                                    capabilities=self.plan.capabilities, version=self.plan.probe.version)
+                                    capabilities=self.plan.capabilities, version=self.plan.probe.version,
+                                    resources=combine_repeats(self.resources))
         return self.failure
 
     def result(self, slos: Sequence[SLO], offered: float | None, requested: float | None,
-               planned_repeats: int, seed: int = 0) -> EngineResult:
+               planned_repeats: int, seed: int = 0, price: tuple[float, str] | None = None) -> EngineResult:
         """The engine's entry: the failure, else ok over its repeats (failed when no request
-        of any repeat succeeded). Raises ValueError when nothing was measured."""
+        of any repeat succeeded), with its resource use and, given ``price`` (USD per hour of the
+        devices measured on, its source: ``adapters.hardware.run_price``), its cost. Raises
+        ValueError when nothing was measured."""
         if self.failure is not None:
             return self.failure
         if not self.metrics:
@@ -83,12 +93,28 @@ class EngineTurns:
                     wall_s=round(sum(self.walls_s), 2), startup_s=round(statistics.median(self.startups_s), 2),
                     startup_parallel=self.parallel, engine_metrics=self.engine_metrics,
                     feature_probes=self.feature_probes,
-                    repeats=list(self.metrics) if len(self.metrics) > 1 else [])
+                    repeats=list(self.metrics) if len(self.metrics) > 1 else [],
+                    resources=combine_repeats(self.resources))
         if metrics.requests_completed == 0:
             return EngineResult(status=EngineStatus.FAILED, metrics=metrics,
                                 reason=f"no request succeeded ({metrics.failures_by_class})", **base)
         reason = ""
         if len(self.metrics) < planned_repeats:
             reason = f"measured {len(self.metrics)} of {planned_repeats} repeats (the run was interrupted)"
-        return EngineResult(status=EngineStatus.OK, metrics=metrics, reason=reason,
-                            intervals=headline_intervals(self.metrics, self.records, slos, seed=seed), **base)
+        intervals = headline_intervals(self.metrics, self.records, slos, seed=seed)
+        return EngineResult(status=EngineStatus.OK, metrics=metrics, reason=reason, intervals=intervals,
+                            cost=engine_cost(price, metrics.output_throughput, intervals.get("output_throughput")),
+                            **base)
+
+
+def engine_cost(price: tuple[float, str] | None, output_tps: float | None, interval: Interval | None) -> Cost | None:
+    """USD per 1M output tokens at ``price`` (USD/h, source) and the measured output throughput
+    (tokens/s); ``low``/``high`` from the throughput interval's high/low end. None without a
+    price or a throughput."""
+    point = cost_per_million_tokens(price[0], output_tps) if price else None
+    if price is None or point is None or output_tps is None:
+        return None
+    low = cost_per_million_tokens(price[0], interval.high) if interval else None
+    high = cost_per_million_tokens(price[0], interval.low) if interval else None
+    return Cost(usd_per_hour=price[0], price_source=price[1], output_tokens_per_s=output_tps,
+                usd_per_1m_output_tokens=point, low=point if low is None else low, high=point if high is None else high)

@@ -29,6 +29,8 @@ from results.schema import (
     Validity,
 )
 from results.store import RunWriter, new_run_id
+from adapters.hardware import run_price
+from adapters.resources import ResourceSampler, install_facts
 from workloads.base import Workload
 
 from harness.app.engine_turns import EngineTurns
@@ -88,6 +90,8 @@ class Orchestrator:
 
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
         fill_manifest(writer.manifest, model_dir, workload, self.cfg.workload.seed, self.cfg.slos, threads)
+        if self.cfg.price_per_hour is not None and writer.manifest.hardware is not None:  # --price-per-hour
+            writer.manifest.hardware.update(price_per_hour=self.cfg.price_per_hour, price_source="--price-per-hour")
         writer.write_manifest()
 
     # -- one engine ----------------------------------------------------------------------
@@ -127,6 +131,7 @@ class Orchestrator:
                 "startup_s": round(startup_s, 2),
                 "startup_parallel": parallel,
                 **ep.effective_config,
+                **install_facts(ep.effective_config),  # size on disk of its venv (cached until it changes)
             }
             writer.write_manifest()
             target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos and c.ignore_eos)
@@ -138,7 +143,8 @@ class Orchestrator:
                 equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer, repeat == 0))
                 counters_before = _scrape(ep.metrics_url)  # engine counters then count the measured phase only
                 t0 = time.monotonic()
-                asyncio.run(runner.measure(workload))
+                with ResourceSampler(ep.pgid) as sampler:  # a thread sampling the engine's process group
+                    asyncio.run(runner.measure(workload))
                 wall = time.monotonic() - t0
             finally:
                 finish()
@@ -152,7 +158,7 @@ class Orchestrator:
         turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate,
                                   workload.planned_turns()), measured,
                   wall_s=wall, startup_s=startup_s, parallel=parallel, display_name=ep.display_name,
-                  engine_metrics=engine_metrics)
+                  engine_metrics=engine_metrics, resources=sampler.result)
         return equiv_texts
 
     async def _before_measuring(self, name: str, target: EndpointTarget, runner: Runner, tokenizer: Any,
@@ -292,7 +298,7 @@ class Orchestrator:
                                                 workload.requested_rate, exc.log_tail))
             return ""
         result = engine.result(c.slos, workload.offered_rate, workload.requested_rate, c.repeats,
-                               seed=c.workload.seed or 0)
+                               seed=c.workload.seed or 0, price=run_price(writer.manifest.hardware))
         self._record_engine(name, result, writer)
         if texts is not None and result.status is EngineStatus.OK:
             equivalence[name] = texts
@@ -306,7 +312,8 @@ class Orchestrator:
         for engine in waiting:
             if engine.metrics:
                 writer.set_engine(engine.name, engine.result(c.slos, workload.offered_rate, workload.requested_rate,
-                                                             c.repeats, seed=c.workload.seed or 0))
+                                                             c.repeats, seed=c.workload.seed or 0,
+                                                             price=run_price(writer.manifest.hardware)))
         _mark_not_measured(writer, [e.plan for e in engines if not e.metrics and not e.failed],
                            "the run was interrupted before its turn")
 
@@ -388,6 +395,7 @@ class Orchestrator:
         # the profile the manifest recorded for this run (detected once), unless another was asked for
         detected = profile_from_manifest(run.manifest.hardware) if self.cfg.hardware == "detected" else None
         hw = detected or get_profile(self.cfg.hardware)
+        hw = hw if self.cfg.price_per_hour is None else hw.with_price(self.cfg.price_per_hour)
         rec = recommend([run], hardware=hw, slos=self.cfg.slos or None, preset=self.cfg.preset,
                         max_failure_rate=self.cfg.max_failure_rate)
         write_recommendation(run_dir, rec)

@@ -39,6 +39,7 @@ class RunConfig:
     parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
     ignore_eos: bool = True  # send ignore_eos where the workload and engine allow; False = --no-ignore-eos
     max_failure_rate: float = 0.05  # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
+    price_per_hour: float | None = None  # --price-per-hour: USD per device-hour for the cost; None = the hardware profile's
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
