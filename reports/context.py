@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from results.recommendation import Recommendation
-from results.schema import EngineStatus, Interval, Metrics
+from results.schema import FEATURE_PROBES, FeatureStatus, EngineStatus, Interval, Metrics
 from results.store import Run
 
 NOT_RECORDED = "not recorded"
@@ -115,6 +115,31 @@ def _label(run: Run, engine: str, compare: bool) -> str:
     return f"{run.run_id}/{engine}" if compare else engine
 
 
+FEATURE_MARKS = {FeatureStatus.VERIFIED: "✓", FeatureStatus.FAILED: "✗", FeatureStatus.UNSUPPORTED: "–"}
+"""The feature-probe matrix's marks (the console's too: ``harness.app.feature_phase.SYMBOLS``)."""
+
+
+def feature_matrix(runs: list[Run], compare: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """The feature-probe matrix from each engine's stored ``feature_probes``: one row per probed
+    engine (``label``, ``cells``: probe → mark, "not probed" where the engine has no verdict for
+    it) and one line per verdict with its detail and time."""
+    rows, details = [], []
+    for run in runs:
+        for name, entry in run.summary.engines.items():
+            probes = entry.feature_probes
+            if not probes:
+                continue
+            label = _label(run, name, compare)
+            rows.append({"label": label, "cells": {f: FEATURE_MARKS[probes[f].status] if f in probes else "not probed"
+                                                   for f in FEATURE_PROBES}})
+            for feature in [f for f in FEATURE_PROBES if f in probes] + [f for f in probes if f not in FEATURE_PROBES]:
+                probe = probes[feature]
+                took = f" ({probe.elapsed_ms / 1000:,.1f} s)" if probe.elapsed_ms is not None else ""
+                details.append(f"{label} {feature}: {FEATURE_MARKS[probe.status]} {probe.status.value}{took} — "
+                               f"{probe.detail or 'no detail recorded'}")
+    return rows, details
+
+
 def build_context(runs: list[Run], recommendation: Recommendation | None) -> dict[str, Any]:
     """Everything the templates render, plus ``plot_data`` for :mod:`reports.plots`."""
     compare = len(runs) > 1
@@ -195,6 +220,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                           "workload": run.summary.workload or NOT_RECORDED})
 
     rec = recommendation.model_dump() if recommendation is not None else None
+    feature_rows, feature_details = feature_matrix(runs, compare)
     return {
         "title": ("Comparison of " + ", ".join(r.run_id for r in runs)) if compare else f"Run {runs[0].run_id}",
         "compare": compare,
@@ -210,5 +236,8 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "metric_definitions": runs[0].manifest.metric_definitions or NOT_RECORDED,
         "metric_source": "harness/metrics/",
         "rec": rec,
+        "feature_columns": list(FEATURE_PROBES),
+        "feature_rows": feature_rows,
+        "feature_details": feature_details,
         "plot_data": {"cdf": cdf, "throughput_latency": tl_points, "per_turn": turn_series},
     }
