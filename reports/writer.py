@@ -14,6 +14,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from adapters.openai_adapter import redact_credentials
+
 from results.recommendation import Recommendation
 from results.schema import Timeline
 from results.store import Run
@@ -79,6 +81,8 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
 
     env = _environment()
     md_path, html_path = out_dir / f"{stem}.md", out_dir / f"{stem}.html"
-    md_path.write_text(env.get_template("report.md.j2").render(**ctx, plots=md_plots), encoding="utf-8")
-    html_path.write_text(env.get_template("report.html.j2").render(**ctx, plots=html_plots), encoding="utf-8")
+    # credentials in a URL (a run stored before they were masked at the source) never reach a report
+    md_path.write_text(redact_credentials(env.get_template("report.md.j2").render(**ctx, plots=md_plots)), encoding="utf-8")
+    html_path.write_text(redact_credentials(env.get_template("report.html.j2").render(**ctx, plots=html_plots)),
+                         encoding="utf-8")
     return md_path, html_path

@@ -20,6 +20,7 @@ from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Inter
 
 from harness.app.plan import EnginePlan
 from harness.metrics import SLO, compute_metrics
+from harness.metrics.failures import failure_text
 from harness.metrics.repeats import headline_intervals, pooled_metrics
 
 
@@ -97,7 +98,7 @@ class EngineTurns:
                     resources=combine_repeats(self.resources))
         if metrics.requests_completed == 0:
             return EngineResult(status=EngineStatus.FAILED, metrics=metrics,
-                                reason=f"no request succeeded ({metrics.failures_by_class})", **base)
+                                reason=f"no request succeeded: {failure_text(self.metrics)}", **base)
         reason = ""
         if len(self.metrics) < planned_repeats:
             reason = f"measured {len(self.metrics)} of {planned_repeats} repeats (the run was interrupted)"
