@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from results.recommendation import Recommendation
-from results.schema import FEATURE_PROBES, FeatureStatus, EngineStatus, Interval, Metrics
+from results.schema import FEATURE_PROBES, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics
 from results.store import Run
 
 NOT_RECORDED = "not recorded"
@@ -101,6 +101,59 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
     return cells
 
 
+def _bytes(value: float | None) -> str:
+    """Binary units ("1.5 GiB", "512.0 MiB"); "—" for None."""
+    if value is None:
+        return DASH
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(value) >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def _resource_cells(entry: EngineResult, effective: dict[str, Any]) -> dict[str, str]:
+    """One row of the resource table: what the engine's process group used in its measured phase
+    (``EngineResult.resources``), its install size (the manifest's ``install_bytes``), time to
+    healthy and cost (``EngineResult.cost``), each "—" (or the recorded reason) where missing."""
+    use, cost = entry.resources, entry.cost
+    cells = {key: DASH for key in ("rss", "pss", "cpu", "cpu_peak", "gpu_mem", "gpu_util", "j_tok")}
+    if use is not None and use.samples:
+        share = (f" ({use.mean_cpu_percent / use.cpu_cores:.0%} of {use.cpu_cores} cores)"
+                 if use.mean_cpu_percent is not None and use.cpu_cores else "")
+        cells.update(rss=_bytes(use.peak_rss_bytes), pss=_bytes(use.peak_pss_bytes),
+                     cpu=fmt(use.mean_cpu_percent, "{:,.0f}%") + share, cpu_peak=fmt(use.peak_cpu_percent, "{:,.0f}%"),
+                     gpu_mem=_bytes(use.peak_gpu_memory_bytes), gpu_util=fmt(use.mean_gpu_util_percent, "{:,.0f}%"),
+                     j_tok=fmt(use.energy_per_output_token_j, "{:.3g}"))
+    elif use is not None and use.note:
+        cells["rss"] = use.note
+    else:
+        cells["rss"] = NOT_RECORDED
+    size = effective.get("install_bytes")
+    cells["install"] = _bytes(size) if isinstance(size, (int, float)) else str(effective.get("install_note") or NOT_RECORDED)
+    cells["healthy"] = fmt(entry.startup_s, "{:,.1f}")
+    cells["usd"] = DASH if cost is None else fmt(cost.usd_per_1m_output_tokens, "${:,.4g}")
+    if cost is not None and cost.low is not None and cost.high is not None and cost.high > cost.low:
+        cells["usd"] += f" [{cost.low:,.4g}–{cost.high:,.4g}]"
+    return cells
+
+
+def _resource_note(runs: list[Run]) -> str:
+    """How the resource table was measured and which price its cost uses."""
+    prices = sorted({f"${e.cost.usd_per_hour:g}/h ({e.cost.price_source})" for r in runs for e in r.summary.engines.values()
+                     if e.cost is not None})
+    gpu = sorted({e.resources.gpu_note for r in runs for e in r.summary.engines.values()
+                  if e.resources is not None and e.resources.gpu_note})
+    intervals = sorted({e.resources.interval_s for r in runs for e in r.summary.engines.values()
+                        if e.resources is not None and e.resources.samples})
+    every = f"every {', '.join(f'{i:g}' for i in intervals)} s" if intervals else "periodically"
+    return ("Sampled " + every + " over the engine's whole process group during its measured phase (adapters/resources.py): "
+            "RSS counts shared pages once per process, PSS splits them between processes (the group's real footprint); "
+            "CPU is % of one core. Install size: the engine's virtual environment on disk. Cost: "
+            + ("; ".join(prices) if prices else "no price recorded (bench run --price-per-hour)")
+            + " / (output tok/s × 3600) × 1e6, bracketed by the throughput's interval where it has one."
+            + (f" GPU: {'; '.join(gpu)}." if gpu else ""))
+
+
 def interval_note(runs: list[Run]) -> str:
     """What the brackets of the summary table are, from the runs' repeat counts."""
     repeats = sorted({r.summary.repeats for r in runs})
@@ -143,7 +196,7 @@ def feature_matrix(runs: list[Run], compare: bool) -> tuple[list[dict[str, Any]]
 def build_context(runs: list[Run], recommendation: Recommendation | None) -> dict[str, Any]:
     """Everything the templates render, plus ``plot_data`` for :mod:`reports.plots`."""
     compare = len(runs) > 1
-    rows, not_measured, engine_stats, turn_rows = [], [], [], []
+    rows, not_measured, engine_stats, turn_rows, resource_rows = [], [], [], [], []
     degraded: list[dict[str, str]] = []  # measured engines some of whose requests failed
     cdf: dict[str, dict[str, list[float]]] = {}
     tl_points: list[tuple[str, float, float]] = []
@@ -167,6 +220,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                                  "reason": f"{failed} of {total} measured requests failed: {classes}"})
             rows.append({"run_id": run.run_id, "engine": name, "display_name": display, "label": label,
                          "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m, entry.intervals)})
+            resource_rows.append({"label": label, **_resource_cells(entry, run.manifest.engines.get(name) or {})})
             series = m.samples_ms.model_dump() if m.samples_ms is not None else {}
             if any(series.values()):
                 cdf[label] = series
@@ -231,6 +285,8 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "not_measured": not_measured,
         "degraded": degraded,
         "engine_stats": engine_stats,
+        "resource_rows": resource_rows,
+        "resource_note": _resource_note(runs),
         "turn_rows": turn_rows,
         "manifests": manifests,
         "metric_definitions": runs[0].manifest.metric_definitions or NOT_RECORDED,
