@@ -84,7 +84,8 @@ def test_swapping_declared_attributes_changes_nothing(tmp_path: Path) -> None:
 
 def test_complexity_is_time_to_healthy_and_processes(tmp_path: Path) -> None:
     engines = {"quick": entry("quick", LEAN, startup_s=12.3), "slow": entry("slow", RICH, startup_s=45.1)}
-    run = run_with(tmp_path, "r", engines, {"quick": {"processes": 1}, "slow": {"processes": 4}})
+    run = run_with(tmp_path, "r", engines, {"quick": {"processes": 1, "install_bytes": 3 * 1024**3},
+                                            "slow": {"processes": 4}})
     rec = recommend([run], hardware=CPU)
     components = {r.engine: r.components["complexity"] for r in rec.ranking}
     assert components["quick"] == 1.0
@@ -93,7 +94,8 @@ def test_complexity_is_time_to_healthy_and_processes(tmp_path: Path) -> None:
     assert "decided by complexity (time to healthy 12.3 s vs 45.1 s, 1 vs 4 processes" in rec.deciding_constraint
     note = next(n for n in rec.notes if n.startswith("complexity is measured"))
     assert "quick: time to healthy 12.3 s (started alone), 1 processes" in note
-    assert "install time not recorded in these runs; not recorded: install size" in note
+    assert ("install time not recorded in these runs; install size (shown, not scored) quick 3.00 GiB; "
+            "not recorded: steps outside pip") in note
     assert ("no change of the features weight changes the winner: no survivor has a verified feature (no feature "
             "probe passed, or the runs have none), so features score 0 for every engine") in rec.sensitivity
 

@@ -276,6 +276,7 @@ def _operational(run_id: str, entry: dict[str, Any], effective: dict[str, Any]) 
         startup_parallel=parallel if isinstance(parallel, bool) else None,
         processes=int(processes) if isinstance(processes, int) and not isinstance(processes, bool) else None,
         install_s=_first_number(effective, "install_s"),
+        install_bytes=int(size) if (size := _first_number(effective, "install_bytes")) is not None else None,
         external=bool(effective.get("base_url")),
     )
 

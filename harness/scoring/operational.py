@@ -21,8 +21,10 @@ harness did not start (an ``openai`` endpoint) have no time to healthy.
 
 Shown, not scored: install time (``install_s``, how long ``bench engines setup`` took; it
 depends on the package cache and the network, and engines in the harness's own environment have
-no install step, so it is not like for like). Not recorded anywhere: install size on disk and
-steps outside pip (an engine build); they are named as not recorded.
+no install step, so it is not like for like) and install size (``install_bytes``, the size on disk
+of the virtual environment the engine runs from, ``adapters.resources.install_facts``; the own
+engine's is the harness's own, shared one). Not recorded anywhere: steps outside pip (an engine
+build); named as not recorded.
 
 **Features**, the other such criterion, come from the feature probes' verified results
 (:mod:`.features`).
@@ -60,9 +62,10 @@ class OperationalRecord:
     processes: int | None = None
     install_s: float | None = None
     external: bool = False
+    install_bytes: int | None = None  # size of its venv on disk, bytes (the manifest's install_bytes)
 
 
-NOT_RECORDED = ("install size", "steps outside pip (e.g. an engine build)")
+NOT_RECORDED = ("steps outside pip (e.g. an engine build)",)
 """Operational facts no run records yet (named in the notes, never guessed)."""
 
 
@@ -78,6 +81,7 @@ class OperationalFacts:
     started_in_parallel: bool | None
     processes: float | None
     install_s: float | None
+    install_bytes: int | None = None  # bytes, the last run's (shown, not scored)
 
     def text(self) -> str:
         """``"time to healthy 12.3 s (started alone), 4 processes"``; missing facts read "not recorded"."""
@@ -109,6 +113,7 @@ def operational_facts(engine: "EngineRuns") -> OperationalFacts:
         started_in_parallel=parallel,
         processes=float(median(processes)) if processes else None,
         install_s=installs[-1] if installs else None,
+        install_bytes=next((op.install_bytes for op in reversed(engine.operations) if op.install_bytes is not None), None),
     )
 
 
@@ -154,6 +159,9 @@ def complexity_note(facts: dict[str, OperationalFacts], how: list[str]) -> str:
     installs = [f"{name} {fact.install_s:,.0f} s" for name, fact in facts.items() if fact.install_s is not None]
     install = (f"install time (shown, not scored) {', '.join(installs)}" if installs
                else "install time not recorded in these runs")
+    sizes = [f"{name} {fact.install_bytes / 1024**3:,.2f} GiB" for name, fact in facts.items()
+             if fact.install_bytes is not None]
+    install += f"; install size (shown, not scored) {', '.join(sizes)}" if sizes else "; install size not recorded"
     caveats = "".join(f"; {line}" for line in how)
     return ("complexity is measured, lower better: mean of min(x)/x over the comparable recorded facts "
             f"(time to healthy, processes) — {shown}{caveats}; {install}; not recorded: {', '.join(NOT_RECORDED)}")
