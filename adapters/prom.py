@@ -48,6 +48,19 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
+def labelled_samples(text: str, name: str) -> list[dict[str, str]]:
+    """The label sets of every sample called ``name`` (an info-style gauge such as vLLM's
+    ``vllm:cache_config_info``, whose labels carry its settings as strings), in text order;
+    [] when there is none. Raises ValueError (one line) for text that is not Prometheus format."""
+    out: list[dict[str, str]] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            out += [dict(sample.labels) for sample in family.samples if sample.name == name]
+    except Exception as exc:  # the parser raises ValueError/TypeError/IndexError on bad text
+        raise ValueError(f"not Prometheus text format ({type(exc).__name__}: {str(exc)[:100]})") from exc
+    return out
+
+
 def _get(m: dict[str, float], *names: str) -> float | None:
     for n in names:
         if n in m:

@@ -7,7 +7,7 @@ collected for ``batch_window_ms`` into one batch of at most ``max_batch_size`` r
 arriving while a batch runs wait for the next one - "the batch waits for its longest member"),
 per-row stop rules (EOS unless ``ignore_eos``, ``stop_token_ids``, ``max_tokens``) and the
 endpoints (``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
-``/shim/stats``).
+``/v1/server_info``, ``/shim/stats``).
 
 Everything OpenAI-facing is the reference engine's, so both front-ends behave alike: request
 models and errors (:mod:`own_engine.server.protocol`), request checks
@@ -257,11 +257,13 @@ class _RowStream:
 
 
 def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, max_model_len: int | None = None,
-               default_max_tokens: int = 16) -> FastAPI:
+               default_max_tokens: int = 16, settings: dict[str, Any] | None = None) -> FastAPI:
     """The FastAPI app serving ``backend`` through ``worker`` under ``served_model_name``.
 
     ``max_model_len``: prompt + ``max_tokens`` limit in tokens (None: not checked);
-    ``default_max_tokens``: for a request without ``max_tokens`` (completions and chat).
+    ``default_max_tokens``: for a request without ``max_tokens`` (completions and chat);
+    ``settings``: what the shim was started with (``threads``, ``dtype``, ``device``), reported
+    by ``GET /v1/server_info`` next to the batch limits for the parity audit.
     """
     app = FastAPI(title=f"shim: {backend.model_label}", docs_url=None, redoc_url=None)
     install_error_handlers(app, logger)
@@ -304,6 +306,15 @@ def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, ma
         req = parse_body(await request.body(), ChatCompletionRequest)
         return await _generate(request, req, validator.chat(req), chat=True)
 
+    @app.get("/v1/server_info")
+    async def server_info() -> dict:
+        # static batches over Hugging Face generate / the ORT Generator: each row has its own
+        # cache for one call, so no shared KV budget, no prefix reuse, no chunked prefill
+        return {"engine": backend.model_label, "batching": "static", "max_batch_size": worker.max_batch_size,
+                "batch_window_ms": worker.window_s * 1000.0, "max_model_len": max_model_len,
+                "kv_cache": "per-request cache for one batch (no shared KV budget)", "prefix_caching": False,
+                "chunked_prefill": False, **(settings or {})}
+
     @app.get("/shim/stats")
     async def stats(_: Request) -> dict:
         return {"batches_run": worker.batches_run, "batch_sizes": worker.batch_sizes[-1000:]}
@@ -330,6 +341,8 @@ def serve(backend: Backend, args: Any) -> None:
     worker = BatchWorker(backend, args.max_batch_size, args.batch_window_ms)
     worker.start()
     name = args.served_model_name or args.model.rstrip("/").split("/")[-1]
-    app = create_app(backend, worker, name, max_model_len=args.max_model_len)
+    settings = {"threads": args.threads, "dtype": getattr(args, "dtype", None) or getattr(args, "precision", None),
+                "device": getattr(args, "device", None) or getattr(args, "provider", None)}
+    app = create_app(backend, worker, name, max_model_len=args.max_model_len, settings=settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     worker.stop()

@@ -2,7 +2,7 @@
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming SSE and plain
 JSON), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, see
-:mod:`own_engine.server.metrics`).
+:mod:`own_engine.server.metrics`), ``GET /v1/server_info`` (the effective settings, :func:`server_info`).
 
 Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multiprocessing):
 
@@ -225,6 +225,45 @@ class OpenAIServing:
         return model_list(self.model_name, "own_engine", self.max_model_len)
 
 
+def server_info(engine: Any) -> dict[str, Any]:
+    """The settings the engine really runs with (``GET /v1/server_info``; read by
+    ``adapters.effective`` for the parity audit): ``kv_capacity_tokens`` = KV blocks × block
+    size (tokens), ``kv_capacity_bytes`` = bytes of the allocated K/V tensors (draft model's
+    included), ``prefix_caching`` as the block manager applies it (off under naive allocation),
+    ``chunked_prefill_tokens`` = the per-step budget a prefill chunk fits in, ``dtype`` of the
+    KV cache, ``cuda_graphs`` False (the engine never captures graphs). A key is None where the
+    engine object lacks the attribute (a test's fake engine)."""
+    cfg = getattr(engine, "config", None)
+    bm, sched = getattr(engine, "block_manager", None), getattr(engine, "scheduler", None)
+    block_size = getattr(cfg, "block_size", None)
+    blocks = getattr(engine, "num_kv_blocks", None)
+    tensors = [t for runner in (getattr(engine, "runner", None), getattr(engine, "draft_runner", None)) if runner
+               for pair in runner.kv_caches for t in pair]
+    chunked = getattr(sched, "enable_chunked_prefill", getattr(cfg, "enable_chunked_prefill", None))
+    spec = getattr(cfg, "speculative", None)
+    if spec not in (None, "none"):
+        spec = f"{spec}, {cfg.num_speculative_tokens} tokens" + (f", {cfg.draft_num_layers}-layer draft" if spec == "draft" else "")
+    return {
+        "engine": "own_engine",
+        "kv_capacity_tokens": blocks * block_size if blocks and block_size else None,
+        "kv_capacity_bytes": sum(t.numel() * t.element_size() for t in tensors) or None,
+        "num_kv_blocks": blocks, "block_size": block_size,
+        "prefix_caching": getattr(bm, "enable_prefix_caching", getattr(cfg, "enable_prefix_caching", None)),
+        "chunked_prefill": chunked,
+        "chunked_prefill_tokens": getattr(cfg, "max_num_batched_tokens", None) if chunked else None,
+        "max_num_seqs": getattr(cfg, "max_num_seqs", None),
+        "max_num_batched_tokens": getattr(cfg, "max_num_batched_tokens", None),
+        "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
+        "threads": getattr(cfg, "threads", None),
+        "cuda_graphs": False if cfg is not None else None,
+        "speculative": None if spec is None else ("off" if spec == "none" else spec),
+        "max_model_len": getattr(engine, "max_model_len", None),
+        "device": str(getattr(engine, "device", "")) or None,
+        "batching": getattr(cfg, "batching", None), "kv_allocation": getattr(cfg, "kv_allocation", None),
+        "attention_backend": getattr(engine, "attention_backend", None),
+    }
+
+
 def _default_model_name(engine: Any) -> str:
     model_dir = getattr(getattr(engine, "config", None), "model_dir", None)
     return Path(model_dir).name if model_dir else "own_engine"
@@ -288,5 +327,9 @@ def create_app(
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(render_metrics(worker.stats(), counters, model_name), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/server_info")
+    async def server_info_route() -> dict[str, Any]:
+        return server_info(engine)
 
     return app
