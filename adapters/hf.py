@@ -19,6 +19,7 @@ from pathlib import Path
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python, is_installed
 from adapters.hardware import detect_kind
+from adapters.parity import ParityTarget, static_shim_args
 from adapters.venv_engine import installed_version
 from adapters.server import (
     cpu_kv_tokens,
@@ -72,6 +73,10 @@ class TransformersStaticAdapter(ServerAdapter):
         return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=self.display_name,
                           health_paths=("/health",), cwd=PROJECT_ROOT,
                           extra_config={"batching": "static", "max_batch_size": int(opts["max_batch_size"])})
+
+    def parity_args(self, target: ParityTarget) -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: the static batch size only (:func:`adapters.parity.static_shim_args`)."""
+        return static_shim_args(self.name, target)
 
 
 class TransformersServeAdapter(ServerAdapter):
@@ -130,3 +135,13 @@ class TransformersServeAdapter(ServerAdapter):
         env = {**thread_env(config.threads), **env_extra}
         return LaunchPlan(cmd=cmd, env=env, model_name=model, display_name=self.display_name,
                           health_paths=("/health", "/v1/models"), supports_ignore_eos=False, cwd=PROJECT_ROOT)
+
+    def parity_args(self, target: ParityTarget) -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: the per-step budget as ``--cb-max-batch-tokens``; on a GPU the KV
+        budget as ``--cb-num-blocks`` of 16 tokens (on a CPU it is already set from it).
+        ``transformers serve`` has no flag for prefix sharing, chunked prefill or a request cap."""
+        args = {"cb_max_batch_tokens": str(target.max_num_batched_tokens)}
+        if (self._hardware or detect_kind()) == "nvidia":
+            args.update({"cb_block_size": "16", "cb_num_blocks": str(target.kv_tokens() // 16)})
+        return args, [f"{self.name}: prefix caching, chunked prefill and max_num_seqs cannot be set: `transformers "
+                      "serve` has no flag for them (its continuous batching decides them itself)"]

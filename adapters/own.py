@@ -11,12 +11,17 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.server import (
     CPU_KV_CACHE_BYTES,
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
     split_engine_args, thread_env,
 )
+
+if TYPE_CHECKING:
+    from adapters.parity import ParityTarget
 
 # Flags the harness sets itself: an engine arg may not move the server off 127.0.0.1:<port>.
 RESERVED = ("host", "port", "model")
@@ -59,3 +64,11 @@ class OwnAdapter(ServerAdapter):
         env = {**thread_env(config.threads), "PYTHONPATH": project_pythonpath(), **env_extra}
         return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=self.display_name,
                           health_paths=("/health",), metrics_path="/metrics", cwd=PROJECT_ROOT)
+
+    def parity_args(self, target: "ParityTarget") -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: prefix caching, chunked prefill, ``max_num_seqs`` and the per-step
+        budget (which is also its chunk size) as flags; the KV budget is already
+        ``--kv-cache-bytes`` = :data:`CPU_KV_CACHE_BYTES` (on a GPU too). Nothing it cannot set."""
+        return ({"prefix_caching": "true" if target.prefix_caching else "false", "chunked_prefill": "true",
+                 "max_num_seqs": str(target.max_num_seqs),
+                 "max_num_batched_tokens": str(target.max_num_batched_tokens)}, [])

@@ -11,6 +11,7 @@ from ``sgl_kernel``. A small pure-PyTorch ``sgl_kernel`` compatibility module pl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_env_dir, engine_python
@@ -24,6 +25,9 @@ from adapters.server import (
     thread_env,
 )
 from adapters.venv_engine import installed_version, probe_installed
+
+if TYPE_CHECKING:
+    from adapters.parity import ParityTarget
 
 SHIM_DISPLAY = "sglang (CPU, torch_native, compatibility shim)"
 RESERVED = ("host", "port", "model_path")
@@ -102,6 +106,20 @@ class SglangAdapter(ServerAdapter):
         return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=display,
                           health_paths=("/health", "/v1/models"), metrics_path="/metrics",
                           extra_config={"hardware": hw, "compatibility_shim": hw == "cpu"})
+
+    def parity_args(self, target: "ParityTarget") -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: ``--max-running-requests`` (its max_num_seqs), the per-step budget as
+        ``--chunked-prefill-size`` and ``--max-prefill-tokens``; on a GPU ``--max-total-tokens`` from
+        the KV budget (on a CPU it is already set from it). Its radix cache (prefix caching) is on
+        unless ``--disable-radix-cache``, so nothing is added for it; asked to turn it off, that flag."""
+        budget = str(target.max_num_batched_tokens)
+        args = {"max_running_requests": str(target.max_num_seqs), "chunked_prefill_size": budget,
+                "max_prefill_tokens": budget}
+        if not target.prefix_caching:
+            args["disable_radix_cache"] = "true"
+        if self.hardware() != "cpu":
+            args["max_total_tokens"] = str(target.kv_tokens())
+        return args, []
 
 
 def _affinity() -> set[int]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import RECIPES, engine_env_dir, engine_python
 from adapters.hardware import detect_kind
+from adapters.parity import ParityTarget, static_shim_args
 from adapters.server import (
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args, thread_env,
 )
@@ -70,6 +71,10 @@ class DeepSpeedAdapter(ServerAdapter):
                           health_paths=("/health",), cwd=PROJECT_ROOT,
                           extra_config={"batching": "static", "max_batch_size": int(opts["max_batch_size"])})
 
+    def parity_args(self, target: ParityTarget) -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: the static batch size only (:func:`adapters.parity.static_shim_args`)."""
+        return static_shim_args(self.name, target)
+
 
 def onnx_model_dir(model_dir: Path, precision: str = "fp32", provider: str = "cpu") -> Path:
     """Cache folder of the ONNX build of ``model_dir`` (name + digest of path, size, mtime of its weights)."""
@@ -117,3 +122,7 @@ class OnnxRuntimeGenAIAdapter(ServerAdapter):
         return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=self.display_name,
                           health_paths=("/health",), cwd=PROJECT_ROOT,
                           extra_config={"batching": "static", "onnx_model_dir": str(onnx_dir)})
+
+    def parity_args(self, target: ParityTarget) -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: the static batch size only (:func:`adapters.parity.static_shim_args`)."""
+        return static_shim_args(self.name, target)

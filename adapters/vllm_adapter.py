@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
@@ -28,6 +29,9 @@ from adapters.server import (
     thread_env,
 )
 from adapters.venv_engine import installed_version, probe_installed
+
+if TYPE_CHECKING:
+    from adapters.parity import ParityTarget
 
 RESERVED = ("host", "port", "model")
 
@@ -101,3 +105,14 @@ class VllmAdapter(ServerAdapter):
         return LaunchPlan(cmd=cmd, env=env, model_name=model_name, display_name=display,
                           health_paths=("/health",), metrics_path="/metrics",
                           extra_config={"hardware": hw})
+
+    def parity_args(self, target: "ParityTarget") -> tuple[dict[str, str], list[str]]:
+        """``--parity strict``: ``--enable-prefix-caching``, ``--enable-chunked-prefill``,
+        ``--max-num-seqs``, ``--max-num-batched-tokens`` (also its prefill chunk budget); on a GPU
+        ``--kv-cache-memory-bytes`` (on a CPU ``VLLM_CPU_KVCACHE_SPACE`` already is the shared budget)."""
+        args = {"enable_prefix_caching": "true" if target.prefix_caching else "false",
+                "enable_chunked_prefill": "true", "max_num_seqs": str(target.max_num_seqs),
+                "max_num_batched_tokens": str(target.max_num_batched_tokens)}
+        if self.hardware() != "cpu":
+            args["kv_cache_memory_bytes"] = str(target.kv_cache_bytes)
+        return args, []
