@@ -16,6 +16,7 @@ from typing import Any
 from results.recommendation import Recommendation
 from results.schema import FEATURE_PROBES, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics
 from results.store import Run
+from reports.parity import parity_sections
 
 NOT_RECORDED = "not recorded"
 DASH = "—"
@@ -284,6 +285,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "rows": rows,
         "not_measured": not_measured,
         "degraded": degraded,
+        "parity": parity_sections(runs),  # the configuration parity audit of each run (summary.parity)
         "engine_stats": engine_stats,
         "resource_rows": resource_rows,
         "resource_note": _resource_note(runs),

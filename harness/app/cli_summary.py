@@ -15,6 +15,7 @@ from rich.table import Table
 
 from harness.app.feature_phase import probe_line
 from adapters.resources import fmt_bytes
+from harness.app.cli_parity import parity_lines
 from harness.metrics.failures import failure_text
 from results.schema import EngineResult, EngineStatus, Interval, RunSummary
 
@@ -100,7 +101,7 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             cv = ci("output_throughput").cv if ci("output_throughput") else None
             row.append("–" if cv is None else f"{cv:.1%}")
         table.add_row(*row)
-    return table, notes
+    return table, notes + parity_lines(summary)  # the configuration parity audit, after the engines' notes
 
 
 def _resource_row(name: str, engine: EngineResult) -> list[str]:

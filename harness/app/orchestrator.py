@@ -34,6 +34,7 @@ from adapters.resources import ResourceSampler, install_facts
 from workloads.base import Workload
 
 from harness.app.engine_turns import EngineTurns
+from harness.app.parity_run import ParityRun
 from harness.app.manifest import fill_manifest
 from harness.app.plan import EnginePlan, capabilities_of, plan_engine
 from harness.app.startup import EngineStarter, start_slots
@@ -81,6 +82,7 @@ class Orchestrator:
     def __init__(self, cfg: RunConfig, console: Any) -> None:
         self.cfg = cfg
         self.console = console
+        self.parity = ParityRun(cfg, console)  # --parity: engine args, effective settings, the audit
 
     # -- setup -------------------------------------------------------------------------
     def _workload(self, tokenizer: Any) -> Workload:
@@ -103,7 +105,7 @@ class Orchestrator:
             model_dir=model_dir,
             run_dir=writer.run_dir,
             threads=threads,
-            engine_args=c.engine_args.get(name, {}),
+            engine_args=self.parity.engine_args(name),
             startup_timeout_s=c.startup_timeout_s,
             base_url=c.base_url,
             model_name=c.served_model_name,
@@ -134,6 +136,8 @@ class Orchestrator:
                 **install_facts(ep.effective_config),  # size on disk of its venv (cached until it changes)
             }
             writer.write_manifest()
+            if repeat == 0:  # what the engine reports it runs with, after health, before any request
+                self.parity.read(name, ep)
             target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key, ep.supports_ignore_eos and c.ignore_eos)
             progress_cb, finish = engine_progress(self.console, label, workload)
             runner = Runner(target, name, workload.name, writer.add_record, tokenizer,
@@ -218,6 +222,7 @@ class Orchestrator:
 
         kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
+        self.parity.plan(adapters, model_dir, kind)
         equivalence: dict[str, list[str]] = {}
         interrupted = ""  # who interrupted the run ("" = nobody)
         plans: list[EnginePlan] = []
@@ -264,6 +269,7 @@ class Orchestrator:
                 reference=ref, prompts=list(EQUIVALENCE_PROMPTS), max_tokens=EQUIVALENCE_MAX_TOKENS,
                 engines={n: compare_outputs(tokenizer, equivalence[ref], t) for n, t in equivalence.items() if n != ref},
             )
+        writer.summary.parity = self.parity.audit(writer.summary)
         writer.close()
         result = RunResult(run_dir, writer.summary, interrupted=interrupted)
         if c.report:
@@ -322,6 +328,7 @@ class Orchestrator:
         facts and drift warnings."""
         metrics = result.metrics
         assert metrics is not None
+        self.parity.attach(name, result)
         writer.set_engine(name, result)
         if result.status is not EngineStatus.OK:
             self.console.print(f"[red]{name}[/]: failed — {escape(result.reason)}")

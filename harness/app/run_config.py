@@ -26,6 +26,7 @@ class RunConfig:
     base_url: str | None = None
     served_model_name: str | None = None
     engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
+    parity: str = "report"  # --parity: "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
     threads: int | None = None
     request_timeout_s: float = 600.0
     startup_timeout_s: float = 600.0

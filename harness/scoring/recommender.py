@@ -12,6 +12,7 @@ from results.store import Run
 
 from .constraints import before_slos, collect_required_features, needs_fp8
 from .errors import ScorerError
+from .parity import parity_notes
 from .explanation import deciding_constraint, excluded_clause, yardstick_sentence
 from .gather import Gathered, RunFacts, gather
 from .cost import cost_note
@@ -131,7 +132,8 @@ def recommend(
         workloads=workloads,
         runs=[run.run_id for run in gathered.runs],
         notes=([yardstick] if yardstick else []) + validity.notes
-        + _notes(gathered, outcome, memory_fits, workloads, hardware, required, resolved_weights),
+        + _notes(gathered, outcome, memory_fits, workloads, hardware, required, resolved_weights)
+        + parity_notes(runs),  # the parity audit's unfair flags: caveats, never eliminations
         message=message,
         yardstick=yardstick,
         score_repeats=ties.repeats,
