@@ -119,7 +119,7 @@ def _resource_cells(entry: EngineResult, effective: dict[str, Any]) -> dict[str,
     use, cost = entry.resources, entry.cost
     cells = {key: DASH for key in ("rss", "pss", "cpu", "cpu_peak", "gpu_mem", "gpu_util", "j_tok")}
     if use is not None and use.samples:
-        share = (f" ({use.mean_cpu_percent / use.cpu_cores:.0%} of {use.cpu_cores} cores)"
+        share = (f" ({use.mean_cpu_percent / use.cpu_cores / 100:.0%} of {use.cpu_cores} cores)"
                  if use.mean_cpu_percent is not None and use.cpu_cores else "")
         cells.update(rss=_bytes(use.peak_rss_bytes), pss=_bytes(use.peak_pss_bytes),
                      cpu=fmt(use.mean_cpu_percent, "{:,.0f}%") + share, cpu_peak=fmt(use.peak_cpu_percent, "{:,.0f}%"),

@@ -76,6 +76,8 @@ def test_sampler_measures_a_real_process_group(process_group: int) -> None:
     assert use.mean_cpu_percent is not None and 0 <= use.mean_cpu_percent <= 100 * use.cpu_cores + 1
     assert use.interval_s == 0.05 and use.sampler_ms_mean is not None
     assert use.gpu_note == "" and use.peak_gpu_memory_bytes is None  # NVML not asked for
+    cheap = read_group(process_group, pss=False)  # RSS and CPU only: no page-table walk
+    assert cheap.pss_bytes is None and not cheap.pss_read and cheap.rss_bytes >= 200 * MiB and cheap.processes == 3
 
 
 def test_read_group_of_an_empty_group_reads_nothing() -> None:
@@ -105,9 +107,34 @@ def test_accumulator_peak_and_mean_on_scripted_samples() -> None:
     assert use.mean_cpu_percent == 87.5 and use.peak_cpu_percent == 150.0
     assert use.cpu_cores == 4 and use.processes_max == 3 and use.sampler_ms_mean == 2.0
     assert use.peak_gpu_memory_bytes is None and use.gpu_energy_j is None
+    # a sample that skipped PSS (read every few samples) leaves the PSS figures alone
+    skipped = _sample(12.5, 260, None, {1: 3.5})
+    skipped.pss_read = False
+    acc.add(skipped)
+    assert acc.result().peak_pss_bytes == 200 * MiB and acc.result().mean_pss_bytes == 150 * MiB
+    assert acc.result().peak_rss_bytes == 300 * MiB and acc.result().mean_rss_bytes == 212 * MiB
     # one process whose PSS could not be read: no PSS, RSS still known
-    acc.add(_sample(12.5, 250, None, {1: 3.5}))
+    acc.add(_sample(13.0, 250, None, {1: 3.5}))
     assert acc.result().peak_pss_bytes is None and acc.result().peak_rss_bytes == 300 * MiB
+
+
+def test_pss_is_read_every_nth_sample_and_at_both_ends() -> None:
+    asked: list[bool] = []
+
+    def reader(pgid: int, pss: bool) -> GroupSample:
+        asked.append(pss)
+        sample = _sample(float(len(asked)), 10, 5 if pss else None, {1: 0.0})
+        sample.pss_read = pss  # as read_group marks a sample that skipped PSS
+        return sample
+
+    sampler = ResourceSampler(9, interval_s=0.001, pss_every=3, reader=reader, gpu=False)
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while len(asked) < 8 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    use = sampler.stop()
+    assert asked[:-1] == [i % 3 == 0 for i in range(len(asked) - 1)] and asked[-1] is True
+    assert use.peak_pss_bytes == 5 * MiB and use.samples == len(asked)
 
 
 def test_repeats_combine_as_peak_over_repeats_and_mean_of_means() -> None:
@@ -133,7 +160,7 @@ def test_external_endpoint_is_not_measured() -> None:
 def test_a_failing_reading_ends_sampling_with_the_reason() -> None:
     calls = []
 
-    def reader(pgid: int) -> GroupSample:
+    def reader(pgid: int, pss: bool) -> GroupSample:
         calls.append(pgid)
         if len(calls) > 1:
             raise PermissionError("denied")
@@ -172,7 +199,7 @@ def test_nvml_skipped_when_nvml_init_fails(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert Nvml.open() == (None, "no NVIDIA driver / NVML: NVML Shared Library Not Found")
     # the sampler still measures CPU and memory, and says why GPU fields are empty
-    sampler = ResourceSampler(5, reader=lambda pgid: _sample(time.monotonic(), 1, 1, {5: 0.0}), interval_s=0.01)
+    sampler = ResourceSampler(5, reader=lambda pgid, pss: _sample(time.monotonic(), 1, 1, {5: 0.0}), interval_s=60)
     with sampler:
         pass
     assert sampler.result.samples == 2 and sampler.result.peak_gpu_memory_bytes is None
@@ -200,7 +227,7 @@ def test_nvml_measures_the_groups_gpu_memory_utilisation_and_energy(monkeypatch)
     # device 0 (another process) used 50 J, device 1 (the group's) 120 J between start and stop
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([[1_000.0, 51_000.0], [5_000.0, 125_000.0]], group_pid=5))
     clock = iter([0.0, 0.5])
-    sampler = ResourceSampler(5, reader=lambda pgid: _sample(next(clock), 1, 1, {5: 0.0}), interval_s=60)
+    sampler = ResourceSampler(5, reader=lambda pgid, pss: _sample(next(clock), 1, 1, {5: 0.0}), interval_s=60)
     with sampler:
         pass
     use = with_output_tokens(sampler.result, 600)
@@ -322,6 +349,24 @@ def test_no_price_gives_no_cost_score(tmp_path: Path) -> None:
     assert all(r.components["cost"] == 0.0 and "cost_per_1m_output_tokens" not in r.metrics for r in rec.ranking)
     assert ("cost not scored: no price per device-hour for my-box (pass --price-per-hour); every engine's cost "
             "score is 0") in rec.notes
+
+
+def test_report_resource_cells() -> None:
+    from reports.context import _resource_cells
+
+    use = ResourceUse(samples=90, peak_rss_bytes=2322845696, peak_pss_bytes=2266452992, mean_cpu_percent=59.9,
+                      peak_cpu_percent=102.67, cpu_cores=2, peak_gpu_memory_bytes=3 * GiB, mean_gpu_util_percent=80.0,
+                      energy_per_output_token_j=0.2)
+    entry = EngineResult(status=EngineStatus.OK, resources=use, startup_s=19.4,
+                         cost=engine_cost((0.067, "assumed"), 27.6214, Interval(point=27.6, low=25.0, high=30.0, n=2)))
+    cells = _resource_cells(entry, {"install_bytes": 1904274769})
+    assert cells == {"rss": "2.2 GiB", "pss": "2.1 GiB", "cpu": "60% (30% of 2 cores)", "cpu_peak": "103%",
+                     "gpu_mem": "3.0 GiB", "gpu_util": "80%", "j_tok": "0.2", "install": "1.8 GiB", "healthy": "19.4",
+                     "usd": "$0.6738 [0.6204–0.7444]"}
+    external = EngineResult(status=EngineStatus.OK, resources=ResourceUse(note=EXTERNAL_NOTE))
+    cells = _resource_cells(external, {"install_bytes": None, "install_note": "not applicable (external endpoint)"})
+    assert cells["rss"] == EXTERNAL_NOTE and cells["install"] == "not applicable (external endpoint)"
+    assert _resource_cells(EngineResult(status=EngineStatus.OK), {})["rss"] == "not recorded"  # an older run
 
 
 def test_console_resource_table_shows_use_and_cost() -> None:
