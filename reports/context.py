@@ -16,6 +16,7 @@ from typing import Any
 from results.recommendation import Recommendation
 from results.schema import FEATURE_PROBES, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics
 from results.store import Run
+from reports.imported import definition_sections
 from reports.parity import parity_sections
 
 NOT_RECORDED = "not recorded"
@@ -297,5 +298,6 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "feature_columns": list(FEATURE_PROBES),
         "feature_rows": feature_rows,
         "feature_details": feature_details,
+        "definitions_differ": definition_sections(runs),  # imported runs: metrics under another tool's definition
         "plot_data": {"cdf": cdf, "throughput_latency": tl_points, "per_turn": turn_series},
     }

@@ -98,6 +98,9 @@ class RequestRecord(BaseModel):
     # "incomplete_stream", "interrupted" (harness.loadgen.client lists them all)
     error_class: str | None = None
     error_message: str | None = None
+    # the tool a record was read from by ``bench import`` ("vllm bench serve", ...): its times are
+    # reconstructed from that tool's per-request numbers (results.schema.ImportProvenance); None = measured here
+    imported_from: str | None = None
 
     @property
     def output_tokens(self) -> int | None:
@@ -657,6 +660,45 @@ class Validity(Artefact):
     input_token_drift: float | None = None
 
 
+class ImportProvenance(Artefact):
+    """Where an imported run's numbers come from (``bench import``; ``manifest.json``'s
+    ``imported_from``).
+
+    ``tool``: "vllm", "sglang", "aiperf" or "guidellm"; ``label``: the tool's command as users
+    know it ("vllm bench serve"); ``file``: the file read; ``version``: the tool's version when
+    the file records it; ``entry``: which result of a file holding several (1-based) and
+    ``entries`` how many it held; ``per_request``: the file carried per-request data.
+
+    ``metrics``: one entry per metric of :class:`Metrics` (``ttft_ms``, ``output_throughput``,
+    ...) saying how its value was obtained: ``"recomputed"`` (``harness.metrics`` over records
+    rebuilt from the tool's per-request numbers, our definitions), ``"recomputed: ..."`` (the
+    same, with what the tool's raw numbers still carry of its own definition), ``"copied: ..."``
+    (the tool's summary value, under the tool's definition, which the text states) or
+    ``"unavailable: ..."`` (the file holds nothing it could come from; left empty).
+    ``tool_summary``: the tool's own headline numbers under its own definitions, keyed like our
+    metrics (``ttft_ms.p99`` in ms, ``output_throughput`` in tokens/s, ``duration_s`` in s), for
+    a side-by-side view. ``caveats``: further differences, one line each, citing the tool's
+    source. ``config``: the tool's run settings as recorded in the file (backend, model, rate).
+    """
+
+    tool: str
+    label: str
+    file: str
+    version: str | None = None
+    entry: int = 1
+    entries: int = 1
+    per_request: bool = False
+    metrics: dict[str, str] = Field(default_factory=dict)
+    tool_summary: dict[str, float] = Field(default_factory=dict)
+    caveats: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    def differing(self) -> dict[str, str]:
+        """The metrics whose value is not plainly ours: copied, unavailable, or recomputed from
+        raw numbers that still carry the tool's definition (metric → the text)."""
+        return {k: v for k, v in self.metrics.items() if v != "recomputed"}
+
+
 class Manifest(Artefact):
     """``manifest.json``: everything needed to reproduce and judge a run. Every field is
     optional so partial and old runs load; ``engines`` holds each engine's effective
@@ -683,6 +725,7 @@ class Manifest(Artefact):
     validity: dict[str, Validity] = Field(default_factory=dict)
     client_calibration: dict[str, Any] | None = None
     metric_definitions: str | None = None
+    imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
 
     @field_validator("model", mode="before")
     @classmethod

@@ -45,6 +45,8 @@ app.add_typer(cli_engines.app, name="engines")
 app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
 app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
 app.command("search", help="Find each engine's capacity: the highest load (rate or concurrency) at which every SLO holds, by bracketing and bisection.")(cli_search.search_cmd)
+from harness.app.cli_import import import_cmd  # noqa: E402  (issue 17)
+app.command("import", help="Read another tool's result file (vllm bench serve, SGLang bench_serving, AIPerf, GuideLLM) into a run, each metric recomputed under our definitions or marked as copied.")(import_cmd)
 
 console = make_console()
 

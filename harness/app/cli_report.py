@@ -217,3 +217,7 @@ def report_cmd(
     md, html = write_run_reports(runs[0].run_dir, compare_runs=runs[1:] or None)
     console.print(f"Markdown report: {md}", highlight=False, soft_wrap=True)
     console.print(f"HTML report:     {html}", highlight=False, soft_wrap=True)
+    from reports.imported import caveat_lines
+
+    for line in caveat_lines(runs):  # imported runs (bench import): the metrics under another tool's definition
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
