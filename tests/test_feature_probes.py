@@ -20,7 +20,7 @@ from harness.app.cli import app as cli_app
 from harness.app.cli_summary import summary_table
 from harness.app.feature_phase import probe_line
 from harness.loadgen.client import EndpointTarget
-from harness.loadgen.feature_checks import Reply, error_message, http_verdict, schema_errors
+from harness.loadgen.feature_checks import Reply, _limited_errors, error_message, http_verdict, schema_errors
 from harness.loadgen.features import CITY_SCHEMA, pick_stop, probe_features
 from harness.scoring import recommend
 from reports.context import build_context
@@ -93,7 +93,10 @@ def scripted_app(faults: frozenset[str] = frozenset(), seen: list[dict[str, Any]
             return web.Response(status=500, text="Internal Server Error")
         content = " ".join(m["content"] for m in body["messages"])
         usage = {"prompt_tokens": len(content.split()) + 2, "completion_tokens": 4}
-        if "response_format" in body:
+        if "response_format" in body and "format_ignored" in faults:  # a model that follows instructions
+            choices = [_choice('{"city": "Paris", "country": "France"}' if "JSON" in content
+                               else "The capital of France is Paris.")]
+        elif "response_format" in body:
             text = '{"city": "Paris", "country": ' if "malformed_json" in faults else '{"city": "Paris", "country": "France"}'
             choices = [_choice(text, finish="length" if "malformed_json" in faults else "stop")]
         elif "tools" in body:
@@ -104,6 +107,8 @@ def scripted_app(faults: frozenset[str] = frozenset(), seen: list[dict[str, Any]
             call = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
             choices = [_choice(None, finish="tool_calls", tool_calls=[call])]
         elif body.get("n", 1) > 1:
+            if "slow" in faults:
+                await asyncio.sleep(3.0)
             n = 1 if "n_one" in faults else body["n"]
             choices = [_choice("Hello there, friend", index=i) for i in range(n)]
         elif body.get("logprobs"):
@@ -114,6 +119,8 @@ def scripted_app(faults: frozenset[str] = frozenset(), seen: list[dict[str, Any]
                           for t in ("Hello", "!")]
                 choices = [{**_choice("Hello!"), "logprobs": {"content": tokens}}]
         elif usage["prompt_tokens"] > 100:  # the max-context probe
+            if "slow" in faults:
+                await asyncio.sleep(0.6)
             if usage["prompt_tokens"] + body["max_tokens"] > MAX_LEN:
                 return _error(400, f"This model's maximum context length is {MAX_LEN} tokens", "messages")
             choices = [_choice("Fox.")]
@@ -182,6 +189,13 @@ def test_malformed_json_for_response_format_fails_with_the_reason() -> None:
                              '"{\\"city\\": \\"Paris\\", \\"country\\": "')
 
 
+def test_a_server_ignoring_response_format_fails_even_with_an_obliging_model() -> None:
+    result = probe({"format_ignored"})["structured_output"]
+    assert result.status is FAILED
+    assert result.detail == ('the reply is not valid JSON (Expecting value at character 0): '
+                             '"The capital of France is Paris."')
+
+
 def test_tools_rejected_as_not_supported_is_unsupported_and_a_5xx_is_failed() -> None:
     result = probe({"tools_400"})["tool_calling"]
     assert (result.status, result.detail) == (UNSUPPORTED, "HTTP 400: tools not supported")
@@ -219,16 +233,27 @@ def test_elapsed_time_and_the_phase_budget_use_the_given_clock() -> None:
     assert {(p.status, p.detail) for p in rest} == {(FAILED, "not run: the probe phase used its 2 s budget")}
 
 
+def test_a_probe_past_its_timeout_fails_and_the_long_prompt_has_its_own() -> None:
+    probes = probe({"slow"}, timeout_s=0.3, context_timeout_s=10.0)
+    assert (probes["n_best"].status, probes["n_best"].detail) == (FAILED, "no reply within 0.3 s (the probe's timeout)")
+    assert probes["max_context"].status is VERIFIED  # 0.6 s: past timeout_s, within context_timeout_s
+    assert probe({"slow"}, timeout_s=0.3)["max_context"].status is FAILED  # the same limit for all by default
+
+
 def test_max_context_is_left_out_without_a_length_or_tokenizer() -> None:
     assert "max_context" not in probe(tokenizer=None)
 
 
-def test_the_limited_schema_check_and_error_bodies() -> None:
-    assert schema_errors({"city": "Paris"}, CITY_SCHEMA) == "$ lacks the required key 'country'"
-    assert schema_errors({"city": 1, "country": "France"}, CITY_SCHEMA) == '$.city is "1", not of type string'
-    assert schema_errors({"city": "a", "country": "b", "x": 1}, CITY_SCHEMA) == (
+def test_the_schema_checks_and_error_bodies() -> None:
+    # schema_errors: jsonschema's words when it is installed, else the limited check's
+    assert schema_errors({"city": "Paris", "country": "France"}, CITY_SCHEMA) is None
+    assert "country" in (schema_errors({"city": "Paris"}, CITY_SCHEMA) or "")
+    assert _limited_errors({"city": "Paris"}, CITY_SCHEMA, "$") == "$ lacks the required key 'country'"
+    assert _limited_errors({"city": 1, "country": "France"}, CITY_SCHEMA, "$") == '$.city is "1", not of type string'
+    assert _limited_errors({"city": "a", "country": "b", "x": 1}, CITY_SCHEMA, "$") == (
         "$ has the key 'x', which the schema does not allow")
-    assert schema_errors([], CITY_SCHEMA) == '$ is "[]", not of type object'
+    assert _limited_errors([], CITY_SCHEMA, "$") == '$ is "[]", not of type object'
+    assert _limited_errors({"city": "a", "country": "b"}, CITY_SCHEMA, "$") is None
     # FastAPI / pydantic extra="forbid": unsupported, naming the field
     reply = Reply(422, {"detail": [{"loc": ["body", "response_format"], "msg": "Extra inputs are not permitted"}]}, "")
     assert error_message(reply) == ("response_format: Extra inputs are not permitted", "response_format")

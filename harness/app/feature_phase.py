@@ -37,16 +37,18 @@ def probe_phase(console: Any, name: str, endpoint: Any, target: Any, tokenizer: 
                 request_timeout_s: float) -> dict[str, FeatureProbe]:
     """Probe ``name``'s features at ``target`` (an ``EndpointTarget``; ``endpoint``: its adapter
     ``Endpoint``, for the effective configuration); each request waits at most the run's
-    ``request_timeout_s`` capped at :data:`harness.loadgen.features.PROBE_TIMEOUT_CAP_S` s.
+    ``request_timeout_s`` capped at ``harness.loadgen.features.PROBE_TIMEOUT_CAP_S`` (60 s; the
+    max-context prompt at ``CONTEXT_TIMEOUT_CAP_S``, 180 s).
     Prints one line when done and returns the verdicts by feature. Never raises for what the
     server does (a crash of the server shows as failed probes, and the run notices it when the
     engine is stopped)."""
-    from harness.loadgen.features import PROBE_TIMEOUT_CAP_S, run_feature_probes
+    from harness.loadgen.features import CONTEXT_TIMEOUT_CAP_S, PROBE_TIMEOUT_CAP_S, run_feature_probes
 
     console.print(f"[bold]{escape(name)}[/]: feature probes …")
     length, source = fallback_max_len(getattr(endpoint, "effective_config", None) or {}, manifest)
     probes = run_feature_probes(target, tokenizer=tokenizer, max_model_len=length, max_len_source=source,
-                                timeout_s=min(request_timeout_s, PROBE_TIMEOUT_CAP_S))
+                                timeout_s=min(request_timeout_s, PROBE_TIMEOUT_CAP_S),
+                                context_timeout_s=min(request_timeout_s, CONTEXT_TIMEOUT_CAP_S))
     console.print(escape(probe_line(name, probes)), highlight=False)
     return probes
 

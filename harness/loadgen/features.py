@@ -7,7 +7,9 @@ OpenAI-compatible endpoint (``POST /v1/chat/completions``, non-streaming, greedy
 
 - ``structured_output``: ``response_format`` with a ``json_schema`` → the reply must parse as JSON
   and validate against the schema (with the ``jsonschema`` package when it is installed, else
-  :func:`schema_errors`, which knows only the keywords these probes' schemas use);
+  ``feature_checks.schema_errors``, which knows only the keywords these probes' schemas use).
+  The prompt does not ask for JSON: a server that ignores ``response_format`` fails, where a
+  model that follows a "answer as JSON" instruction would have passed it (our own server did);
 - ``tool_calling``: ``tools`` with ``tool_choice`` naming the function (OpenAI's forced call, so a
   small model's reluctance to call a tool is not taken for the engine's) → a ``tool_calls``
   entry naming the offered function, with ``arguments`` a JSON string matching its parameters;
@@ -25,7 +27,9 @@ supported (the message, or the OpenAI error's ``param`` naming the field); ``fai
 everything else - a 5xx, another 4xx, a timeout, or a reply that does not do what was asked -
 with one line saying what was wrong or what the server said. Bounded: small ``max_tokens``
 (at most 96), each request at most ``timeout_s`` (the caller passes the run's request timeout
-capped at :data:`PROBE_TIMEOUT_CAP_S`), the whole phase at most ``budget_s``.
+capped at :data:`PROBE_TIMEOUT_CAP_S`; the max-context one at :data:`CONTEXT_TIMEOUT_CAP_S`),
+the whole phase at most ``budget_s``. On the 2-core reference machine the phase takes 10-20 s
+per engine plus the max-context prefill (own: 15-53 s cold for 4,048 tokens).
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus
 from harness.loadgen.client import EndpointTarget, new_session
 from harness.loadgen.feature_checks import Reply, Verdict, failed, http_verdict, quote, schema_errors
 
-PROBE_TIMEOUT_CAP_S = 30.0  # a probe request never waits longer (s), whatever --request-timeout says
-PHASE_BUDGET_S = 120.0  # all probes of one engine (s); probes not started by then are failed, "not run"
+PROBE_TIMEOUT_CAP_S = 60.0  # a probe request never waits longer (s), whatever --request-timeout says
+CONTEXT_TIMEOUT_CAP_S = 180.0  # the max-context request's cap (s): a cold 4,048-token prefill took our own
+# engine 15-53 s on one core of the loaded 2-core reference machine (2026-12-01)
+PHASE_BUDGET_S = 300.0  # all probes of one engine (s); probes not started by then are failed, "not run"
 
 CITY_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -129,8 +135,7 @@ def _text(choice: dict[str, Any]) -> str:
 async def probe_structured_output(p: Prober) -> str:
     """``response_format`` with :data:`CITY_SCHEMA`; returns the verified detail, raises otherwise."""
     choices, _ = await p.choices({
-        "messages": [{"role": "user", "content": "What is the capital of France? Answer as JSON with the keys "
-                                                 "\"city\" and \"country\"."}],
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],  # no word of JSON: see above
         "response_format": {"type": "json_schema", "json_schema": {"name": "capital", "strict": True,
                                                                    "schema": CITY_SCHEMA}},
         "max_tokens": 96}, ("response_format",))
@@ -296,6 +301,7 @@ async def probe_features(
     max_model_len: int | None = None,
     max_len_source: str = "",
     timeout_s: float = PROBE_TIMEOUT_CAP_S,
+    context_timeout_s: float | None = None,
     budget_s: float = PHASE_BUDGET_S,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, FeatureProbe]:
@@ -304,7 +310,8 @@ async def probe_features(
     ``max_model_len``/``max_len_source``: the fallback when ``/v1/models`` gives no
     ``max_model_len`` (tokens; the source in words, e.g. "the model's config.json");
     ``max_context`` is not probed (left out) without a length or a ``tokenizer``. Each request
-    waits at most ``timeout_s`` s and the phase at most ``budget_s`` s (by ``clock``, seconds);
+    waits at most ``timeout_s`` s (the max-context one ``context_timeout_s``, default
+    ``timeout_s``) and the phase at most ``budget_s`` s (by ``clock``, seconds);
     ``elapsed_ms`` is measured with ``clock``. Never raises for what a server does; Ctrl-C
     (``CancelledError``/``KeyboardInterrupt``) propagates.
     """
@@ -329,7 +336,8 @@ async def probe_features(
                 results[feature] = FeatureProbe(feature=feature, status=FeatureStatus.FAILED, elapsed_ms=0.0,
                                                 detail=f"not run: the probe phase used its {budget_s:g} s budget")
                 continue
-            prober.timeout_s = min(timeout_s, left)
+            limit = context_timeout_s if feature == "max_context" and context_timeout_s else timeout_s
+            prober.timeout_s = min(limit, left)
             status, detail = await _one(probes[feature], prober)
             results[feature] = FeatureProbe(feature=feature, status=status, detail=detail,
                                             elapsed_ms=round((clock() - start) * 1000.0, 1))
