@@ -18,7 +18,7 @@ from rich.table import Table
 
 from harness import __version__
 from harness.app.cli_summary import fmt
-from harness.app import cli_engines, cli_parity, cli_report, cli_search, cli_workloads
+from harness.app import cli_engines, cli_parity, cli_report, cli_results, cli_search, cli_workloads
 from harness.app.signals import exit_code, install_handlers, interrupt_cause
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
@@ -37,9 +37,8 @@ app = typer.Typer(
     add_completion=False,
 )
 model_app = typer.Typer(help="The model every engine serves (default: embedded SmolLM2-135M-Instruct).", no_args_is_help=True)
-results_app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
-app.add_typer(results_app, name="results")
+app.add_typer(cli_results.app, name="results")
 app.add_typer(cli_workloads.app, name="workloads")
 app.add_typer(cli_engines.app, name="engines")
 app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
@@ -272,17 +271,13 @@ def _guarded(fn: Any) -> Any:
 
 def _print_summary(summary: Any) -> None:
     """The console table of a :class:`results.schema.RunSummary` (harness/app/cli_summary.py)."""
-    from harness.app.cli_summary import resource_table, summary_table
+    from harness.app.cli_summary import print_summary
 
-    table, notes = summary_table(summary)
-    console.print(table, *filter(None, [resource_table(summary)]))  # resources: a second, compact table
-    for line in notes:
-        console.print(f"  {line}" if not line.startswith(("Latencies", "[brackets]")) else line,
-                      highlight=False, markup=False)
+    print_summary(summary, console)
 
 
 # --------------------------------------------------------------------------------------------
-# bench model / calibrate / results
+# bench model / calibrate
 # --------------------------------------------------------------------------------------------
 @model_app.command("prepare")
 def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if already prepared.")) -> None:
@@ -332,91 +327,6 @@ def calibrate(
     for k, v in res.items():
         t.add_row(k, fmt(v, 3))
     console.print(t)
-
-
-@results_app.command("list")
-def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o")) -> None:
-    """List stored runs, newest first (a killed run is summarised from its records first)."""
-    from harness.app.rebuild import load_or_rebuild
-    from results.store import ResultsError, list_runs
-
-    runs = list_runs(output_dir)
-    if not runs:
-        console.print(f"no runs under {output_dir}", markup=False)
-        return
-    t = Table(title=f"Runs in {output_dir}")
-    for col in ("run id", "workload", "engines (status)"):
-        t.add_column(col)
-    for p in runs:
-        try:
-            r = load_or_rebuild(p, note=lambda line: err_console.print(escape(line)))
-        except ResultsError as exc:
-            t.add_row(escape(p.name), "?", escape(f"unreadable: {exc}"))
-            continue
-        engines = ", ".join(f"{n} ({e.status.value})" for n, e in r.summary.engines.items())
-        t.add_row(escape(p.name), escape(r.summary.workload), escape(engines))
-    console.print(t)
-
-
-@results_app.command("show")
-def results_show(
-    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
-    as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
-) -> None:
-    """Show one run's summary table (a killed run is summarised from its records first)."""
-    from harness.app.rebuild import load_or_rebuild
-    from results.store import ResultsError, resolve_run
-
-    try:
-        r = load_or_rebuild(resolve_run(run, output_dir), note=lambda line: err_console.print(escape(line)))
-    except ResultsError as exc:
-        fail(str(exc))
-    if as_json:
-        console.print_json(r.summary.model_dump_json())
-        return
-    _print_summary(r.summary)
-
-
-@results_app.command("export")
-def results_export(
-    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
-) -> None:
-    """Write requests.parquet (one typed row per request record) and summary.csv (one row per
-    engine x condition, headline metrics with intervals) for a stored run, e.g. an older one."""
-    from harness.app.rebuild import load_or_rebuild
-    from results.store import ResultsError, export_run, resolve_run
-
-    try:
-        run_dir = resolve_run(run, output_dir)
-        load_or_rebuild(run_dir, note=lambda line: err_console.print(escape(line)))
-        paths = export_run(run_dir)
-    except ResultsError as exc:
-        fail(str(exc))
-    for path in paths:
-        console.print(f"wrote {path}", markup=False)
-
-
-@results_app.command("rebuild")
-def results_rebuild(
-    run: str = typer.Argument(..., help="Run id or run folder of a killed run."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
-) -> None:
-    """Summarise a killed run from its request records: every engine with records but no entry
-    in summary.json gets one (status failed, metrics from its stored requests; never ranked)."""
-    from harness.app.rebuild import rebuild
-    from results.store import ResultsError, resolve_run
-
-    try:
-        summary, names = rebuild(resolve_run(run, output_dir))
-    except ResultsError as exc:
-        fail(str(exc))
-    if not names:
-        console.print(f"{summary.run_id}: every engine with records is already summarised; nothing to do", markup=False)
-        return
-    console.print(f"{summary.run_id}: summarised {', '.join(names)} from the stored records", markup=False)
-    _print_summary(summary)
 
 
 def entrypoint() -> None:  # pragma: no cover - console script shim

@@ -145,3 +145,12 @@ def resource_table(summary: RunSummary) -> Table | None:
     for name, engine in measured.items():
         table.add_row(*_resource_row(name, engine))
     return table
+
+
+def print_summary(summary: RunSummary, console: Any) -> None:
+    """Print :func:`summary_table`, the compact resources table and the notes to ``console``."""
+    table, notes = summary_table(summary)
+    console.print(table, *filter(None, [resource_table(summary)]))  # resources: a second, compact table
+    for line in notes:
+        console.print(f"  {line}" if not line.startswith(("Latencies", "[brackets]")) else line,
+                      highlight=False, markup=False)

@@ -1,0 +1,104 @@
+"""`bench results`: list, show, export and rebuild stored runs (the typer commands).
+
+A killed run (records, no summary) is summarised from its records when read
+(``harness.app.rebuild``); damaged folders give one line naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from harness.app.cli_common import err_console, fail, make_console
+from harness.app.cli_summary import print_summary
+
+app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
+console = make_console()
+
+
+@app.command("list")
+def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o")) -> None:
+    """List stored runs, newest first (a killed run is summarised from its records first)."""
+    from harness.app.rebuild import load_or_rebuild
+    from results.store import ResultsError, list_runs
+
+    runs = list_runs(output_dir)
+    if not runs:
+        console.print(f"no runs under {output_dir}", markup=False)
+        return
+    t = Table(title=f"Runs in {output_dir}")
+    for col in ("run id", "workload", "engines (status)"):
+        t.add_column(col)
+    for p in runs:
+        try:
+            r = load_or_rebuild(p, note=lambda line: err_console.print(escape(line)))
+        except ResultsError as exc:
+            t.add_row(escape(p.name), "?", escape(f"unreadable: {exc}"))
+            continue
+        engines = ", ".join(f"{n} ({e.status.value})" for n, e in r.summary.engines.items())
+        t.add_row(escape(p.name), escape(r.summary.workload), escape(engines))
+    console.print(t)
+
+
+@app.command("show")
+def results_show(
+    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
+    as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
+) -> None:
+    """Show one run's summary table (a killed run is summarised from its records first)."""
+    from harness.app.rebuild import load_or_rebuild
+    from results.store import ResultsError, resolve_run
+
+    try:
+        r = load_or_rebuild(resolve_run(run, output_dir), note=lambda line: err_console.print(escape(line)))
+    except ResultsError as exc:
+        fail(str(exc))
+    if as_json:
+        console.print_json(r.summary.model_dump_json())
+        return
+    print_summary(r.summary, console)
+
+
+@app.command("export")
+def results_export(
+    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
+) -> None:
+    """Write requests.parquet (one typed row per request record) and summary.csv (one row per
+    engine x condition, headline metrics with intervals) for a stored run, e.g. an older one."""
+    from harness.app.rebuild import load_or_rebuild
+    from results.store import ResultsError, export_run, resolve_run
+
+    try:
+        run_dir = resolve_run(run, output_dir)
+        load_or_rebuild(run_dir, note=lambda line: err_console.print(escape(line)))
+        paths = export_run(run_dir)
+    except ResultsError as exc:
+        fail(str(exc))
+    for path in paths:
+        console.print(f"wrote {path}", markup=False)
+
+
+@app.command("rebuild")
+def results_rebuild(
+    run: str = typer.Argument(..., help="Run id or run folder of a killed run."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
+) -> None:
+    """Summarise a killed run from its request records: every engine with records but no entry
+    in summary.json gets one (status failed, metrics from its stored requests; never ranked)."""
+    from harness.app.rebuild import rebuild
+    from results.store import ResultsError, resolve_run
+
+    try:
+        summary, names = rebuild(resolve_run(run, output_dir))
+    except ResultsError as exc:
+        fail(str(exc))
+    if not names:
+        console.print(f"{summary.run_id}: every engine with records is already summarised; nothing to do", markup=False)
+        return
+    console.print(f"{summary.run_id}: summarised {', '.join(names)} from the stored records", markup=False)
+    print_summary(summary, console)
