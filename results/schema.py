@@ -66,6 +66,7 @@ class RequestRecord(BaseModel):
     phase: str = "measured"  # "warmup" records are stored but never enter metrics
     repeat: int = 0  # which repeat of the run (``bench run --repeats N``: 0 … N-1) the request belongs to
     probe: int | None = None  # which probe point of a capacity search (``bench search``: 0, 1, …); None = not a search
+    worker: int | None = None  # which client process sent it (``bench run --client-workers N``: 0 … N-1); None = the in-process client
 
     scheduled_ns: int
     send_ns: int | None = None
@@ -699,6 +700,40 @@ class ImportProvenance(Artefact):
         return {k: v for k, v in self.metrics.items() if v != "recomputed"}
 
 
+class ClientWorker(Artefact):
+    """One client process of a measured phase (``bench run --client-workers N``,
+    ``harness.loadgen.workers``). ``clock_offset_ns``: the worker's ``perf_counter_ns`` minus
+    the driver's at the same instant, estimated from the driver ping with the shortest round
+    trip (worker stamp − midpoint of the round trip); ``clock_offset_error_ns``: half that round
+    trip, the estimate's bound. On one host CLOCK_MONOTONIC is shared, so the offset applied to
+    the schedule is 0 (``clock_offset_applied`` False) and the estimate is only recorded.
+    ``lost``: requests recorded as failed (``worker_lost``) because the worker exited before
+    their record came back; ``exitcode``: the process's exit status (negative: killed by that
+    signal; None: not recorded)."""
+
+    index: int
+    engine: str
+    repeat: int = 0
+    host: str
+    pid: int | None = None
+    sessions: int = 0
+    records: int = 0
+    lost: int = 0
+    clock_offset_ns: int | None = None
+    clock_offset_error_ns: int | None = None
+    clock_offset_applied: bool = False
+    exitcode: int | None = None
+
+
+class ClientWorkers(Artefact):
+    """``manifest.json``'s ``client_workers``: how many client processes measured each engine
+    (``count``, the validity gate's client-rate rule allows ``count`` × the calibrated
+    single-process maximum) and each one of every measured phase (``workers``)."""
+
+    count: int = 1
+    workers: list[ClientWorker] = Field(default_factory=list)
+
+
 class Manifest(Artefact):
     """``manifest.json``: everything needed to reproduce and judge a run. Every field is
     optional so partial and old runs load; ``engines`` holds each engine's effective
@@ -724,6 +759,7 @@ class Manifest(Artefact):
     engines: dict[str, dict[str, Any]] = Field(default_factory=dict)
     validity: dict[str, Validity] = Field(default_factory=dict)
     client_calibration: dict[str, Any] | None = None
+    client_workers: ClientWorkers | None = None  # ``--client-workers N`` > 1 (None = one in-process client)
     metric_definitions: str | None = None
     imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
 

@@ -103,6 +103,7 @@ def run(
     startup_timeout: float = typer.Option(600.0, "--startup-timeout", help="Engine start-up (health) timeout, seconds."),
     no_equivalence: bool = typer.Option(False, "--no-equivalence", help="Skip the greedy output-equivalence check across engines."),
     no_calibration: bool = typer.Option(False, "--no-calibration", help="Skip the client calibration against a null server."),
+    client_workers: int = typer.Option(1, "--client-workers", min=1, max=64, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs)."),
     no_feature_probes: bool = typer.Option(False, "--no-feature-probes", help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified."),
     hardware: str = typer.Option("detected", "--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`)."),
     preset: str = typer.Option("balanced", "--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost."),
@@ -175,10 +176,14 @@ def run(
     _check_failure_rate(max_failure_rate)
     cli_report.check_price(price_per_hour)
 
+    if options.max_concurrency is not None and options.max_concurrency < client_workers:
+        fail(f"--max-concurrency {options.max_concurrency} is smaller than --client-workers {client_workers}: each "
+             f"worker needs at least one request in flight; use at most {options.max_concurrency} workers")
     cfg = RunConfig(
         engines=engines, workload=options, model=model_dir, slos=slos, warmup=warmup, repeats=repeats, output_dir=output_dir,
         run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads, price_per_hour=price_per_hour,
         request_timeout_s=timeout, startup_timeout_s=startup_timeout, check_equivalence=not no_equivalence,
+        client_workers=client_workers,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines, feature_probes=not no_feature_probes,
         parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos, parity=parity.value,
     )

@@ -46,6 +46,7 @@ from harness.loadgen.client import EndpointTarget
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs, equivalence_requests
 from harness.metrics import compute_metrics
 from harness.loadgen.runner import Runner, RunnerOptions
+from harness.loadgen.workers import client_measurer
 
 DRIFT_WARN = 0.05  # warn when server usage and re-tokenization disagree by more than 5 % on average
 
@@ -147,8 +148,9 @@ class Orchestrator:
                 equiv_texts = asyncio.run(self._before_measuring(name, target, runner, tokenizer, repeat == 0))
                 counters_before = _scrape(ep.metrics_url)  # engine counters then count the measured phase only
                 t0 = time.monotonic()
+                measurer = client_measurer(runner, c.client_workers, writer.manifest, writer.write_manifest)
                 with ResourceSampler(ep.pgid) as sampler:  # a thread sampling the engine's process group
-                    asyncio.run(runner.measure(workload))
+                    asyncio.run(measurer.measure(workload))  # --client-workers N: N processes, one schedule
                 wall = time.monotonic() - t0
             finally:
                 finish()
@@ -211,7 +213,7 @@ class Orchestrator:
         writer.summary.slos = {s.key: s.threshold_ms for s in c.slos}
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
         if c.calibrate:  # first, while nothing else runs: it measures the client's own timing
-            from harness.loadgen.calibrate import calibrate
+            from harness.loadgen.calibrate import calibrate, workers_line
 
             self.console.print("Calibrating the client against a local null server …")
             try:
@@ -219,6 +221,8 @@ class Orchestrator:
             except RuntimeError as exc:
                 writer.manifest.client_calibration = {"error": str(exc)}
             writer.write_manifest()
+            if line := workers_line(c.workload.request_rate, writer.manifest.client_calibration.get("max_rate_rps"), c.client_workers):
+                self.console.print(line)  # how many client processes the offered rate needs
 
         kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]

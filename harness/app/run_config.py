@@ -32,6 +32,7 @@ class RunConfig:
     startup_timeout_s: float = 600.0
     check_equivalence: bool = True
     calibrate: bool = True
+    client_workers: int = 1  # --client-workers: client processes measuring each engine (harness/loadgen/workers.py)
     feature_probes: bool = True  # probe each engine's features once, after its first measured phase (feature_phase.py)
     hardware: str = "detected"
     preset: str = "balanced"

@@ -14,6 +14,7 @@ Measures what the client itself costs, so a report can say how much of a latency
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import threading
 import time
@@ -120,6 +121,43 @@ def calibrate(
         return _run_interruptible(_calibrate(base_url, sequential, burst, concurrency, streams, gap_ms, stream_tokens))
     with null_server() as url:
         return _run_interruptible(_calibrate(url, sequential, burst, concurrency, streams, gap_ms, stream_tokens))
+
+
+CLIENT_RATE_FRACTION = 0.5
+"""The share of a client process's calibrated maximum rate it may be asked to send: the validity
+gate's rule (``harness.scoring.validity.CLIENT_RATE_FRACTION``, which must stay equal; the
+calibration sits below scoring in the layering, so the value is repeated, and a test pins both)."""
+
+
+def workers_needed(rate: float, max_rate_rps: float) -> int:
+    """Client processes an offered ``rate`` (requests/s) needs so that each sends at most
+    :data:`CLIENT_RATE_FRACTION` of the calibrated single-process ``max_rate_rps``:
+    ``ceil(rate / (0.5 × max_rate_rps))``, at least 1. Raises ValueError for a rate that is not
+    finite and positive or a maximum that is not positive."""
+    if not (math.isfinite(rate) and rate > 0) or not max_rate_rps > 0:
+        raise ValueError(f"need a finite positive rate and calibrated maximum, got {rate} and {max_rate_rps}")
+    return max(1, math.ceil(rate / (CLIENT_RATE_FRACTION * max_rate_rps) - 1e-9))
+
+
+def workers_line(rate: float | None, max_rate_rps: float | None, workers: int, unit: str = "req/s") -> str | None:
+    """The one line printed before measuring: how many client processes the offered ``rate``
+    needs against the calibrated single-process ``max_rate_rps`` (requests/s), and whether the
+    ``workers`` asked for (``--client-workers``) are enough. None when there is nothing to say
+    (no rate or calibration). At an infinite rate the line says what bounds the throughput."""
+    if not max_rate_rps or rate is None:
+        return None
+    limit = workers * CLIENT_RATE_FRACTION * max_rate_rps
+    have = f"{workers} client worker{'s' if workers > 1 else ''}"
+    if not math.isfinite(rate):
+        return (f"client: rate inf sends every request at once; {have} stay valid up to {limit:,.0f} req/s "
+                f"({CLIENT_RATE_FRACTION:.0%} of the calibrated {max_rate_rps:,.0f} req/s per worker): "
+                "a measured throughput above that is the client's limit, not the engine's")
+    need = workers_needed(rate, max_rate_rps)
+    verdict = ("enough" if need <= workers else
+               f"the client may be the bottleneck: pass --client-workers {need}")
+    return (f"client: {rate:,.4g} {unit} offered needs {need} client worker{'s' if need > 1 else ''} "
+            f"(ceil(rate / ({CLIENT_RATE_FRACTION:.0%} x {max_rate_rps:,.0f} req/s calibrated per worker))); "
+            f"running {have}: {verdict}")
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

@@ -66,7 +66,10 @@ class ClientCalibration:
     failed (its message). Numbers None when not recorded: ``max_rate_rps`` (one-token requests/s
     the client completes with ``burst_concurrency`` in flight), ``itl_error_ms_p99`` (p99 of
     |measured ITL − scripted gap| over ``stream_concurrency`` streams ``stream_gap_ms`` apart),
-    ``overhead_ms_p99`` (the client's own TTFT against the null server)."""
+    ``overhead_ms_p99`` (the client's own TTFT against the null server); ``workers``: the client
+    processes that measured the run (``bench run --client-workers N``, the manifest's
+    ``client_workers.count``; 1 for a run without it): the client-rate rule allows ``workers`` x
+    the calibrated single-process ``max_rate_rps``."""
 
     recorded: bool = False
     error: str | None = None
@@ -75,6 +78,7 @@ class ClientCalibration:
     stream_gap_ms: float | None = None
     stream_concurrency: float | None = None
     overhead_ms_p99: float | None = None
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -244,13 +248,14 @@ def _run_facts(run: Run, summary: dict[str, Any], manifest: dict[str, Any]) -> R
         ),
         max_concurrency=int(max_concurrency) if max_concurrency else None,
         measured_on=profile_from_manifest(manifest.get("hardware")),
-        client_calibration=_calibration(manifest.get("client_calibration")),
+        client_calibration=_calibration(manifest.get("client_calibration"), manifest.get("client_workers")),
     )
 
 
-def _calibration(stored: Any) -> ClientCalibration:
+def _calibration(stored: Any, workers: Any = None) -> ClientCalibration:
     """The manifest's ``client_calibration``: None/absent → not recorded; ``{"error": ...}`` →
-    the failure; otherwise its numbers (a missing or non-finite one stays None)."""
+    the failure; otherwise its numbers (a missing or non-finite one stays None), with the
+    worker count of its ``client_workers`` (absent or not a positive integer: 1)."""
     if not isinstance(stored, dict) or not stored:
         return ClientCalibration()
     if stored.get("error"):
@@ -262,7 +267,13 @@ def _calibration(stored: Any) -> ClientCalibration:
         stream_gap_ms=_first_number(stored, "stream_gap_ms"),
         stream_concurrency=_first_number(stored, "stream_concurrency"),
         overhead_ms_p99=_first_number(stored, "overhead_ms_p99"),
+        workers=_worker_count(workers),
     )
+
+
+def _worker_count(stored: Any) -> int:
+    count = stored.get("count") if isinstance(stored, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
 
 
 def _operational(run_id: str, entry: dict[str, Any], effective: dict[str, Any]) -> OperationalRecord:

@@ -9,7 +9,9 @@ with its reason, when any of its repeats
 2. **ran the client near its own limit**: the client's request rate (the achieved arrival
    rate, or the measured request throughput where that is higher - an agentic run's achieved
    rate counts session starts, not requests) above :data:`CLIENT_RATE_FRACTION` (half) of the
-   calibrated ``max_rate_rps``. Why half: the calibration measures the client's ceiling with
+   calibrated ``max_rate_rps``, times the client processes that measured the run
+   (``bench run --client-workers N``: N × the single-process maximum; the rule behind
+   ``harness.loadgen.calibrate.workers_needed``). Why half: the calibration measures the client's ceiling with
    one-token replies from a server that does no work, while a real run also parses every
    streamed chunk, so the true ceiling is lower; and a single event loop busy more than half
    the time queues its sends and chunk timestamps (an M/M/1 queue's time in system is twice
@@ -120,10 +122,13 @@ def client_reasons(measurement: Measurement) -> list[str]:
         return []
     reasons = []
     rate = client_rate(measurement)
-    if calibration.max_rate_rps and rate is not None and rate > CLIENT_RATE_FRACTION * calibration.max_rate_rps:
+    workers = calibration.workers  # --client-workers N: N processes, each calibrated at max_rate_rps
+    if calibration.max_rate_rps and rate is not None and rate > CLIENT_RATE_FRACTION * workers * calibration.max_rate_rps:
+        ceiling = _client_rate_text(calibration.max_rate_rps)
+        ceiling = f"{workers} workers x {ceiling}" if workers > 1 else ceiling
         reasons.append(
             f"the client sent {rate_text(rate)} req/s, above {CLIENT_RATE_FRACTION:.0%} of its calibrated maximum "
-            f"{_client_rate_text(calibration.max_rate_rps)} req/s (null server): "
+            f"{ceiling} req/s (null server): "
             "the client, not the engine, may be the limit"
         )
     error, tpot = calibration.itl_error_ms_p99, measurement.values.get("tpot_p50_ms")
@@ -210,8 +215,10 @@ def calibration_notes(runs: Sequence[RunFacts]) -> list[str]:
     gates = [f"achieved arrival rate within ±{RATE_TOLERANCE:.0%} of offered"]
     max_rates = sorted(c.max_rate_rps for c in calibrated if c.max_rate_rps)
     if max_rates:
+        counts = sorted({c.workers for c in calibrated})
+        per = "" if counts == [1] else f" per worker x {'/'.join(map(str, counts))} client workers"
         gates.append(f"client request rate ≤ {CLIENT_RATE_FRACTION:.0%} of its calibrated maximum "
-                     f"({_range(max_rates, _client_rate_text)} req/s)")
+                     f"({_range(max_rates, _client_rate_text)} req/s{per})")
     errors = sorted(c.itl_error_ms_p99 for c in calibrated if c.itl_error_ms_p99 is not None)
     if errors:
         gates.append(f"client ITL timing error p99 ({_range(errors, lambda v: f'{v:,.1f}')} ms) ≤ "
