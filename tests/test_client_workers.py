@@ -213,3 +213,41 @@ def test_the_validity_gate_allows_n_times_the_calibrated_rate_with_n_workers(tmp
         **manifest({**CALIBRATION, "max_rate_rps": 3.0}), "client_workers": {"count": 2}})
     reason = recommend([slow], hardware=CPU).eliminated["vllm"]  # 4.0 > 2 x 3.0 x 50%
     assert "above 50% of its calibrated maximum 2 workers x 3.00 req/s" in reason
+
+
+def test_bench_run_with_two_client_workers_stores_one_run_and_says_what_the_rate_needs(url, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from harness.app.cli import app
+
+    res = CliRunner().invoke(app, [
+        "run", "--engine", "openai", "--base-url", url, "--model", "null", "--workload", "random",
+        "--num-requests", "12", "--input-len", "8", "--output-len", "4", "--request-rate", "inf", "--warmup", "1",
+        "--no-equivalence", "--no-feature-probes", "--client-workers", "2", "-o", str(tmp_path), "--run-id", "r"])
+    assert res.exit_code == 0, res.output
+    assert "client: rate inf sends every request at once; 2 client workers stay valid up to" in res.output
+    lines = [json.loads(x) for x in (tmp_path / "r" / "requests.jsonl").read_text().splitlines()]
+    measured = [x for x in lines if x["phase"] == "measured"]
+    assert len(measured) == 12 and all(x["success"] for x in measured)
+    assert sorted(x["worker"] for x in measured) == [0] * 6 + [1] * 6
+    assert [x["worker"] for x in lines if x["phase"] == "warmup"] == [None]  # warm-up: the driver's own client
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["client_workers"]["count"] == 2
+    assert [(w["index"], w["engine"], w["records"]) for w in manifest["client_workers"]["workers"]] == [
+        (0, "openai", 6), (1, "openai", 6)]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["engines"]["openai"]["metrics"]["requests_completed"] == 12
+
+
+def test_a_cap_below_the_worker_count_is_a_one_line_usage_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.app.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", "http://127.0.0.1:9", "--workload",
+                                   "random", "--max-concurrency", "1", "--client-workers", "2", "-o", str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("error: --max-concurrency 1 is smaller than --client-workers 2: each worker needs at "
+                                  "least one request in flight; use --client-workers 1 or fewer")

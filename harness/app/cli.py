@@ -178,7 +178,7 @@ def run(
 
     if options.max_concurrency is not None and options.max_concurrency < client_workers:
         fail(f"--max-concurrency {options.max_concurrency} is smaller than --client-workers {client_workers}: each "
-             f"worker needs at least one request in flight; use at most {options.max_concurrency} workers")
+             f"worker needs at least one request in flight; use --client-workers {options.max_concurrency} or fewer")
     cfg = RunConfig(
         engines=engines, workload=options, model=model_dir, slos=slos, warmup=warmup, repeats=repeats, output_dir=output_dir,
         run_id=run_id, base_url=base_url, served_model_name=served_name, engine_args=eargs, threads=threads, price_per_hour=price_per_hour,
