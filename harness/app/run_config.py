@@ -42,6 +42,9 @@ class RunConfig:
     ignore_eos: bool = True  # send ignore_eos where the workload and engine allow; False = --no-ignore-eos
     max_failure_rate: float = 0.05  # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
     price_per_hour: float | None = None  # --price-per-hour: USD per device-hour for the cost; None = the hardware profile's
+    executor: str = "local"  # --executor: "local" (this process) or "ray" (each trial a Ray task, harness/app/ray_executor.py)
+    ray_address: str | None = None  # --ray-address: the cluster to join; None = a local Ray instance
+    ray_resources: dict[str, float] = field(default_factory=dict)  # --ray-resources: per-trial overrides and custom resources
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.

@@ -1,0 +1,353 @@
+"""``bench run --executor ray``: every trial (engine, repeat) a Ray task on a node of a cluster.
+
+The driver (this process) plans the engines, builds the workload once and owns the run folder,
+as a local run does; :class:`RayOrchestrator` is the :class:`~harness.app.orchestrator.Orchestrator`
+with two of its steps replaced:
+
+- ``_starter``: no engine starts on the driver (a no-op starter);
+- ``_measure_engine``: at the first turn every trial of the run is submitted at once (Ray runs
+  as many side by side as the cluster's resources allow); each turn then waits for its trial.
+
+A trial (:func:`harness.app.ray_trial.run_trial`, on its node) runs the orchestrator's own ``_measure_engine`` there:
+the same adapter starts the engine, the same client warms it up and measures it, the same
+metrics are computed. Its request records are streamed to the driver through a
+:class:`~harness.app.ray_trial.Mailbox` actor and written by the driver's
+``RunWriter`` as they arrive, so a trial that dies keeps what it measured. The node of each
+trial (hostname, IP, Ray node id) is recorded in the manifest's engine entry (``ray_trials``).
+
+Resources per trial (Ray's ``num_cpus``/``num_gpus``/custom resources): ``num_cpus`` = engine
+threads + 1 (the client), so a trial holds a node's cores as a local run does (no two
+measurements share a core unless ``--ray-resources num_cpus=N`` says so); ``num_gpus`` = 1 for
+an engine the harness starts on a GPU run or that cannot run on a CPU, else 0;
+``--ray-resources NAME=N,...`` overrides these and adds custom resources (a node type).
+
+Failures: a worker or node that dies mid-trial (``WorkerCrashedError``, ``NodeDiedError``, ...)
+fails that trial's engine, "the Ray worker on node X died: ...", with the records streamed so
+far; the run goes on. Ctrl-C (or SIGTERM) on the driver force-cancels every trial (the killed
+worker's engine is ended by its watchdog, ``adapters/watchdog.py``, which watches the process
+that started it: the Ray worker) and a local Ray instance the driver started is shut down.
+
+Ray is an optional extra (``pip install 'llm-serve-bench[ray]'``) imported only here, lazily.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from adapters.base import EngineError
+from results.schema import RequestRecord
+
+from harness.app.engine_turns import EngineTurns
+from harness.app.orchestrator import Orchestrator, RunResult
+from harness.app.plan import EnginePlan
+from harness.app.ray_trial import Mailbox, TrialOutcome, run_trial
+from harness.app.run_config import RunConfig, default_threads
+
+RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'llm-serve-bench[ray]'"
+POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
+CANCEL_WAIT_S = 10.0  # after a Ctrl-C, how long the driver waits for cancelled trials to end (s)
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory")  # Ray's own; any other name is a custom resource
+
+
+def import_ray() -> Any:
+    """The ``ray`` module. Raises RuntimeError(:data:`RAY_MISSING`) when it is not installed."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError(RAY_MISSING) from exc
+    return ray
+
+
+def check_executor(executor: str, address: str | None, resources: str | None) -> dict[str, float]:
+    """``bench run``'s ``--executor``, ``--ray-address`` and ``--ray-resources``: the parsed
+    resources. Raises ValueError with a one-line message (an unknown executor, Ray options
+    without ``--executor ray``, a bad resource item, Ray not installed)."""
+    if executor not in ("local", "ray"):
+        raise ValueError(f"unknown --executor {executor!r}: choose 'local' or 'ray'")
+    if executor == "local" and (address or resources):
+        raise ValueError("--ray-address and --ray-resources need --executor ray")
+    parsed = parse_resources(resources)
+    if executor == "ray":
+        try:
+            import_ray()
+        except RuntimeError as exc:
+            raise ValueError(str(exc)) from None
+    return parsed
+
+
+def parse_resources(text: str | None) -> dict[str, float]:
+    """``--ray-resources "num_gpus=1,h100_node=1"`` → ``{"num_gpus": 1.0, "h100_node": 1.0}``.
+
+    Keys are Ray's ``num_cpus``, ``num_gpus``, ``memory`` (bytes) or a custom resource name
+    (``ray start --resources '{"h100_node": 1}'``); values are numbers >= 0. Raises ValueError
+    with a one-line message naming the bad item and the expected form.
+    """
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum() or not number >= 0 \
+                or number == float("inf"):
+            raise ValueError(f"--ray-resources: {item.strip()!r} is not NAME=NUMBER (a number >= 0), "
+                             "e.g. num_gpus=1,num_cpus=8,h100_node=1")
+        out[key] = number
+    return out
+
+
+def trial_options(plan: EnginePlan, threads: int, overrides: dict[str, float]) -> dict[str, Any]:
+    """The Ray options of ``plan``'s trials: ``num_cpus`` (engine ``threads`` + 1 for the
+    client; 1 for an endpoint the harness does not start), ``num_gpus`` (1 for an engine it
+    starts on a GPU run or that declares no CPU support), then ``overrides`` (custom
+    resources go to ``resources``)."""
+    hardware = plan.capabilities.get("hardware") or ("cpu",)
+    gpu = plan.starts_process and (plan.hardware_kind != "cpu" or "cpu" not in hardware)
+    opts: dict[str, Any] = {"num_cpus": threads + 1 if plan.starts_process else 1, "num_gpus": 1 if gpu else 0}
+    custom = {k: v for k, v in overrides.items() if k not in RESOURCE_KEYS}
+    opts.update({k: v for k, v in overrides.items() if k in RESOURCE_KEYS})
+    if custom:
+        opts["resources"] = custom
+    return opts
+
+
+class _NoStarter:
+    """The driver's starter: engines start on their nodes, inside the trials."""
+
+    slots = 1
+
+    def begin(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RayOrchestrator(Orchestrator):
+    """An :class:`Orchestrator` whose trials run as Ray tasks (module docstring).
+
+    ``cfg.ray_address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``, ``auto``); None =
+    the Ray instance this process already joined, else a single-node one started here (all
+    of this machine's CPUs) and shut down at the end. ``cfg.ray_resources``: :func:`parse_resources`' overrides.
+    """
+
+    def __init__(self, cfg: RunConfig, console: Any) -> None:
+        super().__init__(cfg, console)
+        self.address = cfg.ray_address
+        self.resources = dict(cfg.ray_resources)
+        self._submitted = False
+        self._unfit: dict[tuple[str, int], str] = {}  # trials no node of the cluster can hold: why
+        self._plans: list[EnginePlan] = []
+        self._refs: dict[tuple[str, int], Any] = {}
+        self._nodes: dict[tuple[str, int], dict[str, Any]] = {}
+        self._mailbox: Any = None
+        self._started_ray = False
+
+    def run(self) -> RunResult:
+        ray = import_ray()
+        self._connect(ray)
+        try:
+            return super().run()
+        finally:
+            self._cancel(list(self._refs))
+            if self._mailbox is not None:
+                ray.kill(self._mailbox)
+            if self._started_ray:
+                self.console.print("Stopping the local Ray instance …")
+            if self._started_ray or self.address:
+                ray.shutdown()  # a cluster keeps running: only this driver disconnects
+
+    def _connect(self, ray: Any) -> None:
+        if self.address:
+            self.console.print(f"Connecting to the Ray cluster at {escape(self.address)} …")
+            try:
+                ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
+            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+                raise EngineError(f"--ray-address {self.address}: cannot connect to a Ray cluster there "
+                                  f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                                  "is `ray start --head` running on that host and port?") from exc
+        elif not ray.is_initialized():
+            self.console.print("Starting a local Ray instance …")
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            self._started_ray = True
+        total = ray.cluster_resources()
+        self.console.print(f"Ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
+                           f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs")
+
+    # -- the orchestrator's steps, replaced ------------------------------------------------
+    def _starter(self, plans: list[EnginePlan], kind: str, quiet: bool = False) -> Any:
+        if not self._plans:
+            self._plans = list(plans)
+        return _NoStarter()
+
+    def _measure_engine(self, turns: EngineTurns, starter: Any, writer: Any, workload: Any, tokenizer: Any,
+                        repeat: int) -> list[str] | None:
+        """Wait for trial (engine, ``repeat``), writing every trial's streamed records
+        meanwhile, and add its repeat to ``turns``. Raises EngineError when the trial failed
+        or its worker died; KeyboardInterrupt cancels every trial first."""
+        ray = import_ray()
+        if not self._submitted:
+            self._submit(writer, workload, tokenizer)
+        key = (turns.name, repeat)
+        if key in self._unfit:
+            raise EngineError(self._unfit[key])
+        ref = self._refs[key]
+        try:
+            while not ray.wait([ref], timeout=POLL_S)[0]:
+                self._drain(writer)
+            self._drain(writer)
+            out: TrialOutcome = ray.get(ref)
+        except KeyboardInterrupt:
+            self._cancel(list(self._refs))
+            self._drain(writer)
+            raise
+        except ray.exceptions.RayError as exc:
+            self._drain(writer)
+            self._cancel([k for k in self._refs if k[0] == turns.name and k[1] > repeat])
+            raise EngineError(self._died(key, exc, ray)) from None
+        self._keep_log(writer, turns.name, repeat, out.log)
+        if out.error:
+            self._cancel([k for k in self._refs if k[0] == turns.name and k[1] > repeat])
+            raise EngineError(out.error, out.log_tail)
+        assert out.turns is not None
+        self._merge(turns, out.turns, repeat)
+        for name, settings in out.settings.items():
+            getattr(self, "parity").settings.setdefault(name, settings)
+        writer.manifest.engines[turns.name] = {**out.manifest_entry, "ray_trials": self._trials_of(turns.name)}
+        writer.write_manifest()
+        return out.equivalence
+
+    # -- trials ------------------------------------------------------------------------------
+    def _submit(self, writer: Any, workload: Any, tokenizer: Any) -> None:
+        """Every trial of the run, in run order (repeat-major): the workload and tokenizer are
+        put in Ray's object store once and shared by all."""
+        ray = import_ray()
+        self._submitted = True
+        self._mailbox = ray.remote(num_cpus=0)(Mailbox).remote()
+        task = ray.remote(max_retries=0)(run_trial)
+        shared = ray.put(workload), ray.put(tokenizer)
+        threads = self.cfg.threads or default_threads()
+        offered = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        for repeat in range(self.cfg.repeats):
+            for plan in self._plans:
+                opts = trial_options(plan, threads, self.resources)
+                if why := _unfit(opts, offered):
+                    self._unfit[(plan.name, repeat)] = why
+                    continue
+                self._refs[(plan.name, repeat)] = task.options(name=f"bench {plan.name} repeat {repeat + 1}", **opts) \
+                    .remote(self.cfg, plan, *shared, repeat, writer.manifest, self._mailbox)
+        self.console.print(f"Submitted {len(self._refs)} trial(s) to Ray "
+                           f"({', '.join(f'{k}={v:g}' for k, v in trial_options(self._plans[0], threads, self.resources).items() if not isinstance(v, dict))} each)")
+
+    def _drain(self, writer: Any) -> None:
+        """Write what the trials posted since the last drain (records, replacements, nodes)."""
+        if self._mailbox is None:
+            return
+        ray = import_ray()
+        try:
+            messages = ray.get(self._mailbox.drain.remote(), timeout=30)
+        except ray.exceptions.RayError:
+            return
+        pending: list[RequestRecord] = []
+        for kind, key, payload in messages:
+            if kind == "records":
+                pending.append(RequestRecord.model_validate_json(payload))
+                continue
+            for rec in pending:
+                writer.add_record(rec)
+            pending = []
+            if kind == "replace":
+                writer.replace_records([RequestRecord.model_validate_json(p) for p in payload])
+            elif kind == "node":
+                self._nodes[tuple(key)] = payload
+                name, repeat = key
+                label = name if self.cfg.repeats == 1 else f"{name} (repeat {repeat + 1}/{self.cfg.repeats})"
+                self.console.print(f"[bold]{escape(label)}[/]: running on node {escape(_where(payload))}")
+                entry = writer.manifest.engines.setdefault(name, {})
+                entry["ray_trials"] = self._trials_of(name)
+                writer.write_manifest()
+        for rec in pending:
+            writer.add_record(rec)
+
+    def _trials_of(self, name: str) -> list[dict[str, Any]]:
+        """Where each of ``name``'s trials ran so far (the manifest's ``ray_trials``)."""
+        return [{"repeat": r, **facts} for (n, r), facts in sorted(self._nodes.items()) if n == name]
+
+    def _died(self, key: tuple[str, int], exc: Exception, ray: Any) -> str:
+        """The failed trial's reason: its node and what Ray said (an exception the trial raised
+        is named as itself, a dead worker or node as Ray's error and its first line)."""
+        facts = self._nodes.get(key)
+        where = f"on node {_where(facts)}" if facts else "before it reported its node"
+        cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else None
+        if cause is not None:
+            return f"the Ray trial failed {where}: {type(cause).__name__}: {cause}"
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        if facts is None:
+            return f"the Ray trial died before it reported its node: {type(exc).__name__}: {first}"
+        return f"the Ray worker on node {_where(facts)} died: {type(exc).__name__}: {first}"
+
+    def _keep_log(self, writer: Any, name: str, repeat: int, log: bytes) -> None:
+        """Append a trial's engine log to ``logs/<engine>.log`` in the run folder."""
+        if not log:
+            return
+        where = _where(self._nodes.get((name, repeat), {}))
+        with open(Path(writer.run_dir) / "logs" / f"{name}.log", "ab") as fh:
+            fh.write(f"==> repeat {repeat + 1}, Ray node {where} <==\n".encode() + log)
+
+    def _cancel(self, keys: list[tuple[str, int]]) -> None:
+        """Force-cancel the trials ``keys`` (a running one's worker is killed; its engine's
+        watchdog then ends the engine) and wait up to :data:`CANCEL_WAIT_S` for them to end."""
+        import ray
+
+        refs = [self._refs.pop(k) for k in keys if k in self._refs]
+        if not refs or not ray.is_initialized():
+            return
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # already finished, or its worker is gone
+                pass
+        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
+
+    @staticmethod
+    def _merge(turns: EngineTurns, trial: EngineTurns, repeat: int) -> None:
+        """Add the trial's one measured repeat to the driver's ``turns``."""
+        turns.metrics += trial.metrics
+        turns.records += trial.records
+        turns.walls_s += trial.walls_s
+        turns.startups_s += trial.startups_s
+        turns.resources += trial.resources
+        turns.parallel = turns.parallel or trial.parallel
+        turns.display_name = trial.display_name
+        turns.engine_metrics = trial.engine_metrics
+        if repeat == 0:
+            turns.feature_probes = trial.feature_probes
+
+
+def _unfit(opts: dict[str, Any], nodes: list[dict[str, float]]) -> str:
+    """Why no node in ``nodes`` (Ray's ``Resources`` of each alive node) can hold a trial
+    asking for ``opts``; "" when one can. Ray would queue such a trial for ever."""
+    need = {"CPU": opts.get("num_cpus", 0), "GPU": opts.get("num_gpus", 0), "memory": opts.get("memory", 0),
+            **opts.get("resources", {})}
+    need = {k: v for k, v in need.items() if v}
+    if any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
+        return ""
+    best = ", ".join(f"{k} {max((n.get(k, 0) for n in nodes), default=0):g}" for k in need)
+    return (f"no node of the Ray cluster can hold this trial: it needs {', '.join(f'{k} {v:g}' for k, v in need.items())}, "
+            f"the largest node offers {best}; lower --threads or --ray-resources, or add such a node "
+            "(custom resources: ray start --resources)")
+
+
+def _where(facts: dict[str, Any]) -> str:
+    """``host (ip, node id 1a2b3c4d…)`` for messages."""
+    if not facts:
+        return "unknown"
+    return f"{facts.get('hostname')} ({facts.get('ip')}, node id {str(facts.get('node_id'))[:12]}…)"

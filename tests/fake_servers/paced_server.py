@@ -1,0 +1,81 @@
+"""A paced OpenAI-compatible streaming server for the Ray executor tests (aiohttp, no inference).
+
+``python tests/fake_servers/paced_server.py --port P [--ttft-ms T] [--itl-ms I] [--stall-after N]
+[--pid-file F]``
+
+Each completion streams ``max_tokens`` one-token chunks (``"x"``): the first after ``T`` ms,
+the others ``I`` ms apart, then a finish chunk, a usage chunk (``prompt_tokens`` = the prompt's
+characters // 4, ``completion_tokens`` = ``max_tokens``) and ``[DONE]``: fixed latencies, so two
+runs measured on different executors agree within scheduling noise. ``--stall-after N``: every
+request after the N-th waits an hour before answering (a trial that is killed mid-run).
+``GET /_served`` is the number of completions finished. ``--pid-file``: its pid is written there.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+
+from aiohttp import web
+
+
+def make_app(ttft_s: float, itl_s: float, stall_after: int | None) -> web.Application:
+    app = web.Application()
+    state = {"started": 0, "served": 0}
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "paced", "object": "model"}]})
+
+    async def served(_: web.Request) -> web.Response:
+        return web.json_response(state)
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        state["started"] += 1
+        if stall_after is not None and state["started"] > stall_after:
+            await asyncio.sleep(3600)
+        chat = request.path.endswith("/chat/completions")
+        prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt"))
+        n = int(body.get("max_tokens") or 16)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(n):
+            await asyncio.sleep(ttft_s if i == 0 else itl_s)
+            choice = {"index": 0, "delta": {"content": "x"}} if chat else {"index": 0, "text": "x"}
+            await resp.write(b"data: " + json.dumps({"id": "p", "model": "paced", "choices": [{**choice, "finish_reason": None}]}).encode() + b"\n\n")
+        end = {"index": 0, "delta": {}} if chat else {"index": 0, "text": ""}
+        await resp.write(b"data: " + json.dumps({"id": "p", "model": "paced", "choices": [{**end, "finish_reason": "length"}]}).encode() + b"\n\n")
+        usage = {"prompt_tokens": len(prompt) // 4, "completion_tokens": n, "total_tokens": len(prompt) // 4 + n}
+        await resp.write(b"data: " + json.dumps({"id": "p", "choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        state["served"] += 1
+        return resp
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/_served", served)
+    app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/chat/completions", complete)
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ttft-ms", type=float, default=30.0)
+    ap.add_argument("--itl-ms", type=float, default=10.0)
+    ap.add_argument("--stall-after", type=int, default=None)
+    ap.add_argument("--pid-file", default=None)
+    args = ap.parse_args()
+    if args.pid_file:
+        with open(args.pid_file, "w") as fh:
+            fh.write(str(os.getpid()))
+    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after), host="127.0.0.1",
+                port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
