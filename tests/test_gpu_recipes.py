@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from adapters import envs, gpu_recipes, hardware, installer
 from adapters import tensorrt_llm_adapter as trt
+from adapters.base import LaunchConfig
 from adapters.hardware import NvidiaDriver
 from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
 from adapters.sglang_adapter import SglangAdapter
@@ -255,7 +256,6 @@ def test_tensorrt_llm_found_in_an_env_or_a_container_path(tmp_path, monkeypatch)
     assert p.available and p.version == "1.2.1" and p.reason == f"tensorrt_llm: {serve} (tensorrt_llm 1.2.1 in {python})"
     # the engine arg names the interpreter too, and is not passed on to trtllm-serve
     b = TensorRTLLMAdapter(hardware="nvidia", environ={"PATH": ""})
-    from adapters.base import LaunchConfig
     conf = LaunchConfig(model_dir=tmp_path, run_dir=tmp_path / "run", engine_args={"python": str(python)})
     assert b.probe_for_launch(conf).version == "1.2.1"
     assert "--python" not in b.build_command(conf, 8001).cmd
