@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.arrivals import arrival_offsets
+from workloads.arrivals import schedule_offsets
 from workloads.base import FollowUp, Reply, RequestSpec, as_reply, strip_reasoning
 from workloads.errors import WorkloadError
 from workloads.loaders import Trajectory, list_trajectory_files, load_trajectory
@@ -311,9 +311,10 @@ def build_agentic_sessions(spec: AgenticSpec, kit: TokenKit) -> list[AgenticSess
             budget -= len(stem) + sum(len(x) for x in branches)
         k += 1
 
-    # session starts: drawn, then rescaled to offer exactly request_rate sessions/s
-    offsets = arrival_offsets(
-        len(plans), rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival
+    # session starts: drawn, then rescaled to offer exactly request_rate sessions/s (a ramp: vLLM's ramped gaps)
+    offsets = schedule_offsets(
+        len(plans), rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival,
+        ramp=spec.ramp,
     )
     sessions = []
     for idx, ((p, stem, branches), off) in enumerate(zip(plans, offsets)):

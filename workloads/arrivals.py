@@ -170,3 +170,110 @@ def windowed_rate_offsets(
             if max_arrivals is not None and len(out) >= max_arrivals:
                 return out
     return out
+
+
+# --- duration-based schedules and ramps ----------------------------------------------------------
+RAMP_STRATEGIES = ("linear", "exponential")
+
+
+def count_within(duration_s: float, rate: float) -> int:
+    """Arrivals at ``rate`` per second that fall within ``duration_s`` seconds of the first one:
+    the largest ``n`` with ``(n - 1) / rate < duration_s``, i.e. ``ceil(duration_s · rate)`` (at
+    least 1; a product within 1e-9 of an integer counts as that integer, so 10 s at 4 req/s is
+    40, not 41 from float error). A drawn schedule of ``n`` arrivals is rescaled to span
+    ``(n - 1) / rate`` (:func:`arrival_offsets`), so it fits the duration too. Raises
+    :class:`ArrivalError` for a duration or rate that is not a finite number > 0."""
+    if not (duration_s > 0) or not math.isfinite(duration_s):
+        raise ArrivalError(f"duration must be a finite number of seconds > 0, got {duration_s}")
+    if not (rate > 0) or not math.isfinite(rate):
+        raise ArrivalError(f"request rate must be a finite number > 0 for a duration-based schedule, got {rate}")
+    product = duration_s * rate
+    nearest = round(product)
+    n = nearest if abs(product - nearest) <= 1e-9 * max(1.0, product) else math.ceil(product)
+    return max(1, int(n))
+
+
+def ramp_rates(n: int, strategy: str, start_rps: float, end_rps: float) -> np.ndarray:
+    """The rate of each of ``n`` requests under a ramp, vLLM's ``_get_current_request_rate``
+    (``vllm/benchmarks/serve.py``): with ``progress = i / max(n - 1, 1)`` for request ``i``,
+    ``linear``: ``start + (end - start) · progress``; ``exponential``: ``start · (end /
+    start) ** progress``. So the first request is at the start rate and the last at the end
+    rate: the rate ramps over the run, by request index."""
+    if strategy not in RAMP_STRATEGIES:
+        raise ArrivalError(f"unknown ramp-up strategy {strategy!r}: use one of {', '.join(RAMP_STRATEGIES)}")
+    if not (0 < start_rps <= end_rps) or not math.isfinite(end_rps):
+        raise ArrivalError(f"a ramp needs 0 < start rps <= end rps (finite), got {start_rps} and {end_rps}")
+    progress = np.arange(n, dtype=np.float64) / max(n - 1, 1)
+    if strategy == "linear":
+        return start_rps + (end_rps - start_rps) * progress
+    return start_rps * (end_rps / start_rps) ** progress
+
+
+def _ramp_gaps(n: int, burstiness: float, seed: int, process: str) -> np.ndarray | None:
+    """Unit-rate gaps of the ramp's ``n`` requests (a gap at rate r is this / r): None for
+    constant spacing, else standard gamma draws of shape ``k`` divided by ``k`` (gamma with mean
+    1; the first ``m`` draws of ``n`` equal a draw of ``m``, so a longer schedule extends a
+    shorter one's draws)."""
+    if process not in PROCESSES:
+        raise ArrivalError(f"unknown arrival process {process!r}: use one of {', '.join(PROCESSES)}")
+    if not (burstiness > 0) or math.isnan(burstiness):
+        raise ArrivalError(f"burstiness must be a number > 0 (1 = Poisson, inf = constant spacing), got {burstiness}")
+    if process == "constant" or (process == "gamma" and math.isinf(burstiness)):
+        return None
+    shape = 1.0 if process == "poisson" else burstiness
+    return np.random.default_rng(seed).standard_gamma(shape, size=n) / shape
+
+
+def ramp_offsets(n: int, *, strategy: str, start_rps: float, end_rps: float, burstiness: float = 1.0, seed: int,
+                 process: str = "gamma") -> list[float]:
+    """Offsets (seconds, ascending) of ``n`` arrivals whose rate ramps from ``start_rps`` to
+    ``end_rps`` (:func:`ramp_rates`). vLLM's ``get_request``: request ``i`` waits one gap drawn
+    at its own rate ``r_i`` (gamma with shape ``burstiness`` and scale ``1 / (r_i ·
+    burstiness)``; exactly ``1 / r_i`` for constant spacing, ``burstiness = inf``), the offsets
+    are the cumulative sums (the first is one gap after the start, like :func:`arrival_offsets`)
+    and, as in vLLM, a ramp is never rescaled. Deterministic in ``seed``. Raises
+    :class:`ArrivalError` for bad rates, burstiness or process, or ``n < 0``."""
+    if n < 0:
+        raise ArrivalError(f"number of arrivals must be >= 0, got {n}")
+    rates = ramp_rates(n, strategy, start_rps, end_rps)
+    unit = _ramp_gaps(n, burstiness, seed, process)
+    gaps = 1.0 / rates if unit is None else unit / rates
+    return np.cumsum(gaps).tolist()
+
+
+def ramp_count_within(duration_s: float, *, strategy: str, start_rps: float, end_rps: float, burstiness: float = 1.0,
+                      seed: int, process: str = "gamma", limit: int) -> int:
+    """The most arrivals (at most ``limit``) a ramp over them fits into ``duration_s``: the
+    largest ``n`` whose :func:`ramp_offsets` end less than ``duration_s`` after their first.
+    That span grows with ``n`` (more gaps, and each request's rate falls as the ramp stretches
+    over more requests), so a bisection finds it; the gamma draws are the same for every ``n``
+    (see :func:`_ramp_gaps`). Raises :class:`ArrivalError` for a duration that is not a finite
+    number > 0 or bad ramp parameters."""
+    if not (duration_s > 0) or not math.isfinite(duration_s):
+        raise ArrivalError(f"duration must be a finite number of seconds > 0, got {duration_s}")
+    unit = _ramp_gaps(max(1, limit), burstiness, seed, process)
+
+    def span(n: int) -> float:
+        rates = ramp_rates(n, strategy, start_rps, end_rps)[1:]
+        gaps = 1.0 / rates if unit is None else unit[1:n] / rates
+        return float(gaps.sum())
+
+    lo, hi = 1, max(1, limit)  # span(1) = 0 < duration: one arrival always fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if span(mid) < duration_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def schedule_offsets(n: int, *, rate: float, burstiness: float, seed: int, process: str,
+                     ramp: tuple[str, float, float] | None = None) -> list[float]:
+    """A workload's arrival offsets: :func:`ramp_offsets` for ``ramp`` = ``(strategy, start
+    rps, end rps)`` (``rate`` is then unused), else :func:`arrival_offsets` at ``rate``."""
+    if ramp is not None:
+        strategy, start, end = ramp
+        return ramp_offsets(n, strategy=strategy, start_rps=start, end_rps=end, burstiness=burstiness, seed=seed,
+                            process=process)
+    return arrival_offsets(n, rate=rate, burstiness=burstiness, seed=seed, process=process)

@@ -171,6 +171,22 @@ class SingleRequestSession:
         return []
 
 
+@dataclass(frozen=True)
+class RunTiming:
+    """A duration-based run's clock, in seconds (``bench run --duration``): the runner sends on
+    the schedule for ``duration_s`` from the first arrival, then waits at most
+    ``drain_timeout_s`` for requests in flight and cancels the rest as incomplete; requests
+    sent in the first ``warmup_window_s`` or the last ``cooldown_window_s`` of the duration are
+    stored but left out of the metrics. ``start_offset_s``: the first arrival's offset, where the
+    clock starts (the same for every part of a workload split over client processes)."""
+
+    duration_s: float
+    drain_timeout_s: float
+    warmup_window_s: float = 0.0
+    cooldown_window_s: float = 0.0
+    start_offset_s: float = 0.0
+
+
 @dataclass
 class Workload:
     """A generated workload: sessions plus what the manifest needs to reproduce it.
@@ -191,7 +207,8 @@ class Workload:
 
     ``max_concurrency``: closed-loop cap on in-flight requests (None = open loop);
     ``spec``: the full, JSON-serialisable spec (including seed and scale) for the manifest;
-    ``stats``: summary statistics (counts, length distributions, prefix-reuse ratio).
+    ``stats``: summary statistics (counts, length distributions, prefix-reuse ratio);
+    ``timing``: the clock of a duration-based run (None = count-based: every session is replayed).
     """
 
     name: str
@@ -202,6 +219,7 @@ class Workload:
     stats: dict[str, Any] = field(default_factory=dict)
     requested_rate: float | None = None
     schedule_rate: float | None = None
+    timing: RunTiming | None = None
 
     def planned_turns(self) -> dict[str, int]:
         """Requests each session sends when every turn succeeds, by session id (branches

@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 
 from workloads.agentic import build_agentic_sessions
-from workloads.base import RequestSpec, Workload
+from workloads.arrivals import count_within, ramp_count_within
+from workloads.base import RequestSpec, RunTiming, Workload
 from workloads.errors import WorkloadError
-from workloads.options import WorkloadOptions, check_spec_bounds, flag, is_neutral, parse_options
+from workloads.options import (DEFAULT_DRAIN_S, MAX_REQUESTS, WorkloadOptions, check_spec_bounds, check_timing, flag,
+                               is_neutral, parse_options)
 from workloads.salt import resolve_salt, salt_single_sessions
 from workloads.single import build_chat, build_code, build_rag, build_random, build_summarization
 from workloads.spec import WorkloadSpec, load_spec_file, make_spec
@@ -85,8 +87,48 @@ def resolve_spec(name: str | WorkloadOptions, spec_file: Path | None = None, **o
             raise WorkloadError(f"{flag(key)} does not apply to the {opts.name} workload (it applies to: {', '.join(kinds)})")
         values[key] = value
     spec = make_spec(opts.name, values)
+    check_timing(spec)
+    apply_duration(spec)
     check_spec_bounds(spec)  # a spec file's values too: a huge one would exhaust memory while building
     return spec
+
+
+def apply_duration(spec: WorkloadSpec) -> None:
+    """Size a duration-based spec's schedule to its duration (in place; nothing without
+    ``duration_s``): ``drain_timeout_s`` defaults to :data:`workloads.options.DEFAULT_DRAIN_S`;
+    at a finite rate (or a ramp) the arrivals are as many as fall within the duration at that
+    rate (:func:`workloads.arrivals.count_within`: ``ceil(duration × rate)``; a ramp:
+    :func:`workloads.arrivals.ramp_count_within`), written to ``num_requests`` (agentic:
+    ``num_sessions``, the session starts), capped by a count the user gave (whichever ends
+    first). An agentic spec with ``num_requests`` (turns), a trace, and an unlimited rate (a
+    pool of ``-n`` requests) keep their counts: the runner stops sending when the time is up."""
+    if spec.duration_s is None:
+        return
+    if spec.drain_timeout_s is None:
+        spec.drain_timeout_s = DEFAULT_DRAIN_S
+    if spec.kind == "trace" or (spec.kind == "agentic" and spec.num_requests is not None):
+        return
+    ramp = spec.ramp
+    if ramp is not None:
+        n = ramp_count_within(spec.duration_s, strategy=ramp[0], start_rps=ramp[1], end_rps=ramp[2],
+                              burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival, limit=MAX_REQUESTS)
+    elif math.isfinite(spec.request_rate):
+        n = count_within(spec.duration_s, spec.request_rate)
+    else:
+        return
+    field = "num_sessions" if spec.kind == "agentic" else "num_requests"
+    given = getattr(spec, field) if field in spec.model_fields_set else None
+    setattr(spec, field, n if given is None else min(n, given))
+
+
+def run_timing(spec: WorkloadSpec, sessions: list[Any]) -> RunTiming | None:
+    """The runner's clock for ``spec`` and its built ``sessions`` (the clock starts at their
+    first arrival): None for a count-based spec."""
+    if spec.duration_s is None:
+        return None
+    drain = DEFAULT_DRAIN_S if spec.drain_timeout_s is None else spec.drain_timeout_s
+    first = min((s.start_offset_s for s in sessions), default=0.0)
+    return RunTiming(spec.duration_s, drain, spec.warmup_window_s or 0.0, spec.cooldown_window_s or 0.0, float(first))
 
 
 def build_workload(
@@ -145,7 +187,7 @@ def build_workload(
     # Drawn schedules are rescaled to offer the requested rate exactly (by the metrics' own
     # formula), so the offered rate is the requested one: the same float for every seed, and
     # the achieved-vs-offered check measures the client only. A trace offers its own rate.
-    requested = None if name == "trace" else spec.request_rate
+    requested = None if name == "trace" or spec.ramp is not None else spec.request_rate  # a ramp offers its schedule's
     drawn = schedule_rate([s.start_offset_s for s in sessions], requested)
     offered = drawn if requested is None else requested
     manifest = spec.manifest()
@@ -164,6 +206,7 @@ def build_workload(
         stats=stats,
         requested_rate=requested,
         schedule_rate=drawn,
+        timing=run_timing(spec, sessions),
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workloads.arrivals import arrival_offsets
+from workloads.arrivals import schedule_offsets
 from workloads.base import RequestSpec, SingleRequestSession
 from workloads.errors import WorkloadError
 from workloads.loaders import (
@@ -74,9 +74,11 @@ def make_request(
 
 def sessions_at_offsets(requests: list[RequestSpec], spec: WorkloadSpec) -> list[SingleRequestSession]:
     """One session per request, due at the spec's arrival process offsets (seeded by
-    ``spec.seed``; a drawn schedule rescaled to offer exactly ``spec.request_rate``)."""
-    offsets = arrival_offsets(
-        len(requests), rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival
+    ``spec.seed``; a drawn schedule rescaled to offer exactly ``spec.request_rate``; with a
+    ramp, vLLM's ramped gaps, :func:`workloads.arrivals.ramp_offsets`)."""
+    offsets = schedule_offsets(
+        len(requests), rate=spec.request_rate, burstiness=spec.burstiness, seed=spec.seed, process=spec.arrival,
+        ramp=spec.ramp,
     )
     return [SingleRequestSession(r, float(t)) for r, t in zip(requests, offsets)]
 

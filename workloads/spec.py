@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workloads.errors import WorkloadError
+from workloads.options import RAMP_FIELDS, TIME_FIELDS, parse_seconds
 
 Api = Literal["chat", "completions"]
 Process = Literal["gamma", "poisson", "constant"]
@@ -41,6 +42,15 @@ class WorkloadSpec(BaseModel):
     (:mod:`workloads.salt`); ``auto``/``run`` = a random salt drawn when the workload is
     built (the built workload's manifest holds the drawn one); None (or ``none``) = no salt,
     the default.
+
+    Duration-based runs (seconds; YAML may write ``60s``, ``5m``, ``1h``; None = not set, and
+    left out of :meth:`manifest`, so a count-based run's spec reads as before): ``duration_s``
+    (send on the schedule until the time is up; the request or session count is then derived
+    from it, ``workloads.registry``), ``drain_timeout_s`` (the wait for requests in flight
+    after it, default 30 s), ``warmup_window_s`` / ``cooldown_window_s`` (requests sent in the
+    first / last seconds are stored but not measured). ``ramp_up_strategy`` (``linear`` or
+    ``exponential``) with ``ramp_up_start_rps`` and ``ramp_up_end_rps``: the rate ramps from
+    start to end over the run, vLLM's ``--ramp-up-*`` (:func:`workloads.arrivals.ramp_offsets`).
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -57,6 +67,25 @@ class WorkloadSpec(BaseModel):
     ignore_eos: bool = True
     temperature: float = Field(default=0.0, ge=0)
     prompt_salt: str | None = Field(default=None, min_length=1, max_length=64)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    drain_timeout_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    warmup_window_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cooldown_window_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ramp_up_end_rps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @field_validator(*TIME_FIELDS, mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        return parse_seconds(value)
+
+    @property
+    def ramp(self) -> tuple[str, float, float] | None:
+        """``(strategy, start rps, end rps)`` of a ramp, None without one (or an incomplete one,
+        which ``workloads.options.check_timing`` refuses)."""
+        parts = (self.ramp_up_strategy, self.ramp_up_start_rps, self.ramp_up_end_rps)
+        return None if any(x is None for x in parts) else parts  # type: ignore[return-value]
 
     @field_validator("prompt_salt")
     @classmethod
@@ -68,9 +97,12 @@ class WorkloadSpec(BaseModel):
         return value
 
     def manifest(self) -> dict[str, Any]:
-        """JSON-serialisable dict of every field (``inf`` written as the string ``"inf"``)."""
+        """JSON-serialisable dict of every field (``inf`` written as the string ``"inf"``; the
+        duration and ramp fields only when set)."""
         out = self.model_dump(mode="python")
-        return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
+        timing = set(TIME_FIELDS) | set(RAMP_FIELDS)
+        return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()
+                if not (k in timing and v is None)}
 
 
 class AgenticSpec(WorkloadSpec):
