@@ -27,6 +27,14 @@ SCHEMA_VERSION = "2.0"
 Version-1 run folders still load (``results.store.load_run`` upgrades them in memory)."""
 READABLE_MAJOR_VERSIONS = ("1", "2")
 
+INCOMPLETE = "incomplete"
+"""``RequestRecord.error_class`` of a request a duration-based run cancelled when its drain bound
+ran out (``harness.loadgen.runner``): neither ok nor failed, so the metrics count it apart
+(``Metrics.requests_incomplete``) and keep it out of latencies and the failure rate."""
+WINDOW_PHASES = ("warmup_window", "cooldown_window")
+"""Phases of measured requests sent in a duration-based run's warm-up / cool-down window: stored,
+never in metrics (like ``"warmup"``), counted in ``Metrics.run_window``."""
+
 
 class RequestRecord(BaseModel):
     """What the client observed for one request (DESIGN.md, "Metric definitions").
@@ -63,7 +71,7 @@ class RequestRecord(BaseModel):
     session_id: str | None = None
     turn_id: int | None = None
     branch_id: int | None = None
-    phase: str = "measured"  # "warmup" records are stored but never enter metrics
+    phase: str = "measured"  # "warmup" and WINDOW_PHASES records are stored but never enter metrics
     repeat: int = 0  # which repeat of the run (``bench run --repeats N``: 0 … N-1) the request belongs to
     probe: int | None = None  # which probe point of a capacity search (``bench search``: 0, 1, …); None = not a search
     worker: int | None = None  # which client process sent it (``bench run --client-workers N``: 0 … N-1); None = the in-process client
@@ -96,7 +104,8 @@ class RequestRecord(BaseModel):
     finish_reason: str | None = None
     success: bool = False
     # e.g. "http_500", "timeout", "stream_error", "connection", "no_token", "decode_error",
-    # "incomplete_stream", "interrupted" (harness.loadgen.client lists them all)
+    # "incomplete_stream", "interrupted" (harness.loadgen.client lists them all); INCOMPLETE = cut by
+    # a duration-based run's drain bound (neither ok nor failed)
     error_class: str | None = None
     error_message: str | None = None
     # the tool a record was read from by ``bench import`` ("vllm bench serve", ...): its times are
@@ -348,6 +357,42 @@ class OutputShortfall(Artefact):
     tokens_missing: int = 0
 
 
+class RunWindow(Artefact):
+    """A duration-based run's limits and what they left out of the metrics (``bench run
+    --duration``): ``duration_s`` sending time and ``drain_timeout_s`` the wait after it (s);
+    ``warmup_s`` / ``cooldown_s`` the windows (s) whose requests (``warmup_requests`` /
+    ``cooldown_requests``, by send time) are stored but not measured; ``requests``: every
+    request sent, windows included. None fields: not recorded (metrics rebuilt from records)."""
+
+    duration_s: float | None = None
+    drain_timeout_s: float | None = None
+    warmup_s: float | None = None
+    cooldown_s: float | None = None
+    warmup_requests: int = 0
+    cooldown_requests: int = 0
+    requests: int = 0
+
+    @property
+    def excluded(self) -> int:
+        """Requests the windows kept out of the metrics."""
+        return self.warmup_requests + self.cooldown_requests
+
+    def limits_text(self) -> str:
+        """``"duration 60 s, drain bound 30 s"`` (what was recorded)."""
+        parts = [f"duration {self.duration_s:g} s" if self.duration_s is not None else None,
+                 f"drain bound {self.drain_timeout_s:g} s" if self.drain_timeout_s is not None else None]
+        return ", ".join(p for p in parts if p) or "duration not recorded"
+
+    def excluded_text(self) -> str | None:
+        """``"metrics exclude the first 10 s and the last 5 s: 37 of 412 requests"``; None when
+        the run had no window (the seconds read "a window" where they were not recorded)."""
+        windows = [f"the {edge} {s:g} s" for edge, s in (("first", self.warmup_s), ("last", self.cooldown_s)) if s]
+        if not windows and not self.excluded:
+            return None
+        where = " and ".join(windows) or "the warm-up and cool-down windows"
+        return f"metrics exclude {where}: {self.excluded:,} of {self.requests:,} requests"
+
+
 class Metrics(Artefact):
     """One engine's numbers under one condition (``harness.metrics`` defines each).
 
@@ -360,12 +405,16 @@ class Metrics(Artefact):
     ``(n-1) / (last - first)``. ``peak_output_throughput``: tokens/s in the busiest ~1-s
     bucket of chunk arrival, tokens not chunks (``harness.metrics.summary.peak_output_throughput``).
     ``connections_opened``: requests that set up a new connection; ``connect_ms`` their set-up
-    time (DNS + TCP + TLS, excluded from TTFT/E2E).
+    time (DNS + TCP + TLS, excluded from TTFT/E2E). ``requests_incomplete``: requests a
+    duration-based run cancelled at its drain bound (:data:`INCOMPLETE`: not completed, not
+    failed, in no latency); ``run_window``: that run's limits and windows (None = count-based).
     """
 
     requests_sent: int = 0
     requests_completed: int = 0
     requests_failed: int = 0
+    requests_incomplete: int = 0
+    run_window: RunWindow | None = None
     duration_s: float = 0.0
     request_throughput: float | None = None
     output_throughput: float | None = None

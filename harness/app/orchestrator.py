@@ -27,6 +27,7 @@ from results.schema import (
     RequestRecord,
     SkipCause,
     Validity,
+    WINDOW_PHASES,
 )
 from results.store import RunWriter, new_run_id
 from adapters.hardware import run_price
@@ -160,9 +161,9 @@ class Orchestrator:
                 from harness.app.feature_phase import probe_phase
                 turns.feature_probes = probe_phase(self.console, name, ep, target, tokenizer, writer.manifest,
                                                    c.request_timeout_s)
-        measured = [r for r in runner.records if r.phase == "measured"]
+        measured = [r for r in runner.records if r.phase == "measured" or r.phase in WINDOW_PHASES]  # windows: counted
         turns.add(compute_metrics(measured, c.slos, workload.offered_rate, workload.requested_rate,
-                                  workload.planned_turns()), measured,
+                                  workload.planned_turns(), workload.timing), measured,
                   wall_s=wall, startup_s=startup_s, parallel=parallel, display_name=ep.display_name,
                   engine_metrics=engine_metrics, resources=sampler.result)
         return equiv_texts

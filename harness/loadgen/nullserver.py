@@ -11,6 +11,8 @@ Run as ``python -m harness.loadgen.nullserver --port P``. It does no inference:
   after each delay it writes those exact bytes. The ``perf_counter_ns`` taken right before each
   write is kept and served at ``GET /_writes/<id>`` (CLOCK_MONOTONIC is shared by processes on
   one machine, so tests compare the client's timestamps with the server's writes directly).
+  A script ``{"sequence": [script, ...]}`` plays its scripts one per request, in arrival order
+  (cycling), so one run can mix streams that finish with streams that never do.
 - ``GET /health`` and ``GET /v1/models``.
 """
 
@@ -65,6 +67,10 @@ def create_app() -> web.Application:
         script = request.app["scripts"].get(sid)
         if script is None:
             return web.json_response({"error": {"message": f"no script {sid}"}}, status=404)
+        if "sequence" in script:  # one script per request, in arrival order
+            played = request.app.setdefault("played", {})
+            played[sid] = played.get(sid, -1) + 1
+            script = script["sequence"][played[sid] % len(script["sequence"])]
         status = int(script.get("status", 200))
         resp = web.StreamResponse(status=status, headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)

@@ -11,7 +11,17 @@ interrupted run keeps what finished; a request in flight when the run is interru
 cancelled: Ctrl-C, SIGTERM) is handed over too, as a failure of class ``interrupted``, before
 the cancellation propagates, so ``requests.jsonl`` accounts for every request that was sent
 (requests still waiting for their due time or for the concurrency gate were not sent and leave
-no record). Re-tokenization (the token-count drift check) is derived
+no record).
+
+A duration-based workload (``Workload.timing``, ``bench run --duration``) is sent on its schedule
+for ``duration_s`` from the first arrival, and nothing after: a turn due at or after the end, or
+still queued at the concurrency gate when it comes, is not sent (no record). The runner then
+drains: it waits at most ``drain_timeout_s`` for the requests in flight and cancels those left;
+they are stored with ``error_class`` :data:`results.schema.INCOMPLETE` (a third outcome next to
+ok and failed, which the metrics keep out of latencies and failures). A measured request whose
+send falls in the first ``warmup_window_s`` or the last ``cooldown_window_s`` of the duration is
+stored with phase ``warmup_window`` / ``cooldown_window``, which the metrics skip as they skip
+warm-up requests. Re-tokenization (the token-count drift check) is derived
 work: it runs after the measured phase (:meth:`Runner.retokenize`), never on the event loop
 while other streams are being timed (``vllm bench serve`` does the same).
 """
@@ -19,14 +29,15 @@ while other streams are being timed (``vllm bench serve`` does the same).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from results.schema import RequestRecord
-from workloads.base import FollowUp, Reply, RequestSpec, Session, Workload
+from results.schema import INCOMPLETE, RequestRecord
+from workloads.base import FollowUp, Reply, RequestSpec, RunTiming, Session, Workload
 
 from harness.loadgen.client import EndpointTarget, StreamText, new_session, stream_texts
 
@@ -53,7 +64,6 @@ def quiet_gc() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-
 
 
 @dataclass
@@ -93,6 +103,34 @@ class _Tokenizer:
         return None
 
 
+@dataclass(frozen=True)
+class _Clock:
+    """A duration-based run's instants (``perf_counter_ns``): sends end at ``end_ns``, the drain
+    at ``drain_end_ns``; sends before ``warm_end_ns`` or from ``cool_start_ns`` are windowed."""
+
+    timing: RunTiming
+    end_ns: int
+    drain_end_ns: int
+    warm_end_ns: int
+    cool_start_ns: int
+
+    @classmethod
+    def starting(cls, start_ns: int, timing: RunTiming) -> _Clock:
+        end = start_ns + int(timing.duration_s * 1e9)
+        return cls(timing, end, end + int(timing.drain_timeout_s * 1e9), start_ns + int(timing.warmup_window_s * 1e9),
+                   end - int(timing.cooldown_window_s * 1e9))
+
+    def phase(self, send_ns: int | None) -> str:
+        """The phase of a measured request sent at ``send_ns``."""
+        if send_ns is None:
+            return "measured"
+        if self.timing.warmup_window_s > 0 and send_ns < self.warm_end_ns:
+            return "warmup_window"
+        if self.timing.cooldown_window_s > 0 and send_ns >= self.cool_start_ns:
+            return "cooldown_window"
+        return "measured"
+
+
 class Runner:
     """Replays requests against one endpoint with one aiohttp session."""
 
@@ -115,6 +153,25 @@ class Runner:
         self.on_progress = on_progress
         self.records: list[RequestRecord] = []
         self._texts: dict[tuple[str, str], tuple[RequestSpec, str]] = {}  # kept for retokenize()
+        self._clock: _Clock | None = None  # set by measure() for a duration-based workload
+        self._drained = False  # the drain bound ran out: cancelled requests are incomplete
+
+    def _late(self, phase: str) -> bool:
+        """A measured request of a duration-based run whose time is up: not sent."""
+        return self._clock is not None and phase == "measured" and time.perf_counter_ns() >= self._clock.end_ns
+
+    def _settle(self, record: RequestRecord) -> None:
+        """A duration-based run's verdicts on a measured record: its window phase, and
+        ``incomplete`` for a request the drain bound cut (the client calls it interrupted)."""
+        clock = self._clock
+        if clock is None or record.phase != "measured":
+            return
+        record.phase = clock.phase(record.send_ns)
+        if self._drained and record.error_class == "interrupted":
+            record.error_class = INCOMPLETE
+            record.error_message = (f"still in flight {clock.timing.drain_timeout_s:g} s after the "
+                                    f"{clock.timing.duration_s:g} s run ended (the drain bound): cancelled after "
+                                    f"{len(record.chunk_times_ns)} token-bearing chunks")
 
     def _new_record(self, req: RequestSpec, scheduled_ns: int, phase: str) -> RequestRecord:
         return RequestRecord(
@@ -138,7 +195,9 @@ class Runner:
         scheduled_ns: int,
         gate: asyncio.Semaphore | None,
         phase: str,
-    ) -> tuple[RequestRecord, StreamText]:
+    ) -> tuple[RequestRecord, StreamText] | None:
+        """Send ``req`` at ``scheduled_ns`` (after ``gate``); None when a duration-based run's
+        time ran out before it could be sent."""
         delay = (scheduled_ns - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
@@ -147,16 +206,20 @@ class Runner:
         try:
             if gate is not None:
                 async with gate:
+                    if self._late(phase):  # queued at the gate until the time was up
+                        return None
                     sent = True
                     reply = await stream_texts(http, self.target, req, record)
             else:
                 sent = True
                 reply = await stream_texts(http, self.target, req, record)
         except asyncio.CancelledError:
-            if sent:  # in flight at an interrupt: stored (error class "interrupted") before it propagates
+            if sent:  # in flight at an interrupt or the drain bound: stored before it propagates
+                self._settle(record)
                 self.records.append(record)
                 self.on_record(record)
             raise
+        self._settle(record)
         if self.tok is not None:
             self._texts[record.request_id, record.phase] = (req, reply.text)
         if self.options.keep_text and record.output_text is None:
@@ -188,12 +251,17 @@ class Runner:
         tasks: set[asyncio.Task] = set()
 
         def spawn(when: int, req: RequestSpec) -> None:
+            if self._clock is not None and when >= self._clock.end_ns:
+                return  # due after a duration-based run's end: not sent
             t = asyncio.create_task(turn(when, req))
             tasks.add(t)
             t.add_done_callback(tasks.discard)
 
         async def turn(when: int, req: RequestSpec) -> None:
-            record, reply = await self._one(http, req, when, gate, "measured")
+            done = await self._one(http, req, when, gate, "measured")
+            if done is None:
+                return
+            record, reply = done
             done_ns = record.end_ns or time.perf_counter_ns()
             # answer and reasoning apart: the next turn's history keeps only the answer
             follow: list[FollowUp] = session.on_complete(req, Reply(reply.answer, reply.reasoning, record.success))
@@ -212,23 +280,51 @@ class Runner:
         async with new_session(self.options.request_timeout_s) as http:
             now = time.perf_counter_ns()
             results = await asyncio.gather(*(self._one(http, r, now, gate, "warmup") for r in requests))
-        out.extend(r for r, _ in results)
+        out.extend(done[0] for done in results if done is not None)
         return out
 
     async def measure(self, workload: Workload, t0_ns: int | None = None) -> list[RequestRecord]:
-        """Replay every session of ``workload``; returns the measured records. ``t0_ns``: the
+        """Replay every session of ``workload`` (a duration-based one until its time is up, then
+        drained within its bound: see the module docstring); returns the measured records
+        (phase ``measured``; the windows' records are in :attr:`records` too). ``t0_ns``: the
         schedule's origin (perf_counter_ns; a session's first turn is due at ``t0_ns +
         start_offset_s``), given by a driver that splits one schedule over several client
         processes (:mod:`harness.loadgen.workers`); None = now + :data:`START_LEAD_NS`, less the
-        first arrival's offset."""
+        first arrival's offset. A duration's clock starts at ``t0_ns +
+        RunTiming.start_offset_s`` (the whole workload's first arrival)."""
         cap = self.options.max_concurrency or workload.max_concurrency
         gate = asyncio.Semaphore(cap) if cap else None
         with quiet_gc():
             async with new_session(self.options.request_timeout_s) as http:
                 if t0_ns is None:
                     t0_ns = schedule_origin(workload.sessions)
-                await asyncio.gather(*(self._session(http, s, t0_ns, gate) for s in workload.sessions))
+                timing = workload.timing
+                self._clock = None if timing is None else _Clock.starting(t0_ns + int(timing.start_offset_s * 1e9), timing)
+                self._drained = False
+                jobs = asyncio.gather(*(self._session(http, s, t0_ns, gate) for s in workload.sessions))
+                if self._clock is None:
+                    await jobs
+                else:
+                    await self._until(jobs, self._clock.drain_end_ns)
         return [r for r in self.records if r.phase == "measured"]
+
+    async def _until(self, jobs: asyncio.Future, deadline_ns: int) -> None:
+        """Await ``jobs`` until ``deadline_ns``, then cancel what is left as incomplete; an
+        interrupt meanwhile cancels them as interrupted and propagates."""
+        try:
+            done, _ = await asyncio.wait({jobs}, timeout=max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9))
+        except asyncio.CancelledError:
+            jobs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await jobs  # every in-flight record is stored before the interrupt propagates
+            raise
+        if done:
+            jobs.result()
+            return
+        self._drained = True
+        jobs.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await jobs
 
 
 def schedule_origin(sessions: Sequence[Session], lead_ns: int = START_LEAD_NS) -> int:

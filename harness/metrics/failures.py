@@ -8,6 +8,11 @@ with its engine-core process killed answers a few requests from its front end an
 rest) would otherwise be ranked on two fast successes. The bound is the share of requests a
 production engine may fail before a review asks why; 5 % by default, ``--max-failure-rate``
 changes it.
+
+Incomplete requests (``Metrics.requests_incomplete``: a duration-based run cancelled them when
+its drain bound ran out, ``results.schema.INCOMPLETE``) are neither failures nor part of the
+total here: the run's clock cut them, not the engine, so they move neither the failure rate nor
+the gate (their count is shown next to ok and failed instead).
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ def server_message(body: str) -> str:
 
 
 def request_counts(metrics: Iterable[Metrics]) -> tuple[int, int]:
-    """``(failed, total)`` measured requests over ``metrics`` (one per repeat); total = completed + failed."""
+    """``(failed, total)`` measured requests over ``metrics`` (one per repeat); total = completed +
+    failed, so incomplete requests (cut by a duration-based run's drain bound) count in neither."""
     failed = total = 0
     for m in metrics:
         failed += m.requests_failed

@@ -79,6 +79,9 @@ def pooled_metrics(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
     update["rate_valid"] = None if any(v is None for v in valid) else all(valid)
     if pooled.goodput is not None:
         update["goodput"] = pooled.goodput.model_copy(update={"request_goodput": per_s(pooled.goodput.good_requests)})
+    if pooled.run_window is not None and repeats[0].run_window is not None:  # the limits are each repeat's
+        limits = repeats[0].run_window.model_dump(include={"duration_s", "drain_timeout_s", "warmup_s", "cooldown_s"})
+        update["run_window"] = pooled.run_window.model_copy(update=limits)
     if pooled.sessions is not None:  # session ids repeat across repeats: the aborted turns add up per repeat
         aborted = [m.sessions.aborted_turns if m.sessions else None for m in repeats]
         update["sessions"] = pooled.sessions.model_copy(

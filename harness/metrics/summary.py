@@ -8,12 +8,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from results.schema import MAX_SAMPLES, Metrics, RequestRecord, Samples
+from results.schema import INCOMPLETE, MAX_SAMPLES, WINDOW_PHASES, Metrics, RequestRecord, RunWindow, Samples
 
 from .request import (NS_PER_MS, NS_PER_S, connect_ms, e2el_from_scheduled_ms, e2el_ms, itls_ms, tpot_ms,
                       ttfat_ms, ttft_from_scheduled_ms, ttft_ms)
 from .failures import server_message
-from workloads.base import count_aborted
+from workloads.base import RunTiming, count_aborted
 
 from .slo import SLO, meets_slos
 from .stats import distribution, error_adjusted_distribution
@@ -171,8 +171,9 @@ def session_metrics(records: Sequence[RequestRecord], planned_turns: Mapping[str
         "completed": len(times),
         "requests_per_session_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
         "completion_time_ms": distribution(times),
+        # a turn cut by a duration-based run's drain bound did not fail: it aborts nothing
         "aborted_turns": None if planned_turns is None else
-        count_aborted(planned_turns, [(r.session_id, r.success) for r in records]),
+        count_aborted(planned_turns, [(r.session_id, r.success or r.error_class == INCOMPLETE) for r in records]),
     }
 
 def per_turn_metrics(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
@@ -203,6 +204,7 @@ def compute_metrics(
     offered_rate: float | None = None,
     requested_rate: float | None = None,
     planned_turns: Mapping[str, int] | None = None,
+    timing: RunTiming | None = None,
 ) -> Metrics:
     """The ``engines.<name>.metrics`` object of ``summary.json`` for one engine's records.
 
@@ -217,12 +219,21 @@ def compute_metrics(
     (for a trace replay: the trace's rate, what replaying it asks for). Units: ``*_ms`` in ms,
     ``*_throughput`` in tokens/s, ``request_throughput``/``goodput`` in requests/s,
     ``duration_s`` in s.
+
+    Duration-based runs (``timing``, ``Workload.timing``): a request the drain bound cancelled
+    (``error_class`` :data:`results.schema.INCOMPLETE`) is counted in ``requests_incomplete``,
+    not in ``requests_failed``, in no latency distribution or error-adjusted percentile, and its
+    cut does not end the measured duration (its send still counts as sent: in the achieved rate
+    and as not good in SLO attainment). Records of the warm-up / cool-down windows
+    (:data:`results.schema.WINDOW_PHASES`) are skipped like warm-up ones and counted in
+    ``run_window`` (with the limits from ``timing``; None for a count-based run).
     """
     measured = [r for r in records if r.phase == "measured"]
+    incomplete = [r for r in measured if r.error_class == INCOMPLETE]
     ok = [r for r in measured if r.success]
-    failed = [r for r in measured if not r.success]
+    failed = [r for r in measured if not r.success and r.error_class != INCOMPLETE]
     sent = [r for r in measured if r.send_ns is not None]
-    ends = [r.end_ns for r in measured if r.end_ns is not None]
+    ends = [r.end_ns for r in measured if r.end_ns is not None and r.error_class != INCOMPLETE]
 
     if sent and ends:
         first_send = min(r.send_ns for r in sent)  # type: ignore[type-var]
@@ -249,6 +260,8 @@ def compute_metrics(
         "requests_sent": len(sent),
         "requests_completed": len(ok),
         "requests_failed": len(failed),
+        "requests_incomplete": len(incomplete),
+        "run_window": run_window(records, timing),
         "duration_s": duration_s,
         "request_throughput": per_s(len(ok)),
         "output_throughput": per_s(out_tokens),
@@ -303,6 +316,20 @@ def compute_metrics(
             "slos": {s.key: s.threshold_ms for s in slos},
         }
     return Metrics.model_validate(metrics)
+
+
+def run_window(records: Sequence[RequestRecord], timing: RunTiming | None) -> RunWindow | None:
+    """A duration-based run's limits (``timing``) and the sent requests its warm-up / cool-down
+    windows kept out of the metrics (by phase, stamped by the runner at send time); None for a
+    count-based run (no ``timing`` and no windowed record)."""
+    warm = sum(1 for r in records if r.phase == WINDOW_PHASES[0])
+    cool = sum(1 for r in records if r.phase == WINDOW_PHASES[1])
+    if timing is None and not warm + cool:
+        return None
+    sent = sum(1 for r in records if r.send_ns is not None and (r.phase == "measured" or r.phase in WINDOW_PHASES))
+    limits = {} if timing is None else {"duration_s": timing.duration_s, "drain_timeout_s": timing.drain_timeout_s,
+                                        "warmup_s": timing.warmup_window_s, "cooldown_s": timing.cooldown_window_s}
+    return RunWindow(warmup_requests=warm, cooldown_requests=cool, requests=sent, **limits)
 
 
 def _bounded(values: list[float]) -> list[float]:
