@@ -103,6 +103,7 @@ def test_vllm_detailed_is_recomputed_under_our_definitions(tmp_path: Path) -> No
     assert [b - a for a, b in zip(recs[0].chunk_times_ns, recs[0].chunk_times_ns[1:])] == [5_000_000, 5_000_000, 6_000_000]
     assert recs[3].success is False and recs[3].error_message == "Internal Server Error"
     assert prov.tool == "vllm" and prov.per_request and prov.config["model_id"] == "smollm2"
+    assert any("pass --temperature 0" in c for c in prov.caveats) and any("prefix cache" in c for c in prov.caveats)
     assert run.manifest.workload == {"kind": "random", "api": "completions", "tokenizer": TOKENIZER,
                                      "input_len": 64, "output_len": 4}
     assert len(run.requests) == 4 and run.requests["imported_from"].tolist() == ["vllm bench serve"] * 4
@@ -261,3 +262,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, name: str, argv, needl
     assert outcome(res) is None, (outcome(res), res.output)
     assert needle in res.stderr.splitlines()[0], res.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing half-written
+
+
+def test_an_internal_error_is_one_line_with_the_traceback_in_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.app.importers as importers
+
+    def broken(*_a: Any, **_k: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(importers, "write_import", broken)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    res = bench("import", str(FIX / "vllm_detailed.json"), "--from", "vllm", "-o", str(tmp_path / "out"))
+    err = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 1 and len(err) == 1 and "Traceback" not in res.output
+    assert err[0].startswith("error: internal error while importing") and "RuntimeError: boom" in err[0]
+    assert "RuntimeError: boom" in (tmp_path / "bench-error.log").read_text()

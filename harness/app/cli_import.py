@@ -119,6 +119,14 @@ def import_cmd(
         run = load_run(run_dir)
     except (OSError, ResultsError) as exc:
         fail(f"cannot write the imported run to {run_dir}: {getattr(exc, 'strerror', None) or exc}")
+    except Exception as exc:  # the last line of defence: one line for the user, the traceback in a file
+        import tempfile
+        import traceback
+
+        log = Path(tempfile.gettempdir()) / "bench-error.log"
+        log.write_text(traceback.format_exc())
+        fail(f"internal error while importing {file}: {type(exc).__name__}: {exc} (traceback in {log}; please "
+             "report it)", code=1)
     console = make_console()
     m = result.metrics
     n_ok, n_fail = (m.requests_completed, m.requests_failed) if m is not None else (0, 0)

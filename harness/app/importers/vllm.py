@@ -64,6 +64,12 @@ COPIED = {
 CAVEATS = [
     f"Failed requests: vLLM keeps ttft 0 and output_len 0 for them and leaves them out of its latencies, as we do ({SRC}).",
     "vLLM's percentiles are numpy's linear ones, as ours; its std is the population std, as ours.",
+    ("vllm bench serve 0.32 sends no temperature unless --temperature is given (serve.py warns: 'no longer sets "
+     "temperature==0'): the server's default applies (sampling at 1.0 on most servers) while bench run sends 0.0, "
+     "so pass --temperature 0 to compare like for like."),
+    ("vLLM's random dataset draws its prompts from np.random.default_rng(--seed) (datasets/datasets.py "
+     "RandomDataset): a second run with the same seed against the same server repeats the prompts and is served "
+     "from its prefix cache; restart the server or change --seed between runs."),
 ]
 
 
