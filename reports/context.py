@@ -90,7 +90,8 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
     cells: dict[str, str] = {}
     for key, _, path, pattern in SUMMARY_COLUMNS:
         if pattern == "okfail":
-            cells[key] = f"{m.requests_completed} / {m.requests_failed}"
+            cells[key] = f"{m.requests_completed} / {m.requests_failed}" + (
+                f" (+{m.requests_incomplete} incomplete)" if m.requests_incomplete else "")
         elif pattern == "rate":
             off, ach, valid = m.offered_rate, m.achieved_rate, m.rate_valid
             flag = "" if valid is None else (" ✓" if valid else " ✗ (outside ±5 %)")
@@ -164,6 +165,30 @@ def interval_note(runs: list[Run]) -> str:
                 "run-to-run noise was not measured (bench run --repeats 2 or more measures it).")
     return (f"Brackets: 95 % intervals over {', '.join(map(str, repeats))} interleaved repeats (two-stage bootstrap: "
             "repeats, then requests; rates: the median over repeats).")
+
+
+def timing_line(run: Run) -> str | None:
+    """A duration-based run's header line, from its manifest's workload spec and each engine's
+    ``metrics.run_window``: ``"duration 60 s, drain bound 30 s; linear ramp 1 → 5 req/s (vLLM's
+    --ramp-up-strategy); own: metrics exclude the first 10 s and the last 5 s: 37 of 412
+    requests, 2 incomplete"``; None for a count-based run."""
+    spec = run.manifest.workload or {}
+    parts = []
+    if spec.get("duration_s") is not None:
+        drain = spec.get("drain_timeout_s")
+        parts.append(f"duration {spec['duration_s']:g} s" + (f", drain bound {drain:g} s" if drain is not None else ""))
+    if spec.get("ramp_up_strategy"):
+        parts.append(f"{spec['ramp_up_strategy']} ramp {spec.get('ramp_up_start_rps'):g} → {spec.get('ramp_up_end_rps'):g} "
+                     "req/s (vLLM's --ramp-up-strategy)")
+    for name, entry in run.summary.engines.items():
+        m = entry.metrics
+        if m is None or m.run_window is None:
+            continue
+        said = [text] if (text := m.run_window.excluded_text()) else []
+        said += [f"{m.requests_incomplete} incomplete (cut by the drain bound)"] if m.requests_incomplete else []
+        if said:
+            parts.append(f"{name}: {', '.join(said)}")
+    return "; ".join(parts) or None
 
 
 def _label(run: Run, engine: str, compare: bool) -> str:
@@ -280,7 +305,8 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
     return {
         "title": ("Comparison of " + ", ".join(r.run_id for r in runs)) if compare else f"Run {runs[0].run_id}",
         "compare": compare,
-        "runs": [{"run_id": r.run_id, "workload": r.summary.workload or NOT_RECORDED} for r in runs],
+        "runs": [{"run_id": r.run_id, "workload": r.summary.workload or NOT_RECORDED, "timing": timing_line(r)}
+                 for r in runs],
         "columns": [(k, h) for k, h, _, _ in SUMMARY_COLUMNS],
         "interval_note": interval_note(runs),
         "rows": rows,

@@ -22,6 +22,7 @@ from harness.app import cli_engines, cli_parity, cli_report, cli_results, cli_se
 from harness.app.signals import exit_code, install_handlers, interrupt_cause
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
+    CooldownWindowOpt, DrainTimeoutOpt, DurationOpt, RampEndOpt, RampStartOpt, RampStrategyOpt, WarmupWindowOpt,
     err_console,
     fail,
     make_console,
@@ -95,6 +96,9 @@ def run(
     trace: TraceOpt = None,
     time_scale: TimeScaleOpt = None,
     workload_spec: WorkloadSpecOpt = None,
+    duration: DurationOpt = None, drain_timeout: DrainTimeoutOpt = None, warmup_window: WarmupWindowOpt = None,
+    cooldown_window: CooldownWindowOpt = None, ramp_up_strategy: RampStrategyOpt = None, ramp_up_start_rps: RampStartOpt = None,
+    ramp_up_end_rps: RampEndOpt = None,
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json). Default: no salt."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
@@ -132,7 +136,9 @@ def run(
             name=workload, spec_file=workload_spec, seed=seed, num_requests=num_requests, scale=scale,
             request_rate=parse_rate(request_rate), burstiness=burstiness, max_concurrency=max_concurrency, api=api,
             input_len=input_len, output_len=output_len, range_ratio=range_ratio, trace=trace, time_scale=time_scale,
-            prompt_salt=prompt_salt)
+            prompt_salt=prompt_salt, duration_s=duration, drain_timeout_s=drain_timeout, warmup_window_s=warmup_window,
+            cooldown_window_s=cooldown_window, ramp_up_strategy=ramp_up_strategy, ramp_up_start_rps=ramp_up_start_rps,
+            ramp_up_end_rps=ramp_up_end_rps)
     except WorkloadError as exc:
         fail(str(exc))
     for name, v in (("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):

@@ -17,7 +17,7 @@ from harness.app.feature_phase import probe_line
 from adapters.resources import fmt_bytes
 from harness.app.cli_parity import parity_lines
 from harness.metrics.failures import failure_text
-from results.schema import EngineResult, EngineStatus, Interval, RunSummary
+from results.schema import EngineResult, EngineStatus, Interval, Metrics, RunSummary
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -61,7 +61,8 @@ def _basis_line(summary: RunSummary) -> str:
 def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
     """The table and the lines to print under it (interval basis, engines' reasons, feature probes)."""
     table = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
-    cols = ["engine", "status", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+    incomplete = any(e.metrics is not None and e.metrics.requests_incomplete for e in summary.engines.values())
+    cols = ["engine", "status", "ok/fail/inc" if incomplete else "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
             "E2E p99", "goodput"]
     if summary.repeats > 1:
         cols.append("CV")
@@ -84,12 +85,14 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             notes.append(f"{name}: {sf.requests} of {sf.checked} replies stopped (finish_reason \"stop\") "
                          f"{sf.tokens_missing / sf.requests:,.0f} tokens short of max_tokens on average although "
                          "ignore_eos was sent: the endpoint ignores it, so it did less work than asked")
+        notes += run_window_lines(name, m)
         if m.sessions is not None and m.sessions.aborted_turns:
             notes.append(f"{name}: {m.sessions.aborted_turns} turns never sent because an earlier turn of their session "
                          f"failed ({m.sessions.completed} of {m.sessions.sessions} sessions completed)")
         ci = engine.intervals.get
         row = [
-            name, engine.shown_status, f"{m.requests_completed}/{m.requests_failed}",
+            name, engine.shown_status,
+            f"{m.requests_completed}/{m.requests_failed}" + (f"/{m.requests_incomplete}" if incomplete else ""),
             with_interval(m.request_throughput, ci("request_throughput"), 2),
             with_interval(m.output_throughput, ci("output_throughput")),
             with_interval(m.ttft_ms.p50, ci("ttft_ms.p50")), with_interval(m.ttft_ms.p99, ci("ttft_ms.p99")),
@@ -102,6 +105,19 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             row.append("–" if cv is None else f"{cv:.1%}")
         table.add_row(*row)
     return table, notes + parity_lines(summary)  # the configuration parity audit, after the engines' notes
+
+
+def run_window_lines(name: str, m: Metrics) -> list[str]:
+    """A duration-based run's notes for engine ``name``: its limits and what the warm-up /
+    cool-down windows excluded, and the requests its drain bound cut (incomplete)."""
+    rw = m.run_window
+    if rw is None:
+        return []
+    lines = [f"{name}: {rw.limits_text()}" + (f"; {text}" if (text := rw.excluded_text()) else "")]
+    if m.requests_incomplete:
+        lines.append(f"{name}: {m.requests_incomplete} requests were still in flight when the drain bound ran out: "
+                     "cancelled and counted incomplete (neither ok nor failed, in no latency)")
+    return lines
 
 
 def _resource_row(name: str, engine: EngineResult) -> list[str]:

@@ -24,7 +24,10 @@ from results.store import Run, load_run
 # highest-load condition meeting the SLOs). ``tokenizer``, a path, is compared by its folder
 # name (the same model lives under another path on another machine); ``token_counts`` is a note.
 LOAD_FIELDS = frozenset({"seed", "num_requests", "num_sessions", "request_rate", "burstiness", "arrival",
-                         "max_concurrency", "time_scale", "rate_scale", "start_window", "prompt_salt", "token_counts"})
+                         "max_concurrency", "time_scale", "rate_scale", "start_window", "prompt_salt", "token_counts",
+                         # a duration-based run's clock and ramp (workloads.spec.WorkloadSpec)
+                         "duration_s", "drain_timeout_s", "warmup_window_s", "cooldown_window_s", "ramp_up_strategy",
+                         "ramp_up_start_rps", "ramp_up_end_rps"})
 MODEL_FIELDS = ("name", "architecture", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                 "vocab_size", "dtype", "num_params")
 
