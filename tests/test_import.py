@@ -193,6 +193,9 @@ def test_guidellm_timings_recomputed_itl_unavailable(tmp_path: Path) -> None:
     # targeted_start is the schedule: TTFT from scheduled is 0.5 ms longer
     assert m.ttft_from_scheduled_ms.mean == pytest.approx(m.ttft_ms.mean + 0.5, abs=1e-3)
     assert (m.requests_completed, m.requests_failed) == (3, 1) and prov.version == "0.4.0"
+    # GuideLLM's incomplete request (cut off at the end) is our third outcome, out of latencies and failures
+    assert m.requests_incomplete == 1 and m.requests_sent == 5
+    assert [r.error_class for r in run.records if not r.success] == ["incomplete", "http_500"]  # aiohttp's "ClientResponseError: 500, ..."
     assert prov.config["strategy.type_"] == "constant" and m.offered_rate == 2.0
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from results.schema import INCOMPLETE
+
 from .common import (ImportFormatError, ParsedImport, Timed, copy_scalars, copy_summary, flatten_summary, make_record,
                      number, pick_entry, s_to_ns, unavailable)
 
@@ -54,7 +56,9 @@ COPIED = {
 CAVEATS = [
     f"GuideLLM stores only the first and last token times and an iteration count per request, no per-chunk times ({SRC}).",
     "Output tokens: GuideLLM's output_metrics.total_tokens (the server's usage) when sent, else its count of streamed "
-    "iterations (one token each); incomplete requests (cut off at the benchmark's end) count as failed here.",
+    "iterations (one token each).",
+    "GuideLLM's incomplete requests (cancelled when the benchmark ended) are stored as incomplete, neither ok nor "
+    "failed, as a duration-based bench run stores the requests its drain bound cancelled (results.schema.INCOMPLETE).",
     "GuideLLM's summary percentiles come from a weighted PDF (the value at the percentile, no interpolation); ours are "
     "numpy linear.",
 ]
@@ -115,7 +119,7 @@ def _records(parsed: ParsedImport, b: dict[str, Any], workload: str) -> None:
         error = str((r.get("info") or {}).get("error") or "")
         parsed.records.append(make_record(
             i, parsed, workload, t, ok=ok, error=error,
-            error_class="incomplete" if status == "incomplete" else (None if error else "no_token"),
+            error_class=INCOMPLETE if status == "incomplete" else (None if error else "no_token"),
             output_server=int(out_usage) if out_usage is not None else None,
             output_retok=int(out_count) if out_usage is None and out_count is not None else None,
             input_server=int(v) if (v := number(r.get("prompt_tokens"))) is not None else None,
