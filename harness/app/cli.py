@@ -23,7 +23,11 @@ from harness.app.signals import exit_code, install_handlers, interrupt_cause
 from harness.app.cli_common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
     CooldownWindowOpt, DrainTimeoutOpt, DurationOpt, RampEndOpt, RampStartOpt, RampStrategyOpt, WarmupWindowOpt,
+    OneLineErrors,
+    check_workload,
+    endpoint_options,
     err_console,
+    reuse_run_folder,
     fail,
     make_console,
     parse_rate,
@@ -31,6 +35,7 @@ from harness.app.cli_common import (
 
 app = typer.Typer(
     name="bench",
+    cls=OneLineErrors,  # every usage error of every command: one line, exit 2
     help="Benchmark LLM serving engines with one client, one workload and one set of metric "
     "definitions, then recommend an engine and name the deciding constraint.",
     no_args_is_help=True,
@@ -100,7 +105,8 @@ def run(
     cooldown_window: CooldownWindowOpt = None, ramp_up_strategy: RampStrategyOpt = None, ramp_up_start_rps: RampStartOpt = None,
     ramp_up_end_rps: RampEndOpt = None,
     prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json). Default: no salt."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY; credentials in the URL are masked in every file and message)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="--engine openai: the local folder of the model the endpoint serves (config.json + tokenizer, no weights needed): the workload is built with its tokenizer and the manifest and memory fit describe it. Without it token counts come from the server's usage only."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads per engine (default: cores - 1, one core left for the client)."),
     timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request client timeout, seconds."),
@@ -159,13 +165,7 @@ def run(
     dup = next((e for e in engines if engines.count(e) > 1), None)
     if dup:
         fail(f"--engine lists {dup!r} twice: name each engine once")
-    served_name = None
-    model_dir = model
-    if "openai" in engines:
-        if not base_url:
-            fail("--engine openai needs --base-url URL (and --model NAME, the served model name)")
-        served_name = model
-        model_dir = None
+    served_name, model_dir = endpoint_options(engines, model, base_url, tokenizer)
     try:
         eargs = parse_engine_args(engine_arg)
     except ValueError as exc:
@@ -175,10 +175,8 @@ def run(
     names = [n for n, _ in list_workloads()]
     if workload not in names:
         fail(f"unknown workload {workload!r}: choose from {', '.join(names)}")
-    from workloads.registry import resolve_spec
-
-    try:  # an option the workload does not take, or a bad spec file, fails before any engine starts
-        resolve_spec(options)
+    try:  # an option the workload does not take, a bad spec file or trace, fails before any engine starts
+        check_workload(options)
     except WorkloadError as exc:
         fail(str(exc))
     _check_run_target(preset, hardware, threads, output_dir, run_id)
@@ -201,12 +199,15 @@ def run(
         client_workers=client_workers,
         calibrate=not no_calibration, hardware=hardware, preset=preset, setup_engines=setup_engines, feature_probes=not no_feature_probes,
         parallel_start=not sequential_start, max_failure_rate=max_failure_rate, ignore_eos=not no_ignore_eos, parity=parity.value,
+        tokenizer=tokenizer,
         executor=executor, ray_address=ray_address, ray_resources=ray_opts,
     )
     if executor == "ray":
         from harness.app.ray_executor import RayOrchestrator as Orchestrator  # type: ignore[assignment]
     result = _guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)
+    if cfg.token_note:
+        console.print(f"note: {cfg.token_note}", markup=False, highlight=False)
     if result.recommendation is not None:
         console.rule("Recommendation")
         cli_report.print_recommendation(result.recommendation, console)
@@ -249,7 +250,7 @@ def _check_run_target(preset: str, hardware: str, threads: Optional[int], output
         if not run_id.strip() or run_id in (".", "..") or "/" in run_id or "\\" in run_id:
             fail(f"--run-id {run_id!r} must be a plain folder name (no '/', not empty)")
         if (output_dir / run_id).exists():
-            fail(f"run folder {output_dir / run_id} already exists: choose another --run-id or delete it")
+            reuse_run_folder(output_dir / run_id)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         probe = output_dir / ".write-test"
@@ -332,18 +333,25 @@ def model_info(model: Optional[str] = typer.Argument(None, help="Model folder (d
 
 @app.command()
 def calibrate(
-    streams: int = typer.Option(32, "--streams", help="Concurrent streams for the ITL timing-error measurement."),
-    burst: int = typer.Option(300, "--burst", help="Requests for the max-rate measurement."),
+    streams: int = typer.Option(32, "--streams", help="Concurrent streams for the ITL timing-error measurement (1-1,000: each holds a connection)."),
+    burst: int = typer.Option(300, "--burst", help="Requests for the max-rate measurement (1-100,000; 300 measures the rate to a few per cent)."),
 ) -> None:
-    """Measure the client's own overhead and max request rate against a local null server."""
-    from harness.loadgen.calibrate import calibrate as _cal
+    """Measure the client's own overhead and max request rate against a local null server.
+    Ctrl-C or SIGTERM stops it within about a second (exit 130)."""
+    from harness.loadgen.calibrate import MAX_BURST, MAX_STREAMS, calibrate as _cal
 
-    _positive("--streams", streams)
-    _positive("--burst", burst)
-    try:
-        res = _guarded(lambda: _cal(streams=streams, burst=burst))
-    except RuntimeError as exc:
-        fail(str(exc))
+    for name, v, bound in (("--streams", streams, MAX_STREAMS), ("--burst", burst, MAX_BURST)):
+        if not 1 <= v <= bound:
+            fail(f"{name} must be between 1 and {bound:,}, got {v:,}")
+    def measure() -> Any:
+        try:
+            return _cal(streams=streams, burst=burst)
+        except RuntimeError as exc:  # the null server did not start (typer.Exit is one too: not caught out here)
+            return exc
+
+    res = _guarded(measure)
+    if isinstance(res, RuntimeError):
+        fail(str(res))
     t = Table(title="Client calibration (null server, loopback)")
     t.add_column("measure")
     t.add_column("value", justify="right")

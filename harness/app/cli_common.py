@@ -173,6 +173,21 @@ def check_tokenizer_dir(folder: str, option: str = "--tokenizer") -> Path:
     return path.resolve()
 
 
+def reuse_run_folder(run_dir: Path) -> None:
+    """An existing ``--run-id`` folder: removed when a killed run left it holding nothing
+    (:func:`results.store.blocked_run_id`), else one line saying how to proceed (exit 2)."""
+    import shutil
+
+    from results.store import blocked_run_id
+
+    why = blocked_run_id(run_dir)
+    if why:
+        fail(why)
+    shutil.rmtree(run_dir)
+    err_console.print(f"[yellow]note:[/] reusing {escape(str(run_dir))}: an interrupted run left it with no measurement",
+                      highlight=False)
+
+
 def redact_url(url: str) -> str:
     """``http://user:key@host`` → ``http://user:***@host`` (see adapters.openai_adapter.redact_credentials)."""
     from adapters.openai_adapter import redact_credentials

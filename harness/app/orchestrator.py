@@ -93,7 +93,8 @@ class Orchestrator:
         return build_workload(self.cfg.workload, tokenizer)
 
     def _manifest(self, writer: RunWriter, model_dir: Path, workload: Workload, threads: int) -> None:
-        fill_manifest(writer.manifest, model_dir, workload, self.cfg.workload.seed, self.cfg.slos, threads)
+        fill_manifest(writer.manifest, model_dir, workload, self.cfg.workload.seed, self.cfg.slos, threads,
+                      token_note=self.cfg.token_note, describe_model=self.cfg.model_described)
         if self.cfg.price_per_hour is not None and writer.manifest.hardware is not None:  # --price-per-hour
             writer.manifest.hardware.update(price_per_hour=self.cfg.price_per_hour, price_source="--price-per-hour")
         writer.write_manifest()
@@ -179,7 +180,7 @@ class Orchestrator:
         warm = runner.warmup(build_warmup(tokenizer, c.warmup, seed=(c.workload.seed or 0) + 7919), concurrency=c.warmup) if c.warmup else None
         check = None
         if c.check_equivalence and equivalence:
-            eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, 120.0))
+            eq = Runner(target, name, "equivalence", lambda r: None, None, RunnerOptions(None, c.request_timeout_s))
             check = eq.warmup(equivalence_requests(), concurrency=len(EQUIVALENCE_PROMPTS))
         results = await asyncio.gather(*(x for x in (warm, check) if x is not None))
         if check is None:

@@ -41,10 +41,30 @@ class RunConfig:
     parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
     ignore_eos: bool = True  # send ignore_eos where the workload and engine allow; False = --no-ignore-eos
     max_failure_rate: float = 0.05  # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
+    tokenizer: str | None = None  # --engine openai: the endpoint's model folder (also in ``model``); None = not given
     price_per_hour: float | None = None  # --price-per-hour: USD per device-hour for the cost; None = the hardware profile's
     executor: str = "local"  # --executor: "local" (this process) or "ray" (each trial a Ray task, harness/app/ray_executor.py)
     ray_address: str | None = None  # --ray-address: the cluster to join; None = a local Ray instance
     ray_resources: dict[str, float] = field(default_factory=dict)  # --ray-resources: per-trial overrides and custom resources
+
+    @property
+    def token_note(self) -> str | None:
+        """What the token counts of an ``--engine openai`` run without ``--tokenizer`` rest on
+        (printed, and stored in the manifest's workload section the report shows); None when
+        there is no endpoint or its tokenizer was given."""
+        if "openai" not in self.engines or self.tokenizer:
+            return None
+        return ("token counts of the openai endpoint come from the server's usage only: no --tokenizer was given, "
+                "so its prompts were built and their lengths planned with the default model's tokenizer "
+                "(SmolLM2-135M-Instruct), which need not be the endpoint's; pass --tokenizer DIR (the served "
+                "model's folder) to build them with its own")
+
+    @property
+    def model_described(self) -> bool:
+        """Whether the run's model folder is the one served: False for an ``--engine openai``
+        run alone without ``--tokenizer`` (the manifest then describes no model, and the
+        memory fit says it was not checked)."""
+        return not (self.engines == ["openai"] and not self.tokenizer)
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
