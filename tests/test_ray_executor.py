@@ -130,6 +130,20 @@ def test_executor_ray_without_ray_is_one_line_exit_2(monkeypatch, tmp_path):
     assert "pip install 'llm-serve-bench[ray]'" in RAY_MISSING
 
 
+def test_an_unreachable_cluster_is_one_line_exit_2(monkeypatch, tmp_path):
+    def refuse(address=None, **kwargs):
+        raise ConnectionError(f"Failed to connect to Ray cluster at {address}\nsecond line")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "--executor", "ray", "--ray-address", "10.0.0.9:6379", *ARGS,
+                                   "-o", str(tmp_path)])
+    assert res.exit_code == 2
+    error = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and error[0].startswith("error: --ray-address 10.0.0.9:6379: cannot connect to a Ray cluster there (ConnectionError: "
+                                 "Failed to connect to Ray cluster at 10.0.0.9:6379); is `ray start --head` running")
+    assert error[0].endswith("also needs RAY_AUTH_MODE=token and its token here (~/.ray/auth_token)")
+
+
 def test_nothing_but_the_ray_executor_imports_ray():
     code = ("import sys, harness.app.cli, harness.app.orchestrator, harness.app.ray_executor, harness.app.ray_trial; "
             "print('ray' in sys.modules)")

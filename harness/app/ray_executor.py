@@ -173,7 +173,8 @@ class RayOrchestrator(Orchestrator):
             except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
                 raise EngineError(f"--ray-address {self.address}: cannot connect to a Ray cluster there "
                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                                  "is `ray start --head` running on that host and port?") from exc
+                                  "is `ray start --head` running on that host and port? A cluster with token "
+                                  "authentication also needs RAY_AUTH_MODE=token and its token here (~/.ray/auth_token)") from exc
         elif not ray.is_initialized():
             self.console.print("Starting a local Ray instance …")
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
