@@ -176,7 +176,7 @@ def bench_run(url: str, out: Any, run_id: str, *extra: str) -> Any:
     return CliRunner().invoke(__import__("harness.app.cli", fromlist=["app"]).app, [
         "run", "--engine", "openai", "--base-url", url, "--model", "m", "--workload", "random", "--api", "chat",
         "--num-requests", "4", "--input-len", "40", "--output-len", "6", "--warmup", "0", "--no-calibration",
-        "--no-equivalence", "-o", str(out), "--run-id", run_id, *extra,
+        "--no-equivalence", "--no-feature-probes", "-o", str(out), "--run-id", run_id, *extra,
     ])
 
 
@@ -278,7 +278,9 @@ async def test_time_to_first_answer_token_follows_the_reasoning(server):
               (30, ev(chat(content="Paris"))), (10, ev(chat(content=".", finish="stop"))), (0, DONE)]
     rec, w = await play(server, "reason", pieces)
     assert rec.success and len(rec.chunk_times_ns) == 4
-    assert abs(rec.first_token_ns - w[1]) <= MS and abs(rec.first_answer_ns - w[3]) <= MS
+    # the reasoning chunk (w[1]) and the first content chunk (w[3], 50 ms later): which write each stamp
+    # follows, with room for the client's own scheduling on a loaded machine
+    assert w[1] <= rec.first_token_ns <= w[1] + 20 * MS and w[3] <= rec.first_answer_ns <= w[3] + 20 * MS
     assert ttfat_ms(rec) - ttft_ms(rec) == pytest.approx((rec.first_answer_ns - rec.first_token_ns) / MS)
     assert ttfat_ms(rec) - ttft_ms(rec) >= 49.0  # the scripted 20 + 30 ms of reasoning
     plain, _ = await play(server, "plain", [(0, ev(chat(content="Hi"))), (10, ev(chat(content="!", finish="stop"))), (0, DONE)])

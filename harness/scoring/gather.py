@@ -178,6 +178,7 @@ class EngineRuns:
     statuses: list[tuple[str, str]] = field(default_factory=list)
     capabilities: Capabilities | None = None  # None = not recorded
     measurements: list[Measurement] = field(default_factory=list)
+    imported_from: str | None = None  # another tool's measurement (``bench import``): its label, e.g. "vllm bench serve"
     operations: list[OperationalRecord] = field(default_factory=list)  # one per run where it was measured
     feature_probes: list[dict[str, FeatureProbe]] = field(default_factory=list)  # one per run that probed it
 
@@ -218,6 +219,9 @@ def gather(runs: Sequence[Run]) -> Gathered:
                 engine.display_name = str(entry["display_name"])
             status = str(entry.get("status", "unknown"))
             engine.statuses.append((status, str(entry.get("reason") or "")))
+            if isinstance(manifest.get("imported_from"), dict):
+                provenance = manifest["imported_from"]
+                engine.imported_from = str(provenance.get("label") or provenance.get("tool") or "another tool")
             if entry.get("capabilities"):
                 engine.capabilities = _capabilities(entry["capabilities"])
             if run.summary.engines[name].feature_probes:

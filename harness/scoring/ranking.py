@@ -67,11 +67,13 @@ class Outcome:
     raw: dict[str, RawMetrics]
     facts: dict[str, OperationalFacts] = field(default_factory=dict)  # survivors' recorded operational facts
     complexity_notes: list[str] = field(default_factory=list)  # what the complexity score (did not) compare
+    imported: frozenset[str] = frozenset()  # engines measured by another tool (bench import): compared, never recommended
 
     @property
     def production(self) -> list[str]:
-        """The ranked engines that may be recommended (all but the reference engine), best first."""
-        return [row.engine for row in self.ranking if row.engine not in REFERENCE_ENGINES]
+        """The ranked engines that may be recommended (all but the reference engine and imported
+        measurements, which are another client's numbers for an engine, not an engine), best first."""
+        return [row.engine for row in self.ranking if row.engine not in REFERENCE_ENGINES and row.engine not in self.imported]
 
     @property
     def reference(self) -> str | None:
@@ -165,6 +167,9 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
         notes = []
         if name in REFERENCE_ENGINES:
             notes.append("reference engine: ranked as a yardstick, never the production recommendation")
+        if engine.imported_from:
+            notes.append(f"imported from {engine.imported_from}: another client's measurement, ranked for comparison, "
+                         "never the recommendation")
         if not engine.capabilities:
             notes.append("capabilities not recorded: the declared hardware/feature checks were skipped")
         declared = engine.capabilities.serving_features() if engine.capabilities else []
@@ -189,4 +194,4 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
             )
         )
     return Outcome(slos, survivors, ranking, verdict.eliminated, judged_at, verdict.slo_values, components, raw,
-                   facts, complexity_notes)
+                   facts, complexity_notes, frozenset(n for n, e in ctx.engines.items() if e.imported_from))
