@@ -28,7 +28,7 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 from types import TracebackType
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import psutil
 
@@ -83,6 +83,21 @@ def group_members(pgid: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
             continue
     return out
+
+
+def watch_group(pgid: int, grace_s: float, log: Any = subprocess.DEVNULL, record: Path | None = None) -> subprocess.Popen:
+    """Start :mod:`adapters.watchdog` for process group ``pgid``: a child of this process in a
+    session of its own that thaws, SIGTERMs and (after ``grace_s`` s) SIGKILLs the group once this
+    process is gone, whatever killed it, and exits by itself when the group is empty. ``log``
+    receives what it does; ``record``: the group's registry record it removes. Raises OSError
+    when it cannot be started. Used for engine servers and for the harness's own helper servers
+    (the calibration's null server)."""
+    leader_start = leftovers.start_ticks(pgid) or 0
+    argv = [sys.executable, "-I", str(WATCHDOG), str(os.getpid()), str(pgid), str(leader_start), f"{grace_s:g}"]
+    if record is not None:
+        argv.append(str(record))
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 class ServerProcess:
@@ -182,15 +197,10 @@ class ServerProcess:
         """
         if self.pgid is None or not os.path.isdir("/proc/self"):
             return
-        leader_start = leftovers.start_ticks(self.pgid) or 0
         record = leftovers.record_path(os.getpid(), self.pgid)
         with self.log_path.open("ab") as log:
             try:
-                self.watchdog = subprocess.Popen(
-                    [sys.executable, "-I", str(WATCHDOG), str(os.getpid()), str(self.pgid), str(leader_start),
-                     f"{self.stop_grace_s:g}", str(record)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                )
+                self.watchdog = watch_group(self.pgid, self.stop_grace_s, log, record)
             except OSError as exc:  # pragma: no cover - the interpreter that runs us can always start
                 log.write(f"bench: could not start the engine's watchdog: {exc}\n".encode())
         rec = leftovers.new_record(self.name, self.pgid, self.cmd, self.log_path,

@@ -133,15 +133,19 @@ def local_server(module: str, args: list[str], port: int | None = None, startup_
     """Run ``python -m module --port P *args`` in a child process (own process group) and yield
     its base URL once ``/health`` answers 200.
 
-    The process is terminated (and killed after 5 s) on exit, whatever happened inside.
+    The process is terminated (and killed after 5 s) on exit, whatever happened inside; a
+    watchdog (``adapters.process.watch_group``) ends it when this process is killed outright.
     Raises RuntimeError naming ``name`` when it exits early or does not answer ``/health``
     within ``startup_timeout_s`` seconds.
     """
     import urllib.request
 
+    from adapters.process import watch_group
+
     port = port or _free_port()
     proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    watchdog = watch_group(proc.pid, 2.0)  # it dies with us even when we are SIGKILLed (issue 16)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
@@ -168,13 +172,17 @@ def local_server(module: str, args: list[str], port: int | None = None, startup_
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+        if watchdog.poll() is None:
+            watchdog.kill()
+        watchdog.wait()
 
 
 @contextmanager
 def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Iterator[str]:
     """Start the null server in a child process (own process group); yield its base URL.
 
-    The process is terminated (and killed after 5 s) on exit, whatever happened inside.
+    The process is terminated (and killed after 5 s) on exit, whatever happened inside; a
+    watchdog (``adapters.process.watch_group``) ends it when this process is killed outright.
     Raises RuntimeError when it does not answer ``/health`` within ``startup_timeout_s``.
     """
     with local_server("harness.loadgen.nullserver", [], port, startup_timeout_s, "null server") as url:
