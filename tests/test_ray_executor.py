@@ -238,3 +238,33 @@ def test_a_trial_no_node_can_hold_fails_at_once_with_what_it_needs(local_ray, mo
                              "largest node offers CPU 2, GPU 0, h100_node 0; lower --threads or --ray-resources, or "
                              "add such a node (custom resources: ray start --resources)")
     assert _server_pids(tmp_path) == []  # nothing was started
+
+
+def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, monkeypatch, tmp_path):
+    """Ctrl-C while a trial measures: its Ray worker and engine are ended before the driver
+    exits (a driver that only exited would leave them running until then), and a Ray
+    instance the run joined rather than started keeps running."""
+    import harness.app.ray_executor as ray_executor
+
+    _paced(monkeypatch, tmp_path)
+    real_drain = ray_executor.RayOrchestrator._drain
+    state = {"raised": False}
+
+    def drain_then_interrupt(self, writer):
+        real_drain(self, writer)
+        measured = (Path(writer.run_dir) / "requests.jsonl").read_text().count('"phase":"measured"')
+        if measured >= 3 and not state["raised"]:
+            state["raised"] = True
+            state["trials"] = [dict(t) for t in writer.manifest.engines["own"]["ray_trials"]]
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray_executor.RayOrchestrator, "_drain", drain_then_interrupt)
+    res = CliRunner().invoke(app, ["run", *ARGS, "--engine", "own,transformers", "--num-requests", "100000",
+                                   "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path), "--run-id", "cc"])
+    assert res.exit_code == 130, res.output
+    worker = state["trials"][0]["pid"]
+    assert _gone([worker, *_server_pids(tmp_path)], 10) == []  # this driver process is still alive
+    s = json.loads((tmp_path / "cc" / "summary.json").read_text())
+    assert s["engines"]["own"]["status"] == "failed" and s["engines"]["own"]["metrics"]["requests_completed"] >= 3
+    assert s["engines"]["transformers"]["status"] == "not_measured"
+    assert ray.is_initialized() and ray.get(ray.remote(lambda: 7).remote(), timeout=60) == 7
