@@ -251,3 +251,29 @@ def test_a_cap_below_the_worker_count_is_a_one_line_usage_error(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip() == ("error: --max-concurrency 1 is smaller than --client-workers 2: each worker needs at "
                                   "least one request in flight; use --client-workers 1 or fewer")
+
+
+def test_the_measured_phase_runs_with_the_pre_existing_heap_frozen_and_rare_young_collections(url):
+    import gc
+
+    from harness.loadgen.runner import GC_GEN0_THRESHOLD
+
+    seen: list[tuple[int, int]] = []
+
+    @dataclass
+    class Probe:
+        session_id: str = "p"
+        start_offset_s: float = 0.0
+
+        def first_request(self) -> RequestSpec:
+            seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+            return RequestSpec("p0", max_tokens=2, prompt="x")
+
+        def on_complete(self, request: RequestSpec, reply: Any, success: bool | None = None) -> list[FollowUp]:
+            return []
+
+    before = gc.get_threshold()
+    records, _, _ = measure(url, [Probe()], 1)
+    assert records[0].success
+    assert seen[0][0] == GC_GEN0_THRESHOLD == 20_000 and seen[0][1] > 10_000  # the heap was frozen
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # restored after the phase
