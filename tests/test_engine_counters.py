@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from contextlib import contextmanager
 
 import pytest
@@ -16,6 +14,8 @@ from adapters.base import Capabilities, Endpoint, ProbeResult
 from adapters.prom import counter_delta, measured_phase, parse_prometheus
 from harness.app.cli import app
 from harness.loadgen.nullserver import create_app
+
+from fake_servers.threaded import serve_in_thread
 
 
 def own_text(hits: float, queries: float, preemptions: float = 0, usage: float = 0.25) -> str:
@@ -77,17 +77,8 @@ def warm_cache_server():
     served.router.add_get("/metrics", metrics)
     served.router.add_post("/v1/completions", counted)
     served.router.add_post("/v1/chat/completions", counted)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(served)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
+    with serve_in_thread(served) as url:
+        yield url
 
 
 def test_a_warm_up_that_hit_the_cache_leaves_the_measured_phase_at_0_percent(warm_cache_server, tmp_path, monkeypatch):

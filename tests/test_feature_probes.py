@@ -21,7 +21,7 @@ from harness.app.cli_summary import summary_table
 from harness.app.feature_phase import probe_line
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.feature_checks import Reply, _limited_errors, error_message, http_verdict, schema_errors
-from harness.loadgen.features import CITY_SCHEMA, pick_stop, probe_features
+from harness.loadgen.features import CITY_SCHEMA, N_BEST_TEMPERATURE, pick_stop, probe_features
 from harness.scoring import recommend
 from reports.context import build_context
 from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus, RunSummary
@@ -168,7 +168,7 @@ def test_a_correct_server_verifies_every_probe() -> None:
         'the reply parses as JSON and matches the schema: "{\\"city\\": \\"Paris\\", \\"country\\": \\"France\\"}"')
     assert probes["tool_calling"].detail == ('get_weather called with arguments matching its parameters: '
                                              '"{\\"city\\": \\"Paris\\"}"')
-    assert probes["n_best"].detail == "2 choices (indices 0-1), the same text, as greedy decoding gives"
+    assert probes["n_best"].detail == "2 choices (indices 0-1), the same text"
     assert probes["stop"].detail == 'stopped before "5": 8 characters, the unstopped reply had it at character 8'
     assert probes["logprobs"].detail == '2 tokens with logprobs (first "Hello" -0.250)'
     # the max-context prompt: within max(16, 1%) tokens of max_model_len after 4 for the reply
@@ -176,8 +176,10 @@ def test_a_correct_server_verifies_every_probe() -> None:
     assert MAX_LEN - 4 - 16 - 9 < words <= MAX_LEN - 4 - 16  # one 9-word unit of slack
     assert probes["max_context"].detail == (f"a prompt of {words} tokens by the server's count (max_model_len 600, "
                                             "from the endpoint's /v1/models) was answered")
-    # greedy, non-streaming, bounded
-    assert all(b["temperature"] == 0.0 and b["stream"] is False and b["max_tokens"] <= 96 for b in seen)
+    # greedy (but the n-best probe, which samples with a fixed seed), non-streaming, bounded
+    assert all(b["temperature"] == (0.0 if "n" not in b else N_BEST_TEMPERATURE) and b["stream"] is False
+               and b["max_tokens"] <= 96 for b in seen)
+    assert [b.get("seed") for b in seen if "n" in b] == [1234]
     assert seen[0]["response_format"]["json_schema"]["schema"] == CITY_SCHEMA
     assert seen[1]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
 
@@ -397,3 +399,16 @@ def test_the_matrix_in_the_report_and_the_console(tmp_path: Path) -> None:
             "– tool_calling") in notes
     assert not any(n.startswith("b: features") for n in notes)
     assert probe_line("b", {}) == "b: features not probed"
+
+
+def test_a_feature_that_needs_a_server_flag_is_unsupported_and_n_best_samples() -> None:
+    from harness.loadgen.feature_checks import Reply, http_verdict
+    from results.schema import FeatureStatus
+
+    # vLLM 0.32 started without a tool parser (a real message from this machine's run)
+    body = {"object": "error", "message": 'tool_choice=function "get_weather" requires --tool-call-parser to be set'}
+    verdict = http_verdict(Reply(400, body, json.dumps(body), "application/json"), ("tools", "tool_choice"))
+    assert verdict.status is FeatureStatus.UNSUPPORTED
+    other = {"object": "error", "message": "n must be 1 when using greedy sampling, got 2."}
+    assert http_verdict(Reply(400, other, json.dumps(other), "application/json"), ("n",)).status is FeatureStatus.FAILED
+    assert N_BEST_TEMPERATURE > 0  # several choices of a greedy request are one choice repeated

@@ -154,10 +154,8 @@ HALF_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) fo
 def half_dead_url():
     """A server that answers the first request of every 10 and fails the other 9 with HTTP 500
     and vLLM's engine-core message (vLLM with its engine core killed)."""
-    import asyncio
-    import threading
-
     from aiohttp import web
+    from fake_servers.threaded import serve_in_thread
 
     from harness.loadgen.nullserver import create_app
 
@@ -176,17 +174,8 @@ def half_dead_url():
     app_.router.add_get("/v1/models", lambda _: web.json_response({"data": [{"id": "null"}]}))
     app_.router.add_post("/v1/completions", flaky)
     app_.router.add_post("/v1/chat/completions", flaky)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app_)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
+    with serve_in_thread(app_) as url:
+        yield url
 
 
 def test_a_90_percent_failing_engine_is_eliminated_in_every_ranking_path(url, half_dead_url, tmp_path, monkeypatch):

@@ -14,8 +14,9 @@ from results.schema import FeatureStatus
 _UNSUPPORTED = re.compile(
     r"not (?:yet )?(?:supported|implemented|enabled)|unsupported|does(?: not|n't) support|"
     r"extra (?:inputs|fields) (?:are )?not permitted|unrecogni[sz]ed (?:request )?(?:field|argument|parameter)|"
-    r"unknown (?:field|parameter|argument)", re.IGNORECASE)
-"""A 4xx message that says the field is not supported (vLLM, SGLang, our own server, pydantic's
+    r"unknown (?:field|parameter|argument)|requires (?:the )?--[a-z][a-z0-9-]+", re.IGNORECASE)
+"""A 4xx message that says the field is not supported, or needs a server flag the engine was not
+started with (vLLM: "tool_choice ... requires --tool-call-parser ...") (vLLM, SGLang, our own server, pydantic's
 ``extra="forbid"``), as opposed to one about a bad value."""
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

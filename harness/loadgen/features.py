@@ -13,8 +13,9 @@ OpenAI-compatible endpoint (``POST /v1/chat/completions``, non-streaming, greedy
 - ``tool_calling``: ``tools`` with ``tool_choice`` naming the function (OpenAI's forced call, so a
   small model's reluctance to call a tool is not taken for the engine's) → a ``tool_calls``
   entry naming the offered function, with ``arguments`` a JSON string matching its parameters;
-- ``n_best``: ``n`` = 2 → two choices with indices 0 and 1, each with text (greedy decoding
-  gives both the same text);
+- ``n_best``: ``n`` = 2 → two choices with indices 0 and 1, each with text; sampled at
+  :data:`N_BEST_TEMPERATURE` with a fixed seed (several choices of a greedy request are one
+  choice repeated, and vLLM rejects ``n`` > 1 with greedy sampling);
 - ``stop``: an unstopped reply first, then the same request with ``stop`` set to a word of that
   reply → the reply must not contain it and must end at or before where it stood;
 - ``logprobs``: ``logprobs`` with ``top_logprobs`` → a finite log-probability ≤ 0 per token;
@@ -177,10 +178,14 @@ async def probe_tool_calling(p: Prober) -> str:
     return f"get_weather called with arguments matching its parameters: {quote(arguments)}"
 
 
+N_BEST_TEMPERATURE = 0.8
+"""The n-best probe samples (``seed`` fixed, so its verdict is reproducible where the server honours it)."""
+
+
 async def probe_n_best(p: Prober, n: int = 2) -> str:
     """``n`` choices of one request."""
     choices, _ = await p.choices({"messages": [{"role": "user", "content": "Say hello in three words."}],
-                                  "n": n, "max_tokens": 8}, ("n",))
+                                  "n": n, "max_tokens": 8, "temperature": N_BEST_TEMPERATURE, "seed": 1234}, ("n",))
     if len(choices) != n:
         raise failed(f"asked for n={n} choices, got {len(choices)}")
     indices = sorted(c.get("index") for c in choices if isinstance(c.get("index"), int))
@@ -190,7 +195,7 @@ async def probe_n_best(p: Prober, n: int = 2) -> str:
     if empty:
         raise failed(f"choice {empty[0]} of {n} has no text")
     same = len({_text(c) for c in choices}) == 1
-    return f"{n} choices (indices 0-{n - 1}), {'the same text, as greedy decoding gives' if same else 'different texts'}"
+    return f"{n} choices (indices 0-{n - 1}), {'the same text' if same else 'different texts'}"
 
 
 def pick_stop(text: str) -> tuple[str, int] | None:
