@@ -14,7 +14,8 @@ pandas (``pyarrow`` dtypes, so missing integers stay integers): :func:`requests_
 ``summary.csv``: one row per engine × condition (a run: its one condition; a repeat run: the
 pooled row; a capacity search: one row per probe) with the status, the load, the request counts
 and every headline metric with its interval (``<metric>``, ``<metric>_low``, ``<metric>_high``;
-equal to the value when no interval was formed, empty when not measured). Units as in
+the bounds empty when no interval was formed - a rate of one repeat has none - and the value
+empty when not measured). Units as in
 ``summary.json``: ms, tokens/s, requests/s.
 """
 
@@ -117,9 +118,10 @@ def _metric_cells(metrics: Metrics | None, intervals: dict[str, Interval]) -> di
     for path, column in HEADLINE.items():
         value = _value(metrics, path) if metrics is not None else None
         ci = intervals.get(path)
+        formed = ci is not None and value is not None and ci.high > ci.low  # a point is not an interval
         cells[column] = value
-        cells[f"{column}_low"] = ci.low if ci is not None and value is not None else value
-        cells[f"{column}_high"] = ci.high if ci is not None and value is not None else value
+        cells[f"{column}_low"] = ci.low if formed else None
+        cells[f"{column}_high"] = ci.high if formed else None
     return cells
 
 

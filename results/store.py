@@ -405,6 +405,8 @@ def load_run(run_dir: Path | str) -> Run:
         raise ResultsError(f"{run_dir} is not a run folder (no {SUMMARY_FILE}); see `bench results list`")
     summary_data = _read_json(summary_path, run_dir)
     manifest_path = run_dir / MANIFEST_FILE
+    if manifest_path.exists() and not manifest_path.is_file():
+        raise ResultsError(f"{manifest_path} is not a file; the run folder is damaged")
     manifest_data = _read_json(manifest_path, run_dir) if manifest_path.is_file() else {}
     if not isinstance(summary_data, dict) or not isinstance(manifest_data, dict):
         raise ResultsError(f"{run_dir}: summary.json or manifest.json is not a JSON object; the run folder is damaged")

@@ -301,7 +301,7 @@ def test_windows_exclude_exactly_the_requests_sent_inside_them(kit, monkeypatch)
     ({"duration_s": "abc"}, "--duration must be a time such as 60, 60s, 5m or 1h, got 'abc'"),
     ({"duration_s": "-5s"}, "--duration must be a time such as"),
     ({"duration_s": "10", "request_rate": 1, "ramp_up_strategy": "linear", "ramp_up_start_rps": 1,
-      "ramp_up_end_rps": -1}, "--ramp-up-end-rps must be > 0, got -1"),
+      "ramp_up_end_rps": -1}, "--ramp-up-end-rps must be >= 0.001, got -1"),
     ({"ramp_up_strategy": "linear", "ramp_up_start_rps": 5, "ramp_up_end_rps": 1}, "is above --ramp-up-end-rps"),
     ({"ramp_up_strategy": "linear", "ramp_up_start_rps": 1}, "add --ramp-up-end-rps"),
     ({"ramp_up_strategy": "sine", "ramp_up_start_rps": 1, "ramp_up_end_rps": 2}, "--ramp-up-strategy must be one of"),
@@ -334,7 +334,7 @@ def test_time_values_accept_seconds_minutes_and_hours():
     (["--duration", "0"], "--duration must be > 0"),
     (["--duration", "10s", "--warmup-window", "8s", "--cooldown-window", "2s", "-r", "1"], "leave nothing"),
     (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "-2"],
-     "--ramp-up-end-rps must be > 0, got -2"),
+     "--ramp-up-end-rps must be >= 0.001, got -2"),
 ])
 def test_bench_run_refuses_bad_duration_values_in_one_line(args, needle, tmp_path):
     res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", "http://127.0.0.1:9", "--model", "m",

@@ -107,8 +107,10 @@ class WorkloadOptions(BaseModel):
     duration_s: float | None = Field(None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     drain_timeout_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
     ramp_up_strategy: Literal["linear", "exponential"] | None = Field(None, **_applies(*RATE_KINDS))
-    ramp_up_start_rps: float | None = Field(None, gt=0, allow_inf_nan=False, **_applies(*RATE_KINDS))
-    ramp_up_end_rps: float | None = Field(None, gt=0, allow_inf_nan=False, **_applies(*RATE_KINDS))
+    # bounded so a schedule stays finite: 0.001 req/s is one arrival per ~17 minutes, 1,000,000 req/s
+    # beyond any client (an extreme ramp used to overflow the schedule mid-run)
+    ramp_up_start_rps: float | None = Field(None, ge=0.001, le=1_000_000, allow_inf_nan=False, **_applies(*RATE_KINDS))
+    ramp_up_end_rps: float | None = Field(None, ge=0.001, le=1_000_000, allow_inf_nan=False, **_applies(*RATE_KINDS))
     warmup_window_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
     cooldown_window_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
 

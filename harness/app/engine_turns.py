@@ -97,8 +97,11 @@ class EngineTurns:
                     repeats=list(self.metrics) if len(self.metrics) > 1 else [],
                     resources=combine_repeats(self.resources))
         if metrics.requests_completed == 0:
-            return EngineResult(status=EngineStatus.FAILED, metrics=metrics,
-                                reason=f"no request succeeded: {failure_text(self.metrics)}", **base)
+            why = failure_text(self.metrics)
+            if metrics.requests_incomplete and not metrics.requests_failed:  # all cut by a duration run's drain
+                why = (f"all {metrics.requests_incomplete} requests were still running at the drain bound and were "
+                       "cut (incomplete): raise --drain-timeout or shorten --output-len")
+            return EngineResult(status=EngineStatus.FAILED, metrics=metrics, reason=f"no request succeeded: {why}", **base)
         reason = ""
         if len(self.metrics) < planned_repeats:
             reason = f"measured {len(self.metrics)} of {planned_repeats} repeats (the run was interrupted)"

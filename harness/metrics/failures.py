@@ -73,15 +73,25 @@ def failure_text(metrics: Iterable[Metrics], examples: int = 2, bound: float | N
             by_class[cls] = by_class.get(cls, 0) + count
         for cls, message in m.error_examples.items():
             messages.setdefault(cls, message)
-    share = f"{failed / total:.0%}" if total else "n/a"
+    share = _percent(failed / total, bound) if total else "n/a"
     if bound is not None:
-        share += f", above the {bound:.0%} bound" if bound else ", where none may fail"
+        share += f", above the {_percent(bound, failed / total if total else None)} bound" if bound else ", where none may fail"
     parts = []
     for index, (cls, count) in enumerate(sorted(by_class.items(), key=lambda item: (-item[1], item[0]))):
         quote = messages.get(cls) if index < examples else None
         parts.append(f"{cls} ×{count}" + (f" ({_quote(quote)})" if quote else ""))
     detail = f": {', '.join(parts)}" if parts else ""
     return f"{failed} of {total} requests failed ({share}){detail}"
+
+
+def _percent(value: float, other: float | None) -> str:
+    """``value`` as a percentage with as many decimals (0-2) as it takes to differ from ``other``
+    when they differ (a share of 25.00 % above a bound of 24.99 % must not read "25% above 25%")."""
+    for digits in range(3):
+        text = f"{value:.{digits}%}"
+        if other is None or other == value or text != f"{other:.{digits}%}":
+            return text
+    return f"{value:.2%}"
 
 
 def _quote(message: str, limit: int = 120) -> str:

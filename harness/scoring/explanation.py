@@ -114,10 +114,18 @@ def deciding_constraint(outcome: Outcome, ctx: ScoringContext, preset: str, nois
     if outcome.winner is None:
         parts = [f"{name}: {reason}" for name, (_, reason) in outcome.eliminated.items()]
         head = "no engine survives the hard constraints: "
-        if outcome.reference:
+        imported = [row.engine for row in outcome.ranking if row.engine in outcome.imported]
+        if outcome.reference and not imported:
             head = (f"no production engine survives the hard constraints; only the reference engine "
                     f"{outcome.reference} does, and it is a yardstick, never the recommendation"
                     + (": " if parts else ""))
+            return head + "; ".join(parts)
+        if imported:
+            kept = ([f"the reference engine {outcome.reference} (a yardstick)"] if outcome.reference else []) + \
+                   [f"{name} (imported: another client's measurement)" for name in imported]
+            head = (f"no production engine survives the hard constraints; only {' and '.join(kept)} "
+                    f"{'does' if len(kept) == 1 else 'do'}, and {'it is' if len(kept) == 1 else 'they are'} "
+                    "never the recommendation" + (": " if parts else ""))
             return head + "; ".join(parts)
         return head + ("; ".join(parts) if parts else "the runs hold no engines")
     winner = outcome.winner
