@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -273,20 +272,10 @@ def test_the_schema_checks_and_error_bodies() -> None:
 @contextmanager
 def served(seen: list[dict[str, Any]]) -> Iterator[str]:
     """The scripted server in a thread of its own (bench run runs its own event loops)."""
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(scripted_app(seen=seen))
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    from fake_servers.threaded import serve_in_thread
+
+    with serve_in_thread(scripted_app(seen=seen)) as url:
+        yield url
 
 
 ARGS = ["--engine", "openai", "--model", "m", "--workload", "random", "--num-requests", "4", "--input-len", "8",
