@@ -9,6 +9,9 @@ Sections (``--section``):
 - ``ngram``: TPOT at batch 1 on code-editing prompts, n-gram speculation vs none (goal >= 1.5x).
 - ``bandwidth``: decode batch-1 tok/s as a fraction of the memory-bandwidth bound
   (weight bytes read per token / measured copy bandwidth, STREAM-copy convention: 2 x bytes / time).
+- ``prefill``: model FLOP/s of a 512-token prefill / 1-thread ``torch.mm`` FLOP/s on the same
+  projection shapes (goal >= 0.9).
+- ``verify``: a 6-row speculative verify forward / a 1-row decode forward, batch 1 (goal: ~1).
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_own_engine.py [--section all] [--repeats 3]``.
 Numbers on a shared machine are "measured under load"; compare the ratios, not the absolute values.
@@ -166,10 +169,12 @@ def bench_paged_vs_naive(model_dir: Path, repeats: int, n: int) -> list[tuple[st
 
 
 def bench_ngram(model_dir: Path, repeats: int, max_tokens: int) -> list[tuple[str, str, str]]:
-    engines = {mode: make_engine(model_dir, speculative=mode, num_speculative_tokens=5, max_model_len=1024,
-                                 enable_prefix_caching=False) for mode in ("none", "ngram")}
+    modes = {"none": dict(speculative="none"), "ngram": dict(speculative="ngram", adaptive_speculation=False),
+             "ngram-adaptive": dict(speculative="ngram", adaptive_speculation=True)}
+    engines = {mode: make_engine(model_dir, num_speculative_tokens=5, max_model_len=1024,
+                                 enable_prefix_caching=False, **kw) for mode, kw in modes.items()}
     ids = [engines["none"].tokenizer(p)["input_ids"] for p in CODE_PROMPTS]
-    tpot: dict[str, list[float]] = {"none": [], "ngram": []}
+    tpot: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(repeats):
         for mode, e in engines.items():
             per = []
@@ -189,22 +194,21 @@ def bench_ngram(model_dir: Path, repeats: int, max_tokens: int) -> list[tuple[st
                     per.append((last - first) / (n - 1) * 1e3)
                 del t0
             tpot[mode].append(statistics.mean(per))
-    s = engines["ngram"].stats()
-    ratio = [a / b for a, b in zip(tpot["none"], tpot["ngram"])]
-    return [
-        ("TPOT ms batch 1, no speculation", summarize(tpot["none"]), ""),
-        ("TPOT ms batch 1, n-gram (k=5)", summarize(tpot["ngram"]), ""),
-        ("TPOT speedup", summarize(ratio), "goal >= 1.5x"),
-        ("acceptance rate / mean accepted length",
-         f"{s['spec_acceptance_rate']:.2f} / {s['spec_mean_accepted_length']:.2f}", ""),
-    ]
+    rows = [("TPOT ms batch 1, no speculation", summarize(tpot["none"]), "")]
+    for mode, label in (("ngram", "n-gram, fixed k=5"), ("ngram-adaptive", "n-gram, adaptive k<=5")):
+        s = engines[mode].stats()
+        ratio = [a / b for a, b in zip(tpot["none"], tpot[mode])]
+        rows += [(f"TPOT ms batch 1, {label}", summarize(tpot[mode]), ""),
+                 (f"TPOT speedup, {label}", summarize(ratio), "goal >= 1.5x at the worst repeat"),
+                 (f"acceptance rate / mean accepted length, {label}",
+                  f"{s['spec_acceptance_rate']:.2f} / {s['spec_mean_accepted_length']:.2f}", "")]
+    return rows
 
 
 def bench_bandwidth(model_dir: Path, repeats: int, tokens: int) -> list[tuple[str, str, str]]:
     e = make_engine(model_dir, max_model_len=512, enable_prefix_caching=False)
     m = e.runner.model
-    weight_bytes = sum(t.numel() * t.element_size() for layer in m.layers for t in layer.values())
-    weight_bytes += m.norm.numel() * 4 + m.lm_head.numel() * 4  # LM head read in full; embedding: 1 row
+    weight_bytes = m.weight_bytes_per_token()  # LM head read in full; embedding: 1 row
     src = torch.empty(weight_bytes // 4, dtype=torch.float32).uniform_()
     dst = torch.empty_like(src)
     bw, tps = [], []
@@ -231,8 +235,81 @@ def bench_bandwidth(model_dir: Path, repeats: int, tokens: int) -> list[tuple[st
     ]
 
 
+def _interleaved(fns: dict, repeats: int, inner: int) -> dict[str, list[float]]:
+    """Seconds per call of each function, ``inner`` calls per sample, runs alternating in order."""
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():
+        f()  # warm-up
+    for r in range(repeats):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            t = time.perf_counter()
+            for _ in range(inner):
+                fns[name]()
+            out[name].append((time.perf_counter() - t) / inner)
+    return out
+
+
+def bench_prefill(model_dir: Path, repeats: int, tokens: int) -> list[tuple[str, str, str]]:
+    """Prefill model FLOP/s vs 1-thread ``torch.mm`` on the model's own projection shapes at M = tokens.
+
+    Model FLOPs of one prefill (causal, no cache): 2 x (linear params per layer x layers) x T for the
+    projections + 2 x 2 x T^2/2 x H x D x layers for QK^T and PV (half the square: causal) + the LM
+    head for the one sampled row (2 x hidden x vocab). The mm reference runs F.linear on the same
+    weights (dense, MKL) for the same four projections of every layer.
+    """
+    from own_engine.model_runner import BatchItem
+
+    e = make_engine(model_dir, max_model_len=tokens + 64, max_num_batched_tokens=tokens, enable_prefix_caching=False)
+    m, c = e.runner.model, e.model_config
+    ids = (e.tokenizer(CODE * 8)["input_ids"] * 4)[:tokens]
+    table = list(range(-(-tokens // e.config.block_size)))
+    lin_params = sum(layer[k].weight.numel() for layer in m.layers for k in ("qkv", "o", "gate_up", "down"))
+    flops = 2 * lin_params * tokens + 2 * tokens * tokens * c.num_heads * c.head_dim * m.num_layers \
+        + 2 * c.hidden_size * c.vocab_size
+    xs = {n: torch.randn(tokens, n) for n in (c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim)}
+
+    def prefill():
+        e.runner.run([BatchItem(ids, 0, table, 1)])
+
+    def mm_only():
+        for layer in m.layers:
+            for k in ("qkv", "o", "gate_up", "down"):
+                w = layer[k].weight
+                torch.nn.functional.linear(xs[w.shape[1]], w)
+
+    t = _interleaved({"prefill": prefill, "mm": mm_only}, repeats, 1)
+    mm_flops = 2 * lin_params * tokens
+    model_rate = [flops / x for x in t["prefill"]]
+    mm_rate = [mm_flops / x for x in t["mm"]]
+    return [
+        (f"prefill of {tokens} tokens: model GFLOP/s", summarize([r / 1e9 for r in model_rate]), ""),
+        ("torch.mm GFLOP/s on the same projections (dense weights)", summarize([r / 1e9 for r in mm_rate]), ""),
+        ("prefill FLOP/s / torch.mm FLOP/s", summarize([a / b for a, b in zip(model_rate, mm_rate)]), "goal >= 0.9"),
+    ]
+
+
+def bench_verify(model_dir: Path, repeats: int, k: int, context: int) -> list[tuple[str, str, str]]:
+    """Cost of a speculative verify forward (k+1 query rows, k+1 logits rows) vs a decode forward
+    (1 row), batch 1, at ``context`` tokens: both read the same weights once."""
+    from own_engine.model_runner import BatchItem
+
+    e = make_engine(model_dir, max_model_len=context + 64, enable_prefix_caching=False)
+    ids = (e.tokenizer(CODE * 8)["input_ids"] * 4)[:context]
+    table = list(range(-(-(context + k + 1) // e.config.block_size)))
+    e.runner.run([BatchItem(ids, 0, table, 1)])
+    t = _interleaved({"decode": lambda: e.runner.run([BatchItem(ids[-1:], context, table, 1)]),
+                      "verify": lambda: e.runner.run([BatchItem(ids[-k - 1:], context, table, k + 1)])},
+                     repeats, 5)
+    ratio = [v / d for v, d in zip(t["verify"], t["decode"])]
+    return [
+        (f"decode forward ms (batch 1, context {context})", summarize([x * 1e3 for x in t["decode"]]), ""),
+        (f"verify forward ms ({k + 1} rows)", summarize([x * 1e3 for x in t["verify"]]), ""),
+        ("verify / decode cost", summarize(ratio), "goal: close to 1 (same weights read once)"),
+    ]
+
+
 @app.command()
-def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth"),
+def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth | prefill | verify"),
          repeats: int = typer.Option(3, min=1), requests: int = typer.Option(24, min=2),
          hf_batch: int = typer.Option(8, min=1), threads: int = typer.Option(1, min=1)) -> None:
     """Run the own-engine benchmarks and print one table of ratios."""
@@ -240,13 +317,17 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
 
     torch.set_num_threads(threads)
     model_dir = resolve_model(None)
-    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth")
+    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth", "prefill", "verify")
     if section not in valid:
         raise typer.BadParameter(f"--section must be one of {', '.join(valid)}")
     rows: list[tuple[str, str, str]] = []
     load = os.getloadavg()[0]
     if section in ("all", "bandwidth"):
         rows += [("[bold]decode vs memory bandwidth[/bold]", "", "")] + bench_bandwidth(model_dir, repeats, 32)
+    if section in ("all", "prefill"):
+        rows += [("[bold]prefill efficiency[/bold]", "", "")] + bench_prefill(model_dir, max(repeats, 3), 512)
+    if section in ("all", "verify"):
+        rows += [("[bold]speculative verify cost[/bold]", "", "")] + bench_verify(model_dir, max(repeats, 3), 5, 256)
     if section in ("all", "ngram"):
         rows += [("[bold]n-gram speculation, batch 1[/bold]", "", "")] + bench_ngram(model_dir, repeats, 96)
     if section in ("all", "paged-vs-naive"):

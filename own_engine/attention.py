@@ -11,7 +11,8 @@ speculative verification of a few draft tokens) form one padded group computed w
 batched SDPA call over gathered K/V; prefill chunks run one SDPA call each (a causal mask offset by
 the cached context when part of the prompt is already in the cache). GQA: the ``G = num_heads //
 num_kv_heads`` query heads of one KV head are folded into the query length, so no K/V repeat.
-On CUDA, :mod:`own_engine.triton_attention` replaces :func:`paged_attention` when available.
+On CUDA, :mod:`own_engine.triton_attention` replaces :func:`paged_attention` when available; on CPU
+:mod:`own_engine.cpu_kernels` (a C kernel reading K/V through the block table) takes the decode group.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ class AttentionMetadata:
     ``dec_token_idx`` [Bd, Qd] flat token index of each padded query (padding repeats a real one),
     ``dec_block_tables`` [Bd, nb] int64, ``dec_mask`` [Bd, 1, Qd*G, nb*block_size] bool (True =
     attend), ``dec_valid`` [Bd*Qd] bool or None when no padding. ``prefills``: prefill chunks.
-    Also kept for the CUDA kernel: ``positions`` [T], ``seq_idx`` [T], ``block_tables`` [B, nb_max].
+    Also kept for the CUDA and native CPU kernels: ``positions`` [T], ``seq_idx`` [T], ``block_tables``
+    [B, nb_max], and for the decode group ``dec_rows`` [n] (flat token index), ``dec_seq`` [n] (row of
+    ``block_tables``), ``dec_lens`` [n] (keys to attend: position + 1), ``dec_max_len`` (max of those).
     """
 
     slot_mapping: torch.Tensor
@@ -58,12 +61,18 @@ class AttentionMetadata:
     positions: torch.Tensor | None = None
     seq_idx: torch.Tensor | None = None
     block_tables: torch.Tensor | None = None
+    dec_rows: torch.Tensor | None = None
+    dec_seq: torch.Tensor | None = None
+    dec_lens: torch.Tensor | None = None
+    dec_max_len: int = 0
 
 
 def build_metadata(q_lens: list[int], ctx_lens: list[int], block_tables: list[list[int]], block_size: int,
-                   num_heads: int, num_kv_heads: int, device: torch.device) -> AttentionMetadata:
+                   num_heads: int, num_kv_heads: int, device: torch.device,
+                   torch_decode: bool = True) -> AttentionMetadata:
     """Metadata for sequences with query lengths ``q_lens`` ending at context lengths ``ctx_lens``
     (tokens in the cache after this step's write), reading through ``block_tables``.
+    ``torch_decode=False`` skips the padded decode-group tensors only :func:`paged_attention` reads.
 
     Raises ``ValueError`` when a block table is too short for its context.
     """
@@ -95,6 +104,13 @@ def build_metadata(q_lens: list[int], ctx_lens: list[int], block_tables: list[li
                                               bt_t[i, :nb].to(device) if has_ctx else None))
     if dec:
         d = torch.tensor(dec, dtype=torch.int64)
+        is_dec = torch.zeros(B, dtype=torch.bool)
+        is_dec[d] = True
+        rows = torch.nonzero(is_dec[seq_idx]).reshape(-1)
+        lens = positions[rows] + 1
+        meta.dec_rows, meta.dec_seq, meta.dec_lens = rows.to(device), seq_idx[rows].to(device), lens.to(device)
+        meta.dec_max_len = int(lens.max())
+    if dec and torch_decode:
         qd = int(q_lens_t[d].max())
         ctx_d = ctx_t[d]
         nb = int((ctx_d.max() + block_size - 1) // block_size)
@@ -119,18 +135,13 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     v_cache.view(-1, nkv, hd).index_copy_(0, slot_mapping, v)
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """Causal attention of the step's queries over their sequences' cached K/V (CPU path).
-
-    ``q`` [T, num_heads, head_dim]; ``k``, ``v`` [T, num_kv_heads, head_dim] (already written to the
-    caches by the caller); caches [num_blocks, block_size, num_kv_heads, head_dim].
-    Returns [T, num_heads, head_dim].
-    """
-    T, H, D = q.shape
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, meta: AttentionMetadata, scale: float, out: torch.Tensor) -> None:
+    """The prefill chunks of ``meta`` into ``out`` [T, num_heads, head_dim]: one SDPA call each,
+    causal, over the cached context gathered through the chunk's block table when it has one."""
+    D = q.shape[2]
     nkv = k.shape[1]
-    G = H // nkv
-    out = torch.empty_like(q)
+    G = q.shape[1] // nkv
     for p in meta.prefills:
         qs = q[p.start:p.start + p.q_len].transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
         if p.block_table is None:
@@ -144,6 +155,21 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
             mask = torch.arange(p.ctx_len, device=q.device)[None, :] <= qpos[:, None]
             o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=G > 1)
         out[p.start:p.start + p.q_len] = o.squeeze(0).transpose(0, 1)
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Causal attention of the step's queries over their sequences' cached K/V (the PyTorch path).
+
+    ``q`` [T, num_heads, head_dim]; ``k``, ``v`` [T, num_kv_heads, head_dim] (already written to the
+    caches by the caller); caches [num_blocks, block_size, num_kv_heads, head_dim].
+    Returns [T, num_heads, head_dim]. Needs metadata built with ``torch_decode=True``.
+    """
+    T, H, D = q.shape
+    nkv = k.shape[1]
+    G = H // nkv
+    out = torch.empty_like(q)
+    prefill_attention(q, k, v, k_cache, v_cache, meta, scale, out)
     if meta.dec_token_idx is not None:
         Bd, Qd = meta.dec_token_idx.shape
         bt = meta.dec_block_tables

@@ -8,6 +8,7 @@ token slots each; one block holds K and V for every layer, so its size in bytes 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,11 @@ BATCHING_MODES = ("continuous", "static")
 KV_ALLOCATIONS = ("paged", "naive")
 SPECULATIVE_MODES = ("none", "ngram", "draft")
 DEVICES = ("auto", "cpu", "cuda")
-ATTENTION_BACKENDS = ("auto", "triton", "torch")
+ATTENTION_BACKENDS = ("auto", "triton", "native", "torch")
+LINEAR_BACKENDS = ("auto", "dense")
+#: KV tokens per sequence the default ``max_num_seqs`` provisions (see :meth:`EngineConfig.resolve_max_num_seqs`)
+KV_TOKENS_PER_SEQ = 256
+MAX_NUM_SEQS_CAP = 256  # vLLM's default max_num_seqs
 
 
 class ConfigError(ValueError):
@@ -96,24 +101,34 @@ class EngineConfig:
 
     ``block_size``: tokens per KV block. ``num_kv_blocks``: KV pool size; ``None`` derives it from
     ``kv_cache_bytes`` (bytes, K+V of all layers, plus the draft model's layers for
-    ``speculative="draft"``). ``max_num_seqs``: most sequences in one step. ``max_num_batched_tokens``:
+    ``speculative="draft"``). ``max_num_seqs``: most sequences in one step (``None`` → sized from the
+    KV budget, :meth:`resolve_max_num_seqs`). ``max_num_batched_tokens``:
     per-step token budget (prefill chunks + decodes + speculative tokens). ``max_model_len``: prompt +
     output limit in tokens (``None`` → min(config max_position_embeddings, 4096)).
     ``batching``: ``"continuous"`` (iteration-level, Orca/vLLM) or ``"static"`` (ablation: a batch runs
     until all members finish). ``kv_allocation``: ``"paged"`` or ``"naive"`` (ablation: one contiguous
     ``max_model_len`` reservation per sequence; disables prefix caching). ``speculative``: ``"none"``,
-    ``"ngram"`` (prompt lookup) or ``"draft"`` (layer-truncated self-draft of ``draft_num_layers``
-    layers), proposing up to ``num_speculative_tokens`` tokens per step. ``threads``: torch intra-op
-    threads. ``device``: ``"auto"`` picks CUDA when available. ``seed``: seeds requests without their own.
-    ``attention_backend``: ``"auto"`` (the Triton kernel on CUDA when it works, else PyTorch),
-    ``"triton"`` (error if unusable) or ``"torch"`` (the PyTorch path, also on CUDA: the ablation).
+    ``"ngram"`` (prompt lookup) or ``"draft"`` (the layer-truncated self-draft of ``draft_num_layers``
+    layers, or the Llama model in the folder ``speculative_model`` when set: same ``vocab_size`` as
+    the target, its own KV cache in the same block pool), proposing up to ``num_speculative_tokens``
+    tokens per step. ``adaptive_speculation``: pick each step's number of draft tokens in
+    ``[0, num_speculative_tokens]`` from the sequence's running acceptance rate
+    (:class:`~own_engine.spec_decode.AdaptiveK`); False always proposes ``num_speculative_tokens``.
+    ``spec_cost_per_token``: cost of one more draft token (proposing + verifying it) relative to a
+    plain decode step, used by that choice; ``None`` → 0.1 for ``"ngram"``, 0.1 + the draft/target
+    per-token weight ratio for ``"draft"`` (:func:`~own_engine.spec_decode.default_cost_per_token`).
+    ``threads``: torch intra-op threads. ``device``: ``"auto"`` picks CUDA when available. ``seed``: seeds requests without their own.
+    ``attention_backend``: ``"auto"`` (the Triton kernel on CUDA, the native C kernel on CPU, each when
+    it works, else PyTorch), ``"triton"`` / ``"native"`` (error if unusable) or ``"torch"`` (the
+    PyTorch path: the ablation). ``linear_backend``: ``"auto"`` (oneDNN-prepacked weights on CPU for
+    multi-row inputs, :mod:`own_engine.linear`) or ``"dense"`` (always ``F.linear``: the ablation).
     """
 
     model_dir: Path
     block_size: int = 16
     num_kv_blocks: int | None = None
     kv_cache_bytes: int = 256 * 2**20
-    max_num_seqs: int = 32
+    max_num_seqs: int | None = None
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
@@ -123,10 +138,14 @@ class EngineConfig:
     speculative: str = "none"
     num_speculative_tokens: int = 4
     draft_num_layers: int = 8
+    speculative_model: Path | None = None
+    adaptive_speculation: bool = True
+    spec_cost_per_token: float | None = None
     threads: int = 1
     device: str = "auto"
     seed: int = 0
     attention_backend: str = "auto"
+    linear_backend: str = "auto"
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting and its fix."""
@@ -135,8 +154,12 @@ class EngineConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
 
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "threads", "num_speculative_tokens"):
+        for name in ("block_size", "max_num_batched_tokens", "threads", "num_speculative_tokens"):
             pos(name)
+        if self.max_num_seqs is not None:
+            pos("max_num_seqs")
+        if self.linear_backend not in LINEAR_BACKENDS:
+            raise ConfigError(f"linear_backend must be one of {LINEAR_BACKENDS}, got {self.linear_backend!r}")
         if self.num_kv_blocks is not None:
             pos("num_kv_blocks")
         if self.max_model_len is not None:
@@ -155,6 +178,36 @@ class EngineConfig:
             raise ConfigError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
         if self.speculative == "draft":
             pos("draft_num_layers")
+        if self.speculative_model is not None:
+            if self.speculative != "draft":
+                raise ConfigError(f"speculative_model is set but speculative={self.speculative!r}: "
+                                  "pass speculative='draft' (--speculative draft) or drop speculative_model")
+            if not Path(self.speculative_model).is_dir():
+                raise ConfigError(f"speculative_model={self.speculative_model} is not a folder: "
+                                  "pass the Hugging Face folder of a Llama draft model")
+        if not isinstance(self.adaptive_speculation, bool):
+            raise ConfigError(f"adaptive_speculation must be True or False, got {self.adaptive_speculation!r}")
+        c = self.spec_cost_per_token
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0):
+            raise ConfigError(f"spec_cost_per_token must be a finite number >= 0 (or None for the default), got {c!r}")
+
+    def resolve_draft_model(self, target: ModelConfig) -> ModelConfig | None:
+        """The draft's :class:`ModelConfig` when ``speculative_model`` is set (``None`` otherwise).
+
+        Raises :class:`ConfigError` when the folder is not a Llama model or its ``vocab_size``
+        differs from the target's (verification compares token ids of one vocabulary).
+        """
+        if self.speculative_model is None:
+            return None
+        try:
+            draft = ModelConfig.from_dir(Path(self.speculative_model))
+        except ConfigError as exc:
+            raise ConfigError(f"speculative_model: {exc}") from None
+        if draft.vocab_size != target.vocab_size:
+            raise ConfigError(
+                f"speculative_model {self.speculative_model} has vocab_size={draft.vocab_size} but the target "
+                f"model has vocab_size={target.vocab_size}: use a draft model with the target's tokenizer")
+        return draft
 
     def resolve_max_model_len(self, model: ModelConfig) -> int:
         """``max_model_len`` or min(max_position_embeddings, 4096); error if above the model's limit."""
@@ -167,16 +220,39 @@ class EngineConfig:
             )
         return self.max_model_len
 
-    def resolve_num_kv_blocks(self, model: ModelConfig, max_model_len: int) -> int:
+    def resolve_max_num_seqs(self, num_kv_blocks: int) -> int:
+        """``max_num_seqs`` or, when None, the sequences the KV pool holds at
+        :data:`KV_TOKENS_PER_SEQ` tokens each, in ``[1, 256]``: ``num_kv_blocks * block_size // 256``.
+
+        Why from the KV budget: a fixed cap either leaves KV idle (requests queue while memory is
+        free, and the TTFT tail is queueing: 16 of 48 simultaneous chat requests waited behind the old
+        fixed 32) or admits more sequences than fit, which the scheduler then preempts and recomputes.
+        256 tokens is a short chat turn; longer sequences are handled by preemption. The cap 256 is
+        vLLM's default. (Default 256 MiB pool, default model: 5,688 tokens → 22; the harness's 1 GiB
+        → 91.)
+        """
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        return max(1, min(MAX_NUM_SEQS_CAP, num_kv_blocks * self.block_size // KV_TOKENS_PER_SEQ))
+
+    def resolve_num_kv_blocks(self, model: ModelConfig, max_model_len: int, draft: ModelConfig | None = None) -> int:
         """``num_kv_blocks`` or ``kv_cache_bytes // bytes_per_block`` (draft layers included).
 
+        ``bytes_per_block`` = the target's block bytes + the draft's: for ``speculative_model`` the
+        draft model's own layers and KV geometry (``draft``, read from the folder when not given),
+        for the self-draft ``draft_num_layers`` layers of the target's geometry.
         Raises :class:`ConfigError` when the pool cannot hold one ``max_model_len`` sequence.
         """
         if self.num_kv_blocks is not None:
             n = self.num_kv_blocks
         else:
-            layers = model.num_layers + (self.draft_num_layers if self.speculative == "draft" else 0)
-            n = self.kv_cache_bytes // model.kv_bytes_per_block(self.block_size, layers)
+            per_block = model.kv_bytes_per_block(self.block_size)
+            if self.speculative == "draft" and self.speculative_model is not None:
+                draft = draft if draft is not None else self.resolve_draft_model(model)
+                per_block += draft.kv_bytes_per_block(self.block_size)  # type: ignore[union-attr]
+            elif self.speculative == "draft":
+                per_block += model.kv_bytes_per_block(self.block_size, self.draft_num_layers)
+            n = self.kv_cache_bytes // per_block
         lookahead = self.num_speculative_tokens if self.speculative != "none" else 0
         need = -(-(max_model_len + lookahead) // self.block_size)
         if n < need:

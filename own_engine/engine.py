@@ -23,7 +23,8 @@ from own_engine.sampler import Sampler
 from own_engine.sampling_params import SamplingParams
 from own_engine.scheduler import Scheduler, SchedulerOutput
 from own_engine.sequence import Sequence
-from own_engine.spec_decode import DraftModelProposer, NgramProposer, Proposal, RejectionSampler
+from own_engine.spec_decode import (AdaptiveK, DraftModelProposer, NgramProposer, Proposal, RejectionSampler,
+                                    default_cost_per_token)
 
 __all__ = ["GenerateOutput", "LLMEngine", "RequestOutput"]
 
@@ -32,8 +33,8 @@ class LLMEngine:
     """The reference engine over one Llama-architecture model folder.
 
     Attributes: ``tokenizer`` (transformers tokenizer of ``model_dir``), ``max_model_len`` (tokens),
-    ``config``, ``model_config``, ``num_kv_blocks``, ``device``, ``attention_backend`` (``"triton"`` or
-    ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"`` on CUDA, else None).
+    ``config``, ``model_config``, ``num_kv_blocks``, ``max_num_seqs`` (effective), ``device``,
+    ``attention_backend`` (``"triton"``, ``"native"`` or ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"`` on CUDA, else None).
     Raises :class:`~own_engine.config.ConfigError` for invalid settings.
     """
 
@@ -48,7 +49,8 @@ class LLMEngine:
         self.device = torch.device("cuda" if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()) else "cpu")
         self.model_config = mc = ModelConfig.from_dir(config.model_dir)
         self.max_model_len = config.resolve_max_model_len(mc)
-        self.num_kv_blocks = config.resolve_num_kv_blocks(mc, self.max_model_len)
+        self.draft_model_config = draft_mc = config.resolve_draft_model(mc)  # None unless speculative_model
+        self.num_kv_blocks = config.resolve_num_kv_blocks(mc, self.max_model_len, draft_mc)
         self.tokenizer = AutoTokenizer.from_pretrained(str(config.model_dir))
         spec_k = config.num_speculative_tokens if config.speculative != "none" else 0
         max_blocks_per_seq = -(-(self.max_model_len + spec_k) // config.block_size)
@@ -57,12 +59,14 @@ class LLMEngine:
         self.eos_token_ids = set(mc.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+        self.max_num_seqs = config.resolve_max_num_seqs(self.num_kv_blocks)
+        self.scheduler = Scheduler(self.block_manager, self.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, config.enable_chunked_prefill, config.batching, spec_k,
                                    self.eos_token_ids)
         attention_fn, self.attention_backend, self.attention_note = select_attention(
             self.device, config.attention_backend)
-        model = LlamaModel.from_dir(config.model_dir, mc, self.max_model_len + spec_k + 1, self.device, attention_fn)
+        model = LlamaModel.from_dir(config.model_dir, mc, self.max_model_len + spec_k + 1, self.device, attention_fn,
+                                    linear_backend=config.linear_backend)
         self.runner = ModelRunner(model, self.num_kv_blocks, config.block_size, self.device)
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
@@ -71,9 +75,18 @@ class LLMEngine:
         if config.speculative == "ngram":
             self.proposer = NgramProposer()
         elif config.speculative == "draft":
-            self.draft_runner = ModelRunner(model.truncated(config.draft_num_layers), self.num_kv_blocks,
-                                            config.block_size, self.device)
+            if draft_mc is not None:  # a separate model: own weights, own KV geometry, same block pool
+                draft = LlamaModel.from_dir(config.speculative_model, draft_mc, self.max_model_len + spec_k + 1,
+                                            self.device, attention_fn, linear_backend=config.linear_backend)
+            else:
+                draft = model.truncated(config.draft_num_layers)
+            self.draft_runner = ModelRunner(draft, self.num_kv_blocks, config.block_size, self.device)
             self.proposer = DraftModelProposer(self.draft_runner)
+        cost = config.spec_cost_per_token
+        if cost is None:
+            cost = default_cost_per_token(
+                mc, draft_mc, config.draft_num_layers if config.speculative == "draft" and draft_mc is None else None)
+        self.spec_policy = AdaptiveK(float(cost), enabled=config.adaptive_speculation)
         self.generator = torch.Generator().manual_seed(config.seed)
         self._ids = itertools.count()
         self.spec_num_draft_tokens = 0
@@ -148,8 +161,13 @@ class LLMEngine:
         todo = [s for s in plan.scheduled if s.num_lookahead > 0 and s.samples]
         if not todo or self.proposer is None:
             return {}
-        seqs = [s.seq for s in todo]
-        ks = [s.num_lookahead for s in todo]
+        # adaptive k: at most the reserved slots (unused reserved slots are never written)
+        chosen = [(s.seq, self.spec_policy.num_tokens(s.seq, s.num_lookahead)) for s in todo]
+        chosen = [(seq, k) for seq, k in chosen if k > 0]
+        if not chosen:
+            return {}
+        seqs = [seq for seq, _ in chosen]
+        ks = [k for _, k in chosen]
         if isinstance(self.proposer, DraftModelProposer):
             props = self.proposer.propose_batch(seqs, ks, [s.generator for s in seqs])
         else:
@@ -192,6 +210,7 @@ class LLMEngine:
             a, toks = self.rejection_sampler(rows, prop.token_ids, prop.draft_probs, seq.sampling_params, seq.generator)
             out.token_ids[seq.seq_id] = toks
             out.num_accepted[seq.seq_id] = a
+            self.spec_policy.observe(seq, len(prop.token_ids), a)
             self.spec_num_draft_tokens += len(prop.token_ids)
             self.spec_num_accepted_tokens += a
             self.spec_num_verify_steps += 1

@@ -3,8 +3,15 @@
 Architecture (Touvron et al. 2023, "LLaMA", §2.2; GQA: Ainslie et al. 2023): pre-norm RMSNorm
 (Zhang & Sennrich 2019), rotary position embeddings (Su et al. 2021, "RoFormer" §3.4, HF's
 ``rotate_half`` convention, incl. the config's ``rope_theta`` and ``rope_scaling``), grouped-query
-attention, SwiGLU MLP (Shazeer 2020). q/k/v and gate/up projections are fused into one matmul each.
-Weights are fp32 on CPU; tied embeddings reuse ``embed_tokens`` as the LM head.
+attention, SwiGLU MLP (Shazeer 2020). q/k/v and gate/up projections are fused into one matmul each
+(:class:`~own_engine.linear.Linear`: oneDNN-prepacked on CPU). Weights are fp32 on CPU; tied
+embeddings reuse ``embed_tokens`` as the LM head.
+
+RoPE as one complex multiply: at load time the rows of each q/k head are permuted from HF's
+half-split order ``(x_0..x_{D/2-1}, x_{D/2}..x_{D-1})`` to interleaved pairs ``(x_i, x_{i+D/2})``,
+so rotating a pair by ``theta_i`` is ``(x_i + j x_{i+D/2}) * (cos + j sin)`` — the same products as
+``rotate_half``, in one op instead of seven. Attention only sees q·k dot products, and q and k get
+the same permutation, so outputs are unchanged; the K cache holds the permuted layout.
 
 The model computes one flattened varlen batch per call (see :mod:`own_engine.attention`); a
 layer-truncated view (:meth:`LlamaModel.truncated`) serves as the self-draft model.
@@ -20,6 +27,7 @@ import torch.nn.functional as F
 
 from own_engine.attention import AttentionMetadata, paged_attention, write_kv
 from own_engine.config import ModelConfig
+from own_engine.linear import Linear
 
 
 class WeightsError(RuntimeError):
@@ -80,8 +88,8 @@ class LlamaModel:
     final hidden states [T, hidden]; ``compute_logits`` maps selected rows to [N, vocab].
     """
 
-    def __init__(self, cfg: ModelConfig, embed: torch.Tensor, layers: list[dict[str, torch.Tensor]],
-                 norm: torch.Tensor, lm_head: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def __init__(self, cfg: ModelConfig, embed: torch.Tensor, layers: list[dict],
+                 norm: torch.Tensor, lm_head: Linear, cos: torch.Tensor, sin: torch.Tensor,
                  attention_fn=paged_attention) -> None:
         self.cfg = cfg
         self.embed = embed
@@ -90,13 +98,18 @@ class LlamaModel:
         self.lm_head = lm_head
         self.cos = cos
         self.sin = sin
+        self.freqs = torch.complex(cos, sin)  # [max_len, D/2] e^{j pos theta_i}
         self.attention_fn = attention_fn
+        self.write_kv = getattr(attention_fn, "write_kv", write_kv)  # a kernel may bring its own KV write
         self.scale = cfg.head_dim ** -0.5
 
     @classmethod
     def from_dir(cls, model_dir: Path, cfg: ModelConfig, max_len: int, device: torch.device,
-                 attention_fn=paged_attention) -> "LlamaModel":
-        """Load weights from ``model_dir``; raises :class:`WeightsError` naming a missing tensor."""
+                 attention_fn=paged_attention, linear_backend: str = "auto") -> "LlamaModel":
+        """Load weights from ``model_dir``; raises :class:`WeightsError` naming a missing tensor.
+
+        ``linear_backend``: ``"auto"`` (oneDNN-prepacked on CPU) or ``"dense"`` (see
+        :class:`~own_engine.linear.Linear`)."""
         w = load_safetensors(model_dir)
 
         def take(name: str) -> torch.Tensor:
@@ -104,28 +117,48 @@ class LlamaModel:
                 raise WeightsError(f"{model_dir} lacks tensor {name!r}: not a Llama checkpoint in HF format")
             return w.pop(name).to(device=device, dtype=torch.float32)
 
+        def lin(t: torch.Tensor) -> Linear:
+            return Linear(t.contiguous(), linear_backend)
+
+        D = cfg.head_dim
+        # per head, row 2i <- row i and row 2i+1 <- row i + D/2 (interleaved RoPE pairs, module docstring)
+        perm = torch.stack([torch.arange(D // 2), torch.arange(D // 2) + D // 2], 1).reshape(-1)
+
+        def rope_rows(t: torch.Tensor, heads: int) -> torch.Tensor:
+            return t.view(heads, D, -1)[:, perm.to(t.device)].reshape(heads * D, -1)
+
         embed = take("model.embed_tokens.weight")
         layers = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
-            qkv = torch.cat([take(p + "self_attn.q_proj.weight"), take(p + "self_attn.k_proj.weight"),
-                             take(p + "self_attn.v_proj.weight")], 0).contiguous()
-            gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], 0).contiguous()
+            qkv = torch.cat([rope_rows(take(p + "self_attn.q_proj.weight"), cfg.num_heads),
+                             rope_rows(take(p + "self_attn.k_proj.weight"), cfg.num_kv_heads),
+                             take(p + "self_attn.v_proj.weight")], 0)
+            gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], 0)
             layers.append({
                 "in_norm": take(p + "input_layernorm.weight"),
-                "qkv": qkv,
-                "o": take(p + "self_attn.o_proj.weight"),
+                "qkv": lin(qkv),
+                "o": lin(take(p + "self_attn.o_proj.weight")),
                 "post_norm": take(p + "post_attention_layernorm.weight"),
-                "gate_up": gate_up,
-                "down": take(p + "mlp.down_proj.weight"),
+                "gate_up": lin(gate_up),
+                "down": lin(take(p + "mlp.down_proj.weight")),
             })
         norm = take("model.norm.weight")
         if "lm_head.weight" in w and not cfg.tie_word_embeddings:
-            lm_head = take("lm_head.weight")
-        elif cfg.tie_word_embeddings or "lm_head.weight" not in w:
-            lm_head = embed
+            lm_head = lin(take("lm_head.weight"))
+        else:
+            lm_head = lin(embed)
         cos, sin = rope_cos_sin(model_dir, cfg.head_dim, max_len)
         return cls(cfg, embed, layers, norm, lm_head, cos.to(device), sin.to(device), attention_fn)
+
+    def weight_bytes_per_token(self) -> int:
+        """Bytes of weights one batch-1 decode step reads: every layer's projections and norms, the
+        final norm and the whole LM head (the embedding contributes one row; not counted)."""
+        total = self.norm.numel() * self.norm.element_size() + self.lm_head.nbytes
+        for layer in self.layers:
+            for t in layer.values():
+                total += t.nbytes if isinstance(t, Linear) else t.numel() * t.element_size()
+        return total
 
     def truncated(self, num_layers: int) -> "LlamaModel":
         """The first ``num_layers`` layers + final norm + LM head, sharing this model's tensors
@@ -139,44 +172,37 @@ class LlamaModel:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def _rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return w * (x * torch.rsqrt(var + self.cfg.rms_norm_eps))
-
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """``input_ids``, ``positions`` [T] int64 → final-normed hidden states [T, hidden].
 
         ``kv_caches``: one (K, V) pair per layer, each [num_blocks, block_size, num_kv_heads, head_dim];
-        this step's K/V are written at ``meta.slot_mapping``.
+        this step's K/V are written at ``meta.slot_mapping``. RMSNorm (Zhang & Sennrich 2019) is
+        ``F.rms_norm`` (bit-identical to HF's ``w * x * rsqrt(mean(x^2) + eps)`` in fp32, one op).
         """
         c = self.cfg
         T = input_ids.shape[0]
         H, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
-        cos = self.cos.index_select(0, positions).unsqueeze(1)  # [T, 1, D/2]
-        sin = self.sin.index_select(0, positions).unsqueeze(1)
+        hidden, eps, inter = (c.hidden_size,), c.rms_norm_eps, c.intermediate_size
+        freqs = self.freqs.index_select(0, positions).unsqueeze(1)  # [T, 1, D/2] complex
         h = F.embedding(input_ids, self.embed)
-        inter = c.intermediate_size
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
-            x = self._rms_norm(h, layer["in_norm"])
-            qkv = F.linear(x, layer["qkv"])
-            qk = self._rope(qkv[:, :(H + nkv) * D].view(T, H + nkv, D), cos, sin)
+            x = F.rms_norm(h, hidden, layer["in_norm"], eps)
+            qkv = layer["qkv"](x)  # [T, (H + 2 nkv) D]
+            qk = torch.view_as_complex(qkv[:, :(H + nkv) * D].view(T, H + nkv, D // 2, 2))
+            qk = torch.view_as_real(qk * freqs).view(T, H + nkv, D)
             q, k = qk[:, :H], qk[:, H:]
             v = qkv[:, (H + nkv) * D:].view(T, nkv, D)
-            write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+            self.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
             attn = self.attention_fn(q, k, v, k_cache, v_cache, meta, self.scale)
-            h = h + F.linear(attn.reshape(T, H * D), layer["o"])
-            x = self._rms_norm(h, layer["post_norm"])
-            gu = F.linear(x, layer["gate_up"])
-            h = h + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer["down"])
-        return self._rms_norm(h, self.norm)
+            h.add_(layer["o"](attn.reshape(T, H * D)))
+            x = F.rms_norm(h, hidden, layer["post_norm"], eps)
+            gu = layer["gate_up"](x)
+            act = F.silu(gu[:, :inter])
+            h.add_(layer["down"](act.mul_(gu[:, inter:])))
+        return F.rms_norm(h, hidden, self.norm, eps)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] → logits [N, vocab] (fp32)."""
-        return F.linear(hidden, self.lm_head)
+        return self.lm_head(hidden)

@@ -51,19 +51,36 @@ def triton_unavailable_reason(device: torch.device) -> str | None:
 
 
 def select_attention(device: torch.device, backend: str = "auto") -> tuple[Callable, str, str | None]:
-    """``(attention_fn, name, note)`` for ``device``: the Triton paged-attention kernel (name
-    ``"triton"``) on CUDA when it imports and passes its smoke test, else the PyTorch path
-    (``"torch"``; it runs on CUDA too). ``note`` says why ``auto`` fell back (logged as a warning).
+    """``(attention_fn, name, note)`` for ``device``: on CUDA the Triton paged-attention kernel
+    (name ``"triton"``) when it imports and passes its smoke test; on CPU the native C kernel
+    (``"native"``, :mod:`own_engine.cpu_kernels`) when it builds and passes its self-check; else the
+    PyTorch path (``"torch"``; it runs everywhere). ``note`` says why ``auto`` fell back (logged as
+    a warning).
 
-    ``backend="triton"`` raises :class:`~own_engine.config.ConfigError` when the kernel is unusable;
-    ``"torch"`` always gives the PyTorch path (the ablation baseline on a GPU).
+    ``backend="triton"`` / ``"native"`` raise :class:`~own_engine.config.ConfigError` when that
+    kernel is unusable (or on the wrong device); ``"torch"`` always gives the PyTorch path (the
+    ablation baseline).
     """
     from own_engine.config import ATTENTION_BACKENDS, ConfigError
 
     if backend not in ATTENTION_BACKENDS:
         raise ConfigError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
-    if backend == "torch" or (backend == "auto" and device.type != "cuda"):
+    if backend == "torch":
         return paged_attention, "torch", None
+    if device.type != "cuda":
+        if backend == "triton":
+            raise ConfigError(f"attention_backend='triton' needs a CUDA device, got {device}: use 'auto'")
+        from own_engine.cpu_kernels import native_attention
+
+        fn, reason = native_attention()
+        if fn is not None:
+            return fn, "native", None
+        if backend == "native":
+            raise ConfigError(f"attention_backend='native' is unusable: {reason}; use 'auto' or 'torch'")
+        logger.warning("using the PyTorch attention path on %s: %s", device, reason)
+        return paged_attention, "torch", reason
+    if backend == "native":
+        raise ConfigError("attention_backend='native' is the CPU kernel; on CUDA use 'auto', 'triton' or 'torch'")
     reason = triton_unavailable_reason(device)
     if reason is None:
         from own_engine.triton_attention import triton_paged_attention
@@ -112,7 +129,8 @@ class ModelRunner:
         q_lens = [len(it.token_ids) for it in items]
         ctx = [it.start + n for it, n in zip(items, q_lens)]
         meta = build_metadata(q_lens, ctx, [it.block_table for it in items], self.block_size,
-                              c.num_heads, c.num_kv_heads, self.device)
+                              c.num_heads, c.num_kv_heads, self.device,
+                              torch_decode=self.model.attention_fn is paged_attention)
         flat: list[int] = []
         for it in items:
             flat.extend(it.token_ids)

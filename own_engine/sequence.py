@@ -26,13 +26,16 @@ class Sequence:
     cache at first admission), ``block_table`` (physical block ids), ``block_hashes`` (chained
     hashes of the full blocks seen so far), ``status``, ``finish_reason``, ``index`` (sample index
     for ``n > 1``), ``seq_id`` (unique id given by the engine; also the FCFS arrival order).
+    Adaptive speculation (:class:`~own_engine.spec_decode.AdaptiveK`): ``spec_alpha`` (running
+    per-token acceptance rate in [0, 1]; ``None`` until the first verification, the policy's prior
+    applies) and ``spec_idle_steps`` (decode steps since the last one that proposed drafts).
     """
 
     __slots__ = (
         "seq_id", "request_id", "index", "token_ids", "num_prompt_tokens", "num_computed_tokens",
         "num_cached_tokens", "block_table", "block_hashes", "status", "finish_reason",
         "sampling_params", "generator", "arrival", "num_draft_computed", "pending_forks",
-        "prefix_cache_counted", "num_registered_blocks",
+        "prefix_cache_counted", "num_registered_blocks", "spec_alpha", "spec_idle_steps",
     )
 
     def __init__(self, request_id: str, token_ids: list[int], sampling_params: SamplingParams,
@@ -55,6 +58,8 @@ class Sequence:
         self.pending_forks = 0  # n>1: children still to fork off when the prompt is done
         self.prefix_cache_counted = False
         self.num_registered_blocks = 0  # leading full blocks already offered to the prefix cache
+        self.spec_alpha: float | None = None  # running draft acceptance rate (None: no verification yet)
+        self.spec_idle_steps = 0  # decode steps since drafts were last proposed (adaptive speculation)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -87,6 +92,7 @@ class Sequence:
         child.status = self.status
         child.arrival = self.arrival
         child.num_draft_computed = self.num_draft_computed
+        child.spec_alpha = self.spec_alpha  # same text so far: same acceptance estimate
         child.prefix_cache_counted = True
         return child
 

@@ -69,10 +69,10 @@ def share_weights(monkeypatch_module):
 
     real = engine_mod.LlamaModel.from_dir
 
-    def cached(model_dir, cfg, max_len, device, attention_fn=None):
-        key = (str(model_dir), str(device), attention_fn)  # on a GPU machine engines run on CUDA
+    def cached(model_dir, cfg, max_len, device, attention_fn=None, linear_backend="auto"):
+        key = (str(model_dir), str(device), attention_fn, linear_backend)  # on a GPU machine engines run on CUDA
         if key not in _MODELS or _MODELS[key].cos.shape[0] < max_len:
-            _MODELS[key] = real(model_dir, cfg, max(max_len, 1024), device, attention_fn)
+            _MODELS[key] = real(model_dir, cfg, max(max_len, 1024), device, attention_fn, linear_backend)
         return _MODELS[key]
 
     monkeypatch_module.setattr(engine_mod.LlamaModel, "from_dir", staticmethod(cached))
@@ -122,8 +122,9 @@ def test_single_and_batched_greedy_match_transformers_with_prefix_hits(default_e
     dict(enable_prefix_caching=False, enable_chunked_prefill=False),
     dict(max_num_batched_tokens=13),  # prompts split into many chunks, mixed with decodes
     dict(batching="static", kv_allocation="naive"),
-    dict(num_kv_blocks=14, block_size=8, max_num_batched_tokens=64),  # forces preemption by recompute
-], ids=["no-cache-no-chunk", "chunked-13", "static-naive", "preempt"])
+    dict(num_kv_blocks=14, block_size=8, max_num_batched_tokens=64, max_num_seqs=8),  # forces preemption by recompute
+    dict(attention_backend="torch", linear_backend="dense"),  # the PyTorch paths the fast ones replace
+], ids=["no-cache-no-chunk", "chunked-13", "static-naive", "preempt", "torch-attention-dense-linear"])
 def test_ablations_give_identical_greedy_tokens(model_dir, prompt_ids, hf_refs, kw):
     e = make_engine(model_dir, **({"max_model_len": 96} if "num_kv_blocks" in kw else {}), **kw)
     outs = e.generate(prompt_ids, GREEDY)

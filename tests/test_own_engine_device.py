@@ -47,7 +47,7 @@ def test_random_model_folder_loads_with_its_tokenizer(model_dir):
     assert e.tokenizer("t5 t299")["input_ids"] == [5, 299]
     assert e.tokenizer.decode([5, 299]) == "t5 t299"
     assert 2 in e.eos_token_ids
-    assert (e.attention_backend, e.attention_note) == ("torch", None)
+    assert (e.attention_backend, e.attention_note) == ("native", None)  # the C kernel, on any head geometry
     assert SMOLLM2_135M.num_params == 134_515_008  # the embedded default model's size: the shape is right
 
 
@@ -65,9 +65,11 @@ def test_random_model_greedy_agrees_across_engine_mechanisms(model_dir, prompts)
 
 def test_attention_backend_selection_on_cpu():
     from own_engine.attention import paged_attention
+    from own_engine.cpu_kernels import native_attention
     from own_engine.model_runner import select_attention
 
-    assert select_attention(torch.device("cpu")) == (paged_attention, "torch", None)
+    assert select_attention(torch.device("cpu")) == (native_attention()[0], "native", None)
+    assert select_attention(torch.device("cpu"), "native")[1] == "native"
     assert select_attention(torch.device("cpu"), "torch") == (paged_attention, "torch", None)
     with pytest.raises(ConfigError, match="needs a CUDA device"):
         select_attention(torch.device("cpu"), "triton")

@@ -183,7 +183,8 @@ class OpenAIServing:
             self.tokenizer,
             model_name,
             self.max_model_len,
-            max_n=int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 16),
+            max_n=int(getattr(engine, "max_num_seqs", None) or getattr(getattr(engine, "config", None), "max_num_seqs", 0)
+                      or 16),
             max_n_why=" (max_num_seqs)",
             vocab_size=int(getattr(model_config, "vocab_size", 0) or len(self.tokenizer)),
             sampling_params_cls=sampling_params_cls,
@@ -242,7 +243,12 @@ def server_info(engine: Any) -> dict[str, Any]:
     chunked = getattr(sched, "enable_chunked_prefill", getattr(cfg, "enable_chunked_prefill", None))
     spec = getattr(cfg, "speculative", None)
     if spec not in (None, "none"):
-        spec = f"{spec}, {cfg.num_speculative_tokens} tokens" + (f", {cfg.draft_num_layers}-layer draft" if spec == "draft" else "")
+        draft = ""
+        if spec == "draft":
+            sm = getattr(cfg, "speculative_model", None)
+            draft = f", draft model {Path(sm).name}" if sm else f", {cfg.draft_num_layers}-layer draft"
+        adaptive = ", adaptive k" if getattr(cfg, "adaptive_speculation", False) else ""
+        spec = f"{spec}, up to {cfg.num_speculative_tokens} tokens{draft}{adaptive}"
     return {
         "engine": "own_engine",
         "kv_capacity_tokens": blocks * block_size if blocks and block_size else None,
@@ -251,7 +257,7 @@ def server_info(engine: Any) -> dict[str, Any]:
         "prefix_caching": getattr(bm, "enable_prefix_caching", getattr(cfg, "enable_prefix_caching", None)),
         "chunked_prefill": chunked,
         "chunked_prefill_tokens": getattr(cfg, "max_num_batched_tokens", None) if chunked else None,
-        "max_num_seqs": getattr(cfg, "max_num_seqs", None),
+        "max_num_seqs": getattr(engine, "max_num_seqs", None) or getattr(cfg, "max_num_seqs", None),
         "max_num_batched_tokens": getattr(cfg, "max_num_batched_tokens", None),
         "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
         "threads": getattr(cfg, "threads", None),

@@ -53,6 +53,18 @@ class Device(str, enum.Enum):
     cuda = "cuda"
 
 
+class AttentionBackend(str, enum.Enum):
+    auto = "auto"
+    triton = "triton"
+    native = "native"
+    torch = "torch"
+
+
+class LinearBackend(str, enum.Enum):
+    auto = "auto"
+    dense = "dense"
+
+
 class _Exit(Exception):
     """Stop with a one-line message and an exit status."""
 
@@ -80,7 +92,8 @@ def serve(
     block_size: int = typer.Option(16, min=1, help="Tokens per KV block."),
     num_kv_blocks: int | None = typer.Option(None, min=1, help="KV pool size in blocks."),
     kv_cache_bytes: int | None = typer.Option(None, min=1, help="KV pool size in bytes (default 256 MiB)."),
-    max_num_seqs: int = typer.Option(32, min=1, help="Most sequences per step."),
+    max_num_seqs: int | None = typer.Option(
+        None, min=1, help="Most sequences per step (default: the KV pool's tokens / 256, at most 256)."),
     max_num_batched_tokens: int = typer.Option(512, min=1, help="Per-step token budget."),
     max_model_len: int | None = typer.Option(None, min=1, help="Prompt + output limit in tokens."),
     prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Prefix caching."),
@@ -90,7 +103,24 @@ def serve(
     speculative: Speculative = typer.Option(Speculative.none, help="Speculative decoding proposer."),
     num_speculative_tokens: int = typer.Option(4, min=1, help="Tokens proposed per speculative step."),
     draft_num_layers: int = typer.Option(8, min=1, help="Layers of the self-draft model (--speculative draft)."),
+    speculative_model: Path | None = typer.Option(
+        None, "--speculative-model", help="Draft model folder (Llama, same vocabulary) for --speculative draft "
+        "instead of the layer-truncated self-draft."
+    ),
+    adaptive_speculation: bool = typer.Option(
+        True, "--adaptive-speculation/--no-adaptive-speculation",
+        help="Choose each step's draft tokens (0..--num-speculative-tokens) from the acceptance rate."
+    ),
+    spec_cost_per_token: float | None = typer.Option(
+        None, min=0.0, help="Cost of one more draft token relative to a decode step, for adaptive speculation "
+        "(default: 0.1 for ngram, 0.1 + draft/target weight ratio for draft)."
+    ),
     device: Device = typer.Option(Device.auto, help="auto picks CUDA when available."),
+    attention_backend: AttentionBackend = typer.Option(
+        AttentionBackend.auto, help="auto: the Triton kernel on CUDA, the native C kernel on CPU (each when it works), "
+        "else PyTorch; torch: the PyTorch path (ablation)."),
+    linear_backend: LinearBackend = typer.Option(
+        LinearBackend.auto, help="auto: oneDNN-prepacked weights on CPU for multi-row inputs; dense: F.linear (ablation)."),
     seed: int = typer.Option(0, help="Seed for requests without their own."),
     log_level: str = typer.Option("info", help="Server log level (debug, info, warning, error)."),
     max_body_bytes: int | None = typer.Option(
@@ -119,9 +149,14 @@ def serve(
         speculative=speculative.value,
         num_speculative_tokens=num_speculative_tokens,
         draft_num_layers=draft_num_layers,
+        speculative_model=speculative_model,
+        adaptive_speculation=adaptive_speculation,
+        spec_cost_per_token=spec_cost_per_token,
         threads=threads,
         device=device.value,
         seed=seed,
+        attention_backend=attention_backend.value,
+        linear_backend=linear_backend.value,
     )
     if kv_cache_bytes is not None:
         options["kv_cache_bytes"] = kv_cache_bytes

@@ -1,0 +1,143 @@
+"""Where a reference-engine step spends its time: torch profiler over decode and mixed steps.
+
+Runs the engine on the default model (1 thread) and profiles ``--steps`` engine steps of each
+scenario:
+
+- ``decode-1``: one sequence decoding at context ~160 tokens (batch-1 decode step);
+- ``decode-32``: 32 sequences decoding at context ~160 tokens;
+- ``mixed``: 16 decoding sequences plus a 256-token prefill chunk in the same step.
+
+Prints, per scenario, the mean wall time of a step and its breakdown by operator class
+(``matmul``: aten::mm/addmm/linear/bmm; ``attention``: SDPA and its softmax/bmm internals;
+``gather/copy``: index_select/index_copy/cat/copy/contiguous; ``elementwise``: mul/add/rsqrt/silu
+/...; ``python/other``: step time not inside any aten op: scheduler, metadata building, Python),
+and the top operators by self CPU time. ``--json PATH`` writes the numbers.
+
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/profile_own_engine.py [--steps 20]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from own_engine.config import EngineConfig  # noqa: E402
+from own_engine.engine import LLMEngine  # noqa: E402
+from own_engine.sampling_params import SamplingParams  # noqa: E402
+
+console = Console()
+app = typer.Typer(add_completion=False)
+
+CLASSES = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn"),
+    "attention": ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax",
+                  "_scaled_dot_product"),
+    "gather/copy": ("index_select", "index_copy", "aten::cat", "aten::copy_", "aten::contiguous",
+                    "aten::clone", "aten::embedding", "aten::index", "aten::repeat", "aten::stack",
+                    "aten::masked", "aten::to", "aten::_to_copy", "aten::where"),
+}
+
+
+def classify(name: str) -> str:
+    for cls, keys in CLASSES.items():
+        if any(k in name for k in keys):
+            return cls
+    return "elementwise/other aten"
+
+
+def _prompt(engine: LLMEngine, n: int, salt: int) -> list[int]:
+    vocab = engine.model_config.vocab_size
+    return [(salt * 7919 + i * 104729) % (vocab - 10) + 5 for i in range(n)]
+
+
+def _setup(engine: LLMEngine, scenario: str) -> None:
+    sp = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+    n_dec = {"decode-1": 1, "decode-32": 32, "mixed": 16}[scenario]
+    for i in range(n_dec):
+        engine.add_request(f"d{i}", _prompt(engine, 150, i), sp)
+    while any(s.num_output_tokens < 8 for s in engine.scheduler.running) or engine.scheduler.waiting:
+        engine.step()
+
+
+def profile(model_dir: Path, scenario: str, steps: int) -> dict:
+    engine = LLMEngine(EngineConfig(model_dir=model_dir, threads=1, max_model_len=1024,
+                                    max_num_batched_tokens=512, max_num_seqs=64, enable_prefix_caching=False))
+    _setup(engine, scenario)
+    sp = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+
+    def one_step(i: int) -> None:
+        if scenario == "mixed":  # a fresh 256-token prompt joins the 16 decodes each step
+            engine.add_request(f"p{i}", _prompt(engine, 256, 1000 + i), sp)
+        engine.step()
+
+    for i in range(3):
+        one_step(-1 - i)
+    t = time.perf_counter()
+    for i in range(steps):
+        one_step(i)
+    wall = (time.perf_counter() - t) / steps
+    acts = torch.profiler.ProfilerActivity.CPU
+    with torch.profiler.profile(activities=[acts]) as prof:
+        for i in range(steps):
+            one_step(steps + i)
+    per_class: dict[str, float] = defaultdict(float)
+    top = []
+    events = prof.key_averages()
+    for ev in events:
+        if not ev.key.startswith("aten::") and "mkldnn" not in ev.key:
+            continue
+        self_us = ev.self_cpu_time_total / steps
+        per_class[classify(ev.key)] += self_us
+        top.append((ev.key, self_us, ev.count / steps))
+    top.sort(key=lambda r: -r[1])
+    in_ops_ms = sum(per_class.values()) / 1e3
+    out = {"scenario": scenario, "step_ms": wall * 1e3,
+           "classes_ms": {k: v / 1e3 for k, v in sorted(per_class.items(), key=lambda kv: -kv[1])},
+           "aten_total_ms": in_ops_ms,
+           "top": [{"op": k, "self_ms": us / 1e3, "calls_per_step": c} for k, us, c in top[:12]]}
+    out["python_other_ms"] = max(0.0, out["step_ms"] - in_ops_ms)
+    return out
+
+
+@app.command()
+def main(steps: int = typer.Option(20, min=1, help="profiled steps per scenario"),
+         scenario: str = typer.Option("all", help="all | decode-1 | decode-32 | mixed"),
+         json_path: Path = typer.Option(None, "--json", help="write the numbers here")) -> None:
+    """Profile decode and mixed steps of the reference engine; print the time breakdown."""
+    from harness.app.model import resolve_model
+
+    torch.set_num_threads(1)
+    model_dir = resolve_model(None)
+    names = ["decode-1", "decode-32", "mixed"] if scenario == "all" else [scenario]
+    results = [profile(model_dir, s, steps) for s in names]
+    for r in results:
+        t = Table(title=f"{r['scenario']}: {r['step_ms']:.1f} ms/step (unprofiled)")
+        t.add_column("class / op")
+        t.add_column("ms/step", justify="right")
+        t.add_column("share", justify="right")
+        t.add_column("calls/step", justify="right")
+        for k, v in r["classes_ms"].items():
+            t.add_row(k, f"{v:.2f}", f"{v / r['step_ms']:.0%}", "")
+        t.add_row("outside aten ops (Python, scheduler, profiler)", f"{r['python_other_ms']:.2f}",
+                  f"{r['python_other_ms'] / r['step_ms']:.0%}", "")
+        for row in r["top"]:
+            t.add_row(f"  {row['op']}", f"{row['self_ms']:.2f}", "", f"{row['calls_per_step']:.0f}")
+        console.print(t)
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    app()

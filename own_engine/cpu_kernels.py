@@ -1,0 +1,174 @@
+"""The native CPU attention path: ``csrc/paged_attention.c`` compiled on first use, called via ctypes.
+
+Why: on CPU the PyTorch path (:func:`own_engine.attention.paged_attention`) gathers every decode
+sequence's context out of the block-table cache (``index_select``) before one padded SDPA call; the
+copy costs as much as the attention itself (18 % + 12 % of a 32-sequence decode step at context 160
+in ``benchmarks/profile_own_engine.py``), and each layer issues ~12 small ops. The C kernel reads K/V
+once through the block table, for decodes and speculative verification (queries of at most
+:data:`~own_engine.attention.DECODE_GROUP_MAX_Q` tokens); prefill chunks stay on SDPA, which is
+compute-bound there. It is single-threaded (the harness runs engines with 1 thread).
+
+Build: ``gcc -O3 -march=native -ffast-math -fopenmp-simd -shared -fPIC`` into
+``$XDG_CACHE_HOME/llm-serve-bench/kernels/`` (default ``~/.cache/...``; ``OWN_ENGINE_KERNEL_DIR``
+overrides), keyed by a hash of the source, the compiler version and the CPU flags, written
+atomically (concurrent servers may build at once). Without a C compiler, or if the build or the
+start-up self-check fails, :func:`native_unavailable_reason` says why and the engine uses the PyTorch
+path (``attention_backend="auto"``), or refuses (``"native"``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from own_engine.attention import AttentionMetadata, prefill_attention
+
+SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
+CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
+MAX_G = 16  # the kernel's limit on query heads per KV head
+
+_i64 = ctypes.c_int64
+_ptr = ctypes.c_void_p
+
+
+def kernel_dir() -> Path:
+    """Where compiled kernels are cached (see the module docstring)."""
+    if os.environ.get("OWN_ENGINE_KERNEL_DIR"):
+        return Path(os.environ["OWN_ENGINE_KERNEL_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "llm-serve-bench" / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _build(cc: str) -> Path:
+    """Compile (or reuse) the shared library; raises RuntimeError with the compiler's first line."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(CFLAGS), platform.machine(),
+                                    _cpu_flags()]).encode()).hexdigest()[:16]
+    out = kernel_dir() / f"paged_attention-{key}.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+                              timeout=120)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+            raise RuntimeError(f"{cc} failed to build {SOURCE.name}: {first}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return None, "no C compiler (gcc/cc) on PATH for the native CPU attention kernel"
+    try:
+        lib = ctypes.CDLL(str(_build(cc)))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"the native CPU attention kernel is unusable: {str(exc).splitlines()[0]}"
+    lib.kv_write.restype = None
+    lib.kv_write.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64]
+    lib.paged_decode_attention.restype = ctypes.c_int
+    lib.paged_decode_attention.argtypes = [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
+                                           _i64, _i64, _i64, _i64, ctypes.c_float, _ptr, _i64, _i64, _ptr]
+    return lib, None
+
+
+class NativePagedAttention:
+    """Same contract as :func:`own_engine.attention.paged_attention`, plus :meth:`write_kv` (the
+    model calls an attention function's ``write_kv`` when it has one). CPU fp32 tensors only."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        self._scratch = torch.empty(0)
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor) -> None:
+        """Store ``k``, ``v`` ([T, nkv, D], any token/head strides, unit last stride) at ``slot_mapping``."""
+        T, nkv, D = k.shape
+        self.lib.kv_write(k.data_ptr(), k.stride(0), k.stride(1), v.data_ptr(), v.stride(0), v.stride(1),
+                          k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr(), T, nkv, D)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """``q`` [T, H, D] → [T, H, D]: prefill chunks through SDPA, the decode group through the kernel."""
+        T, H, D = q.shape
+        out = torch.empty(T, H, D, dtype=q.dtype)
+        prefill_attention(q, k, v, k_cache, v_cache, meta, scale, out)
+        if meta.dec_rows is not None:
+            n = meta.dec_rows.shape[0]
+            need = MAX_G * (meta.dec_max_len + D)
+            if self._scratch.numel() < need:
+                self._scratch = torch.empty(need)
+            bt = meta.block_tables
+            rc = self.lib.paged_decode_attention(
+                q.data_ptr(), q.stride(0), q.stride(1), k_cache.data_ptr(), v_cache.data_ptr(), bt.data_ptr(),
+                bt.stride(0), meta.dec_rows.data_ptr(), meta.dec_seq.data_ptr(), meta.dec_lens.data_ptr(), n,
+                H, k.shape[1], D, k_cache.shape[1], scale, out.data_ptr(), out.stride(0), out.stride(1),
+                self._scratch.data_ptr())
+            if rc != 0:
+                raise RuntimeError(f"native attention: {H // k.shape[1]} query heads per KV head exceeds {MAX_G}")
+        return out
+
+
+_STATE: dict[str, object] = {}  # the per-process kernel: {"fn": NativePagedAttention | None, "why": str | None}
+
+
+def native_attention() -> tuple[NativePagedAttention | None, str | None]:
+    """``(kernel, None)`` when the native kernel builds, loads and matches the PyTorch path on a
+    small mixed batch (checked once per process); else ``(None, reason)``."""
+    if "why" not in _STATE:
+        lib, why = _load()
+        fn = None if lib is None else NativePagedAttention(lib)
+        if fn is not None:
+            why = _self_check(fn)
+            if why is not None:
+                fn = None
+        _STATE.update(fn=fn, why=why)
+    return _STATE["fn"], _STATE["why"]  # type: ignore[return-value]
+
+
+def _self_check(fn: NativePagedAttention) -> str | None:
+    """Compare with the PyTorch path: prefill, chunk with cached context, decodes, a verify; GQA."""
+    from own_engine.attention import build_metadata, paged_attention, write_kv
+
+    g = torch.Generator().manual_seed(0)
+    H, nkv, D, bs, nblocks = 6, 2, 16, 4, 40
+    q_lens, ctx_lens = [9, 1, 5, 1, 20], [9, 13, 14, 1, 30]
+    tables = [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9, 10], [11], [12, 13, 14, 15, 16, 17, 18, 19]]
+    T = sum(q_lens)
+    q, k, v = (torch.randn(T, n, D, generator=g) for n in (H, nkv, nkv))
+    kc, vc = (torch.randn(nblocks, bs, nkv, D, generator=g) for _ in range(2))
+    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, torch.device("cpu"))
+    kc2, vc2 = kc.clone(), vc.clone()
+    write_kv(k, v, kc, vc, meta.slot_mapping)
+    fn.write_kv(k, v, kc2, vc2, meta.slot_mapping)
+    if not (torch.equal(kc, kc2) and torch.equal(vc, vc2)):
+        return "the native CPU attention kernel's KV write disagrees with index_copy_"
+    err = float((fn(q, k, v, kc2, vc2, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
+    if not err < 1e-4:
+        return f"the native CPU attention kernel disagrees with the PyTorch path (max abs error {err:.2e})"
+    return None

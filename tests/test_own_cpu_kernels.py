@@ -1,0 +1,128 @@
+"""The native CPU attention kernel (own_engine/csrc/paged_attention.c): equal to an fp64 reference
+over block sizes, GQA ratios, head dims and query lengths; its build cache; and the fallback to the
+PyTorch path when no compiler works."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import torch
+
+from own_engine import cpu_kernels
+from own_engine.attention import build_metadata, paged_attention, write_kv
+from own_engine.config import ConfigError
+from own_engine.model_runner import select_attention
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    fn, why = cpu_kernels.native_attention()
+    if fn is None:  # the machines this runs on have gcc; a missing one is a defect of the setup
+        pytest.fail(f"native kernel unusable here: {why}")
+    return fn
+
+
+def _case(seed, H, nkv, D, bs, q_lens, ctx_lens):
+    g = torch.Generator().manual_seed(seed)
+    nb = [-(-c // bs) for c in ctx_lens]
+    perm = torch.randperm(sum(nb) + 3, generator=g).tolist()  # scattered, non-contiguous blocks
+    tables, at = [], 0
+    for n in nb:
+        tables.append(perm[at:at + n])
+        at += n
+    T = sum(q_lens)
+    q, k, v = (torch.randn(T, n, D, generator=g) for n in (H, nkv, nkv))
+    kc, vc = (torch.randn(len(perm), bs, nkv, D, generator=g) for _ in range(2))
+    return q, k, v, kc, vc, tables
+
+
+@pytest.mark.parametrize("H,nkv,D,bs", [(9, 3, 64, 16), (8, 8, 32, 1), (16, 2, 128, 4), (4, 1, 16, 7)])
+def test_kernel_matches_fp64_reference(kernel, H, nkv, D, bs):
+    # decodes at several context lengths, a 5-token verify, a prefill, a chunk with cached context
+    q_lens, ctx_lens = [1, 1, 5, 1, 30, 40, 16], [1, 57, 23, 200, 30, 95, 16 + 9]
+    q, k, v, kc, vc, tables = _case(0, H, nkv, D, bs, q_lens, ctx_lens)
+    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
+    kc_n, vc_n = kc.clone(), vc.clone()
+    kernel.write_kv(k, v, kc_n, vc_n, meta.slot_mapping)
+    out = kernel(q, k, v, kc_n, vc_n, meta, D ** -0.5)
+    meta64 = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU)
+    kc64, vc64 = kc.double(), vc.double()
+    write_kv(k.double(), v.double(), kc64, vc64, meta64.slot_mapping)
+    assert torch.equal(kc_n.double(), kc64) and torch.equal(vc_n.double(), vc64)
+    ref = paged_attention(q.double(), k.double(), v.double(), kc64, vc64, meta64, D ** -0.5)
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=1e-4)
+    # the decode group (q_len <= 16 with cached context) went through the kernel, row by row: not the
+    # first sequence (no context) nor the 30/40-token prefills; the 16-token chunk at 9 cached tokens did
+    assert meta.dec_rows.tolist() == [1, 2, 3, 4, 5, 6, 7] + list(range(78, 94))
+    assert meta.dec_lens.tolist() == [57, 19, 20, 21, 22, 23, 200] + list(range(10, 26))
+    assert meta.dec_max_len == 200
+
+
+def test_kernel_reads_q_through_strides(kernel):
+    """q and k arrive as views of one fused projection (non-contiguous): strides are honoured."""
+    H, nkv, D, bs = 6, 2, 32, 4
+    q_lens, ctx_lens = [1, 3], [10, 12]
+    _, _, _, kc, vc, tables = _case(1, H, nkv, D, bs, q_lens, ctx_lens)
+    fused = torch.randn(4, H + 2 * nkv, D)
+    q, k, v = fused[:, :H], fused[:, H:H + nkv], fused[:, H + nkv:]
+    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
+    kernel.write_kv(k, v, kc, vc, meta.slot_mapping)
+    out = kernel(q, k, v, kc, vc, meta, 0.3)
+    ref = paged_attention(q.contiguous(), k.contiguous(), v.contiguous(), kc, vc,
+                          build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), 0.3)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def _fake_cc(tmp_path, body: str) -> str:
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\n" + body + "\n")
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    return str(cc)
+
+
+def test_build_is_cached_and_keyed(tmp_path, monkeypatch):
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "k"))
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    fn, why = cpu_kernels.native_attention()
+    assert why is None and fn is not None
+    built = list((tmp_path / "k").glob("paged_attention-*.so"))
+    assert len(built) == 1 and not list((tmp_path / "k").glob("*.so.tmp*"))
+    mtime = built[0].stat().st_mtime_ns
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.native_attention()[1] is None
+    assert built[0].stat().st_mtime_ns == mtime  # reused, not rebuilt
+
+
+def test_without_a_working_compiler_auto_falls_back_and_native_refuses(tmp_path, monkeypatch):
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "empty"))
+    cc = _fake_cc(tmp_path, 'case "$1" in --version) echo "fakecc 1.0";; '
+                                                '*) echo "error: unsupported flag -march=native" >&2; exit 1;; esac')
+    monkeypatch.setenv("CC", cc)
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    fn, why = cpu_kernels.native_attention()
+    assert fn is None
+    assert why == (f"the native CPU attention kernel is unusable: {cc} failed to build paged_attention.c: "
+                   "error: unsupported flag -march=native")
+    attn, name, note = select_attention(CPU, "auto")
+    assert attn is paged_attention and name == "torch" and note == why
+    with pytest.raises(ConfigError) as exc:
+        select_attention(CPU, "native")
+    assert "\n" not in str(exc.value) and str(exc.value).startswith("attention_backend='native' is unusable: ")
+    with pytest.raises(ConfigError, match="needs a CUDA device"):
+        select_attention(CPU, "triton")
+
+
+def test_no_compiler_on_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.native_attention() == (None, "no C compiler (gcc/cc) on PATH for the native CPU attention kernel")
+    assert os.environ["PATH"] == str(tmp_path)
+
+
+def test_torch_backend_is_always_the_pytorch_path():
+    assert select_attention(CPU, "torch") == (paged_attention, "torch", None)
