@@ -1,4 +1,5 @@
-"""Shared test setup: no test ever reads or writes the user's real bench state."""
+"""Shared test setup: no test ever reads or writes the user's real bench state; module-scoped weight
+sharing for reference-engine tests."""
 
 from __future__ import annotations
 
@@ -10,3 +11,33 @@ def _bench_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     """Point BENCH_STATE_DIR (the registry of live engine groups, adapters/leftovers.py) at a
     fresh folder per test, inherited by every child process a test starts."""
     monkeypatch.setenv("BENCH_STATE_DIR", str(tmp_path_factory.mktemp("bench-state")))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    """A MonkeyPatch that lives for one test module."""
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def share_model_weights(monkeypatch_module):
+    """Within a test module, every reference engine built reuses one loaded ``LlamaModel`` per
+    (folder, device, attention function, linear backend): the engines only read the weights, and
+    loading the default model costs seconds. The cached model covers at least 1,024 positions."""
+    from own_engine import engine as engine_mod
+
+    real = engine_mod.LlamaModel.from_dir
+    cache: dict = {}
+
+    def cached(model_dir, cfg, max_len, device, attention_fn=None, linear_backend="auto", dtype=None):
+        key = (str(model_dir), str(device), attention_fn, linear_backend, dtype)  # on a GPU machine: CUDA
+        if key not in cache or cache[key].cos.shape[0] < max_len:
+            kw = {} if dtype is None else {"dtype": dtype}
+            cache[key] = real(model_dir, cfg, max(max_len, 1024), device, attention_fn, linear_backend, **kw)
+        return cache[key]
+
+    monkeypatch_module.setattr(engine_mod.LlamaModel, "from_dir", staticmethod(cached))
+    yield
+    cache.clear()

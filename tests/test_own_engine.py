@@ -59,32 +59,10 @@ def hf_refs(model_dir, prompt_ids):
 GREEDY = SamplingParams(temperature=0, max_tokens=NEW)
 
 
-_MODELS: dict = {}
-
-
 @pytest.fixture(scope="module", autouse=True)
-def share_weights(monkeypatch_module):
-    """Load the weights once per module: every engine here reuses one LlamaModel (read-only)."""
-    from own_engine import engine as engine_mod
-
-    real = engine_mod.LlamaModel.from_dir
-
-    def cached(model_dir, cfg, max_len, device, attention_fn=None, linear_backend="auto"):
-        key = (str(model_dir), str(device), attention_fn, linear_backend)  # on a GPU machine engines run on CUDA
-        if key not in _MODELS or _MODELS[key].cos.shape[0] < max_len:
-            _MODELS[key] = real(model_dir, cfg, max(max_len, 1024), device, attention_fn, linear_backend)
-        return _MODELS[key]
-
-    monkeypatch_module.setattr(engine_mod.LlamaModel, "from_dir", staticmethod(cached))
+def share_weights(share_model_weights):
+    """Load the weights once per module (tests/conftest.py)."""
     yield
-    _MODELS.clear()
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
 
 
 def make_engine(model_dir, **kw):

@@ -41,29 +41,9 @@ def draft_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
-def share_weights(monkeypatch_module):
-    """Load each model folder's weights once per module (the engines only read them)."""
-    from own_engine import engine as engine_mod
-
-    real = engine_mod.LlamaModel.from_dir
-    cache: dict = {}
-
-    def cached(model_dir, cfg, max_len, device, attention_fn=None, linear_backend="auto"):
-        key = (str(model_dir), str(device), attention_fn, linear_backend)
-        if key not in cache or cache[key].cos.shape[0] < max_len:
-            cache[key] = real(model_dir, cfg, max(max_len, 512), device, attention_fn, linear_backend)
-        return cache[key]
-
-    monkeypatch_module.setattr(engine_mod.LlamaModel, "from_dir", staticmethod(cached))
+def share_weights(share_model_weights):
+    """Each model folder's weights loaded once per module (tests/conftest.py)."""
     yield
-    cache.clear()
 
 
 def make_engine(model_dir, **kw):
