@@ -16,12 +16,23 @@ traceback):
   (max abs difference); then generated token ids for engine variants: defaults + a prefix-cache
   rerun, chunked prefill (budget 13), no cache / no chunking, n-gram and draft speculative
   decoding (plus a proposer that proposes every step, so verification always runs, also with
-  seeded sampling through the rejection sampler), preemption, block size 32, the PyTorch attention path, n=3 forks (CoW) and seeded
-  sampling reproducibility. A token mismatch counts as a near-tie (not a failure) only when the
-  CPU logits of the two tokens differ by <= 1e-3 at the first divergence.
+  seeded sampling through the rejection sampler), preemption, block size 32, the PyTorch attention path, n=3 forks (CoW), seeded
+  sampling reproducibility and eager (``cuda_graphs=False``). A token mismatch counts as a near-tie (not a failure) only when the
+  CPU logits of the two tokens differ by <= 1e-3 at the first divergence. On CUDA every variant
+  with the Triton kernel must run with CUDA graphs active (:mod:`own_engine.cuda_graphs`), and
+  ``cuda-graphs-vs-eager`` (fp32, then bf16) compares a graph engine with an eager one on the
+  device: greedy tokens equal (fp32; bf16: informational), and the logits of padded decode batches
+  replayed from graphs vs the same runner's eager forward (relative max abs difference <= 1e-3
+  fp32 / 5e-2 bf16). Skipped on the CPU.
 - ``c`` throughput: decode tokens/s of the SmolLM2-135M shape (random weights, fp32) at batch 1,
-  8, 32, 128 (median of repeats, runs interleaved), Triton vs the PyTorch attention path as a
-  ratio; plus the attention call alone at decode shapes (CUDA events).
+  8, 32, 128 (median of repeats, runs interleaved): Triton with CUDA graphs (``triton_graphs``),
+  Triton eager (``triton``) and the PyTorch attention path (``torch``), with the ratios
+  graphs/eager and triton/torch; then bf16 at batch 1 and 32, graphs and eager, vs fp32 graphs
+  (``decode_bf16``); plus the attention call alone at decode shapes (CUDA events). On the CPU the
+  graph and bf16 parts are reported as skipped.
+- ``v`` (optional, not in the default ``--sections``): vLLM's offline decode step time on the same
+  shape and batches (``LLM.generate`` of ``1 + N`` tokens minus 1 token, per step), when vLLM is
+  importable, and the own engine's graph step time over it (the issue asks for <= 1.5x).
 
 Writes ``OUT/cuda_check.json`` (after every section, so a timeout keeps what was measured), prints
 a summary, exits 1 when a check failed or a section raised, 0 otherwise. Without CUDA (and no
@@ -67,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: CUDA if visible, else skip (exit 0); cpu: dry run of the logic")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for the CPU dry run)")
-    p.add_argument("--sections", default="a,b,c", help="comma list of a (kernel), b (engine), c (throughput)")
+    p.add_argument("--sections", default="a,b,c",
+                   help="comma list of a (kernel), b (engine), c (throughput), v (vLLM step time, optional)")
     p.add_argument("--budget-s", type=float, default=180.0,
                    help="wall-clock budget; cases past it are skipped (not failed)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 for cpu, 8 for cuda)")
@@ -506,6 +518,7 @@ def section_engine(torch, device, args, budget: Budget, tmp: Path, progress) -> 
         ("preempt", dict(num_kv_blocks=40, block_size=8, max_num_batched_tokens=64, max_model_len=300)),
         ("block32", dict(block_size=32)),
         ("torch-attention", dict(attention_backend="torch")),
+        ("eager-no-cuda-graphs", dict(cuda_graphs=False)),
     ]
     for name, kw in variants:
         if budget.over(0.55):
@@ -577,6 +590,12 @@ def section_engine(torch, device, args, budget: Budget, tmp: Path, progress) -> 
             if device.type == "cuda" and kw.get("attention_backend") != "torch" and e.attention_backend != "triton":
                 res["ok"] = False
                 res["problems"].append(f"engine on CUDA did not select Triton: {e.attention_note}")
+            res["cuda_graphs_active"] = e.cuda_graphs_active
+            res["cuda_graph_replays"] = e.runner.graphs.num_replays if e.runner.graphs is not None else 0
+            if (device.type == "cuda" and e.attention_backend == "triton" and kw.get("cuda_graphs", True)
+                    and not e.cuda_graphs_active):
+                res["ok"] = False
+                res["problems"].append(f"CUDA graphs not active: {e.cuda_graphs_note}")
             lp = leak_problems(e)
             if lp:
                 res["ok"] = False
@@ -585,9 +604,90 @@ def section_engine(torch, device, args, budget: Budget, tmp: Path, progress) -> 
         except Exception as exc:  # noqa: BLE001
             res = {"ok": False, "problems": [f"{type(exc).__name__}: {exc}"], "traceback": traceback.format_exc()}
         record(name, res)
+    for dtype in ("float32", "bfloat16"):
+        name = f"cuda-graphs-vs-eager-{dtype}"
+        if device.type != "cuda":
+            checks.append({"name": name, "skipped": "needs CUDA", "ok": True})
+            say(f"  SKIP {name:<22} needs CUDA")
+            continue
+        if budget.over(0.6):
+            checks.append({"name": name, "skipped": "time budget"})
+            continue
+        try:
+            res = graphs_vs_eager_check(torch, base, device, prompts, greedy, dtype)
+        except Exception as exc:  # noqa: BLE001
+            res = {"ok": False, "problems": [f"{type(exc).__name__}: {exc}"], "traceback": traceback.format_exc()}
+        record(name, res)
     out["checks"] = checks
     out["ok"] = all(c.get("ok", True) for c in checks)
     return out
+
+
+def graphs_vs_eager_check(torch, base: dict, device, prompts, greedy, dtype: str) -> dict:
+    """A graph engine and an eager engine (``cuda_graphs=False``) on ``device`` in ``dtype``: greedy
+    tokens (must be equal in fp32; informational in bf16, where padded and unpadded batches round
+    differently) and, on the graph engine's runner, the logits of decode batches of 1, 3 and 7
+    sequences (buckets 1, 4, 8: padded rows) replayed from graphs vs its eager forward."""
+    from own_engine.engine import LLMEngine
+    from own_engine.config import EngineConfig
+    from own_engine.model_runner import BatchItem
+
+    tol = LOGITS_TOL if dtype == "float32" else 5e-2
+    ge = LLMEngine(EngineConfig(**base, device=device.type, dtype=dtype, max_num_seqs=8))
+    ee = LLMEngine(EngineConfig(**base, device=device.type, dtype=dtype, max_num_seqs=8, cuda_graphs=False))
+    res: dict = {"dtype": dtype, "attention_backend": ge.attention_backend, "cuda_graphs_active": ge.cuda_graphs_active,
+                 "note": ge.cuda_graphs_note, "problems": [], "tolerance_relative": tol}
+    if not ge.cuda_graphs_active:
+        res["ok"] = False
+        res["problems"].append(f"CUDA graphs not active: {ge.cuda_graphs_note}")
+        return res
+    graphs = ge.runner.graphs
+    res["sizes"], res["capture_s"] = list(graphs.sizes), round(graphs.capture_s, 3)
+    want = [o.output_token_ids for o in ee.generate(prompts, greedy)]
+    got = [o.output_token_ids for o in ge.generate(prompts, greedy)]
+    res["graph_replays"] = graphs.num_replays
+    res["exact_sequences"], res["sequences"] = sum(a == b for a, b in zip(got, want)), len(want)
+    res["token_agreement"] = (sum(sum(x == y for x, y in zip(a, b)) for a, b in zip(got, want))
+                              / max(1, sum(len(b) for b in want)))
+    ok = True
+    if dtype == "float32" and got != want:
+        ok = False
+        res["problems"].append("greedy tokens with CUDA graphs differ from eager")
+    if graphs.num_replays <= 0:
+        ok = False
+        res["problems"].append("no decode step replayed a graph")
+    # fresh blocks (the engine's prefix cache is not used after this)
+    r = ge.runner
+    bs = r.block_size
+    errs = []
+    nxt = 0
+    for n in (1, 3, 7):
+        items, dec = [], []
+        for i in range(n):
+            p = prompts[i % len(prompts)][: 5 + 9 * i]
+            nb = -(-(len(p) + 1) // bs)
+            table = list(range(nxt, nxt + nb))
+            nxt += nb
+            items.append(BatchItem(p, 0, table, 1))
+            dec.append(BatchItem([3 + i], len(p), table, 1))
+        r.run(items)  # prefill, eager
+        before = graphs.num_replays
+        a = r.run(dec)
+        graphs.enabled = False
+        b = r.run(dec)
+        graphs.enabled = True
+        rel = float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+        errs.append({"batch": n, "replayed": graphs.num_replays == before + 1, "max_abs": float((a - b).abs().max()),
+                     "relative": rel, "argmax_equal": bool((a.argmax(-1) == b.argmax(-1)).all())})
+        if not (rel <= tol and graphs.num_replays == before + 1):
+            ok = False
+            res["problems"].append(f"decode batch of {n}: graph vs eager relative logits difference {rel:.3g}"
+                                   + ("" if graphs.num_replays == before + 1 else " (graph not replayed)"))
+    res["logits"] = errs
+    res["worst_relative"] = max(e["relative"] for e in errs)
+    res["ok"] = ok
+    del ge, ee
+    return res
 
 
 # ----------------------------------------------------------------------------- section c: throughput
@@ -661,6 +761,55 @@ def attention_microbench(torch, device, quick: bool) -> list[dict]:
     return res
 
 
+def _decode_rows(torch, e, variants: dict, batches: list[int], prompt_len: int, decode_tokens: int, repeats: int,
+                 device, budget: Budget, fraction: float, seed0: int, progress, label: str = "") -> list[dict]:
+    """Decode tok/s of engine ``e`` per batch size for ``variants`` (name → (attention_fn, graphs
+    on)), runs interleaved, the first round a warm-up; median/min/max over ``repeats``."""
+    model, graphs = e.runner.model, e.runner.graphs
+    default_fn = model.attention_fn
+    rows = []
+    seed = seed0
+    for B in batches:
+        if budget.over(fraction):
+            rows.append({"batch": B, "skipped": "time budget"})
+            continue
+        runs: dict[str, list[dict]] = {b: [] for b in variants}
+        replays: dict[str, int] = {b: 0 for b in variants}
+        for rep in range(repeats + 1):  # the first round warms up (Triton compiles, allocator)
+            for name, (fn, use_graphs) in variants.items():
+                model.attention_fn = fn
+                if graphs is not None:
+                    graphs.enabled = use_graphs
+                n0 = graphs.num_replays if graphs is not None else 0
+                seed += 1
+                m = measure_decode(torch, e, B, prompt_len, decode_tokens, seed, device)
+                if rep:
+                    runs[name].append(m)
+                    replays[name] += (graphs.num_replays if graphs is not None else 0) - n0
+        model.attention_fn = default_fn
+        if graphs is not None:
+            graphs.enabled = True
+        row: dict = {"batch": B}
+        for name, ms in runs.items():
+            tps = [m["decode_tok_s"] for m in ms]
+            row[name] = {"decode_tok_s": round(statistics.median(tps), 1), "min": round(min(tps), 1),
+                         "max": round(max(tps), 1),
+                         "step_ms": round(statistics.median(m["step_ms"] for m in ms), 2),
+                         "prefill_tok_s": round(statistics.median(m["prefill_tok_s"] for m in ms), 1),
+                         "graph_replays": replays[name]}
+        rows.append(row)
+        progress(row)
+        say(f"  {label}batch {B:>3}: " + ", ".join(f"{n} {row[n]['decode_tok_s']} tok/s (step {row[n]['step_ms']} ms)"
+                                                  for n in runs))
+    return rows
+
+
+def _ratio(row: dict, a: str, b: str) -> float | None:
+    if a in row and b in row and row[b]["decode_tok_s"]:
+        return round(row[a]["decode_tok_s"] / row[b]["decode_tok_s"], 3)
+    return None
+
+
 def section_throughput(torch, device, args, budget: Budget, tmp: Path, progress) -> dict:
     from own_engine.attention import paged_attention
     from own_engine.config import EngineConfig
@@ -670,66 +819,173 @@ def section_throughput(torch, device, args, budget: Budget, tmp: Path, progress)
     if args.quick:
         spec = engine_spec(True)
         batches, prompt_len, decode_tokens, repeats = [1, 4], 16, 8, 2
+        bf16_batches = [1, 4]
     else:
         spec = SMOLLM2_135M
         batches, prompt_len, decode_tokens, repeats = [1, 128, 32, 8], 64, 48, 3  # 128 early: it matters most
+        bf16_batches = [1, 32]
     t0 = time.monotonic()
     model_dir = write_random_llama(tmp / "throughput_model", spec)
     out: dict = {"model": f"random weights, shape {'SmolLM2-135M' if spec is SMOLLM2_135M else 'tiny'}",
                  "params": spec.num_params, "write_s": round(time.monotonic() - t0, 2), "dtype": "float32",
                  "prompt_len": prompt_len, "decode_tokens": decode_tokens, "repeats": repeats,
                  "metric": "decode output tokens/s over the decode phase (all sequences running), median"}
-    e = LLMEngine(EngineConfig(model_dir=model_dir, device=device.type, max_num_seqs=max(batches),
-                               max_num_batched_tokens=max(batches) * prompt_len, max_model_len=512,
-                               enable_prefix_caching=False, kv_cache_bytes=(256 if args.quick else 2048) * 2**20,
-                               threads=torch.get_num_threads()))
+    cfg = dict(model_dir=model_dir, device=device.type, max_num_seqs=max(batches),
+               max_num_batched_tokens=max(batches) * prompt_len, max_model_len=512,
+               enable_prefix_caching=False, kv_cache_bytes=(256 if args.quick else 2048) * 2**20,
+               threads=torch.get_num_threads())
+    e = LLMEngine(EngineConfig(**cfg))
     out["load_s"] = round(time.monotonic() - t0 - out["write_s"], 2)
     out["engine_attention"] = e.attention_backend
     out["engine_attention_note"] = e.attention_note
+    g = e.runner.graphs
+    out["cuda_graphs"] = {"active": e.cuda_graphs_active, "note": e.cuda_graphs_note,
+                          "sizes": list(g.sizes) if g is not None else None,
+                          "capture_s": round(g.capture_s, 3) if g is not None else None}
+    say(f"  CUDA graphs: {'active, sizes ' + str(list(g.sizes)) + f', captured in {g.capture_s:.2f} s' if e.cuda_graphs_active else 'off: ' + str(e.cuda_graphs_note)}")
     model = e.runner.model
-    backends = {e.attention_backend: model.attention_fn}
+    fn = model.attention_fn
+    variants: dict = {}
+    if e.cuda_graphs_active:
+        variants["triton_graphs"] = (fn, True)
+    variants[e.attention_backend] = (fn, False)
     if e.attention_backend == "triton":
-        backends["torch"] = paged_attention  # same engine and weights, attention swapped per run
-    out["backends"] = list(backends)
-    rows = []
-    seed = 0
-    for B in batches:
-        if budget.over(0.85):
-            rows.append({"batch": B, "skipped": "time budget"})
-            continue
-        runs: dict[str, list[dict]] = {b: [] for b in backends}
-        for rep in range(repeats + 1):  # the first round warms up (Triton compiles, allocator)
-            for name, fn in backends.items():
-                model.attention_fn = fn
-                seed += 1
-                m = measure_decode(torch, e, B, prompt_len, decode_tokens, seed, device)
-                if rep:
-                    runs[name].append(m)
-        model.attention_fn = backends[e.attention_backend]
-        row: dict = {"batch": B}
-        for name, ms in runs.items():
-            tps = [m["decode_tok_s"] for m in ms]
-            row[name] = {"decode_tok_s": round(statistics.median(tps), 1), "min": round(min(tps), 1),
-                         "max": round(max(tps), 1),
-                         "step_ms": round(statistics.median(m["step_ms"] for m in ms), 2),
-                         "prefill_tok_s": round(statistics.median(m["prefill_tok_s"] for m in ms), 1)}
-        if "triton" in row and "torch" in row:
-            row["ratio_triton_vs_torch"] = round(row["triton"]["decode_tok_s"] / row["torch"]["decode_tok_s"], 3)
-        rows.append(row)
-        progress(row)
-        say(f"  batch {B:>3}: " + ", ".join(f"{n} {row[n]['decode_tok_s']} tok/s (step {row[n]['step_ms']} ms, "
-                                            f"prefill {row[n]['prefill_tok_s']} tok/s)" for n in runs)
-            + (f", triton/torch x{row['ratio_triton_vs_torch']}" if "ratio_triton_vs_torch" in row else ""))
+        variants["torch"] = (paged_attention, False)  # same engine and weights, attention swapped per run
+    out["backends"] = list(variants)
+    rows = _decode_rows(torch, e, variants, batches, prompt_len, decode_tokens, repeats, device, budget, 0.75, 0,
+                        progress)
+    for row in rows:
+        for key, a, b in (("ratio_triton_vs_torch", "triton", "torch"), ("ratio_graphs_vs_eager", "triton_graphs", "triton")):
+            r = _ratio(row, a, b)
+            if r is not None:
+                row[key] = r
+        if "ratio_graphs_vs_eager" in row:
+            say(f"  batch {row['batch']:>3}: graphs/eager x{row['ratio_graphs_vs_eager']}"
+                + (f", triton/torch x{row['ratio_triton_vs_torch']}" if "ratio_triton_vs_torch" in row else ""))
+    if device.type != "cuda":
+        out["graphs_skipped"] = "CUDA graphs need CUDA: only the eager path measured"
     out["decode"] = sorted(rows, key=lambda r: r["batch"])
     leak = e.stats()["kv_blocks_used"]
     out["kv_blocks_used_after"] = leak
+    ok = leak == 0
+    problems = []
+    if device.type == "cuda" and e.attention_backend == "triton" and not e.cuda_graphs_active:
+        ok = False
+        problems.append(f"CUDA graphs not active: {e.cuda_graphs_note}")
+    if any(r.get("triton_graphs", {}).get("graph_replays", 1) <= 0 for r in rows):
+        ok = False
+        problems.append("a graph run replayed no graph")
     del e, model
-    if device.type == "cuda" and "triton" in backends and not budget.over(0.95):
+    # bf16 (CUDA only): graphs and eager at batch 1 and 32, vs the fp32 graph rows above
+    if device.type != "cuda":
+        out["decode_bf16"] = {"skipped": "bfloat16 is CUDA-only (the CPU path runs float32)"}
+    elif budget.over(0.85):
+        out["decode_bf16"] = {"skipped": "time budget"}
+    else:
+        eb = LLMEngine(EngineConfig(**{**cfg, "dtype": "bfloat16"}))
+        out["bf16_cuda_graphs"] = {"active": eb.cuda_graphs_active, "note": eb.cuda_graphs_note}
+        fnb = eb.runner.model.attention_fn
+        vb: dict = {}
+        if eb.cuda_graphs_active:
+            vb["bf16_graphs"] = (fnb, True)
+        vb["bf16"] = (fnb, False)
+        brows = _decode_rows(torch, eb, vb, bf16_batches, prompt_len, decode_tokens, repeats, device, budget, 0.9,
+                             10_000, progress, label="bf16 ")
+        fp32 = {r["batch"]: r for r in rows}
+        for row in brows:
+            r = _ratio(row, "bf16_graphs", "bf16")
+            if r is not None:
+                row["ratio_graphs_vs_eager"] = r
+            ref = fp32.get(row["batch"], {})
+            for a, b, key in (("bf16_graphs", "triton_graphs", "ratio_bf16_vs_fp32_graphs"),
+                              ("bf16", "triton", "ratio_bf16_vs_fp32_eager")):
+                if a in row and b in ref:
+                    row[key] = round(row[a]["decode_tok_s"] / ref[b]["decode_tok_s"], 3)
+            say(f"  bf16 batch {row['batch']:>3}: " + ", ".join(f"{k} x{row[k]}" for k in row if k.startswith("ratio")))
+        out["decode_bf16"] = brows
+        if eb.stats()["kv_blocks_used"]:
+            ok = False
+            problems.append("bf16 engine leaked KV blocks")
+        if eb.attention_backend == "triton" and not eb.cuda_graphs_active:
+            ok = False
+            problems.append(f"bf16 CUDA graphs not active: {eb.cuda_graphs_note}")
+        del eb
+    if device.type == "cuda" and "triton" in variants and not budget.over(0.95):
         out["attention_call"] = attention_microbench(torch, device, args.quick)
-    out["ok"] = leak == 0
     if device.type == "cuda" and out["engine_attention"] != "triton":
-        out["ok"] = False
-        out["problem"] = f"engine on CUDA did not select Triton: {out['engine_attention_note']}"
+        ok = False
+        problems.append(f"engine on CUDA did not select Triton: {out['engine_attention_note']}")
+    out["ok"] = ok
+    if problems:
+        out["problem"] = "; ".join(problems)
+    return out
+
+
+# ----------------------------------------------------------------------------- section v: vLLM (optional)
+def section_vllm(torch, device, args, budget: Budget, tmp: Path, progress, own: dict | None) -> dict:
+    """vLLM's offline decode step time on section ``c``'s shape and batches, when importable:
+    per batch ``(t(1 + N tokens) - t(1 token)) / N`` with ``LLM.generate`` (greedy, ignore_eos),
+    median of 3, for fp32 and bf16 (each in its own ``LLM``, skipped where vLLM refuses it); and
+    ``own_vs_vllm_step`` = the own engine's graph step time from section ``c`` over vLLM's."""
+    if device.type != "cuda":
+        return {"status": "skipped", "ok": True, "reason": "needs CUDA"}
+    try:
+        import vllm
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "skipped", "ok": True, "reason": f"vLLM not importable: {type(exc).__name__}: {exc}"}
+    import gc
+
+    from own_engine.random_model import SMOLLM2_135M, write_random_llama
+
+    spec = engine_spec(True) if args.quick else SMOLLM2_135M
+    batches, prompt_len, n_dec = ([1, 4], 16, 8) if args.quick else ([1, 8, 32, 128], 64, 48)
+    model_dir = tmp / "throughput_model"
+    if not model_dir.is_dir():
+        write_random_llama(model_dir, spec)
+    out: dict = {"vllm": getattr(vllm, "__version__", "?"), "prompt_len": prompt_len, "decode_tokens": n_dec, "runs": {}}
+    own_key = {"float32": ("decode", "triton_graphs"), "bfloat16": ("decode_bf16", "bf16_graphs")}
+    for dtype in ("float32", "bfloat16"):
+        if budget.over(0.97):
+            out["runs"][dtype] = {"skipped": "time budget"}
+            continue
+        try:
+            llm = vllm.LLM(model=str(model_dir), dtype=dtype, max_model_len=512, gpu_memory_utilization=0.25,
+                           max_num_seqs=max(batches), seed=0)
+            g = torch.Generator().manual_seed(1)
+            rows = []
+            for B in batches:
+                ps = [{"prompt_token_ids": torch.randint(3, spec.vocab_size, (prompt_len,), generator=g).tolist()}
+                      for _ in range(B)]
+
+                def timed(n: int) -> float:
+                    sp = vllm.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+                    t = time.perf_counter()
+                    llm.generate(ps, sp, use_tqdm=False)
+                    return time.perf_counter() - t
+
+                timed(1 + n_dec)  # warm-up
+                steps = [(timed(1 + n_dec) - timed(1)) / n_dec * 1000 for _ in range(3)]
+                row = {"batch": B, "step_ms": round(statistics.median(steps), 3)}
+                rows_key, variant = own_key[dtype]
+                own_rows = (own or {}).get(rows_key)
+                own_row = next((r.get(variant) for r in own_rows if r.get("batch") == B), None) \
+                    if isinstance(own_rows, list) else None
+                if own_row:
+                    row["own_step_ms"] = own_row["step_ms"]
+                    row["own_vs_vllm_step"] = round(own_row["step_ms"] / row["step_ms"], 3)
+                    row["within_1_5x"] = row["own_vs_vllm_step"] <= 1.5
+                rows.append(row)
+                progress({"dtype": dtype, **row})
+                say(f"  vLLM {dtype} batch {B:>3}: step {row['step_ms']} ms"
+                    + (f", own/vLLM x{row['own_vs_vllm_step']}" if "own_vs_vllm_step" in row else ""))
+            out["runs"][dtype] = rows
+            del llm
+        except Exception as exc:  # noqa: BLE001 - e.g. a dtype this vLLM build does not serve
+            out["runs"][dtype] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+            say(f"  vLLM {dtype}: {out['runs'][dtype]['error']}")
+        gc.collect()
+        torch.cuda.empty_cache()
+    out["ok"] = True  # informational: vLLM's numbers are a comparison, not a check
     return out
 
 
@@ -778,6 +1034,10 @@ def main(argv: list[str] | None = None) -> int:
             chk.run_section("c", f"decode throughput on {device.type}",
                             lambda: section_throughput(torch, device, args, budget, tmp,
                                                        lambda r: chk.progress("c", r)))
+        if "v" in wanted:
+            chk.run_section("v", "vLLM offline decode step time (optional)",
+                            lambda: section_vllm(torch, device, args, budget, tmp, lambda r: chk.progress("v", r),
+                                                 doc["sections"].get("c")))
     failed = [k for k, s in doc["sections"].items() if s["status"] in ("fail", "error")]
     doc["status"] = "fail" if failed else "pass"
     doc["failed_sections"] = failed

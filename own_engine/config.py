@@ -20,6 +20,10 @@ SPECULATIVE_MODES = ("none", "ngram", "draft")
 DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_BACKENDS = ("auto", "triton", "native", "torch")
 LINEAR_BACKENDS = ("auto", "dense")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+HALF_DTYPES = ("bfloat16", "float16")
+#: decode batch sizes captured as CUDA graphs by default (capped at the engine's max_num_seqs)
+CUDA_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: KV tokens per sequence the default ``max_num_seqs`` provisions (see :meth:`EngineConfig.resolve_max_num_seqs`)
 KV_TOKENS_PER_SEQ = 256
 MAX_NUM_SEQS_CAP = 256  # vLLM's default max_num_seqs
@@ -122,6 +126,12 @@ class EngineConfig:
     it works, else PyTorch), ``"triton"`` / ``"native"`` (error if unusable) or ``"torch"`` (the
     PyTorch path: the ablation). ``linear_backend``: ``"auto"`` (oneDNN-prepacked weights on CPU for
     multi-row inputs, :mod:`own_engine.linear`) or ``"dense"`` (always ``F.linear``: the ablation).
+    ``dtype``: weights and KV cache: ``"auto"`` = ``"float32"`` (greedy output equals transformers'
+    fp32), ``"bfloat16"`` / ``"float16"`` (CUDA only; RMSNorm, RoPE and the attention softmax still
+    accumulate in fp32, logits are returned as fp32; :meth:`resolve_dtype`). ``cuda_graphs``: on CUDA
+    with the Triton attention kernel, replay pure-decode steps from CUDA graphs captured at engine start
+    for the batch sizes ``cuda_graph_batch_sizes`` (capped at ``max_num_seqs``,
+    :func:`own_engine.cuda_graphs.capture_sizes`); inert on CPU.
     """
 
     model_dir: Path
@@ -146,6 +156,9 @@ class EngineConfig:
     seed: int = 0
     attention_backend: str = "auto"
     linear_backend: str = "auto"
+    dtype: str = "auto"
+    cuda_graphs: bool = True
+    cuda_graph_batch_sizes: tuple[int, ...] = CUDA_GRAPH_BATCH_SIZES
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting and its fix."""
@@ -176,6 +189,16 @@ class EngineConfig:
             raise ConfigError(f"device must be one of {DEVICES}, got {self.device!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.device == "cpu":
+            self.resolve_dtype("cpu")
+        if not isinstance(self.cuda_graphs, bool):
+            raise ConfigError(f"cuda_graphs must be True or False, got {self.cuda_graphs!r}")
+        sizes = self.cuda_graph_batch_sizes
+        if (not isinstance(sizes, (tuple, list)) or not sizes
+                or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes)):
+            raise ConfigError(f"cuda_graph_batch_sizes must be a non-empty list of positive integers, got {sizes!r}")
         if self.speculative == "draft":
             pos("draft_num_layers")
         if self.speculative_model is not None:
@@ -190,6 +213,21 @@ class EngineConfig:
         c = self.spec_cost_per_token
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0):
             raise ConfigError(f"spec_cost_per_token must be a finite number >= 0 (or None for the default), got {c!r}")
+
+    def resolve_dtype(self, device_type: str) -> str:
+        """The dtype name (``"float32"``, ``"bfloat16"``, ``"float16"``) weights and KV cache use on
+        ``device_type`` (``"cpu"`` or ``"cuda"``). Raises :class:`ConfigError` for a half dtype on the
+        CPU (its fast paths are fp32 only)."""
+        name = "float32" if self.dtype == "auto" else self.dtype
+        if device_type != "cuda" and name in HALF_DTYPES:
+            raise ConfigError(f"dtype={name!r} is for CUDA; the CPU path runs float32 "
+                              "(oneDNN-prepacked weights and the native attention kernel are fp32)")
+        return name
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per KV-cache element under ``dtype`` (4 for float32, 2 for the half dtypes)."""
+        return 2 if self.dtype in HALF_DTYPES else 4
 
     def resolve_draft_model(self, target: ModelConfig) -> ModelConfig | None:
         """The draft's :class:`ModelConfig` when ``speculative_model`` is set (``None`` otherwise).
@@ -240,18 +278,21 @@ class EngineConfig:
 
         ``bytes_per_block`` = the target's block bytes + the draft's: for ``speculative_model`` the
         draft model's own layers and KV geometry (``draft``, read from the folder when not given),
-        for the self-draft ``draft_num_layers`` layers of the target's geometry.
+        for the self-draft ``draft_num_layers`` layers of the target's geometry; elements of
+        :attr:`dtype_bytes` bytes. (With CUDA graphs the runner allocates one more, never-handed-out
+        scratch block beyond these.)
         Raises :class:`ConfigError` when the pool cannot hold one ``max_model_len`` sequence.
         """
         if self.num_kv_blocks is not None:
             n = self.num_kv_blocks
         else:
-            per_block = model.kv_bytes_per_block(self.block_size)
+            nbytes = self.dtype_bytes
+            per_block = model.kv_bytes_per_block(self.block_size, dtype_bytes=nbytes)
             if self.speculative == "draft" and self.speculative_model is not None:
                 draft = draft if draft is not None else self.resolve_draft_model(model)
-                per_block += draft.kv_bytes_per_block(self.block_size)  # type: ignore[union-attr]
+                per_block += draft.kv_bytes_per_block(self.block_size, dtype_bytes=nbytes)  # type: ignore[union-attr]
             elif self.speculative == "draft":
-                per_block += model.kv_bytes_per_block(self.block_size, self.draft_num_layers)
+                per_block += model.kv_bytes_per_block(self.block_size, self.draft_num_layers, dtype_bytes=nbytes)
             n = self.kv_cache_bytes // per_block
         lookahead = self.num_speculative_tokens if self.speculative != "none" else 0
         need = -(-(max_model_len + lookahead) // self.block_size)

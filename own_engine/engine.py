@@ -16,6 +16,7 @@ import torch
 
 from own_engine.block_manager import BlockManager
 from own_engine.config import ConfigError, EngineConfig, ModelConfig
+from own_engine.cuda_graphs import capture_sizes
 from own_engine.model import LlamaModel
 from own_engine.model_runner import BatchItem, ModelRunner, select_attention
 from own_engine.outputs import Fork, GenerateOutput, RequestOutput, SampledTokens
@@ -34,7 +35,9 @@ class LLMEngine:
 
     Attributes: ``tokenizer`` (transformers tokenizer of ``model_dir``), ``max_model_len`` (tokens),
     ``config``, ``model_config``, ``num_kv_blocks``, ``max_num_seqs`` (effective), ``device``,
-    ``attention_backend`` (``"triton"``, ``"native"`` or ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"`` on CUDA, else None).
+    ``attention_backend`` (``"triton"``, ``"native"`` or ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"`` on CUDA, else None),
+    ``dtype`` (weights and KV cache, a ``torch.dtype``), ``cuda_graphs_active`` (pure-decode steps
+    replay CUDA graphs, :mod:`own_engine.cuda_graphs`) and ``cuda_graphs_note`` (why not, else None).
     Raises :class:`~own_engine.config.ConfigError` for invalid settings.
     """
 
@@ -47,6 +50,7 @@ class LLMEngine:
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device='cuda' but no CUDA GPU is visible: use device='cpu' or 'auto'")
         self.device = torch.device("cuda" if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()) else "cpu")
+        self.dtype = getattr(torch, config.resolve_dtype(self.device.type))  # ConfigError: half dtype on CPU
         self.model_config = mc = ModelConfig.from_dir(config.model_dir)
         self.max_model_len = config.resolve_max_model_len(mc)
         self.draft_model_config = draft_mc = config.resolve_draft_model(mc)  # None unless speculative_model
@@ -66,8 +70,16 @@ class LLMEngine:
         attention_fn, self.attention_backend, self.attention_note = select_attention(
             self.device, config.attention_backend)
         model = LlamaModel.from_dir(config.model_dir, mc, self.max_model_len + spec_k + 1, self.device, attention_fn,
-                                    linear_backend=config.linear_backend)
-        self.runner = ModelRunner(model, self.num_kv_blocks, config.block_size, self.device)
+                                    linear_backend=config.linear_backend, dtype=self.dtype)
+        graphs = config.cuda_graphs and self.device.type == "cuda"
+        self.runner = ModelRunner(model, self.num_kv_blocks, config.block_size, self.device, scratch_block=graphs)
+        if not config.cuda_graphs:
+            self._graphs_note: str | None = "cuda_graphs=False"
+        elif not graphs:
+            self._graphs_note = f"CUDA graphs need a CUDA device, got {self.device}"
+        else:  # captured now, before any request (see own_engine.cuda_graphs)
+            sizes = capture_sizes(config.cuda_graph_batch_sizes, min(self.max_num_seqs, self.num_kv_blocks))
+            self._graphs_note = self.runner.enable_cuda_graphs(sizes, max_blocks_per_seq)
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
         self.proposer = None
@@ -77,10 +89,11 @@ class LLMEngine:
         elif config.speculative == "draft":
             if draft_mc is not None:  # a separate model: own weights, own KV geometry, same block pool
                 draft = LlamaModel.from_dir(config.speculative_model, draft_mc, self.max_model_len + spec_k + 1,
-                                            self.device, attention_fn, linear_backend=config.linear_backend)
+                                            self.device, attention_fn, linear_backend=config.linear_backend,
+                                            dtype=self.dtype)
             else:
                 draft = model.truncated(config.draft_num_layers)
-            self.draft_runner = ModelRunner(draft, self.num_kv_blocks, config.block_size, self.device)
+            self.draft_runner = ModelRunner(draft, self.num_kv_blocks, config.block_size, self.device)  # eager
             self.proposer = DraftModelProposer(self.draft_runner)
         cost = config.spec_cost_per_token
         if cost is None:
@@ -92,6 +105,21 @@ class LLMEngine:
         self.spec_num_draft_tokens = 0
         self.spec_num_accepted_tokens = 0
         self.spec_num_verify_steps = 0
+
+    @property
+    def cuda_graphs_active(self) -> bool:
+        """True while pure-decode steps of the target model replay CUDA graphs (False on CPU, with
+        ``cuda_graphs=False``, and after a failed capture check or replay: ``cuda_graphs_note``)."""
+        g = self.runner.graphs
+        return g is not None and g.enabled
+
+    @property
+    def cuda_graphs_note(self) -> str | None:
+        """Why CUDA graphs are off (one line), None while they are active."""
+        g = self.runner.graphs
+        if g is not None:
+            return None if g.enabled else g.note
+        return self._graphs_note
 
     # ------------------------------------------------------------------ requests
     def _generator(self, params: SamplingParams, index: int) -> torch.Generator | None:

@@ -4,8 +4,10 @@ Architecture (Touvron et al. 2023, "LLaMA", §2.2; GQA: Ainslie et al. 2023): pr
 (Zhang & Sennrich 2019), rotary position embeddings (Su et al. 2021, "RoFormer" §3.4, HF's
 ``rotate_half`` convention, incl. the config's ``rope_theta`` and ``rope_scaling``), grouped-query
 attention, SwiGLU MLP (Shazeer 2020). q/k/v and gate/up projections are fused into one matmul each
-(:class:`~own_engine.linear.Linear`: oneDNN-prepacked on CPU). Weights are fp32 on CPU; tied
-embeddings reuse ``embed_tokens`` as the LM head.
+(:class:`~own_engine.linear.Linear`: oneDNN-prepacked on CPU). Weights are fp32 on CPU, fp32 or
+bf16/fp16 on CUDA (``from_dir(dtype=...)``; in half precision RoPE is applied in fp32 and rounded
+back, RMSNorm upcasts internally, attention accumulates in fp32); tied embeddings reuse
+``embed_tokens`` as the LM head.
 
 RoPE as one complex multiply: at load time the rows of each q/k head are permuted from HF's
 half-split order ``(x_0..x_{D/2-1}, x_{D/2}..x_{D-1})`` to interleaved pairs ``(x_i, x_{i+D/2})``,
@@ -105,17 +107,19 @@ class LlamaModel:
 
     @classmethod
     def from_dir(cls, model_dir: Path, cfg: ModelConfig, max_len: int, device: torch.device,
-                 attention_fn=paged_attention, linear_backend: str = "auto") -> "LlamaModel":
-        """Load weights from ``model_dir``; raises :class:`WeightsError` naming a missing tensor.
+                 attention_fn=paged_attention, linear_backend: str = "auto",
+                 dtype: torch.dtype = torch.float32) -> "LlamaModel":
+        """Load weights from ``model_dir`` as ``dtype`` (every weight; the RoPE tables stay fp32);
+        raises :class:`WeightsError` naming a missing tensor.
 
-        ``linear_backend``: ``"auto"`` (oneDNN-prepacked on CPU) or ``"dense"`` (see
+        ``linear_backend``: ``"auto"`` (oneDNN-prepacked on CPU, fp32 only) or ``"dense"`` (see
         :class:`~own_engine.linear.Linear`)."""
         w = load_safetensors(model_dir)
 
         def take(name: str) -> torch.Tensor:
             if name not in w:
                 raise WeightsError(f"{model_dir} lacks tensor {name!r}: not a Llama checkpoint in HF format")
-            return w.pop(name).to(device=device, dtype=torch.float32)
+            return w.pop(name).to(device=device, dtype=dtype)
 
         def lin(t: torch.Tensor) -> Linear:
             return Linear(t.contiguous(), linear_backend)
@@ -185,13 +189,19 @@ class LlamaModel:
         T = input_ids.shape[0]
         H, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
         hidden, eps, inter = (c.hidden_size,), c.rms_norm_eps, c.intermediate_size
-        freqs = self.freqs.index_select(0, positions).unsqueeze(1)  # [T, 1, D/2] complex
+        freqs = self.freqs.index_select(0, positions).unsqueeze(1)  # [T, 1, D/2] complex64
         h = F.embedding(input_ids, self.embed)
+        wdt = h.dtype  # the weights' dtype; RoPE runs in fp32 (no bf16 complex) and rounds back
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
             x = F.rms_norm(h, hidden, layer["in_norm"], eps)
             qkv = layer["qkv"](x)  # [T, (H + 2 nkv) D]
-            qk = torch.view_as_complex(qkv[:, :(H + nkv) * D].view(T, H + nkv, D // 2, 2))
+            qk = qkv[:, :(H + nkv) * D]
+            if wdt != torch.float32:
+                qk = qk.float()
+            qk = torch.view_as_complex(qk.view(T, H + nkv, D // 2, 2))
             qk = torch.view_as_real(qk * freqs).view(T, H + nkv, D)
+            if wdt != torch.float32:
+                qk = qk.to(wdt)
             q, k = qk[:, :H], qk[:, H:]
             v = qkv[:, (H + nkv) * D:].view(T, nkv, D)
             self.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
@@ -204,5 +214,5 @@ class LlamaModel:
         return F.rms_norm(h, hidden, self.norm, eps)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] → logits [N, vocab] (fp32)."""
+        """[N, hidden] → logits [N, vocab] in the weights' dtype (:class:`ModelRunner` returns them as fp32)."""
         return self.lm_head(hidden)

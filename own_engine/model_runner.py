@@ -95,17 +95,70 @@ def select_attention(device: torch.device, backend: str = "auto") -> tuple[Calla
 class ModelRunner:
     """Runs ``model`` over batches with its own preallocated KV cache.
 
-    KV cache: per layer K and V tensors [num_blocks, block_size, num_kv_heads, head_dim] (fp32).
+    KV cache: per layer K and V tensors [num_blocks (+1), block_size, num_kv_heads, head_dim] in the
+    model's weight dtype. ``scratch_block=True`` allocates one block more than ``num_blocks``
+    (index ``num_blocks``, :attr:`scratch_block`) that no BlockManager of ``num_blocks`` blocks ever
+    hands out: padded rows of CUDA-graph decode batches write there (:mod:`own_engine.cuda_graphs`).
+    ``graphs``: the captured decode graphs (:meth:`enable_cuda_graphs`), or None (always eager).
     """
 
-    def __init__(self, model: LlamaModel, num_blocks: int, block_size: int, device: torch.device) -> None:
+    def __init__(self, model: LlamaModel, num_blocks: int, block_size: int, device: torch.device,
+                 scratch_block: bool = False) -> None:
         c = model.cfg
         self.model = model
         self.block_size = block_size
         self.device = device
-        shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
-        self.kv_caches = [(torch.zeros(shape, device=device), torch.zeros(shape, device=device))
+        self.num_blocks = num_blocks
+        self.scratch_block: int | None = num_blocks if scratch_block else None
+        dtype = model.embed.dtype
+        shape = (num_blocks + (1 if scratch_block else 0), block_size, c.num_kv_heads, c.head_dim)
+        self.kv_caches = [(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
                           for _ in range(model.num_layers)]
+        self.graphs = None  # own_engine.cuda_graphs.DecodeCudaGraphs once enable_cuda_graphs succeeded
+        self._triton_ok: dict[Callable, bool] = {}
+
+    def _triton_takes(self, attention_fn: Callable) -> bool:
+        """Whether ``attention_fn`` is the Triton path and its kernel runs on this runner's caches
+        (else :func:`~own_engine.triton_attention.triton_paged_attention` falls back to the PyTorch
+        path, which needs the padded decode-group metadata)."""
+        if getattr(attention_fn, "__module__", None) != "own_engine.triton_attention":
+            return False
+        if attention_fn not in self._triton_ok:
+            from own_engine.triton_attention import kernel_supports
+
+            k, v = self.kv_caches[0]
+            q = torch.empty(1, self.model.cfg.num_heads, self.model.cfg.head_dim, dtype=k.dtype, device=k.device)
+            self._triton_ok[attention_fn] = kernel_supports(q, k, v)
+        return self._triton_ok[attention_fn]
+
+    def enable_cuda_graphs(self, sizes: tuple[int, ...], max_blocks_per_seq: int) -> str | None:
+        """Capture decode graphs for the batch sizes ``sizes`` (CUDA, Triton attention, a runner
+        built with ``scratch_block=True``); block tables up to ``max_blocks_per_seq`` blocks.
+        Call before any request runs (the capture check writes synthetic K/V into free blocks).
+
+        Returns None when graphs are active, else a one-line reason they are not (then every step
+        runs eagerly, as without graphs).
+        """
+        if self.device.type != "cuda":
+            return f"CUDA graphs need a CUDA device, got {self.device}"
+        if self.scratch_block is None:
+            return "CUDA graphs need a runner built with scratch_block=True"
+        if not self._triton_takes(self.model.attention_fn):
+            return ("CUDA graphs need the Triton attention kernel (the PyTorch path sizes its masks on the CPU); "
+                    "this engine runs attention on the PyTorch path")
+        if not sizes:
+            return "no CUDA graph batch size fits max_num_seqs"
+        from own_engine.cuda_graphs import DecodeCudaGraphs
+
+        try:
+            graphs = DecodeCudaGraphs(self.model, self.kv_caches, self.block_size, self.scratch_block,
+                                      max_blocks_per_seq, sizes, self.device)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory for the static buffers
+            reason = f"CUDA graph buffers failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            logger.warning("CUDA graphs disabled, running eagerly: %s", reason)
+            return reason
+        self.graphs = graphs
+        return graphs.capture(self._run_eager, self.num_blocks)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy KV blocks ``src → dst`` in every layer (copy-on-write, naive fork)."""
@@ -119,18 +172,33 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, items: list[BatchItem]) -> torch.Tensor:
-        """One forward over all ``items``; logits [sum(num_logits), vocab] in item order.
+        """One forward over all ``items``; logits [sum(num_logits), vocab] fp32 in item order.
 
-        Raises ``ValueError`` for an empty batch or a block table too short for its tokens.
+        Pure-decode steps replay a captured CUDA graph when :attr:`graphs` is active and the model
+        still runs the attention function the graphs were captured with; every other step runs
+        eagerly. Raises ``ValueError`` for an empty batch or a block table too short for its tokens.
         """
+        g = self.graphs
+        if g is not None and g.enabled and self.model.attention_fn is g.attention_fn:
+            out = g.run(items)
+            if out is not None:
+                return out
+        return self._run_eager(items)
+
+    @torch.inference_mode()
+    def _run_eager(self, items: list[BatchItem]) -> torch.Tensor:
+        """:meth:`run` without CUDA graphs (builds the step's metadata on the CPU)."""
         if not items:
             raise ValueError("empty batch")
         c = self.model.cfg
         q_lens = [len(it.token_ids) for it in items]
         ctx = [it.start + n for it, n in zip(items, q_lens)]
+        fn = self.model.attention_fn
         meta = build_metadata(q_lens, ctx, [it.block_table for it in items], self.block_size,
                               c.num_heads, c.num_kv_heads, self.device,
-                              torch_decode=self.model.attention_fn is paged_attention)
+                              torch_decode=fn is paged_attention or (
+                                  getattr(fn, "__module__", None) == "own_engine.triton_attention"
+                                  and not self._triton_takes(fn)))
         flat: list[int] = []
         for it in items:
             flat.extend(it.token_ids)

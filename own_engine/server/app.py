@@ -232,7 +232,8 @@ def server_info(engine: Any) -> dict[str, Any]:
     size (tokens), ``kv_capacity_bytes`` = bytes of the allocated K/V tensors (draft model's
     included), ``prefix_caching`` as the block manager applies it (off under naive allocation),
     ``chunked_prefill_tokens`` = the per-step budget a prefill chunk fits in, ``dtype`` of the
-    KV cache, ``cuda_graphs`` False (the engine never captures graphs). A key is None where the
+    KV cache (= the weights' dtype), ``cuda_graphs`` whether decode steps replay CUDA graphs
+    (``engine.cuda_graphs_active``; False on CPU and when the capture check failed). A key is None where the
     engine object lacks the attribute (a test's fake engine)."""
     cfg = getattr(engine, "config", None)
     bm, sched = getattr(engine, "block_manager", None), getattr(engine, "scheduler", None)
@@ -261,7 +262,7 @@ def server_info(engine: Any) -> dict[str, Any]:
         "max_num_batched_tokens": getattr(cfg, "max_num_batched_tokens", None),
         "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
         "threads": getattr(cfg, "threads", None),
-        "cuda_graphs": False if cfg is not None else None,
+        "cuda_graphs": bool(getattr(engine, "cuda_graphs_active", False)) if cfg is not None else None,
         "speculative": None if spec is None else ("off" if spec == "none" else spec),
         "max_model_len": getattr(engine, "max_model_len", None),
         "device": str(getattr(engine, "device", "")) or None,

@@ -65,6 +65,13 @@ class LinearBackend(str, enum.Enum):
     dense = "dense"
 
 
+class DType(str, enum.Enum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
 class _Exit(Exception):
     """Stop with a one-line message and an exit status."""
 
@@ -121,6 +128,11 @@ def serve(
         "else PyTorch; torch: the PyTorch path (ablation)."),
     linear_backend: LinearBackend = typer.Option(
         LinearBackend.auto, help="auto: oneDNN-prepacked weights on CPU for multi-row inputs; dense: F.linear (ablation)."),
+    dtype: DType = typer.Option(
+        DType.auto, help="Weights and KV cache: auto = float32; bfloat16/float16 on CUDA only."),
+    cuda_graphs: bool = typer.Option(
+        True, "--cuda-graphs/--no-cuda-graphs",
+        help="On CUDA with the Triton kernel, replay decode steps from CUDA graphs captured at start (ignored on CPU)."),
     seed: int = typer.Option(0, help="Seed for requests without their own."),
     log_level: str = typer.Option("info", help="Server log level (debug, info, warning, error)."),
     max_body_bytes: int | None = typer.Option(
@@ -157,6 +169,8 @@ def serve(
         seed=seed,
         attention_backend=attention_backend.value,
         linear_backend=linear_backend.value,
+        dtype=dtype.value,
+        cuda_graphs=cuda_graphs,
     )
     if kv_cache_bytes is not None:
         options["kv_cache_bytes"] = kv_cache_bytes
