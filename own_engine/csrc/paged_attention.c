@@ -31,10 +31,77 @@ void kv_write(const float *k_new, int64_t k_st_t, int64_t k_st_h, const float *v
     }
 }
 
+/* One (query token, KV head): the G query heads of KV head kh attend to keys 0 .. L-1 of the
+ * sequence's block table. Inlined with D a compile-time constant (64, 128) so the dot products
+ * unroll and q stays in registers. sc: [G, L] scratch; acc: [G, D] scratch. */
+static inline __attribute__((always_inline)) void attend_one(
+        const float *restrict qb, int64_t q_st_h, const float *restrict k_cache,
+        const float *restrict v_cache, const int64_t *restrict bt, int64_t L, int64_t G, int64_t kh,
+        const int64_t row, const int64_t D, int64_t block_size, float scale, float *restrict ob,
+        int64_t o_st_h, float *restrict sc, float *restrict acc) {
+    float mx[MAX_G], sum[MAX_G];
+    const int64_t nblk = (L + block_size - 1) / block_size;
+    for (int64_t g = 0; g < G; g++) mx[g] = -INFINITY;
+    /* pass 1: sc[g * L + j] = scale * q_g . k_j */
+    for (int64_t b = 0; b < nblk; b++) {
+        const float *restrict kb = k_cache + bt[b] * block_size * row + kh * D;
+        const int64_t j0 = b * block_size;
+        const int64_t m = (L - j0 < block_size) ? L - j0 : block_size;
+        for (int64_t o = 0; o < m; o++) {
+            const float *restrict kr = kb + o * row;
+            for (int64_t g = 0; g < G; g++) {
+                const float *restrict qg = qb + g * q_st_h;
+                float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+                for (int64_t d = 0; d < D; d++) a += qg[d] * kr[d];
+                a *= scale;
+                sc[g * L + j0 + o] = a;
+                mx[g] = a > mx[g] ? a : mx[g];
+            }
+        }
+    }
+    /* pass 2: p = exp(s - max) and its sum */
+    for (int64_t g = 0; g < G; g++) {
+        float *restrict sg = sc + g * L;
+        const float mg = mx[g];
+        float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+        for (int64_t j = 0; j < L; j++) {
+            const float e = expf(sg[j] - mg);
+            sg[j] = e;
+            total += e;
+        }
+        sum[g] = total;
+    }
+    /* pass 3: acc_g = sum_j p_j v_j, then out_g = acc_g / sum */
+    for (int64_t x = 0; x < G * D; x++) acc[x] = 0.0f;
+    for (int64_t b = 0; b < nblk; b++) {
+        const float *restrict vb = v_cache + bt[b] * block_size * row + kh * D;
+        const int64_t j0 = b * block_size;
+        const int64_t m = (L - j0 < block_size) ? L - j0 : block_size;
+        for (int64_t o = 0; o < m; o++) {
+            const float *restrict vr = vb + o * row;
+            for (int64_t g = 0; g < G; g++) {
+                const float p = sc[g * L + j0 + o];
+                float *restrict ag = acc + g * D;
+#pragma omp simd
+                for (int64_t d = 0; d < D; d++) ag[d] += p * vr[d];
+            }
+        }
+    }
+    for (int64_t g = 0; g < G; g++) {
+        float *restrict og = ob + g * o_st_h;
+        const float *restrict ag = acc + g * D;
+        const float inv = 1.0f / sum[g];
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) og[d] = ag[d] * inv;
+    }
+}
+
 /* q: [T, H, D] with strides (q_st_t, q_st_h); out: [T, H, D] with strides (o_st_t, o_st_h).
  * rows[i], seq[i], lens[i] for i < n: flat token index, block-table row, number of keys.
  * scratch: at least MAX_G * (max(lens) + D) floats. Returns 0, or -1 when G > MAX_G.
- * Keys are walked block by block (no division per key); restrict lets the compiler keep q in registers. */
+ * Keys are walked block by block (no division per key). */
 int paged_decode_attention(const float *restrict q, int64_t q_st_t, int64_t q_st_h,
                            const float *restrict k_cache, const float *restrict v_cache,
                            const int64_t *restrict block_tables, int64_t bt_stride,
@@ -48,67 +115,22 @@ int paged_decode_attention(const float *restrict q, int64_t q_st_t, int64_t q_st
     for (int64_t i = 0; i < n; i++) {
         const int64_t t = rows[i], L = lens[i];
         const int64_t *restrict bt = block_tables + seq[i] * bt_stride;
-        const int64_t nblk = (L + block_size - 1) / block_size;
         float *restrict sc = scratch;          /* [G, L] scores, then probabilities */
         float *restrict acc = scratch + G * L; /* [G, D] output accumulators */
         for (int64_t kh = 0; kh < nkv; kh++) {
-            float mx[MAX_G], sum[MAX_G];
             const float *restrict qb = q + t * q_st_t + kh * G * q_st_h;
-            for (int64_t g = 0; g < G; g++) mx[g] = -INFINITY;
-            /* pass 1: sc[g * L + j] = scale * q_g . k_j */
-            for (int64_t b = 0; b < nblk; b++) {
-                const float *restrict kb = k_cache + bt[b] * block_size * row + kh * D;
-                const int64_t j0 = b * block_size;
-                const int64_t m = (L - j0 < block_size) ? L - j0 : block_size;
-                for (int64_t o = 0; o < m; o++) {
-                    const float *restrict kr = kb + o * row;
-                    for (int64_t g = 0; g < G; g++) {
-                        const float *restrict qg = qb + g * q_st_h;
-                        float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-                        for (int64_t d = 0; d < D; d++) a += qg[d] * kr[d];
-                        a *= scale;
-                        sc[g * L + j0 + o] = a;
-                        mx[g] = a > mx[g] ? a : mx[g];
-                    }
-                }
-            }
-            /* pass 2: p = exp(s - max) and its sum */
-            for (int64_t g = 0; g < G; g++) {
-                float *restrict sg = sc + g * L;
-                const float mg = mx[g];
-                float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-                for (int64_t j = 0; j < L; j++) {
-                    const float e = expf(sg[j] - mg);
-                    sg[j] = e;
-                    total += e;
-                }
-                sum[g] = total;
-            }
-            /* pass 3: acc_g = sum_j p_j v_j, then out_g = acc_g / sum */
-            for (int64_t x = 0; x < G * D; x++) acc[x] = 0.0f;
-            for (int64_t b = 0; b < nblk; b++) {
-                const float *restrict vb = v_cache + bt[b] * block_size * row + kh * D;
-                const int64_t j0 = b * block_size;
-                const int64_t m = (L - j0 < block_size) ? L - j0 : block_size;
-                for (int64_t o = 0; o < m; o++) {
-                    const float *restrict vr = vb + o * row;
-                    for (int64_t g = 0; g < G; g++) {
-                        const float p = sc[g * L + j0 + o];
-                        float *restrict ag = acc + g * D;
-#pragma omp simd
-                        for (int64_t d = 0; d < D; d++) ag[d] += p * vr[d];
-                    }
-                }
-            }
-            for (int64_t g = 0; g < G; g++) {
-                float *restrict og = out + t * o_st_t + (kh * G + g) * o_st_h;
-                const float *restrict ag = acc + g * D;
-                const float inv = 1.0f / sum[g];
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) og[d] = ag[d] * inv;
-            }
+            float *restrict ob = out + t * o_st_t + kh * G * o_st_h;
+#define ATTEND(GG, DD) attend_one(qb, q_st_h, k_cache, v_cache, bt, L, GG, kh, row, DD, block_size, scale, ob, o_st_h, sc, acc)
+            /* constant (G, D) for the common geometries: the G dot products interleave */
+            if (D == 64 && G == 3) ATTEND(3, 64);
+            else if (D == 64 && G == 4) ATTEND(4, 64);
+            else if (D == 64 && G == 8) ATTEND(8, 64);
+            else if (D == 128 && G == 4) ATTEND(4, 128);
+            else if (D == 128 && G == 8) ATTEND(8, 128);
+            else if (D == 64) ATTEND(G, 64);
+            else if (D == 128) ATTEND(G, 128);
+            else ATTEND(G, D);
+#undef ATTEND
         }
     }
     return 0;
