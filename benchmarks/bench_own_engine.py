@@ -12,6 +12,8 @@ Sections (``--section``):
 - ``prefill``: model FLOP/s of a 512-token prefill / 1-thread ``torch.mm`` FLOP/s on the same
   projection shapes (goal >= 0.9).
 - ``verify``: a 6-row speculative verify forward / a 1-row decode forward, batch 1 (goal: ~1).
+- ``linear``: the model's projections at M = 1..16 rows: MKL vs oneDNN-prepacked vs the native
+  small-M kernel (what :class:`own_engine.linear.Linear` chooses between).
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_own_engine.py [--section all] [--repeats 3]``.
 Numbers on a shared machine are "measured under load"; compare the ratios, not the absolute values.
@@ -308,8 +310,39 @@ def bench_verify(model_dir: Path, repeats: int, k: int, context: int) -> list[tu
     ]
 
 
+def bench_linear(model_dir: Path, repeats: int) -> list[tuple[str, str, str]]:
+    """The default model's 30 layers of projections (qkv, o, gate_up, down; 476 MB) at M rows:
+    MKL (``torch.mm`` on the dense weight, what ``F.linear`` runs), oneDNN-prepacked, and the
+    native small-M kernel, interleaved; ms per pass over all layers."""
+    from own_engine.cpu_kernels import native_attention
+
+    e = make_engine(model_dir, max_model_len=256)
+    m = e.runner.model
+    native, why = native_attention()
+    lins = [layer[k] for layer in m.layers for k in ("qkv", "o", "gate_up", "down")]
+    rows: list[tuple[str, str, str]] = []
+    for M in (1, 2, 4, 6, 8, 16, 32, 48):
+        xs = {n: torch.randn(M, n) for n in {lin.weight.shape[1] for lin in lins}}
+        fns = {"mkl": lambda: [torch.mm(xs[lin.weight.shape[1]], lin.weight_t) for lin in lins]}
+        if lins[0].packed is not None:
+            fns["onednn"] = lambda: [torch.ops.mkldnn._linear_pointwise(xs[lin.weight.shape[1]], lin.packed, None,
+                                                                        "none", [], "") for lin in lins]
+        if native is not None:
+            fns["small-M"] = lambda: [native.layer_ops.small_m_linear(xs[lin.weight.shape[1]], lin.weight)
+                                      for lin in lins]
+        t = _interleaved(fns, repeats, 1)
+        rows.append((f"M={M}: " + " / ".join(fns) + " ms", " / ".join(summarize([x * 1e3 for x in v]) for v in t.values()),
+                     ""))
+        if "small-M" in t:
+            best = "onednn" if "onednn" in t and M > 1 else "mkl"
+            rows.append((f"M={M}: {best} / small-M time", summarize([a / b for a, b in zip(t[best], t["small-M"])]), ""))
+    if native is None:
+        rows.append(("native small-M kernel", f"unavailable: {why}", ""))
+    return rows
+
+
 @app.command()
-def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth | prefill | verify"),
+def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth | prefill | verify | linear"),
          repeats: int = typer.Option(3, min=1), requests: int = typer.Option(24, min=2),
          hf_batch: int = typer.Option(8, min=1), threads: int = typer.Option(1, min=1)) -> None:
     """Run the own-engine benchmarks and print one table of ratios."""
@@ -317,13 +350,15 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
 
     torch.set_num_threads(threads)
     model_dir = resolve_model(None)
-    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth", "prefill", "verify")
+    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth", "prefill", "verify", "linear")
     if section not in valid:
         raise typer.BadParameter(f"--section must be one of {', '.join(valid)}")
     rows: list[tuple[str, str, str]] = []
     load = os.getloadavg()[0]
     if section in ("all", "bandwidth"):
         rows += [("[bold]decode vs memory bandwidth[/bold]", "", "")] + bench_bandwidth(model_dir, repeats, 32)
+    if section in ("all", "linear"):
+        rows += [("[bold]linear kernels by rows M[/bold]", "", "")] + bench_linear(model_dir, max(repeats, 5))
     if section in ("all", "prefill"):
         rows += [("[bold]prefill efficiency[/bold]", "", "")] + bench_prefill(model_dir, max(repeats, 3), 512)
     if section in ("all", "verify"):

@@ -8,9 +8,11 @@ scenario:
 - ``mixed``: 16 decoding sequences plus a 256-token prefill chunk in the same step.
 
 Prints, per scenario, the mean wall time of a step and its breakdown by operator class
-(``matmul``: aten::mm/addmm/linear/bmm; ``attention``: SDPA and its softmax/bmm internals;
+(``matmul``: aten::mm/addmm/linear/bmm, oneDNN and the native small-M kernel; ``attention``: SDPA
+and its softmax/bmm internals and the native paged kernel (native C kernels are ctypes calls the
+torch profiler cannot see: they are wrapped in ``record_function("native::...")``);
 ``gather/copy``: index_select/index_copy/cat/copy/contiguous; ``elementwise``: mul/add/rsqrt/silu
-/...; ``python/other``: step time not inside any aten op: scheduler, metadata building, Python),
+/...; ``outside``: step time not inside any op: scheduler, metadata building, Python),
 and the top operators by self CPU time. ``--json PATH`` writes the numbers.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/profile_own_engine.py [--steps 20]``.
@@ -41,9 +43,12 @@ console = Console()
 app = typer.Typer(add_completion=False)
 
 CLASSES = {
-    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn"),
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn",
+               "native::small_m_linear"),
     "attention": ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax",
-                  "_scaled_dot_product"),
+                  "_scaled_dot_product", "native::paged_decode_attention"),
+    "native elementwise (RoPE+KV write, add+RMSNorm, SiLU*up)": ("native::rope_kv_write", "native::add_rms_norm",
+                                                                 "native::silu_mul", "native::kv_write"),
     "gather/copy": ("index_select", "index_copy", "aten::cat", "aten::copy_", "aten::contiguous",
                     "aten::clone", "aten::embedding", "aten::index", "aten::repeat", "aten::stack",
                     "aten::masked", "aten::to", "aten::_to_copy", "aten::where"),
@@ -71,6 +76,25 @@ def _setup(engine: LLMEngine, scenario: str) -> None:
         engine.step()
 
 
+def _annotate_native(engine: LLMEngine) -> None:
+    """Wrap the native C kernels (ctypes calls, invisible to the torch profiler) in
+    ``record_function("native::<name>")`` so their time shows as its own class."""
+    attn = engine.runner.model.attention_fn
+    lib = getattr(attn, "lib", None)
+    if lib is None:
+        return
+    for name in ("paged_decode_attention", "kv_write", "rope_kv_write", "add_rms_norm", "silu_mul", "small_m_linear"):
+        fn = getattr(lib, name, None)
+        if fn is None:
+            continue
+
+        def wrapped(*a, _fn=fn, _name=name):
+            with torch.profiler.record_function(f"native::{_name}"):
+                return _fn(*a)
+
+        setattr(lib, name, wrapped)
+
+
 def profile(model_dir: Path, scenario: str, steps: int) -> dict:
     engine = LLMEngine(EngineConfig(model_dir=model_dir, threads=1, max_model_len=1024,
                                     max_num_batched_tokens=512, max_num_seqs=64, enable_prefix_caching=False))
@@ -82,6 +106,7 @@ def profile(model_dir: Path, scenario: str, steps: int) -> dict:
             engine.add_request(f"p{i}", _prompt(engine, 256, 1000 + i), sp)
         engine.step()
 
+    _annotate_native(engine)
     for i in range(3):
         one_step(-1 - i)
     t = time.perf_counter()
@@ -96,7 +121,7 @@ def profile(model_dir: Path, scenario: str, steps: int) -> dict:
     top = []
     events = prof.key_averages()
     for ev in events:
-        if not ev.key.startswith("aten::") and "mkldnn" not in ev.key:
+        if not ev.key.startswith(("aten::", "native::")) and "mkldnn" not in ev.key:
             continue
         self_us = ev.self_cpu_time_total / steps
         per_class[classify(ev.key)] += self_us

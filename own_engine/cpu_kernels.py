@@ -34,6 +34,7 @@ from own_engine.attention import AttentionMetadata, prefill_attention
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
 MAX_G = 16  # the kernel's limit on query heads per KV head
+SMALL_M_MAX = 16  # most rows one small_m_linear pass takes
 
 _i64 = ctypes.c_int64
 _ptr = ctypes.c_void_p
@@ -94,7 +95,63 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     lib.paged_decode_attention.restype = ctypes.c_int
     lib.paged_decode_attention.argtypes = [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
                                            _i64, _i64, _i64, _i64, ctypes.c_float, _ptr, _i64, _i64, _ptr]
+    lib.rope_kv_write.restype = None
+    lib.rope_kv_write.argtypes = [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
+    lib.add_rms_norm.restype = None
+    lib.add_rms_norm.argtypes = [_ptr, _ptr, _ptr, ctypes.c_float, _i64, _i64, _ptr]
+    lib.silu_mul.restype = None
+    lib.silu_mul.argtypes = [_ptr, _i64, _i64, _ptr]
+    lib.small_m_linear.restype = ctypes.c_int
+    lib.small_m_linear.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _ptr]
+    lib.small_m_linear_vectorized.restype = ctypes.c_int
+    lib.small_m_linear_vectorized.argtypes = []
     return lib, None
+
+
+class NativeLayerOps:
+    """The decoder layer's elementwise work in three calls instead of ~20 small PyTorch ops
+    (:meth:`own_engine.model.LlamaModel.forward` uses them when the native kernels are active).
+    fp32 CPU tensors, contiguous rows; shapes in each method."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+
+    def rope_kv_write(self, qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
+                      cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Rotate the q and k heads of ``qkv`` [T, (H + 2 nkv) D] in place (interleaved pairs, by
+        ``cos``/``sin`` [max_len, D/2] at ``positions`` [T]) and write its k and v heads to the
+        caches [num_blocks, block_size, nkv, D] at ``slot_mapping`` [T]."""
+        self.lib.rope_kv_write(qkv.data_ptr(), qkv.stride(0), qkv.shape[0], num_heads, num_kv_heads, head_dim,
+                               cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), k_cache.data_ptr(),
+                               v_cache.data_ptr(), slot_mapping.data_ptr())
+
+    def add_rms_norm(self, h: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                     out: torch.Tensor) -> None:
+        """``h += delta`` (if given), then ``out = RMSNorm(h) * weight``; ``h``, ``delta``, ``out``
+        [T, hidden], ``weight`` [hidden]."""
+        T, n = h.shape
+        self.lib.add_rms_norm(h.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(), eps, T, n,
+                              out.data_ptr())
+
+    def small_m_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``x`` [M, K] (contiguous) @ ``weight`` [N, K]^T → [M, N]: every weight row read once per
+        :data:`SMALL_M_MAX` rows of ``x`` (the AVX-512 kernel; a plain loop on other CPUs).
+        Raises ``ValueError`` for an empty ``x``."""
+        M, K = x.shape
+        N = weight.shape[0]
+        if M < 1:
+            raise ValueError("small_m_linear needs at least one row")
+        out = torch.empty(M, N)
+        for r in range(0, M, SMALL_M_MAX):
+            m = min(SMALL_M_MAX, M - r)
+            self.lib.small_m_linear(x.data_ptr() + r * K * 4, m, K, weight.data_ptr(), N, out.data_ptr() + r * N * 4)
+        return out
+
+    def silu_mul(self, gate_up: torch.Tensor, out: torch.Tensor) -> None:
+        """``out = silu(gate) * up`` for ``gate_up`` [T, 2 inter] = [gate | up], ``out`` [T, inter]."""
+        T, inter = out.shape
+        self.lib.silu_mul(gate_up.data_ptr(), T, inter, out.data_ptr())
 
 
 class NativePagedAttention:
@@ -103,6 +160,7 @@ class NativePagedAttention:
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
+        self.layer_ops = NativeLayerOps(lib)
         self._scratch = torch.empty(0)
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -171,4 +229,37 @@ def _self_check(fn: NativePagedAttention) -> str | None:
     err = float((fn(q, k, v, kc2, vc2, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
     if not err < 1e-4:
         return f"the native CPU attention kernel disagrees with the PyTorch path (max abs error {err:.2e})"
+    err = max(layer_ops_errors(fn.layer_ops).values())
+    if not err < 1e-4:
+        return f"the native CPU layer ops disagree with PyTorch (max abs error {err:.2e})"
     return None
+
+
+def layer_ops_errors(ops: NativeLayerOps, T: int = 5, H: int = 6, nkv: int = 2, D: int = 16,
+                     hidden: int = 48, inter: int = 40) -> dict[str, float]:
+    """Max abs error of each :class:`NativeLayerOps` op against its PyTorch definition on random
+    inputs (RoPE as the complex multiply of :mod:`own_engine.model`, ``F.rms_norm``, SiLU x up)."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(1)
+    qkv = torch.randn(T, (H + 2 * nkv) * D, generator=g)
+    ang = torch.rand(32, D // 2, generator=g) * 6.3
+    cos, sin = ang.cos(), ang.sin()
+    pos = torch.tensor([3, 0, 31, 7, 7][:T], dtype=torch.int64)
+    slots = torch.tensor([4, 9, 0, 2, 11][:T], dtype=torch.int64)
+    kc, vc = torch.zeros(12, 1, nkv, D), torch.zeros(12, 1, nkv, D)
+    ref = torch.view_as_real(torch.view_as_complex(qkv[:, :(H + nkv) * D].reshape(T, H + nkv, D // 2, 2))
+                             * torch.complex(cos, sin)[pos].unsqueeze(1)).reshape(T, -1)
+    got = qkv.clone()
+    ops.rope_kv_write(got, H, nkv, D, cos, sin, pos, kc, vc, slots)
+    errs = {"rope": float((got[:, :(H + nkv) * D] - ref).abs().max()),
+            "kv_write": float(max((kc.view(12, -1)[slots] - got[:, H * D:(H + nkv) * D]).abs().max(),
+                                  (vc.view(12, -1)[slots] - qkv[:, (H + nkv) * D:]).abs().max()))}
+    h, d, w = torch.randn(T, hidden, generator=g), torch.randn(T, hidden, generator=g), torch.randn(hidden, generator=g)
+    out, h2 = torch.empty(T, hidden), h.clone()
+    ops.add_rms_norm(h2, d, w, 1e-5, out)
+    errs["add_rms_norm"] = float(max((h2 - (h + d)).abs().max(), (out - F.rms_norm(h + d, (hidden,), w, 1e-5)).abs().max()))
+    gu, act = torch.randn(T, 2 * inter, generator=g), torch.empty(T, inter)
+    ops.silu_mul(gu, act)
+    errs["silu_mul"] = float((act - F.silu(gu[:, :inter]) * gu[:, inter:]).abs().max())
+    return errs

@@ -37,13 +37,16 @@ class Linear:
     ``"dense"``: always ``F.linear`` (the ablation baseline). Raises ``ValueError`` for another backend.
     """
 
-    __slots__ = ("weight", "weight_t", "packed")
+    __slots__ = ("weight", "weight_t", "packed", "small_m", "small_m_max")
 
-    def __init__(self, weight: torch.Tensor, backend: str = "auto") -> None:
+    def __init__(self, weight: torch.Tensor, backend: str = "auto", small_m=None, small_m_max: int = 0) -> None:
         if backend not in LINEAR_BACKENDS:
             raise ValueError(f"linear_backend must be one of {LINEAR_BACKENDS}, got {backend!r}")
         self.weight = weight
         self.weight_t = weight.t()  # mm(x, W^T) is what F.linear runs, minus two dispatches per call
+        # the native small-M kernel (own_engine.cpu_kernels.NativeLayerOps.small_m_linear) for 1..small_m_max rows
+        self.small_m = small_m if backend == "auto" and onednn_available(weight) else None
+        self.small_m_max = small_m_max
         self.packed = None
         if backend == "auto" and onednn_available(weight):
             try:
@@ -52,7 +55,10 @@ class Linear:
                 self.packed = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None or x.shape[0] == 1:
+        M = x.shape[0]
+        if self.small_m is not None and M <= self.small_m_max and x.dim() == 2 and x.is_contiguous():
+            return self.small_m(x, self.weight)
+        if self.packed is None or M == 1:
             return torch.mm(x, self.weight_t) if x.dim() == 2 else F.linear(x, self.weight)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 

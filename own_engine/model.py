@@ -103,6 +103,9 @@ class LlamaModel:
         self.freqs = torch.complex(cos, sin)  # [max_len, D/2] e^{j pos theta_i}
         self.attention_fn = attention_fn
         self.write_kv = getattr(attention_fn, "write_kv", write_kv)  # a kernel may bring its own KV write
+        # the native CPU kernels also fuse the layer's elementwise work (fp32 CPU only)
+        self.layer_ops = (getattr(attention_fn, "layer_ops", None)
+                          if embed.device.type == "cpu" and embed.dtype == torch.float32 else None)
         self.scale = cfg.head_dim ** -0.5
 
     @classmethod
@@ -121,8 +124,20 @@ class LlamaModel:
                 raise WeightsError(f"{model_dir} lacks tensor {name!r}: not a Llama checkpoint in HF format")
             return w.pop(name).to(device=device, dtype=dtype)
 
+        small_m, small_m_max = None, 0
+        ops = getattr(attention_fn, "layer_ops", None)
+        if ops is None and linear_backend == "auto" and device.type == "cpu" and dtype == torch.float32:
+            from own_engine.cpu_kernels import native_attention  # the native kernels, even with torch attention
+
+            native, _ = native_attention()
+            ops = None if native is None else native.layer_ops
+        if ops is not None:
+            from own_engine.cpu_kernels import SMALL_M_MAX
+
+            small_m, small_m_max = ops.small_m_linear, SMALL_M_MAX
+
         def lin(t: torch.Tensor) -> Linear:
-            return Linear(t.contiguous(), linear_backend)
+            return Linear(t.contiguous(), linear_backend, small_m, small_m_max)
 
         D = cfg.head_dim
         # per head, row 2i <- row i and row 2i+1 <- row i + D/2 (interleaved RoPE pairs, module docstring)
@@ -185,6 +200,8 @@ class LlamaModel:
         this step's K/V are written at ``meta.slot_mapping``. RMSNorm (Zhang & Sennrich 2019) is
         ``F.rms_norm`` (bit-identical to HF's ``w * x * rsqrt(mean(x^2) + eps)`` in fp32, one op).
         """
+        if self.layer_ops is not None:
+            return self._forward_native(input_ids, positions, meta, kv_caches)
         c = self.cfg
         T = input_ids.shape[0]
         H, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
@@ -212,6 +229,33 @@ class LlamaModel:
             act = F.silu(gu[:, :inter])
             h.add_(layer["down"](act.mul_(gu[:, inter:])))
         return F.rms_norm(h, hidden, self.norm, eps)
+
+    def _forward_native(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                        kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """:meth:`forward` with the elementwise work in the native CPU kernels
+        (:class:`~own_engine.cpu_kernels.NativeLayerOps`): per layer one call for RoPE + the KV
+        write, one for each residual add fused with the next RMSNorm, one for SiLU x up; the
+        matmuls and attention as in :meth:`forward`."""
+        c, ops = self.cfg, self.layer_ops
+        T = input_ids.shape[0]
+        H, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
+        eps, inter = c.rms_norm_eps, c.intermediate_size
+        h = F.embedding(input_ids, self.embed)
+        x = torch.empty_like(h)
+        act = torch.empty(T, inter)
+        ops.add_rms_norm(h, None, self.layers[0]["in_norm"], eps, x)
+        last = len(self.layers) - 1
+        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches)):
+            qkv = layer["qkv"](x)  # [T, (H + 2 nkv) D]
+            ops.rope_kv_write(qkv, H, nkv, D, self.cos, self.sin, positions, k_cache, v_cache, meta.slot_mapping)
+            q = qkv[:, :H * D].view(T, H, D)
+            k = qkv[:, H * D:(H + nkv) * D].view(T, nkv, D)
+            v = qkv[:, (H + nkv) * D:].view(T, nkv, D)
+            attn = self.attention_fn(q, k, v, k_cache, v_cache, meta, self.scale)
+            ops.add_rms_norm(h, layer["o"](attn.view(T, H * D)), layer["post_norm"], eps, x)
+            ops.silu_mul(layer["gate_up"](x), act)
+            ops.add_rms_norm(h, layer["down"](act), self.norm if i == last else self.layers[i + 1]["in_norm"], eps, x)
+        return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] → logits [N, vocab] in the weights' dtype (:class:`ModelRunner` returns them as fp32)."""

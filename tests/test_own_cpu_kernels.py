@@ -126,3 +126,42 @@ def test_no_compiler_on_path(tmp_path, monkeypatch):
 
 def test_torch_backend_is_always_the_pytorch_path():
     assert select_attention(CPU, "torch") == (paged_attention, "torch", None)
+
+
+def test_layer_ops_match_their_pytorch_definitions(kernel):
+    errs = cpu_kernels.layer_ops_errors(kernel.layer_ops)
+    assert set(errs) == {"rope", "kv_write", "add_rms_norm", "silu_mul"}
+    assert errs["kv_write"] == 0.0  # a copy
+    assert all(e < 2e-6 for e in errs.values()), errs
+
+
+def test_model_uses_the_fused_layer_path_only_with_the_native_kernel(kernel):
+    from own_engine.model import LlamaModel
+    from own_engine.random_model import RandomLlamaSpec, write_random_llama
+
+    import tempfile
+    from pathlib import Path
+
+    from own_engine.config import ModelConfig
+
+    with tempfile.TemporaryDirectory() as d:
+        folder = write_random_llama(Path(d), RandomLlamaSpec())
+        cfg = ModelConfig.from_dir(folder)
+        native = LlamaModel.from_dir(folder, cfg, 64, CPU, kernel)
+        plain = LlamaModel.from_dir(folder, cfg, 64, CPU, paged_attention)
+    assert native.layer_ops is kernel.layer_ops and plain.layer_ops is None
+    assert native.truncated(1).layer_ops is kernel.layer_ops
+    # one prefill + one decode through both paths: same hidden states
+    bs, H, nkv, D = 4, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    shape = (8, bs, nkv, D)
+    outs = []
+    for model in (native, plain):
+        caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(model.num_layers)]
+        ids = torch.tensor([5, 17, 3, 44, 9, 2], dtype=torch.int64)
+        m1 = build_metadata([6], [6], [[0, 1]], bs, H, nkv, CPU, torch_decode=model is plain)
+        h1 = model.forward(ids, m1.positions, m1, caches)
+        m2 = build_metadata([1], [7], [[0, 1]], bs, H, nkv, CPU, torch_decode=model is plain)
+        h2 = model.forward(torch.tensor([8]), m2.positions, m2, caches)
+        outs.append((h1, h2))
+    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[0][1], outs[1][1], atol=1e-5, rtol=1e-5)

@@ -138,11 +138,13 @@ def test_chunked_prefill_and_prefix_hits_match_full_forward_logits(default_engin
     # chunked: 3 uneven chunks into other blocks, logits of every position
     bt = [5, 6, 7, 8]
     parts = [r.run([BatchItem(ids[a:b], a, bt, b - a)]) for a, b in [(0, 13), (13, 40), (40, n)]]
-    torch.testing.assert_close(torch.cat(parts), full, atol=1e-4, rtol=1e-4)
+    # chunks of <= 16 rows take the small-M kernel, longer ones oneDNN: fp32 rounding of logits up to
+    # ~40 in magnitude differs by ~1e-4 between them (6e-6 relative)
+    torch.testing.assert_close(torch.cat(parts), full, atol=5e-4, rtol=1e-4)
     # prefix-cache hit: a new sequence reuses blocks 0-1 (32 tokens) and computes only the rest,
     # batched with an unrelated decode
     hit = r.run([BatchItem(ids[32:], 32, [0, 1, 9, 10], n - 32), BatchItem(ids[5:6], 5, [11], 1)])
-    torch.testing.assert_close(hit[:n - 32], full[32:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(hit[:n - 32], full[32:], atol=5e-4, rtol=1e-4)
 
 
 def test_engine_prefix_cache_counts_and_last_token_is_computed(model_dir, prompt_ids):

@@ -135,3 +135,180 @@ int paged_decode_attention(const float *restrict q, int64_t q_st_t, int64_t q_st
     }
     return 0;
 }
+
+/* ---- fused elementwise ops of a decoder layer (fp32, contiguous rows) ---- */
+
+/* Rotary embedding in place on the q and k heads of the fused projection output, then the KV write.
+ * qkv: [T, (H + 2 nkv) D] rows of stride qkv_st (floats); heads 0..H+nkv-1 are rotated pairwise,
+ * pair i of a head = (x[2i], x[2i+1]) (the interleaved layout own_engine/model.py loads),
+ * by cos/sin [max_len, D/2] at positions[t]: (x0 c - x1 s, x0 s + x1 c). Then the k heads and the
+ * v heads of token t are copied to slot slot_mapping[t] of k_cache / v_cache. */
+void rope_kv_write(float *restrict qkv, int64_t qkv_st, int64_t T, int64_t H, int64_t nkv, int64_t D,
+                   const float *restrict cos_t, const float *restrict sin_t, const int64_t *restrict positions,
+                   float *restrict k_cache, float *restrict v_cache, const int64_t *restrict slot_mapping) {
+    const int64_t half = D / 2;
+    for (int64_t t = 0; t < T; t++) {
+        float *restrict row = qkv + t * qkv_st;
+        const float *restrict c = cos_t + positions[t] * half;
+        const float *restrict s = sin_t + positions[t] * half;
+        for (int64_t h = 0; h < H + nkv; h++) {
+            float *restrict x = row + h * D;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                const float x0 = x[2 * i], x1 = x[2 * i + 1];
+                x[2 * i] = x0 * c[i] - x1 * s[i];
+                x[2 * i + 1] = x0 * s[i] + x1 * c[i];
+            }
+        }
+        const int64_t slot = slot_mapping[t];
+        memcpy(k_cache + slot * nkv * D, row + H * D, (size_t)(nkv * D) * sizeof(float));
+        memcpy(v_cache + slot * nkv * D, row + (H + nkv) * D, (size_t)(nkv * D) * sizeof(float));
+    }
+}
+
+/* h += delta (when delta is not NULL), then out = w * h * 1/sqrt(mean(h^2) + eps) per row
+ * (RMSNorm, Zhang & Sennrich 2019). h, delta, out: [T, n] contiguous; w: [n]. */
+void add_rms_norm(float *restrict h, const float *restrict delta, const float *restrict w, float eps,
+                  int64_t T, int64_t n, float *restrict out) {
+    for (int64_t t = 0; t < T; t++) {
+        float *restrict x = h + t * n;
+        float ss = 0.0f;
+        if (delta != NULL) {
+            const float *restrict d = delta + t * n;
+#pragma omp simd reduction(+ : ss)
+            for (int64_t i = 0; i < n; i++) {
+                const float v = x[i] + d[i];
+                x[i] = v;
+                ss += v * v;
+            }
+        } else {
+#pragma omp simd reduction(+ : ss)
+            for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+        }
+        const float r = 1.0f / sqrtf(ss / (float)n + eps);
+        float *restrict o = out + t * n;
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = w[i] * (x[i] * r);
+    }
+}
+
+/* out[t, i] = silu(gu[t, i]) * gu[t, inter + i] (SwiGLU, Shazeer 2020); gu: [T, 2 inter], out: [T, inter]. */
+void silu_mul(const float *restrict gu, int64_t T, int64_t inter, float *restrict out) {
+    for (int64_t t = 0; t < T; t++) {
+        const float *restrict g = gu + t * 2 * inter;
+        const float *restrict u = g + inter;
+        float *restrict o = out + t * inter;
+#pragma omp simd
+        for (int64_t i = 0; i < inter; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+/* ---- small-M linear: out[M, N] = x[M, K] @ w[N, K]^T for 1 <= M <= 16, each weight row read once ----
+ * For a decode batch of a few sequences or a speculative verify (k + 1 rows), the weights (not the
+ * FLOPs) are the cost: this streams every weight row once and keeps M x TN accumulators in
+ * registers (AVX-512; a plain C loop elsewhere). BLAS SGEMM re-packs the weight per call there. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#define SMALL_GEMM(MM, TN)                                                                              \
+    static void small_gemm_##MM(const float *restrict x, int64_t K, const float *restrict w, int64_t N,  \
+                                float *restrict out) {                                                  \
+        const int64_t kv = K & ~(int64_t)15;                                                            \
+        const __mmask16 tail = (__mmask16)((1u << (K - kv)) - 1u);                                      \
+        int64_t n = 0;                                                                                  \
+        for (; n + TN <= N; n += TN) {                                                                  \
+            __m512 acc[MM][TN];                                                                         \
+            for (int m = 0; m < MM; m++)                                                                \
+                for (int r = 0; r < TN; r++) acc[m][r] = _mm512_setzero_ps();                           \
+            for (int64_t k = 0; k < kv; k += 16) {                                                      \
+                __m512 wr[TN];                                                                          \
+                for (int r = 0; r < TN; r++) {                                                          \
+                    _mm_prefetch((const char *)(w + (n + TN + r) * K + k), _MM_HINT_T0);                \
+                    wr[r] = _mm512_loadu_ps(w + (n + r) * K + k);                                       \
+                }                                                                                       \
+                for (int m = 0; m < MM; m++) {                                                          \
+                    const __m512 xv = _mm512_loadu_ps(x + m * K + k);                                   \
+                    for (int r = 0; r < TN; r++) acc[m][r] = _mm512_fmadd_ps(xv, wr[r], acc[m][r]);     \
+                }                                                                                       \
+            }                                                                                           \
+            if (tail) {                                                                                 \
+                __m512 wr[TN];                                                                          \
+                for (int r = 0; r < TN; r++) wr[r] = _mm512_maskz_loadu_ps(tail, w + (n + r) * K + kv);  \
+                for (int m = 0; m < MM; m++) {                                                          \
+                    const __m512 xv = _mm512_maskz_loadu_ps(tail, x + m * K + kv);                      \
+                    for (int r = 0; r < TN; r++) acc[m][r] = _mm512_fmadd_ps(xv, wr[r], acc[m][r]);     \
+                }                                                                                       \
+            }                                                                                           \
+            for (int m = 0; m < MM; m++)                                                                \
+                for (int r = 0; r < TN; r++) out[m * N + n + r] = _mm512_reduce_add_ps(acc[m][r]);      \
+        }                                                                                               \
+        for (; n < N; n++) { /* leftover rows */                                                        \
+            for (int m = 0; m < MM; m++) {                                                              \
+                __m512 a = _mm512_setzero_ps();                                                         \
+                for (int64_t k = 0; k < kv; k += 16)                                                    \
+                    a = _mm512_fmadd_ps(_mm512_loadu_ps(x + m * K + k), _mm512_loadu_ps(w + n * K + k), a); \
+                if (tail)                                                                               \
+                    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + m * K + kv),                    \
+                                        _mm512_maskz_loadu_ps(tail, w + n * K + kv), a);                \
+                out[m * N + n] = _mm512_reduce_add_ps(a);                                               \
+            }                                                                                           \
+        }                                                                                               \
+    }
+SMALL_GEMM(1, 4)
+SMALL_GEMM(2, 4)
+SMALL_GEMM(3, 4)
+SMALL_GEMM(4, 4)
+SMALL_GEMM(5, 4)
+SMALL_GEMM(6, 4)
+SMALL_GEMM(7, 3)
+SMALL_GEMM(8, 3)
+SMALL_GEMM(9, 2)
+SMALL_GEMM(10, 2)
+SMALL_GEMM(11, 2)
+SMALL_GEMM(12, 2)
+SMALL_GEMM(13, 1)
+SMALL_GEMM(14, 1)
+SMALL_GEMM(15, 1)
+SMALL_GEMM(16, 1)
+#undef SMALL_GEMM
+
+/* Rows of x and out are contiguous with K and N floats; M = 1..16 in one pass over the weights.
+ * Returns 0, or -1 when M is outside 1..16. */
+int small_m_linear(const float *restrict x, int64_t M, int64_t K, const float *restrict w, int64_t N,
+                   float *restrict out) {
+    switch (M) {
+        case 1: small_gemm_1(x, K, w, N, out); return 0;
+        case 2: small_gemm_2(x, K, w, N, out); return 0;
+        case 3: small_gemm_3(x, K, w, N, out); return 0;
+        case 4: small_gemm_4(x, K, w, N, out); return 0;
+        case 5: small_gemm_5(x, K, w, N, out); return 0;
+        case 6: small_gemm_6(x, K, w, N, out); return 0;
+        case 7: small_gemm_7(x, K, w, N, out); return 0;
+        case 8: small_gemm_8(x, K, w, N, out); return 0;
+        case 9: small_gemm_9(x, K, w, N, out); return 0;
+        case 10: small_gemm_10(x, K, w, N, out); return 0;
+        case 11: small_gemm_11(x, K, w, N, out); return 0;
+        case 12: small_gemm_12(x, K, w, N, out); return 0;
+        case 13: small_gemm_13(x, K, w, N, out); return 0;
+        case 14: small_gemm_14(x, K, w, N, out); return 0;
+        case 15: small_gemm_15(x, K, w, N, out); return 0;
+        case 16: small_gemm_16(x, K, w, N, out); return 0;
+        default: return -1;
+    }
+}
+int small_m_linear_vectorized(void) { return 1; }
+#else
+int small_m_linear(const float *restrict x, int64_t M, int64_t K, const float *restrict w, int64_t N,
+                   float *restrict out) {
+    if (M < 1 || M > 16) return -1;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t m = 0; m < M; m++) {
+            float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+            for (int64_t k = 0; k < K; k++) a += x[m * K + k] * w[n * K + k];
+            out[m * N + n] = a;
+        }
+    return 0;
+}
+int small_m_linear_vectorized(void) { return 0; }
+#endif
