@@ -1,19 +1,23 @@
-"""Bias-free linear layers with a CPU fast path: oneDNN-prepacked weights for multi-row inputs.
+"""Bias-free linear layers with CPU fast paths chosen by the number of rows M.
 
-``y = x @ W.T`` for ``x`` [M, in] and ``W`` [out, in] (``F.linear``'s convention). Measured on the
-default model's 30-layer weight set, 1 thread, this 2-core Xeon (AVX-512), 12 interleaved repeats
-(``benchmarks/profile_own_engine.py`` has the whole-step view):
+``y = x @ W.T`` for ``x`` [M, in] and ``W`` [out, in] (``F.linear``'s convention). On CPU, fp32
+(``backend="auto"``):
 
-- M = 1 (batch-1 decode): MKL's GEMV behind ``F.linear`` on the dense weight is the fastest path
-  (oneDNN prepacked is 0.76x of it);
-- M = 6 (a speculative verify of 5 drafts): oneDNN prepacked is 1.30x faster, M = 32 (a decode
-  batch) 1.11x, M = 256 (a prefill chunk) ~1.1x: MKL's SGEMM re-packs the weight on every call,
-  which costs a full extra pass over the weight bytes when M is small.
+- M <= 16 (decodes of up to 16 sequences, a speculative verify): the native small-M kernel
+  (:meth:`own_engine.cpu_kernels.NativeLayerOps.small_m_linear`, when the native kernels built),
+  which reads every weight row once, so these steps cost one pass over the weight bytes;
+- M > 16 (larger decode batches, prefill chunks): oneDNN-prepacked weights
+  (``torch.ops.mkldnn._reorder_linear_weight``, the layout PyTorch's inductor uses for fp32
+  linears); MKL's SGEMM behind ``F.linear`` re-packs the weight on every call.
 
-So on CPU a layer keeps both: the dense weight for M == 1 and a oneDNN blocked copy
-(``torch.ops.mkldnn._reorder_linear_weight``, the layout PyTorch's inductor uses for fp32 linears)
-for M > 1; the weight memory doubles (the price of the fast path; ``linear_backend="dense"`` turns
-it off). Elsewhere (CUDA, no oneDNN, non-fp32 weights) it is ``F.linear``.
+Measured on the default model's 30 layers of projections, 1 thread, this 2-core Xeon (AVX-512),
+interleaved (``benchmarks/bench_own_engine.py --section linear``): small-M / best other = 1.10x at
+M=1 (vs MKL's GEMV), 1.48x at 2, 1.55x at 4, 1.61x at 6, 1.43x at 8, 1.17x at 16; at M=32 and 48
+oneDNN is faster. oneDNN vs MKL: 1.30x at M=6, 1.11x at 32, ~1.1x at 256.
+
+A layer keeps the dense weight (small-M kernel, MKL fallback) and the oneDNN copy: the weight
+memory doubles (``linear_backend="dense"`` turns both fast paths off: the ablation). Elsewhere
+(CUDA, no oneDNN, non-fp32 weights) it is ``F.linear``.
 """
 
 from __future__ import annotations
