@@ -110,11 +110,14 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
 
 class NativeLayerOps:
     """The decoder layer's elementwise work in three calls instead of ~20 small PyTorch ops
-    (:meth:`own_engine.model.LlamaModel.forward` uses them when the native kernels are active).
-    fp32 CPU tensors, contiguous rows; shapes in each method."""
+    (:meth:`own_engine.model.LlamaModel.forward` uses them when the native kernels are active),
+    and the small-M linear. fp32 CPU tensors, contiguous rows; shapes in each method.
+    ``small_m_vectorized``: the small-M kernel was built with AVX-512 (else it is a plain loop,
+    which :class:`own_engine.linear.Linear` does not use)."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
+        self.small_m_vectorized = bool(lib.small_m_linear_vectorized())
 
     def rope_kv_write(self, qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
                       cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,

@@ -131,7 +131,7 @@ class LlamaModel:
 
             native, _ = native_attention()
             ops = None if native is None else native.layer_ops
-        if ops is not None:
+        if ops is not None and ops.small_m_vectorized:  # the plain-C fallback would be slower than BLAS
             from own_engine.cpu_kernels import SMALL_M_MAX
 
             small_m, small_m_max = ops.small_m_linear, SMALL_M_MAX

@@ -165,3 +165,32 @@ def test_model_uses_the_fused_layer_path_only_with_the_native_kernel(kernel):
         outs.append((h1, h2))
     torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outs[0][1], outs[1][1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 6, 7, 8, 9, 12, 13, 16, 17, 40])
+def test_small_m_linear_matches_f_linear(kernel, M):
+    """Every row count (one pass up to 16, then 16-row passes), K with a tail past the 16-wide
+    vectors (40) and N not a multiple of the row tile (13)."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(M)
+    for K, N in ((40, 13), (576, 960)):
+        x, w = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+        torch.testing.assert_close(kernel.layer_ops.small_m_linear(x, w), F.linear(x, w), atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="at least one row"):
+        kernel.layer_ops.small_m_linear(torch.empty(0, 4), torch.empty(3, 4))
+
+
+def test_linear_takes_the_small_m_kernel_up_to_16_rows_then_onednn(kernel, monkeypatch):
+    from own_engine.cpu_kernels import SMALL_M_MAX
+    from own_engine.linear import Linear
+
+    calls = []
+    lin = Linear(torch.randn(24, 32), "auto", lambda x, w: calls.append(x.shape[0]) or torch.zeros(x.shape[0], 24),
+                 SMALL_M_MAX)
+    for M in (1, 16, 17, 64):
+        assert lin(torch.randn(M, 32)).shape == (M, 24)
+    assert calls == [1, 16]
+    dense = Linear(torch.randn(24, 32), "dense", lambda x, w: calls.append(-1), SMALL_M_MAX)
+    assert dense.small_m is None and dense.packed is None and dense(torch.randn(3, 32)).shape == (3, 24)
+    assert calls == [1, 16]
