@@ -33,7 +33,7 @@ from own_engine.attention import AttentionMetadata, prefill_attention
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
-MAX_G = 16  # the kernel's limit on query heads per KV head
+MAX_G = 256  # the kernel's limit on query heads per KV head (csrc MAX_G)
 SMALL_M_MAX = 16  # most rows one small_m_linear pass takes
 
 _i64 = ctypes.c_int64
@@ -85,11 +85,12 @@ def _build(cc: str) -> Path:
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if cc is None:
-        return None, "no C compiler (gcc/cc) on PATH for the native CPU attention kernel"
+        return None, "no C compiler (gcc/cc) on PATH for the native CPU kernels (CC=... names one)"
     try:
         lib = ctypes.CDLL(str(_build(cc)))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        return None, f"the native CPU attention kernel is unusable: {str(exc).splitlines()[0]}"
+        return None, (f"the native CPU kernels are unusable: {str(exc).splitlines()[0]} (kernel cache "
+                      f"{kernel_dir()}; OWN_ENGINE_KERNEL_DIR moves it, CC picks the compiler)")
     lib.kv_write.restype = None
     lib.kv_write.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64]
     lib.paged_decode_attention.restype = ctypes.c_int
@@ -181,7 +182,7 @@ class NativePagedAttention:
         prefill_attention(q, k, v, k_cache, v_cache, meta, scale, out)
         if meta.dec_rows is not None:
             n = meta.dec_rows.shape[0]
-            need = MAX_G * (meta.dec_max_len + D)
+            need = (H // k.shape[1]) * (meta.dec_max_len + D)
             if self._scratch.numel() < need:
                 self._scratch = torch.empty(need)
             bt = meta.block_tables
@@ -232,9 +233,12 @@ def _self_check(fn: NativePagedAttention) -> str | None:
     err = float((fn(q, k, v, kc2, vc2, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
     if not err < 1e-4:
         return f"the native CPU attention kernel disagrees with the PyTorch path (max abs error {err:.2e})"
-    err = max(layer_ops_errors(fn.layer_ops).values())
+    errs = layer_ops_errors(fn.layer_ops)
+    xs, ws = torch.randn(19, 40, generator=g), torch.randn(13, 40, generator=g)
+    errs["small_m_linear"] = float((fn.layer_ops.small_m_linear(xs, ws) - xs @ ws.t()).abs().max())
+    err = max(errs.values())
     if not err < 1e-4:
-        return f"the native CPU layer ops disagree with PyTorch (max abs error {err:.2e})"
+        return f"the native CPU layer ops disagree with PyTorch ({max(errs, key=errs.get)}: max abs error {err:.2e})"
     return None
 
 

@@ -11,6 +11,7 @@ children, finish sequences and free their blocks).
 from __future__ import annotations
 
 import itertools
+import logging
 
 import torch
 
@@ -92,6 +93,9 @@ class LLMEngine:
                                             self.device, attention_fn, linear_backend=config.linear_backend,
                                             dtype=self.dtype)
             else:
+                if not 1 <= config.draft_num_layers <= mc.num_layers:
+                    raise ConfigError(f"draft_num_layers must be in [1, {mc.num_layers}] (the model's layers), "
+                                      f"got {config.draft_num_layers}")
                 draft = model.truncated(config.draft_num_layers)
             self.draft_runner = ModelRunner(draft, self.num_kv_blocks, config.block_size, self.device)  # eager
             self.proposer = DraftModelProposer(self.draft_runner)
@@ -100,6 +104,10 @@ class LLMEngine:
             cost = default_cost_per_token(
                 mc, draft_mc, config.draft_num_layers if config.speculative == "draft" and draft_mc is None else None)
         self.spec_policy = AdaptiveK(float(cost), enabled=config.adaptive_speculation)
+        logging.getLogger("own_engine").info(
+            "engine on %s: attention %s, linears %s, %d threads, max_num_seqs %d, %d KV blocks of %d tokens",
+            self.device, self.attention_backend, model.linear_kernels, config.threads, self.max_num_seqs,
+            self.num_kv_blocks, config.block_size)
         self.generator = torch.Generator().manual_seed(config.seed)
         self._ids = itertools.count()
         self.spec_num_draft_tokens = 0

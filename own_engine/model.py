@@ -131,7 +131,9 @@ class LlamaModel:
 
             native, _ = native_attention()
             ops = None if native is None else native.layer_ops
-        if ops is not None and ops.small_m_vectorized:  # the plain-C fallback would be slower than BLAS
+        # single-threaded: with more threads MKL/oneDNN split the matmul and win (own_engine/linear.py);
+        # the plain-C fallback (no AVX-512) would lose to BLAS
+        if ops is not None and ops.small_m_vectorized and torch.get_num_threads() == 1:
             from own_engine.cpu_kernels import SMALL_M_MAX
 
             small_m, small_m_max = ops.small_m_linear, SMALL_M_MAX
@@ -169,6 +171,16 @@ class LlamaModel:
             lm_head = lin(embed)
         cos, sin = rope_cos_sin(model_dir, cfg.head_dim, max_len)
         return cls(cfg, embed, layers, norm, lm_head, cos.to(device), sin.to(device), attention_fn)
+
+    @property
+    def linear_kernels(self) -> str:
+        """Which matmul paths the projections take (see :mod:`own_engine.linear`): e.g.
+        ``"native small-M (<= 16 rows) + oneDNN"``, ``"oneDNN (M > 1) + MKL"``, ``"F.linear"``."""
+        lin = self.lm_head
+        if lin.small_m is not None:
+            return f"native small-M (<= {lin.small_m_max} rows) + oneDNN" if lin.packed is not None else \
+                f"native small-M (<= {lin.small_m_max} rows) + F.linear"
+        return "oneDNN (M > 1) + MKL (M = 1)" if lin.packed is not None else "F.linear"
 
     def weight_bytes_per_token(self) -> int:
         """Bytes of weights one batch-1 decode step reads: every layer's projections and norms, the

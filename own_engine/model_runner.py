@@ -76,7 +76,7 @@ def select_attention(device: torch.device, backend: str = "auto") -> tuple[Calla
         if fn is not None:
             return fn, "native", None
         if backend == "native":
-            raise ConfigError(f"attention_backend='native' is unusable: {reason}; use 'auto' or 'torch'")
+            raise ConfigError(f"attention_backend='native': {reason}; use 'auto' or 'torch'")
         logger.warning("using the PyTorch attention path on %s: %s", device, reason)
         return paged_attention, "torch", reason
     if backend == "native":

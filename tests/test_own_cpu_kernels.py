@@ -105,13 +105,14 @@ def test_without_a_working_compiler_auto_falls_back_and_native_refuses(tmp_path,
     monkeypatch.setattr(cpu_kernels, "_STATE", {})
     fn, why = cpu_kernels.native_attention()
     assert fn is None
-    assert why == (f"the native CPU attention kernel is unusable: {cc} failed to build paged_attention.c: "
-                   "error: unsupported flag -march=native")
+    assert why == (f"the native CPU kernels are unusable: {cc} failed to build paged_attention.c: "
+                   f"error: unsupported flag -march=native (kernel cache {tmp_path / 'empty'}; "
+                   "OWN_ENGINE_KERNEL_DIR moves it, CC picks the compiler)")
     attn, name, note = select_attention(CPU, "auto")
     assert attn is paged_attention and name == "torch" and note == why
     with pytest.raises(ConfigError) as exc:
         select_attention(CPU, "native")
-    assert "\n" not in str(exc.value) and str(exc.value).startswith("attention_backend='native' is unusable: ")
+    assert "\n" not in str(exc.value) and str(exc.value).startswith("attention_backend='native': the native CPU kernels")
     with pytest.raises(ConfigError, match="needs a CUDA device"):
         select_attention(CPU, "triton")
 
@@ -120,7 +121,7 @@ def test_no_compiler_on_path(tmp_path, monkeypatch):
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(cpu_kernels, "_STATE", {})
-    assert cpu_kernels.native_attention() == (None, "no C compiler (gcc/cc) on PATH for the native CPU attention kernel")
+    assert cpu_kernels.native_attention() == (None, "no C compiler (gcc/cc) on PATH for the native CPU kernels (CC=... names one)")
     assert os.environ["PATH"] == str(tmp_path)
 
 
@@ -194,3 +195,38 @@ def test_linear_takes_the_small_m_kernel_up_to_16_rows_then_onednn(kernel, monke
     dense = Linear(torch.randn(24, 32), "dense", lambda x, w: calls.append(-1), SMALL_M_MAX)
     assert dense.small_m is None and dense.packed is None and dense(torch.randn(3, 32)).shape == (3, 24)
     assert calls == [1, 16]
+
+
+def test_many_query_heads_per_kv_head(kernel):
+    """MQA-style geometry (20 query heads on 1 KV head) goes through the kernel too."""
+    H, nkv, D, bs = 20, 1, 32, 4
+    q_lens, ctx_lens = [1, 3], [9, 14]
+    q, k, v, kc, vc, tables = _case(2, H, nkv, D, bs, q_lens, ctx_lens)
+    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
+    kernel.write_kv(k, v, kc, vc, meta.slot_mapping)
+    out = kernel(q, k, v, kc, vc, meta, D ** -0.5)
+    ref = paged_attention(q, k, v, kc, vc, build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), D ** -0.5)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_small_m_kernel_only_single_threaded(kernel):
+    from own_engine.config import ModelConfig
+    from own_engine.model import LlamaModel
+    from own_engine.random_model import RandomLlamaSpec, write_random_llama
+
+    import tempfile
+    from pathlib import Path
+
+    before = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as d:
+        folder = write_random_llama(Path(d), RandomLlamaSpec())
+        cfg = ModelConfig.from_dir(folder)
+        try:
+            torch.set_num_threads(2)
+            two = LlamaModel.from_dir(folder, cfg, 64, CPU, kernel)
+            torch.set_num_threads(1)
+            one = LlamaModel.from_dir(folder, cfg, 64, CPU, kernel)
+        finally:
+            torch.set_num_threads(before)
+    assert two.linear_kernels == "oneDNN (M > 1) + MKL (M = 1)"
+    assert one.linear_kernels == "native small-M (<= 16 rows) + oneDNN"

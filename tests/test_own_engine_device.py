@@ -127,3 +127,9 @@ def test_cuda_engine_matches_cpu_on_random_model(model_dir, prompts, kw):
     ref = [o.output_token_ids for o in cpu.generate(prompts, GREEDY)]
     assert [o.output_token_ids for o in gpu.generate(prompts, GREEDY)] == ref
     assert gpu.stats()["kv_blocks_used"] == 0
+
+
+def test_self_draft_deeper_than_the_model_is_a_config_error(model_dir):
+    with pytest.raises(ConfigError) as exc:
+        engine(model_dir, speculative="draft", draft_num_layers=5)
+    assert str(exc.value) == "draft_num_layers must be in [1, 2] (the model's layers), got 5"

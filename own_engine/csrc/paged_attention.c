@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_G 16
+#define MAX_G 256 /* query heads per KV head: any Llama geometry */
 
 /* k_new, v_new: [T, nkv, D] rows with strides (token, head) in floats; slot_mapping [T]. */
 void kv_write(const float *k_new, int64_t k_st_t, int64_t k_st_h, const float *v_new, int64_t v_st_t,

@@ -268,6 +268,7 @@ def server_info(engine: Any) -> dict[str, Any]:
         "device": str(getattr(engine, "device", "")) or None,
         "batching": getattr(cfg, "batching", None), "kv_allocation": getattr(cfg, "kv_allocation", None),
         "attention_backend": getattr(engine, "attention_backend", None),
+        "linear_kernels": getattr(getattr(getattr(engine, "runner", None), "model", None), "linear_kernels", None),
     }
 
 

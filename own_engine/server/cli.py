@@ -124,10 +124,11 @@ def serve(
     ),
     device: Device = typer.Option(Device.auto, help="auto picks CUDA when available."),
     attention_backend: AttentionBackend = typer.Option(
-        AttentionBackend.auto, help="auto: the Triton kernel on CUDA, the native C kernel on CPU (each when it works), "
-        "else PyTorch; torch: the PyTorch path (ablation)."),
+        AttentionBackend.auto, help="auto: the Triton kernel on CUDA, the native C kernels on CPU (each when it works), "
+        "else PyTorch; torch: PyTorch attention (add --linear-backend dense for the all-PyTorch baseline)."),
     linear_backend: LinearBackend = typer.Option(
-        LinearBackend.auto, help="auto: oneDNN-prepacked weights on CPU for multi-row inputs; dense: F.linear (ablation)."),
+        LinearBackend.auto, help="auto, on CPU: the native small-M kernel for up to 16 rows (1 thread only) and "
+        "oneDNN-prepacked weights above; dense: F.linear (ablation)."),
     dtype: DType = typer.Option(
         DType.auto, help="Weights and KV cache: auto = float32; bfloat16/float16 on CUDA only."),
     cuda_graphs: bool = typer.Option(
