@@ -328,6 +328,9 @@ def from_server_info(info: dict[str, Any], s: _Settings, src: str) -> None:
 def _own(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     if (info := _fetch_json(ep.base_url + "/v1/server_info", timeout_s)) is not None:
         from_server_info(info, s, "own engine /v1/server_info")
+        if info.get("attention_backend") or info.get("linear_kernels"):  # which code paths ran (e.g. no gcc: torch)
+            s.notes.append(f"own engine kernels: attention {info.get('attention_backend') or 'not reported'}, "
+                           f"linears {info.get('linear_kernels') or 'not reported'}")
     else:
         s.notes.append("GET /v1/server_info answered nothing usable")
     _threads_flag(ep, s)

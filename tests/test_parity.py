@@ -202,6 +202,9 @@ def test_own_engine_server_info_route_reports_its_config(tiny_engine) -> None:
     assert (got.max_num_seqs, got.max_num_batched_tokens, got.dtype, got.threads) == (8, 128, "float32", 1)
     assert (got.cuda_graphs, got.speculative, got.max_model_len) == (False, "off", 256)
     assert set(got.sources.values()) == {"own engine /v1/server_info"}
+    # which code paths served it is carried as a note (a machine without gcc runs the PyTorch path)
+    assert [n for n in got.notes if n.startswith("own engine kernels")] == [
+        f"own engine kernels: attention {tiny_engine.attention_backend}, linears {tiny_engine.runner.model.linear_kernels}"]
 
 
 def test_shim_server_info_says_no_kv_budget_and_no_prefix_cache() -> None:
