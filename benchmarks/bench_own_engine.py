@@ -12,8 +12,8 @@ Sections (``--section``):
 - ``prefill``: model FLOP/s of a 512-token prefill / 1-thread ``torch.mm`` FLOP/s on the same
   projection shapes (goal >= 0.9).
 - ``verify``: a 6-row speculative verify forward / a 1-row decode forward, batch 1 (goal: ~1).
-- ``linear``: the model's projections at M = 1..16 rows: MKL vs oneDNN-prepacked vs the native
-  small-M kernel (what :class:`own_engine.linear.Linear` chooses between).
+- ``linear``: the model's projections and LM head at M = 1..512 rows: MKL vs oneDNN-prepacked vs the native
+  panel GEMM (what :class:`own_engine.linear.Linear` chooses between).
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_own_engine.py [--section all] [--repeats 3]``.
 Numbers on a shared machine are "measured under load"; compare the ratios, not the absolute values.
@@ -311,40 +311,46 @@ def bench_verify(model_dir: Path, repeats: int, k: int, context: int) -> list[tu
 
 
 def bench_linear(model_dir: Path, repeats: int) -> list[tuple[str, str, str]]:
-    """The default model's 30 layers of projections (qkv, o, gate_up, down; 476 MB) at M rows:
-    MKL (``torch.mm`` on the dense weight, what ``F.linear`` runs), oneDNN-prepacked, and the
-    native small-M kernel, interleaved; ms per pass over all layers."""
+    """The default model's 30 layers of projections (qkv, o, gate_up, down) and the LM head (538 MB)
+    at M rows: MKL (``torch.mm`` on the dense weight, what ``F.linear`` runs), oneDNN-prepacked and
+    the native panel GEMM, interleaved; ms per pass over all of them."""
     from own_engine.cpu_kernels import native_attention
 
     e = make_engine(model_dir, max_model_len=256)
     m = e.runner.model
     native, why = native_attention()
-    lins = [layer[k] for layer in m.layers for k in ("qkv", "o", "gate_up", "down")]
+    lins = [layer[k] for layer in m.layers for k in ("qkv", "o", "gate_up", "down")] + [m.lm_head]
+    onednn = [torch.ops.mkldnn._reorder_linear_weight(lin.weight, None) for lin in lins] \
+        if torch.backends.mkldnn.is_available() else None
+    panels = None if native is None else [lin.panels if lin.panels is not None
+                                          else native.layer_ops.pack_panels(lin.weight) for lin in lins]
     rows: list[tuple[str, str, str]] = []
-    for M in (1, 2, 4, 6, 8, 16, 32, 48):
+    for M in (1, 2, 4, 8, 16, 17, 32, 48, 96, 512):
         xs = {n: torch.randn(M, n) for n in {lin.weight.shape[1] for lin in lins}}
         fns = {"mkl": lambda: [torch.mm(xs[lin.weight.shape[1]], lin.weight_t) for lin in lins]}
-        if lins[0].packed is not None:
-            fns["onednn"] = lambda: [torch.ops.mkldnn._linear_pointwise(xs[lin.weight.shape[1]], lin.packed, None,
-                                                                        "none", [], "") for lin in lins]
-        if native is not None:
-            fns["small-M"] = lambda: [native.layer_ops.small_m_linear(xs[lin.weight.shape[1]], lin.weight)
-                                      for lin in lins]
+        if onednn is not None:
+            fns["onednn"] = lambda: [torch.ops.mkldnn._linear_pointwise(xs[lin.weight.shape[1]], pk, None, "none", [], "")
+                                     for lin, pk in zip(lins, onednn)]
+        if panels is not None:
+            fns["panel"] = lambda: [native.layer_ops.panel_linear(xs[lin.weight.shape[1]], pn, lin.weight.shape[0])
+                                    for lin, pn in zip(lins, panels)]
         t = _interleaved(fns, repeats, 1)
         rows.append((f"M={M}: " + " / ".join(fns) + " ms", " / ".join(summarize([x * 1e3 for x in v]) for v in t.values()),
                      ""))
-        if "small-M" in t:
+        if "panel" in t:
             best = "onednn" if "onednn" in t and M > 1 else "mkl"
-            rows.append((f"M={M}: {best} / small-M time", summarize([a / b for a, b in zip(t[best], t["small-M"])]), ""))
+            rows.append((f"M={M}: panel / {best} time", summarize([b / a for a, b in zip(t[best], t["panel"])]), ""))
     if native is None:
-        rows.append(("native small-M kernel", f"unavailable: {why}", ""))
+        rows.append(("native panel GEMM", f"unavailable: {why}", ""))
     return rows
 
 
 @app.command()
 def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth | prefill | verify | linear"),
-         repeats: int = typer.Option(3, min=1), requests: int = typer.Option(24, min=2),
-         hf_batch: int = typer.Option(8, min=1), threads: int = typer.Option(1, min=1)) -> None:
+         repeats: int = typer.Option(3, min=1, help="interleaved repeats; every row is median [min..max] over them"),
+         requests: int = typer.Option(24, min=2, help="requests in the vs-hf length-skewed workload"),
+         hf_batch: int = typer.Option(8, min=1, help="static batch size of the transformers generate baseline"),
+         threads: int = typer.Option(1, min=1, help="torch threads (the harness runs engines with 1)")) -> None:
     """Run the own-engine benchmarks and print one table of ratios."""
     from harness.app.model import resolve_model
 

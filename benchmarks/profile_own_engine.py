@@ -8,7 +8,7 @@ scenario:
 - ``mixed``: 16 decoding sequences plus a 256-token prefill chunk in the same step.
 
 Prints, per scenario, the mean wall time of a step and its breakdown by operator class
-(``matmul``: aten::mm/addmm/linear/bmm, oneDNN and the native small-M kernel; ``attention``: SDPA
+(``matmul``: aten::mm/addmm/linear/bmm, oneDNN and the native panel GEMM; ``attention``: SDPA
 and its softmax/bmm internals and the native paged kernel (native C kernels are ctypes calls the
 torch profiler cannot see: they are wrapped in ``record_function("native::...")``);
 ``gather/copy``: index_select/index_copy/cat/copy/contiguous; ``elementwise``: mul/add/rsqrt/silu
@@ -44,7 +44,7 @@ app = typer.Typer(add_completion=False)
 
 CLASSES = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn",
-               "native::small_m_linear"),
+               "native::panel_linear"),
     "attention": ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax",
                   "_scaled_dot_product", "native::paged_decode_attention"),
     "native elementwise (RoPE+KV write, add+RMSNorm, SiLU*up)": ("native::rope_kv_write", "native::add_rms_norm",
@@ -83,7 +83,7 @@ def _annotate_native(engine: LLMEngine) -> None:
     lib = getattr(attn, "lib", None)
     if lib is None:
         return
-    for name in ("paged_decode_attention", "kv_write", "rope_kv_write", "add_rms_norm", "silu_mul", "small_m_linear"):
+    for name in ("paged_decode_attention", "kv_write", "rope_kv_write", "add_rms_norm", "silu_mul", "panel_linear"):
         fn = getattr(lib, name, None)
         if fn is None:
             continue

@@ -34,7 +34,7 @@ from own_engine.attention import AttentionMetadata, prefill_attention
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
 MAX_G = 256  # the kernel's limit on query heads per KV head (csrc MAX_G)
-SMALL_M_MAX = 16  # most rows one small_m_linear pass takes
+PANEL_N = 48  # output columns per packed weight panel (csrc PANEL_N)
 
 _i64 = ctypes.c_int64
 _ptr = ctypes.c_void_p
@@ -102,23 +102,25 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     lib.add_rms_norm.argtypes = [_ptr, _ptr, _ptr, ctypes.c_float, _i64, _i64, _ptr]
     lib.silu_mul.restype = None
     lib.silu_mul.argtypes = [_ptr, _i64, _i64, _ptr]
-    lib.small_m_linear.restype = ctypes.c_int
-    lib.small_m_linear.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _ptr]
-    lib.small_m_linear_vectorized.restype = ctypes.c_int
-    lib.small_m_linear_vectorized.argtypes = []
+    lib.pack_panels.restype = None
+    lib.pack_panels.argtypes = [_ptr, _i64, _i64, _ptr]
+    lib.panel_linear.restype = ctypes.c_int
+    lib.panel_linear.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _ptr]
+    lib.panel_linear_vectorized.restype = ctypes.c_int
+    lib.panel_linear_vectorized.argtypes = []
     return lib, None
 
 
 class NativeLayerOps:
     """The decoder layer's elementwise work in three calls instead of ~20 small PyTorch ops
     (:meth:`own_engine.model.LlamaModel.forward` uses them when the native kernels are active),
-    and the small-M linear. fp32 CPU tensors, contiguous rows; shapes in each method.
-    ``small_m_vectorized``: the small-M kernel was built with AVX-512 (else it is a plain loop,
-    which :class:`own_engine.linear.Linear` does not use)."""
+    and the panel linear. fp32 CPU tensors, contiguous rows; shapes in each method.
+    ``panel_vectorized``: the panel kernel was built with AVX-512 (else it is a plain loop, which
+    :class:`own_engine.linear.Linear` does not use)."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
-        self.small_m_vectorized = bool(lib.small_m_linear_vectorized())
+        self.panel_vectorized = bool(lib.panel_linear_vectorized())
 
     def rope_kv_write(self, qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
                       cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
@@ -138,18 +140,24 @@ class NativeLayerOps:
         self.lib.add_rms_norm(h.data_ptr(), None if delta is None else delta.data_ptr(), weight.data_ptr(), eps, T, n,
                               out.data_ptr())
 
-    def small_m_linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """``x`` [M, K] (contiguous) @ ``weight`` [N, K]^T → [M, N]: every weight row read once per
-        :data:`SMALL_M_MAX` rows of ``x`` (the AVX-512 kernel; a plain loop on other CPUs).
-        Raises ``ValueError`` for an empty ``x``."""
+    def pack_panels(self, weight: torch.Tensor) -> torch.Tensor:
+        """``weight`` [N, K] → its panels [ceil(N / 48), K, 48] (``panels[p, k, j] = weight[48 p + j, k]``,
+        zero rows past N): the layout :meth:`panel_linear` reads as one sequential stream."""
+        N, K = weight.shape
+        w = weight.contiguous()
+        panels = torch.empty(-(-N // PANEL_N), K, PANEL_N)
+        self.lib.pack_panels(w.data_ptr(), N, K, panels.data_ptr())
+        return panels
+
+    def panel_linear(self, x: torch.Tensor, panels: torch.Tensor, n: int) -> torch.Tensor:
+        """``x`` [M, K] (contiguous) @ ``weight``^T → [M, n] from ``panels`` = ``pack_panels(weight)``
+        of a ``weight`` [n, K]: the weight streamed once per call for any M (8-row register blocks,
+        csrc/paged_attention.c). Raises ``ValueError`` for an empty ``x`` or a K that differs."""
         M, K = x.shape
-        N = weight.shape[0]
-        if M < 1:
-            raise ValueError("small_m_linear needs at least one row")
-        out = torch.empty(M, N)
-        for r in range(0, M, SMALL_M_MAX):
-            m = min(SMALL_M_MAX, M - r)
-            self.lib.small_m_linear(x.data_ptr() + r * K * 4, m, K, weight.data_ptr(), N, out.data_ptr() + r * N * 4)
+        if M < 1 or panels.shape[1] != K or panels.shape[0] * PANEL_N < n:
+            raise ValueError(f"panel_linear needs x [M >= 1, {panels.shape[1]}] for these panels, got {list(x.shape)}")
+        out = torch.empty(M, n)
+        self.lib.panel_linear(x.data_ptr(), M, K, panels.data_ptr(), n, out.data_ptr())
         return out
 
     def silu_mul(self, gate_up: torch.Tensor, out: torch.Tensor) -> None:
@@ -235,7 +243,7 @@ def _self_check(fn: NativePagedAttention) -> str | None:
         return f"the native CPU attention kernel disagrees with the PyTorch path (max abs error {err:.2e})"
     errs = layer_ops_errors(fn.layer_ops)
     xs, ws = torch.randn(19, 40, generator=g), torch.randn(13, 40, generator=g)
-    errs["small_m_linear"] = float((fn.layer_ops.small_m_linear(xs, ws) - xs @ ws.t()).abs().max())
+    errs["panel_linear"] = float((fn.layer_ops.panel_linear(xs, fn.layer_ops.pack_panels(ws), 13) - xs @ ws.t()).abs().max())
     err = max(errs.values())
     if not err < 1e-4:
         return f"the native CPU layer ops disagree with PyTorch ({max(errs, key=errs.get)}: max abs error {err:.2e})"

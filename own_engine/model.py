@@ -4,9 +4,9 @@ Architecture (Touvron et al. 2023, "LLaMA", §2.2; GQA: Ainslie et al. 2023): pr
 (Zhang & Sennrich 2019), rotary position embeddings (Su et al. 2021, "RoFormer" §3.4, HF's
 ``rotate_half`` convention, incl. the config's ``rope_theta`` and ``rope_scaling``), grouped-query
 attention, SwiGLU MLP (Shazeer 2020). q/k/v and gate/up projections are fused into one matmul each
-(:class:`~own_engine.linear.Linear`: oneDNN-prepacked on CPU). Weights are fp32 on CPU, fp32 or
-bf16/fp16 on CUDA (``from_dir(dtype=...)``; in half precision RoPE is applied in fp32 and rounded
-back, RMSNorm upcasts internally, attention accumulates in fp32); tied embeddings reuse
+(:class:`~own_engine.linear.Linear`: the native panel GEMM or oneDNN-prepacked on CPU). Weights are
+fp32 on CPU, fp32 or bf16/fp16 on CUDA (``from_dir(dtype=...)``; in half precision RoPE is applied
+in fp32 and rounded back, RMSNorm upcasts internally, attention accumulates in fp32); tied embeddings reuse
 ``embed_tokens`` as the LM head.
 
 RoPE as one complex multiply: at load time the rows of each q/k head are permuted from HF's
@@ -115,8 +115,8 @@ class LlamaModel:
         """Load weights from ``model_dir`` as ``dtype`` (every weight; the RoPE tables stay fp32);
         raises :class:`WeightsError` naming a missing tensor.
 
-        ``linear_backend``: ``"auto"`` (oneDNN-prepacked on CPU, fp32 only) or ``"dense"`` (see
-        :class:`~own_engine.linear.Linear`)."""
+        ``linear_backend``: ``"auto"`` (native panel GEMM or oneDNN-prepacked on CPU, fp32 only) or
+        ``"dense"`` (see :class:`~own_engine.linear.Linear`)."""
         w = load_safetensors(model_dir)
 
         def take(name: str) -> torch.Tensor:
@@ -124,7 +124,7 @@ class LlamaModel:
                 raise WeightsError(f"{model_dir} lacks tensor {name!r}: not a Llama checkpoint in HF format")
             return w.pop(name).to(device=device, dtype=dtype)
 
-        small_m, small_m_max = None, 0
+        panel_ops = None
         ops = getattr(attention_fn, "layer_ops", None)
         if ops is None and linear_backend == "auto" and device.type == "cpu" and dtype == torch.float32:
             from own_engine.cpu_kernels import native_attention  # the native kernels, even with torch attention
@@ -133,13 +133,11 @@ class LlamaModel:
             ops = None if native is None else native.layer_ops
         # single-threaded: with more threads MKL/oneDNN split the matmul and win (own_engine/linear.py);
         # the plain-C fallback (no AVX-512) would lose to BLAS
-        if ops is not None and ops.small_m_vectorized and torch.get_num_threads() == 1:
-            from own_engine.cpu_kernels import SMALL_M_MAX
-
-            small_m, small_m_max = ops.small_m_linear, SMALL_M_MAX
+        if ops is not None and ops.panel_vectorized and torch.get_num_threads() == 1:
+            panel_ops = ops
 
         def lin(t: torch.Tensor) -> Linear:
-            return Linear(t.contiguous(), linear_backend, small_m, small_m_max)
+            return Linear(t.contiguous(), linear_backend, panel_ops)
 
         D = cfg.head_dim
         # per head, row 2i <- row i and row 2i+1 <- row i + D/2 (interleaved RoPE pairs, module docstring)
@@ -175,11 +173,10 @@ class LlamaModel:
     @property
     def linear_kernels(self) -> str:
         """Which matmul paths the projections take (see :mod:`own_engine.linear`): e.g.
-        ``"native small-M (<= 16 rows) + oneDNN"``, ``"oneDNN (M > 1) + MKL"``, ``"F.linear"``."""
+        ``"native panel GEMM"``, ``"oneDNN (M > 1) + MKL (M = 1)"``, ``"F.linear"``."""
         lin = self.lm_head
-        if lin.small_m is not None:
-            return f"native small-M (<= {lin.small_m_max} rows) + oneDNN" if lin.packed is not None else \
-                f"native small-M (<= {lin.small_m_max} rows) + F.linear"
+        if lin.panels is not None:
+            return "native panel GEMM"
         return "oneDNN (M > 1) + MKL (M = 1)" if lin.packed is not None else "F.linear"
 
     def weight_bytes_per_token(self) -> int:

@@ -168,33 +168,89 @@ def test_model_uses_the_fused_layer_path_only_with_the_native_kernel(kernel):
     torch.testing.assert_close(outs[0][1], outs[1][1], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("M", [1, 2, 3, 6, 7, 8, 9, 12, 13, 16, 17, 40])
-def test_small_m_linear_matches_f_linear(kernel, M):
-    """Every row count (one pass up to 16, then 16-row passes), K with a tail past the 16-wide
-    vectors (40) and N not a multiple of the row tile (13)."""
+@pytest.mark.parametrize("M", [1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 40, 130])
+def test_panel_linear_matches_f_linear(kernel, M):
+    """Every row-block remainder (1..8 rows after the 8-row blocks), N that is not a multiple of the
+    48-column panel (13: one partial panel; 100: two full and one of 4 columns) and the model's
+    shapes (K = 576 and 1536), against F.linear; the packed layout is panels[p, k, j] = w[48 p + j, k]."""
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(M)
-    for K, N in ((40, 13), (576, 960)):
+    ops = kernel.layer_ops
+    for K, N in ((40, 13), (7, 100), (576, 960), (1536, 96)):
         x, w = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
-        torch.testing.assert_close(kernel.layer_ops.small_m_linear(x, w), F.linear(x, w), atol=1e-4, rtol=1e-5)
-    with pytest.raises(ValueError, match="at least one row"):
-        kernel.layer_ops.small_m_linear(torch.empty(0, 4), torch.empty(3, 4))
+        panels = ops.pack_panels(w)
+        ref = torch.zeros(-(-N // 48) * 48, K)
+        ref[:N] = w  # rows past N are zero
+        assert torch.equal(panels, ref.view(-1, 48, K).transpose(1, 2))
+        torch.testing.assert_close(ops.panel_linear(x, panels, N), F.linear(x, w), atol=2e-4 * K ** 0.5, rtol=1e-5)
+    with pytest.raises(ValueError, match="panel_linear needs x"):
+        ops.panel_linear(torch.empty(0, 4), ops.pack_panels(torch.empty(3, 4)), 3)
+    with pytest.raises(ValueError, match="panel_linear needs x"):
+        ops.panel_linear(torch.randn(2, 5), ops.pack_panels(torch.empty(3, 4)), 3)
 
 
-def test_linear_takes_the_small_m_kernel_up_to_16_rows_then_onednn(kernel, monkeypatch):
-    from own_engine.cpu_kernels import SMALL_M_MAX
+def test_panel_linear_plain_c_build_without_avx512(tmp_path):
+    """The portable loop (a CPU without AVX-512) computes the same product from the same layout."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    import torch.nn.functional as F
+
+    from own_engine.cpu_kernels import SOURCE
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    so = tmp_path / "plain.so"
+    subprocess.run([cc, "-O2", "-march=x86-64", "-shared", "-fPIC", "-o", str(so), str(SOURCE), "-lm"], check=True)
+    lib = ctypes.CDLL(str(so))
+    assert lib.panel_linear_vectorized() == 0
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(11, 30, generator=g), torch.randn(70, 30, generator=g)
+    panels, out = torch.empty(2, 30, 48), torch.empty(11, 70)
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    lib.pack_panels.argtypes = [P, I, I, P]
+    lib.panel_linear.argtypes = [P, I, I, P, I, P]
+    lib.pack_panels(w.data_ptr(), 70, 30, panels.data_ptr())
+    assert lib.panel_linear(x.data_ptr(), 11, 30, panels.data_ptr(), 70, out.data_ptr()) == 0
+    torch.testing.assert_close(out, F.linear(x, w), atol=1e-4, rtol=1e-5)
+    assert lib.panel_linear(x.data_ptr(), 0, 30, panels.data_ptr(), 70, out.data_ptr()) == -1
+
+
+def test_linear_dispatch_panels_then_onednn_then_dense(kernel):
+    """With panel ops every 2-D contiguous input takes the panel kernel and no oneDNN copy is made;
+    without them M > 1 takes oneDNN; "dense" takes neither; a non-contiguous input falls back."""
     from own_engine.linear import Linear
 
-    calls = []
-    lin = Linear(torch.randn(24, 32), "auto", lambda x, w: calls.append(x.shape[0]) or torch.zeros(x.shape[0], 24),
-                 SMALL_M_MAX)
-    for M in (1, 16, 17, 64):
-        assert lin(torch.randn(M, 32)).shape == (M, 24)
-    assert calls == [1, 16]
-    dense = Linear(torch.randn(24, 32), "dense", lambda x, w: calls.append(-1), SMALL_M_MAX)
-    assert dense.small_m is None and dense.packed is None and dense(torch.randn(3, 32)).shape == (3, 24)
-    assert calls == [1, 16]
+    class Spy:
+        def __init__(self):
+            self.calls = []
+
+        def pack_panels(self, w):
+            return kernel.layer_ops.pack_panels(w)
+
+        def panel_linear(self, x, panels, n):
+            self.calls.append(x.shape[0])
+            return kernel.layer_ops.panel_linear(x, panels, n)
+
+    spy = Spy()
+    w = torch.randn(24, 32)
+    lin = Linear(w, "auto", spy)
+    assert lin.packed is None and lin.panels is not None
+    for M in (1, 16, 17, 600):
+        x = torch.randn(M, 32)
+        torch.testing.assert_close(lin(x), x @ w.t(), atol=1e-4, rtol=1e-5)
+    assert spy.calls == [1, 16, 17, 600]
+    xt = torch.randn(32, 5).t()  # not contiguous: the dense path
+    torch.testing.assert_close(lin(xt), xt @ w.t(), atol=1e-4, rtol=1e-5)
+    assert spy.calls == [1, 16, 17, 600]
+    one = Linear(w, "auto")
+    assert one.panels is None and one.packed is not None
+    dense = Linear(w, "dense", spy)
+    assert dense.panels is None and dense.packed is None and dense(torch.randn(3, 32)).shape == (3, 24)
+    assert spy.calls == [1, 16, 17, 600]
 
 
 def test_many_query_heads_per_kv_head(kernel):
@@ -209,7 +265,7 @@ def test_many_query_heads_per_kv_head(kernel):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
-def test_small_m_kernel_only_single_threaded(kernel):
+def test_panel_kernel_only_single_threaded(kernel):
     from own_engine.config import ModelConfig
     from own_engine.model import LlamaModel
     from own_engine.random_model import RandomLlamaSpec, write_random_llama
@@ -229,4 +285,4 @@ def test_small_m_kernel_only_single_threaded(kernel):
         finally:
             torch.set_num_threads(before)
     assert two.linear_kernels == "oneDNN (M > 1) + MKL (M = 1)"
-    assert one.linear_kernels == "native small-M (<= 16 rows) + oneDNN"
+    assert one.linear_kernels == "native panel GEMM"

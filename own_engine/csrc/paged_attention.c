@@ -203,112 +203,120 @@ void silu_mul(const float *restrict gu, int64_t T, int64_t inter, float *restric
     }
 }
 
-/* ---- small-M linear: out[M, N] = x[M, K] @ w[N, K]^T for 1 <= M <= 16, each weight row read once ----
- * For a decode batch of a few sequences or a speculative verify (k + 1 rows), the weights (not the
- * FLOPs) are the cost: this streams every weight row once and keeps M x TN accumulators in
- * registers (AVX-512; a plain C loop elsewhere). BLAS SGEMM re-packs the weight per call there. */
+/* ---- panel linear: out[M, N] = x[M, K] @ w[N, K]^T on a weight packed once into 48-column panels ----
+ * Layout (pack_panels): wp[p][k][j] = w[48 p + j][k], N zero-padded up to a multiple of 48, so one
+ * panel [K][48] is contiguous and the packed weight is read as one sequential stream.
+ * Compute (AVX-512): per panel, blocks of 8 rows of x; a block keeps its 8 x 48 outputs in 24 zmm
+ * accumulators and, per k, broadcasts x[m][k] against three 16-wide loads of wp[p][k] (the register
+ * blocking of GotoBLAS/BLIS: Goto & van de Geijn 2008, "Anatomy of high-performance matrix
+ * multiplication", section 5). The panel (K x 192 bytes: 110 KB at K = 576) stays in L2 for the later
+ * blocks; meanwhile each block prefetches its share of the next panel into L2 (one cache line per k),
+ * so the memory stream overlaps the FMAs instead of stalling the first block, and the first block
+ * also prefetches its own panel 16 k-steps ahead into L1 (all a 1..8-row decode has).
+ * Rows of x and out are contiguous (K and N floats). Single-threaded. A plain C loop elsewhere. */
+#define PANEL_N 48
+
+void pack_panels(const float *restrict w, int64_t N, int64_t K, float *restrict wp) {
+    const int64_t np = (N + PANEL_N - 1) / PANEL_N;
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < PANEL_N; j++) {
+                const int64_t n = p * PANEL_N + j;
+                wp[(p * K + k) * PANEL_N + j] = n < N ? w[n * K + k] : 0.0f;
+            }
+}
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-#define SMALL_GEMM(MM, TN)                                                                              \
-    static void small_gemm_##MM(const float *restrict x, int64_t K, const float *restrict w, int64_t N,  \
-                                float *restrict out) {                                                  \
-        const int64_t kv = K & ~(int64_t)15;                                                            \
-        const __mmask16 tail = (__mmask16)((1u << (K - kv)) - 1u);                                      \
-        int64_t n = 0;                                                                                  \
-        for (; n + TN <= N; n += TN) {                                                                  \
-            __m512 acc[MM][TN];                                                                         \
-            for (int m = 0; m < MM; m++)                                                                \
-                for (int r = 0; r < TN; r++) acc[m][r] = _mm512_setzero_ps();                           \
-            for (int64_t k = 0; k < kv; k += 16) {                                                      \
-                __m512 wr[TN];                                                                          \
-                for (int r = 0; r < TN; r++) {                                                          \
-                    _mm_prefetch((const char *)(w + (n + TN + r) * K + k), _MM_HINT_T0);                \
-                    wr[r] = _mm512_loadu_ps(w + (n + r) * K + k);                                       \
-                }                                                                                       \
-                for (int m = 0; m < MM; m++) {                                                          \
-                    const __m512 xv = _mm512_loadu_ps(x + m * K + k);                                   \
-                    for (int r = 0; r < TN; r++) acc[m][r] = _mm512_fmadd_ps(xv, wr[r], acc[m][r]);     \
-                }                                                                                       \
-            }                                                                                           \
-            if (tail) {                                                                                 \
-                __m512 wr[TN];                                                                          \
-                for (int r = 0; r < TN; r++) wr[r] = _mm512_maskz_loadu_ps(tail, w + (n + r) * K + kv);  \
-                for (int m = 0; m < MM; m++) {                                                          \
-                    const __m512 xv = _mm512_maskz_loadu_ps(tail, x + m * K + kv);                      \
-                    for (int r = 0; r < TN; r++) acc[m][r] = _mm512_fmadd_ps(xv, wr[r], acc[m][r]);     \
-                }                                                                                       \
-            }                                                                                           \
-            for (int m = 0; m < MM; m++)                                                                \
-                for (int r = 0; r < TN; r++) out[m * N + n + r] = _mm512_reduce_add_ps(acc[m][r]);      \
-        }                                                                                               \
-        for (; n < N; n++) { /* leftover rows */                                                        \
-            for (int m = 0; m < MM; m++) {                                                              \
-                __m512 a = _mm512_setzero_ps();                                                         \
-                for (int64_t k = 0; k < kv; k += 16)                                                    \
-                    a = _mm512_fmadd_ps(_mm512_loadu_ps(x + m * K + k), _mm512_loadu_ps(w + n * K + k), a); \
-                if (tail)                                                                               \
-                    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + m * K + kv),                    \
-                                        _mm512_maskz_loadu_ps(tail, w + n * K + kv), a);                \
-                out[m * N + n] = _mm512_reduce_add_ps(a);                                               \
-            }                                                                                           \
-        }                                                                                               \
-    }
-SMALL_GEMM(1, 4)
-SMALL_GEMM(2, 4)
-SMALL_GEMM(3, 4)
-SMALL_GEMM(4, 4)
-SMALL_GEMM(5, 4)
-SMALL_GEMM(6, 4)
-SMALL_GEMM(7, 3)
-SMALL_GEMM(8, 3)
-SMALL_GEMM(9, 2)
-SMALL_GEMM(10, 2)
-SMALL_GEMM(11, 2)
-SMALL_GEMM(12, 2)
-SMALL_GEMM(13, 1)
-SMALL_GEMM(14, 1)
-SMALL_GEMM(15, 1)
-SMALL_GEMM(16, 1)
-#undef SMALL_GEMM
-
-/* Rows of x and out are contiguous with K and N floats; M = 1..16 in one pass over the weights.
- * Returns 0, or -1 when M is outside 1..16. */
-int small_m_linear(const float *restrict x, int64_t M, int64_t K, const float *restrict w, int64_t N,
-                   float *restrict out) {
-    switch (M) {
-        case 1: small_gemm_1(x, K, w, N, out); return 0;
-        case 2: small_gemm_2(x, K, w, N, out); return 0;
-        case 3: small_gemm_3(x, K, w, N, out); return 0;
-        case 4: small_gemm_4(x, K, w, N, out); return 0;
-        case 5: small_gemm_5(x, K, w, N, out); return 0;
-        case 6: small_gemm_6(x, K, w, N, out); return 0;
-        case 7: small_gemm_7(x, K, w, N, out); return 0;
-        case 8: small_gemm_8(x, K, w, N, out); return 0;
-        case 9: small_gemm_9(x, K, w, N, out); return 0;
-        case 10: small_gemm_10(x, K, w, N, out); return 0;
-        case 11: small_gemm_11(x, K, w, N, out); return 0;
-        case 12: small_gemm_12(x, K, w, N, out); return 0;
-        case 13: small_gemm_13(x, K, w, N, out); return 0;
-        case 14: small_gemm_14(x, K, w, N, out); return 0;
-        case 15: small_gemm_15(x, K, w, N, out); return 0;
-        case 16: small_gemm_16(x, K, w, N, out); return 0;
-        default: return -1;
-    }
+static inline __mmask16 col_mask(int64_t valid) {
+    return valid >= 16 ? (__mmask16)0xFFFF : valid <= 0 ? (__mmask16)0 : (__mmask16)((1u << valid) - 1u);
 }
-int small_m_linear_vectorized(void) { return 1; }
+
+/* MR rows of x against one panel b [K][48]: out[m][0..47] for m < MR (columns masked by m0..m2);
+ * prefetches npf lines of pf into L2 (one per k), and, if stream, b itself 16 k-steps ahead into L1. */
+#define PANEL_BLOCK(MR)                                                                                  \
+    static inline __attribute__((always_inline)) void panel_block_##MR(                                  \
+        const float *restrict x, int64_t K, const float *restrict b, float *restrict out, int64_t ldo,   \
+        __mmask16 m0, __mmask16 m1, __mmask16 m2, const float *pf, int64_t npf, int stream) {            \
+        __m512 a0[MR], a1[MR], a2[MR];                                                                  \
+        _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {                                          \
+            a0[m] = _mm512_setzero_ps(); a1[m] = a0[m]; a2[m] = a0[m];                                  \
+        }                                                                                               \
+        for (int64_t k = 0; k < K; k++) {                                                               \
+            const float *bk = b + k * PANEL_N;                                                          \
+            if (stream) {                                                                               \
+                _mm_prefetch((const char *)(bk + 16 * PANEL_N), _MM_HINT_T0);                           \
+                _mm_prefetch((const char *)(bk + 16 * PANEL_N + 16), _MM_HINT_T0);                      \
+                _mm_prefetch((const char *)(bk + 16 * PANEL_N + 32), _MM_HINT_T0);                      \
+            }                                                                                           \
+            if (k < npf) _mm_prefetch((const char *)(pf + k * 16), _MM_HINT_T1);                        \
+            const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16), b2 = _mm512_loadu_ps(bk + 32); \
+            _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {                                      \
+                const __m512 xv = _mm512_set1_ps(x[m * K + k]);                                         \
+                a0[m] = _mm512_fmadd_ps(xv, b0, a0[m]);                                                 \
+                a1[m] = _mm512_fmadd_ps(xv, b1, a1[m]);                                                 \
+                a2[m] = _mm512_fmadd_ps(xv, b2, a2[m]);                                                 \
+            }                                                                                           \
+        }                                                                                               \
+        _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {                                          \
+            _mm512_mask_storeu_ps(out + m * ldo, m0, a0[m]);                                            \
+            _mm512_mask_storeu_ps(out + m * ldo + 16, m1, a1[m]);                                       \
+            _mm512_mask_storeu_ps(out + m * ldo + 32, m2, a2[m]);                                       \
+        }                                                                                               \
+    }
+PANEL_BLOCK(1) PANEL_BLOCK(2) PANEL_BLOCK(3) PANEL_BLOCK(4)
+PANEL_BLOCK(5) PANEL_BLOCK(6) PANEL_BLOCK(7) PANEL_BLOCK(8)
+#undef PANEL_BLOCK
+
+/* wp from pack_panels(w, N, K). Returns 0, or -1 when M < 1. */
+int panel_linear(const float *restrict x, int64_t M, int64_t K, const float *restrict wp, int64_t N,
+                 float *restrict out) {
+    if (M < 1) return -1;
+    const int64_t np = (N + PANEL_N - 1) / PANEL_N;
+    const int64_t blocks = (M + 7) / 8;
+    const int64_t lines = K * PANEL_N / 16;            /* 64-byte lines in one panel */
+    const int64_t share = (lines + blocks - 1) / blocks; /* lines of the next panel each block prefetches */
+    for (int64_t p = 0; p < np; p++) {
+        const float *b = wp + p * K * PANEL_N;
+        const float *next = b + K * PANEL_N;
+        const int64_t valid = N - p * PANEL_N;
+        const __mmask16 m0 = col_mask(valid), m1 = col_mask(valid - 16), m2 = col_mask(valid - 32);
+        float *o = out + p * PANEL_N;
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            const int64_t m = blk * 8, rows = M - m < 8 ? M - m : 8;
+            int64_t npf = p + 1 < np ? lines - blk * share : 0;
+            npf = npf < 0 ? 0 : npf < share ? npf : share;
+            npf = npf < K ? npf : K;
+            const float *xm = x + m * K, *pf = next + blk * share * 16;
+            float *om = o + m * N;
+            switch (rows) {
+                case 1: panel_block_1(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                case 2: panel_block_2(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                case 3: panel_block_3(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                case 4: panel_block_4(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                case 5: panel_block_5(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                case 6: panel_block_6(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                case 7: panel_block_7(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+                default: panel_block_8(xm, K, b, om, N, m0, m1, m2, pf, npf, blk == 0); break;
+            }
+        }
+    }
+    return 0;
+}
+int panel_linear_vectorized(void) { return 1; }
 #else
-int small_m_linear(const float *restrict x, int64_t M, int64_t K, const float *restrict w, int64_t N,
-                   float *restrict out) {
-    if (M < 1 || M > 16) return -1;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t m = 0; m < M; m++) {
+int panel_linear(const float *restrict x, int64_t M, int64_t K, const float *restrict wp, int64_t N,
+                 float *restrict out) {
+    if (M < 1) return -1;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            const float *b = wp + (n / PANEL_N) * K * PANEL_N + n % PANEL_N;
             float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-            for (int64_t k = 0; k < K; k++) a += x[m * K + k] * w[n * K + k];
+            for (int64_t k = 0; k < K; k++) a += x[m * K + k] * b[k * PANEL_N];
             out[m * N + n] = a;
         }
     return 0;
 }
-int small_m_linear_vectorized(void) { return 0; }
+int panel_linear_vectorized(void) { return 0; }
 #endif
