@@ -11,6 +11,8 @@ Sections (``--section``):
   (weight bytes read per token / measured copy bandwidth, STREAM-copy convention: 2 x bytes / time).
 - ``prefill``: model FLOP/s of a 512-token prefill / 1-thread ``torch.mm`` FLOP/s on the same
   projection shapes (goal >= 0.9).
+- ``attention``: decode attention per (token, KV head, key): the native kernel on huge pages vs 4 KiB
+  pages vs the PyTorch gather + SDPA path, at a serving step's KV footprint.
 - ``verify``: a 6-row speculative verify forward / a 1-row decode forward, batch 1 (goal: ~1).
 - ``linear``: the model's projections and LM head at M = 1..512 rows: MKL vs oneDNN-prepacked vs the native
   panel GEMM (what :class:`own_engine.linear.Linear` chooses between).
@@ -345,8 +347,60 @@ def bench_linear(model_dir: Path, repeats: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+def bench_attention(repeats: int, n: int = 48, context: int = 190, layers: int = 30) -> list[tuple[str, str, str]]:
+    """Decode attention at the default model's geometry (9 query heads, 3 KV heads, head_dim 64,
+    16-token blocks): ``n`` sequences of ``context`` keys each, one KV cache per layer (``layers``
+    of them, block tables a random permutation over twice the blocks needed: the KV stream is far
+    larger than the caches, as in a serving step). The native kernel on a huge-page cache (what the
+    engine allocates, :mod:`own_engine.hugepages`) and on a 4 KiB-page cache, and the PyTorch path
+    (gather + SDPA) on the latter, interleaved; ns per (token, KV head, key)."""
+    from own_engine import hugepages
+    from own_engine.attention import build_metadata, paged_attention
+    from own_engine.cpu_kernels import native_attention
+
+    native, why = native_attention()
+    H, nkv, D, bs = 9, 3, 64, 16
+    per = -(-context // bs)
+    nblocks = 2 * n * per
+    g = torch.Generator().manual_seed(0)
+    shape = (nblocks, bs, nkv, D)
+
+    def caches(huge: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        out = []
+        for _ in range(layers):
+            kv = [hugepages.zeros(shape, torch.float32, torch.device("cpu"))[0] if huge else torch.empty(shape)
+                  for _ in range(2)]
+            for t in kv:
+                t.copy_(torch.randn(shape, generator=g))
+            out.append((kv[0], kv[1]))
+        return out
+
+    tables = torch.randperm(nblocks, generator=g)[:n * per].view(n, per).tolist()
+    q = torch.randn(n, H, D, generator=g)
+    kv_new = torch.randn(n, nkv, D, generator=g)
+    args = ([1] * n, [context] * n, tables, bs, H, nkv, torch.device("cpu"))
+    meta_native, meta_torch = build_metadata(*args, torch_decode=False), build_metadata(*args)
+    sets = {"huge": caches(True), "4k": caches(False)}
+    fns = {}
+    if native is not None:
+        fns["native, huge pages"] = lambda: [native(q, kv_new, kv_new, k, v, meta_native, D ** -0.5) for k, v in sets["huge"]]
+        fns["native, 4 KiB pages"] = lambda: [native(q, kv_new, kv_new, k, v, meta_native, D ** -0.5) for k, v in sets["4k"]]
+    fns["torch, 4 KiB pages"] = lambda: [paged_attention(q, kv_new, kv_new, k, v, meta_torch, D ** -0.5) for k, v in sets["4k"]]
+    t = _interleaved(fns, repeats, 1)
+    keys = n * nkv * context * layers
+    rows = [(f"{name}: ns per token x KV head x key", summarize([x / keys * 1e9 for x in v]), "") for name, v in t.items()]
+    if native is None:
+        rows.append(("native attention", f"unavailable: {why}", ""))
+    else:
+        rows.append(("native: huge / 4 KiB pages time", summarize([a / b for a, b in zip(t["native, huge pages"],
+                                                                                       t["native, 4 KiB pages"])]), ""))
+        rows.append(("native huge pages / torch time", summarize([a / b for a, b in zip(t["native, huge pages"],
+                                                                                      t["torch, 4 KiB pages"])]), ""))
+    return rows
+
+
 @app.command()
-def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth | prefill | verify | linear"),
+def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive | ngram | bandwidth | prefill | verify | linear | attention"),
          repeats: int = typer.Option(3, min=1, help="interleaved repeats; every row is median [min..max] over them"),
          requests: int = typer.Option(24, min=2, help="requests in the vs-hf length-skewed workload"),
          hf_batch: int = typer.Option(8, min=1, help="static batch size of the transformers generate baseline"),
@@ -356,7 +410,7 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
 
     torch.set_num_threads(threads)
     model_dir = resolve_model(None)
-    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth", "prefill", "verify", "linear")
+    valid = ("all", "vs-hf", "paged-vs-naive", "ngram", "bandwidth", "prefill", "verify", "linear", "attention")
     if section not in valid:
         raise typer.BadParameter(f"--section must be one of {', '.join(valid)}")
     rows: list[tuple[str, str, str]] = []
@@ -365,6 +419,8 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
         rows += [("[bold]decode vs memory bandwidth[/bold]", "", "")] + bench_bandwidth(model_dir, repeats, 32)
     if section in ("all", "linear"):
         rows += [("[bold]linear kernels by rows M[/bold]", "", "")] + bench_linear(model_dir, max(repeats, 5))
+    if section in ("all", "attention"):
+        rows += [("[bold]decode attention, 48 x 190 keys x 30 layers[/bold]", "", "")] + bench_attention(max(repeats, 5))
     if section in ("all", "prefill"):
         rows += [("[bold]prefill efficiency[/bold]", "", "")] + bench_prefill(model_dir, max(repeats, 3), 512)
     if section in ("all", "verify"):

@@ -33,7 +33,6 @@ from own_engine.attention import AttentionMetadata, prefill_attention
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
-MAX_G = 256  # the kernel's limit on query heads per KV head (csrc MAX_G)
 PANEL_N = 48  # output columns per packed weight panel (csrc PANEL_N)
 
 _i64 = ctypes.c_int64
@@ -190,7 +189,7 @@ class NativePagedAttention:
         prefill_attention(q, k, v, k_cache, v_cache, meta, scale, out)
         if meta.dec_rows is not None:
             n = meta.dec_rows.shape[0]
-            need = (H // k.shape[1]) * (meta.dec_max_len + D)
+            need = H * (meta.dec_max_len + D + 2)  # scores [H, L], accumulators [H, D], max and sum [H]
             if self._scratch.numel() < need:
                 self._scratch = torch.empty(need)
             bt = meta.block_tables
@@ -200,7 +199,7 @@ class NativePagedAttention:
                 H, k.shape[1], D, k_cache.shape[1], scale, out.data_ptr(), out.stride(0), out.stride(1),
                 self._scratch.data_ptr())
             if rc != 0:
-                raise RuntimeError(f"native attention: {H // k.shape[1]} query heads per KV head exceeds {MAX_G}")
+                raise RuntimeError(f"native attention: {H} query heads are not a multiple of {k.shape[1]} KV heads")
         return out
 
 

@@ -105,9 +105,9 @@ class LLMEngine:
                 mc, draft_mc, config.draft_num_layers if config.speculative == "draft" and draft_mc is None else None)
         self.spec_policy = AdaptiveK(float(cost), enabled=config.adaptive_speculation)
         logging.getLogger("own_engine").info(
-            "engine on %s: attention %s, linears %s, %d threads, max_num_seqs %d, %d KV blocks of %d tokens",
+            "engine on %s: attention %s, linears %s, %d threads, max_num_seqs %d, %d KV blocks of %d tokens%s",
             self.device, self.attention_backend, model.linear_kernels, config.threads, self.max_num_seqs,
-            self.num_kv_blocks, config.block_size)
+            self.num_kv_blocks, config.block_size, " (huge pages)" if self.runner.kv_huge_pages else "")
         self.generator = torch.Generator().manual_seed(config.seed)
         self._ids = itertools.count()
         self.spec_num_draft_tokens = 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from own_engine import hugepages
 from own_engine.attention import build_metadata, paged_attention
 from own_engine.model import LlamaModel
 
@@ -96,7 +97,8 @@ class ModelRunner:
     """Runs ``model`` over batches with its own preallocated KV cache.
 
     KV cache: per layer K and V tensors [num_blocks (+1), block_size, num_kv_heads, head_dim] in the
-    model's weight dtype. ``scratch_block=True`` allocates one block more than ``num_blocks``
+    model's weight dtype; on CPU on huge pages where Linux grants the advice (:attr:`kv_huge_pages`,
+    :mod:`own_engine.hugepages`). ``scratch_block=True`` allocates one block more than ``num_blocks``
     (index ``num_blocks``, :attr:`scratch_block`) that no BlockManager of ``num_blocks`` blocks ever
     hands out: padded rows of CUDA-graph decode batches write there (:mod:`own_engine.cuda_graphs`).
     ``graphs``: the captured decode graphs (:meth:`enable_cuda_graphs`), or None (always eager).
@@ -112,8 +114,11 @@ class ModelRunner:
         self.scratch_block: int | None = num_blocks if scratch_block else None
         dtype = model.embed.dtype
         shape = (num_blocks + (1 if scratch_block else 0), block_size, c.num_kv_heads, c.head_dim)
-        self.kv_caches = [(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
-                          for _ in range(model.num_layers)]
+        # on CPU, 2 MiB pages: block-table reads scatter over the whole cache (own_engine/hugepages.py)
+        pairs = [(hugepages.zeros(shape, dtype, device), hugepages.zeros(shape, dtype, device))
+                 for _ in range(model.num_layers)]
+        self.kv_caches = [(k, v) for (k, _), (v, _) in pairs]
+        self.kv_huge_pages = all(a and b for (_, a), (_, b) in pairs)
         self.graphs = None  # own_engine.cuda_graphs.DecodeCudaGraphs once enable_cuda_graphs succeeded
         self._triton_ok: dict[Callable, bool] = {}
 

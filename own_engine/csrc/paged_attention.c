@@ -7,7 +7,8 @@
  *
  * For each query token i the keys are positions 0 .. lens[i]-1 of its sequence, found through
  * block_tables[seq[i]] (causal by construction: lens[i] = its position + 1). GQA: the G = H / nkv query
- * heads sharing a KV head are scored together, so every K and V row is read once per token.
+ * heads sharing a KV head are scored together, so every K and V row is read once per token, and all
+ * KV heads of a slot are read together (one contiguous run per slot).
  * Softmax is two-pass (max, then exp-sum), as in the reference definition softmax(q k^T * scale) v
  * (Vaswani et al. 2017, eq. 1). The gathered copy of the context that a PyTorch SDPA call needs is
  * never made.
@@ -15,8 +16,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-#define MAX_G 256 /* query heads per KV head: any Llama geometry */
 
 /* k_new, v_new: [T, nkv, D] rows with strides (token, head) in floats; slot_mapping [T]. */
 void kv_write(const float *k_new, int64_t k_st_t, int64_t k_st_h, const float *v_new, int64_t v_st_t,
@@ -31,76 +30,94 @@ void kv_write(const float *k_new, int64_t k_st_t, int64_t k_st_h, const float *v
     }
 }
 
-/* One (query token, KV head): the G query heads of KV head kh attend to keys 0 .. L-1 of the
- * sequence's block table. Inlined with D a compile-time constant (64, 128) so the dot products
- * unroll and q stays in registers. sc: [G, L] scratch; acc: [G, D] scratch. */
-static inline __attribute__((always_inline)) void attend_one(
-        const float *restrict qb, int64_t q_st_h, const float *restrict k_cache,
-        const float *restrict v_cache, const int64_t *restrict bt, int64_t L, int64_t G, int64_t kh,
-        const int64_t row, const int64_t D, int64_t block_size, float scale, float *restrict ob,
-        int64_t o_st_h, float *restrict sc, float *restrict acc) {
-    float mx[MAX_G], sum[MAX_G];
+/* Prefetch the `bytes` bytes at p into L1 (one hint per 64-byte line; a no-op where unsupported). */
+static inline void prefetch_slot(const float *p, int64_t bytes) {
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char *)p + off, 0, 3);
+}
+
+/* One query token: its H = nkv * G query heads attend to keys 0 .. L-1 of the block table bt. A slot
+ * (all nkv heads of one position, `row` floats) is consumed whole, in address order, and the same slot
+ * of the next block is prefetched meanwhile: the cache is read as a sequence of contiguous runs instead
+ * of nkv strided passes (a decode batch's KV is far larger than the caches, so the latency of each
+ * miss, not the FLOPs, sets the time). Inlined with G and D compile-time constants so the dot
+ * products unroll. sc: [H, L] scores then probabilities; acc: [H, D]; mx, sum: [H]. */
+static inline __attribute__((always_inline)) void attend_token(
+        const float *restrict qt, int64_t q_st_h, const float *restrict k_cache,
+        const float *restrict v_cache, const int64_t *restrict bt, int64_t L, int64_t G, int64_t nkv,
+        const int64_t D, int64_t block_size, float scale, float *restrict ot, int64_t o_st_h,
+        float *restrict sc, float *restrict acc, float *restrict mx, float *restrict sum) {
+    const int64_t H = nkv * G, row = nkv * D, slot_bytes = row * (int64_t)sizeof(float);
     const int64_t nblk = (L + block_size - 1) / block_size;
-    for (int64_t g = 0; g < G; g++) mx[g] = -INFINITY;
-    /* pass 1: sc[g * L + j] = scale * q_g . k_j */
+    for (int64_t h = 0; h < H; h++) mx[h] = -INFINITY;
+    /* pass 1: sc[h * L + j] = scale * q_h . k_j */
     for (int64_t b = 0; b < nblk; b++) {
-        const float *restrict kb = k_cache + bt[b] * block_size * row + kh * D;
+        const float *restrict kb = k_cache + bt[b] * block_size * row;
+        const float *nb = b + 1 < nblk ? k_cache + bt[b + 1] * block_size * row : v_cache + bt[0] * block_size * row;
         const int64_t j0 = b * block_size;
         const int64_t m = (L - j0 < block_size) ? L - j0 : block_size;
         for (int64_t o = 0; o < m; o++) {
-            const float *restrict kr = kb + o * row;
-            for (int64_t g = 0; g < G; g++) {
-                const float *restrict qg = qb + g * q_st_h;
-                float a = 0.0f;
+            prefetch_slot(nb + o * row, slot_bytes);
+            for (int64_t kh = 0; kh < nkv; kh++) {
+                const float *restrict kr = kb + o * row + kh * D;
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t h = kh * G + g;
+                    const float *restrict qh = qt + h * q_st_h;
+                    float a = 0.0f;
 #pragma omp simd reduction(+ : a)
-                for (int64_t d = 0; d < D; d++) a += qg[d] * kr[d];
-                a *= scale;
-                sc[g * L + j0 + o] = a;
-                mx[g] = a > mx[g] ? a : mx[g];
+                    for (int64_t d = 0; d < D; d++) a += qh[d] * kr[d];
+                    a *= scale;
+                    sc[h * L + j0 + o] = a;
+                    mx[h] = a > mx[h] ? a : mx[h];
+                }
             }
         }
     }
     /* pass 2: p = exp(s - max) and its sum */
-    for (int64_t g = 0; g < G; g++) {
-        float *restrict sg = sc + g * L;
-        const float mg = mx[g];
+    for (int64_t h = 0; h < H; h++) {
+        float *restrict sh = sc + h * L;
+        const float mh = mx[h];
         float total = 0.0f;
 #pragma omp simd reduction(+ : total)
         for (int64_t j = 0; j < L; j++) {
-            const float e = expf(sg[j] - mg);
-            sg[j] = e;
+            const float e = expf(sh[j] - mh);
+            sh[j] = e;
             total += e;
         }
-        sum[g] = total;
+        sum[h] = total;
     }
-    /* pass 3: acc_g = sum_j p_j v_j, then out_g = acc_g / sum */
-    for (int64_t x = 0; x < G * D; x++) acc[x] = 0.0f;
+    /* pass 3: acc_h = sum_j p_j v_j, then out_h = acc_h / sum */
+    for (int64_t x = 0; x < H * D; x++) acc[x] = 0.0f;
     for (int64_t b = 0; b < nblk; b++) {
-        const float *restrict vb = v_cache + bt[b] * block_size * row + kh * D;
+        const float *restrict vb = v_cache + bt[b] * block_size * row;
+        const float *nb = b + 1 < nblk ? v_cache + bt[b + 1] * block_size * row : vb;
         const int64_t j0 = b * block_size;
         const int64_t m = (L - j0 < block_size) ? L - j0 : block_size;
         for (int64_t o = 0; o < m; o++) {
-            const float *restrict vr = vb + o * row;
-            for (int64_t g = 0; g < G; g++) {
-                const float p = sc[g * L + j0 + o];
-                float *restrict ag = acc + g * D;
+            if (b + 1 < nblk) prefetch_slot(nb + o * row, slot_bytes);
+            for (int64_t kh = 0; kh < nkv; kh++) {
+                const float *restrict vr = vb + o * row + kh * D;
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t h = kh * G + g;
+                    const float p = sc[h * L + j0 + o];
+                    float *restrict ah = acc + h * D;
 #pragma omp simd
-                for (int64_t d = 0; d < D; d++) ag[d] += p * vr[d];
+                    for (int64_t d = 0; d < D; d++) ah[d] += p * vr[d];
+                }
             }
         }
     }
-    for (int64_t g = 0; g < G; g++) {
-        float *restrict og = ob + g * o_st_h;
-        const float *restrict ag = acc + g * D;
-        const float inv = 1.0f / sum[g];
+    for (int64_t h = 0; h < H; h++) {
+        float *restrict oh = ot + h * o_st_h;
+        const float *restrict ah = acc + h * D;
+        const float inv = 1.0f / sum[h];
 #pragma omp simd
-        for (int64_t d = 0; d < D; d++) og[d] = ag[d] * inv;
+        for (int64_t d = 0; d < D; d++) oh[d] = ah[d] * inv;
     }
 }
 
 /* q: [T, H, D] with strides (q_st_t, q_st_h); out: [T, H, D] with strides (o_st_t, o_st_h).
  * rows[i], seq[i], lens[i] for i < n: flat token index, block-table row, number of keys.
- * scratch: at least MAX_G * (max(lens) + D) floats. Returns 0, or -1 when G > MAX_G.
+ * scratch: at least H * (max(lens) + D + 2) floats. Returns 0, or -1 when H is not a multiple of nkv.
  * Keys are walked block by block (no division per key). */
 int paged_decode_attention(const float *restrict q, int64_t q_st_t, int64_t q_st_h,
                            const float *restrict k_cache, const float *restrict v_cache,
@@ -109,29 +126,26 @@ int paged_decode_attention(const float *restrict q, int64_t q_st_t, int64_t q_st
                            const int64_t *restrict lens, int64_t n,
                            int64_t H, int64_t nkv, int64_t D, int64_t block_size, float scale,
                            float *restrict out, int64_t o_st_t, int64_t o_st_h, float *restrict scratch) {
+    if (nkv < 1 || H % nkv != 0) return -1;
     const int64_t G = H / nkv;
-    if (G > MAX_G) return -1;
-    const int64_t row = nkv * D; /* floats between consecutive slots */
     for (int64_t i = 0; i < n; i++) {
         const int64_t t = rows[i], L = lens[i];
         const int64_t *restrict bt = block_tables + seq[i] * bt_stride;
-        float *restrict sc = scratch;          /* [G, L] scores, then probabilities */
-        float *restrict acc = scratch + G * L; /* [G, D] output accumulators */
-        for (int64_t kh = 0; kh < nkv; kh++) {
-            const float *restrict qb = q + t * q_st_t + kh * G * q_st_h;
-            float *restrict ob = out + t * o_st_t + kh * G * o_st_h;
-#define ATTEND(GG, DD) attend_one(qb, q_st_h, k_cache, v_cache, bt, L, GG, kh, row, DD, block_size, scale, ob, o_st_h, sc, acc)
-            /* constant (G, D) for the common geometries: the G dot products interleave */
-            if (D == 64 && G == 3) ATTEND(3, 64);
-            else if (D == 64 && G == 4) ATTEND(4, 64);
-            else if (D == 64 && G == 8) ATTEND(8, 64);
-            else if (D == 128 && G == 4) ATTEND(4, 128);
-            else if (D == 128 && G == 8) ATTEND(8, 128);
-            else if (D == 64) ATTEND(G, 64);
-            else if (D == 128) ATTEND(G, 128);
-            else ATTEND(G, D);
+        float *restrict sc = scratch, *restrict acc = scratch + H * L;
+        float *restrict mx = acc + H * D, *restrict sum = mx + H;
+        const float *restrict qt = q + t * q_st_t;
+        float *restrict ot = out + t * o_st_t;
+#define ATTEND(GG, DD) attend_token(qt, q_st_h, k_cache, v_cache, bt, L, GG, nkv, DD, block_size, scale, ot, o_st_h, sc, acc, mx, sum)
+        /* constant (G, D) for the common geometries: the G dot products interleave */
+        if (D == 64 && G == 3) ATTEND(3, 64);
+        else if (D == 64 && G == 4) ATTEND(4, 64);
+        else if (D == 64 && G == 8) ATTEND(8, 64);
+        else if (D == 128 && G == 4) ATTEND(4, 128);
+        else if (D == 128 && G == 8) ATTEND(8, 128);
+        else if (D == 64) ATTEND(G, 64);
+        else if (D == 128) ATTEND(G, 128);
+        else ATTEND(G, D);
 #undef ATTEND
-        }
     }
     return 0;
 }
