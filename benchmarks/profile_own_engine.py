@@ -48,7 +48,7 @@ CLASSES = {
     "attention": ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax",
                   "_scaled_dot_product", "native::paged_decode_attention"),
     "native elementwise (RoPE+KV write, add+RMSNorm, SiLU*up)": ("native::rope_kv_write", "native::add_rms_norm",
-                                                                 "native::silu_mul", "native::kv_write"),
+                                                                 "native::silu_mul"),
     "gather/copy": ("index_select", "index_copy", "aten::cat", "aten::copy_", "aten::contiguous",
                     "aten::clone", "aten::embedding", "aten::index", "aten::repeat", "aten::stack",
                     "aten::masked", "aten::to", "aten::_to_copy", "aten::where"),
@@ -83,7 +83,7 @@ def _annotate_native(engine: LLMEngine) -> None:
     lib = getattr(attn, "lib", None)
     if lib is None:
         return
-    for name in ("paged_decode_attention", "kv_write", "rope_kv_write", "add_rms_norm", "silu_mul", "panel_linear"):
+    for name in ("paged_decode_attention", "rope_kv_write", "add_rms_norm", "silu_mul", "panel_linear"):
         fn = getattr(lib, name, None)
         if fn is None:
             continue

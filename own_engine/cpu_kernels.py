@@ -90,8 +90,6 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         return None, (f"the native CPU kernels are unusable: {str(exc).splitlines()[0]} (kernel cache "
                       f"{kernel_dir()}; OWN_ENGINE_KERNEL_DIR moves it, CC picks the compiler)")
-    lib.kv_write.restype = None
-    lib.kv_write.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64]
     lib.paged_decode_attention.restype = ctypes.c_int
     lib.paged_decode_attention.argtypes = [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
                                            _i64, _i64, _i64, _i64, ctypes.c_float, _ptr, _i64, _i64, _ptr]
@@ -166,20 +164,13 @@ class NativeLayerOps:
 
 
 class NativePagedAttention:
-    """Same contract as :func:`own_engine.attention.paged_attention`, plus :meth:`write_kv` (the
-    model calls an attention function's ``write_kv`` when it has one). CPU fp32 tensors only."""
+    """Same contract as :func:`own_engine.attention.paged_attention` (K/V already in the caches;
+    the native model path writes them with :meth:`NativeLayerOps.rope_kv_write`). CPU fp32 only."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
         self.layer_ops = NativeLayerOps(lib)
         self._scratch = torch.empty(0)
-
-    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 slot_mapping: torch.Tensor) -> None:
-        """Store ``k``, ``v`` ([T, nkv, D], any token/head strides, unit last stride) at ``slot_mapping``."""
-        T, nkv, D = k.shape
-        self.lib.kv_write(k.data_ptr(), k.stride(0), k.stride(1), v.data_ptr(), v.stride(0), v.stride(1),
-                          k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr(), T, nkv, D)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
@@ -232,12 +223,8 @@ def _self_check(fn: NativePagedAttention) -> str | None:
     q, k, v = (torch.randn(T, n, D, generator=g) for n in (H, nkv, nkv))
     kc, vc = (torch.randn(nblocks, bs, nkv, D, generator=g) for _ in range(2))
     meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, torch.device("cpu"))
-    kc2, vc2 = kc.clone(), vc.clone()
     write_kv(k, v, kc, vc, meta.slot_mapping)
-    fn.write_kv(k, v, kc2, vc2, meta.slot_mapping)
-    if not (torch.equal(kc, kc2) and torch.equal(vc, vc2)):
-        return "the native CPU attention kernel's KV write disagrees with index_copy_"
-    err = float((fn(q, k, v, kc2, vc2, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
+    err = float((fn(q, k, v, kc, vc, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
     if not err < 1e-4:
         return f"the native CPU attention kernel disagrees with the PyTorch path (max abs error {err:.2e})"
     errs = layer_ops_errors(fn.layer_ops)

@@ -47,7 +47,7 @@ def test_kernel_matches_fp64_reference(kernel, H, nkv, D, bs):
     q, k, v, kc, vc, tables = _case(0, H, nkv, D, bs, q_lens, ctx_lens)
     meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
     kc_n, vc_n = kc.clone(), vc.clone()
-    kernel.write_kv(k, v, kc_n, vc_n, meta.slot_mapping)
+    write_kv(k, v, kc_n, vc_n, meta.slot_mapping)
     out = kernel(q, k, v, kc_n, vc_n, meta, D ** -0.5)
     meta64 = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU)
     kc64, vc64 = kc.double(), vc.double()
@@ -70,7 +70,7 @@ def test_kernel_reads_q_through_strides(kernel):
     fused = torch.randn(4, H + 2 * nkv, D)
     q, k, v = fused[:, :H], fused[:, H:H + nkv], fused[:, H + nkv:]
     meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
-    kernel.write_kv(k, v, kc, vc, meta.slot_mapping)
+    write_kv(k, v, kc, vc, meta.slot_mapping)
     out = kernel(q, k, v, kc, vc, meta, 0.3)
     ref = paged_attention(q.contiguous(), k.contiguous(), v.contiguous(), kc, vc,
                           build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), 0.3)
@@ -259,7 +259,7 @@ def test_many_query_heads_per_kv_head(kernel):
     q_lens, ctx_lens = [1, 3], [9, 14]
     q, k, v, kc, vc, tables = _case(2, H, nkv, D, bs, q_lens, ctx_lens)
     meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
-    kernel.write_kv(k, v, kc, vc, meta.slot_mapping)
+    write_kv(k, v, kc, vc, meta.slot_mapping)
     out = kernel(q, k, v, kc, vc, meta, D ** -0.5)
     ref = paged_attention(q, k, v, kc, vc, build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), D ** -0.5)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)

@@ -1,5 +1,5 @@
 /* Paged attention for short queries (decodes, speculative verification) straight from the block-table
- * KV cache, and the KV write. CPU, one thread, fp32. Compiled on first use by own_engine/cpu_kernels.py
+ * KV cache, the decoder layer's fused elementwise ops, and the panel GEMM. CPU, one thread, fp32. Compiled on first use by own_engine/cpu_kernels.py
  * (gcc -O3 -march=native -ffast-math -fopenmp-simd); called through ctypes with raw pointers.
  *
  * Layout (vLLM's): k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim] contiguous, so a
@@ -16,19 +16,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-/* k_new, v_new: [T, nkv, D] rows with strides (token, head) in floats; slot_mapping [T]. */
-void kv_write(const float *k_new, int64_t k_st_t, int64_t k_st_h, const float *v_new, int64_t v_st_t,
-              int64_t v_st_h, float *k_cache, float *v_cache, const int64_t *slot_mapping, int64_t T,
-              int64_t nkv, int64_t D) {
-    for (int64_t t = 0; t < T; t++) {
-        const int64_t s = slot_mapping[t];
-        for (int64_t h = 0; h < nkv; h++) {
-            memcpy(k_cache + (s * nkv + h) * D, k_new + t * k_st_t + h * k_st_h, (size_t)D * sizeof(float));
-            memcpy(v_cache + (s * nkv + h) * D, v_new + t * v_st_t + h * v_st_h, (size_t)D * sizeof(float));
-        }
-    }
-}
 
 /* Prefetch the `bytes` bytes at p into L1 (one hint per 64-byte line; a no-op where unsupported). */
 static inline void prefetch_slot(const float *p, int64_t bytes) {
