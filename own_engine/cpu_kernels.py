@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -57,15 +59,24 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
-def _build(cc: str) -> Path:
-    """Compile (or reuse) the shared library; raises RuntimeError with the compiler's first line."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(CFLAGS), platform.machine(),
-                                    _cpu_flags()]).encode()).hexdigest()[:16]
-    out = kernel_dir() / f"paged_attention-{key}.so"
+def _fallback_kernel_dir() -> Path:
+    """A per-user directory under the system temp dir, for when :func:`kernel_dir` is not writable."""
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"llm-serve-bench-kernels-{uid}"
+
+
+def _compile_into(cc: str, out: Path) -> Path:
+    """Compile :data:`SOURCE` to ``out`` atomically (a temp file in its directory, then a rename);
+    raises OSError when the directory is not writable, RuntimeError with the compiler's first line."""
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob("tmp*.so"):  # left by a build that was killed (SIGKILL) mid-compile
+        try:
+            if time.time() - stale.stat().st_mtime > 600:
+                stale.unlink()
+        except OSError:
+            pass
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
@@ -79,6 +90,23 @@ def _build(cc: str) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return out
+
+
+def _build(cc: str) -> Path:
+    """Compile (or reuse) the shared library, in :func:`kernel_dir` or, when that is not writable
+    (a read-only home), in :func:`_fallback_kernel_dir`; raises RuntimeError with the compiler's
+    first line, OSError when neither directory is writable."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(CFLAGS), platform.machine(),
+                                    _cpu_flags()]).encode()).hexdigest()[:16]
+    name = f"paged_attention-{key}.so"
+    try:
+        return _compile_into(cc, kernel_dir() / name)
+    except OSError as exc:
+        fallback = _fallback_kernel_dir() / name
+        logging.getLogger("own_engine").warning("kernel cache %s is not writable (%s): building in %s",
+                                                kernel_dir(), exc.strerror or exc, fallback.parent)
+        return _compile_into(cc, fallback)
 
 
 def _load() -> tuple[ctypes.CDLL | None, str | None]:

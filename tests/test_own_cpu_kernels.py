@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 import pytest
 import torch
@@ -95,6 +96,33 @@ def test_build_is_cached_and_keyed(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_STATE", {})
     assert cpu_kernels.native_attention()[1] is None
     assert built[0].stat().st_mtime_ns == mtime  # reused, not rebuilt
+
+
+def test_unwritable_kernel_cache_builds_in_the_temp_fallback(tmp_path, monkeypatch, caplog):
+    """A kernel cache that cannot be created (here: under a regular file; a read-only home in
+    practice) still gives the native path, built in the per-user temp directory, with a warning."""
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "file" / "k"))
+    monkeypatch.setattr(cpu_kernels, "_fallback_kernel_dir", lambda: tmp_path / "fallback")
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    with caplog.at_level("WARNING", logger="own_engine"):
+        fn, why = cpu_kernels.native_attention()
+    assert why is None and fn is not None
+    assert len(list((tmp_path / "fallback").glob("paged_attention-*.so"))) == 1
+    assert f"kernel cache {tmp_path / 'file' / 'k'} is not writable" in caplog.text
+
+
+def test_stale_temp_files_of_a_killed_build_are_removed(tmp_path, monkeypatch):
+    k = tmp_path / "k"
+    k.mkdir()
+    stale, fresh = k / "tmpdead.so", k / "tmpbusy.so"
+    stale.write_bytes(b"half a library")
+    fresh.write_bytes(b"another build in progress")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(k))
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.native_attention()[1] is None
+    assert not stale.exists() and fresh.exists()  # a recent one may belong to a concurrent build
 
 
 def test_without_a_working_compiler_auto_falls_back_and_native_refuses(tmp_path, monkeypatch):
