@@ -138,8 +138,8 @@ def test_chunked_prefill_and_prefix_hits_match_full_forward_logits(default_engin
     # chunked: 3 uneven chunks into other blocks, logits of every position
     bt = [5, 6, 7, 8]
     parts = [r.run([BatchItem(ids[a:b], a, bt, b - a)]) for a, b in [(0, 13), (13, 40), (40, n)]]
-    # chunks of <= 16 rows take the small-M kernel, longer ones oneDNN: fp32 rounding of logits up to
-    # ~40 in magnitude differs by ~1e-4 between them (6e-6 relative)
+    # chunks and the full prompt take different attention paths (and, without the panel GEMM, oneDNN
+    # vs MKL for short chunks): fp32 rounding of logits up to ~40 differs by ~1e-4 (6e-6 relative)
     torch.testing.assert_close(torch.cat(parts), full, atol=5e-4, rtol=1e-4)
     # prefix-cache hit: a new sequence reuses blocks 0-1 (32 tokens) and computes only the rest,
     # batched with an unrelated decode

@@ -127,8 +127,8 @@ def serve(
         AttentionBackend.auto, help="auto: the Triton kernel on CUDA, the native C kernels on CPU (each when it works), "
         "else PyTorch; torch: PyTorch attention (add --linear-backend dense for the all-PyTorch baseline)."),
     linear_backend: LinearBackend = typer.Option(
-        LinearBackend.auto, help="auto, on CPU: the native small-M kernel for up to 16 rows (1 thread only) and "
-        "oneDNN-prepacked weights above; dense: F.linear (ablation)."),
+        LinearBackend.auto, help="auto, on CPU: the native panel GEMM (AVX-512, 1 thread), else oneDNN-prepacked "
+        "weights; dense: F.linear (ablation)."),
     dtype: DType = typer.Option(
         DType.auto, help="Weights and KV cache: auto = float32; bfloat16/float16 on CUDA only."),
     cuda_graphs: bool = typer.Option(
