@@ -431,7 +431,8 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
         rows += [("[bold]paged vs naive KV[/bold]", "", "")] + bench_paged_vs_naive(model_dir, repeats, 48)
     if section in ("all", "vs-hf"):
         rows += [("[bold]vs transformers[/bold]", "", "")] + bench_vs_hf(model_dir, repeats, requests, hf_batch)
-    table = Table(title=f"own_engine benchmarks (median \\[min..max] over {repeats} repeats; "
+    table = Table(title=f"own_engine benchmarks (median \\[min..max] over {repeats} repeats, at least 5 for linear "
+                        f"and attention, 3 for prefill and verify; "
                         f"threads={threads}; load avg at start {load:.1f})")
     table.add_column("metric")
     table.add_column("value")

@@ -124,8 +124,9 @@ class EngineConfig:
     ``threads``: torch intra-op threads. ``device``: ``"auto"`` picks CUDA when available. ``seed``: seeds requests without their own.
     ``attention_backend``: ``"auto"`` (the Triton kernel on CUDA, the native C kernel on CPU, each when
     it works, else PyTorch), ``"triton"`` / ``"native"`` (error if unusable) or ``"torch"`` (the
-    PyTorch path: the ablation). ``linear_backend``: ``"auto"`` (oneDNN-prepacked weights on CPU for
-    multi-row inputs, :mod:`own_engine.linear`) or ``"dense"`` (always ``F.linear``: the ablation).
+    PyTorch path: the ablation). ``linear_backend``: ``"auto"`` (on CPU fp32 the native panel GEMM at
+    1 thread with AVX-512, else oneDNN-prepacked weights for multi-row inputs; :mod:`own_engine.linear`)
+    or ``"dense"`` (always ``F.linear``: the ablation).
     ``dtype``: weights and KV cache: ``"auto"`` = ``"float32"`` (greedy output equals transformers'
     fp32), ``"bfloat16"`` / ``"float16"`` (CUDA only; RMSNorm, RoPE and the attention softmax still
     accumulate in fp32, logits are returned as fp32; :meth:`resolve_dtype`). ``cuda_graphs``: on CUDA

@@ -65,6 +65,17 @@ def _fallback_kernel_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"llm-serve-bench-kernels-{uid}"
 
 
+def _private_dir(d: Path) -> None:
+    """Create ``d`` (mode 0700) or accept it only if this user owns it and nobody else can write
+    to it: a shared temp dir must not let another user plant the library this process loads.
+    Raises RuntimeError otherwise."""
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = d.lstat()
+    if hasattr(os, "getuid") and (not d.is_dir() or d.is_symlink() or st.st_uid != os.getuid()
+                                  or st.st_mode & 0o022):
+        raise RuntimeError(f"refusing the kernel directory {d}: not a directory of this user's that only it can write")
+
+
 def _compile_into(cc: str, out: Path) -> Path:
     """Compile :data:`SOURCE` to ``out`` atomically (a temp file in its directory, then a rename);
     raises OSError when the directory is not writable, RuntimeError with the compiler's first line."""
@@ -106,18 +117,14 @@ def _build(cc: str) -> Path:
         fallback = _fallback_kernel_dir() / name
         logging.getLogger("own_engine").warning("kernel cache %s is not writable (%s): building in %s",
                                                 kernel_dir(), exc.strerror or exc, fallback.parent)
+        _private_dir(fallback.parent)
         return _compile_into(cc, fallback)
 
 
-def _load() -> tuple[ctypes.CDLL | None, str | None]:
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        return None, "no C compiler (gcc/cc) on PATH for the native CPU kernels (CC=... names one)"
-    try:
-        lib = ctypes.CDLL(str(_build(cc)))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        return None, (f"the native CPU kernels are unusable: {str(exc).splitlines()[0]} (kernel cache "
-                      f"{kernel_dir()}; OWN_ENGINE_KERNEL_DIR moves it, CC picks the compiler)")
+def _open(path: Path | str) -> ctypes.CDLL:
+    """Load the library at ``path`` and declare its functions; raises OSError (not a loadable
+    library) or AttributeError (a library that lacks one of them)."""
+    lib = ctypes.CDLL(str(path))
     lib.paged_decode_attention.restype = ctypes.c_int
     lib.paged_decode_attention.argtypes = [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
                                            _i64, _i64, _i64, _i64, ctypes.c_float, _ptr, _i64, _i64, _ptr]
@@ -133,6 +140,28 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     lib.panel_linear.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _ptr]
     lib.panel_linear_vectorized.restype = ctypes.c_int
     lib.panel_linear_vectorized.argtypes = []
+    return lib
+
+
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return None, "no C compiler (gcc/cc) on PATH for the native CPU kernels (CC=... names one)"
+    try:
+        path = _build(cc)
+        try:
+            lib = _open(path)
+        except (OSError, AttributeError) as exc:  # a truncated or foreign file under the cache key: rebuild once
+            logging.getLogger("own_engine").warning("cached kernel %s is unusable (%s): rebuilding",
+                                                    path, str(exc).splitlines()[0])
+            path.unlink(missing_ok=True)
+            path = _build(cc)
+            # dlopen hands back a library it already loaded under the same path string (the bad
+            # one, if it loaded at all): name the fresh file differently ("dir/./name", not pathlib)
+            lib = _open(os.path.join(str(path.parent), ".", path.name))
+    except (OSError, AttributeError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, (f"the native CPU kernels are unusable: {str(exc).splitlines()[0]} (kernel cache "
+                      f"{kernel_dir()}; OWN_ENGINE_KERNEL_DIR moves it, CC picks the compiler)")
     return lib, None
 
 
@@ -169,6 +198,8 @@ class NativeLayerOps:
         """``weight`` [N, K] → its panels [ceil(N / 48), K, 48] (``panels[p, k, j] = weight[48 p + j, k]``,
         zero rows past N): the layout :meth:`panel_linear` reads as one sequential stream."""
         N, K = weight.shape
+        if weight.dtype != torch.float32 or weight.device.type != "cpu":
+            raise ValueError(f"pack_panels needs a float32 CPU weight, got {weight.dtype} on {weight.device}")
         w = weight.contiguous()
         panels = torch.empty(-(-N // PANEL_N), K, PANEL_N)
         self.lib.pack_panels(w.data_ptr(), N, K, panels.data_ptr())
@@ -177,10 +208,13 @@ class NativeLayerOps:
     def panel_linear(self, x: torch.Tensor, panels: torch.Tensor, n: int) -> torch.Tensor:
         """``x`` [M, K] (contiguous) @ ``weight``^T → [M, n] from ``panels`` = ``pack_panels(weight)``
         of a ``weight`` [n, K]: the weight streamed once per call for any M (8-row register blocks,
-        csrc/paged_attention.c). Raises ``ValueError`` for an empty ``x`` or a K that differs."""
+        csrc/paged_attention.c). Raises ``ValueError`` for an empty, non-contiguous or non-fp32 ``x``
+        or a K that differs."""
         M, K = x.shape
         if M < 1 or panels.shape[1] != K or panels.shape[0] * PANEL_N < n:
             raise ValueError(f"panel_linear needs x [M >= 1, {panels.shape[1]}] for these panels, got {list(x.shape)}")
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            raise ValueError(f"panel_linear needs a contiguous float32 x, got {x.dtype} with strides {x.stride()}")
         out = torch.empty(M, n)
         self.lib.panel_linear(x.data_ptr(), M, K, panels.data_ptr(), n, out.data_ptr())
         return out

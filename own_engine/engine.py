@@ -36,7 +36,7 @@ class LLMEngine:
 
     Attributes: ``tokenizer`` (transformers tokenizer of ``model_dir``), ``max_model_len`` (tokens),
     ``config``, ``model_config``, ``num_kv_blocks``, ``max_num_seqs`` (effective), ``device``,
-    ``attention_backend`` (``"triton"``, ``"native"`` or ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"`` on CUDA, else None),
+    ``attention_backend`` (``"triton"``, ``"native"`` or ``"torch"``) and ``attention_note`` (why ``auto`` fell back to ``"torch"``, else None),
     ``dtype`` (weights and KV cache, a ``torch.dtype``), ``cuda_graphs_active`` (pure-decode steps
     replay CUDA graphs, :mod:`own_engine.cuda_graphs`) and ``cuda_graphs_note`` (why not, else None).
     Raises :class:`~own_engine.config.ConfigError` for invalid settings.

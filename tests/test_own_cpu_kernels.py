@@ -112,6 +112,48 @@ def test_unwritable_kernel_cache_builds_in_the_temp_fallback(tmp_path, monkeypat
     assert f"kernel cache {tmp_path / 'file' / 'k'} is not writable" in caplog.text
 
 
+def test_world_writable_fallback_dir_is_refused(tmp_path, monkeypatch):
+    """The temp fallback is shared ground: a directory others can write to is not trusted."""
+    (tmp_path / "file").write_text("not a directory")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "file" / "k"))
+    monkeypatch.setattr(cpu_kernels, "_fallback_kernel_dir", lambda: shared)
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    fn, why = cpu_kernels.native_attention()
+    assert fn is None and f"refusing the kernel directory {shared}" in why and "\n" not in why
+    assert not list(shared.iterdir())
+
+
+@pytest.mark.parametrize("bad", ["garbage", "foreign library"])
+def test_unusable_cached_library_is_rebuilt(tmp_path, monkeypatch, bad):
+    """A truncated file or another library under the cache key (an older build, a hash clash) is
+    replaced by a fresh build instead of failing the engine start."""
+    import shutil
+    import subprocess
+
+    k = tmp_path / "k"
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(k))
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.native_attention()[1] is None
+    (good,) = k.glob("paged_attention-*.so")
+    # a directory this process never loaded from (dlopen reuses a path it has already loaded)
+    built = tmp_path / "k2" / good.name
+    built.parent.mkdir()
+    if bad == "garbage":
+        built.write_bytes(b"garbage")
+    else:
+        src = tmp_path / "other.c"
+        src.write_text("int unrelated(void) { return 1; }\n")
+        cc = shutil.which("gcc") or shutil.which("cc")
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(built), str(src)], check=True)
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(built.parent))
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    fn, why = cpu_kernels.native_attention()
+    assert why is None and fn is not None and built.stat().st_size == good.stat().st_size
+
+
 def test_stale_temp_files_of_a_killed_build_are_removed(tmp_path, monkeypatch):
     k = tmp_path / "k"
     k.mkdir()
@@ -216,6 +258,12 @@ def test_panel_linear_matches_f_linear(kernel, M):
         ops.panel_linear(torch.empty(0, 4), ops.pack_panels(torch.empty(3, 4)), 3)
     with pytest.raises(ValueError, match="panel_linear needs x"):
         ops.panel_linear(torch.randn(2, 5), ops.pack_panels(torch.empty(3, 4)), 3)
+    with pytest.raises(ValueError, match="contiguous float32 x"):
+        ops.panel_linear(torch.randn(2, 8)[:, :4], ops.pack_panels(torch.empty(3, 4)), 3)
+    with pytest.raises(ValueError, match="contiguous float32 x"):
+        ops.panel_linear(torch.randn(2, 4, dtype=torch.float64), ops.pack_panels(torch.empty(3, 4)), 3)
+    with pytest.raises(ValueError, match="float32 CPU weight"):
+        ops.pack_panels(torch.empty(3, 4, dtype=torch.float64))
 
 
 def test_panel_linear_plain_c_build_without_avx512(tmp_path):
