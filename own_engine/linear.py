@@ -13,9 +13,10 @@
 
 Measured on the default model's 30 layers of projections plus the LM head, 1 thread, this 2-core
 Xeon (AVX-512), interleaved in one run (``benchmarks/bench_own_engine.py --section linear``, median
-of 5; results/issue14/bench_own_engine.txt): panel / oneDNN time 0.76 at M=2, 0.63 at 8, 0.64 at 16,
-0.72 at 17, 0.69 at 32, 0.75 at 48, 1.17 [0.90..1.24] at 96 and 0.92 at 512 (a prefill chunk); at
-M=1, panel / MKL's GEMV 0.91.
+of 5; ``benchmarks/results/issue14/bench_own_engine.txt`` and ``bench_linear_0439a1e.txt``): panel
+/ oneDNN time 0.76-0.77 at M=2, 0.62-0.63 at 8, 0.64-0.65 at 16, 0.69-0.72 at 17, 0.69-0.70 at 32,
+0.75-0.77 at 48, 1.17 [0.90..1.24] and 0.88 [0.74..0.90] at 96 (the two runs disagree: noise on a
+shared VM) and 0.92-0.98 at 512 (a prefill chunk); at M=1, panel / MKL's GEMV 0.91-1.03.
 
 A layer keeps the dense weight (embedding ties, the fallbacks) and one packed copy (panels or
 oneDNN's): the weight memory doubles. ``linear_backend="dense"`` turns both fast paths off (the
