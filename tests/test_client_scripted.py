@@ -3,7 +3,7 @@
 The null server (harness.loadgen.nullserver, a separate process) writes exact byte pieces after known
 delays and reports the ``perf_counter_ns`` of each write (CLOCK_MONOTONIC is shared across
 processes). Every assertion compares what the client measured with what the server actually
-did, within 1 ms, and the metric values derived from the record exactly.
+did, within 4 ms (scripted gaps are >= 10 ms), and the metric values derived from the record exactly.
 """
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ from harness.loadgen.nullserver import null_server
 from results.schema import RequestRecord
 from workloads.base import RequestSpec
 
-TOL_NS = 1_000_000  # 1 ms
+TOL_NS = 4_000_000  # 4 ms
 # A piece whose arrival time is compared with the server's write comes >= 10 ms after the
-# response headers, so the comparison measures chunk delivery, not aiohttp's header handling.
+# response headers and after the piece before it, so the comparison measures chunk delivery, not
+# aiohttp's header handling, and a stamp taken at the wrong read is off by >= 10 ms: more than
+# twice TOL_NS. The bound is not tighter because it compares wall clocks of two processes on a
+# loaded 2-core VM (1.03 ms delivery seen in CI with a 1 ms bound); what it checks is which read
+# a chunk was stamped at, not how fast loopback is.
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +82,12 @@ async def play_once(url: str, sid: str, pieces: list[tuple[float, bytes]], api: 
 
 
 def delivered_within_tolerance(rec: RequestRecord, writes: list[int]) -> bool:
-    """Every token-bearing chunk was stamped within TOL_NS after some server write."""
-    return all(any(0 <= t - w <= TOL_NS for w in writes) for t in rec.chunk_times_ns)
+    """Every token-bearing chunk was stamped within TOL_NS after the last server write before it."""
+    def lag(t: int) -> int | None:
+        before = [w for w in writes if w <= t]
+        return t - max(before) if before else None
+
+    return all(lag(t) is not None and lag(t) <= TOL_NS for t in rec.chunk_times_ns)
 
 
 async def play(url: str, sid: str, pieces: list[tuple[float, bytes]], api: str = "chat", status: int = 200):
