@@ -140,6 +140,10 @@ def _open(path: Path | str) -> ctypes.CDLL:
     lib.panel_linear.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _ptr]
     lib.panel_linear_vectorized.restype = ctypes.c_int
     lib.panel_linear_vectorized.argtypes = []
+    lib.decode_forward.restype = ctypes.c_int
+    lib.decode_forward.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64,
+                                   _i64, ctypes.c_float, ctypes.c_float, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr,
+                                   _ptr, _i64, _i64, _ptr, _ptr]
     return lib
 
 
@@ -175,6 +179,7 @@ class NativeLayerOps:
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
         self.panel_vectorized = bool(lib.panel_linear_vectorized())
+        self._scratch = torch.empty(0)  # decode_forward's attention scratch, grown on demand
 
     def rope_kv_write(self, qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
                       cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
@@ -223,6 +228,40 @@ class NativeLayerOps:
         """``out = silu(gate) * up`` for ``gate_up`` [T, 2 inter] = [gate | up], ``out`` [T, inter]."""
         T, inter = out.shape
         self.lib.silu_mul(gate_up.data_ptr(), T, inter, out.data_ptr())
+
+    def decode_forward(self, layer_ptrs: torch.Tensor, h: torch.Tensor, out: torch.Tensor, dims: tuple[int, int, int, int, int],
+                       eps: float, scale: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                       meta, block_size: int, final_norm: torch.Tensor) -> None:
+        """Every decoder layer of a decode-only step in one native call (``decode_forward`` in
+        csrc/paged_attention.c: the kernels of :meth:`own_engine.model.LlamaModel._forward_native`
+        in the same order, so the result is bit-identical).
+
+        ``layer_ptrs`` [L, 8] int64: per layer the addresses of the input-norm weight, qkv panels, o
+        panels, post-norm weight, gate_up panels, down panels, K cache, V cache. ``h`` [T, hidden]:
+        the embedded tokens (updated in place: the residual stream); ``out`` [T, hidden] gets the
+        final-normed hidden states. ``dims`` = (hidden, intermediate, H, nkv, D); ``cos``/``sin``
+        [max_len, D/2], ``positions`` [T] int64 as for :meth:`rope_kv_write`. ``meta``: an
+        :class:`~own_engine.attention.AttentionMetadata` with no prefill chunk (its decode group covers
+        every token). Raises ``ValueError`` when it has prefill chunks, ``RuntimeError`` when a kernel
+        refuses (H not a multiple of nkv)."""
+        hidden, inter, H, nkv, D = dims
+        T = h.shape[0]
+        if meta.prefills or meta.dec_rows is None or meta.dec_rows.shape[0] != T:
+            raise ValueError("decode_forward takes decode-only steps (every token in the decode group)")
+        need = H * (meta.dec_max_len + D + 2)
+        if self._scratch.numel() < need:
+            self._scratch = torch.empty(need)
+        qkv, attn = torch.empty(T, (H + 2 * nkv) * D), torch.empty(T, H * D)
+        delta, gu, act = torch.empty(T, hidden), torch.empty(T, 2 * inter), torch.empty(T, inter)
+        bt = meta.block_tables
+        rc = self.lib.decode_forward(
+            layer_ptrs.shape[0], layer_ptrs.data_ptr(), h.data_ptr(), out.data_ptr(), qkv.data_ptr(), attn.data_ptr(),
+            delta.data_ptr(), gu.data_ptr(), act.data_ptr(), T, hidden, inter, H, nkv, D, eps, scale, cos.data_ptr(),
+            sin.data_ptr(), positions.data_ptr(), meta.slot_mapping.data_ptr(), bt.data_ptr(), bt.stride(0),
+            meta.dec_rows.data_ptr(), meta.dec_seq.data_ptr(), meta.dec_lens.data_ptr(), T, block_size,
+            final_norm.data_ptr(), self._scratch.data_ptr())
+        if rc != 0:
+            raise RuntimeError(f"native decode forward refused: {H} query heads, {nkv} KV heads")
 
 
 class NativePagedAttention:

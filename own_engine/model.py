@@ -107,6 +107,11 @@ class LlamaModel:
         self.layer_ops = (getattr(attention_fn, "layer_ops", None)
                           if embed.device.type == "cpu" and embed.dtype == torch.float32 else None)
         self.scale = cfg.head_dim ** -0.5
+        # decode-only steps run all layers in one native call when every projection has panels
+        # (own_engine/cpu_kernels.py NativeLayerOps.decode_forward); False = the per-op loop below
+        self.fused_decode = self.layer_ops is not None and all(
+            layer[k].panels is not None for layer in layers for k in ("qkv", "o", "gate_up", "down"))
+        self._layer_ptrs: tuple[tuple[int, ...], torch.Tensor] | None = None  # (KV cache addresses, table)
 
     @classmethod
     def from_dir(cls, model_dir: Path, cfg: ModelConfig, max_len: int, device: torch.device,
@@ -244,13 +249,20 @@ class LlamaModel:
         """:meth:`forward` with the elementwise work in the native CPU kernels
         (:class:`~own_engine.cpu_kernels.NativeLayerOps`): per layer one call for RoPE + the KV
         write, one for each residual add fused with the next RMSNorm, one for SiLU x up; the
-        matmuls and attention as in :meth:`forward`."""
+        matmuls and attention as in :meth:`forward`. A decode-only step (no prefill chunk) with
+        every projection in panels (``fused_decode``) runs this same sequence of kernels for all
+        layers in one native call (``NativeLayerOps.decode_forward``): bit-identical, without
+        ~9 Python-level calls per layer."""
         c, ops = self.cfg, self.layer_ops
         T = input_ids.shape[0]
         H, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
         eps, inter = c.rms_norm_eps, c.intermediate_size
         h = F.embedding(input_ids, self.embed)
         x = torch.empty_like(h)
+        if self.fused_decode and not meta.prefills and meta.dec_rows is not None:
+            ops.decode_forward(self._decode_layer_ptrs(kv_caches), h, x, (c.hidden_size, inter, H, nkv, D), eps,
+                               self.scale, self.cos, self.sin, positions, meta, kv_caches[0][0].shape[1], self.norm)
+            return x
         act = torch.empty(T, inter)
         ops.add_rms_norm(h, None, self.layers[0]["in_norm"], eps, x)
         last = len(self.layers) - 1
@@ -265,6 +277,18 @@ class LlamaModel:
             ops.silu_mul(layer["gate_up"](x), act)
             ops.add_rms_norm(h, layer["down"](act), self.norm if i == last else self.layers[i + 1]["in_norm"], eps, x)
         return x
+
+    def _decode_layer_ptrs(self, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """[L, 8] int64 addresses per layer for ``decode_forward`` (in_norm, qkv, o, post_norm, gate_up
+        and down panels, K cache, V cache); rebuilt when the caches move."""
+        key = tuple(t.data_ptr() for kv in kv_caches for t in kv)
+        if self._layer_ptrs is None or self._layer_ptrs[0] != key:
+            rows = [[layer["in_norm"].data_ptr(), layer["qkv"].panels.data_ptr(), layer["o"].panels.data_ptr(),
+                     layer["post_norm"].data_ptr(), layer["gate_up"].panels.data_ptr(),
+                     layer["down"].panels.data_ptr(), k.data_ptr(), v.data_ptr()]
+                    for layer, (k, v) in zip(self.layers, kv_caches)]
+            self._layer_ptrs = (key, torch.tensor(rows, dtype=torch.int64))
+        return self._layer_ptrs[1]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] → logits [N, vocab] in the weights' dtype (:class:`ModelRunner` returns them as fp32)."""

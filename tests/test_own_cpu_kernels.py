@@ -362,3 +362,59 @@ def test_panel_kernel_only_single_threaded(kernel):
             torch.set_num_threads(before)
     assert two.linear_kernels == "oneDNN (M > 1) + MKL (M = 1)"
     assert one.linear_kernels == "native panel GEMM"
+
+
+def test_fused_decode_forward_is_bit_identical_to_the_per_op_loop(kernel, monkeypatch):
+    """Decode-only steps (decodes and 3-row verify queries, scattered blocks, odd GQA geometry) run
+    all layers in one native call with exactly the per-op loop's results; a step with a prefill
+    chunk takes the loop; two threads (no panels) never fuse."""
+    from own_engine.config import ModelConfig
+    from own_engine.model import LlamaModel
+    from own_engine.random_model import RandomLlamaSpec, write_random_llama
+
+    import tempfile
+    from pathlib import Path
+
+    before = torch.get_num_threads()
+    spec = RandomLlamaSpec(hidden_size=96, intermediate_size=100, num_layers=3, num_heads=6, num_kv_heads=2, head_dim=16)
+    with tempfile.TemporaryDirectory() as d:
+        folder = write_random_llama(Path(d), spec)
+        cfg = ModelConfig.from_dir(folder)
+        try:
+            torch.set_num_threads(2)
+            two = LlamaModel.from_dir(folder, cfg, 128, CPU, kernel)
+            torch.set_num_threads(1)
+            model = LlamaModel.from_dir(folder, cfg, 128, CPU, kernel)
+        finally:
+            torch.set_num_threads(before)
+    assert model.fused_decode and not two.fused_decode
+    assert model.truncated(2).fused_decode
+    calls = []
+    real = kernel.layer_ops.decode_forward
+    monkeypatch.setattr(kernel.layer_ops, "decode_forward", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    bs, H, nkv, D = 4, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    g = torch.Generator().manual_seed(3)
+    tables = [[7, 2, 9, 0], [5, 11, 4], [3, 8, 1, 10]]
+    ctx = [13, 6, 9]  # tokens in the cache before the step
+    shape = (12, bs, nkv, D)
+    base = [(torch.randn(shape, generator=g), torch.randn(shape, generator=g)) for _ in range(cfg.num_layers)]
+    for q_lens in ([1, 1, 1], [1, 3, 1], [3, 3, 3]):
+        ids = torch.randint(0, cfg.vocab_size, (sum(q_lens),), generator=g)
+        meta = build_metadata(q_lens, [c + q for c, q in zip(ctx, q_lens)], tables, bs, H, nkv, CPU, torch_decode=False)
+        outs, caches_after = [], []
+        for fused in (True, False):
+            model.fused_decode = fused
+            caches = [(k.clone(), v.clone()) for k, v in base]
+            outs.append(model.forward(ids, meta.positions, meta, caches))
+            caches_after.append(caches)
+        assert torch.equal(outs[0], outs[1]), q_lens
+        assert all(torch.equal(a, b) for la, lb in zip(*caches_after) for a, b in zip(la, lb))
+    assert len(calls) == 3
+    model.fused_decode = True
+    mixed = build_metadata([1, 5], [14, 5], [tables[0], tables[1]], bs, H, nkv, CPU, torch_decode=False)
+    model.forward(torch.arange(6), mixed.positions, mixed, [(k.clone(), v.clone()) for k, v in base])
+    assert len(calls) == 3  # the prefill chunk kept the step on the per-op loop
+    with pytest.raises(ValueError, match="decode-only"):
+        real(torch.zeros(3, 8, dtype=torch.int64), torch.zeros(6, cfg.hidden_size), torch.zeros(6, cfg.hidden_size),
+             (cfg.hidden_size, cfg.intermediate_size, H, nkv, D), 1e-5, 1.0, model.cos, model.sin, mixed.positions,
+             mixed, bs, model.norm)

@@ -321,3 +321,47 @@ int panel_linear(const float *restrict x, int64_t M, int64_t K, const float *res
 }
 int panel_linear_vectorized(void) { return 0; }
 #endif
+
+/* ---- a whole decode-only forward: every decoder layer in one call ----
+ * The same kernels, in the same order, as own_engine/model.py's _forward_native, for a step whose
+ * tokens are all short queries with cached context (decodes, speculative verification: every row is
+ * in the decode group, no prefill chunk), so nothing in a layer needs PyTorch; one ctypes call
+ * replaces ~9 per layer (their Python glue is ~3 ms of a ~41 ms batch-1 step on the default model).
+ * layer_ptrs: [L][8] addresses per layer: input RMSNorm weight [hidden], qkv panels, o panels,
+ * post-attention RMSNorm weight, gate_up panels, down panels (pack_panels layouts of weights
+ * [(H + 2 nkv) D, hidden], [hidden, H D], [2 inter, hidden], [hidden, inter]), k_cache, v_cache.
+ * h: [T, hidden] the embedded tokens (the residual stream, updated in place); x: [T, hidden] gets the
+ * final-normed hidden states (by final_norm). Work buffers: qkv [T, (H + 2 nkv) D], attn [T, H D],
+ * delta [T, hidden], gu [T, 2 inter], act [T, inter]; scratch as for paged_decode_attention.
+ * rows/seq/lens/n: the decode group (rows must cover all T tokens). Returns 0, or the first nonzero
+ * return of a kernel (-1: H not a multiple of nkv, or T < 1). */
+int decode_forward(int64_t L, const int64_t *restrict layer_ptrs, float *restrict h, float *restrict x,
+                   float *restrict qkv, float *restrict attn, float *restrict delta, float *restrict gu,
+                   float *restrict act, int64_t T, int64_t hidden, int64_t inter, int64_t H, int64_t nkv,
+                   int64_t D, float eps, float scale, const float *restrict cos_t, const float *restrict sin_t,
+                   const int64_t *restrict positions, const int64_t *restrict slot_mapping,
+                   const int64_t *restrict block_tables, int64_t bt_stride, const int64_t *restrict rows,
+                   const int64_t *restrict seq, const int64_t *restrict lens, int64_t n, int64_t block_size,
+                   const float *restrict final_norm, float *restrict scratch) {
+    if (T < 1 || nkv < 1 || H % nkv != 0) return -1;
+    const int64_t nqkv = (H + 2 * nkv) * D;
+    int rc;
+    add_rms_norm(h, NULL, (const float *)(intptr_t)layer_ptrs[0], eps, T, hidden, x);
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t *p = layer_ptrs + 8 * l;
+        float *k_cache = (float *)(intptr_t)p[6], *v_cache = (float *)(intptr_t)p[7];
+        if ((rc = panel_linear(x, T, hidden, (const float *)(intptr_t)p[1], nqkv, qkv)) != 0) return rc;
+        rope_kv_write(qkv, nqkv, T, H, nkv, D, cos_t, sin_t, positions, k_cache, v_cache, slot_mapping);
+        if ((rc = paged_decode_attention(qkv, nqkv, D, k_cache, v_cache, block_tables, bt_stride, rows, seq, lens,
+                                         n, H, nkv, D, block_size, scale, attn, H * D, D, scratch)) != 0)
+            return rc;
+        if ((rc = panel_linear(attn, T, H * D, (const float *)(intptr_t)p[2], hidden, delta)) != 0) return rc;
+        add_rms_norm(h, delta, (const float *)(intptr_t)p[3], eps, T, hidden, x);
+        if ((rc = panel_linear(x, T, hidden, (const float *)(intptr_t)p[4], 2 * inter, gu)) != 0) return rc;
+        silu_mul(gu, T, inter, act);
+        if ((rc = panel_linear(act, T, inter, (const float *)(intptr_t)p[5], hidden, delta)) != 0) return rc;
+        const float *next_norm = l + 1 < L ? (const float *)(intptr_t)layer_ptrs[8 * (l + 1)] : final_norm;
+        add_rms_norm(h, delta, next_norm, eps, T, hidden, x);
+    }
+    return 0;
+}
