@@ -28,6 +28,15 @@ workload's default session rate (0.5 sessions/s) unless ``--agentic-rate`` is gi
 output tok/s is bounded by the schedule where an engine keeps up with it; ``-n`` counts its turns,
 branches included. ``--dry-run`` prints the exact commands.
 
+That bound is shown in a third section, from each agentic run folder's request records (measured
+phase, each engine its own): ``last arrival`` = when the last session's first turn was scheduled,
+in s after the first send (where the duration, and so output tok/s, starts: ``harness.metrics``);
+an engine's ``tail`` = its duration − last arrival (s): the time it needs after the last session
+arrived, which is what separates engines that keep up; tail vLLM ÷ own; and the ``ceiling`` =
+vLLM's duration ÷ own's last arrival: the output tok/s ratio had own finished the instant the last
+session arrived (both generate the same tokens: ``ignore_eos``), which no engine can beat on this
+schedule. Folders without such records (older ones) skip the section with a note.
+
 Run (6 bench runs at the defaults, each with a vLLM start of about 1 min; on the 2-core reference
 machine an estimated 25-40 min in all, from a 4-request smoke run: not timed at full size. Let
 nothing else run meanwhile):
@@ -233,6 +242,49 @@ def ratios(table: dict[str, dict[str, list[dict[str, Any] | None]]], workload: s
     return out
 
 
+def schedule_facts(records: list[Any], duration_s: float) -> dict[str, float] | None:
+    """From one engine's ``results.schema.RequestRecord`` of a run (measured phase of repeat 0, as
+    ``engine_metrics`` reads): ``last_arrival_s``, the scheduled time of the last session's first
+    turn (turn 0 of branch 0) in s after the first send of the measured phase (where the harness's
+    ``duration_s`` starts), and ``tail_s`` = ``duration_s`` − that (s). None without a session or
+    a send."""
+    measured = [r for r in records if r.phase == "measured" and r.repeat == 0 and r.probe is None]
+    sends = [r.send_ns for r in measured if r.send_ns is not None]
+    firsts = [r.scheduled_ns for r in measured
+              if r.session_id is not None and r.turn_id == 0 and r.branch_id in (0, None)]
+    if not sends or not firsts:
+        return None
+    last = (max(firsts) - min(sends)) / 1e9
+    return {"last_arrival_s": last, "tail_s": duration_s - last}
+
+
+def schedule_rows(table: dict[str, dict[str, list[dict[str, Any] | None]]]) -> list[dict[str, Any]] | None:
+    """The agentic runs' arrival-schedule facts per repeat (``schedule_facts``; s), the tail ratio
+    vllm ÷ own and the ceiling = vllm ``duration_s`` ÷ own ``last_arrival_s``: rows of ``key``,
+    ``engine`` (None for a ratio), ``label``, ``per_repeat``, ``n`` and ``summary``; None when no
+    repeat has them (no agentic run, or folders without session records)."""
+    row = table.get("agentic")
+    if row is None:
+        return None
+
+    def get(engine: str, key: str) -> list[float | None]:
+        return [m.get(key) if m else None for m in row[engine]]
+
+    def div(xs: list[float | None], ys: list[float | None]) -> list[float | None]:
+        return [x / y if x is not None and y is not None and y > 0 else None for x, y in zip(xs, ys)]
+
+    if all(v is None for e in ENGINES for v in get(e, "last_arrival_s")):
+        return None
+    rows = [("last_arrival_s", e, f"{e}: last session arrives, s after the first send", get(e, "last_arrival_s"))
+            for e in ENGINES]
+    rows += [("tail_s", e, f"{e}: tail = duration − last arrival, s", get(e, "tail_s")) for e in ENGINES]
+    rows += [("tail_ratio", None, "tail, vLLM-CPU ÷ own", div(get("vllm", "tail_s"), get("own", "tail_s"))),
+             ("ceiling", None, "ceiling of output tok/s own ÷ vLLM-CPU = vllm duration ÷ own last arrival",
+              div(get("vllm", "duration_s"), get("own", "last_arrival_s")))]
+    return [{"key": key, "engine": engine, "label": label, "per_repeat": vals, "n": sum(v is not None for v in vals),
+             "summary": summarize([v for v in vals if v is not None])} for key, engine, label, vals in rows]
+
+
 def ratio_row(values: list[float | None], goal: Goal | None) -> dict[str, Any]:
     """median, min, max, how many repeats, met at the median, the worst repeat and met there."""
     got = [v for v in values if v is not None]
@@ -309,13 +361,20 @@ def unavailable(bench: list[str]) -> str | None:
 
 
 def read_run(run_dir: Path) -> dict[str, dict[str, Any] | str] | None:
-    """The per-engine metrics stored in ``run_dir`` (None: no readable summary)."""
+    """The per-engine metrics stored in ``run_dir`` (None: no readable summary), each with its
+    ``last_arrival_s`` and ``tail_s`` from the request records (``schedule_facts``; None when the
+    folder has no session records)."""
     from results.store import ResultsError, load_run
 
     try:
-        return engine_metrics(load_run(run_dir).summary)
+        run = load_run(run_dir)
     except ResultsError:
         return None
+    metrics = engine_metrics(run.summary)
+    for name, m in metrics.items():
+        if isinstance(m, dict):
+            m.update(schedule_facts(run.records_for(name), m["duration_s"]) or {"last_arrival_s": None, "tail_s": None})
+    return metrics
 
 
 def stored_command(run_dir: Path) -> list[str] | None:
@@ -399,6 +458,23 @@ def print_tables(ratio_data: list[dict[str, Any]], absolute: list[dict[str, Any]
         reqs = ", ".join(x or "–" for x in r["requests"])
         a.add_row(r["workload"], r["engine"], *(escape(r[k]["summary"]) for k in METRICS), escape(reqs))
     console.print(a)
+
+
+def print_schedule(rows: list[dict[str, Any]] | None, repeats: int) -> None:
+    """The "agentic: bounded by the arrival schedule" table, or a one-line note without data."""
+    if rows is None:
+        console.print("note: agentic: no session records in the run folders (an older folder?): the arrival "
+                      "schedule section is skipped", highlight=False, soft_wrap=True)
+        return
+    t = Table(title="agentic: bounded by the arrival schedule (median \\[min..max] over repeats; output tok/s "
+                    "cannot pass the ceiling, the tails are what the engines' speed changes)")
+    for col in ("measure", "median \\[min..max]", *(f"repeat {i + 1}" for i in range(repeats))):
+        t.add_column(col)
+    for r in rows:
+        n = "" if r["n"] == repeats else f" (n={r['n']} of {repeats})"
+        t.add_row(escape(r["label"]), escape(r["summary"] + n), *("–" if v is None else f"{v:.2f}"
+                                                                   for v in r["per_repeat"]))
+    console.print(t)
 
 
 def notes(results: list[tuple[PlannedRun, Any]], out: Path) -> list[str]:
@@ -559,6 +635,9 @@ def main(
     ratio_data = ratio_rows(table, wl, s)
     absolute = absolute_rows(table)
     print_tables(ratio_data, absolute, repeats, s, load)
+    schedule = schedule_rows(table)
+    if "agentic" in wl:
+        print_schedule(schedule, repeats)
     for line in notes(results, out):
         console.print(f"note: {escape(line)}", highlight=False, soft_wrap=True)
     console.print(f"runs: {out}  ({(time.monotonic() - t_all) / 60:.1f} min)", highlight=False)
@@ -573,6 +652,7 @@ def main(
                      for run, metrics in results],
             "ratios": ratio_data,
             "absolute": absolute,
+            "agentic_schedule": schedule,  # None: no agentic run, or no session records
         }
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

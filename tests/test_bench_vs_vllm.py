@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from results.schema import Distribution, EngineResult, EngineStatus, Metrics, RunSummary
+from results.schema import Distribution, EngineResult, EngineStatus, Metrics, RequestRecord, RunSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_vs_vllm", ROOT / "benchmarks" / "bench_vs_vllm.py")
@@ -155,6 +155,116 @@ def test_parity_lines_name_what_differs_and_what_was_not_reported():
                                                "parity (chat): vllm did not report max_num_seqs"]
 
 
+# -- the agentic arrival schedule, from request records written by the real writer ------------------
+S = 1_000_000_000  # ns per s
+B = 7 * S  # the fake run's perf_counter origin
+OWN_LAST_END_S = [30.0, 29.0, 31.0]  # per repeat; vllm always ends at 33.5 s
+
+
+def rec(engine: str, sid: str | None, turn: int | None, branch: int | None, sched_s: float, send_s: float,
+        end_s: float, phase: str = "measured") -> RequestRecord:
+    """One successful request, times in s after ``B``."""
+    end = B + int(end_s * S)
+    return RequestRecord(request_id=f"{sid}-b{branch}-t{turn}", engine=engine, workload="agentic", session_id=sid,
+                         turn_id=turn, branch_id=branch, phase=phase, scheduled_ns=B + int(sched_s * S),
+                         send_ns=B + int(send_s * S), first_token_ns=end - S // 2, last_token_ns=end, end_ns=end,
+                         output_tokens_server=8, max_tokens=8, finish_reason="length", success=True)
+
+
+def agentic_records(engine: str, repeat: int = 0) -> list[RequestRecord]:
+    """Two sessions; the last (s1) is due at 22.0 s. own's first send is at 0 s, vllm's at 0.5 s
+    (so vllm's last arrival is 21.5 s after its first send: each engine's own records count). A
+    branch turn and a warm-up turn 0 due later than s1 must not count as arrivals."""
+    first_send = 0.0 if engine == "own" else 0.5
+    last_end = OWN_LAST_END_S[repeat] if engine == "own" else 33.5
+    return [rec(engine, "s9", 0, 0, -5.0, -5.0, -4.0, phase="warmup"),
+            rec(engine, "s9", 1, 0, 40.0, 40.0, 41.0, phase="warmup"),
+            rec(engine, "s0", 0, 0, -0.25, first_send, 4.0),
+            rec(engine, "s0", 1, 0, 6.0, 6.0, 10.0),
+            rec(engine, "s1", 0, 0, 22.0, 22.1, 26.0),
+            rec(engine, "s1", 1, 1, 27.0, 27.0, last_end)]
+
+
+def write_run(run_dir: Path, records: dict[str, list[RequestRecord]], workload: str = "agentic") -> Path:
+    """A run folder as bench run leaves it: records, and metrics computed from them by the harness."""
+    from harness.metrics import compute_metrics
+    from results.store import RunWriter
+
+    with RunWriter(run_dir, run_dir.name, workload) as w:
+        for engine, recs in records.items():
+            for r in recs:
+                w.add_record(r)
+            m = compute_metrics(recs)
+            w.set_engine(engine, EngineResult(status=EngineStatus.OK, metrics=m, repeats=[m]))
+    return run_dir
+
+
+def test_schedule_facts_from_stored_records(tmp_path):
+    d = write_run(tmp_path / "r1-agentic", {e: agentic_records(e) for e in ("own", "vllm")})
+    got = bvv.read_run(d)
+    own, vllm = got["own"], got["vllm"]
+    assert (own["duration_s"], own["last_arrival_s"], own["tail_s"]) == (30.0, 22.0, 8.0)
+    assert (vllm["duration_s"], vllm["last_arrival_s"], vllm["tail_s"]) == (33.0, 21.5, 11.5)
+    assert own["output_tps"] == 4 * 8 / 30.0  # the harness's duration: what output tok/s divides by
+    # pure: the same from the records directly; nothing without sessions or sends
+    assert bvv.schedule_facts(agentic_records("own"), 30.0) == {"last_arrival_s": 22.0, "tail_s": 8.0}
+    assert bvv.schedule_facts([], 30.0) is None
+    assert bvv.schedule_facts([rec("own", None, None, None, 0.0, 0.0, 1.0)], 1.0) is None  # chat: no session
+    assert bvv.schedule_facts(agentic_records("own")[:2], 1.0) is None  # warm-up only: no measured send
+
+
+def test_schedule_rows_tails_and_ceiling_per_repeat(tmp_path):
+    runs = bvv.plan_runs(3, ["agentic"])
+    results = [(run, bvv.read_run(write_run(tmp_path / run.run_id, {e: agentic_records(e, run.repeat)
+                                                                    for e in run.engines})))
+               for run in runs]
+    rows = {(r["key"], r["engine"]): r for r in bvv.schedule_rows(bvv.per_repeat(results, 3))}
+    assert rows["last_arrival_s", "own"]["per_repeat"] == [22.0, 22.0, 22.0]
+    assert rows["last_arrival_s", "vllm"]["per_repeat"] == [21.5, 21.5, 21.5]
+    assert rows["tail_s", "own"]["per_repeat"] == [8.0, 7.0, 9.0]
+    assert rows["tail_s", "own"]["summary"] == "8.00 [7.00..9.00]"
+    assert rows["tail_s", "vllm"]["per_repeat"] == [11.5, 11.5, 11.5]
+    assert rows["tail_ratio", None]["per_repeat"] == [11.5 / 8.0, 11.5 / 7.0, 11.5 / 9.0]
+    assert rows["tail_ratio", None]["summary"] == "1.44 [1.28..1.64]"
+    assert rows["ceiling", None]["per_repeat"] == [1.5, 1.5, 1.5]  # vllm's 33.0 s ÷ own's last arrival 22.0 s
+    assert rows["ceiling", None]["n"] == 3
+    # a repeat whose vllm failed: its ratios are left out, own's facts stay
+    results[1] = (results[1][0], {"own": results[1][1]["own"], "vllm": "failed: crashed"})
+    rows = {(r["key"], r["engine"]): r for r in bvv.schedule_rows(bvv.per_repeat(results, 3))}
+    assert rows["ceiling", None]["per_repeat"] == [1.5, None, 1.5] and rows["ceiling", None]["n"] == 2
+    assert rows["tail_s", "own"]["per_repeat"] == [8.0, 7.0, 9.0]
+
+
+def test_schedule_section_is_skipped_without_session_records(tmp_path):
+    d = tmp_path / "r1-agentic"
+    d.mkdir()
+    (d / "summary.json").write_text(summary("agentic", 0, AGENTIC).model_dump_json())  # an older folder: no records
+    got = bvv.read_run(d)
+    assert got["own"]["last_arrival_s"] is None and got["vllm"]["tail_s"] is None
+    assert got["own"]["output_tps"] == 26.0
+    results = [(bvv.plan_runs(1, ["agentic"])[0], got)]
+    assert bvv.schedule_rows(bvv.per_repeat(results, 1)) is None
+    assert bvv.schedule_rows(table_of({"chat": CHAT})) is None  # no agentic run
+    assert bvv.schedule_rows(table_of({"agentic": AGENTIC})) is None  # metrics without the facts
+
+
+def test_script_resumes_folders_with_records_and_prints_the_schedule(tmp_path, fake_bench):
+    bench, log = fake_bench
+    out, js = tmp_path / "runs", tmp_path / "all.json"
+    for run in bvv.plan_runs(3, ["agentic"]):
+        write_run(out / run.run_id, {e: agentic_records(e, run.repeat) for e in run.engines})
+    res = CliRunner().invoke(bvv.app, ["--bench", bench, "--out", str(out), "--workloads", "agentic", "--resume",
+                                       "--json", str(js)])
+    assert res.exit_code == 0, res.output
+    assert not log.exists() and res.output.count("reused") == 3
+    assert "agentic: bounded by the arrival schedule" in res.output and "1.50 [1.50..1.50]" in res.output
+    doc = json.loads(js.read_text())
+    rows = {(r["key"], r["engine"]): r for r in doc["agentic_schedule"]}
+    assert rows["tail_s", "own"]["per_repeat"] == [8.0, 7.0, 9.0] and rows["ceiling", None]["per_repeat"] == [1.5] * 3
+    assert doc["runs"][0]["metrics"]["vllm"]["last_arrival_s"] == 21.5
+    assert doc["runs"][2]["metrics"]["own"]["tail_s"] == 9.0
+
+
 # -- the script against a fake bench ---------------------------------------------------------------
 FAKE = textwrap.dedent('''
     """A stand-in for `bench`: `engines --json` and `run` writing a synthetic run folder."""
@@ -214,6 +324,9 @@ def test_script_end_to_end_on_stored_results(tmp_path, fake_bench):
     assert doc["ratios"][2]["per_repeat"] == [0.9, 1.1, 1.0]
     assert [r["order"] for r in doc["runs"]][:3] == [["own", "vllm"], ["own", "vllm"], ["vllm", "own"]]
     assert (out / "r1-chat.console.log").read_text() == "fake run r1-chat\n"
+    # the fake folders hold no request records: the schedule section is skipped with one line
+    assert doc["agentic_schedule"] is None and doc["runs"][1]["metrics"]["own"]["tail_s"] is None
+    assert "arrival schedule section is skipped" in res.output
     assert "NOT met" in res.output and "met" in res.output
 
     # the same --out again: refused, or with --resume re-read without running anything
