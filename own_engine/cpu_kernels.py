@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -36,6 +37,7 @@ from own_engine.attention import AttentionMetadata, prefill_attention
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
 PANEL_N = 48  # output columns per packed weight panel (csrc PANEL_N)
+UNUSED_BUILD_DAYS = 30  # kernel builds of other cache keys unused this long are removed at the next build
 
 _i64 = ctypes.c_int64
 _ptr = ctypes.c_void_p
@@ -76,26 +78,35 @@ def _private_dir(d: Path) -> None:
         raise RuntimeError(f"refusing the kernel directory {d}: not a directory of this user's that only it can write")
 
 
-def _compile_into(cc: str, out: Path) -> Path:
+def _compile_into(cc: list[str], out: Path) -> Path:
     """Compile :data:`SOURCE` to ``out`` atomically (a temp file in its directory, then a rename);
-    raises OSError when the directory is not writable, RuntimeError with the compiler's first line."""
+    raises OSError when the directory is not writable, RuntimeError with the compiler's first line.
+    Before a build it removes what earlier ones left: temp files older than 10 min and builds (other
+    cache keys) not used for :data:`UNUSED_BUILD_DAYS` days (a reused build's mtime is refreshed)."""
     if out.is_file():
+        try:
+            os.utime(out)  # in use: pruning (below) keeps builds used within UNUSED_BUILD_DAYS
+        except OSError:
+            pass  # a read-only cache still serves its build
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob("tmp*.so"):  # left by a build that was killed (SIGKILL) mid-compile
-        try:
-            if time.time() - stale.stat().st_mtime > 600:
+    now = time.time()
+    for stale in out.parent.glob("*.so"):
+        try:  # a build killed (SIGKILL) mid-compile; builds of other sources/compilers nobody used lately
+            age = now - stale.stat().st_mtime
+            if (stale.name.startswith("tmp") and age > 600) or (stale.name.startswith("paged_attention-")
+                                                                  and age > UNUSED_BUILD_DAYS * 86400):
                 stale.unlink()
         except OSError:
             pass
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+        proc = subprocess.run([*cc, *CFLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
                               timeout=120)
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["no output"])[0]
-            raise RuntimeError(f"{cc} failed to build {SOURCE.name}: {first}")
+            raise RuntimeError(f"{shlex.join(cc)} failed to build {SOURCE.name}: {first}")
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -103,11 +114,11 @@ def _compile_into(cc: str, out: Path) -> Path:
     return out
 
 
-def _build(cc: str) -> Path:
+def _build(cc: list[str]) -> Path:
     """Compile (or reuse) the shared library, in :func:`kernel_dir` or, when that is not writable
     (a read-only home), in :func:`_fallback_kernel_dir`; raises RuntimeError with the compiler's
     first line, OSError when neither directory is writable."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+    version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(CFLAGS), platform.machine(),
                                     _cpu_flags()]).encode()).hexdigest()[:16]
     name = f"paged_attention-{key}.so"
@@ -148,7 +159,9 @@ def _open(path: Path | str) -> ctypes.CDLL:
 
 
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    found = shutil.which("gcc") or shutil.which("cc")
+    # CC is a command line, as make reads it ("ccache gcc"); a compiler found on PATH is one path
+    cc = shlex.split(os.environ["CC"]) if os.environ.get("CC", "").strip() else [found] if found else None
     if cc is None:
         return None, "no C compiler (gcc/cc) on PATH for the native CPU kernels (CC=... names one)"
     try:

@@ -92,10 +92,10 @@ def test_build_is_cached_and_keyed(tmp_path, monkeypatch):
     assert why is None and fn is not None
     built = list((tmp_path / "k").glob("paged_attention-*.so"))
     assert len(built) == 1 and not list((tmp_path / "k").glob("*.so.tmp*"))
-    mtime = built[0].stat().st_mtime_ns
+    inode = built[0].stat().st_ino
     monkeypatch.setattr(cpu_kernels, "_STATE", {})
     assert cpu_kernels.native_attention()[1] is None
-    assert built[0].stat().st_mtime_ns == mtime  # reused, not rebuilt
+    assert built[0].stat().st_ino == inode  # reused, not rebuilt (a build replaces the file: a new inode)
 
 
 def test_unwritable_kernel_cache_builds_in_the_temp_fallback(tmp_path, monkeypatch, caplog):
@@ -167,6 +167,27 @@ def test_stale_temp_files_of_a_killed_build_are_removed(tmp_path, monkeypatch):
     assert not stale.exists() and fresh.exists()  # a recent one may belong to a concurrent build
 
 
+def test_builds_unused_for_a_month_are_pruned_and_a_reused_build_is_kept(tmp_path, monkeypatch):
+    k = tmp_path / "k"
+    k.mkdir()
+    month = cpu_kernels.UNUSED_BUILD_DAYS * 86400
+    old, recent, other = k / "paged_attention-0000000000000000.so", k / "paged_attention-1111111111111111.so", k / "notes.so"
+    for f in (old, recent, other):
+        f.write_bytes(b"an older build")
+        os.utime(f, (time.time() - month - 60,) * 2)
+    os.utime(recent, (time.time() - month + 3600,) * 2)
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(k))
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.native_attention()[1] is None
+    assert not old.exists() and recent.exists() and other.exists()  # only our own builds, only unused ones
+    (current,) = set(k.glob("paged_attention-*.so")) - {recent}
+    os.utime(current, (time.time() - month - 60,) * 2)
+    inode = current.stat().st_ino
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    assert cpu_kernels.native_attention()[1] is None
+    assert current.stat().st_ino == inode and time.time() - current.stat().st_mtime < 600  # reused, mtime refreshed
+
+
 def test_without_a_working_compiler_auto_falls_back_and_native_refuses(tmp_path, monkeypatch):
     monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "empty"))
     cc = _fake_cc(tmp_path, 'case "$1" in --version) echo "fakecc 1.0";; '
@@ -185,6 +206,22 @@ def test_without_a_working_compiler_auto_falls_back_and_native_refuses(tmp_path,
     assert "\n" not in str(exc.value) and str(exc.value).startswith("attention_backend='native': the native CPU kernels")
     with pytest.raises(ConfigError, match="needs a CUDA device"):
         select_attention(CPU, "triton")
+
+
+def test_cc_is_a_command_line(tmp_path, monkeypatch):
+    """CC="ccache gcc" (a launcher and its compiler, as make reads CC) builds through the launcher."""
+    import shutil
+
+    log = tmp_path / "launcher.log"
+    launcher = _fake_cc(tmp_path, f'echo "$@" >> {log}; exec "$@"')
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", f"{launcher} {shutil.which('gcc')}")
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    fn, why = cpu_kernels.native_attention()
+    assert why is None and fn is not None
+    calls = log.read_text().splitlines()
+    assert calls[0].endswith("gcc --version") and any(" -march=native " in c for c in calls[1:])
+    assert len(list((tmp_path / "cache").glob("paged_attention-*.so"))) == 1
 
 
 def test_no_compiler_on_path(tmp_path, monkeypatch):
