@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(cli)
     try:
         rv = command.main(args=argv, prog_name="python -m own_engine", standalone_mode=False)
-    except (_Shutdown, typer.Abort, KeyboardInterrupt):
-        logger.warning("own_engine stopped")
+    except (_Shutdown, typer.Abort, KeyboardInterrupt) as exc:  # a requested stop, not a problem: INFO
+        logger.info("own_engine stopped (%s)", exc if isinstance(exc, _Shutdown) else "interrupted")
         return 0
     except _Exit as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
     if isinstance(rv, int):  # --help
         return rv
-    logger.warning("own_engine stopped")
+    logger.info("own_engine stopped")
     return 0
 
 
