@@ -120,10 +120,22 @@ def _weights(spec: RandomLlamaSpec) -> dict[str, torch.Tensor]:
 def write_random_llama(folder: Path, spec: RandomLlamaSpec = RandomLlamaSpec()) -> Path:
     """Write a random-weight Llama checkpoint of shape ``spec`` into ``folder`` (created); returns it.
 
-    Raises ``RuntimeError`` when transformers cannot load the written tokenizer under any of the
+    Raises ``ValueError`` for a geometry no Llama checkpoint can have (checked before anything is
+    written), ``RuntimeError`` when transformers cannot load the written tokenizer under any of the
     class names tried (the message lists each reason).
     """
     from safetensors.torch import save_file
+
+    sizes = {k: getattr(spec, k) for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                                           "intermediate_size", "vocab_size")}
+    if any(v < 1 for v in sizes.values()):
+        raise ValueError(f"random Llama sizes must be >= 1, got {sizes}")
+    if spec.hidden_size % spec.num_heads:  # transformers' LlamaConfig refuses it
+        raise ValueError(f"hidden_size {spec.hidden_size} is not a multiple of num_heads {spec.num_heads}")
+    if spec.num_heads % spec.num_kv_heads:
+        raise ValueError(f"num_heads {spec.num_heads} is not a multiple of num_kv_heads {spec.num_kv_heads} (GQA groups)")
+    if spec.head_dim % 2 or spec.vocab_size < 8:  # RoPE rotates pairs; ids 0-2 are special, 3+ words
+        raise ValueError(f"head_dim must be even (RoPE pairs) and vocab_size >= 8, got {spec.head_dim}, {spec.vocab_size}")
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

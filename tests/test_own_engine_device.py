@@ -51,6 +51,18 @@ def test_random_model_folder_loads_with_its_tokenizer(model_dir):
     assert SMOLLM2_135M.num_params == 134_515_008  # the embedded default model's size: the shape is right
 
 
+@pytest.mark.parametrize("bad,why", [
+    (dict(hidden_size=100), "hidden_size 100 is not a multiple of num_heads 6"),
+    (dict(num_kv_heads=4), "num_heads 6 is not a multiple of num_kv_heads 4"),
+    (dict(head_dim=15), "head_dim must be even"),
+    (dict(num_layers=0), "sizes must be >= 1"),
+])
+def test_random_model_refuses_impossible_geometry_before_writing(tmp_path, bad, why):
+    with pytest.raises(ValueError, match=why):
+        write_random_llama(tmp_path / "m", SPEC.with_(**bad))
+    assert not (tmp_path / "m").exists()  # refused up front, not blamed on the tokenizer afterwards
+
+
 def test_random_model_greedy_agrees_across_engine_mechanisms(model_dir, prompts):
     ref = [o.output_token_ids for o in engine(model_dir, enable_prefix_caching=False, enable_chunked_prefill=False)
            .generate(prompts, GREEDY)]
