@@ -36,14 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import typer  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from harness.app.cli_common import make_console  # noqa: E402
 from own_engine.config import EngineConfig  # noqa: E402
 from own_engine.engine import LLMEngine  # noqa: E402
 from own_engine.sampling_params import SamplingParams  # noqa: E402
 
-console = Console()
+console = make_console()  # 160 columns when not a terminal: tables stay readable in logs
 app = typer.Typer(add_completion=False)
 
 CODE = '''import json
