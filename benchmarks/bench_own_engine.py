@@ -296,15 +296,57 @@ def bench_prefill(model_dir: Path, repeats: int, tokens: int) -> list[tuple[str,
                 w = layer[k].weight
                 torch.nn.functional.linear(xs[w.shape[1]], w)
 
-    t = _interleaved({"prefill": prefill, "mm": mm_only}, repeats, 1)
+    attn = m.attention_fn
+    native = getattr(attn, "native_prefill", False)
+
+    def prefill_sdpa():  # the same prefill with PyTorch's SDPA for the prefill attention
+        attn.native_prefill = False
+        try:
+            prefill()
+        finally:
+            attn.native_prefill = native
+
+    fns = {"prefill": prefill, "mm": mm_only} | ({"sdpa": prefill_sdpa} if native else {})
+    t = _interleaved(fns, repeats, 1)
     mm_flops = 2 * lin_params * tokens
     model_rate = [flops / x for x in t["prefill"]]
     mm_rate = [mm_flops / x for x in t["mm"]]
-    return [
+    rows = [
         (f"prefill of {tokens} tokens: model GFLOP/s", summarize([r / 1e9 for r in model_rate]), ""),
         ("torch.mm GFLOP/s on the same projections (dense weights)", summarize([r / 1e9 for r in mm_rate]), ""),
         ("prefill FLOP/s / torch.mm FLOP/s", summarize([a / b for a, b in zip(model_rate, mm_rate)]), "goal >= 0.9"),
     ]
+    if native:
+        rows.append(("  prefill time, native flash attention / SDPA attention",
+                     summarize([a / b for a, b in zip(t["prefill"], t["sdpa"])]), ""))
+        rows += bench_prefill_attention(e, repeats)
+    return rows
+
+
+def bench_prefill_attention(e: LLMEngine, repeats: int) -> list[tuple[str, str, str]]:
+    """One layer's prefill attention alone (no cached context, the model's head geometry): the native
+    flash kernel vs ``prefill_attention`` (SDPA), interleaved, at 512 and 1,273 tokens (the agentic
+    workload's longest first turn)."""
+    from own_engine.attention import build_metadata, prefill_attention
+
+    c, attn = e.model_config, e.runner.model.attention_fn
+    H, nkv, D, bs = c.num_heads, c.num_kv_heads, c.head_dim, e.config.block_size
+    rows = []
+    for T in (512, 1273):
+        nb = -(-T // bs)
+        kc, vc = torch.randn(nb, bs, nkv, D), torch.randn(nb, bs, nkv, D)
+        meta = build_metadata([T], [T], [list(range(nb))], bs, H, nkv, torch.device("cpu"), torch_decode=False)
+        qkv = torch.randn(T, (H + 2 * nkv) * D)
+        q = qkv[:, :H * D].view(T, H, D)
+        k, v = kc.view(-1, nkv, D)[:T], vc.view(-1, nkv, D)[:T]
+        out = torch.empty(T, H, D)
+        t = _interleaved({"native": lambda: attn.prefill(q, kc, vc, meta, D ** -0.5, out),
+                          "sdpa": lambda: prefill_attention(q, k, v, kc, vc, meta, D ** -0.5, out)}, repeats, 3)
+        flops = 2 * T * T * H * D
+        rows.append((f"  attention of a {T}-token prefill, one layer: native / SDPA GFLOP/s",
+                     f"{summarize([flops / x / 1e9 for x in t['native']])} / {summarize([flops / x / 1e9 for x in t['sdpa']])}", ""))
+        rows.append(("    native / SDPA time", summarize([a / b for a, b in zip(t["native"], t["sdpa"])]), ""))
+    return rows
 
 
 def bench_verify(model_dir: Path, repeats: int, k: int, context: int) -> list[tuple[str, str, str]]:

@@ -5,7 +5,8 @@ scenario:
 
 - ``decode-1``: one sequence decoding at context ~160 tokens (batch-1 decode step);
 - ``decode-32``: 32 sequences decoding at context ~160 tokens;
-- ``mixed``: 16 decoding sequences plus a 256-token prefill chunk in the same step.
+- ``mixed``: 16 decoding sequences plus a 256-token prefill chunk in the same step;
+- ``prefill``: one 512-token prompt, prefilled in one step (nothing else running).
 
 Prints, per scenario, the mean wall time of a step and its breakdown by operator class
 (``matmul``: aten::mm/addmm/linear/bmm, oneDNN and the native panel GEMM; ``attention``: SDPA
@@ -51,7 +52,7 @@ CLASSES = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn",
                "native::panel_linear"),
     "attention": ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax",
-                  "_scaled_dot_product", "native::paged_decode_attention"),
+                  "_scaled_dot_product", "native::paged_decode_attention", "native::prefill_attention_paged"),
     "native elementwise (RoPE+KV write, add+RMSNorm, SiLU*up)": ("native::rope_kv_write", "native::add_rms_norm",
                                                                  "native::silu_mul"),
     "gather/copy": ("index_select", "index_copy", "aten::cat", "aten::copy_", "aten::contiguous",
@@ -74,7 +75,7 @@ def _prompt(engine: LLMEngine, n: int, salt: int) -> list[int]:
 
 def _setup(engine: LLMEngine, scenario: str) -> None:
     sp = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-    n_dec = {"decode-1": 1, "decode-32": 32, "mixed": 16}[scenario]
+    n_dec = {"decode-1": 1, "decode-32": 32, "mixed": 16, "prefill": 0}[scenario]
     for i in range(n_dec):
         engine.add_request(f"d{i}", _prompt(engine, 150, i), sp)
     while any(s.num_output_tokens < 8 for s in engine.scheduler.running) or engine.scheduler.waiting:
@@ -88,7 +89,8 @@ def _annotate_native(engine: LLMEngine) -> None:
     lib = getattr(attn, "lib", None)
     if lib is None:
         return
-    for name in ("paged_decode_attention", "rope_kv_write", "add_rms_norm", "silu_mul", "panel_linear"):
+    for name in ("paged_decode_attention", "prefill_attention_paged", "rope_kv_write", "add_rms_norm", "silu_mul",
+                 "panel_linear"):
         fn = getattr(lib, name, None)
         if fn is None:
             continue
@@ -109,6 +111,8 @@ def profile(model_dir: Path, scenario: str, steps: int) -> dict:
     def one_step(i: int) -> None:
         if scenario == "mixed":  # a fresh 256-token prompt joins the 16 decodes each step
             engine.add_request(f"p{i}", _prompt(engine, 256, 1000 + i), sp)
+        if scenario == "prefill":  # a fresh 512-token prompt alone; its one token ends it
+            engine.add_request(f"p{i}", _prompt(engine, 512, 1000 + i), SamplingParams(temperature=0, max_tokens=1))
         engine.step()
 
     _annotate_native(engine)
@@ -151,14 +155,14 @@ def profile(model_dir: Path, scenario: str, steps: int) -> dict:
 
 @app.command()
 def main(steps: int = typer.Option(20, min=1, help="profiled steps per scenario"),
-         scenario: str = typer.Option("all", help="all | decode-1 | decode-32 | mixed"),
+         scenario: str = typer.Option("all", help="all | decode-1 | decode-32 | mixed | prefill"),
          json_path: Path = typer.Option(None, "--json", help="write the numbers here")) -> None:
     """Profile decode and mixed steps of the reference engine; print the time breakdown."""
     from harness.app.model import resolve_model
 
     torch.set_num_threads(1)
     model_dir = resolve_model(None)
-    names = ["decode-1", "decode-32", "mixed"] if scenario == "all" else [scenario]
+    names = ["decode-1", "decode-32", "mixed", "prefill"] if scenario == "all" else [scenario]
     results = [profile(model_dir, s, steps) for s in names]
     for r in results:
         t = Table(title=f"{r['scenario']}: {r['step_ms']:.1f} ms/step unprofiled ({r['step_ms_per_op_loop']:.1f} "

@@ -12,7 +12,8 @@ batched SDPA call over gathered K/V; prefill chunks run one SDPA call each (a ca
 the cached context when part of the prompt is already in the cache). GQA: the ``G = num_heads //
 num_kv_heads`` query heads of one KV head are folded into the query length, so no K/V repeat.
 On CUDA, :mod:`own_engine.triton_attention` replaces :func:`paged_attention` when available; on CPU
-:mod:`own_engine.cpu_kernels` (a C kernel reading K/V through the block table) takes the decode group.
+:mod:`own_engine.cpu_kernels` (C kernels reading K/V through the block table) takes the decode group
+and, at head_dim 64, the prefill chunks.
 """
 
 from __future__ import annotations

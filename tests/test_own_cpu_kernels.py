@@ -63,6 +63,40 @@ def test_kernel_matches_fp64_reference(kernel, H, nkv, D, bs):
     assert meta.dec_max_len == 200
 
 
+@pytest.mark.parametrize("H,nkv,bs", [(9, 3, 16), (8, 8, 1), (8, 1, 7), (6, 2, 32), (4, 2, 5)])
+def test_native_prefill_attention_matches_fp64_reference(kernel, H, nkv, bs, monkeypatch):
+    """Prefill chunks at head_dim 64 go to the native flash kernel (SDPA is not called): chunks with
+    and without cached context, lengths around its 6-row and 16-key tiles, next to decodes."""
+    D = 64
+    q_lens, ctx_lens = [1, 17, 97, 6, 1, 23, 300], [1, 17, 97 + 40, 6, 60, 23 + 16, 300]
+    q, k, v, kc, vc, tables = _case(2, H, nkv, D, bs, q_lens, ctx_lens)
+    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
+    write_kv(k, v, kc, vc, meta.slot_mapping)
+    assert len(meta.prefills) == 6
+    monkeypatch.setattr(cpu_kernels, "prefill_attention", lambda *a: pytest.fail("SDPA used for a D=64 prefill"))
+    out = kernel(q, k, v, kc, vc, meta, 0.125)
+    meta64 = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU)
+    ref = paged_attention(q.double(), k.double(), v.double(), kc.double(), vc.double(), meta64, 0.125)
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=1e-4)
+
+
+def test_prefill_of_other_head_sizes_and_without_the_kernel_takes_sdpa(kernel, monkeypatch):
+    H, nkv, bs = 4, 2, 4
+    calls = []
+    real = cpu_kernels.prefill_attention
+    monkeypatch.setattr(cpu_kernels, "prefill_attention", lambda *a: (calls.append(1), real(*a))[1])
+    for D, native in ((32, True), (64, False)):
+        monkeypatch.setattr(kernel, "native_prefill", native)
+        q_lens, ctx_lens = [20, 1], [20, 9]
+        q, k, v, kc, vc, tables = _case(3, H, nkv, D, bs, q_lens, ctx_lens)
+        meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
+        write_kv(k, v, kc, vc, meta.slot_mapping)
+        out = kernel(q, k, v, kc, vc, meta, D ** -0.5)
+        ref = paged_attention(q, k, v, kc, vc, build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), D ** -0.5)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert len(calls) == 2
+
+
 def test_kernel_reads_q_through_strides(kernel):
     """q and k arrive as views of one fused projection (non-contiguous): strides are honoured."""
     H, nkv, D, bs = 6, 2, 32, 4

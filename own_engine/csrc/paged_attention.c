@@ -365,3 +365,145 @@ int decode_forward(int64_t L, const int64_t *restrict layer_ptrs, float *restric
     }
     return 0;
 }
+
+/* ---- prefill attention over the paged cache (AVX-512, head_dim 64) ----
+ * One prefill chunk of one sequence: query i (0 <= i < q_len) sits at position ctx_len - q_len + i
+ * and attends to keys 0 .. its position (causal), all read through the block table bt (the chunk's
+ * own K/V are already in the cache: rope_kv_write runs first). Flash-attention style (Dao et al.
+ * 2022, "FlashAttention", Algorithm 1; the online softmax of Milakov & Gimelshein 2018): per query
+ * head, tiles of PF_R query rows walk the keys in blocks of PF_KB = 16, keeping a running max m, sum
+ * l and output accumulator per row, so the [q_len, ctx_len] score matrix is never stored. Scores
+ * come 16 keys per vector from K^T packed once per KV head (kt: ceil(ctx_len / 16) * 16 * 64 floats,
+ * 64-byte aligned), so no horizontal sum per key: the register blocking of the panel GEMM above. The
+ * G query heads of a KV head share its packed K^T (GQA). exp is a degree-6 polynomial (Cephes expf)
+ * scaled by 2^n with scalef: relative error ~1e-7, as expf.
+ * q: [q_len, H, 64] at strides (q_st_t, q_st_h); out likewise (o_st_t, o_st_h).
+ * Returns 0; -1 for a shape it does not take (D != 64, H not a multiple of nkv, ctx_len < q_len). */
+#if defined(__AVX512F__)
+#define PF_R 6
+#define PF_KB 16
+#define PF_D 64
+
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));  /* below: exp underflows; masked lanes are zeroed anyway */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  /* x - n ln2, ln2 in two parts */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+int prefill_attention_paged(const float *restrict q, int64_t q_st_t, int64_t q_st_h,
+                            const float *restrict k_cache, const float *restrict v_cache,
+                            const int64_t *restrict bt, int64_t q_len, int64_t ctx_len, int64_t H, int64_t nkv,
+                            int64_t D, int64_t block_size, float scale, float *restrict out, int64_t o_st_t,
+                            int64_t o_st_h, float *restrict kt) {
+    if (D != PF_D || nkv < 1 || H % nkv != 0 || q_len < 1 || ctx_len < q_len || block_size < 1) return -1;
+    const int64_t G = H / nkv, row = nkv * PF_D, nkb = (ctx_len + PF_KB - 1) / PF_KB, p0 = ctx_len - q_len;
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const int same_block = block_size % PF_KB == 0;
+    for (int64_t g = 0; g < nkv; g++) {
+        for (int64_t b = 0; b < nkb; b++) {  /* kt[b][d][j] = K[16 b + j][g][d], zero past ctx_len */
+            float *restrict dst = kt + b * PF_D * PF_KB;
+            for (int64_t j = 0; j < PF_KB; j++) {
+                const int64_t key = b * PF_KB + j;
+                if (key < ctx_len) {
+                    const float *restrict src = k_cache + (bt[key / block_size] * block_size + key % block_size) * row + g * PF_D;
+                    for (int64_t d = 0; d < PF_D; d++) dst[d * PF_KB + j] = src[d];
+                } else {
+                    for (int64_t d = 0; d < PF_D; d++) dst[d * PF_KB + j] = 0.0f;
+                }
+            }
+        }
+        for (int64_t hh = 0; hh < G; hh++) {
+            const int64_t h = g * G + hh;
+            for (int64_t i0 = 0; i0 < q_len; i0 += PF_R) {
+                const int64_t nr = q_len - i0 < PF_R ? q_len - i0 : PF_R;
+                const float *qr[PF_R];
+                int64_t pos[PF_R];
+                float m[PF_R];
+                __m512 o0[PF_R], o1[PF_R], o2[PF_R], o3[PF_R], lv[PF_R];  /* lv: the running sum, per lane */
+                for (int r = 0; r < PF_R; r++) {  /* a short last tile repeats its last row (not stored) */
+                    const int64_t i = i0 + (r < nr ? r : nr - 1);
+                    qr[r] = q + i * q_st_t + h * q_st_h;
+                    pos[r] = p0 + i;
+                    m[r] = -1e30f;
+                    o0[r] = _mm512_setzero_ps(); o1[r] = o0[r]; o2[r] = o0[r]; o3[r] = o0[r]; lv[r] = o0[r];
+                }
+                const int64_t nb = pos[PF_R - 1] / PF_KB + 1;  /* key blocks up to the tile's last position */
+                for (int64_t b = 0; b < nb; b++) {
+                    const float *restrict kb = kt + b * PF_D * PF_KB;
+                    const int64_t key0 = b * PF_KB;
+                    __m512 s[PF_R];
+                    for (int r = 0; r < PF_R; r++) s[r] = _mm512_setzero_ps();
+                    for (int64_t d = 0; d < PF_D; d++) {
+                        const __m512 kv = _mm512_load_ps(kb + d * PF_KB);
+                        for (int r = 0; r < PF_R; r++) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), kv, s[r]);
+                    }
+                    float p[PF_R][PF_KB] __attribute__((aligned(64)));
+                    for (int r = 0; r < PF_R; r++) {
+                        const int64_t nvalid = pos[r] - key0 + 1;  /* keys of this block at or before pos[r] */
+                        const __mmask16 vm = nvalid >= PF_KB ? (__mmask16)0xFFFF
+                                             : nvalid <= 0 ? (__mmask16)0 : (__mmask16)((1u << nvalid) - 1u);
+                        if (vm == 0) {  /* an earlier row of the tile: nothing to see in this block */
+                            _mm512_store_ps(p[r], _mm512_setzero_ps());
+                            continue;
+                        }
+                        const __m512 sr = _mm512_mul_ps(s[r], vscale);
+                        const float bm = _mm512_mask_reduce_max_ps(vm, sr);
+                        if (bm > m[r]) {  /* a new running max: rescale what was summed so far */
+                            const __m512 va = _mm512_set1_ps(expf(m[r] - bm));
+                            o0[r] = _mm512_mul_ps(o0[r], va); o1[r] = _mm512_mul_ps(o1[r], va);
+                            o2[r] = _mm512_mul_ps(o2[r], va); o3[r] = _mm512_mul_ps(o3[r], va);
+                            lv[r] = _mm512_mul_ps(lv[r], va);
+                            m[r] = bm;
+                        }
+                        const __m512 e = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(sr, _mm512_set1_ps(m[r]))));
+                        lv[r] = _mm512_add_ps(lv[r], e);
+                        _mm512_store_ps(p[r], e);
+                    }
+                    const int64_t nk = ctx_len - key0 < PF_KB ? ctx_len - key0 : PF_KB;
+                    /* the 16 keys lie in one cache block when block_size is a multiple of 16 (no division per key) */
+                    const float *restrict vblk = v_cache + (bt[key0 / block_size] * block_size + key0 % block_size) * row + g * PF_D;
+                    for (int64_t j = 0; j < nk; j++) {
+                        const int64_t key = key0 + j;
+                        const float *restrict vr = same_block ? vblk + j * row
+                            : v_cache + (bt[key / block_size] * block_size + key % block_size) * row + g * PF_D;
+                        const __m512 v0 = _mm512_loadu_ps(vr), v1 = _mm512_loadu_ps(vr + 16);
+                        const __m512 v2 = _mm512_loadu_ps(vr + 32), v3 = _mm512_loadu_ps(vr + 48);
+                        for (int r = 0; r < PF_R; r++) {
+                            const __m512 pj = _mm512_set1_ps(p[r][j]);
+                            o0[r] = _mm512_fmadd_ps(pj, v0, o0[r]); o1[r] = _mm512_fmadd_ps(pj, v1, o1[r]);
+                            o2[r] = _mm512_fmadd_ps(pj, v2, o2[r]); o3[r] = _mm512_fmadd_ps(pj, v3, o3[r]);
+                        }
+                    }
+                }
+                for (int r = 0; r < nr; r++) {
+                    float *restrict dst = out + (i0 + r) * o_st_t + h * o_st_h;
+                    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(lv[r]));
+                    _mm512_storeu_ps(dst, _mm512_mul_ps(o0[r], inv));
+                    _mm512_storeu_ps(dst + 16, _mm512_mul_ps(o1[r], inv));
+                    _mm512_storeu_ps(dst + 32, _mm512_mul_ps(o2[r], inv));
+                    _mm512_storeu_ps(dst + 48, _mm512_mul_ps(o3[r], inv));
+                }
+            }
+        }
+    }
+    return 0;
+}
+#else
+int prefill_attention_paged(const float *restrict q, int64_t q_st_t, int64_t q_st_h,
+                            const float *restrict k_cache, const float *restrict v_cache,
+                            const int64_t *restrict bt, int64_t q_len, int64_t ctx_len, int64_t H, int64_t nkv,
+                            int64_t D, int64_t block_size, float scale, float *restrict out, int64_t o_st_t,
+                            int64_t o_st_h, float *restrict kt) {
+    return -1;  /* no AVX-512: the caller keeps PyTorch's SDPA */
+}
+#endif
