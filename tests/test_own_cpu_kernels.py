@@ -41,6 +41,16 @@ def _case(seed, H, nkv, D, bs, q_lens, ctx_lens):
     return q, k, v, kc, vc, tables
 
 
+def _assert_kernel_matches_torch(kernel, seed, H, nkv, D, bs, q_lens, ctx_lens):
+    """The native attention on a random case equals the PyTorch path (fp32, 1e-5)."""
+    q, k, v, kc, vc, tables = _case(seed, H, nkv, D, bs, q_lens, ctx_lens)
+    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
+    write_kv(k, v, kc, vc, meta.slot_mapping)
+    out = kernel(q, k, v, kc, vc, meta, D ** -0.5)
+    ref = paged_attention(q, k, v, kc, vc, build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), D ** -0.5)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("H,nkv,D,bs", [(9, 3, 64, 16), (8, 8, 32, 1), (16, 2, 128, 4), (4, 1, 16, 7)])
 def test_kernel_matches_fp64_reference(kernel, H, nkv, D, bs):
     # decodes at several context lengths, a 5-token verify, a prefill, a chunk with cached context
@@ -87,13 +97,7 @@ def test_prefill_of_other_head_sizes_and_without_the_kernel_takes_sdpa(kernel, m
     monkeypatch.setattr(cpu_kernels, "prefill_attention", lambda *a: (calls.append(1), real(*a))[1])
     for D, native in ((32, True), (64, False)):
         monkeypatch.setattr(kernel, "native_prefill", native)
-        q_lens, ctx_lens = [20, 1], [20, 9]
-        q, k, v, kc, vc, tables = _case(3, H, nkv, D, bs, q_lens, ctx_lens)
-        meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
-        write_kv(k, v, kc, vc, meta.slot_mapping)
-        out = kernel(q, k, v, kc, vc, meta, D ** -0.5)
-        ref = paged_attention(q, k, v, kc, vc, build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), D ** -0.5)
-        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        _assert_kernel_matches_torch(kernel, 3, H, nkv, D, bs, [20, 1], [20, 9])
     assert len(calls) == 2
 
 
@@ -402,35 +406,36 @@ def test_linear_dispatch_panels_then_onednn_then_dense(kernel):
 
 def test_many_query_heads_per_kv_head(kernel):
     """MQA-style geometry (20 query heads on 1 KV head) goes through the kernel too."""
-    H, nkv, D, bs = 20, 1, 32, 4
-    q_lens, ctx_lens = [1, 3], [9, 14]
-    q, k, v, kc, vc, tables = _case(2, H, nkv, D, bs, q_lens, ctx_lens)
-    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU, torch_decode=False)
-    write_kv(k, v, kc, vc, meta.slot_mapping)
-    out = kernel(q, k, v, kc, vc, meta, D ** -0.5)
-    ref = paged_attention(q, k, v, kc, vc, build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, CPU), D ** -0.5)
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    _assert_kernel_matches_torch(kernel, 2, 20, 1, 32, 4, [1, 3], [9, 14])
 
 
-def test_panel_kernel_only_single_threaded(kernel):
+def _models_at_two_and_one_threads(kernel, spec, max_len: int):
+    """(model loaded at 2 torch threads, the same at 1 thread, its ModelConfig) of a random Llama."""
     from own_engine.config import ModelConfig
     from own_engine.model import LlamaModel
-    from own_engine.random_model import RandomLlamaSpec, write_random_llama
+    from own_engine.random_model import write_random_llama
 
     import tempfile
     from pathlib import Path
 
     before = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as d:
-        folder = write_random_llama(Path(d), RandomLlamaSpec())
+        folder = write_random_llama(Path(d), spec)
         cfg = ModelConfig.from_dir(folder)
         try:
             torch.set_num_threads(2)
-            two = LlamaModel.from_dir(folder, cfg, 64, CPU, kernel)
+            two = LlamaModel.from_dir(folder, cfg, max_len, CPU, kernel)
             torch.set_num_threads(1)
-            one = LlamaModel.from_dir(folder, cfg, 64, CPU, kernel)
+            one = LlamaModel.from_dir(folder, cfg, max_len, CPU, kernel)
         finally:
             torch.set_num_threads(before)
+    return two, one, cfg
+
+
+def test_panel_kernel_only_single_threaded(kernel):
+    from own_engine.random_model import RandomLlamaSpec
+
+    two, one, _ = _models_at_two_and_one_threads(kernel, RandomLlamaSpec(), 64)
     assert two.linear_kernels == "oneDNN (M > 1) + MKL (M = 1)"
     assert one.linear_kernels == "native panel GEMM"
 
@@ -439,25 +444,10 @@ def test_fused_decode_forward_is_bit_identical_to_the_per_op_loop(kernel, monkey
     """Decode-only steps (decodes and 3-row verify queries, scattered blocks, odd GQA geometry) run
     all layers in one native call with exactly the per-op loop's results; a step with a prefill
     chunk takes the loop; two threads (no panels) never fuse."""
-    from own_engine.config import ModelConfig
-    from own_engine.model import LlamaModel
-    from own_engine.random_model import RandomLlamaSpec, write_random_llama
+    from own_engine.random_model import RandomLlamaSpec
 
-    import tempfile
-    from pathlib import Path
-
-    before = torch.get_num_threads()
     spec = RandomLlamaSpec(hidden_size=96, intermediate_size=100, num_layers=3, num_heads=6, num_kv_heads=2, head_dim=16)
-    with tempfile.TemporaryDirectory() as d:
-        folder = write_random_llama(Path(d), spec)
-        cfg = ModelConfig.from_dir(folder)
-        try:
-            torch.set_num_threads(2)
-            two = LlamaModel.from_dir(folder, cfg, 128, CPU, kernel)
-            torch.set_num_threads(1)
-            model = LlamaModel.from_dir(folder, cfg, 128, CPU, kernel)
-        finally:
-            torch.set_num_threads(before)
+    two, model, cfg = _models_at_two_and_one_threads(kernel, spec, 128)
     assert model.fused_decode and not two.fused_decode
     assert model.truncated(2).fused_decode
     calls = []
