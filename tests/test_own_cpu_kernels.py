@@ -281,6 +281,21 @@ def test_layer_ops_match_their_pytorch_definitions(kernel):
     assert all(e < 2e-6 for e in errs.values()), errs
 
 
+@pytest.mark.parametrize("scale", [1.0, 30.0, 300.0])
+def test_silu_mul_is_finite_and_right_at_large_activations(kernel, scale):
+    """Gates far below -88 made exp(-g) overflow (NaN under -ffast-math) before; 16-lane and tail paths."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(4)
+    inter = 16 * 6 + 5  # the vector loop and the scalar tail
+    gu = torch.randn(9, 2 * inter, generator=g) * scale
+    act = torch.empty(9, inter)
+    kernel.layer_ops.silu_mul(gu, act)
+    ref = F.silu(gu[:, :inter].double()) * gu[:, inter:].double()
+    assert bool(torch.isfinite(act).all())
+    torch.testing.assert_close(act.double(), ref, rtol=1e-5, atol=1e-30 + 1e-6 * scale)
+
+
 def test_model_uses_the_fused_layer_path_only_with_the_native_kernel(kernel):
     from own_engine.model import LlamaModel
     from own_engine.random_model import RandomLlamaSpec, write_random_llama
