@@ -11,10 +11,11 @@ at 1,273 (``prefill_attention_paged``; ``benchmarks/bench_own_engine.py --sectio
 head sizes keep SDPA). It is single-threaded (the harness
 runs engines with 1 thread).
 
-Build: ``gcc -O3 -march=native -ffast-math -fopenmp-simd -shared -fPIC`` into
+Build: ``gcc -O3 -march=native -ffast-math -fopenmp-simd -fPIC -c``, then ``gcc -shared`` (linked
+without ``-ffast-math``, which would set flush-to-zero process-wide) into
 ``$XDG_CACHE_HOME/llm-serve-bench/kernels/`` (default ``~/.cache/...``; ``OWN_ENGINE_KERNEL_DIR``
-overrides), keyed by a hash of the source, the compiler version and the CPU flags, written
-atomically (concurrent servers may build at once). Without a C compiler, or if the build or the
+overrides), keyed by a hash of the source, the compiler version and command line, the flags and
+the CPU flags, written atomically (concurrent servers may build at once). Without a C compiler, or if the build or the
 start-up self-check fails, :func:`native_unavailable_reason` says why and the engine uses the PyTorch
 path (``attention_backend="auto"``), or refuses (``"native"``).
 """
@@ -38,7 +39,10 @@ import torch
 from own_engine.attention import AttentionMetadata, prefill_attention
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
-CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-shared", "-fPIC"]
+CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC"]  # compile (-c)
+# link without -ffast-math: with it gcc < 13 links crtfastmath.o, whose constructor turns on
+# flush-to-zero for the whole process that loads the library (GCC bug 55522), PyTorch's ops included
+LDFLAGS = ["-shared"]
 PANEL_N = 48  # output columns per packed weight panel (csrc PANEL_N)
 UNUSED_BUILD_DAYS = 30  # kernel builds of other cache keys unused this long are removed at the next build
 
@@ -104,16 +108,18 @@ def _compile_into(cc: list[str], out: Path) -> Path:
             pass
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
+    obj = tmp[:-3] + ".o"
     try:
-        proc = subprocess.run([*cc, *CFLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
-                              timeout=120)
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["no output"])[0]
-            raise RuntimeError(f"{shlex.join(cc)} failed to build {SOURCE.name}: {first}")
+        for cmd in ([*cc, *CFLAGS, "-c", "-o", obj, str(SOURCE)], [*cc, *LDFLAGS, "-o", tmp, obj, "-lm"]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0:
+                first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+                raise RuntimeError(f"{shlex.join(cc)} failed to build {SOURCE.name}: {first}")
         os.replace(tmp, out)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for f in (tmp, obj):
+            if os.path.exists(f):
+                os.unlink(f)
     return out
 
 
@@ -122,8 +128,9 @@ def _build(cc: list[str]) -> Path:
     (a read-only home), in :func:`_fallback_kernel_dir`; raises RuntimeError with the compiler's
     first line, OSError when neither directory is writable."""
     version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(CFLAGS), platform.machine(),
-                                    _cpu_flags()]).encode()).hexdigest()[:16]
+    # the whole CC command line is in the key: "gcc -mno-avx512f" must not share a build with "gcc"
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, shlex.join(cc), " ".join(CFLAGS), " ".join(LDFLAGS),
+                                    platform.machine(), _cpu_flags()]).encode()).hexdigest()[:16]
     name = f"paged_attention-{key}.so"
     try:
         return _compile_into(cc, kernel_dir() / name)
@@ -167,7 +174,10 @@ def _open(path: Path | str) -> ctypes.CDLL:
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
     found = shutil.which("gcc") or shutil.which("cc")
     # CC is a command line, as make reads it ("ccache gcc"); a compiler found on PATH is one path
-    cc = shlex.split(os.environ["CC"]) if os.environ.get("CC", "").strip() else [found] if found else None
+    try:
+        cc = shlex.split(os.environ["CC"]) if os.environ.get("CC", "").strip() else [found] if found else None
+    except ValueError as exc:
+        return None, f"CC={os.environ['CC']!r} is not a command line ({exc}): the native CPU kernels are not built"
     if cc is None:
         return None, "no C compiler (gcc/cc) on PATH for the native CPU kernels (CC=... names one)"
     try:
@@ -362,21 +372,23 @@ def native_attention() -> tuple[NativePagedAttention | None, str | None]:
 
 
 def _self_check(fn: NativePagedAttention) -> str | None:
-    """Compare with the PyTorch path: prefill, chunk with cached context, decodes, a verify; GQA."""
+    """Compare with the PyTorch path: prefill, chunk with cached context, decodes, a verify; GQA; at
+    head_dim 16 and 64 (the native prefill kernel's); the layer ops and the panel GEMM."""
     from own_engine.attention import build_metadata, paged_attention, write_kv
 
     g = torch.Generator().manual_seed(0)
-    H, nkv, D, bs, nblocks = 6, 2, 16, 4, 40
+    H, nkv, bs, nblocks = 6, 2, 4, 40
     q_lens, ctx_lens = [9, 1, 5, 1, 20], [9, 13, 14, 1, 30]
     tables = [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9, 10], [11], [12, 13, 14, 15, 16, 17, 18, 19]]
     T = sum(q_lens)
-    q, k, v = (torch.randn(T, n, D, generator=g) for n in (H, nkv, nkv))
-    kc, vc = (torch.randn(nblocks, bs, nkv, D, generator=g) for _ in range(2))
-    meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, torch.device("cpu"))
-    write_kv(k, v, kc, vc, meta.slot_mapping)
-    err = float((fn(q, k, v, kc, vc, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
-    if not err < 1e-4:
-        return f"the native CPU attention kernel disagrees with the PyTorch path (max abs error {err:.2e})"
+    for D in (16, 64):  # 64: the prefill chunks take the native flash kernel too
+        q, k, v = (torch.randn(T, n, D, generator=g) for n in (H, nkv, nkv))
+        kc, vc = (torch.randn(nblocks, bs, nkv, D, generator=g) for _ in range(2))
+        meta = build_metadata(q_lens, ctx_lens, tables, bs, H, nkv, torch.device("cpu"))
+        write_kv(k, v, kc, vc, meta.slot_mapping)
+        err = float((fn(q, k, v, kc, vc, meta, D ** -0.5) - paged_attention(q, k, v, kc, vc, meta, D ** -0.5)).abs().max())
+        if not err < 1e-4:
+            return f"the native CPU attention kernel disagrees with the PyTorch path (head_dim {D}: max abs error {err:.2e})"
     errs = layer_ops_errors(fn.layer_ops)
     xs, ws = torch.randn(19, 40, generator=g), torch.randn(13, 40, generator=g)
     errs["panel_linear"] = float((fn.layer_ops.panel_linear(xs, fn.layer_ops.pack_panels(ws), 13) - xs @ ws.t()).abs().max())

@@ -128,8 +128,8 @@ def write_random_llama(folder: Path, spec: RandomLlamaSpec = RandomLlamaSpec()) 
 
     sizes = {k: getattr(spec, k) for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                                            "intermediate_size", "vocab_size")}
-    if any(v < 1 for v in sizes.values()):
-        raise ValueError(f"random Llama sizes must be >= 1, got {sizes}")
+    if any(type(v) is not int or v < 1 for v in sizes.values()):  # bool and float are not sizes
+        raise ValueError(f"random Llama sizes must be integers >= 1, got {sizes}")
     if spec.hidden_size % spec.num_heads:  # transformers' LlamaConfig refuses it
         raise ValueError(f"hidden_size {spec.hidden_size} is not a multiple of num_heads {spec.num_heads}")
     if spec.num_heads % spec.num_kv_heads:

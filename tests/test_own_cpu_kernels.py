@@ -262,6 +262,42 @@ def test_cc_is_a_command_line(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache").glob("paged_attention-*.so"))) == 1
 
 
+def test_cc_flags_are_part_of_the_cache_key_and_a_bad_cc_is_one_line(tmp_path, monkeypatch):
+    """CC="gcc -O1" must not reuse (or leave behind for) plain gcc's build; an unparseable CC falls back."""
+    import shutil
+
+    monkeypatch.setenv("OWN_ENGINE_KERNEL_DIR", str(tmp_path / "k"))
+    gcc = shutil.which("gcc")
+    for cc in (gcc, f"{gcc} -O1"):
+        monkeypatch.setenv("CC", cc)
+        monkeypatch.setattr(cpu_kernels, "_STATE", {})
+        assert cpu_kernels.native_attention()[1] is None
+    assert len(list((tmp_path / "k").glob("paged_attention-*.so"))) == 2
+    monkeypatch.setenv("CC", "gcc '")
+    monkeypatch.setattr(cpu_kernels, "_STATE", {})
+    fn, why = cpu_kernels.native_attention()
+    assert fn is None and why.startswith("CC=\"gcc '\" is not a command line (No closing quotation)")
+    attn, name, note = select_attention(CPU, "auto")
+    assert name == "torch" and note == why
+
+
+def test_loading_the_kernels_keeps_denormals_in_the_process(tmp_path):
+    """Linked with -ffast-math, gcc < 13 adds crtfastmath.o, whose constructor sets flush-to-zero for
+    the whole process (PyTorch included); the library is linked without it."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from own_engine import cpu_kernels as c; x = torch.tensor([1e-39]); "
+            "before = (x * 1).item(); fn, why = c.native_attention(); assert why is None, why; "
+            "print(before, (x * 1).item())")
+    env = dict(os.environ, OWN_ENGINE_KERNEL_DIR=str(tmp_path / "k"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = map(float, out.stdout.split())
+    assert before == after > 0
+
+
 def test_no_compiler_on_path(tmp_path, monkeypatch):
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

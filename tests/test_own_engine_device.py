@@ -55,7 +55,9 @@ def test_random_model_folder_loads_with_its_tokenizer(model_dir):
     (dict(hidden_size=100), "hidden_size 100 is not a multiple of num_heads 6"),
     (dict(num_kv_heads=4), "num_heads 6 is not a multiple of num_kv_heads 4"),
     (dict(head_dim=15), "head_dim must be even"),
-    (dict(num_layers=0), "sizes must be >= 1"),
+    (dict(num_layers=0), "sizes must be integers >= 1"),
+    (dict(hidden_size=96.0), "sizes must be integers >= 1"),
+    (dict(num_layers=True), "sizes must be integers >= 1"),
 ])
 def test_random_model_refuses_impossible_geometry_before_writing(tmp_path, bad, why):
     with pytest.raises(ValueError, match=why):

@@ -21,8 +21,10 @@
 
 /* exp(x), 16 lanes: 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts) and the
  * degree-6 polynomial of Cephes' expf; scalef applies 2^n. Relative error ~1e-7 (as expf). Inputs
- * below -87 give ~exp(-87) (callers mask lanes that must be 0), above 88 are clamped to exp(88). */
+ * at or below -87 give 0 (never a denormal: the library does not set flush-to-zero, and denormal
+ * arithmetic is slow), above 88 are clamped to exp(88). */
 static inline __m512 exp512(__m512 x) {
+    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GT_OQ);
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -35,7 +37,7 @@ static inline __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
 }
 #endif
 
