@@ -247,14 +247,14 @@ def schedule_facts(records: list[Any], duration_s: float) -> dict[str, float] | 
     ``engine_metrics`` reads): ``last_arrival_s``, the scheduled time of the last session's first
     turn (turn 0 of branch 0) in s after the first send of the measured phase (where the harness's
     ``duration_s`` starts), and ``tail_s`` = ``duration_s`` − that (s). None without a session or
-    a send."""
+    a send. At rate inf every session is due at once: last arrival 0, and no ceiling."""
     measured = [r for r in records if r.phase == "measured" and r.repeat == 0 and r.probe is None]
     sends = [r.send_ns for r in measured if r.send_ns is not None]
     firsts = [r.scheduled_ns for r in measured
               if r.session_id is not None and r.turn_id == 0 and r.branch_id in (0, None)]
     if not sends or not firsts:
         return None
-    last = (max(firsts) - min(sends)) / 1e9
+    last = max(0.0, (max(firsts) - min(sends)) / 1e9)  # all sessions at once (rate inf): due before the first send
     return {"last_arrival_s": last, "tail_s": duration_s - last}
 
 

@@ -211,6 +211,9 @@ def test_schedule_facts_from_stored_records(tmp_path):
     assert bvv.schedule_facts([], 30.0) is None
     assert bvv.schedule_facts([rec("own", None, None, None, 0.0, 0.0, 1.0)], 1.0) is None  # chat: no session
     assert bvv.schedule_facts(agentic_records("own")[:2], 1.0) is None  # warm-up only: no measured send
+    # rate inf: every session due at once, the first send a few ms after its schedule: arrival 0, not -0.01
+    at_once = [rec("own", f"s{i}", 0, 0, 0.0, 0.004 + i * 0.001, 3.0) for i in range(3)]
+    assert bvv.schedule_facts(at_once, 3.0) == {"last_arrival_s": 0.0, "tail_s": 3.0}
 
 
 def test_schedule_rows_tails_and_ceiling_per_repeat(tmp_path):
