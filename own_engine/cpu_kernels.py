@@ -8,16 +8,15 @@ once through the block table, for decodes and speculative verification (queries 
 :data:`~own_engine.attention.DECODE_GROUP_MAX_Q` tokens). Prefill chunks at head_dim 64 (with
 AVX-512) go to a flash-attention kernel over the same cache: 0.58x SDPA's time at 512 tokens, 0.82x
 at 1,273 (``prefill_attention_paged``; ``benchmarks/bench_own_engine.py --section prefill``; other
-head sizes keep SDPA). It is single-threaded (the harness
-runs engines with 1 thread).
+head sizes keep SDPA). It is single-threaded (the harness runs engines with 1 thread).
 
 Build: ``gcc -O3 -march=native -ffast-math -fopenmp-simd -fPIC -c``, then ``gcc -shared`` (linked
 without ``-ffast-math``, which would set flush-to-zero process-wide) into
 ``$XDG_CACHE_HOME/llm-serve-bench/kernels/`` (default ``~/.cache/...``; ``OWN_ENGINE_KERNEL_DIR``
 overrides), keyed by a hash of the source, the compiler version and command line, the flags and
-the CPU flags, written atomically (concurrent servers may build at once). Without a C compiler, or if the build or the
-start-up self-check fails, :func:`native_unavailable_reason` says why and the engine uses the PyTorch
-path (``attention_backend="auto"``), or refuses (``"native"``).
+the CPU flags, written atomically (concurrent servers may build at once). Without a C compiler, or
+if the build or the start-up self-check fails, :func:`native_unavailable_reason` says why and the
+engine uses the PyTorch path (``attention_backend="auto"``), or refuses (``"native"``).
 """
 
 from __future__ import annotations
@@ -198,6 +197,12 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     return lib, None
 
 
+def _at_least(buf: torch.Tensor, n: int) -> torch.Tensor:
+    """``buf`` when it holds at least ``n`` floats, else a new uninitialised fp32 buffer of ``n``
+    (the kernels' scratch grows to the largest step seen and is reused after)."""
+    return buf if buf.numel() >= n else torch.empty(n)
+
+
 class NativeLayerOps:
     """The decoder layer's elementwise work in three calls instead of ~20 small PyTorch ops
     (:meth:`own_engine.model.LlamaModel.forward` uses them when the native kernels are active),
@@ -278,8 +283,7 @@ class NativeLayerOps:
         if meta.prefills or meta.dec_rows is None or meta.dec_rows.shape[0] != T:
             raise ValueError("decode_forward takes decode-only steps (every token in the decode group)")
         need = H * (meta.dec_max_len + D + 2)
-        if self._scratch.numel() < need:
-            self._scratch = torch.empty(need)
+        self._scratch = _at_least(self._scratch, need)
         qkv, attn = torch.empty(T, (H + 2 * nkv) * D), torch.empty(T, H * D)
         delta, gu, act = torch.empty(T, hidden), torch.empty(T, 2 * inter), torch.empty(T, inter)
         bt = meta.block_tables
@@ -318,8 +322,7 @@ class NativePagedAttention:
         bt, seq = meta.block_tables, meta.seq_idx
         for p in meta.prefills:
             need = -(-p.ctx_len // 16) * 16 * D + 16  # + 16 floats to align to 64 bytes
-            if self._kt.numel() < need:
-                self._kt = torch.empty(need)
+            self._kt = _at_least(self._kt, need)
             kt = self._kt.data_ptr()
             row = int(seq[p.start])
             rc = self.lib.prefill_attention_paged(
@@ -341,8 +344,7 @@ class NativePagedAttention:
         if meta.dec_rows is not None:
             n = meta.dec_rows.shape[0]
             need = H * (meta.dec_max_len + D + 2)  # scores [H, L], accumulators [H, D], max and sum [H]
-            if self._scratch.numel() < need:
-                self._scratch = torch.empty(need)
+            self._scratch = _at_least(self._scratch, need)
             bt = meta.block_tables
             rc = self.lib.paged_decode_attention(
                 q.data_ptr(), q.stride(0), q.stride(1), k_cache.data_ptr(), v_cache.data_ptr(), bt.data_ptr(),
