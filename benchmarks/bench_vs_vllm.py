@@ -19,7 +19,7 @@ ratios come from: per engine and workload, output tok/s, TTFT p50/p99 and TPOT p
 How it drives the harness: one ``bench run`` per repeat and workload, both engines in it, so they
 see the same workload and seed within minutes of each other; the engine order alternates by
 repeat (repeat 1: own then vllm, repeat 2: vllm then own, ...) to cancel drift of the shared
-machine. (``bench run --repeats N`` interleaves too, but always in the same order, A B, A B.)
+machine, as ``bench run --repeats N`` does within one run folder.
 Every engine is freshly started in every run (no prefix cache carried over; the harness starts
 both at once and freezes each until its turn). Each run is kept short and comparable:
 ``--threads 1 --no-feature-probes --no-calibration``, and ``--no-equivalence`` after the first

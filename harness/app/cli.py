@@ -93,7 +93,7 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed for the workload and arrivals: same seed, same requests (default: the spec file's, else 0)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them)."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload)."),
-    repeats: int = typer.Option(1, "--repeats", min=1, max=20, help="Measure every engine this many times, interleaved (A B C, A B C), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise."),
+    repeats: int = typer.Option(1, "--repeats", min=1, max=20, help="Measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise."),
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where run folders are written."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-workload)."),
     scale: ScaleOpt = None,

@@ -1,6 +1,6 @@
 """One engine's turns over the repeats of a run → its ``summary.json`` entry.
 
-``bench run --repeats N`` measures every engine N times, interleaved (A B C, A B C), each
+``bench run --repeats N`` measures every engine N times, interleaved (A B C, C B A, ...), each
 repeat on a freshly started engine and the same workload and seed. :class:`EngineTurns`
 collects one engine's repeats as they are measured and turns them into one
 :class:`~results.schema.EngineResult`: metrics pooled over the repeats, each repeat's own

@@ -249,6 +249,8 @@ class Orchestrator:
         try:
             for repeat in range(c.repeats):
                 live = [t for t in turns.values() if not t.failed]
+                if repeat % 2:  # alternate the order (A B C, C B A, ...): drift of the machine cancels
+                    live.reverse()
                 starter = self._starter([t.plan for t in live], kind, quiet=repeat > 0)
                 try:
                     starter.begin()

@@ -20,7 +20,7 @@ class RunConfig:
     model: str | None = None
     slos: list[SLO] = field(default_factory=list)
     warmup: int = 2
-    repeats: int = 1  # rounds of every engine, interleaved (A B C, A B C), each on a fresh start
+    repeats: int = 1  # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
     output_dir: Path = Path("results")
     run_id: str | None = None
     base_url: str | None = None
