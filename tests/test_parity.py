@@ -290,6 +290,15 @@ def test_kv_capacity_within_20_percent_is_fair_beyond_is_flagged() -> None:
     assert flagged({"a": S(**{**BASE, "kv_capacity_tokens": 1000}), "b": S(**{**BASE, "kv_capacity_tokens": 1200})}) == set()
 
 
+def test_kv_bytes_that_round_to_the_same_gib_show_their_difference() -> None:
+    # the reference engine's whole blocks of a 1 GiB budget (23,296 tokens x 46,080 bytes) vs vLLM's 1 GiB
+    result = audit({"own": S(**BASE, kv_capacity_bytes=23296 * 46080), "vllm": S(**BASE, kv_capacity_bytes=1 << 30)},
+                   "cpu")
+    row = next(r for r in result.rows if r.setting == "kv_capacity_bytes")
+    assert row.differs and not row.unfair
+    assert row.values == {"own": "1,073,479,680 (1.00 GiB)", "vllm": "1,073,741,824 (1.00 GiB)"}
+
+
 def test_dtype_differs_is_flagged() -> None:
     result = audit({"own": S(**BASE), "vllm": S(**{**BASE, "dtype": "bfloat16"})}, "cpu")
     assert [f.setting for f in result.flags] == ["dtype"]

@@ -52,7 +52,9 @@ def _onoff(v: bool) -> str:
 
 LABELS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "kv_capacity_tokens": ("KV capacity (tokens)", _n),
-    "kv_capacity_bytes": ("KV capacity (bytes)", lambda v: f"{v / 2**30:.2f} GiB"),
+    # exact bytes first: two budgets that round to the same GiB (whole KV blocks of a 1 GiB budget
+    # vs the budget itself) must not read as equal in a row marked "differs"
+    "kv_capacity_bytes": ("KV capacity (bytes)", lambda v: f"{_n(v)} ({v / 2**30:.2f} GiB)"),
     "block_size": ("block / page size (tokens)", _n),
     "prefix_caching": ("prefix caching", _onoff),
     "chunked_prefill": ("chunked prefill", _onoff),
