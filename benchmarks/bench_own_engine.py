@@ -38,7 +38,7 @@ import torch  # noqa: E402
 import typer  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from harness.app.cli_common import make_console  # noqa: E402
+from harness.app.cli.common import make_console  # noqa: E402
 from own_engine.config import EngineConfig  # noqa: E402
 from own_engine.engine import LLMEngine  # noqa: E402
 from own_engine.sampling_params import SamplingParams  # noqa: E402
@@ -463,7 +463,7 @@ def main(section: str = typer.Option("all", help="all | vs-hf | paged-vs-naive |
          hf_batch: int = typer.Option(8, min=1, help="static batch size of the transformers generate baseline"),
          threads: int = typer.Option(1, min=1, help="torch threads (the harness runs engines with 1)")) -> None:
     """Run the own-engine benchmarks and print one table of ratios."""
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     torch.set_num_threads(threads)
     model_dir = resolve_model(None)

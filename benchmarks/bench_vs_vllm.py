@@ -75,7 +75,7 @@ import typer  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from harness.app.cli_common import err_console, fail, make_console  # noqa: E402
+from harness.app.cli.common import err_console, fail, make_console  # noqa: E402
 
 console = make_console()  # 160 columns when not a terminal: tables stay readable in logs
 app = typer.Typer(add_completion=False)

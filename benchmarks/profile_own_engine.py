@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import typer  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from harness.app.cli_common import fail, make_console  # noqa: E402
+from harness.app.cli.common import fail, make_console  # noqa: E402
 from own_engine.config import EngineConfig  # noqa: E402
 from own_engine.engine import LLMEngine  # noqa: E402
 from own_engine.sampling_params import SamplingParams  # noqa: E402
@@ -158,7 +158,7 @@ def main(steps: int = typer.Option(20, min=1, help="profiled steps per scenario"
          scenario: str = typer.Option("all", help="all | decode-1 | decode-32 | mixed | prefill"),
          json_path: Path = typer.Option(None, "--json", help="write the numbers here")) -> None:
     """Profile decode and mixed steps of the reference engine; print the time breakdown."""
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     scenarios = ["decode-1", "decode-32", "mixed", "prefill"]
     if scenario != "all" and scenario not in scenarios:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from harness.loadgen.equivalence import check_equivalence, token_agreement
 from adapters.server import LaunchPlan, ServerAdapter, thread_env
-from harness.app.cli_engines import app, engine_state
+from harness.app.cli.engines import app, engine_state
 
 FAKE = Path(__file__).parent / "fake_servers" / "lifecycle_server.py"
 runner = CliRunner()
@@ -87,7 +87,7 @@ class TextServer(ServerAdapter):
 
 @pytest.mark.slow
 def test_check_equivalence_token_agreement(tmp_path):
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     model_dir = resolve_model(None)
     adapters = [TextServer("ref", " Paris is the capital of France."),

@@ -25,7 +25,7 @@ def reference():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     torch.set_num_threads(1)
     model_dir = resolve_model(None)

@@ -236,7 +236,7 @@ async def test_sse_stream_completions_and_chat_in_one_batch():
 @pytest.mark.slow
 def test_transformers_static_shim_streams_a_two_request_batch(tmp_path):
     """Real model: two requests collected into ONE generate; greedy text equals HF generate."""
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     from adapters.hf import TransformersStaticAdapter
     from adapters.process import port_is_free

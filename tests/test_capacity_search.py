@@ -1,4 +1,4 @@
-"""Capacity search (harness.app.capacity) against fakes with a known threshold, and end to end
+"""Capacity search (harness.app.search.capacity) against fakes with a known threshold, and end to end
 against the capacity server (harness.loadgen.capacity_server), whose capacity is known.
 
 The capacity server serves ``slots`` streams at once, FIFO-queues the rest, and streams
@@ -34,7 +34,7 @@ import math
 
 import pytest
 
-from harness.app.capacity import CapacityResult, LoadProbe, probe_result, probe_verdict, search_capacity
+from harness.app.search.capacity import CapacityResult, LoadProbe, probe_result, probe_verdict, search_capacity
 from harness.metrics import SLO, compute_metrics
 from results.schema import Distribution, ErrorAdjusted, Metrics
 
@@ -249,7 +249,7 @@ def test_probe_verdict_per_slo_and_saturation():
 def kit():
     from transformers import AutoTokenizer
 
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
     from workloads.tokens import TokenKit
 
     return TokenKit(AutoTokenizer.from_pretrained(str(resolve_model(None))))

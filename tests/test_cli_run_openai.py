@@ -208,7 +208,7 @@ def test_credentials_are_masked_and_token_counts_explained_without_a_tokenizer(t
 def test_tokenizer_builds_the_workload_and_describes_the_model(tmp_path):
     import shutil
 
-    from harness.app.model import default_model_dir, prepare_default_model
+    from harness.app.core.model import default_model_dir, prepare_default_model
     from fake_servers.scripted_endpoint import ScriptedEndpoint
 
     prepare_default_model()

@@ -38,7 +38,7 @@ from workloads.tokens import TokenKit
 def kit():
     from transformers import AutoTokenizer
 
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     return TokenKit(AutoTokenizer.from_pretrained(str(resolve_model(None))))
 

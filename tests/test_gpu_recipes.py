@@ -20,7 +20,7 @@ from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
 from adapters.sglang_adapter import SglangAdapter
 from adapters.tensorrt_llm_adapter import TensorRTLLMAdapter
 from adapters.vllm_adapter import VllmAdapter
-from harness.app.cli_engines import app
+from harness.app.cli.engines import app
 
 runner = CliRunner()
 H200 = NvidiaDriver("580.95.05", (13, 0), ((9, 0), (9, 0)), ("NVIDIA H200", "NVIDIA H200"))

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from typer.testing import CliRunner
 
-from harness.app.cli_summary import summary_table
+from harness.app.cli.summary import summary_table
 from harness.loadgen.client import EndpointTarget, build_payload, new_session, stream_request
 from harness.loadgen.nullserver import null_server
 from harness.loadgen.runner import Runner, RunnerOptions

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import adapters.registry as registry
-import harness.app.orchestrator as orchestrator
+import harness.app.run.orchestrator as orchestrator
 from adapters.base import Capabilities, EngineError, Endpoint, ProbeResult
 from harness.app.cli import app
 from harness.loadgen.nullserver import null_server
@@ -90,7 +90,7 @@ def test_ctrl_c_keeps_measured_results_and_exits_130(url, tmp_path, monkeypatch)
 def test_sigterm_is_reported_as_sigterm_and_exits_143(url, tmp_path, monkeypatch):
     import signal as _signal
 
-    from harness.app.signals import Terminated
+    from harness.app.core.signals import Terminated
 
     real_measure = orchestrator.Runner.measure
 

@@ -29,7 +29,7 @@ from adapters import leftovers
 from adapters.process import group_members
 from adapters.watchdog import proc_stat, scan_group
 from harness.app.cli import app
-from harness.app.startup import EngineStarter, StartItem
+from harness.app.core.startup import EngineStarter, StartItem
 
 from test_adapter_process import FakeAdapter, assert_gone, make
 
@@ -188,7 +188,7 @@ def test_a_run_removes_leftovers_before_it_starts_engines(tmp_path):
 
 def test_bench_engines_check_removes_leftovers_first(tmp_path, monkeypatch):
     info = orphaned_group(tmp_path)
-    import harness.app.model as model
+    import harness.app.core.model as model
     import harness.loadgen.equivalence as equivalence
 
     monkeypatch.setattr(model, "resolve_model", lambda m: tmp_path)

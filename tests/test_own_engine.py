@@ -28,7 +28,7 @@ NEW = 24
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     return resolve_model(None)
 

@@ -215,7 +215,7 @@ def test_tokenizers_without_a_per_token_bound_skip_the_character_check():
 def test_default_model_longest_token_and_the_bound_on_adversarial_text():
     from transformers import AutoTokenizer
 
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model(None))
     L = max_token_chars(tok)

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.app.model import resolve_model
+from harness.app.core.model import resolve_model
 from harness.loadgen.sse import interpret
 from own_engine.server.text import OutputTextProcessor
 

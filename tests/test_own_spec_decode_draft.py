@@ -30,7 +30,7 @@ LEN = 256
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from harness.app.model import resolve_model
+    from harness.app.core.model import resolve_model
 
     return resolve_model(None)
 

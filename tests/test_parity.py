@@ -311,7 +311,7 @@ def test_unknown_values_never_flag_and_read_not_reported() -> None:
     assert set(result.not_reported["transformers_serve"]) >= {"prefix_caching", "dtype", "max_num_seqs", "cuda_graphs"}
     row = next(r for r in result.rows if r.setting == "prefix_caching")
     assert row.values == {"vllm": "on", "transformers_serve": None} and not row.unfair and not row.differs
-    from harness.app.cli_parity import parity_lines
+    from harness.app.cli.parity import parity_lines
 
     summary = RunSummary(run_id="r", parity=result)
     assert any("prefix caching" in ln and "not reported" in ln for ln in parity_lines(summary))
@@ -363,8 +363,8 @@ def test_scripted_servers_with_different_settings_end_to_end(tmp_path: Path) -> 
         from tests.test_scorer_helpers import CPU_ONLY, make_records, ok_entry, write_run
     except ImportError:
         from test_scorer_helpers import CPU_ONLY, make_records, ok_entry, write_run
-    from harness.app.cli_parity import parity_lines
-    from harness.app.reporting import write_run_reports
+    from harness.app.cli.parity import parity_lines
+    from harness.app.run.reporting import write_run_reports
     from harness.scoring import recommend
     from adapters.hardware import get_profile
     from results.store import load_run, write_model_atomic
@@ -462,8 +462,8 @@ def test_user_engine_arg_wins_over_strict_and_the_audit_says_so(model_dir: Path,
 
 
 def test_parity_run_reads_once_attaches_and_audits(model_dir: Path) -> None:
-    from harness.app.parity_run import ParityRun
-    from harness.app.run_config import RunConfig
+    from harness.app.core.parity_run import ParityRun
+    from harness.app.run.config import RunConfig
 
     run = ParityRun(RunConfig(engines=["own", "vllm"], parity="strict", engine_args={"own": {"max_num_seqs": "8"}}))
     run.plan([get_adapter("own", "cpu"), get_adapter("vllm", "cpu")], model_dir, "cpu")

@@ -30,8 +30,8 @@ import adapters.registry as registry
 import fake_servers.ray_engines as ray_engines
 from adapters.base import LaunchConfig, ProbeResult
 from harness.app.cli import app
-from harness.app.plan import EnginePlan
-from harness.app.ray_executor import RAY_MISSING, check_executor, parse_resources, trial_options
+from harness.app.core.plan import EnginePlan
+from harness.app.executors.ray import RAY_MISSING, check_executor, parse_resources, trial_options
 
 pytestmark = pytest.mark.ray
 cloudpickle.register_pickle_by_value(ray_engines)  # the workers cannot import the tests folder
@@ -145,7 +145,7 @@ def test_an_unreachable_cluster_is_one_line_exit_2(monkeypatch, tmp_path):
 
 
 def test_nothing_but_the_ray_executor_imports_ray():
-    code = ("import sys, harness.app.cli, harness.app.orchestrator, harness.app.ray_executor, harness.app.ray_trial; "
+    code = ("import sys, harness.app.cli, harness.app.run.orchestrator, harness.app.executors.ray, harness.app.executors.ray_trial; "
             "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
@@ -244,7 +244,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
     """Ctrl-C while a trial measures: its Ray worker and engine are ended before the driver
     exits (a driver that only exited would leave them running until then), and a Ray
     instance the run joined rather than started keeps running."""
-    import harness.app.ray_executor as ray_executor
+    import harness.app.executors.ray as ray_executor
 
     _paced(monkeypatch, tmp_path)
     real_drain = ray_executor.RayOrchestrator._drain

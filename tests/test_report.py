@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.app.reporting import write_run_reports as write_reports
+from harness.app.run.reporting import write_run_reports as write_reports
 from reports.plots import pareto_frontier
 
 try:

@@ -22,8 +22,8 @@ from adapters.resources import (
     EXTERNAL_NOTE, Accumulator, GroupSample, Nvml, ResourceSampler, combine_repeats, folder_bytes,
     install_bytes, install_facts, read_group, venv_root, with_output_tokens,
 )
-from harness.app.cli_summary import resource_table
-from harness.app.engine_turns import engine_cost
+from harness.app.cli.summary import resource_table
+from harness.app.run.engine_turns import engine_cost
 from harness.scoring import PRESETS, parse_weights, recommend
 from results.schema import EngineResult, EngineStatus, Interval, ResourceUse, RunSummary
 
@@ -392,7 +392,7 @@ def test_bench_recommend_weights_cost_and_price_per_hour(tmp_path: Path) -> None
     import typer
     from typer.testing import CliRunner
 
-    from harness.app.cli_report import recommend_cmd
+    from harness.app.cli.report import recommend_cmd
 
     app = typer.Typer()
     app.command("recommend")(recommend_cmd)

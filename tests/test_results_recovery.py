@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.app.cli import app
-from harness.app.rebuild import rebuild
+from harness.app.run.rebuild import rebuild
 from results.store import RUNNING_FILE, ResultsError, UnsummarisedRun, list_runs, load_run, run_state
 
 try:

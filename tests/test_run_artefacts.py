@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters.hardware import profile_from_manifest
-from harness.app.reporting import write_run_reports
+from harness.app.run.reporting import write_run_reports
 from harness.metrics import parse_slos
 from harness.scoring import recommend
 from results.recommendation import Recommendation, read_recommendation

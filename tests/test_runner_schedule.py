@@ -11,7 +11,7 @@ import pytest
 
 import harness.loadgen.runner as runner_mod
 from harness.loadgen.client import EndpointTarget
-from harness.app.model import resolve_model
+from harness.app.core.model import resolve_model
 from harness.loadgen.nullserver import null_server
 from harness.loadgen.runner import START_LEAD_NS, Runner, RunnerOptions
 from workloads.registry import build_workload

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from harness.app.cli_report import recommend_cmd, report_cmd
+from harness.app.cli.report import recommend_cmd, report_cmd
 
 try:
     from tests.test_scorer_helpers import CPU_ONLY, OWN_CAPS, SMOLLM2, make_records, ok_entry, skipped, write_run

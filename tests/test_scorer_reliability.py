@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from adapters.hardware import GiB, HardwareProfile
-from harness.app.capacity import probe_verdict
+from harness.app.search.capacity import probe_verdict
 from harness.metrics import compute_metrics, parse_slos
 from harness.metrics.failures import failure_rate, failure_text
 from harness.scoring import ScorerError, recommend

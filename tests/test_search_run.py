@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import adapters.registry as registry
 from adapters.base import Capabilities, Endpoint, ProbeResult
-from harness.app.capacity import CapacityResult
+from harness.app.search.capacity import CapacityResult
 from harness.app.cli import app
 from harness.loadgen.capacity_server import capacity_server
 from harness.metrics import SLO
@@ -171,7 +171,7 @@ def test_a_server_that_never_meets_the_slo_stops_within_budget(servers, tmp_path
 
 
 def test_ctrl_c_keeps_the_probes_and_exits_130(servers, tmp_path, monkeypatch):
-    import harness.app.search_run as search_run
+    import harness.app.search.orchestrator as search_run
 
     _engines(monkeypatch, {"own": servers["four"]})
     real_measure, calls = search_run.Runner.measure, []

@@ -50,7 +50,7 @@ def test_the_report_shows_the_run_over_time(tmp_path) -> None:
         from tests.test_scorer_helpers import CPU_ONLY, make_records, ok_entry, write_run
     except ImportError:  # tests/ is not a package
         from test_scorer_helpers import CPU_ONLY, make_records, ok_entry, write_run
-    from harness.app.reporting import write_run_reports
+    from harness.app.run.reporting import write_run_reports
 
     records = make_records("own", 12, ttft_ms=50.0, tpot_ms=20.0)
     run = write_run(tmp_path, "r", {"own": ok_entry(records, CPU_ONLY)}, records)

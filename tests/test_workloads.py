@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from harness.app.model import resolve_model
+from harness.app.core.model import resolve_model
 from workloads.arrivals import arrival_offsets
 from workloads.base import RequestSpec, Workload
 from workloads.errors import WorkloadError
@@ -319,7 +319,7 @@ def test_offered_rate_is_the_requested_rate(kit):
 
 
 def test_cli_lists_and_shows(monkeypatch):
-    from harness.app.cli_workloads import app
+    from harness.app.cli.workloads import app
 
     runner = CliRunner()
     res = runner.invoke(app, [])
@@ -337,7 +337,7 @@ def test_cli_lists_and_shows(monkeypatch):
 
 
 def test_run_takes_the_spec_files_seed_unless_seed_is_given(tmp_path, tok):
-    from harness.app.orchestrator import Orchestrator, RunConfig
+    from harness.app.run.orchestrator import Orchestrator, RunConfig
     from workloads.options import WorkloadOptions
 
     spec = tmp_path / "s.yaml"

@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.cli_common import err_console, fail, make_console
+from harness.app.cli.common import err_console, fail, make_console
 
 FROM_HELP = ("The tool that wrote FILE: vllm (vllm bench serve --save-result [--save-detailed]), sglang (bench_serving "
              "--output-file [--output-details]), aiperf (its artifact folder, profile_export.jsonl or "
@@ -48,7 +48,7 @@ def _check_run_dir(output_dir: Path, run_id: str) -> Path:
 def workload_spec(parsed: Any, workload: Optional[str], input_len: Optional[int],
                   output_len: Optional[int]) -> tuple[str, dict[str, Any]]:
     """The imported run's workload name and spec, which ``bench report`` compares with other
-    runs' (``harness.app.reporting.unlike_runs``): the name given, else the one the file names
+    runs' (``harness.app.run.reporting.unlike_runs``): the name given, else the one the file names
     (SGLang's dataset), else ``imported``; the shape the file records (lengths, API, tokenizer)
     with ``--input-len`` / ``--output-len`` added. A length contradicting the file fails."""
     from workloads.registry import list_workloads

@@ -1,7 +1,7 @@
 """`bench results`: list, show, export and rebuild stored runs (the typer commands).
 
 A killed run (records, no summary) is summarised from its records when read
-(``harness.app.rebuild``); damaged folders give one line naming the file.
+(``harness.app.run.rebuild``); damaged folders give one line naming the file.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.cli_common import err_console, fail, make_console
-from harness.app.cli_summary import print_summary
+from harness.app.cli.common import err_console, fail, make_console
+from harness.app.cli.summary import print_summary
 
 app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
 console = make_console()
@@ -22,7 +22,7 @@ console = make_console()
 @app.command("list")
 def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o")) -> None:
     """List stored runs, newest first (a killed run is summarised from its records first)."""
-    from harness.app.rebuild import load_or_rebuild
+    from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, list_runs
 
     runs = list_runs(output_dir)
@@ -50,7 +50,7 @@ def results_show(
     as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
 ) -> None:
     """Show one run's summary table (a killed run is summarised from its records first)."""
-    from harness.app.rebuild import load_or_rebuild
+    from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, resolve_run
 
     try:
@@ -70,7 +70,7 @@ def results_export(
 ) -> None:
     """Write requests.parquet (one typed row per request record) and summary.csv (one row per
     engine x condition, headline metrics with intervals) for a stored run, e.g. an older one."""
-    from harness.app.rebuild import load_or_rebuild
+    from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, export_run, resolve_run
 
     try:
@@ -90,7 +90,7 @@ def results_rebuild(
 ) -> None:
     """Summarise a killed run from its request records: every engine with records but no entry
     in summary.json gets one (status failed, metrics from its stored requests; never ranked)."""
-    from harness.app.rebuild import rebuild
+    from harness.app.run.rebuild import rebuild
     from results.store import ResultsError, resolve_run
 
     try:

@@ -1,17 +1,17 @@
 """``bench run --executor ray``: every trial (engine, repeat) a Ray task on a node of a cluster.
 
 The driver (this process) plans the engines, builds the workload once and owns the run folder,
-as a local run does; :class:`RayOrchestrator` is the :class:`~harness.app.orchestrator.Orchestrator`
+as a local run does; :class:`RayOrchestrator` is the :class:`~harness.app.run.orchestrator.Orchestrator`
 with two of its steps replaced:
 
 - ``_starter``: no engine starts on the driver (a no-op starter);
 - ``_measure_engine``: at the first turn every trial of the run is submitted at once (Ray runs
   as many side by side as the cluster's resources allow); each turn then waits for its trial.
 
-A trial (:func:`harness.app.ray_trial.run_trial`, on its node) runs the orchestrator's own ``_measure_engine`` there:
+A trial (:func:`harness.app.executors.ray_trial.run_trial`, on its node) runs the orchestrator's own ``_measure_engine`` there:
 the same adapter starts the engine, the same client warms it up and measures it, the same
 metrics are computed. Its request records are streamed to the driver through a
-:class:`~harness.app.ray_trial.Mailbox` actor and written by the driver's
+:class:`~harness.app.executors.ray_trial.Mailbox` actor and written by the driver's
 ``RunWriter`` as they arrive, so a trial that dies keeps what it measured. The node of each
 trial (hostname, IP, Ray node id) is recorded in the manifest's engine entry (``ray_trials``).
 
@@ -41,11 +41,11 @@ from rich.markup import escape
 from adapters.base import EngineError
 from results.schema import RequestRecord
 
-from harness.app.engine_turns import EngineTurns
-from harness.app.orchestrator import Orchestrator, RunResult
-from harness.app.plan import EnginePlan
-from harness.app.ray_trial import Mailbox, TrialOutcome, run_trial
-from harness.app.run_config import RunConfig, default_threads
+from harness.app.run.engine_turns import EngineTurns
+from harness.app.run.orchestrator import Orchestrator, RunResult
+from harness.app.core.plan import EnginePlan
+from harness.app.executors.ray_trial import Mailbox, TrialOutcome, run_trial
+from harness.app.run.config import RunConfig, default_threads
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'llm-serve-bench[ray]'"
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)

@@ -1,5 +1,5 @@
 """``bench search``: each engine's capacity under SLOs (typer command the main app registers,
-``app.command("search")(search_cmd)``). The search itself: :mod:`harness.app.search_run`.
+``app.command("search")(search_cmd)``). The search itself: :mod:`harness.app.search.orchestrator`.
 
 Exit codes: 0 = searched (an engine with capacity 0 is a result, not an error); 1 = no engine
 could be searched; 2 = bad input (one line on stderr); 130 = interrupted (results kept).
@@ -15,10 +15,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.signals import exit_code
-from harness.app.cli_common import (
+from harness.app.core.signals import exit_code
+from harness.app.cli.common import (
     ApiOpt, BurstinessOpt, InputLenOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, ScaleOpt, TimeScaleOpt, TraceOpt,
-    WorkloadSpecOpt, check_workload, endpoint_options, err_console, fail, make_console,
+    WorkloadSpecOpt, check_failure_rate, check_positive, check_run_target, check_workload, endpoint_options, err_console, fail,
+    guarded, make_console,
 )
 
 console = make_console()
@@ -65,10 +66,9 @@ def search_cmd(
     no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Do not send ignore_eos (for endpoints that reject the field); replies may then stop early."),
 ) -> None:
     """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
-    from harness.app.cli import _check_failure_rate, _check_run_target, _guarded, _positive
-    from harness.app.search_probe import MAX_REPEATS
-    from harness.app.run_config import RunConfig
-    from harness.app.search_run import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig, SearchOrchestrator
+    from harness.app.search.probe import MAX_REPEATS
+    from harness.app.run.config import RunConfig
+    from harness.app.search.orchestrator import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig, SearchOrchestrator
     from harness.metrics import SLOError, parse_slos
     from workloads.errors import WorkloadError
     from workloads.options import RATE_KINDS, parse_options
@@ -92,7 +92,7 @@ def search_cmd(
     if warmup < 0:
         fail(f"--warmup must be >= 0, got {warmup}")
     for name, t in (("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
-        _positive(name, t)
+        check_positive(name, t)
     names = [n for n, _ in list_workloads()]
     if workload not in names:
         fail(f"unknown workload {workload!r}: choose from {', '.join(names)}")
@@ -125,8 +125,8 @@ def search_cmd(
         fail(str(exc))
     if slo is not None and not slos:
         fail("--slo is empty: give e.g. ttft_p99=500,tpot_p99=50, or leave it out for the defaults")
-    _check_run_target("balanced", "detected", threads, output_dir, run_id)
-    _check_failure_rate(max_failure_rate)
+    check_run_target("balanced", "detected", threads, output_dir, run_id)
+    check_failure_rate(max_failure_rate)
 
     cfg = SearchConfig(
         engines=engines, workload=options, slos=slos, search_var=search_var, low=low, high=high, tolerance=tolerance,
@@ -136,7 +136,7 @@ def search_cmd(
                       threads=threads, request_timeout_s=timeout, startup_timeout_s=startup_timeout,
                       parallel_start=not sequential_start, max_failure_rate=max_failure_rate,
                       ignore_eos=not no_ignore_eos))
-    result = _guarded(lambda: SearchOrchestrator(cfg, console).run())
+    result = guarded(lambda: SearchOrchestrator(cfg, console).run())
     print_search(result.summary)
     console.print(f"\nResults: {result.run_dir}", markup=False)
     for name in ("search.md", "search_latency_vs_load.png"):

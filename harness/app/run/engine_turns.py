@@ -18,7 +18,7 @@ from adapters.hardware import cost_per_million_tokens
 from adapters.resources import combine_repeats, with_output_tokens
 from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, Metrics, RequestRecord, ResourceUse
 
-from harness.app.plan import EnginePlan
+from harness.app.core.plan import EnginePlan
 from harness.metrics import SLO, compute_metrics
 from harness.metrics.failures import failure_text
 from harness.metrics.repeats import headline_intervals, pooled_metrics

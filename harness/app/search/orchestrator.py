@@ -2,7 +2,7 @@
 
 For every engine (planned and started like ``bench run``: :func:`plan_engine`, the one launch
 path :class:`EngineStarter` with slots from :func:`start_slots`): start it, warm it up once,
-run :func:`harness.app.capacity.search_capacity` over the search variable, stop it. The
+run :func:`harness.app.search.capacity.search_capacity` over the search variable, stop it. The
 engine stays up for all of its probes. The method is that of vLLM's ``vllm bench sweep
 serve_sla`` (tune ``request_rate`` or ``max_concurrency`` until the SLA just holds) and of
 AIPerf's max-goodput-under-SLO search: probe ``--low``, double until a probe fails, bisect to
@@ -26,7 +26,7 @@ Each probe is one measured condition:
   each repeat's own verdict, metrics and the headline intervals are stored with the probe;
 - its records go to the run folder's ``requests.jsonl`` with ``probe = i`` and ``repeat = k``
   (written when each repeat ends, after the re-tokenization pass; a Ctrl-C keeps the requests
-  that finished). The probe itself: :mod:`harness.app.search_probe`.
+  that finished). The probe itself: :mod:`harness.app.search.probe`.
 
 The time budget (``--budget``, s) is split evenly over the engines; an engine's share bounds
 its probes (start-up and warm-up are not counted): no probe starts that would not finish
@@ -64,13 +64,13 @@ from results.schema import (
 from results.store import RunWriter, new_run_id, write_model_atomic
 from workloads.options import WorkloadOptions
 
-from harness.app.signals import interrupt_cause
-from harness.app.capacity import CapacityResult, search_capacity
-from harness.app.orchestrator import Orchestrator
-from harness.app.plan import EnginePlan, plan_engine
-from harness.app.run_config import RunConfig, default_threads
-from harness.app.search_probe import ProbeMeasurer, load_text, probe_options
-from harness.app.startup import EngineStarter
+from harness.app.core.signals import interrupt_cause
+from harness.app.search.capacity import CapacityResult, search_capacity
+from harness.app.run.orchestrator import Orchestrator
+from harness.app.core.plan import EnginePlan, plan_engine
+from harness.app.run.config import RunConfig, default_threads
+from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
+from harness.app.core.startup import EngineStarter
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.runner import Runner, RunnerOptions
 from harness.metrics import SLO
@@ -91,7 +91,7 @@ class SearchConfig:
     defaults for the detected hardware (:data:`DEFAULT_SLOS`); ``low``/``high`` in the search
     variable's unit (``high`` None = unbounded for a rate, the probe's request count for a
     concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines;
-    ``repeats``: measurements per probe, back to back (1 .. :data:`harness.app.search_probe.MAX_REPEATS`)."""
+    ``repeats``: measurements per probe, back to back (1 .. :data:`harness.app.search.probe.MAX_REPEATS`)."""
 
     engines: list[str]
     workload: WorkloadOptions
@@ -155,7 +155,7 @@ class SearchOrchestrator:
         from adapters.hardware import detect_kind
         from adapters.registry import all_adapters, get_adapter
 
-        from harness.app.model import resolve_model
+        from harness.app.core.model import resolve_model
 
         c = self.cfg
         t_start = time.monotonic()

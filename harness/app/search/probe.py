@@ -31,7 +31,7 @@ from results.schema import Metrics, RequestRecord, SearchProbe
 from results.store import RunWriter
 from workloads.options import WorkloadOptions
 
-from harness.app.capacity import LoadProbe, probe_result
+from harness.app.search.capacity import LoadProbe, probe_result
 from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.runner import Runner, RunnerOptions
@@ -87,7 +87,7 @@ def load_text(load: float, search_var: str) -> str:
 class ProbeMeasurer:
     """Measures, judges, stores and prints the probes of a search (see the module docstring).
 
-    ``cfg``: the :class:`harness.app.search_run.SearchConfig` (``workload``, ``search_var``,
+    ``cfg``: the :class:`harness.app.search.orchestrator.SearchConfig` (``workload``, ``search_var``,
     ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
     def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:

@@ -43,7 +43,7 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     import harness.metrics as metrics_module
 
     from adapters.openai_adapter import redact_credentials
-    from harness.app.model import model_summary
+    from harness.app.core.model import model_summary
 
     manifest.command = [redact_credentials(arg) for arg in sys.argv]
     manifest.harness_version = __version__

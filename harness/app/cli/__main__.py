@@ -1,0 +1,3 @@
+from harness.app.cli import entrypoint
+
+entrypoint()
