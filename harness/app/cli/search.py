@@ -67,8 +67,9 @@ def search_cmd(
 ) -> None:
     """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
     from harness.app.search.probe import MAX_REPEATS
-    from harness.app.run.config import RunConfig
-    from harness.app.search.orchestrator import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig, SearchOrchestrator
+    from harness.app.core.settings import RunConfig
+    from harness.app.search.config import DEFAULT_PROBE_REQUESTS, SEARCH_VARS, SearchConfig
+    from harness.app.search.orchestrator import SearchOrchestrator
     from harness.metrics import SLOError, parse_slos
     from workloads.errors import WorkloadError
     from workloads.options import RATE_KINDS, parse_options

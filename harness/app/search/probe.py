@@ -87,7 +87,7 @@ def load_text(load: float, search_var: str) -> str:
 class ProbeMeasurer:
     """Measures, judges, stores and prints the probes of a search (see the module docstring).
 
-    ``cfg``: the :class:`harness.app.search.orchestrator.SearchConfig` (``workload``, ``search_var``,
+    ``cfg``: the :class:`harness.app.search.config.SearchConfig` (``workload``, ``search_var``,
     ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
     def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
