@@ -28,9 +28,12 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
+from .recounts import RECOUNTS_FILE, TokenRecount, merge_recounts, read_recounts, recount_lines
 from .schema import (
     READABLE_MAJOR_VERSIONS,
     SCHEMA_VERSION,
+    ClientWorker,
+    ClientWorkers,
     EngineResult,
     EngineStatus,
     Manifest,
@@ -201,27 +204,28 @@ class RunWriter:
                 self._sync()
                 self._closed.wait(SYNC_INTERVAL_S)  # at most one fsync per interval
 
-    def replace_records(self, records: Iterable[RequestRecord]) -> None:
-        """Rewrite ``requests.jsonl`` with ``records`` in place of the stored records of the same
-        (engine, request_id, phase, repeat, probe) — e.g. once derived fields are filled after a phase.
-        Written through a temporary file, so a crash leaves either the old or the new file."""
-        updates = {(r.engine, r.request_id, r.phase, r.repeat, r.probe): r for r in records}
-        if not updates:
+    def add_recounts(self, recounts: Iterable[TokenRecount]) -> None:
+        """Append token recounts (derived after a measured phase) to ``token_recounts.jsonl``;
+        ``requests.jsonl`` is never rewritten (:mod:`results.recounts`)."""
+        text = recount_lines(recounts)
+        if not text:
             return
         with self._lock:
-            self._fh.flush()
-        path = self.run_dir / REQUESTS_FILE
-        stored = [updates.get((r.engine, r.request_id, r.phase, r.repeat, r.probe), r) for r in read_records(path)]
-        with self._lock:
-            self._fh.close()
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(r.model_dump_json() + "\n" for r in stored)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        with self._lock:
-            self._fh = open(path, "a", encoding="utf-8")
+            with open(self.run_dir / RECOUNTS_FILE, "a", encoding="utf-8") as fh:
+                fh.write(text)
+
+    def add_client_workers(self, count: int, workers: Iterable[ClientWorker]) -> None:
+        """Record the client processes of a phase measured by ``count`` of them (the manifest's
+        ``client_workers``: ``count`` for the validity gate, one entry per process and phase)."""
+        self.manifest.client_workers = self.manifest.client_workers or ClientWorkers(count=count)
+        self.manifest.client_workers.workers.extend(workers)
+        self.write_manifest()
+
+    def add_engine_facts(self, name: str, facts: dict[str, Any]) -> None:
+        """Record what an engine's session learnt of it (display name, start-up, effective
+        configuration) in the manifest's entry for it, at once (a crash keeps it)."""
+        self.manifest.engines[name] = {**self.manifest.engines.get(name, {}), **facts}
+        self.write_manifest()
 
     def set_engine(self, name: str, result: EngineResult) -> None:
         """Record one engine's outcome in ``summary.json`` (rewritten at once)."""
@@ -308,7 +312,8 @@ class Run:
 
 
 def read_records(path: Path) -> list[RequestRecord]:
-    """Read a ``requests.jsonl``; a truncated last line (interrupted write) is ignored.
+    """Read a ``requests.jsonl``, with the token recounts stored beside it merged in
+    (:mod:`results.recounts`); a truncated last line (interrupted write) is ignored.
 
     Raises :class:`ResultsError` naming the line for any other malformed line.
     """
@@ -330,7 +335,7 @@ def read_records(path: Path) -> list[RequestRecord]:
             if i == len(lines):  # a write cut short by a crash
                 break
             raise ResultsError(f"{path}:{i}: not a valid request record ({str(exc).splitlines()[0]})") from exc
-    return out
+    return merge_recounts(out, read_recounts(path.with_name(RECOUNTS_FILE)))
 
 
 _V1_NOT_MEASURED = "not measured"

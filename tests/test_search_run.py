@@ -171,10 +171,10 @@ def test_a_server_that_never_meets_the_slo_stops_within_budget(servers, tmp_path
 
 
 def test_ctrl_c_keeps_the_probes_and_exits_130(servers, tmp_path, monkeypatch):
-    import harness.app.search.orchestrator as search_run
+    from harness.loadgen.runner import Runner  # what the one measurement step measures with
 
     _engines(monkeypatch, {"own": servers["four"]})
-    real_measure, calls = search_run.Runner.measure, []
+    real_measure, calls = Runner.measure, []
 
     async def measure_then_interrupt(self, workload):
         out = await real_measure(self, workload)
@@ -183,7 +183,7 @@ def test_ctrl_c_keeps_the_probes_and_exits_130(servers, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return out
 
-    monkeypatch.setattr(search_run.Runner, "measure", measure_then_interrupt)
+    monkeypatch.setattr(Runner, "measure", measure_then_interrupt)
     res = CliRunner().invoke(app, ["search", "--engine", "own", *CONCURRENCY, "--budget", "60",
                                    "-o", str(tmp_path), "--run-id", "ctrlc"])
     assert res.exit_code == 130, res.output

@@ -30,12 +30,33 @@ def test_records_are_readable_at_once_and_fsynced_off_the_caller(tmp_path, monke
     assert calls.count("requests-fsync") <= 2  # at most one per second of appends, not one per record
 
 
-def test_replace_records_keeps_appending_after_the_rewrite(tmp_path) -> None:
+def test_recounts_are_stored_beside_the_records_which_are_never_rewritten(tmp_path) -> None:
+    from results.recounts import RECOUNTS_FILE, recount_of
+
     writer = RunWriter(tmp_path / "run", "run", "w")
     for i in range(3):
         writer.add_record(record(i))
-    writer.replace_records([record(1).model_copy(update={"success": False})])
+    before = (tmp_path / "run" / "requests.jsonl").read_bytes()
+    counted = record(1).model_copy(update={"input_tokens_retok": 7, "output_tokens_retok": 5})
+    writer.add_recounts([recount_of(counted)])
     writer.add_record(record(3))
     writer.close()
+    after = (tmp_path / "run" / "requests.jsonl").read_bytes()
+    assert after.startswith(before)  # appended to, never rewritten
+    assert (tmp_path / "run" / RECOUNTS_FILE).read_text().count("\n") == 1
     stored = read_records(tmp_path / "run" / "requests.jsonl")
-    assert [(r.request_id, r.success) for r in stored] == [("r0", True), ("r1", False), ("r2", True), ("r3", True)]
+    assert [(r.request_id, r.input_tokens_retok, r.output_tokens_retok) for r in stored] == [
+        ("r0", None, None), ("r1", 7, 5), ("r2", None, None), ("r3", None, None)]
+
+
+def test_a_damaged_recount_line_loses_no_record(tmp_path) -> None:
+    from results.recounts import RECOUNTS_FILE, recount_of
+
+    writer = RunWriter(tmp_path / "run", "run", "w")
+    writer.add_record(record(0))
+    writer.add_recounts([recount_of(record(0).model_copy(update={"output_tokens_retok": 3}))])
+    writer.close()
+    with open(tmp_path / "run" / RECOUNTS_FILE, "a") as fh:
+        fh.write('{"engine": "e", "request_id": "r0", "pha')  # a kill mid-write
+    stored = read_records(tmp_path / "run" / "requests.jsonl")
+    assert [(r.request_id, r.output_tokens_retok) for r in stored] == [("r0", 3)]

@@ -22,7 +22,7 @@ ok and failed, which the metrics keep out of latencies and failures). A measured
 send falls in the first ``warmup_window_s`` or the last ``cooldown_window_s`` of the duration is
 stored with phase ``warmup_window`` / ``cooldown_window``, which the metrics skip as they skip
 warm-up requests. Re-tokenization (the token-count drift check) is derived
-work: it runs after the measured phase (:meth:`Runner.retokenize`), never on the event loop
+work: it runs after the measured phase (:meth:`Runner.recount`), never on the event loop
 while other streams are being timed (``vllm bench serve`` does the same).
 """
 
@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from results.recounts import TokenRecount, recount_of
 from results.schema import INCOMPLETE, RequestRecord
 from workloads.base import FollowUp, Reply, RequestSpec, RunTiming, Session, Workload
 
@@ -152,7 +153,7 @@ class Runner:
         self.options = options or RunnerOptions()
         self.on_progress = on_progress
         self.records: list[RequestRecord] = []
-        self._texts: dict[tuple[str, str], tuple[RequestSpec, str]] = {}  # kept for retokenize()
+        self._texts: dict[tuple[str, str], tuple[RequestSpec, str]] = {}  # kept for recount()
         self._clock: _Clock | None = None  # set by measure() for a duration-based workload
         self._drained = False  # the drain bound ran out: cancelled requests are incomplete
 
@@ -230,13 +231,14 @@ class Runner:
             self.on_progress(record)
         return record, reply
 
-    def retokenize(self) -> list[RequestRecord]:
+    def recount(self) -> list[TokenRecount]:
         """Fill ``input_tokens_retok`` / ``output_tokens_retok`` of every record so far (one
-        tokenizer pass each) and return the records that changed; call it after the measured
-        phase. A runner without a tokenizer changes nothing."""
+        tokenizer pass each) and return their recounts, to be stored beside the records
+        (:mod:`results.recounts`); call it after the measured phase. A runner without a
+        tokenizer counts nothing."""
         if self.tok is None:
             return []
-        changed = []
+        out = []
         for record in self.records:
             kept = self._texts.pop((record.request_id, record.phase), None)
             if kept is None:
@@ -244,8 +246,8 @@ class Runner:
             req, text = kept
             record.output_tokens_retok = self.tok.output_tokens(text)
             record.input_tokens_retok = self.tok.input_tokens(req)
-            changed.append(record)
-        return changed
+            out.append(recount_of(record))
+        return out
 
     async def _session(self, http: Any, session: Session, t0: int, gate: asyncio.Semaphore | None) -> None:
         tasks: set[asyncio.Task] = set()

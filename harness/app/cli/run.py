@@ -143,9 +143,10 @@ def run_cmd(
         tokenizer=tokenizer,
         executor=executor, ray_address=ray_address, ray_resources=ray_opts,
     )
+    trials = None
     if executor == "ray":
-        from harness.app.executors.ray import RayOrchestrator as Orchestrator  # type: ignore[assignment]
-    result = guarded(lambda: Orchestrator(cfg, console).run())
+        from harness.app.executors.ray import RayExecutor as trials  # type: ignore[assignment]
+    result = guarded(lambda: Orchestrator(cfg, console, executor=trials).run())
     _print_summary(result.summary)
     if cfg.token_note:
         console.print(f"note: {cfg.token_note}", markup=False, highlight=False)

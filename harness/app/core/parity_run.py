@@ -2,8 +2,9 @@
 
 - :meth:`ParityRun.plan`: under ``strict``, each engine's args get the parity target's values
   (``adapters.parity.strict_engine_args``; the user's ``--engine-arg`` wins), printed once;
-- :meth:`ParityRun.read`: once per engine, after health and before the measured phase, its
-  effective settings as the engine reports them (``adapters.effective.read_effective``);
+- :meth:`ParityRun.keep`: once per engine, its effective settings as the engine reported them
+  after health and before its first measured phase (read in its first session,
+  :func:`harness.app.core.trial.open_session`, with ``adapters.effective.read_effective``);
 - :meth:`ParityRun.attach`: stored on the engine's ``EngineResult.effective``;
 - :meth:`ParityRun.audit`: at the end, the audit over the measured engines
   (``harness.scoring.parity``), stored as ``summary.parity``.
@@ -14,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from adapters.base import Endpoint
 from results.schema import EffectiveSettings, EngineResult, ParityAudit, ParityStrict, RunSummary
 
 from harness.scoring.parity import audit_summary
@@ -52,12 +52,10 @@ class ParityRun:
         """The engine args ``name`` is launched with."""
         return (self.args or {}).get(name, self.user_args.get(name, {}))
 
-    def read(self, name: str, endpoint: Endpoint) -> None:
-        """Read ``name``'s effective settings once (later repeats keep the first reading)."""
-        if name not in self.settings:
-            from adapters.effective import read_effective
-
-            self.settings[name] = read_effective(name, endpoint, self.hardware)
+    def keep(self, name: str, settings: EffectiveSettings) -> None:
+        """Keep ``name``'s effective settings as its first session read them (later readings,
+        of later repeats, are ignored)."""
+        self.settings.setdefault(name, settings)
 
     def attach(self, name: str, result: EngineResult) -> None:
         """Put the settings read for ``name`` on its result (before it is stored)."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from adapters.base import LaunchConfig, ProbeResult
+from results.schema import EngineResult, EngineStatus, SkipCause
 
 from harness.app.core.startup import StartItem
 
@@ -57,3 +59,20 @@ def plan_engine(adapter: Any, launch: LaunchConfig, hardware_kind: str) -> Engin
     probe = probe_for_launch(launch) if probe_for_launch is not None else adapter.probe()
     return EnginePlan(name=adapter.name, adapter=adapter, capabilities=capabilities_of(adapter), probe=probe,
                       launch=dataclasses.replace(launch, probe=probe), hardware_kind=hardware_kind)
+
+
+def launch_config(cfg: Any, engine_args: dict[str, str], model_dir: Path, run_dir: Path, threads: int) -> LaunchConfig:
+    """Engine launch settings from a job's settings ``cfg`` (timeouts, endpoint, served name)."""
+    return LaunchConfig(model_dir=model_dir, run_dir=run_dir, threads=threads, engine_args=engine_args,
+                        startup_timeout_s=cfg.startup_timeout_s, base_url=cfg.base_url, model_name=cfg.served_model_name)
+
+
+def skipped_result(plan: EnginePlan) -> EngineResult:
+    """The summary entry of an engine its probe found unavailable (with the probe's reason)."""
+    return EngineResult(status=EngineStatus.SKIPPED, reason=plan.probe.reason, skip_cause=SkipCause(plan.probe.cause),
+                        capabilities=plan.capabilities)
+
+
+def not_measured_result(plan: EnginePlan, why: str) -> EngineResult:
+    """The summary entry of a planned engine a job never measured (``why``: e.g. interrupted)."""
+    return EngineResult(status=EngineStatus.NOT_MEASURED, reason=f"not measured: {why}", capabilities=plan.capabilities)

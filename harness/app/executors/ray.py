@@ -1,18 +1,17 @@
 """``bench run --executor ray``: every trial (engine, repeat) a Ray task on a node of a cluster.
 
 The driver (this process) plans the engines, builds the workload once and owns the run folder,
-as a local run does; :class:`RayOrchestrator` is the :class:`~harness.app.run.orchestrator.Orchestrator`
-with two of its steps replaced:
+as a local run does: the run orchestrator is the same, with :class:`RayExecutor` as its
+:class:`~harness.app.core.executor.TrialExecutor` in place of the local one. No engine starts on
+the driver; at the first turn every trial of the run is submitted at once (Ray runs as many side
+by side as the cluster's resources allow), and each turn then waits for its trial.
 
-- ``_starter``: no engine starts on the driver (a no-op starter);
-- ``_measure_engine``: at the first turn every trial of the run is submitted at once (Ray runs
-  as many side by side as the cluster's resources allow); each turn then waits for its trial.
-
-A trial (:func:`harness.app.executors.ray_trial.run_trial`, on its node) runs the orchestrator's own ``_measure_engine`` there:
-the same adapter starts the engine, the same client warms it up and measures it, the same
-metrics are computed. Its request records are streamed to the driver through a
-:class:`~harness.app.executors.ray_trial.Mailbox` actor and written by the driver's
-``RunWriter`` as they arrive, so a trial that dies keeps what it measured. The node of each
+A trial (:func:`harness.app.executors.ray_trial.run_remote_trial`, on its node) runs the same
+:func:`harness.app.core.trial.run_trial` a local run does: the same adapter starts the engine,
+the same client warms it up and measures it, the same measurement step computes the metrics.
+Its artefacts (records, recounts, client workers, engine facts) are streamed to the driver
+through a :class:`~harness.app.executors.ray_trial.Mailbox` actor and handed to the driver's
+sink (the run's ``RunWriter``) as they arrive, so a trial that dies keeps what it measured. The node of each
 trial (hostname, IP, Ray node id) is recorded in the manifest's engine entry (``ray_trials``).
 
 Resources per trial (Ray's ``num_cpus``/``num_gpus``/custom resources): ``num_cpus`` = engine
@@ -39,13 +38,13 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
-from results.schema import RequestRecord
+from results.recounts import TokenRecount
+from results.schema import ClientWorker, RequestRecord
 
-from harness.app.run.engine_turns import EngineTurns
-from harness.app.run.orchestrator import Orchestrator, RunResult
 from harness.app.core.plan import EnginePlan
-from harness.app.executors.ray_trial import Mailbox, TrialOutcome, run_trial
-from harness.app.core.settings import RunConfig, default_threads
+from harness.app.core.settings import default_threads
+from harness.app.core.trial import TrialOutcome, TrialSpec
+from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'llm-serve-bench[ray]'"
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
@@ -119,51 +118,81 @@ def trial_options(plan: EnginePlan, threads: int, overrides: dict[str, float]) -
     return opts
 
 
-class _NoStarter:
-    """The driver's starter: engines start on their nodes, inside the trials."""
+class RayExecutor:
+    """The :class:`~harness.app.core.executor.TrialExecutor` whose trials run as Ray tasks
+    (module docstring). ``cfg.ray_address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``,
+    ``auto``); None = the Ray instance this process already joined, else a single-node one
+    started here (all of this machine's CPUs) and shut down at :meth:`close`.
+    ``cfg.ray_resources``: :func:`parse_resources`' overrides."""
 
-    slots = 1
-
-    def begin(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class RayOrchestrator(Orchestrator):
-    """An :class:`Orchestrator` whose trials run as Ray tasks (module docstring).
-
-    ``cfg.ray_address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``, ``auto``); None =
-    the Ray instance this process already joined, else a single-node one started here (all
-    of this machine's CPUs) and shut down at the end. ``cfg.ray_resources``: :func:`parse_resources`' overrides.
-    """
-
-    def __init__(self, cfg: RunConfig, console: Any) -> None:
-        super().__init__(cfg, console)
+    def __init__(self, cfg: Any, spec: TrialSpec, console: Any, kind: str = "cpu") -> None:
+        self.cfg, self.spec, self.console = cfg, spec, console
         self.address = cfg.ray_address
         self.resources = dict(cfg.ray_resources)
-        self._submitted = False
         self._unfit: dict[tuple[str, int], str] = {}  # trials no node of the cluster can hold: why
         self._plans: list[EnginePlan] = []
         self._refs: dict[tuple[str, int], Any] = {}
         self._nodes: dict[tuple[str, int], dict[str, Any]] = {}
         self._mailbox: Any = None
         self._started_ray = False
+        self._connected = False
 
-    def run(self) -> RunResult:
+    # -- the executor's steps -----------------------------------------------------------------
+    def begin(self, plans: list[EnginePlan], quiet: bool = False) -> None:
+        """No engine starts on the driver: the first round's plans are kept for the submission."""
+        if not self._connected:
+            self._connect(import_ray())
+        if not self._plans:
+            self._plans = list(plans)
+
+    def end(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self._connected:
+            return
         ray = import_ray()
-        self._connect(ray)
+        self._cancel(list(self._refs))
+        if self._mailbox is not None:
+            ray.kill(self._mailbox)
+            self._mailbox = None
+        if self._started_ray:
+            self.console.print("Stopping the local Ray instance …")
+        if self._started_ray or self.address:
+            ray.shutdown()  # a cluster keeps running: only this driver disconnects
+        self._connected = False
+
+    def trial(self, plan: EnginePlan, repeat: int, workload: Any, tokenizer: Any, sink: Any, manifest: Any) -> TrialOutcome:
+        """Wait for trial (engine, ``repeat``), writing every trial's streamed artefacts to
+        ``sink`` meanwhile (all trials are submitted at the first call). Raises EngineError when
+        the trial failed or its worker died; KeyboardInterrupt cancels every trial first."""
+        ray = import_ray()
+        if self._mailbox is None:
+            self._submit(workload, tokenizer, manifest)
+        key = (plan.name, repeat)
+        if key in self._unfit:
+            raise EngineError(self._unfit[key])
+        ref = self._refs[key]
         try:
-            return super().run()
-        finally:
+            while not ray.wait([ref], timeout=POLL_S)[0]:
+                self._drain(sink)
+            self._drain(sink)
+            out: TrialResult = ray.get(ref)
+        except KeyboardInterrupt:
             self._cancel(list(self._refs))
-            if self._mailbox is not None:
-                ray.kill(self._mailbox)
-            if self._started_ray:
-                self.console.print("Stopping the local Ray instance …")
-            if self._started_ray or self.address:
-                ray.shutdown()  # a cluster keeps running: only this driver disconnects
+            self._drain(sink)
+            raise
+        except ray.exceptions.RayError as exc:
+            self._drain(sink)
+            self._cancel([k for k in self._refs if k[0] == plan.name and k[1] > repeat])
+            raise EngineError(self._died(key, exc, ray)) from None
+        self._keep_log(sink, plan.name, repeat, out.log)
+        if out.error:
+            self._cancel([k for k in self._refs if k[0] == plan.name and k[1] > repeat])
+            raise EngineError(out.error, out.log_tail)
+        assert out.outcome is not None
+        sink.add_engine_facts(plan.name, {"ray_trials": self._trials_of(plan.name)})
+        return out.outcome
 
     def _connect(self, ray: Any) -> None:
         if self.address:
@@ -179,61 +208,18 @@ class RayOrchestrator(Orchestrator):
             self.console.print("Starting a local Ray instance …")
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
             self._started_ray = True
+        self._connected = True
         total = ray.cluster_resources()
         self.console.print(f"Ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
                            f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs")
 
-    # -- the orchestrator's steps, replaced ------------------------------------------------
-    def _starter(self, plans: list[EnginePlan], kind: str, quiet: bool = False) -> Any:
-        if not self._plans:
-            self._plans = list(plans)
-        return _NoStarter()
-
-    def _measure_engine(self, turns: EngineTurns, starter: Any, writer: Any, workload: Any, tokenizer: Any,
-                        repeat: int) -> list[str] | None:
-        """Wait for trial (engine, ``repeat``), writing every trial's streamed records
-        meanwhile, and add its repeat to ``turns``. Raises EngineError when the trial failed
-        or its worker died; KeyboardInterrupt cancels every trial first."""
-        ray = import_ray()
-        if not self._submitted:
-            self._submit(writer, workload, tokenizer)
-        key = (turns.name, repeat)
-        if key in self._unfit:
-            raise EngineError(self._unfit[key])
-        ref = self._refs[key]
-        try:
-            while not ray.wait([ref], timeout=POLL_S)[0]:
-                self._drain(writer)
-            self._drain(writer)
-            out: TrialOutcome = ray.get(ref)
-        except KeyboardInterrupt:
-            self._cancel(list(self._refs))
-            self._drain(writer)
-            raise
-        except ray.exceptions.RayError as exc:
-            self._drain(writer)
-            self._cancel([k for k in self._refs if k[0] == turns.name and k[1] > repeat])
-            raise EngineError(self._died(key, exc, ray)) from None
-        self._keep_log(writer, turns.name, repeat, out.log)
-        if out.error:
-            self._cancel([k for k in self._refs if k[0] == turns.name and k[1] > repeat])
-            raise EngineError(out.error, out.log_tail)
-        assert out.turns is not None
-        self._merge(turns, out.turns, repeat)
-        for name, settings in out.settings.items():
-            getattr(self, "parity").settings.setdefault(name, settings)
-        writer.manifest.engines[turns.name] = {**out.manifest_entry, "ray_trials": self._trials_of(turns.name)}
-        writer.write_manifest()
-        return out.equivalence
-
     # -- trials ------------------------------------------------------------------------------
-    def _submit(self, writer: Any, workload: Any, tokenizer: Any) -> None:
+    def _submit(self, workload: Any, tokenizer: Any, manifest: Any) -> None:
         """Every trial of the run, in run order (repeat-major): the workload and tokenizer are
         put in Ray's object store once and shared by all."""
         ray = import_ray()
-        self._submitted = True
         self._mailbox = ray.remote(num_cpus=0)(Mailbox).remote()
-        task = ray.remote(max_retries=0)(run_trial)
+        task = ray.remote(max_retries=0)(run_remote_trial)
         shared = ray.put(workload), ray.put(tokenizer)
         threads = self.cfg.threads or default_threads()
         offered = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
@@ -244,12 +230,13 @@ class RayOrchestrator(Orchestrator):
                     self._unfit[(plan.name, repeat)] = why
                     continue
                 self._refs[(plan.name, repeat)] = task.options(name=f"bench {plan.name} repeat {repeat + 1}", **opts) \
-                    .remote(self.cfg, plan, *shared, repeat, writer.manifest, self._mailbox)
+                    .remote(self.spec, plan, *shared, repeat, manifest, self._mailbox)
         self.console.print(f"Submitted {len(self._refs)} trial(s) to Ray "
                            f"({', '.join(f'{k}={v:g}' for k, v in trial_options(self._plans[0], threads, self.resources).items() if not isinstance(v, dict))} each)")
 
-    def _drain(self, writer: Any) -> None:
-        """Write what the trials posted since the last drain (records, replacements, nodes)."""
+    def _drain(self, sink: Any) -> None:
+        """Hand ``sink`` what the trials posted since the last drain, in order (records,
+        recounts, client workers, engine facts); note each trial's node."""
         if self._mailbox is None:
             return
         ray = import_ray()
@@ -257,26 +244,21 @@ class RayOrchestrator(Orchestrator):
             messages = ray.get(self._mailbox.drain.remote(), timeout=30)
         except ray.exceptions.RayError:
             return
-        pending: list[RequestRecord] = []
         for kind, key, payload in messages:
+            name, repeat = key
             if kind == "records":
-                pending.append(RequestRecord.model_validate_json(payload))
-                continue
-            for rec in pending:
-                writer.add_record(rec)
-            pending = []
-            if kind == "replace":
-                writer.replace_records([RequestRecord.model_validate_json(p) for p in payload])
+                sink.add_record(RequestRecord.model_validate_json(payload))
+            elif kind == "recounts":
+                sink.add_recounts([TokenRecount.model_validate_json(p) for p in payload])
+            elif kind == "client_workers":
+                sink.add_client_workers(payload[0], [ClientWorker.model_validate_json(p) for p in payload[1]])
+            elif kind == "engine_facts":
+                sink.add_engine_facts(name, payload)
             elif kind == "node":
-                self._nodes[tuple(key)] = payload
-                name, repeat = key
+                self._nodes[(name, repeat)] = payload
                 label = name if self.cfg.repeats == 1 else f"{name} (repeat {repeat + 1}/{self.cfg.repeats})"
                 self.console.print(f"[bold]{escape(label)}[/]: running on node {escape(_where(payload))}")
-                entry = writer.manifest.engines.setdefault(name, {})
-                entry["ray_trials"] = self._trials_of(name)
-                writer.write_manifest()
-        for rec in pending:
-            writer.add_record(rec)
+                sink.add_engine_facts(name, {"ray_trials": self._trials_of(name)})
 
     def _trials_of(self, name: str) -> list[dict[str, Any]]:
         """Where each of ``name``'s trials ran so far (the manifest's ``ray_trials``)."""
@@ -295,12 +277,12 @@ class RayOrchestrator(Orchestrator):
             return f"the Ray trial died before it reported its node: {type(exc).__name__}: {first}"
         return f"the Ray worker on node {_where(facts)} died: {type(exc).__name__}: {first}"
 
-    def _keep_log(self, writer: Any, name: str, repeat: int, log: bytes) -> None:
+    def _keep_log(self, sink: Any, name: str, repeat: int, log: bytes) -> None:
         """Append a trial's engine log to ``logs/<engine>.log`` in the run folder."""
         if not log:
             return
         where = _where(self._nodes.get((name, repeat), {}))
-        with open(Path(writer.run_dir) / "logs" / f"{name}.log", "ab") as fh:
+        with open(Path(sink.run_dir) / "logs" / f"{name}.log", "ab") as fh:
             fh.write(f"==> repeat {repeat + 1}, Ray node {where} <==\n".encode() + log)
 
     def _cancel(self, keys: list[tuple[str, int]]) -> None:
@@ -317,20 +299,6 @@ class RayOrchestrator(Orchestrator):
             except Exception:  # already finished, or its worker is gone
                 pass
         ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
-
-    @staticmethod
-    def _merge(turns: EngineTurns, trial: EngineTurns, repeat: int) -> None:
-        """Add the trial's one measured repeat to the driver's ``turns``."""
-        turns.metrics += trial.metrics
-        turns.records += trial.records
-        turns.walls_s += trial.walls_s
-        turns.startups_s += trial.startups_s
-        turns.resources += trial.resources
-        turns.parallel = turns.parallel or trial.parallel
-        turns.display_name = trial.display_name
-        turns.engine_metrics = trial.engine_metrics
-        if repeat == 0:
-            turns.feature_probes = trial.feature_probes
 
 
 def _unfit(opts: dict[str, Any], nodes: list[dict[str, float]]) -> str:

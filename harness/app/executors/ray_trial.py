@@ -1,11 +1,12 @@
 """The node side of ``bench run --executor ray`` (harness/app/executors/ray.py): one trial.
 
-:func:`run_trial` runs on the node Ray placed it on: it starts the engine with the plan's
-adapter, measures one repeat with the orchestrator's own ``_measure_engine`` (same client,
-same metrics) and stops it. Its request records go to the driver as they are measured,
-through the :class:`Mailbox` actor the driver drains (:class:`TrialWriter` buffers them and
-sends every :data:`FLUSH_S` seconds), so a worker that dies mid-trial loses at most the last
-:data:`FLUSH_S` of them. Ray is imported lazily (it is an optional extra).
+:func:`run_remote_trial` runs on the node Ray placed it on: it starts the engine with the
+plan's adapter and runs the same trial a local run does (:func:`harness.app.core.trial.run_trial`:
+same client, same measurement step, same metrics), then stops it. Its request records go to the
+driver as they are measured, through the :class:`Mailbox` actor the driver drains
+(:class:`TrialWriter` is the trial's sink: it buffers records and sends them every
+:data:`FLUSH_S` seconds), so a worker that dies mid-trial loses at most the last :data:`FLUSH_S`
+of them. Ray is imported lazily (it is an optional extra).
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ import shutil
 import socket
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from adapters.base import EngineError
-from results.schema import Manifest, RequestRecord
+from results.recounts import TokenRecount
+from results.schema import ClientWorker, Manifest, RequestRecord
 
-from harness.app.run.engine_turns import EngineTurns
-from harness.app.run.orchestrator import Orchestrator
 from harness.app.core.plan import EnginePlan
-from harness.app.core.settings import RunConfig
+from harness.app.core.trial import TrialOutcome, TrialSpec, run_trial
 
 FLUSH_S = 0.2  # how often a trial sends its buffered records to the driver (s)
 LOG_BYTES = 4 * 2**20  # at most this much of a trial's engine log goes back to the run folder (bytes, its tail)
@@ -35,8 +35,8 @@ LOG_BYTES = 4 * 2**20  # at most this much of a trial's engine log goes back to 
 
 class Mailbox:
     """The Ray actor trials post to and the driver drains: ``(kind, key, payload)`` messages,
-    kind ``node`` (where the trial runs), ``records`` (JSON lines) or ``replace`` (records
-    whose derived fields were filled after the measured phase)."""
+    kind ``node`` (where the trial runs), ``records`` (JSON lines), ``recounts`` (their token
+    recounts, after the measured phase), ``client_workers`` or ``engine_facts`` (the sink's)."""
 
     def __init__(self) -> None:
         self.items: list[tuple[str, tuple[str, int], Any]] = []
@@ -50,13 +50,11 @@ class Mailbox:
 
 
 class TrialWriter:
-    """The ``RunWriter`` a trial measures into, on its node: records go to the driver (buffered,
-    sent every :data:`FLUSH_S` by a thread and at :meth:`close`); the engine's manifest entry
-    stays here for the trial's outcome."""
+    """The sink a trial measures into, on its node (:class:`~harness.app.core.measure.MeasurementSink`):
+    records go to the driver buffered, sent every :data:`FLUSH_S` by a thread and at
+    :meth:`close`; recounts, client workers and engine facts are sent at once, in order."""
 
-    def __init__(self, run_dir: Path, mailbox: Any, key: tuple[str, int], manifest: Manifest) -> None:
-        self.run_dir = run_dir
-        self.manifest = manifest
+    def __init__(self, mailbox: Any, key: tuple[str, int]) -> None:
         self._mailbox, self._key = mailbox, key
         self._buf: list[tuple[str, tuple[str, int], Any]] = []
         self._lock = threading.Lock()
@@ -65,7 +63,7 @@ class TrialWriter:
         self._thread.start()
 
     def send(self, kind: str, payload: Any) -> None:
-        """Send one message now, waiting until the mailbox has it."""
+        """Send one message now (after the records buffered before it), waiting until the mailbox has it."""
         self.flush()
         import ray
 
@@ -75,12 +73,15 @@ class TrialWriter:
         with self._lock:
             self._buf.append(("records", self._key, record.model_dump_json()))
 
-    def replace_records(self, records: Any) -> None:
-        self.flush()
-        self.send("replace", [r.model_dump_json() for r in records])
+    def add_recounts(self, recounts: Sequence[TokenRecount]) -> None:
+        if recounts:
+            self.send("recounts", [r.model_dump_json() for r in recounts])
 
-    def write_manifest(self) -> None:  # the driver writes the manifest from the trial's outcome
-        pass
+    def add_client_workers(self, count: int, workers: Sequence[ClientWorker]) -> None:
+        self.send("client_workers", (count, [w.model_dump_json() for w in workers]))
+
+    def add_engine_facts(self, name: str, facts: dict[str, Any]) -> None:
+        self.send("engine_facts", facts)
 
     def flush(self) -> None:
         import ray
@@ -101,15 +102,11 @@ class TrialWriter:
 
 
 @dataclass
-class TrialOutcome:
-    """What a trial hands back: its :class:`EngineTurns` (one repeat), the equivalence texts,
-    the engine's manifest entry and effective settings, the tail of its engine log, or the
+class TrialResult:
+    """What a trial hands back: its :class:`TrialOutcome`, the tail of its engine log, or the
     ``error`` (with ``log_tail``) that failed it."""
 
-    turns: EngineTurns | None = None
-    equivalence: list[str] | None = None
-    manifest_entry: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
+    outcome: TrialOutcome | None = None
     log: bytes = b""
     error: str = ""
     log_tail: str = ""
@@ -125,39 +122,32 @@ def node_facts() -> dict[str, Any]:
             "pid": os.getpid()}
 
 
-def run_trial(cfg: RunConfig, plan: EnginePlan, workload: Any, tokenizer: Any, repeat: int, manifest: Manifest,
-              mailbox: Any) -> TrialOutcome:
-    """The body of one trial on its node: start ``plan``'s engine, measure repeat ``repeat`` of
-    ``workload`` with the orchestrator's own ``_measure_engine``, stop the engine. An engine
-    failure is returned as ``error``, never raised."""
+def run_remote_trial(spec: TrialSpec, plan: EnginePlan, workload: Any, tokenizer: Any, repeat: int, manifest: Manifest,
+                     mailbox: Any) -> TrialResult:
+    """The body of one trial on its node: :func:`harness.app.core.trial.run_trial` of ``plan``
+    at repeat ``repeat``, the engine started here (its logs in a temporary folder, their tail
+    sent back), the artefacts streamed to the driver through ``mailbox``. An engine failure is
+    returned as ``error``, never raised."""
     from rich.console import Console
 
     from harness.app.core.startup import EngineStarter
 
-    name = plan.name
-    run_dir = Path(tempfile.mkdtemp(prefix=f"bench-trial-{name}-"))
+    run_dir = Path(tempfile.mkdtemp(prefix=f"bench-trial-{plan.name}-"))
     (run_dir / "logs").mkdir()
     plan = dataclasses.replace(plan, launch=dataclasses.replace(plan.launch, run_dir=run_dir))
-    writer = TrialWriter(run_dir, mailbox, (name, repeat), manifest.model_copy(update={"engines": {}}))
-    writer.send("node", node_facts())
+    sink = TrialWriter(mailbox, (plan.name, repeat))
+    sink.send("node", node_facts())
     console = Console(file=io.StringIO(), width=160)
-    orch = Orchestrator(cfg, console)
-    parity = getattr(orch, "parity", None)  # --parity's effective settings, read once per engine
-    if parity is not None:
-        parity.hardware = plan.hardware_kind
-    turns = EngineTurns(plan)
     starter = EngineStarter(console, [plan.start_item()], 1)
-    out = TrialOutcome()
+    out = TrialResult()
     try:
         starter.begin()
-        out.equivalence = orch._measure_engine(turns, starter, writer, workload, tokenizer, repeat)
-        out.turns, out.settings = turns, dict(parity.settings) if parity is not None else {}
-        out.manifest_entry = writer.manifest.engines.get(name, {})
+        out.outcome = run_trial(plan, repeat, starter, spec, workload, tokenizer, sink, console, manifest)
     except EngineError as exc:
         out.error, out.log_tail = str(exc), exc.log_tail
     finally:
         starter.close()
-        writer.close()
+        sink.close()
         out.log = _log_tail(run_dir / "logs")
         shutil.rmtree(run_dir, ignore_errors=True)
     return out

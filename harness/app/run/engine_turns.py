@@ -2,9 +2,9 @@
 
 ``bench run --repeats N`` measures every engine N times, interleaved (A B C, C B A, ...), each
 repeat on a freshly started engine and the same workload and seed. :class:`EngineTurns`
-collects one engine's repeats as they are measured and turns them into one
-:class:`~results.schema.EngineResult`: metrics pooled over the repeats, each repeat's own
-metrics, and the headline numbers with their confidence intervals (``harness.metrics.repeats``).
+collects one engine's trials as they are measured and turns them into one
+:class:`~results.schema.EngineResult` through the one summary (:func:`harness.metrics.summarise.summarise`:
+each repeat's metrics, pooled over the repeats, the headline numbers with their 95 % intervals).
 An engine that fails in any repeat is failed, with metrics over everything it measured.
 """
 
@@ -16,29 +16,22 @@ from typing import Any, Sequence
 
 from adapters.hardware import cost_per_million_tokens
 from adapters.resources import combine_repeats, with_output_tokens
-from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, Metrics, RequestRecord, ResourceUse
+from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, RequestRecord, ResourceUse
 
 from harness.app.core.plan import EnginePlan
-from harness.metrics import SLO, compute_metrics
+from harness.app.core.trial import TrialOutcome
 from harness.metrics.failures import failure_text
-from harness.metrics.repeats import headline_intervals, pooled_metrics
+from harness.metrics.summarise import Condition, counted, summarise
 
 
 @dataclass
 class EngineTurns:
-    """The repeats of ``plan``'s engine measured so far (``metrics``/``records`` per repeat)."""
+    """The repeats of ``plan``'s engine measured so far (one :class:`TrialOutcome` each)."""
 
     plan: EnginePlan
-    metrics: list[Metrics] = field(default_factory=list)
-    records: list[RequestRecord] = field(default_factory=list)
-    walls_s: list[float] = field(default_factory=list)
-    startups_s: list[float] = field(default_factory=list)
-    parallel: bool = False
-    display_name: str | None = None
-    engine_metrics: dict[str, Any] = field(default_factory=dict)
+    trials: list[TrialOutcome] = field(default_factory=list)
     failure: EngineResult | None = None
     feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)  # the first repeat's (feature_phase)
-    resources: list[ResourceUse] = field(default_factory=list)  # per repeat, sampled in its measured phase
 
     @property
     def name(self) -> str:
@@ -48,66 +41,67 @@ class EngineTurns:
     def failed(self) -> bool:
         return self.failure is not None
 
-    def add(self, metrics: Metrics, measured: Sequence[RequestRecord], *, wall_s: float, startup_s: float,
-            parallel: bool, display_name: str, engine_metrics: dict[str, Any],
-            resources: ResourceUse | None = None) -> None:
-        """One measured repeat (``measured``: its measured-phase records; ``resources``: what its
-        process group used meanwhile, energy per token from this repeat's output tokens)."""
-        if resources is not None:
-            self.resources.append(with_output_tokens(resources, metrics.total_output_tokens))
-        self.metrics.append(metrics)
-        self.records.extend(measured)
-        self.walls_s.append(wall_s)
-        self.startups_s.append(startup_s)
-        self.parallel = self.parallel or parallel
-        self.display_name = display_name
-        self.engine_metrics = engine_metrics  # the last repeat's counters
+    @property
+    def measured(self) -> bool:
+        return bool(self.trials)
 
-    def fail(self, reason: str, partial: Sequence[RequestRecord], slos: Sequence[SLO], offered: float | None,
-             requested: float | None, log_tail: str = "") -> EngineResult:
+    def add(self, trial: TrialOutcome) -> None:
+        """One measured repeat (its feature probes kept when it made any: the first repeat's)."""
+        self.trials.append(trial)
+        if trial.feature_probes:
+            self.feature_probes = trial.feature_probes
+
+    def _records(self) -> list[RequestRecord]:
+        return [r for t in self.trials for r in t.measurement.records]
+
+    def _resources(self) -> ResourceUse | None:
+        """Resource use combined over the repeats, energy per token from each one's output tokens."""
+        return combine_repeats([with_output_tokens(t.measurement.resources, t.measurement.metrics.total_output_tokens)
+                                for t in self.trials if t.measurement.resources is not None])
+
+    def fail(self, reason: str, partial: Sequence[RequestRecord], condition: Condition, log_tail: str = "") -> EngineResult:
         """Mark the engine failed: metrics over its completed repeats and ``partial`` (the
         measured records of the repeat that failed), None when it measured nothing."""
-        repeats = list(self.metrics)
-        records = list(self.records) + list(partial)
-        if partial:
-            repeats.append(compute_metrics(partial, slos, offered, requested))
-        metrics = pooled_metrics(repeats, records, slos, offered, requested) if repeats else None
-        self.failure = EngineResult(status=EngineStatus.FAILED, reason=reason, metrics=metrics,
-                                    repeats=repeats if len(repeats) > 1 else [], log_tail=log_tail[-4000:],
-                                    feature_probes=self.feature_probes,
+        records = self._records() + list(partial)
+        summary = summarise(records, condition, intervals=False) if any(counted(r) for r in records) else None
+        self.failure = EngineResult(status=EngineStatus.FAILED, reason=reason,
+                                    metrics=summary.pooled if summary else None,
+                                    repeats=summary.repeats if summary and len(summary.repeats) > 1 else [],
+                                    log_tail=log_tail[-4000:], feature_probes=self.feature_probes,
                                     capabilities=self.plan.capabilities, version=self.plan.probe.version,
-                                    resources=combine_repeats(self.resources))
+                                    resources=self._resources())
         return self.failure
 
-    def result(self, slos: Sequence[SLO], offered: float | None, requested: float | None,
-               planned_repeats: int, seed: int = 0, price: tuple[float, str] | None = None) -> EngineResult:
+    def result(self, condition: Condition, planned_repeats: int, price: tuple[float, str] | None = None) -> EngineResult:
         """The engine's entry: the failure, else ok over its repeats (failed when no request
         of any repeat succeeded), with its resource use and, given ``price`` (USD per hour of the
         devices measured on, its source: ``adapters.hardware.run_price``), its cost. Raises
         ValueError when nothing was measured."""
         if self.failure is not None:
             return self.failure
-        if not self.metrics:
+        if not self.trials:
             raise ValueError(f"{self.name}: no repeat measured")
-        metrics = pooled_metrics(self.metrics, self.records, slos, offered, requested)
-        base = dict(display_name=self.display_name, capabilities=self.plan.capabilities, version=self.plan.probe.version,
-                    wall_s=round(sum(self.walls_s), 2), startup_s=round(statistics.median(self.startups_s), 2),
-                    startup_parallel=self.parallel, engine_metrics=self.engine_metrics,
+        summary = summarise(self._records(), condition)
+        metrics, last = summary.pooled, self.trials[-1]
+        base = dict(display_name=last.display_name, capabilities=self.plan.capabilities, version=self.plan.probe.version,
+                    wall_s=round(sum(t.measurement.wall_s for t in self.trials), 2),
+                    startup_s=round(statistics.median(t.startup_s for t in self.trials), 2),
+                    startup_parallel=any(t.parallel for t in self.trials),
+                    engine_metrics=last.measurement.engine_metrics,  # the last repeat's counters
                     feature_probes=self.feature_probes,
-                    repeats=list(self.metrics) if len(self.metrics) > 1 else [],
-                    resources=combine_repeats(self.resources))
+                    repeats=summary.repeats if len(summary.repeats) > 1 else [],
+                    resources=self._resources())
         if metrics.requests_completed == 0:
-            why = failure_text(self.metrics)
+            why = failure_text(summary.repeats)
             if metrics.requests_incomplete and not metrics.requests_failed:  # all cut by a duration run's drain
                 why = (f"all {metrics.requests_incomplete} requests were still running at the drain bound and were "
                        "cut (incomplete): raise --drain-timeout or shorten --output-len")
             return EngineResult(status=EngineStatus.FAILED, metrics=metrics, reason=f"no request succeeded: {why}", **base)
         reason = ""
-        if len(self.metrics) < planned_repeats:
-            reason = f"measured {len(self.metrics)} of {planned_repeats} repeats (the run was interrupted)"
-        intervals = headline_intervals(self.metrics, self.records, slos, seed=seed)
-        return EngineResult(status=EngineStatus.OK, metrics=metrics, reason=reason, intervals=intervals,
-                            cost=engine_cost(price, metrics.output_throughput, intervals.get("output_throughput")),
+        if len(self.trials) < planned_repeats:
+            reason = f"measured {len(self.trials)} of {planned_repeats} repeats (the run was interrupted)"
+        return EngineResult(status=EngineStatus.OK, metrics=metrics, reason=reason, intervals=summary.intervals,
+                            cost=engine_cost(price, metrics.output_throughput, summary.intervals.get("output_throughput")),
                             **base)
 
 

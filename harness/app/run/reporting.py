@@ -9,6 +9,7 @@ Load the run(s) → complete older runs' derived metrics (``harness.metrics.deri
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from adapters.hardware import get_profile, profile_from_manifest
 from harness.metrics.derive import complete_metrics
@@ -112,3 +113,17 @@ def write_run_reports(
             write_recommendation(base.run_dir, recommendation)
     lines = {(run.run_id, name): timelines(run.records_for(name)) for run in runs for name in run.summary.engines}
     return write_reports(runs, recommendation, Path(run_dir), timelines=lines)
+
+
+def score_and_report(run_dir: Path, cfg: Any) -> Recommendation:
+    """Score a run ``bench run`` just wrote, under its settings ``cfg`` (hardware, price, SLOs,
+    preset, failure bound), store ``recommendation.json`` and write its reports."""
+    run = load_run(run_dir)
+    # the profile the manifest recorded for this run (detected once), unless another was asked for
+    detected = profile_from_manifest(run.manifest.hardware) if cfg.hardware == "detected" else None
+    hw = detected or get_profile(cfg.hardware)
+    hw = hw if cfg.price_per_hour is None else hw.with_price(cfg.price_per_hour)
+    rec = recommend([run], hardware=hw, slos=cfg.slos or None, preset=cfg.preset, max_failure_rate=cfg.max_failure_rate)
+    write_recommendation(run_dir, rec)
+    write_run_reports(run_dir, rec)
+    return rec

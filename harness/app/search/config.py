@@ -42,7 +42,8 @@ class SearchConfig:
             self.run = RunConfig(engines=self.engines, workload=self.workload)
 
     def run_config(self, workload: WorkloadOptions, slos: list[SLO]) -> RunConfig:
-        """The :class:`RunConfig` whose :class:`Orchestrator` helpers the search reuses."""
+        """The run settings of a search whose first probe offers ``workload``, judged by ``slos`` (no
+        equivalence check, calibration or run report: the search has its own)."""
         assert self.run is not None
         return replace(self.run, engines=self.engines, workload=workload, slos=slos,
                        check_equivalence=False, calibrate=False, report=False)

@@ -43,7 +43,6 @@ engine the metrics of its probe at the found capacity), ``search.md`` and
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,27 +51,19 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
-from results.schema import (
-    SEARCH_FILE,
-    EngineResult,
-    EngineSearch,
-    EngineStatus,
-    SearchProbe,
-    SearchSummary,
-    SkipCause,
-)
+from results.schema import SEARCH_FILE, EngineResult, EngineSearch, EngineStatus, SearchProbe, SearchSummary
 from results.store import RunWriter, new_run_id, write_model_atomic
 
-from harness.app.core.signals import interrupt_cause
-from harness.app.search.capacity import CapacityResult, search_capacity
-from harness.app.run.orchestrator import Orchestrator
-from harness.app.core.plan import EnginePlan, plan_engine
+from harness.app.core.executor import make_starter
+from harness.app.core.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
+from harness.app.core.prepare import build_or_discard, record_run_facts
 from harness.app.core.settings import default_threads
+from harness.app.core.signals import interrupt_cause
+from harness.app.core.startup import EngineStarter
+from harness.app.core.trial import TrialSpec, open_session
+from harness.app.search.capacity import CapacityResult, search_capacity
 from harness.app.search.config import SearchConfig, default_slos, search_unit
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
-from harness.app.core.startup import EngineStarter
-from harness.loadgen.client import EndpointTarget
-from harness.loadgen.runner import Runner, RunnerOptions
 from harness.metrics import SLO
 from harness.scoring.capacity_ranking import rank_capacity
 from harness.scoring.formatting import slo_text
@@ -86,17 +77,17 @@ class SearchResult:
 
 
 class SearchOrchestrator:
-    """Runs one :class:`SearchConfig`, composing an :class:`Orchestrator`'s helpers (launch
-    config, endpoint turn, warm-up, starter, workload and manifest) rather than copying them."""
+    """Runs one :class:`SearchConfig` with the jobs' shared steps: engine plans, the one launch
+    path, sessions (:func:`harness.app.core.trial.open_session`) and the one measurement step."""
 
     def __init__(self, cfg: SearchConfig, console: Any) -> None:
         self.cfg = cfg
         self.console = console
         self.unit = search_unit(cfg.search_var, cfg.workload.name)
-        self.orch: Orchestrator | None = None
         self.requests_per_probe: int | None = None
         self.slos: list[SLO] = list(cfg.slos)  # the defaults once the hardware is known
         self.prober: ProbeMeasurer | None = None
+        self.spec: TrialSpec | None = None
 
     # -- the whole search ----------------------------------------------------------------
     def run(self) -> SearchResult:
@@ -111,69 +102,88 @@ class SearchOrchestrator:
         slos_default = not c.slos
         slos = self.slos = c.slos or default_slos(kind)
         self.prober = ProbeMeasurer(c, slos, self.unit, self.console)
-        first = probe_options(c.workload, c.search_var, c.low, 0)
-        orch = self.orch = Orchestrator(c.run_config(first, slos), self.console)
-        model_dir = resolve_model(c.run.model)
-        run_id = c.run.run_id or new_run_id(f"search-{c.workload.name}")
-        run_dir = Path(c.run.output_dir) / run_id
-        threads = c.run.threads or default_threads()
-        writer = RunWriter(run_dir, run_id, c.workload.name)
+        run = c.run_config(probe_options(c.workload, c.search_var, c.low, 0), slos)  # the first probe's workload
+        self.spec = TrialSpec(measure=self.prober.options, warmup=run.warmup, warmup_seed=(run.workload.seed or 0) + 7919,
+                              hardware=kind, read_effective=False)
+        model_dir = resolve_model(run.model)
+        run_id = run.run_id or new_run_id(f"search-{c.workload.name}")
+        threads = run.threads or default_threads()
+        writer = RunWriter(Path(run.output_dir) / run_id, run_id, c.workload.name)
         writer.summary.slos = {s.key: s.threshold_ms for s in slos}
         writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
-        self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(run_dir))}")
+        self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         summary = SearchSummary(run_id=run_id, workload=c.workload.name, search_var=c.search_var, unit=self.unit,
                                 slos=writer.summary.slos, slos_default=slos_default, low=c.low, high=c.high,
                                 tolerance=c.tolerance, budget_s=c.budget_s, budget_per_engine_s=c.budget_s,
                                 max_probes=c.max_probes, repeats=c.repeats, seed=c.workload.seed or 0)
-        plans: list[EnginePlan] = []
-        for adapter in adapters:
-            plan = plan_engine(adapter, orch._launch_config(adapter.name, model_dir, writer, threads), kind)
-            if plan.available:
-                plans.append(plan)
-                continue
-            self.console.print(f"[yellow]{plan.name}[/]: skipped — {escape(plan.probe.reason)}")
-            summary.engines[plan.name] = EngineSearch(status=EngineStatus.SKIPPED, reason=plan.probe.reason)
-            writer.set_engine(plan.name, EngineResult(status=EngineStatus.SKIPPED, reason=plan.probe.reason,
-                                                      skip_cause=SkipCause(plan.probe.cause), capabilities=plan.capabilities))
-        per_engine = c.budget_s / max(1, len(plans))
-        summary.budget_per_engine_s = per_engine
+        plans = self._plans(adapters, run, model_dir, threads, kind, writer, summary)
+        per_engine = summary.budget_per_engine_s = c.budget_s / max(1, len(plans))
         self._announce(slos, slos_default, kind, len(plans), per_engine)
-        interrupted = ""
-        starter = orch._starter(plans, kind)
+        starter = make_starter(self.console, plans, kind, run.parallel_start)
         try:
             starter.begin()
-            tokenizer, workload = orch._build_workload(model_dir, starter, writer)
-            orch._manifest(writer, model_dir, workload, threads)
-            st = workload.stats
-            self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))
+            tokenizer = self._prepare(run, model_dir, threads, writer, starter, per_engine)
             summary.requests_per_probe = self.requests_per_probe
-            writer.manifest.search = {  # type: ignore[attr-defined]  (Manifest allows extra fields)
-                "search_var": c.search_var, "unit": self.unit, "low": c.low, "high": self._high(), "tolerance": c.tolerance,
-                "budget_s": c.budget_s, "budget_per_engine_s": per_engine, "max_probes": c.max_probes,
-                "repeats": c.repeats, "seeds": self._seed_text(summary.seed), "slos_default": slos_default}
-            writer.write_manifest()
-            for i, plan in enumerate(plans):
-                if cause := self._engine(plan, starter, writer, tokenizer, summary, per_engine):
-                    interrupted = cause
-                    for rest in plans[i + 1:]:
-                        why = "not measured: the search was interrupted before its turn"
-                        summary.engines[rest.name] = EngineSearch(status=EngineStatus.NOT_MEASURED, reason=why)
-                        writer.set_engine(rest.name, EngineResult(status=EngineStatus.NOT_MEASURED, reason=why,
-                                                                  capabilities=rest.capabilities))
-                    break
+            interrupted = self._engines(plans, starter, writer, tokenizer, summary, per_engine)
         finally:
             starter.close()
         writer.order_engines([a.name for a in adapters])
         summary.engines = {a.name: summary.engines[a.name] for a in adapters if a.name in summary.engines}
         summary.capacity_recommendation = rank_capacity(summary.engines, slos, self.unit, low=c.low)
         summary.wall_s = round(time.monotonic() - t_start, 2)
-        write_model_atomic(run_dir / SEARCH_FILE, summary)
+        write_model_atomic(writer.run_dir / SEARCH_FILE, summary)
         writer.close()
         from reports.search import write_search_report
 
-        write_search_report(run_dir)
-        return SearchResult(run_dir, summary, interrupted)
+        write_search_report(writer.run_dir)
+        return SearchResult(writer.run_dir, summary, interrupted)
+
+    def _plans(self, adapters: list[Any], run: Any, model_dir: Path, threads: int, kind: str, writer: RunWriter,
+               summary: SearchSummary) -> list[EnginePlan]:
+        """The available engines' plans; the others recorded as skipped."""
+        plans = []
+        for adapter in adapters:
+            launch = launch_config(run, run.engine_args.get(adapter.name, {}), model_dir, writer.run_dir, threads)
+            plan = plan_engine(adapter, launch, kind)
+            if plan.available:
+                plans.append(plan)
+                continue
+            self.console.print(f"[yellow]{plan.name}[/]: skipped — {escape(plan.probe.reason)}")
+            summary.engines[plan.name] = EngineSearch(status=EngineStatus.SKIPPED, reason=plan.probe.reason)
+            writer.set_engine(plan.name, skipped_result(plan))
+        return plans
+
+    def _prepare(self, run: Any, model_dir: Path, threads: int, writer: RunWriter, starter: EngineStarter,
+                 per_engine: float) -> Any:
+        """The tokenizer and the first probe's workload (built while the engines start: its size
+        sets the probes'), the manifest with its ``search`` section; returns the tokenizer."""
+        from workloads.registry import build_workload
+
+        c = self.cfg
+        tokenizer, workload = build_or_discard(model_dir, lambda tok: build_workload(run.workload, tok), writer,
+                                               starter.close)
+        record_run_facts(writer, run, model_dir, workload, threads)
+        st = workload.stats
+        self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))
+        writer.manifest.search = {  # type: ignore[attr-defined]  (Manifest allows extra fields)
+            "search_var": c.search_var, "unit": self.unit, "low": c.low, "high": self._high(), "tolerance": c.tolerance,
+            "budget_s": c.budget_s, "budget_per_engine_s": per_engine, "max_probes": c.max_probes,
+            "repeats": c.repeats, "seeds": self._seed_text(c.workload.seed or 0), "slos_default": not c.slos}
+        writer.write_manifest()
+        return tokenizer
+
+    def _engines(self, plans: list[EnginePlan], starter: EngineStarter, writer: RunWriter, tokenizer: Any,
+                 summary: SearchSummary, per_engine: float) -> str:
+        """Search each engine in turn; returns who interrupted the search ("" = nobody)."""
+        for i, plan in enumerate(plans):
+            if cause := self._engine(plan, starter, writer, tokenizer, summary, per_engine):
+                for rest in plans[i + 1:]:
+                    why = "the search was interrupted before its turn"
+                    summary.engines[rest.name] = EngineSearch(status=EngineStatus.NOT_MEASURED, reason=f"not measured: {why}")
+                    writer.set_engine(rest.name, not_measured_result(rest, why))
+                return cause
+        return ""
 
     def _high(self) -> float | None:
         """``--high``, else the probe's request count for a concurrency search (more in flight
@@ -210,24 +220,17 @@ class SearchOrchestrator:
     def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: Any,
                 summary: SearchSummary, budget_s: float) -> str:
         """Search one engine and record it; returns who interrupted it ("" = not interrupted)."""
-        assert self.orch is not None
-        c, name = self.cfg, plan.name
+        assert self.prober is not None and self.spec is not None
+        c, name, prober = self.cfg, plan.name, self.prober
         probes: list[SearchProbe] = []
         result: CapacityResult | None = None
         info: dict[str, Any] = {}
-        try:
-            with self.orch._endpoint(plan, starter) as (ep, startup_s, parallel):
-                info = {"display_name": ep.display_name, "startup_s": round(startup_s, 2)}
-                writer.manifest.engines[name] = {**info, "startup_parallel": parallel, **ep.effective_config}
-                writer.write_manifest()
-                target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key,
-                                        ep.supports_ignore_eos and c.run.ignore_eos)
-                warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.run.request_timeout_s))
-                asyncio.run(self.orch._before_measuring(name, target, warm, tokenizer, False))  # warm-up once per engine
-                prober = self.prober
-                assert prober is not None
+        try:  # warmed up once per engine; the engine stays up for all its probes
+            with open_session(plan, starter, self.spec, writer, self.console, tokenizer=tokenizer,
+                              workload_name=c.workload.name) as session:
+                info = {"display_name": session.endpoint.display_name, "startup_s": round(session.startup_s, 2)}
                 result = search_capacity(
-                    lambda load: prober.measure(name, target, tokenizer, writer, load, probes),
+                    lambda load: prober.measure(name, session.endpoint, tokenizer, writer, load, probes),
                     low=c.low, high=self._high(), tolerance=c.tolerance, budget_s=budget_s, max_probes=c.max_probes,
                     integer=c.search_var == "concurrency", first_estimate_s=self._first_estimate(), unit=self.unit)
         except KeyboardInterrupt as exc:

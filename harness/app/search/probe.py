@@ -7,36 +7,34 @@ running engine, one after the other:
   is reused by any measurement of the search (another repeat, another probe), so none is
   flattered by a prefix an earlier one left in the engine's cache (with ``N = 1`` this is the
   plain ``base + i``);
-- each repeat is measured with its own :class:`Runner` and its records are stamped with
-  ``repeat = k`` and ``probe = i`` (written to ``requests.jsonl`` when the repeat ends, after
-  the re-tokenization pass; a Ctrl-C keeps the requests that finished);
-- **the verdict is judged on the pooled metrics** of the N repeats
-  (:func:`harness.metrics.repeats.pooled_metrics`: percentiles over every request of every
+- each repeat is one measurement step (:func:`harness.app.core.measure.measure`, the one
+  ``bench run`` uses: client workers, resource sampling, engine counters), its records stamped
+  with ``repeat = k`` and ``probe = i`` and written to ``requests.jsonl`` as each request ends
+  (a Ctrl-C keeps the requests that finished), their token recounts beside them;
+- **the verdict is judged on the pooled metrics** of the N repeats, from the one summary
+  (:func:`harness.metrics.summarise.summarise`: percentiles over every request of every
   repeat, so a p99 rests on N times the requests; rates over the summed measured time; the
   achieved arrival rate is the repeats' median) by :func:`probe_result`; each repeat's own
   verdict is stored too (``repeat_passed``), with its metrics (``repeats``, empty for N = 1)
-  and the headline numbers' 95 % intervals (:func:`headline_intervals`: over repeats for
-  N >= 2, else over the requests of the one repeat).
+  and the headline numbers' 95 % intervals (over repeats for N >= 2, else over the requests
+  of the one repeat).
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import statistics
 import time
 from typing import Any
 
-from results.schema import Metrics, RequestRecord, SearchProbe
-from results.store import RunWriter
+from results.schema import RequestRecord, SearchProbe
 from workloads.options import WorkloadOptions
 
+from harness.app.core.measure import MeasureOptions, measure
 from harness.app.search.capacity import LoadProbe, probe_result
+from harness.metrics import SLO, completion_rate
 from harness.metrics.failures import MAX_FAILURE_RATE
-from harness.loadgen.client import EndpointTarget
-from harness.loadgen.runner import Runner, RunnerOptions
-from harness.metrics import SLO, completion_rate, compute_metrics
-from harness.metrics.repeats import headline_intervals, pooled_metrics
+from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
 
 MAX_REPEATS = 10  # ``--repeats`` per probe at most
@@ -94,16 +92,16 @@ class ProbeMeasurer:
         self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
         self.repeats = int(getattr(cfg, "repeats", 1) or 1)
         self.max_failure_rate = float(getattr(getattr(cfg, "run", None), "max_failure_rate", MAX_FAILURE_RATE))
+        run = cfg.run
+        self.options = MeasureOptions(slos=tuple(slos), request_timeout_s=run.request_timeout_s,
+                                      client_workers=run.client_workers, ignore_eos=run.ignore_eos)
         self.kit: Any = None
 
-    def measure(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter, load: float,
+    def measure(self, name: str, endpoint: Any, tokenizer: Any, sink: Any, load: float,
                 probes: list[SearchProbe]) -> LoadProbe:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
-        c, slos, n = self.cfg, self.slos, self.repeats
-        index = len(probes)
-        per_repeat: list[Metrics] = []
+        c, n, index = self.cfg, self.repeats, len(probes)
         records: list[RequestRecord] = []
-        verdicts: list[LoadProbe] = []
         completed: list[float | None] = []  # each repeat's completion rate (req/s)
         offered: list[float] = []
         requested: float | None = None
@@ -112,27 +110,26 @@ class ProbeMeasurer:
         for k in range(n):
             opts = probe_options(c.workload, c.search_var, load, index, n, k)
             seeds.append(opts.seed or 0)
-            workload, measured = self._measure_once(name, target, tokenizer, writer, opts, index, k)
-            metrics = compute_metrics(measured, slos, workload.offered_rate, workload.requested_rate)
+            workload = self._build(opts, tokenizer)
+            measured = measure(name, endpoint, workload, k, sink, tokenizer=tokenizer, options=self.options, probe=index)
             if workload.offered_rate is not None:
                 offered.append(workload.offered_rate)
             requested = workload.requested_rate
-            per_repeat.append(metrics)
-            records.extend(measured)
-            completed.append(completion_rate(measured))
-            verdicts.append(probe_result(load, metrics, slos, self._judged_rate(workload.offered_rate),
-                                         completed=completed[-1], max_failure_rate=self.max_failure_rate))
+            records.extend(measured.records)
+            completed.append(completion_rate(measured.records))
         duration = time.monotonic() - t0
         offered_rate = statistics.median(offered) if offered else None
-        pooled = pooled_metrics(per_repeat, records, slos, offered_rate, requested)
+        summary = summarise(records, Condition(tuple(self.slos), offered_rate, requested, seed=seeds[0]))
+        verdicts = [probe_result(load, m, self.slos, self._judged_rate(offered_rate), completed=done,
+                                 max_failure_rate=self.max_failure_rate)
+                    for m, done in zip(summary.repeats, completed)]
         rates = [rate for rate in completed if rate is not None]
-        pr = probe_result(load, pooled, slos, self._judged_rate(offered_rate),
+        pr = probe_result(load, summary.pooled, self.slos, self._judged_rate(offered_rate),
                           completed=statistics.median(rates) if rates else None, max_failure_rate=self.max_failure_rate)
         probes.append(SearchProbe(
-            index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=pooled,
-            repeats=per_repeat if n > 1 else [], repeat_passed=[v.passed for v in verdicts],
-            intervals=headline_intervals(per_repeat, records, slos, seed=seeds[0]),
-            **{**pr.model_dump(), "duration_s": round(duration, 3)}))
+            index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=summary.pooled,
+            repeats=summary.repeats if n > 1 else [], repeat_passed=[v.passed for v in verdicts],
+            intervals=summary.intervals, **{**pr.model_dump(), "duration_s": round(duration, 3)}))
         self.print_probe(name, index, pr, sum(v.passed for v in verdicts))
         return pr
 
@@ -140,33 +137,16 @@ class ProbeMeasurer:
         """The offered rate the saturation check compares against: None for a concurrency search."""
         return offered if self.cfg.search_var == "rate" else None
 
-    def _measure_once(self, name: str, target: EndpointTarget, tokenizer: Any, writer: RunWriter,
-                      opts: WorkloadOptions, index: int, repeat: int) -> tuple[Any, list[RequestRecord]]:
-        """One measurement (repeat ``repeat`` of probe ``index``): build, measure, store; the
-        workload and its measured records."""
+    def _build(self, opts: WorkloadOptions, tokenizer: Any) -> Any:
+        """The workload of one measurement, from one :class:`TokenKit` for every probe: it caches
+        the word ids a build draws from (a fresh one per probe would spend ~1 s of the budget
+        re-tokenizing the vocabulary)."""
         from workloads.registry import build_workload
+        from workloads.tokens import as_kit
 
-        c = self.cfg
-        workload = build_workload(opts, self._kit(tokenizer), with_stats=False)
-        runner = Runner(target, name, workload.name, lambda r: None, tokenizer,
-                        RunnerOptions(None, c.run.request_timeout_s, repeat=repeat))
-        try:
-            asyncio.run(runner.measure(workload))
-        finally:  # the finished requests are stored even when the probe is interrupted
-            runner.retokenize()
-            for record in runner.records:
-                record.probe = index
-                writer.add_record(record)
-        return workload, [r for r in runner.records if r.phase == "measured"]
-
-    def _kit(self, tokenizer: Any) -> Any:
-        """One :class:`TokenKit` for every probe: it caches the word ids a build draws from (a
-        fresh one per probe would spend ~1 s of the budget re-tokenizing the vocabulary)."""
         if self.kit is None:
-            from workloads.tokens import as_kit
-
             self.kit = as_kit(tokenizer)
-        return self.kit
+        return build_workload(opts, self.kit, with_stats=False)
 
     def print_probe(self, name: str, index: int, pr: LoadProbe, passing: int) -> None:
         """``own probe 2: 4.00 req/s (achieved 3.98) → TTFT p99 812 ms, TPOT p99 45 ms ✓``,

@@ -1,0 +1,40 @@
+"""What every job does before its first measurement: the tokenizer and the workload, built while
+the engines start, and the run's facts recorded in the manifest."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from results.store import RunWriter
+from workloads.base import Workload
+
+from harness.app.core.manifest import fill_manifest
+
+
+def build_or_discard(model_dir: Path, build: Callable[[Any], Workload], writer: RunWriter,
+                     stop_engines: Callable[[], None]) -> tuple[Any, Workload]:
+    """The model's tokenizer and ``build(tokenizer)``; on failure (a bad spec, Ctrl-C) the
+    engines already starting are stopped (``stop_engines``) and the run folder, which holds no
+    measurement yet, is removed before the error propagates."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        return tokenizer, build(tokenizer)
+    except BaseException:
+        stop_engines()
+        writer.close()
+        shutil.rmtree(writer.run_dir, ignore_errors=True)
+        raise
+
+
+def record_run_facts(writer: RunWriter, cfg: Any, model_dir: Path, workload: Workload, threads: int) -> None:
+    """Fill and write the manifest (model, workload, seed, SLOs, threads, hardware; the
+    ``--price-per-hour`` of the settings ``cfg`` over the hardware profile's price)."""
+    fill_manifest(writer.manifest, model_dir, workload, cfg.workload.seed, cfg.slos, threads,
+                  token_note=cfg.token_note, describe_model=cfg.model_described)
+    if cfg.price_per_hour is not None and writer.manifest.hardware is not None:  # --price-per-hour
+        writer.manifest.hardware.update(price_per_hour=cfg.price_per_hour, price_source="--price-per-hour")
+    writer.write_manifest()
