@@ -21,7 +21,7 @@ import numpy as np
 
 from results.schema import Interval, Metrics, RequestRecord
 
-from .intervals import Interval as IntervalStat
+from .intervals import ConfidenceInterval
 from .intervals import bootstrap_ci, headline_interval, median_ci_over_repeats
 from .request import e2el_ms, tpot_ms, ttft_ms
 from .slo import SLO, meets_slos
@@ -89,7 +89,7 @@ def pooled_metrics(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
     return pooled.model_copy(update=update)
 
 
-def _honest(ci: IntervalStat) -> IntervalStat:
+def _honest(ci: ConfidenceInterval) -> ConfidenceInterval:
     """An interval over per-repeat numbers, labelled with the coverage it really has for few
     repeats: a bootstrap over 2 values is their range, which holds the median with probability
     1 - 2 × 0.5² = 0.5, not 0.95 (for n values the range holds it with 1 - 2 × 0.5ⁿ: 0.75 for 3,
