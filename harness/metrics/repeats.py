@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from results.schema import Interval, Metrics, RequestRecord
+from results.schema import Interval, Metrics, RequestRecord, metric_number
 
 from .intervals import ConfidenceInterval
 from .intervals import bootstrap_ci, headline_interval, median_ci_over_repeats
@@ -102,15 +102,6 @@ def _honest(ci: ConfidenceInterval) -> ConfidenceInterval:
                           f"with probability {coverage:.0%}, not {ci.confidence:.0%}")
 
 
-def _rate_value(metrics: Metrics, key: str) -> float | None:
-    node: object = metrics
-    for part in key.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return None
-    return float(node) if isinstance(node, (int, float)) else None
-
-
 def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
                        slos: Sequence[SLO] = (), seed: int = 0) -> dict[str, Interval]:
     """Each headline number (``ttft_ms.p99``, ``output_throughput`` ...) with its 95 % CI.
@@ -129,7 +120,7 @@ def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestReco
         ci = headline_interval(None, values if len(values) >= 2 else values[0], stat, n_resamples=RESAMPLES, seed=seed)
         out[key] = Interval(**ci.as_dict())
     for key in RATE_HEADLINES:
-        per_repeat = [v for m in repeats if (v := _rate_value(m, key)) is not None]
+        per_repeat = [v for m in repeats if (v := metric_number(m, key)) is not None]
         if len(per_repeat) >= 2:
             ci = _honest(median_ci_over_repeats(per_repeat, n_resamples=RESAMPLES, seed=seed))
         elif per_repeat:

@@ -10,7 +10,7 @@ One module per artefact family, every name re-exported here (``from results.sche
 - ``base``: :class:`Artefact` (the base of every stored model), :data:`SCHEMA_VERSION`
 - ``records``: :class:`RequestRecord`, :data:`INCOMPLETE`, :data:`WINDOW_PHASES`
 - ``metrics``: :class:`Metrics` and its parts (:class:`Distribution`, :class:`Goodput`, ...),
-  :class:`Interval`
+  :class:`Interval`; :func:`metric_value` / :func:`metric_number` read a metric by its dotted path
 - ``parity``: :class:`EffectiveSettings`, :class:`ParityAudit` and its rows and flags
 - ``engine``: :class:`EngineResult`, :class:`EngineStatus`, :class:`SkipCause`,
   :class:`FeatureProbe`, :class:`ResourceUse`, :class:`Cost`
@@ -55,6 +55,8 @@ from .metrics import (
     SessionMetrics,
     TokenDrift,
     TurnMetrics,
+    metric_number,
+    metric_value,
 )
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
 from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
@@ -74,7 +76,7 @@ __all__ = [
     "Artefact", "SCHEMA_VERSION", "READABLE_MAJOR_VERSIONS",
     "RequestRecord", "INCOMPLETE", "WINDOW_PHASES",
     "Distribution", "ErrorAdjusted", "TokenDrift", "SessionMetrics", "TurnMetrics", "Goodput", "Samples",
-    "MAX_SAMPLES", "OutputShortfall", "RunWindow", "Metrics", "Interval",
+    "MAX_SAMPLES", "OutputShortfall", "RunWindow", "Metrics", "Interval", "metric_value", "metric_number",
     "EFFECTIVE_FIELDS", "FLAG_SOURCE", "EffectiveSettings", "ParityFlag", "ParityRow", "ParityStrict", "ParityAudit",
     "EngineStatus", "SkipCause", "FEATURE_PROBES", "FeatureStatus", "FeatureProbe", "ResourceUse", "Cost",
     "EngineResult",

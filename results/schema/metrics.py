@@ -1,11 +1,14 @@
-"""One engine's numbers under one condition: :class:`Metrics` and its parts, and the
-:class:`Interval` a headline number is stored with.
+"""One engine's numbers under one condition: :class:`Metrics` and its parts, the
+:class:`Interval` a headline number is stored with, and :func:`metric_value` that reads a number
+of a :class:`Metrics` by its dotted path.
 
 ``harness.metrics.compute_metrics`` returns a :class:`Metrics`; units are in the field names.
 Nothing here computes a metric.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field
 
@@ -208,6 +211,24 @@ class Metrics(Artefact):
     def distribution(self, metric: str) -> Distribution:
         """``"ttft"`` → :attr:`ttft_ms` etc. Raises AttributeError for an unknown metric."""
         return getattr(self, f"{metric}_ms")
+
+
+def metric_value(metrics: Metrics, path: str) -> Any:
+    """The value of ``metrics`` at the dotted attribute ``path`` (``"ttft_ms.p99"``,
+    ``"goodput.request_goodput"``, ``"output_throughput"``: the keys of ``EngineResult.intervals``,
+    the CSV export's headline paths, the reports' columns); None where a part is absent or None."""
+    node: Any = metrics
+    for part in path.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node
+
+
+def metric_number(metrics: Metrics, path: str) -> float | None:
+    """:func:`metric_value` as a float; None where it is absent or not a number (a bool, a model)."""
+    value = metric_value(metrics, path)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class Interval(Artefact):
