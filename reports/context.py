@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from results.recommendation import Recommendation
-from results.schema import FEATURE_PROBES, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics
+from results.schema import FEATURE_PROBES, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics, metric_value
 from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
@@ -52,16 +52,6 @@ MANIFEST_SECTIONS = [
 ]
 
 
-def _get(metrics: Metrics, path: str) -> Any:
-    """A value of ``metrics`` by dotted attribute path (``"ttft_ms.p99"``); None where absent."""
-    cur: Any = metrics
-    for part in path.split("."):
-        cur = getattr(cur, part, None)
-        if cur is None:
-            return None
-    return cur
-
-
 def fmt(value: Any, pattern: str = "{:,.2f}") -> str:
     """A metric cell: numbers through ``pattern``, None/NaN → "—", bools → yes/no."""
     if value is None:
@@ -97,7 +87,7 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
             flag = "" if valid is None else (" ✓" if valid else " ✗ (outside ±5 %)")
             cells[key] = f"{fmt(off, '{:g}') if off else 'max load'} / {fmt(ach, '{:.2f}')}{flag}"
         else:
-            cells[key] = fmt(_get(m, path), pattern)
+            cells[key] = fmt(metric_value(m, path), pattern)
             ci = intervals.get(path)
             if ci is not None and ci.high > ci.low:
                 cells[key] += f" [{fmt(ci.low, pattern)}–{fmt(ci.high, pattern)}]"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from results.schema import metric_value
 from results.store import Run
 
 SIDE_BY_SIDE: list[tuple[str, str, str]] = [
@@ -23,15 +24,6 @@ SIDE_BY_SIDE: list[tuple[str, str, str]] = [
     ("total_output_tokens", "output tokens", "{:,.0f}"),
 ]
 """(key in ``Metrics`` / ``ImportProvenance.tool_summary``, label, format) of the side-by-side table."""
-
-
-def _stored(metrics: Any, key: str) -> Any:
-    cur = metrics
-    for part in key.split("."):
-        cur = getattr(cur, part, None)
-        if cur is None:
-            return None
-    return cur
 
 
 def _fmt(value: Any, pattern: str) -> str:
@@ -54,7 +46,7 @@ def definition_sections(runs: list[Run]) -> list[dict[str, Any]]:
         rows = []
         for key, label, pattern in SIDE_BY_SIDE:
             theirs = prov.tool_summary.get(key)
-            ours = _stored(metrics, key) if metrics is not None else None
+            ours = metric_value(metrics, key) if metrics is not None else None
             if theirs is None and ours is None:
                 continue
             how = prov.metrics.get(key.split(".")[0], "recomputed" if prov.per_request else "copied")

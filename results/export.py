@@ -31,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import SCHEMA_VERSION, EngineResult, Interval, Metrics, RequestRecord, RunSummary
+from .schema import SCHEMA_VERSION, EngineResult, Interval, Metrics, RequestRecord, RunSummary, metric_number
 
 PARQUET_FILE = "requests.parquet"
 CSV_FILE = "summary.csv"
@@ -104,19 +104,10 @@ def frame_from_records(records: list[RequestRecord]) -> pd.DataFrame:
     return records_table(records).to_pandas(types_mapper=pd.ArrowDtype)
 
 
-def _value(metrics: Metrics, path: str) -> float | None:
-    node: Any = metrics
-    for part in path.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return None
-    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
-
-
 def _metric_cells(metrics: Metrics | None, intervals: dict[str, Interval]) -> dict[str, float | None]:
     cells: dict[str, float | None] = {}
     for path, column in HEADLINE.items():
-        value = _value(metrics, path) if metrics is not None else None
+        value = metric_number(metrics, path) if metrics is not None else None
         ci = intervals.get(path)
         formed = ci is not None and value is not None and ci.high > ci.low  # a point is not an interval
         cells[column] = value

@@ -23,9 +23,9 @@ from harness.loadgen.calibrate import CLIENT_RATE_FRACTION as CALIBRATE_FRACTION
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.nullserver import null_server
 from harness.loadgen.runner import Runner, RunnerOptions
-from harness.loadgen.workers import WORKER_LOST, ClientWorkers, client_measurer, split_cap, split_sessions
+from harness.loadgen.workers import WORKER_LOST, WorkerPool, client_measurer, split_cap, split_sessions
 from harness.scoring.validity import CLIENT_RATE_FRACTION
-from results.schema import ClientWorkers as RecordedWorkers, Manifest, RequestRecord
+from results.schema import ClientWorkers, Manifest, RequestRecord
 from workloads.base import FollowUp, RequestSpec, SingleRequestSession, Workload
 
 DRIVER = Path(__file__).parent / "fake_servers" / "workers_driver.py"
@@ -44,7 +44,7 @@ def schedule(n: int, rate: float) -> list[SingleRequestSession]:
 def measure(url: str, sessions: list, workers: int) -> tuple[list[RequestRecord], list[RequestRecord], Any]:
     stored: list[RequestRecord] = []
     runner = Runner(EndpointTarget(url, "null"), "null", "t", stored.append, None, RunnerOptions())
-    driver = ClientWorkers(runner, workers) if workers > 1 else runner
+    driver = WorkerPool(runner, workers) if workers > 1 else runner
     records = asyncio.run(driver.measure(Workload("t", sessions, spec={})))
     return records, stored, driver
 
@@ -105,7 +105,7 @@ def test_a_worker_killed_mid_run_has_its_unfinished_requests_recorded_and_the_ru
     sessions = schedule(40, rate=20.0)  # 2 s of arrivals
     stored: list[RequestRecord] = []
     runner = Runner(EndpointTarget(url, "null"), "null", "t", stored.append, None, RunnerOptions())
-    driver = ClientWorkers(runner, 2)
+    driver = WorkerPool(runner, 2)
 
     async def kill_worker_1() -> None:
         while sum(r.worker == 1 for r in stored) < 3:
@@ -205,7 +205,7 @@ def test_the_validity_gate_allows_n_times_the_calibrated_rate_with_n_workers(tmp
     rec = recommend([one], hardware=CPU)
     assert rec.winner is None and "above 50% of its calibrated maximum 7.00 req/s" in rec.eliminated["vllm"]
     two = write_run(tmp_path, "two", entries, records, manifest={
-        **manifest(client), "client_workers": RecordedWorkers(count=2).model_dump()})
+        **manifest(client), "client_workers": ClientWorkers(count=2).model_dump()})
     rec = recommend([two], hardware=CPU)  # 2 x 7.0 x 50% = 7.0 req/s >= 4.0: valid
     assert rec.winner is not None and not rec.eliminated
     assert any("7.00 req/s per worker x 2 client workers" in n for n in rec.notes)

@@ -19,7 +19,7 @@ from harness.app.cli import app as cli_app
 from harness.app.cli.summary import summary_table
 from harness.app.core.feature_phase import probe_line
 from harness.loadgen.client import EndpointTarget
-from harness.loadgen.feature_checks import Reply, _limited_errors, error_message, http_verdict, schema_errors
+from harness.loadgen.feature_checks import ProbeReply, _limited_errors, error_message, http_verdict, schema_errors
 from harness.loadgen.features import CITY_SCHEMA, N_BEST_TEMPERATURE, pick_stop, probe_features
 from harness.scoring import recommend
 from reports.context import build_context
@@ -256,13 +256,13 @@ def test_the_schema_checks_and_error_bodies() -> None:
     assert _limited_errors([], CITY_SCHEMA, "$") == '$ is "[]", not of type object'
     assert _limited_errors({"city": "a", "country": "b"}, CITY_SCHEMA, "$") is None
     # FastAPI / pydantic extra="forbid": unsupported, naming the field
-    reply = Reply(422, {"detail": [{"loc": ["body", "response_format"], "msg": "Extra inputs are not permitted"}]}, "")
+    reply = ProbeReply(422, {"detail": [{"loc": ["body", "response_format"], "msg": "Extra inputs are not permitted"}]}, "")
     assert error_message(reply) == ("response_format: Extra inputs are not permitted", "response_format")
     assert http_verdict(reply, ("response_format",)).status is UNSUPPORTED
     # a 400 about a value of the probed field (its param) is unsupported; one about something else failed
-    assert http_verdict(Reply(400, {"error": {"message": "n must be between 1 and 1, got 2", "param": "n"}}, ""),
+    assert http_verdict(ProbeReply(400, {"error": {"message": "n must be between 1 and 1, got 2", "param": "n"}}, ""),
                         ("n",)).status is UNSUPPORTED
-    context = Reply(400, {"error": {"message": "maximum context length is 512 tokens", "param": "messages"}}, "")
+    context = ProbeReply(400, {"error": {"message": "maximum context length is 512 tokens", "param": "messages"}}, "")
     assert http_verdict(context, ()).status is FAILED
     assert pick_stop("1 2 3 4 5 6") == ("3", 4) and pick_stop("Hi") is None
 
@@ -391,13 +391,13 @@ def test_the_matrix_in_the_report_and_the_console(tmp_path: Path) -> None:
 
 
 def test_a_feature_that_needs_a_server_flag_is_unsupported_and_n_best_samples() -> None:
-    from harness.loadgen.feature_checks import Reply, http_verdict
+    from harness.loadgen.feature_checks import ProbeReply, http_verdict
     from results.schema import FeatureStatus
 
     # vLLM 0.32 started without a tool parser (a real message from this machine's run)
     body = {"object": "error", "message": 'tool_choice=function "get_weather" requires --tool-call-parser to be set'}
-    verdict = http_verdict(Reply(400, body, json.dumps(body), "application/json"), ("tools", "tool_choice"))
+    verdict = http_verdict(ProbeReply(400, body, json.dumps(body), "application/json"), ("tools", "tool_choice"))
     assert verdict.status is FeatureStatus.UNSUPPORTED
     other = {"object": "error", "message": "n must be 1 when using greedy sampling, got 2."}
-    assert http_verdict(Reply(400, other, json.dumps(other), "application/json"), ("n",)).status is FeatureStatus.FAILED
+    assert http_verdict(ProbeReply(400, other, json.dumps(other), "application/json"), ("n",)).status is FeatureStatus.FAILED
     assert N_BEST_TEMPERATURE > 0  # several choices of a greedy request are one choice repeated

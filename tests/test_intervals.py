@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.metrics import (
-    Interval,
+    ConfidenceInterval,
     bootstrap_ci,
     coefficient_of_variation,
     could_flip,
@@ -104,7 +104,7 @@ def test_percentile_statistics_point_is_numpy_percentile():
         bootstrap_ci(x, "max")
 
 
-def _engine(median_ms: float, seed: int, spread: float = 0.3, n: int = 200) -> Interval:
+def _engine(median_ms: float, seed: int, spread: float = 0.3, n: int = 200) -> ConfidenceInterval:
     rng = np.random.default_rng(seed)
     return bootstrap_ci(rng.lognormal(math.log(median_ms), spread, n), "median", seed=seed)
 
@@ -131,7 +131,7 @@ def test_three_engines_two_tied_one_separate():
 
 def test_tie_groups_compare_with_the_leader_not_a_chain():
     def iv(p, lo, hi):
-        return Interval(p, lo, hi, 10, 0.95, "bootstrap over requests", None)
+        return ConfidenceInterval(p, lo, hi, 10, 0.95, "bootstrap over requests", None)
 
     scores = {"x": iv(10.0, 9.0, 11.0), "y": iv(8.5, 7.5, 9.5), "z": iv(7.0, 6.0, 8.0)}
     # y overlaps x and z, z does not overlap x: z leads its own group

@@ -14,7 +14,7 @@ import results
 from harness.app.cli import app
 from harness.loadgen.nullserver import null_server
 from results.export import META_VERSION, arrow_schema
-from results.schema import SCHEMA_VERSION, RequestRecord
+from results.schema import SCHEMA_VERSION, Distribution, Goodput, Metrics, RequestRecord, metric_number, metric_value
 from results.store import read_records
 
 ARGS = ["--workload", "random", "--num-requests", "6", "--input-len", "8", "--output-len", "4",
@@ -80,3 +80,14 @@ def test_bench_results_export_writes_both_files_for_an_older_run(run_dir, tmp_pa
     stale = results.load_run(old)
     (old / "requests.jsonl").write_text((old / "requests.jsonl").read_text())  # newer than the parquet now
     assert len(stale.requests) == 14  # built from the records, not the older parquet
+
+
+def test_a_metric_is_read_by_its_dotted_path() -> None:
+    m = Metrics(ttft_ms=Distribution(p99=12.5), output_throughput=40, total_output_tokens=7, rate_valid=True,
+                goodput=Goodput(request_goodput=None))
+    assert metric_value(m, "ttft_ms.p99") == 12.5 and metric_value(m, "ttft_ms") == Distribution(p99=12.5)
+    assert metric_value(m, "ttft_ms.p50") is None  # a statistic not formed
+    assert metric_value(m, "goodput.request_goodput") is None and metric_value(m, "sessions.completed") is None
+    assert metric_value(m, "no_such.path") is None
+    assert metric_number(m, "output_throughput") == 40.0 and isinstance(metric_number(m, "total_output_tokens"), float)
+    assert metric_number(m, "rate_valid") is None and metric_number(m, "ttft_ms") is None  # a bool, a model

@@ -86,9 +86,10 @@ def _limited_errors(value: Any, schema: dict[str, Any], path: str) -> str | None
 
 
 @dataclass
-class Reply:
-    """One HTTP answer: ``status``, ``body`` (the parsed JSON, None when it is not JSON), ``text``
-    (the raw body) and ``content_type``."""
+class ProbeReply:
+    """One HTTP answer to a feature probe's request (not a turn's reply, ``workloads.base.Reply``):
+    ``status``, ``body`` (the parsed JSON, None when it is not JSON), ``text`` (the raw body) and
+    ``content_type``."""
 
     status: int
     body: Any
@@ -96,7 +97,7 @@ class Reply:
     content_type: str = ""
 
 
-def error_message(reply: Reply) -> tuple[str, str | None]:
+def error_message(reply: ProbeReply) -> tuple[str, str | None]:
     """(the server's one-line message, the OpenAI error's ``param`` or a pydantic error's field)
     from an error body: OpenAI's ``{"error": {"message", "param"}}``, FastAPI's ``{"detail"}``
     (a string, or a list of ``{"loc", "msg"}``), ``{"message"}``, else the raw text."""
@@ -120,7 +121,7 @@ def error_message(reply: Reply) -> tuple[str, str | None]:
     return " ".join(text.split())[:300], str(param) if param is not None else None
 
 
-def http_verdict(reply: Reply, fields: tuple[str, ...]) -> Verdict:
+def http_verdict(reply: ProbeReply, fields: tuple[str, ...]) -> Verdict:
     """A non-200 answer as a verdict: ``unsupported`` for a 4xx whose message says the field is
     not supported or whose ``param`` is one of ``fields``, else ``failed``."""
     message, param = error_message(reply)

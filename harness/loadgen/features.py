@@ -47,7 +47,7 @@ import aiohttp
 from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus
 
 from harness.loadgen.client import EndpointTarget, new_session
-from harness.loadgen.feature_checks import Reply, Verdict, failed, http_verdict, quote, schema_errors
+from harness.loadgen.feature_checks import ProbeReply, Verdict, failed, http_verdict, quote, schema_errors
 
 PROBE_TIMEOUT_CAP_S = 60.0  # a probe request never waits longer (s), whatever --request-timeout says
 CONTEXT_TIMEOUT_CAP_S = 180.0  # the max-context request's cap (s): a cold 4,048-token prefill took our own
@@ -79,7 +79,7 @@ class Prober:
     def __init__(self, session: aiohttp.ClientSession, target: EndpointTarget, timeout_s: float) -> None:
         self.session, self.target, self.timeout_s = session, target, timeout_s
 
-    async def post(self, body: dict[str, Any]) -> Reply:
+    async def post(self, body: dict[str, Any]) -> ProbeReply:
         """``POST /v1/chat/completions`` with ``body`` plus the model, ``temperature`` 0 and
         ``stream`` false."""
         url = f"{self.target.base_url.rstrip('/')}/v1/chat/completions"
@@ -92,9 +92,9 @@ class Prober:
                 parsed = json.loads(text)
             except ValueError:
                 parsed = None
-            return Reply(resp.status, parsed, text, resp.content_type)
+            return ProbeReply(resp.status, parsed, text, resp.content_type)
 
-    async def choices(self, body: dict[str, Any], fields: tuple[str, ...]) -> tuple[list[dict[str, Any]], Reply]:
+    async def choices(self, body: dict[str, Any], fields: tuple[str, ...]) -> tuple[list[dict[str, Any]], ProbeReply]:
         """The reply's ``choices`` (each a dict); raises the verdict of an error status or a
         reply that is not a chat completion."""
         reply = await self.post(body)

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
-from results.schema import ClientWorker, RequestRecord
+from results.schema import ClientWorker, ClientWorkers, RequestRecord
 from workloads.base import RequestSpec, Session, Workload
 
 from harness.loadgen.client import EndpointTarget
@@ -109,7 +109,7 @@ class _Worker:
     closed: bool = False
 
 
-class ClientWorkers:
+class WorkerPool:
     """Measures one engine with ``workers`` client processes, in place of :meth:`Runner.measure`.
 
     ``runner``: the driver's runner (its target, engine, options, ``on_record``, ``on_progress``
@@ -358,18 +358,17 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def client_measurer(runner: Runner, workers: int, manifest: Any, save: Any) -> Runner | ClientWorkers:
-    """What measures a phase: ``runner`` itself for one worker, else :class:`ClientWorkers`
+def client_measurer(runner: Runner, workers: int, manifest: Any, save: Any) -> Runner | WorkerPool:
+    """What measures a phase: ``runner`` itself for one worker, else a :class:`WorkerPool`
     whose processes are recorded in ``manifest.client_workers`` (``results.schema.ClientWorkers``:
     ``count`` for the validity gate, one entry per process and phase) and saved with ``save()``
     once the phase ends, interrupted or not."""
     if workers == 1:
         return runner
-    from results.schema import ClientWorkers as Recorded
 
     def record(info: list[ClientWorker]) -> None:
-        manifest.client_workers = manifest.client_workers or Recorded(count=workers)
+        manifest.client_workers = manifest.client_workers or ClientWorkers(count=workers)
         manifest.client_workers.workers.extend(info)
         save()
 
-    return ClientWorkers(runner, workers, on_info=record)
+    return WorkerPool(runner, workers, on_info=record)

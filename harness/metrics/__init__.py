@@ -39,7 +39,7 @@ from .stats import PERCENTILES, STAT_KEYS, distribution, error_adjusted_distribu
 from .summary import (RATE_TOLERANCE, SHORTFALL_TOLERANCE, completion_rate, compute_metrics, output_shortfall,
                       peak_output_throughput, per_turn_metrics, session_metrics, token_drift)
 from .intervals import (  # noqa: F401  (issue 12: repeats and intervals)
-    Interval,
+    ConfidenceInterval,
     bootstrap_ci,
     coefficient_of_variation,
     could_flip,
@@ -49,6 +49,10 @@ from .intervals import (  # noqa: F401  (issue 12: repeats and intervals)
     rank_with_ties,
     two_stage_bootstrap_ci,
 )
+
+Interval = ConfidenceInterval
+"""The old name of :class:`ConfidenceInterval`, kept only while ``harness.scoring.ties`` imports it
+(``results.schema.Interval`` is the stored artefact, a different class): delete once nothing does."""
 
 __all__ = [
     "NS_PER_MS",

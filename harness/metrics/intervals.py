@@ -1,6 +1,6 @@
 """Confidence intervals for headline metrics and ties in a ranking (issue 12, "repeats and intervals").
 
-Pure functions over numbers (any unit; an :class:`Interval` is in the unit of its input, e.g. ms
+Pure functions over numbers (any unit; a :class:`ConfidenceInterval` is in the unit of its input, e.g. ms
 for latencies, req/s for rates). Statistics: ``median``, ``mean`` and percentiles ``pNN`` /
 ``pNN_N`` (``p99_9`` = p99.9), all with numpy's ``linear`` method like :mod:`.stats`.
 
@@ -42,8 +42,9 @@ _MAX_ELEMS = 4_000_000  # values per resampling chunk (32 MB of float64)
 
 
 @dataclass(frozen=True)
-class Interval:
-    """A statistic with its confidence interval, in the unit of the input values.
+class ConfidenceInterval:
+    """A statistic with its confidence interval, in the unit of the input values: what the
+    functions here compute (a run stores it as ``results.schema.Interval``, from :meth:`as_dict`).
 
     ``point``: the statistic on the full sample (pooled requests for the two-stage method;
     median of the values for a bootstrap over per-repeat numbers). ``low``/``high``: the
@@ -146,7 +147,7 @@ def bootstrap_ci(
     n_resamples: int = 2000,
     seed: int = 0,
     basis: str = "requests",
-) -> Interval:
+) -> ConfidenceInterval:
     """Percentile-bootstrap interval of ``stat`` over a 1-D sample (E&T ch. 13).
 
     ``values`` in any unit (the result is in the same unit); ``basis`` labels what one value is
@@ -160,7 +161,7 @@ def bootstrap_ci(
     n = arr.size
     point = _point(arr, q)
     if n == 1:
-        return Interval(point, point, point, 1, confidence, f"single {basis[:-1]}: no interval", None, basis)
+        return ConfidenceInterval(point, point, point, 1, confidence, f"single {basis[:-1]}: no interval", None, basis)
     rng = np.random.default_rng(seed)
     boot = np.empty(n_resamples)
     rows = max(1, _MAX_ELEMS // n)
@@ -168,12 +169,13 @@ def bootstrap_ci(
         b = min(rows, n_resamples - start)
         boot[start : start + b] = _rows_stat(arr[rng.integers(0, n, size=(b, n))], q)
     low, high = _percentile_bounds(boot, confidence)
-    return Interval(point, low, high, n, confidence, f"bootstrap over {basis}", coefficient_of_variation(arr), basis)
+    return ConfidenceInterval(point, low, high, n, confidence, f"bootstrap over {basis}", coefficient_of_variation(arr),
+                              basis)
 
 
 def median_ci_over_repeats(
     per_repeat_values: Sequence[float], confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
-) -> Interval:
+) -> ConfidenceInterval:
     """Bootstrap interval of the median of per-repeat numbers (one number per repeat, any unit).
 
     For repeat-level quantities without a per-request distribution (throughput, goodput, found
@@ -191,7 +193,7 @@ def two_stage_bootstrap_ci(
     confidence: float = 0.95,
     n_resamples: int = 2000,
     seed: int = 0,
-) -> Interval:
+) -> ConfidenceInterval:
     """Two-stage bootstrap (D&H §3.8): repeats with replacement, then requests within each.
 
     ``requests_by_repeat``: one list of per-request values per repeat (any unit, ≥ 2 repeats,
@@ -224,7 +226,7 @@ def two_stage_bootstrap_ci(
     low, high_ = _percentile_bounds(boot, confidence)
     cv = coefficient_of_variation([_point(g, q) for g in groups])
     method = "bootstrap over repeats (two-stage: repeats, then requests within each)"
-    return Interval(_point(pooled, q), low, high_, k, confidence, method, cv, "repeats")
+    return ConfidenceInterval(_point(pooled, q), low, high_, k, confidence, method, cv, "repeats")
 
 
 def _grouped(values: Sequence[Any]) -> list[Sequence[float]] | None:
@@ -243,7 +245,7 @@ def headline_interval(
     confidence: float = 0.95,
     n_resamples: int = 2000,
     seed: int = 0,
-) -> Interval:
+) -> ConfidenceInterval:
     """The interval for one headline metric, choosing the basis; ``method`` states which.
 
     ``per_request_values``: the requests' values (ms, ...), flat or one list per repeat.
@@ -266,17 +268,17 @@ def headline_interval(
     return bootstrap_ci(flat, stat, confidence, n_resamples, seed, basis="requests")  # type: ignore[arg-type]
 
 
-def intervals_overlap(a: Interval, b: Interval) -> bool:
+def intervals_overlap(a: ConfidenceInterval, b: ConfidenceInterval) -> bool:
     """True when the closed intervals [a.low, a.high] and [b.low, b.high] share a point."""
     return a.low <= b.high and b.low <= a.high
 
 
-def could_flip(winner: Interval, runner_up: Interval) -> bool:
+def could_flip(winner: ConfidenceInterval, runner_up: ConfidenceInterval) -> bool:
     """True when measured noise could reverse the order of the two: their intervals overlap."""
     return intervals_overlap(winner, runner_up)
 
 
-def rank_with_ties(scores: dict[str, Interval], higher_is_better: bool = True) -> list[list[str]]:
+def rank_with_ties(scores: dict[str, ConfidenceInterval], higher_is_better: bool = True) -> list[list[str]]:
     """Engines in rank order, grouped into ties.
 
     Sort by ``point`` (best first; equal points by name). Walk the list: an engine joins the

@@ -19,9 +19,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from results.schema import Interval, Metrics, RequestRecord
+from results.schema import Interval, Metrics, RequestRecord, metric_number
 
-from .intervals import Interval as IntervalStat
+from .intervals import ConfidenceInterval
 from .intervals import bootstrap_ci, headline_interval, median_ci_over_repeats
 from .request import e2el_ms, tpot_ms, ttft_ms
 from .slo import SLO, meets_slos
@@ -89,7 +89,7 @@ def pooled_metrics(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
     return pooled.model_copy(update=update)
 
 
-def _honest(ci: IntervalStat) -> IntervalStat:
+def _honest(ci: ConfidenceInterval) -> ConfidenceInterval:
     """An interval over per-repeat numbers, labelled with the coverage it really has for few
     repeats: a bootstrap over 2 values is their range, which holds the median with probability
     1 - 2 × 0.5² = 0.5, not 0.95 (for n values the range holds it with 1 - 2 × 0.5ⁿ: 0.75 for 3,
@@ -100,15 +100,6 @@ def _honest(ci: IntervalStat) -> IntervalStat:
     return replace(ci, confidence=min(ci.confidence, coverage),
                    method=f"{ci.method}; with {ci.n} repeats about the range, which holds the median "
                           f"with probability {coverage:.0%}, not {ci.confidence:.0%}")
-
-
-def _rate_value(metrics: Metrics, key: str) -> float | None:
-    node: object = metrics
-    for part in key.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return None
-    return float(node) if isinstance(node, (int, float)) else None
 
 
 def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestRecord],
@@ -129,7 +120,7 @@ def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestReco
         ci = headline_interval(None, values if len(values) >= 2 else values[0], stat, n_resamples=RESAMPLES, seed=seed)
         out[key] = Interval(**ci.as_dict())
     for key in RATE_HEADLINES:
-        per_repeat = [v for m in repeats if (v := _rate_value(m, key)) is not None]
+        per_repeat = [v for m in repeats if (v := metric_number(m, key)) is not None]
         if len(per_repeat) >= 2:
             ci = _honest(median_ci_over_repeats(per_repeat, n_resamples=RESAMPLES, seed=seed))
         elif per_repeat:

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.loadgen.client import EndpointTarget  # noqa: E402
 from harness.loadgen.runner import Runner, RunnerOptions  # noqa: E402
-from harness.loadgen.workers import ClientWorkers  # noqa: E402
+from harness.loadgen.workers import WorkerPool  # noqa: E402
 from workloads.base import RequestSpec, SingleRequestSession, Workload  # noqa: E402
 
 
@@ -21,7 +21,7 @@ async def main(url: str) -> None:
     sessions = [SingleRequestSession(RequestSpec(f"r{i}", max_tokens=40, prompt="x"), i / 4) for i in range(60)]
     stored: list = []
     runner = Runner(EndpointTarget(url, "null"), "null", "t", stored.append, None, RunnerOptions())
-    workers = ClientWorkers(runner, 2)
+    workers = WorkerPool(runner, 2)
 
     async def announce() -> None:
         while len({r.worker for r in stored}) < 2:

@@ -1,0 +1,88 @@
+"""Versioned result schema: the typed artefacts of a run folder.
+
+One :class:`RequestRecord` per request (``requests.jsonl``), the :class:`RunSummary`
+(``summary.json``: one :class:`EngineResult` per engine, each with its :class:`Metrics`) and the
+:class:`Manifest` (``manifest.json``). The recommendation's models live in
+``results.recommendation``. Stages hand these models to each other; nobody digs through dicts.
+
+One module per artefact family, every name re-exported here (``from results.schema import X``):
+
+- ``base``: :class:`Artefact` (the base of every stored model), :data:`SCHEMA_VERSION`
+- ``records``: :class:`RequestRecord`, :data:`INCOMPLETE`, :data:`WINDOW_PHASES`
+- ``metrics``: :class:`Metrics` and its parts (:class:`Distribution`, :class:`Goodput`, ...),
+  :class:`Interval`; :func:`metric_value` / :func:`metric_number` read a metric by its dotted path
+- ``parity``: :class:`EffectiveSettings`, :class:`ParityAudit` and its rows and flags
+- ``engine``: :class:`EngineResult`, :class:`EngineStatus`, :class:`SkipCause`,
+  :class:`FeatureProbe`, :class:`ResourceUse`, :class:`Cost`
+- ``summary``: :class:`RunSummary`, :class:`Equivalence`
+- ``manifest``: :class:`Manifest`, :class:`ModelSummary`, :class:`Validity`,
+  :class:`ClientWorkers`, :class:`ImportProvenance`
+- ``search``: :class:`SearchSummary` (``search.json``), :class:`LoadProbe`, :class:`SearchProbe`,
+  :class:`EngineSearch`, :class:`CapacityRecommendation`
+- ``timeline``: :class:`Timeline`
+
+All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
+them (nanoseconds, monotonic, arbitrary epoch): only differences are meaningful. The
+metric module (``harness.metrics``) is the single place that turns records into
+milliseconds and rates; nothing here computes a metric.
+
+Bump :data:`SCHEMA_VERSION` whenever a field changes meaning or is removed; adding an
+optional field keeps the version (old runs still load, the field reads as its default).
+"""
+
+from .base import READABLE_MAJOR_VERSIONS, SCHEMA_VERSION, Artefact
+from .engine import (
+    FEATURE_PROBES,
+    Cost,
+    EngineResult,
+    EngineStatus,
+    FeatureProbe,
+    FeatureStatus,
+    ResourceUse,
+    SkipCause,
+)
+from .manifest import ClientWorker, ClientWorkers, ImportProvenance, Manifest, ModelSummary, Validity
+from .metrics import (
+    MAX_SAMPLES,
+    Distribution,
+    ErrorAdjusted,
+    Goodput,
+    Interval,
+    Metrics,
+    OutputShortfall,
+    RunWindow,
+    Samples,
+    SessionMetrics,
+    TokenDrift,
+    TurnMetrics,
+    metric_number,
+    metric_value,
+)
+from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
+from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
+from .search import (
+    SEARCH_FILE,
+    CapacityRank,
+    CapacityRecommendation,
+    EngineSearch,
+    LoadProbe,
+    SearchProbe,
+    SearchSummary,
+)
+from .summary import Equivalence, EquivalenceResult, RunSummary
+from .timeline import Timeline
+
+__all__ = [
+    "Artefact", "SCHEMA_VERSION", "READABLE_MAJOR_VERSIONS",
+    "RequestRecord", "INCOMPLETE", "WINDOW_PHASES",
+    "Distribution", "ErrorAdjusted", "TokenDrift", "SessionMetrics", "TurnMetrics", "Goodput", "Samples",
+    "MAX_SAMPLES", "OutputShortfall", "RunWindow", "Metrics", "Interval", "metric_value", "metric_number",
+    "EFFECTIVE_FIELDS", "FLAG_SOURCE", "EffectiveSettings", "ParityFlag", "ParityRow", "ParityStrict", "ParityAudit",
+    "EngineStatus", "SkipCause", "FEATURE_PROBES", "FeatureStatus", "FeatureProbe", "ResourceUse", "Cost",
+    "EngineResult",
+    "EquivalenceResult", "Equivalence", "RunSummary",
+    "ModelSummary", "Validity", "ImportProvenance", "ClientWorker", "ClientWorkers", "Manifest",
+    "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
+    "SearchSummary",
+    "Timeline",
+]
