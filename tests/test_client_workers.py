@@ -158,17 +158,22 @@ def test_interrupting_or_killing_the_driver_leaves_no_worker(url, sig):
         assert 2 <= stored < 60
 
 
-def test_a_cap_is_split_and_the_recorder_keeps_count_and_workers(url):
+def test_a_cap_is_split_and_the_recorder_keeps_count_and_workers(url, tmp_path):
+    from results.store import RunWriter
+
     assert split_cap(None, 3) == [None, None, None]
     assert split_cap(7, 3) == [3, 2, 2]
     with pytest.raises(ValueError, match="smaller than --client-workers 3"):
         split_cap(2, 3)
-    manifest, saved = Manifest(), []
+    writer = RunWriter(tmp_path / "run", "run", "t")  # the run's sink records the workers in its manifest
+    saved: list[int] = []
     runner = Runner(EndpointTarget(url, "null"), "null", "t", lambda r: None, None, RunnerOptions())
-    assert client_measurer(runner, 1, manifest, lambda: saved.append(1)) is runner
-    driver = client_measurer(runner, 2, manifest, lambda: saved.append(1))
+    assert client_measurer(runner, 1, lambda n, info: saved.append(n)) is runner
+    driver = client_measurer(runner, 2, lambda n, info: (saved.append(n), writer.add_client_workers(n, info)))
     asyncio.run(driver.measure(Workload("t", schedule(4, 100.0), spec={})))
-    assert saved == [1] and manifest.client_workers.count == 2
+    manifest = Manifest.model_validate_json((tmp_path / "run" / "manifest.json").read_text())  # written at once
+    writer.close()
+    assert saved == [2] and manifest.client_workers.count == 2
     assert [w.index for w in manifest.client_workers.workers] == [0, 1]
     back = Manifest.model_validate_json(manifest.model_dump_json())
     assert back.client_workers == manifest.client_workers

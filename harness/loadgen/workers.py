@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
-from results.schema import ClientWorker, ClientWorkers, RequestRecord
+from results.schema import ClientWorker, RequestRecord
 from workloads.base import RequestSpec, Session, Workload
 
 from harness.loadgen.client import EndpointTarget
@@ -114,7 +114,7 @@ class WorkerPool:
 
     ``runner``: the driver's runner (its target, engine, options, ``on_record``, ``on_progress``
     and tokenizer; records returned land in ``runner.records`` and their texts where
-    :meth:`Runner.retokenize` finds them). After :meth:`measure`, ``info`` holds one
+    :meth:`Runner.recount` finds them). After :meth:`measure`, ``info`` holds one
     :class:`ClientWorker` per process for the manifest, also handed to ``on_info``.
     """
 
@@ -358,17 +358,12 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def client_measurer(runner: Runner, workers: int, manifest: Any, save: Any) -> Runner | WorkerPool:
+def client_measurer(runner: Runner, workers: int,
+                    on_info: Callable[[int, list[ClientWorker]], None]) -> Runner | WorkerPool:
     """What measures a phase: ``runner`` itself for one worker, else a :class:`WorkerPool`
-    whose processes are recorded in ``manifest.client_workers`` (``results.schema.ClientWorkers``:
-    ``count`` for the validity gate, one entry per process and phase) and saved with ``save()``
-    once the phase ends, interrupted or not."""
+    whose processes are handed to ``on_info(workers, info)`` once the phase ends, interrupted or
+    not (the run's sink records them in the manifest's ``client_workers``: ``count`` for the
+    validity gate, one entry per process and phase)."""
     if workers == 1:
         return runner
-
-    def record(info: list[ClientWorker]) -> None:
-        manifest.client_workers = manifest.client_workers or ClientWorkers(count=workers)
-        manifest.client_workers.workers.extend(info)
-        save()
-
-    return WorkerPool(runner, workers, on_info=record)
+    return WorkerPool(runner, workers, on_info=lambda info: on_info(workers, info))

@@ -16,10 +16,12 @@ the records (each carrying its ``repeat``) and the :class:`Condition` they were 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from results.schema import WINDOW_PHASES, Interval, Metrics, RequestRecord
+from results.schema import WINDOW_PHASES, Interval, MeasuredCondition, Metrics, RequestRecord
 from workloads.base import RunTiming
 
 from .repeats import headline_intervals, pooled_metrics
@@ -42,6 +44,22 @@ class Condition:
     planned_turns: Mapping[str, int] | None = None
     timing: RunTiming | None = None
     seed: int = 0
+
+    def facts(self) -> MeasuredCondition:
+        """The stored form (``manifest.json``'s ``condition``), without the SLOs and seed the
+        manifest keeps elsewhere; infinite rates are stored as None."""
+        def finite(rate: float | None) -> float | None:
+            return rate if rate is not None and math.isfinite(rate) else None
+
+        return MeasuredCondition(offered_rate=finite(self.offered_rate), requested_rate=finite(self.requested_rate),
+                                 planned_turns=dict(self.planned_turns) if self.planned_turns is not None else None,
+                                 timing=dataclasses.asdict(self.timing) if self.timing is not None else None)
+
+    @classmethod
+    def from_facts(cls, facts: MeasuredCondition, slos: Sequence[SLO] = (), seed: int = 0) -> "Condition":
+        """The condition a manifest stored (:meth:`facts`), judged by ``slos``."""
+        return cls(tuple(slos), facts.offered_rate, facts.requested_rate, facts.planned_turns,
+                   RunTiming(**facts.timing) if facts.timing else None, seed)
 
 
 @dataclass

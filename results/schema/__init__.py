@@ -16,7 +16,7 @@ One module per artefact family, every name re-exported here (``from results.sche
   :class:`FeatureProbe`, :class:`ResourceUse`, :class:`Cost`
 - ``summary``: :class:`RunSummary`, :class:`Equivalence`
 - ``manifest``: :class:`Manifest`, :class:`ModelSummary`, :class:`Validity`,
-  :class:`ClientWorkers`, :class:`ImportProvenance`
+  :class:`ClientWorkers`, :class:`ImportProvenance`, :class:`MeasuredCondition`
 - ``search``: :class:`SearchSummary` (``search.json``), :class:`LoadProbe`, :class:`SearchProbe`,
   :class:`EngineSearch`, :class:`CapacityRecommendation`
 - ``timeline``: :class:`Timeline`
@@ -41,7 +41,7 @@ from .engine import (
     ResourceUse,
     SkipCause,
 )
-from .manifest import ClientWorker, ClientWorkers, ImportProvenance, Manifest, ModelSummary, Validity
+from .manifest import ClientWorker, ClientWorkers, ImportProvenance, Manifest, MeasuredCondition, ModelSummary, Validity
 from .metrics import (
     MAX_SAMPLES,
     Distribution,
@@ -81,7 +81,7 @@ __all__ = [
     "EngineStatus", "SkipCause", "FEATURE_PROBES", "FeatureStatus", "FeatureProbe", "ResourceUse", "Cost",
     "EngineResult",
     "EquivalenceResult", "Equivalence", "RunSummary",
-    "ModelSummary", "Validity", "ImportProvenance", "ClientWorker", "ClientWorkers", "Manifest",
+    "ModelSummary", "Validity", "ImportProvenance", "ClientWorker", "ClientWorkers", "Manifest", "MeasuredCondition",
     "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
     "SearchSummary",
     "Timeline",

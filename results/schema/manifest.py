@@ -116,6 +116,21 @@ class ClientWorkers(Artefact):
     workers: list[ClientWorker] = Field(default_factory=list)
 
 
+class MeasuredCondition(Artefact):
+    """What a run's measured requests were offered: the inputs every summary of them needs
+    (``harness.metrics.summarise.Condition``), kept so a killed run is summarised later with the
+    same ones. ``offered_rate`` / ``requested_rate`` in requests/s (sessions/s for agentic; None
+    = no open-loop target); ``planned_turns``: requests each session sends when every turn
+    succeeds, by session id; ``timing``: a duration run's clock in s (``duration_s``,
+    ``drain_timeout_s``, ``warmup_window_s``, ``cooldown_window_s``, ``start_offset_s``; None for
+    a count-based run)."""
+
+    offered_rate: float | None = None
+    requested_rate: float | None = None
+    planned_turns: dict[str, int] | None = None
+    timing: dict[str, float] | None = None
+
+
 class Manifest(Artefact):
     """``manifest.json``: everything needed to reproduce and judge a run. Every field is
     optional so partial and old runs load; ``engines`` holds each engine's effective
@@ -135,6 +150,7 @@ class Manifest(Artefact):
     model: ModelSummary | None = None
     workload: dict[str, Any] | None = None  # the workload spec, seed and scale included
     workload_stats: dict[str, Any] | None = None
+    condition: MeasuredCondition | None = None  # the summary's inputs (None: a run from before it was kept)
     seed: int | None = None
     slos: dict[str, float] = Field(default_factory=dict)
     threads: dict[str, int] = Field(default_factory=dict)

@@ -41,6 +41,7 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     report prints every workload field). Credentials in URLs of the command line are masked
     (``http://user:***@host``)."""
     import harness.metrics as metrics_module
+    from harness.app.core.measure import condition_of
 
     from adapters.openai_adapter import redact_credentials
     from harness.app.core.model import model_summary
@@ -56,7 +57,8 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     manifest.workload = {**workload.spec, **({"token_counts": token_note} if token_note else {})}
     rates = {key: rate for key in ("offered_rate", "requested_rate")
              if (rate := getattr(workload, key, None)) is not None and math.isfinite(rate)}
-    manifest.workload_stats = {**workload.stats, **rates}  # the rates let a killed run be summarised later
+    manifest.workload_stats = {**workload.stats, **rates}
+    manifest.condition = condition_of(workload).facts()  # a killed run is summarised later with the same inputs
     manifest.seed = workload.spec.get("seed", seed)
     manifest.slos = {s.key: s.threshold_ms for s in slos}
     manifest.threads = {"engine": threads, "client": 1}

@@ -39,7 +39,7 @@ from workloads.base import Workload
 
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.runner import Runner, RunnerOptions
-from harness.loadgen.workers import ClientWorkers
+from harness.loadgen.workers import client_measurer
 from harness.metrics import SLO
 from harness.metrics.summarise import Condition, counted, repeat_metrics
 
@@ -110,8 +110,7 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
     runner = Runner(target_of(endpoint, options.ignore_eos), engine, workload.name, stamped, tokenizer,
                     RunnerOptions(options.max_concurrency, options.request_timeout_s, repeat=repeat),
                     on_progress=on_progress)
-    n = options.client_workers
-    measurer: Any = runner if n == 1 else ClientWorkers(runner, n, on_info=lambda info: sink.add_client_workers(n, info))
+    measurer = client_measurer(runner, options.client_workers, sink.add_client_workers)
     before = scrape(endpoint.metrics_url)  # the engine's counters then count the measured phase only
     t0 = time.monotonic()
     try:

@@ -1,7 +1,7 @@
 """A :class:`ParsedImport` → a run folder in our schema (``summary.json``, ``manifest.json`` with
 ``imported_from``, ``requests.jsonl`` when the file had per-request data, Parquet and CSV).
 
-Metrics are :func:`harness.metrics.compute_metrics` over the rebuilt records (our definitions),
+Metrics are the one summary (:func:`harness.metrics.summarise.summarise`) of the rebuilt records (our definitions),
 then each metric the tool's file cannot give per request is replaced by the tool's own value
 (``copied``) or left empty (``blank``); every headline metric's provenance is recorded in
 :class:`results.schema.ImportProvenance`.
@@ -17,7 +17,7 @@ from typing import Any
 
 from harness import __version__
 from harness.metrics import compute_metrics
-from harness.metrics.repeats import headline_intervals
+from harness.metrics.summarise import Condition, counted, summarise
 from results.schema import EngineResult, EngineStatus, ImportProvenance, Metrics
 from results.store import RunWriter
 
@@ -32,9 +32,12 @@ def imported_metrics(parsed: ParsedImport) -> tuple[Metrics, dict[str, Any]]:
     """Our metrics of the import and their intervals: recomputed from the records, then the tool's
     ``copied`` values put in and the ``blank`` ones emptied (their intervals dropped)."""
     records = parsed.records
-    metrics = compute_metrics(records, offered_rate=parsed.offered_rate)
     ok = [r for r in records if r.phase == "measured" and r.success]
-    intervals = dict(headline_intervals([metrics], [r for r in records if r.phase == "measured"])) if ok else {}
+    if any(counted(r) for r in records):  # the one summary, as for a measured run (one repeat: the file's)
+        summary = summarise(records, Condition(offered_rate=parsed.offered_rate), intervals=bool(ok))
+        metrics, intervals = summary.pooled, dict(summary.intervals)
+    else:  # a summary-only file: the tool's copied numbers fill an empty Metrics
+        metrics, intervals = compute_metrics(records, offered_rate=parsed.offered_rate), {}
     update: dict[str, Any] = {}
     for name in parsed.blank:
         update[name] = Metrics.model_fields[name].get_default(call_default_factory=True)

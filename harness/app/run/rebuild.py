@@ -4,8 +4,8 @@
 written when an engine's turn ends. A harness killed by SIGKILL or the OOM killer therefore
 leaves records that no summary describes: all of them when it died during the first engine, or
 the engine in progress otherwise. This module computes those engines' metrics from the records
-with the same functions a live run uses (``harness.metrics``: each repeat's metrics, pooled over
-the repeats), and stores them as ``failed`` with the reason "killed while measured", so they are
+with the one summary a live run uses (:func:`harness.metrics.summarise.summarise`: each repeat's
+metrics, pooled over the repeats, under the condition the manifest recorded), and stores them as ``failed`` with the reason "killed while measured", so they are
 shown and reported but never ranked (a partial measurement is not a measurement of the
 condition). Engines the summary already holds are left as they are.
 
@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from results.schema import EngineResult, EngineStatus, Metrics, RequestRecord, RunSummary
+from results.schema import EngineResult, EngineStatus, RequestRecord, RunSummary
 from results.store import (
     MANIFEST_FILE,
     REQUESTS_FILE,
@@ -33,8 +33,8 @@ from results.store import (
     write_model_atomic,
 )
 
-from harness.metrics import compute_metrics, parse_slos
-from harness.metrics.repeats import pooled_metrics
+from harness.metrics import parse_slos
+from harness.metrics.summarise import Condition, summarise
 
 KILLED = "the run was killed while this engine was measured (no summary was written); summarised afterwards " \
          "from its {n} stored measured requests"
@@ -69,35 +69,35 @@ def rebuild(run_dir: Path | str) -> tuple[RunSummary, list[str]]:
         run, records = None, read_records(run_dir / REQUESTS_FILE)
         summary = RunSummary(run_id=run_dir.name, workload=_workload_name(run_dir, records))
     slos = parse_slos(",".join(f"{k}={v}" for k, v in summary.slos.items())) if summary.slos else []
-    offered, requested = _rates(run)
+    condition = _condition(run, slos)
     names = unsummarised_engines(run_dir, summary, records)
     for name in names:
         measured = [r for r in records if r.engine == name and r.phase == "measured"]
-        summary.engines[name] = _killed_result(measured, slos, offered, requested)
+        summary.engines[name] = _killed_result(measured, condition)
     if names or not (run_dir / SUMMARY_FILE).is_file():
         write_model_atomic(run_dir / SUMMARY_FILE, summary)
     return summary, names
 
 
-def _killed_result(measured: list[RequestRecord], slos, offered: float | None, requested: float | None) -> EngineResult:
-    """A failed entry with metrics per repeat and pooled (the live run's functions)."""
-    by_repeat: dict[int, list[RequestRecord]] = {}
-    for record in measured:
-        by_repeat.setdefault(record.repeat, []).append(record)
-    repeats: list[Metrics] = [compute_metrics(by_repeat[i], slos, offered, requested) for i in sorted(by_repeat)]
-    metrics = pooled_metrics(repeats, measured, slos, offered, requested)
-    return EngineResult(status=EngineStatus.FAILED, reason=KILLED.format(n=len(measured)), metrics=metrics,
-                        repeats=repeats if len(repeats) > 1 else [])
+def _killed_result(measured: list[RequestRecord], condition: Condition) -> EngineResult:
+    """A failed entry with metrics per repeat and pooled (the one summary a live run uses)."""
+    summary = summarise(measured, condition, intervals=False)
+    return EngineResult(status=EngineStatus.FAILED, reason=KILLED.format(n=len(measured)), metrics=summary.pooled,
+                        repeats=summary.repeats if len(summary.repeats) > 1 else [])
 
 
-def _rates(run: Run | None) -> tuple[float | None, float | None]:
-    """The offered and requested rates the manifest recorded (None when not: the achieved rate
-    is then not checked against one)."""
-    stats = (run.manifest.workload_stats or {}) if run is not None else {}
+def _condition(run: Run | None, slos: list) -> Condition:
+    """The condition the manifest recorded; for a run from before it was kept, its offered and
+    requested rates (None when not recorded: the achieved rate is then not checked against one)."""
+    manifest = run.manifest if run is not None else None
+    if manifest is not None and manifest.condition is not None:
+        return Condition.from_facts(manifest.condition, slos)
+    stats = (manifest.workload_stats or {}) if manifest is not None else {}
+
     def number(key: str) -> float | None:
         value = stats.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-    return number("offered_rate"), number("requested_rate")
+    return Condition(tuple(slos), number("offered_rate"), number("requested_rate"))
 
 
 def _workload_name(run_dir: Path, records: list[RequestRecord]) -> str:
