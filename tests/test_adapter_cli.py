@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from harness.loadgen.equivalence import check_equivalence, token_agreement
+from harness.app.core.equivalence_check import check_equivalence
+from harness.loadgen.equivalence import token_agreement
 from adapters.server import LaunchPlan, ServerAdapter, thread_env
 from harness.app.cli.engines import app, engine_state
 

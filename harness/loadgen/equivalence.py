@@ -1,5 +1,6 @@
 """The greedy output-equivalence check: one prompt set, one definition, used by ``bench run``
-(after each engine's warm-up, summary ``equivalence``) and ``bench engines check``.
+(after each engine's warm-up, summary ``equivalence``) and ``bench engines check``
+(``harness.app.core.equivalence_check``, which starts the engines through the one launch path).
 
 Every engine serves the same model folder and answers the same fixed prompts with greedy
 decoding (``temperature=0``); the outputs are tokenized by the model's own tokenizer and
@@ -17,12 +18,11 @@ of identical outputs.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any, Sequence
 
 import aiohttp
 
-from adapters.base import EngineAdapter, EngineError, LaunchConfig
+from adapters.base import EngineError
 from results.schema import EquivalenceResult
 from workloads.base import RequestSpec
 
@@ -96,58 +96,7 @@ def compare_outputs(tokenizer: Any, reference: Sequence[str], outputs: Sequence[
     return summarize_agreements(prompt_agreements(tokenizer, reference, outputs))
 
 
-def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path,
-                      prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = 32, threads: int = 1,
-                      engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
-                      request_timeout_s: float = 300.0, console: Any = None) -> dict[str, Any]:
-    """Run ``prompts`` greedily on every adapter and compare tokens with the reference.
-
-    Returns ``{"reference": name | None, "prompts": [...], "max_tokens": n, "engines": {name:
-    {"status": "ok" | "skipped" | "failed", "reason": str | None, "display_name": str | None,
-    "outputs": [text], "per_prompt": [{"tokens", "prefix_tokens", "agreement"}],
-    "token_agreement": float | None, "exact_matches": int | None}}}``.
-    Engine failures are recorded, not raised. Raises ValueError for an empty prompt list or
-    ``max_tokens < 1``.
-    """
-    if not prompts:
-        raise ValueError("no prompts given: pass at least one prompt")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1 (got {max_tokens})")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    result: dict[str, Any] = {"reference": None, "prompts": list(prompts), "max_tokens": max_tokens, "engines": {}}
-    ref_outputs: list[str] | None = None
-    for adapter in adapters:
-        entry: dict[str, Any] = {"status": "skipped", "reason": None, "display_name": None, "outputs": [],
-                                 "per_prompt": [], "token_agreement": None, "exact_matches": None}
-        result["engines"][adapter.name] = entry
-        probe = adapter.probe()
-        if not probe.available:
-            entry["reason"] = probe.reason
-            continue
-        if console is not None:
-            console.print(f"checking {adapter.name} ...")
-        cfg = LaunchConfig(model_dir=Path(model_dir), run_dir=Path(run_dir), threads=threads,
-                           engine_args=(engine_args or {}).get(adapter.name, {}), startup_timeout_s=startup_timeout_s,
-                           probe=probe)  # probed once, just above
-        try:
-            with adapter.launch(cfg) as ep:
-                entry["display_name"] = ep.display_name
-                outputs = [asyncio.run(_complete(ep, p, max_tokens, request_timeout_s)) for p in prompts]
-        except (EngineError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as exc:
-            entry["status"] = "failed"
-            entry["reason"] = f"{type(exc).__name__}: {exc}"
-            continue
-        entry["status"] = "ok"
-        entry["outputs"] = outputs
-        if ref_outputs is None:
-            ref_outputs = outputs
-            result["reference"] = adapter.name
-        per = prompt_agreements(tokenizer, ref_outputs, outputs)
-        entry["per_prompt"] = [{"tokens": p["tokens"], "prefix_tokens": p["prefix_tokens"],
-                                "agreement": round(p["agreement"], 4)} for p in per]
-        summary = summarize_agreements(per)
-        entry["token_agreement"] = summary.token_agreement
-        entry["exact_matches"] = summary.exact_matches
-    return result
+def greedy_outputs(endpoint: Any, prompts: Sequence[str], max_tokens: int, timeout_s: float) -> list[str]:
+    """``endpoint``'s greedy completion of each prompt, one after another (non-streaming).
+    Raises EngineError on an HTTP error, aiohttp / timeout errors on a dead server."""
+    return [asyncio.run(_complete(endpoint, p, max_tokens, timeout_s)) for p in prompts]

@@ -137,7 +137,8 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
-    from harness.loadgen.equivalence import DEFAULT_PROMPTS, check_equivalence
+    from harness.app.core.equivalence_check import check_equivalence
+    from harness.loadgen.equivalence import DEFAULT_PROMPTS
     from harness.app.core.model import ModelError, resolve_model
     from harness.app.core.startup import remove_leftovers
 

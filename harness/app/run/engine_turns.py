@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from adapters.hardware import cost_per_million_tokens
 from adapters.resources import combine_repeats, with_output_tokens

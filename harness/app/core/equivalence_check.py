@@ -1,0 +1,79 @@
+"""``bench engines check``: the greedy output-equivalence check on its own, engine after engine.
+
+Each engine is planned and started through the one launch path (:func:`plan_engine`, the
+:class:`~harness.app.core.startup.EngineStarter` with one slot: started at its turn, stopped
+after it), answers the fixed prompts greedily (:func:`harness.loadgen.equivalence.greedy_outputs`)
+and is compared token by token with the first engine that answered
+(:func:`harness.loadgen.equivalence.prompt_agreements`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Sequence
+
+import aiohttp
+
+from adapters.base import EngineAdapter, EngineError, LaunchConfig
+
+from harness.app.core.plan import plan_engine
+from harness.app.core.startup import EngineStarter
+from harness.loadgen.equivalence import DEFAULT_PROMPTS, greedy_outputs, prompt_agreements, summarize_agreements
+
+
+def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path,
+                      prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = 32, threads: int = 1,
+                      engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
+                      request_timeout_s: float = 300.0, console: Any = None, hardware_kind: str = "cpu") -> dict[str, Any]:
+    """Run ``prompts`` greedily on every adapter and compare tokens with the reference.
+
+    Returns ``{"reference": name | None, "prompts": [...], "max_tokens": n, "engines": {name:
+    {"status": "ok" | "skipped" | "failed", "reason": str | None, "display_name": str | None,
+    "outputs": [text], "per_prompt": [{"tokens", "prefix_tokens", "agreement"}],
+    "token_agreement": float | None, "exact_matches": int | None}}}``.
+    Engine failures are recorded, not raised. Raises ValueError for an empty prompt list or
+    ``max_tokens < 1``.
+    """
+    if not prompts:
+        raise ValueError("no prompts given: pass at least one prompt")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1 (got {max_tokens})")
+    from rich.console import Console
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    result: dict[str, Any] = {"reference": None, "prompts": list(prompts), "max_tokens": max_tokens, "engines": {}}
+    ref_outputs: list[str] | None = None
+    for adapter in adapters:
+        entry: dict[str, Any] = {"status": "skipped", "reason": None, "display_name": None, "outputs": [],
+                                 "per_prompt": [], "token_agreement": None, "exact_matches": None}
+        result["engines"][adapter.name] = entry
+        launch = LaunchConfig(model_dir=Path(model_dir), run_dir=Path(run_dir), threads=threads,
+                              engine_args=(engine_args or {}).get(adapter.name, {}), startup_timeout_s=startup_timeout_s)
+        plan = plan_engine(adapter, launch, hardware_kind)
+        if not plan.available:
+            entry["reason"] = plan.probe.reason
+            continue
+        if console is not None:
+            console.print(f"checking {adapter.name} ...")
+        starter = EngineStarter(console or Console(quiet=True), [plan.start_item()], 1)
+        try:
+            with starter.take(plan.name) as (ep, _):
+                entry["display_name"] = ep.display_name
+                outputs = greedy_outputs(ep, prompts, max_tokens, request_timeout_s)
+        except (EngineError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as exc:
+            entry["status"] = "failed"
+            entry["reason"] = f"{type(exc).__name__}: {exc}"
+            continue
+        finally:
+            starter.close()
+        entry["status"], entry["outputs"] = "ok", outputs
+        if ref_outputs is None:
+            ref_outputs, result["reference"] = outputs, adapter.name
+        per = prompt_agreements(tokenizer, ref_outputs, outputs)
+        entry["per_prompt"] = [{"tokens": p["tokens"], "prefix_tokens": p["prefix_tokens"],
+                                "agreement": round(p["agreement"], 4)} for p in per]
+        summary = summarize_agreements(per)
+        entry["token_agreement"], entry["exact_matches"] = summary.token_agreement, summary.exact_matches
+    return result
