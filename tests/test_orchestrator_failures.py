@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import adapters.registry as registry
-import harness.app.run.orchestrator as orchestrator
+from harness.loadgen.runner import Runner  # what the one measurement step measures with
 from adapters.base import Capabilities, EngineError, Endpoint, ProbeResult
 from harness.app.cli import app
 from harness.loadgen.nullserver import null_server
@@ -68,13 +68,13 @@ def test_engine_crash_is_reported_with_log_tail_and_run_continues(url, tmp_path,
 
 
 def test_ctrl_c_keeps_measured_results_and_exits_130(url, tmp_path, monkeypatch):
-    real_measure = orchestrator.Runner.measure
+    real_measure = Runner.measure
 
     async def measure_then_interrupt(self, workload):
         await real_measure(self, workload)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(orchestrator.Runner, "measure", measure_then_interrupt)
+    monkeypatch.setattr(Runner, "measure", measure_then_interrupt)
     res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", url, *ARGS,
                                    "-o", str(tmp_path), "--run-id", "ctrlc"])
     assert res.exit_code == 130, res.output
@@ -92,13 +92,13 @@ def test_sigterm_is_reported_as_sigterm_and_exits_143(url, tmp_path, monkeypatch
 
     from harness.app.core.signals import Terminated
 
-    real_measure = orchestrator.Runner.measure
+    real_measure = Runner.measure
 
     async def measure_then_terminate(self, workload):
         await real_measure(self, workload)
         raise Terminated(_signal.SIGTERM)  # what the installed SIGTERM handler raises
 
-    monkeypatch.setattr(orchestrator.Runner, "measure", measure_then_terminate)
+    monkeypatch.setattr(Runner, "measure", measure_then_terminate)
     res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", url, *ARGS,
                                    "-o", str(tmp_path), "--run-id", "term"])
     assert res.exit_code == 143, res.output
@@ -131,13 +131,13 @@ def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monk
 def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
     real_get = registry.get_adapter
     monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: NullEngine(url) if n == "own" else real_get(n, hardware))
-    real_measure = orchestrator.Runner.measure
+    real_measure = Runner.measure
 
     async def measure_then_interrupt(self, workload):
         await real_measure(self, workload)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(orchestrator.Runner, "measure", measure_then_interrupt)
+    monkeypatch.setattr(Runner, "measure", measure_then_interrupt)
     res = CliRunner().invoke(app, ["run", "--engine", "openai,own", "--base-url", url, *ARGS,
                                    "-o", str(tmp_path), "--run-id", "ctrlc2"])
     assert res.exit_code == 130, res.output

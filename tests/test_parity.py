@@ -469,10 +469,12 @@ def test_parity_run_reads_once_attaches_and_audits(model_dir: Path) -> None:
     run.plan([get_adapter("own", "cpu"), get_adapter("vllm", "cpu")], model_dir, "cpu")
     assert run.engine_args("own")["max_num_seqs"] == "8" and run.engine_args("vllm")["max_num_seqs"] == "32"
     info = {"kv_capacity_tokens": 23296, "prefix_caching": True, "max_num_seqs": 8, "dtype": "float32"}
+    from adapters.effective import read_effective  # what an engine's first session reads (core/trial.py)
+
     with scripted({"/v1/server_info": (200, "application/json", json.dumps(info))}) as base:
-        run.read("own", endpoint(base))
+        run.keep("own", read_effective("own", endpoint(base), "cpu"))
     with scripted({}) as base:
-        run.read("own", endpoint(base))  # a later repeat keeps the first reading
+        run.keep("own", read_effective("own", endpoint(base), "cpu"))  # a later repeat keeps the first reading
     assert run.settings["own"].kv_capacity_tokens == 23296
     summary = RunSummary(run_id="r", engines={"own": EngineResult(status=EngineStatus.OK),
                                               "vllm": EngineResult(status=EngineStatus.FAILED)})

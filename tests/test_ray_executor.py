@@ -79,7 +79,10 @@ def _run(out: Path, run_id: str, *extra: str, code: int = 0) -> tuple[dict, dict
 
 
 def _records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    """The run's records as stored, their token recounts (kept beside them) merged in."""
+    from results.store import read_records
+
+    return [r.model_dump(mode="json") for r in read_records(run / "requests.jsonl")]
 
 
 def _gone(pids: list[int], within_s: float) -> list[int]:
@@ -180,7 +183,53 @@ def test_four_trials_on_ray_equal_the_local_run(local_ray, monkeypatch, tmp_path
     count = lambda recs: sorted((r["engine"], r["repeat"], r["phase"], r["request_id"], r["output_tokens_server"],
                                  r["input_tokens_retok"]) for r in recs)
     assert count(ray_r) == count(local_r) and len(ray_r) == 2 * 2 * (6 + 1)
+    assert all(r["input_tokens_retok"] for r in ray_r if r["phase"] == "measured")  # recounts streamed back too
     assert {k for r in ray_r for k in r} == {k for r in local_r for k in r}
+    assert _gone(_server_pids(tmp_path), 10) == []
+
+
+def test_run_search_and_ray_measure_through_one_path(local_ray, monkeypatch, tmp_path):
+    """The same paced engine measured by ``bench run``, by one ``bench search`` probe at the same
+    load and by the Ray executor: the same per-request fields, the same summary fields, the
+    same counts and latencies within the server's pacing noise (30 ms TTFT, 10 ms per token)."""
+    _paced(monkeypatch, tmp_path)
+    slo = ["--slo", "ttft_p99=2000,tpot_p99=200"]  # the same SLOs judged on every path
+    load = ["--engine", "own", "--num-requests", "8", "--max-concurrency", "2", "--request-rate", "inf", *slo]
+    run_s, _ = _run(tmp_path, "run", *load)
+    ray_s, _ = _run(tmp_path, "ray", *load, "--executor", "ray")
+    res = CliRunner().invoke(app, ["search", "--engine", "own", "--workload", "random", "--num-requests", "8",
+                                   "--input-len", "8", "--output-len", "4", "--warmup", "1", "--threads", "1",
+                                   "--search-var", "concurrency", "--low", "2", "--high", "2", "--budget", "120", *slo,
+                                   "-o", str(tmp_path), "--run-id", "search"])
+    assert res.exit_code == 0, res.output
+    search_s = json.loads((tmp_path / "search" / "summary.json").read_text())
+    results = {"run": run_s["engines"]["own"], "ray": ray_s["engines"]["own"], "search": search_s["engines"]["own"]}
+    records = {k: [r for r in _records(tmp_path / k) if r["phase"] == "measured"] for k in results}
+
+    def filled(r: dict) -> set[str]:  # the fields a record carries; a search probe's also names its probe
+        return {k for k, v in r.items() if v is not None and k != "probe"}
+
+    ids = sorted(r["request_id"] for r in records["run"])
+    assert len(ids) == 8
+    for path in ("ray", "search"):
+        assert sorted(r["request_id"] for r in records[path]) == ids, path  # the same prompts (seed 0, probe 0)
+        assert {frozenset(filled(r)) for r in records[path]} == {frozenset(filled(r)) for r in records["run"]}, path
+        assert sorted((r["request_id"], r["input_tokens_server"], r["output_tokens_server"], r["input_tokens_retok"],
+                       r["output_tokens_retok"]) for r in records[path]) == \
+            sorted((r["request_id"], r["input_tokens_server"], r["output_tokens_server"], r["input_tokens_retok"],
+                    r["output_tokens_retok"]) for r in records["run"]), path
+    assert all(r["probe"] == 0 for r in records["search"]) and all(r["probe"] is None for r in records["run"])
+    base = results["run"]
+    for path in ("ray", "search"):
+        other = results[path]
+        assert {k for k, v in other["metrics"].items() if v is not None} == \
+            {k for k, v in base["metrics"].items() if v is not None}, path
+        assert set(other["intervals"]) == set(base["intervals"]), path
+        assert (other["resources"] is None) == (base["resources"] is None) and base["resources"] is not None, path
+        for key in ("requests_sent", "requests_completed", "requests_failed", "total_input_tokens", "total_output_tokens"):
+            assert other["metrics"][key] == base["metrics"][key], (path, key)
+        for lat, within in (("ttft_ms", 25), ("tpot_ms", 8), ("e2el_ms", 30)):
+            assert abs(other["metrics"][lat]["p50"] - base["metrics"][lat]["p50"]) < within, (path, lat)
     assert _gone(_server_pids(tmp_path), 10) == []
 
 
@@ -247,7 +296,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
     import harness.app.executors.ray as ray_executor
 
     _paced(monkeypatch, tmp_path)
-    real_drain = ray_executor.RayOrchestrator._drain
+    real_drain = ray_executor.RayExecutor._drain
     state = {"raised": False}
 
     def drain_then_interrupt(self, writer):
@@ -258,7 +307,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
             state["trials"] = [dict(t) for t in writer.manifest.engines["own"]["ray_trials"]]
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ray_executor.RayOrchestrator, "_drain", drain_then_interrupt)
+    monkeypatch.setattr(ray_executor.RayExecutor, "_drain", drain_then_interrupt)
     res = CliRunner().invoke(app, ["run", *ARGS, "--engine", "own,transformers", "--num-requests", "100000",
                                    "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path), "--run-id", "cc"])
     assert res.exit_code == 130, res.output

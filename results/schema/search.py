@@ -3,10 +3,12 @@ engine's :class:`EngineSearch` with its probes, and the capacity ranking."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from .base import SCHEMA_VERSION, Artefact
-from .engine import EngineStatus
+from .engine import EngineStatus, ResourceUse
 from .metrics import Interval, Metrics
 
 SEARCH_FILE = "search.json"
@@ -48,6 +50,9 @@ class SearchProbe(LoadProbe):
     metrics, ``repeat_passed`` each repeat's own verdict, ``seeds`` each repeat's workload seed
     (``seed`` is the first's). ``intervals``: the headline numbers' 95 % intervals (over
     repeats, or over the requests of the one repeat). All empty in files from before repeats.
+    ``resources``: what the engine's process group used during the probe's measurements
+    (combined over its repeats; None for an endpoint the harness did not start, or an older
+    file); ``engine_metrics``: the engine's own counters over the last repeat ({} without them).
     """
 
     index: int
@@ -57,6 +62,8 @@ class SearchProbe(LoadProbe):
     repeats: list[Metrics] = Field(default_factory=list)  # per repeat; empty for one repeat
     repeat_passed: list[bool] = Field(default_factory=list)  # each repeat's own verdict
     intervals: dict[str, Interval] = Field(default_factory=dict)
+    resources: ResourceUse | None = None
+    engine_metrics: dict[str, Any] = Field(default_factory=dict)
 
 
 class EngineSearch(Artefact):

@@ -277,5 +277,6 @@ class SearchOrchestrator:
         writer.set_engine(name, EngineResult(
             status=status, reason=f"{why}; {where}; every probe in {SEARCH_FILE}", metrics=at.metrics if at else None,
             repeats=at.repeats if at else [], intervals=at.intervals if at else {},
+            resources=at.resources if at else None, engine_metrics=at.engine_metrics if at else {},
             display_name=info.get("display_name"), version=plan.probe.version, capabilities=plan.capabilities,
             startup_s=info.get("startup_s"), wall_s=round(entry.elapsed_s, 2) or None, log_tail=log_tail[-4000:]))

@@ -27,7 +27,8 @@ import statistics
 import time
 from typing import Any
 
-from results.schema import RequestRecord, SearchProbe
+from adapters.resources import combine_repeats, with_output_tokens
+from results.schema import RequestRecord, ResourceUse, SearchProbe
 from workloads.options import WorkloadOptions
 
 from harness.app.core.measure import MeasureOptions, measure
@@ -102,6 +103,8 @@ class ProbeMeasurer:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
         c, n, index = self.cfg, self.repeats, len(probes)
         records: list[RequestRecord] = []
+        used: list[ResourceUse] = []
+        counters: dict[str, Any] = {}
         completed: list[float | None] = []  # each repeat's completion rate (req/s)
         offered: list[float] = []
         requested: float | None = None
@@ -117,6 +120,9 @@ class ProbeMeasurer:
             requested = workload.requested_rate
             records.extend(measured.records)
             completed.append(completion_rate(measured.records))
+            if measured.resources is not None:
+                used.append(with_output_tokens(measured.resources, measured.metrics.total_output_tokens))
+            counters = measured.engine_metrics
         duration = time.monotonic() - t0
         offered_rate = statistics.median(offered) if offered else None
         summary = summarise(records, Condition(tuple(self.slos), offered_rate, requested, seed=seeds[0]))
@@ -129,7 +135,8 @@ class ProbeMeasurer:
         probes.append(SearchProbe(
             index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=summary.pooled,
             repeats=summary.repeats if n > 1 else [], repeat_passed=[v.passed for v in verdicts],
-            intervals=summary.intervals, **{**pr.model_dump(), "duration_s": round(duration, 3)}))
+            intervals=summary.intervals, resources=combine_repeats(used), engine_metrics=counters,
+            **{**pr.model_dump(), "duration_s": round(duration, 3)}))
         self.print_probe(name, index, pr, sum(v.passed for v in verdicts))
         return pr
 
