@@ -28,6 +28,8 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
+from .errors import ResultsError
+from .recommendation import Recommendation, read_recommendation
 from .schema import (
     READABLE_MAJOR_VERSIONS,
     SCHEMA_VERSION,
@@ -44,10 +46,6 @@ SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "manifest.json"
 RUNNING_FILE = "running.json"  # the writing process (pid, start time) while the run is in progress
 
-
-
-class ResultsError(RuntimeError):
-    """A run folder is missing, unreadable or from an incompatible schema (message = the fix)."""
 
 
 class UnsummarisedRun(ResultsError):
@@ -283,7 +281,7 @@ class Run:
     summary: RunSummary
     manifest: Manifest
     records: list[RequestRecord] = field(default_factory=list)
-    recommendation: Any = None  # results.recommendation.Recommendation | None
+    recommendation: Recommendation | None = None
     upgraded_from: str | None = None
 
     @property
@@ -422,8 +420,6 @@ def load_run(run_dir: Path | str) -> Run:
     summary_data.setdefault("run_id", run_dir.name)
     summary = _validate(RunSummary, summary_data, summary_path)
     manifest = _validate(Manifest, manifest_data, manifest_path)
-    from .recommendation import read_recommendation
-
     return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
                recommendation=read_recommendation(run_dir), upgraded_from=upgraded)
 
