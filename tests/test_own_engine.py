@@ -128,7 +128,8 @@ def test_speculative_greedy_matches_transformers(model_dir, prompt_ids, hf_refs,
 
 
 def test_chunked_prefill_and_prefix_hits_match_full_forward_logits(default_engine, prompt_ids):
-    from own_engine.model_runner import BatchItem, ModelRunner
+    from own_engine.batch import BatchItem
+    from own_engine.model_runner import ModelRunner
 
     model = default_engine.runner.model
     ids = prompt_ids[0]
