@@ -118,7 +118,7 @@ def _components(
     latency_keys = [f"slo:{slo.key}" for slo in slos] if slos else ["ttft_p99_ms", "tpot_p99_ms"]
     throughput_scores = [normalize({name: raw[name].get(key) for name in survivors}, True) for key in throughput_keys]
     latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False) for key in latency_keys]
-    facts = {name: operational_facts(ctx.engines[name]) for name in survivors}
+    facts = {name: operational_facts(ctx.engines[name].operations) for name in survivors}
     complexity, notes = complexity_scores(facts)
     features = features_scores(ctx.engines, survivors)
     cost = cost_scores(ctx.hardware, {name: raw[name] for name in survivors})
