@@ -14,9 +14,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from adapters.openai_adapter import redact_credentials
-
 from results.recommendation import Recommendation
+from results.redact import redact_credentials
 from results.schema import Timeline
 from results.store import Run
 

@@ -42,7 +42,7 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     (``http://user:***@host``)."""
     import harness.metrics as metrics_module
 
-    from adapters.openai_adapter import redact_credentials
+    from results.redact import redact_credentials
     from harness.app.model import model_summary
 
     manifest.command = [redact_credentials(arg) for arg in sys.argv]
