@@ -30,7 +30,7 @@ from results.schema import (
     WINDOW_PHASES,
 )
 from results.store import RunWriter, new_run_id
-from adapters.hardware import run_price
+from results.hardware import run_price
 from adapters.resources import ResourceSampler, install_facts
 from workloads.base import Workload
 
@@ -400,7 +400,8 @@ class Orchestrator:
         return True
 
     def _report(self, run_dir: Path) -> Any:
-        from adapters.hardware import get_profile, profile_from_manifest
+        from adapters.hardware import get_profile
+        from results.hardware import profile_from_manifest
         from harness.app.reporting import write_run_reports
         from harness.scoring import recommend
         from results.recommendation import write_recommendation

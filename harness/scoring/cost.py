@@ -1,8 +1,8 @@
 """The cost criterion: USD per 1M output tokens on the target hardware, lower better.
 
-``cost = price / (output tok/s × 3600) × 1e6`` (:func:`adapters.hardware.cost_per_million_tokens`)
+``cost = price / (output tok/s × 3600) × 1e6`` (:func:`results.hardware.cost_per_million_tokens`)
 with ``price`` the target's price per device-hour × its devices
-(:attr:`adapters.hardware.HardwareProfile.deployment_price_per_hour`: the profile's on-demand
+(:attr:`results.hardware.HardwareProfile.deployment_price_per_hour`: the profile's on-demand
 list price, or ``--price-per-hour``) and the output throughput the score uses (the median over
 the condition's repeats). Normalised lower-better against the best survivor, ``min(c) / c``.
 
@@ -14,7 +14,7 @@ one (every cost score 0, so the criterion cannot move a ranking); the note says 
 
 from __future__ import annotations
 
-from adapters.hardware import HardwareProfile, cost_per_million_tokens
+from results.hardware import HardwareProfile, cost_per_million_tokens
 
 RawMetrics = dict[str, float | None]
 

@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from adapters.base import FEATURES
-from adapters.hardware import HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, slo_percentile_value
+from results.features import FEATURES
+from results.hardware import HardwareProfile, profile_from_manifest
 from results.schema import EngineResult, EngineStatus, FeatureProbe, Metrics, RequestRecord
 from results.store import Run
 
@@ -111,7 +111,7 @@ class Capabilities:
     quantization: tuple[str, ...] = ()
 
     def serving_features(self) -> list[str]:
-        """The declared features that are serving features (:data:`adapters.base.FEATURES`), in
+        """The declared features that are serving features (:data:`results.features.FEATURES`), in
         that order."""
         return [feature for feature in FEATURES if feature in self.features]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adapters.hardware import HardwareProfile
 from harness.metrics import SLO
+from results.hardware import HardwareProfile
 from results.recommendation import MemoryFit, RankedEngine
 
 from .constraints import Elimination, judge_slos

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from adapters.hardware import HardwareProfile
 from harness.metrics import SLO, parse_slos
 from harness.metrics.failures import MAX_FAILURE_RATE
+from results.hardware import HardwareProfile
 from results.recommendation import DEFAULT_MEMORY_UTILIZATION, MemoryFit, Recommendation, WeightFlip
 from results.store import Run
 
@@ -42,7 +42,7 @@ def recommend(
 
     ``slos``: hard latency constraints (default: the first run's ``summary.json`` SLOs);
     ``weights``: overrides of the ``preset``'s weights (see :data:`.weights.PRESETS`);
-    ``required_features``: adapter features (``adapters.base.FEATURES``) or quantization formats
+    ``required_features``: adapter features (``results.features.FEATURES``) or quantization formats
     (:data:`.constraints.QUANTIZATION_FORMATS`; ``"fp8"`` also needs FP8 hardware) every engine must declare —
     the workload spec's ``required_features`` in the manifest are added;
     ``dtype_bytes``: bytes per weight and KV element (default: from the model's dtype);
