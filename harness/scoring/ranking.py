@@ -27,7 +27,7 @@ from results.hardware import HardwareProfile
 from results.recommendation import MemoryFit, RankedEngine
 
 from .constraints import Elimination, judge_slos
-from .cost import cost_scores, engine_cost
+from .cost import cost_scores, usd_per_million_output_tokens
 from .features import features_scores, verified_features
 from .formatting import condition_label
 from .gather import Condition, EngineRuns
@@ -174,7 +174,7 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
             notes.append("capabilities not recorded: the declared hardware/feature checks were skipped")
         declared = engine.capabilities.serving_features() if engine.capabilities else []
         metrics: dict[str, float | bool | None] = {**raw[name], **info_metrics(repeats)}
-        if (cost := engine_cost(ctx.hardware, raw[name])) is not None:  # USD per 1M output tokens (.cost)
+        if (cost := usd_per_million_output_tokens(ctx.hardware, raw[name])) is not None:  # USD per 1M output tokens (.cost)
             metrics["cost_per_1m_output_tokens"] = cost
         ranking.append(
             RankedEngine(
