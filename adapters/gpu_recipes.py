@@ -40,7 +40,7 @@ from pathlib import Path
 
 from adapters import hardware
 from adapters.base import ProbeResult
-from adapters.envs import _SHIM_PACKAGES, EngineRecipe, InstallStep, engine_env_dir
+from adapters.recipes import SHIM_PACKAGES, EngineRecipe, InstallStep, engine_env_dir
 
 CUDA_13_0 = (13, 0)
 DRIVER_FOR_CUDA = {CUDA_13_0: "580.65.06"}  # [cuda-driver]
@@ -116,7 +116,7 @@ CUDA_RECIPES: dict[str, CudaRecipe] = {
               Pin("torch==2.13.0", CUDA_13_0, "torch-meta")),  # the model builder reads the HF folder with it
         min_cc=(7, 5), cc_source="torch-meta",
         older="pin an onnxruntime-gpu release built for CUDA 12",
-        extra=("onnx-ir", "onnx", "transformers>=5.20,<6", *_SHIM_PACKAGES)),
+        extra=("onnx-ir", "onnx", "transformers>=5.20,<6", *SHIM_PACKAGES)),
     "deepspeed": CudaRecipe(
         name="deepspeed", display="DeepSpeed 0.19.8 + DeepSpeed-MII 0.3.3", version_dist="deepspeed", approx="~6 GB",
         pins=(Pin("deepspeed==0.19.8", None, "mii-meta"),
@@ -125,7 +125,7 @@ CUDA_RECIPES: dict[str, CudaRecipe] = {
         min_cc=(8, 0), cc_source="dsk-doc",
         older="install a torch built for CUDA 12 in .engines/deepspeed yourself",
         # DS_BUILD_OPS=0: ops are JIT-built on first use (pre-building needs nvcc and minutes per op)
-        extra=("transformers>=5.20,<6", "accelerate>=1.0", *_SHIM_PACKAGES), env={"DS_BUILD_OPS": "0"}),
+        extra=("transformers>=5.20,<6", "accelerate>=1.0", *SHIM_PACKAGES), env={"DS_BUILD_OPS": "0"}),
 }
 
 SETUP_GPU = ("vllm", "sglang", "onnxruntime", "deepspeed")  # what `bench engines setup all-gpu` installs

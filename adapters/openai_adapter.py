@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,25 +22,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+from results.redact import redact_credentials
 
 API_KEY_ENV = "OPENAI_API_KEY"
-
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?P<password>:[^/@\s]*)?@")
-
-
-def redact_credentials(text: str) -> str:
-    """Every URL's credentials in ``text`` masked: ``http://user:key@host`` →
-    ``http://user:***@host``, a bare token ``https://TOKEN@host`` → ``https://***@host``
-    (RFC 3986 userinfo; the user name of a ``user:password`` pair is kept so a reader can tell
-    which account was used). Text without credentials is returned unchanged."""
-
-    def mask(m: re.Match[str]) -> str:
-        if m["password"] is not None:
-            return f"{m['scheme']}{m['user']}:***@"
-        return f"{m['scheme']}***@" if m["user"] else m[0]
-
-    return _USERINFO.sub(mask, text)
-
 
 def normalize_base_url(url: str) -> str:
     """``http://h:8000/v1/`` → ``http://h:8000`` (the Endpoint convention: no ``/v1``).

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from adapters.envs import engine_env_dir, engine_python
+from adapters.envs import engine_python
 from adapters.gpu_recipes import build_label, probe_build
 from adapters.hardware import detect_kind
+from adapters.recipes import engine_env_dir
 from adapters.server import (
     LaunchPlan,
     ServerAdapter,

@@ -16,10 +16,11 @@ import hashlib
 from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from adapters.envs import RECIPES, engine_env_dir, engine_python
+from adapters.envs import RECIPES, engine_python
 from adapters.gpu_recipes import build_label, installed_build, probe_build
 from adapters.hardware import detect_kind
 from adapters.parity import ParityTarget, static_shim_args
+from adapters.recipes import engine_env_dir
 from adapters.server import (
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args, thread_env,
 )

@@ -276,7 +276,7 @@ def bench_prefill(model_dir: Path, repeats: int, tokens: int) -> list[tuple[str,
     head for the one sampled row (2 x hidden x vocab). The mm reference runs F.linear on the same
     weights (dense, MKL) for the same four projections of every layer.
     """
-    from own_engine.model_runner import BatchItem
+    from own_engine.batch import BatchItem
 
     e = make_engine(model_dir, max_model_len=tokens + 64, max_num_batched_tokens=tokens, enable_prefix_caching=False)
     m, c = e.runner.model, e.model_config
@@ -352,7 +352,7 @@ def bench_prefill_attention(e: LLMEngine, repeats: int) -> list[tuple[str, str, 
 def bench_verify(model_dir: Path, repeats: int, k: int, context: int) -> list[tuple[str, str, str]]:
     """Cost of a speculative verify forward (k+1 query rows, k+1 logits rows) vs a decode forward
     (1 row), batch 1, at ``context`` tokens: both read the same weights once."""
-    from own_engine.model_runner import BatchItem
+    from own_engine.batch import BatchItem
 
     e = make_engine(model_dir, max_model_len=context + 64, enable_prefix_caching=False)
     ids = (e.tokenizer(CODE * 8)["input_ids"] * 4)[:context]

@@ -368,7 +368,8 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 def tie_gap(torch, ref_engine, prompt: list[int], ref: list[int], i: int, got: int) -> float | None:
     """CPU logit of the reference token minus that of the device's token at output position ``i``."""
-    from own_engine.model_runner import BatchItem, ModelRunner
+    from own_engine.batch import BatchItem
+    from own_engine.model_runner import ModelRunner
 
     ids = prompt + ref[:i]
     bs = 16
@@ -419,7 +420,8 @@ def model_logits_check(torch, ref_model, dev_model, device, vocab: int) -> dict:
     """Logits of one model on the device vs the CPU over three steps that share a KV cache:
     prefills; then a decode, a chunk with cached context (> 16 queries), a speculative-verify-shaped
     query (4 tokens) and a new prefill in one batch; then decodes of all four."""
-    from own_engine.model_runner import BatchItem, ModelRunner
+    from own_engine.batch import BatchItem
+    from own_engine.model_runner import ModelRunner
 
     g = torch.Generator().manual_seed(5)
     toks = {n: torch.randint(3, vocab, (n,), generator=g).tolist() for n in (37, 25, 134, 3)}
@@ -630,7 +632,7 @@ def graphs_vs_eager_check(torch, base: dict, device, prompts, greedy, dtype: str
     sequences (buckets 1, 4, 8: padded rows) replayed from graphs vs its eager forward."""
     from own_engine.engine import LLMEngine
     from own_engine.config import EngineConfig
-    from own_engine.model_runner import BatchItem
+    from own_engine.batch import BatchItem
 
     tol = LOGITS_TOL if dtype == "float32" else 5e-2
     ge = LLMEngine(EngineConfig(**base, device=device.type, dtype=dtype, max_num_seqs=8))

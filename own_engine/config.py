@@ -12,8 +12,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from results.model_geometry import kv_bytes_per_token, read_model_summary
-
 BATCHING_MODES = ("continuous", "static")
 KV_ALLOCATIONS = ("paged", "naive")
 SPECULATIVE_MODES = ("none", "ngram", "draft")
@@ -71,20 +69,21 @@ class ModelConfig:
             raise ConfigError(f"{model_dir} is a {arch} model; own_engine supports Llama-architecture models only")
         if cfg.get("attention_bias") or cfg.get("mlp_bias"):
             raise ConfigError(f"{model_dir} uses attention/MLP biases, which own_engine does not implement")
-        geometry = read_model_summary(model_dir)  # the one reader of the attention sizes
+        heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
         eos = cfg.get("eos_token_id")
         gen = Path(model_dir) / "generation_config.json"
         if gen.is_file():
             eos = json.loads(gen.read_text()).get("eos_token_id", eos)
         eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         return cls(
-            num_layers=_required(geometry.num_layers, "num_hidden_layers", model_dir),
-            hidden_size=_required(geometry.hidden_size, "hidden_size", model_dir),
-            num_heads=_required(geometry.num_heads, "num_attention_heads", model_dir),
-            num_kv_heads=_required(geometry.num_kv_heads, "num_key_value_heads", model_dir),
-            head_dim=_required(geometry.head_dim, "head_dim", model_dir),
+            num_layers=_required(cfg.get("num_hidden_layers"), "num_hidden_layers", model_dir),
+            hidden_size=_required(hidden, "hidden_size", model_dir),
+            num_heads=_required(heads, "num_attention_heads", model_dir),
+            num_kv_heads=_required(cfg.get("num_key_value_heads") or heads, "num_key_value_heads", model_dir),
+            head_dim=_required(cfg.get("head_dim") or (hidden // heads if hidden and heads else None), "head_dim",
+                               model_dir),
             intermediate_size=_required(cfg.get("intermediate_size"), "intermediate_size", model_dir),
-            vocab_size=_required(geometry.vocab_size, "vocab_size", model_dir),
+            vocab_size=_required(cfg.get("vocab_size"), "vocab_size", model_dir),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -93,10 +92,12 @@ class ModelConfig:
         )
 
     def kv_bytes_per_block(self, block_size: int, num_layers: int | None = None, dtype_bytes: int = 4) -> int:
-        """Bytes of one KV block over ``num_layers`` layers (default: all): ``block_size`` ×
-        :func:`results.model_geometry.kv_bytes_per_token` (the one KV-bytes formula)."""
+        """Bytes of one KV block over ``num_layers`` layers (default: all): 2 (K and V) × layers ×
+        ``block_size`` × num_kv_heads × head_dim × ``dtype_bytes`` (the module docstring's sizing;
+        the harness's :func:`results.model_geometry.kv_bytes_per_token` is the same formula per
+        token, which a test checks)."""
         layers = self.num_layers if num_layers is None else num_layers
-        return block_size * kv_bytes_per_token(layers, self.num_kv_heads, self.head_dim, dtype_bytes)
+        return 2 * layers * block_size * self.num_kv_heads * self.head_dim * dtype_bytes
 
 
 @dataclass

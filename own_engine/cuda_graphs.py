@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from own_engine.attention import AttentionMetadata
+from own_engine.batch import BatchItem
 
 logger = logging.getLogger("own_engine")
 
@@ -77,7 +78,7 @@ def bucket_for(n: int, sizes: Sequence[int]) -> int | None:
 
 
 def is_pure_decode(items: Sequence) -> bool:
-    """True when every item (:class:`~own_engine.model_runner.BatchItem`) decodes one token over
+    """True when every item (:class:`~own_engine.batch.BatchItem`) decodes one token over
     cached context and wants its logits: ``len(token_ids) == 1``, ``start > 0``, ``num_logits == 1``."""
     return bool(items) and all(len(it.token_ids) == 1 and it.start > 0 and it.num_logits == 1 for it in items)
 
@@ -123,8 +124,6 @@ def fill_decode_inputs(items: Sequence, B: int, block_size: int, scratch_block: 
 def synthetic_decode_batch(n: int, num_blocks: int, block_size: int, max_blocks_per_seq: int, vocab: int) -> list:
     """``n`` decode items on disjoint real blocks (ragged positions ``>= 1``, distinct write slots)
     for the capture check; needs ``n <= num_blocks``. Raises ``ValueError`` otherwise."""
-    from own_engine.model_runner import BatchItem
-
     if n > num_blocks:
         raise ValueError(f"a synthetic batch of {n} needs {n} KV blocks, the pool has {num_blocks}")
     m = max(1, min(4, max_blocks_per_seq, num_blocks // n))

@@ -15,11 +15,12 @@ import logging
 
 import torch
 
+from own_engine.batch import BatchItem
 from own_engine.block_manager import BlockManager
 from own_engine.config import ConfigError, EngineConfig, ModelConfig
 from own_engine.cuda_graphs import capture_sizes
 from own_engine.model import LlamaModel
-from own_engine.model_runner import BatchItem, ModelRunner, select_attention
+from own_engine.model_runner import ModelRunner, select_attention
 from own_engine.outputs import Fork, GenerateOutput, RequestOutput, SampledTokens
 from own_engine.sampler import Sampler
 from own_engine.sampling_params import SamplingParams

@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from own_engine import hugepages
 from own_engine.attention import build_metadata, paged_attention
+from own_engine.batch import BatchItem
 from own_engine.model import LlamaModel
 
 logger = logging.getLogger("own_engine")
-
-
-@dataclass
-class BatchItem:
-    """Work for one sequence: compute ``token_ids`` at positions ``start..start+len-1`` (the cache
-    already holds positions ``< start``) and return logits for the last ``num_logits`` of them."""
-
-    token_ids: list[int]
-    start: int
-    block_table: list[int]
-    num_logits: int
 
 
 _SMOKE: dict[str, str | None] = {}  # device -> reason the Triton kernel is unusable there (None: fine)

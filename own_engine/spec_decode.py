@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from own_engine.batch import BatchItem
 from own_engine.config import ModelConfig
-from own_engine.model_runner import BatchItem, ModelRunner
+from own_engine.model_runner import ModelRunner
 from own_engine.sampler import processed_probs
 from own_engine.sampling_params import SamplingParams
 from own_engine.sequence import Sequence

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from adapters.openai_adapter import redact_credentials
+from results.redact import redact_credentials
 from results.schema import SEARCH_FILE, EngineSearch, SearchSummary
 from results.store import ResultsError
 

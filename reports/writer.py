@@ -14,9 +14,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from adapters.openai_adapter import redact_credentials
-
 from results.recommendation import Recommendation
+from results.redact import redact_credentials
 from results.schema import Timeline
 from results.store import Run
 
@@ -62,7 +61,7 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
 
     One run: ``report.md`` / ``report.html``; several: ``report-compare.md`` / ``.html`` covering
     all of them. Renders only stored artefacts (summary, manifest, recommendation); the
-    application completes and scores runs before calling this (``harness.app.reporting``).
+    application completes and scores runs before calling this (``harness.app.run.reporting``).
     ``timelines``: (run id, engine) → its timelines (``harness.metrics.timeline``), plotted.
     """
     out_dir = Path(out_dir)

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
+from .errors import ResultsError
 from .schema import Interval
 
 RECOMMENDATION_FILE = "recommendation.json"
@@ -168,7 +169,7 @@ def read_recommendation(run_dir: Path | str) -> Recommendation | None:
     folders written before recommendations were stored).
 
     The stored ``exit_code`` is ignored on reading (it is computed from ``winner``). Raises
-    :class:`results.store.ResultsError` naming the file when it is not a valid recommendation.
+    :class:`results.errors.ResultsError` naming the file when it is not a valid recommendation.
     """
     path = Path(run_dir) / RECOMMENDATION_FILE
     if not path.is_file():
@@ -176,8 +177,6 @@ def read_recommendation(run_dir: Path | str) -> Recommendation | None:
     try:
         return Recommendation.model_validate_json(path.read_bytes())
     except (OSError, ValidationError) as exc:
-        from .store import ResultsError  # store imports this module
-
         raise ResultsError(
             f"{path} is not a readable recommendation ({type(exc).__name__}); "
             "delete it: `bench recommend` scores the run again from its measurements"

@@ -28,6 +28,8 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ValidationError
 
+from .errors import ResultsError
+from .recommendation import Recommendation, read_recommendation
 from .recounts import RECOUNTS_FILE, TokenRecount, merge_recounts, read_recounts, recount_lines
 from .schema import (
     READABLE_MAJOR_VERSIONS,
@@ -49,13 +51,9 @@ RUNNING_FILE = "running.json"  # the writing process (pid, start time) while the
 
 
 
-class ResultsError(RuntimeError):
-    """A run folder is missing, unreadable or from an incompatible schema (message = the fix)."""
-
-
 class UnsummarisedRun(ResultsError):
     """A run folder with request records but no ``summary.json``: the harness was killed
-    (SIGKILL, the OOM killer) before the first engine's turn ended. ``harness.app.rebuild``
+    (SIGKILL, the OOM killer) before the first engine's turn ended. ``harness.app.run.rebuild``
     summarises it from its records."""
 
     def __init__(self, run_dir: Path) -> None:
@@ -287,7 +285,7 @@ class Run:
     summary: RunSummary
     manifest: Manifest
     records: list[RequestRecord] = field(default_factory=list)
-    recommendation: Any = None  # results.recommendation.Recommendation | None
+    recommendation: Recommendation | None = None
     upgraded_from: str | None = None
 
     @property
@@ -427,8 +425,6 @@ def load_run(run_dir: Path | str) -> Run:
     summary_data.setdefault("run_id", run_dir.name)
     summary = _validate(RunSummary, summary_data, summary_path)
     manifest = _validate(Manifest, manifest_data, manifest_path)
-    from .recommendation import read_recommendation
-
     return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
                recommendation=read_recommendation(run_dir), upgraded_from=upgraded)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import envs, installer
+from adapters import envs, installer, recipes
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
 from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
 from adapters.openai_adapter import OpenAIAdapter, normalize_base_url
@@ -41,7 +41,7 @@ def engines_dir(tmp_path, monkeypatch):
 
 def fake_install(name: str, version: str = "1.2.3") -> Path:
     """Pretend ``bench engines setup name`` finished: a venv python and the marker."""
-    root = envs.engine_env_dir(name)
+    root = recipes.engine_env_dir(name)
     py = root / "venv" / "bin" / "python"
     py.parent.mkdir(parents=True, exist_ok=True)
     py.write_text("#!/bin/sh\n")
@@ -293,7 +293,7 @@ def test_setup_engine_unknown_and_failure(engines_dir, monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="no setup recipe for engine 'own'"):
         envs.setup_engine("own")
     # a failing step raises EngineError with the log tail and leaves no "installed" marker
-    recipe = envs.EngineRecipe("vllm", (envs.InstallStep("install no-such-package-xyz", ("no-such-package-xyz==0",)),), "x")
+    recipe = recipes.EngineRecipe("vllm", (recipes.InstallStep("install no-such-package-xyz", ("no-such-package-xyz==0",)),), "x")
     monkeypatch.setitem(envs.RECIPES, "vllm", recipe)
     monkeypatch.setattr(envs.sys, "executable", sys.executable)
     py = fake_install("vllm")

@@ -1,14 +1,22 @@
-"""The package layout's data flow, read from every module's imports (AST), and file sizes.
+"""The package layout's data flow, read from every module's imports (AST), and sizes.
 
 Allowed direction (issue 11): app → reports → scoring → metrics / loadgen → {adapters,
 workloads, results, own_engine}; none of adapters, workloads, results, own_engine imports
 harness; reports render stored artefacts, so they import neither the scorer nor metrics.
+
+Also (issue 25): no import cycle between modules; the reference engine (``own_engine``) stands
+alone; the scorer and the reports import nothing of ``adapters`` (hardware profiles, prices and
+the feature vocabulary they need live in ``results``); no function in ``harness`` is longer
+than :data:`MAX_FUNCTION_LINES`. Every import counts, at the top of a module or inside a
+function (and under ``if TYPE_CHECKING``).
 """
 
 from __future__ import annotations
 
 import ast
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "adapters", "own_engine", "workloads", "results", "reports")
@@ -108,3 +116,310 @@ def test_no_oversized_harness_module() -> None:
     sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
              for p in (ROOT / "harness").rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > 450} == {}
+
+
+# ------------------------------------------------------------------------------------------
+# import cycles between modules
+
+
+KNOWN_APP_CYCLES: set[frozenset[str]] = set()
+"""Import cycles (each as the set of its modules) tolerated for now; a stale entry fails too."""
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in _sources()}
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The module of ``modules`` an imported dotted name lands in: the longest prefix that is
+    one (``results.schema.Metrics`` → ``results.schema``); None outside the six packages."""
+    parts = target.split(".")
+    for end in range(len(parts), 0, -1):
+        if (name := ".".join(parts[:end])) in modules:
+            return name
+    return None
+
+
+def _module_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules ``path`` imports (anywhere in it), as edges of the module graph.
+
+    ``import a.b.c`` is an edge to ``a.b.c``; ``from a.b import c`` to the submodule ``a.b.c``
+    when there is one, else to ``a.b`` (the name is defined there or re-exported by it). The
+    package ``__init__`` modules Python runs on the way to a submodule are not edges: only a
+    real import of the package (``from harness.metrics import SLO``) is. Nothing else is left
+    out.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    mod = _module_name(path)
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    targets: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            submodules = [f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in modules]
+            targets += submodules
+            if len(submodules) < len(node.names):
+                targets.append(source)
+    edges = {_resolve(target, modules) for target in targets}
+    return {edge for edge in edges if edge is not None and edge != mod}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the modules it imports, over the six packages."""
+    modules = _modules()
+    return {name: _module_imports(path, modules) for name, path in modules.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of ``graph`` with more than one module: every set of
+    modules that import each other, directly or through others (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: set[frozenset[str]] = set()
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.add(frozenset(component))
+    return cycles
+
+
+def mutual_imports(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Pairs of modules that import each other directly."""
+    return {frozenset((a, b)) for a, targets in graph.items() for b in targets if a in graph.get(b, ())}
+
+
+def cycle_problems(found: set[frozenset[str]], allowed: set[frozenset[str]]) -> list[str]:
+    """One line per cycle not in ``allowed``, and per allowed cycle that is gone (or changed)."""
+    problems = [f"import cycle: {' ⇄ '.join(sorted(cycle))}" for cycle in found - allowed]
+    problems += [f"{' ⇄ '.join(sorted(cycle))} no longer forms this cycle: remove it from KNOWN_APP_CYCLES"
+                 for cycle in allowed - found]
+    return sorted(problems)
+
+
+def test_no_two_modules_import_each_other() -> None:
+    pairs = mutual_imports(import_graph())
+    assert cycle_problems(pairs, {pair for pair in KNOWN_APP_CYCLES if len(pair) == 2}) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert cycle_problems(import_cycles(import_graph()), KNOWN_APP_CYCLES) == []
+
+
+@contextmanager
+def _probe_files(files: dict[str, str]) -> Iterator[None]:
+    """Write throw-away modules (path relative to the project root → source), then remove them."""
+    paths = [ROOT / rel for rel in files]
+    try:
+        for path, text in zip(paths, files.values()):
+            path.write_text(text, encoding="utf-8")
+        yield
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def test_the_checker_catches_an_import_cycle() -> None:
+    # two modules importing each other (one of them inside a function), and a three-module ring
+    with _probe_files({
+        "workloads/_arch_probe_a.py": "from workloads._arch_probe_b import X\n",
+        "workloads/_arch_probe_b.py": "X = 1\n\n\ndef f():\n    from . import _arch_probe_a\n",
+        "results/_arch_probe_c.py": "import results._arch_probe_d\n",
+        "results/_arch_probe_d.py": "from results._arch_probe_e import Y\n",
+        "results/_arch_probe_e.py": "from typing import TYPE_CHECKING\nY = 1\nif TYPE_CHECKING:\n    from results import _arch_probe_c\n",
+    }):
+        graph = import_graph()
+        pair = frozenset({"workloads._arch_probe_a", "workloads._arch_probe_b"})
+        ring = frozenset({"results._arch_probe_c", "results._arch_probe_d", "results._arch_probe_e"})
+        assert pair in mutual_imports(graph) and ring not in mutual_imports(graph)
+        assert {pair, ring} <= import_cycles(graph)
+        assert "import cycle: workloads._arch_probe_a ⇄ workloads._arch_probe_b" in cycle_problems(
+            import_cycles(graph), KNOWN_APP_CYCLES)
+    # a package importing its own submodule is no cycle; an allowed cycle that is gone is reported
+    assert import_cycles({"p": {"p.a"}, "p.a": set()}) == set()
+    assert cycle_problems(set(), {frozenset({"a", "b"})}) == [
+        "a ⇄ b no longer forms this cycle: remove it from KNOWN_APP_CYCLES"]
+
+
+# ------------------------------------------------------------------------------------------
+# packages that must not import others
+
+
+ISOLATED: dict[str, tuple[str, ...]] = {
+    "own_engine": ("results", "harness", "adapters", "workloads", "reports"),  # the reference engine stands alone
+    "harness.scoring": ("adapters",),  # hardware, prices, features: results.hardware / results.features
+    "reports": ("adapters",),  # reports render stored artefacts
+}
+"""Package → the top-level packages it never imports (at any depth, anywhere in a module)."""
+
+
+def isolation_violations() -> list[str]:
+    bad = []
+    for path in _sources():
+        mod = _module_name(path)
+        for package, forbidden in ISOLATED.items():
+            if mod != package and not mod.startswith(package + "."):
+                continue
+            for target in _imports(path):
+                if target.split(".")[0] in forbidden:
+                    bad.append(f"{path.relative_to(ROOT)} imports {target}: {package} never imports "
+                               f"{', '.join(forbidden)}")
+    return bad
+
+
+def test_the_reference_engine_stands_alone() -> None:
+    assert [v for v in isolation_violations() if v.startswith("own_engine")] == []
+
+
+def test_the_scorer_and_the_reports_import_nothing_of_adapters() -> None:
+    assert [v for v in isolation_violations() if v.startswith(("harness/scoring", "reports"))] == []
+
+
+def test_the_checker_catches_an_isolation_breach() -> None:
+    with _probe_files({
+        "own_engine/_arch_probe.py": "def f():\n    from results.model_geometry import kv_bytes_per_token\n",
+        "own_engine/server/_arch_probe.py": "import adapters.base\n",
+        "harness/scoring/_arch_probe.py": "from adapters.hardware import HardwareProfile\n",
+        "reports/_arch_probe.py": "from adapters import openai_adapter\n",
+    }):
+        found = isolation_violations()
+    for probe in ("own_engine/_arch_probe.py", "own_engine/server/_arch_probe.py", "harness/scoring/_arch_probe.py",
+                  "reports/_arch_probe.py"):
+        assert any(v.startswith(probe + " imports") for v in found), probe
+
+
+# ------------------------------------------------------------------------------------------
+# function size
+
+
+MAX_FUNCTION_LINES = 80
+"""Longest function (``def`` line to its last line, docstring included) allowed in ``harness``."""
+
+LONG_FUNCTIONS_PENDING = {
+    # the harness/app split (issue 25) removes these: each is cut into named steps there
+    "harness/app/search/capacity.py::search_capacity",
+    "harness/app/cli/run.py::run_cmd",
+    "harness/app/cli/search.py::search_cmd",
+}
+"""``path::qualified name`` of the functions still longer than :data:`MAX_FUNCTION_LINES`."""
+
+
+def long_functions(root: Path = ROOT / "harness") -> dict[str, int]:
+    """``path::qualified name`` → lines, for every function (methods and nested ones included)
+    under ``root`` longer than :data:`MAX_FUNCTION_LINES`."""
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str, rel: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}{child.name}"
+                lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found[f"{rel}::{name}"] = lines
+                visit(child, f"{name}.", rel)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", rel)
+            else:
+                visit(child, prefix, rel)
+
+    for path in sorted(root.rglob("*.py")):
+        visit(ast.parse(path.read_text(encoding="utf-8")), "", path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_no_long_function_in_harness() -> None:
+    found = long_functions()
+    assert {name: lines for name, lines in found.items() if name not in LONG_FUNCTIONS_PENDING} == {}
+    assert [name for name in LONG_FUNCTIONS_PENDING if name not in found] == [], \
+        "no longer long: remove from LONG_FUNCTIONS_PENDING"
+
+
+def test_the_checker_catches_a_long_function() -> None:
+    # MAX_FUNCTION_LINES lines in all fits; one more (a method, counted by its qualified name) does not
+    body = [f"x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1)]
+    fits = "def fits():\n" + "".join("    " + line for line in body)
+    too_long = "class C:\n    def too_long(self):\n" + "".join("        " + line for line in [*body, "pass\n"])
+    with _probe_files({"harness/metrics/_arch_probe.py": f"{fits}\n\n{too_long}"}):
+        found = long_functions()
+    assert found.get("harness/metrics/_arch_probe.py::C.too_long") == MAX_FUNCTION_LINES + 1
+    assert "harness/metrics/_arch_probe.py::fits" not in found
+
+
+# ------------------------------------------------------------------------------------------
+# harness/app by job: arrows only point down (issue 25)
+
+APP_LAYER = {"cli": 3, "run": 2, "search": 2, "importers": 2, "executors": 2, "core": 1}
+"""Subpackage of ``harness.app`` → its level: a module may import its own subpackage and lower
+levels only; jobs on one level (run, search, importers, executors) never import each other."""
+
+
+def _app_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["harness", "app"] else None
+
+
+def app_violations() -> list[str]:
+    """Imports between ``harness.app`` subpackages against :data:`APP_LAYER`."""
+    graph = import_graph()
+    bad = []
+    for source, targets in graph.items():
+        src = _app_part(source)
+        if src is None:
+            continue
+        for target in targets:
+            dst = _app_part(target)
+            if dst is None or dst == src:
+                continue
+            if dst not in APP_LAYER or src not in APP_LAYER or APP_LAYER[dst] >= APP_LAYER[src]:
+                bad.append(f"{source} imports {target}: harness.app.{src} may not import harness.app.{dst}")
+    return sorted(bad)
+
+
+def test_harness_app_is_split_by_job_and_arrows_point_down() -> None:
+    assert app_violations() == []
+    assert {p.name for p in (ROOT / "harness" / "app").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(APP_LAYER)
+
+
+def test_the_checker_catches_an_arrow_up_or_across_app_jobs() -> None:
+    probes = {"harness/app/core/_arch_probe_up.py": "from harness.app.run import orchestrator\n",
+              "harness/app/search/_arch_probe_across.py": "import harness.app.run.engine_turns\n"}
+    with _probe_files(probes):
+        found = app_violations()
+    assert any("_arch_probe_up imports harness.app.run" in v for v in found), found
+    assert any("_arch_probe_across imports harness.app.run.engine_turns" in v for v in found), found

@@ -14,7 +14,6 @@ from typing import Any, Iterator
 from aiohttp import web
 from typer.testing import CliRunner
 
-from adapters.hardware import GiB, HardwareProfile
 from harness.app.cli import app as cli_app
 from harness.app.cli.summary import summary_table
 from harness.app.core.feature_phase import probe_line
@@ -23,6 +22,7 @@ from harness.loadgen.feature_checks import ProbeReply, _limited_errors, error_me
 from harness.loadgen.features import CITY_SCHEMA, N_BEST_TEMPERATURE, pick_stop, probe_features
 from harness.scoring import recommend
 from reports.context import build_context
+from results.hardware import GiB, HardwareProfile
 from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus, RunSummary
 
 try:

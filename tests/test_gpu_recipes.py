@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from adapters import envs, gpu_recipes, hardware, installer
+from adapters import envs, gpu_recipes, hardware, installer, recipes
 from adapters import tensorrt_llm_adapter as trt
 from adapters.base import LaunchConfig
 from adapters.hardware import NvidiaDriver
@@ -56,7 +56,7 @@ def install_cmd(name: str, *packages: str) -> list[str]:
 
 def fake_venv(name: str, dists: dict[str, str], torch_cuda: str | None) -> Path:
     """A venv with ``*.dist-info`` folders and torch's version.py, plus the setup marker."""
-    root = envs.engine_env_dir(name)
+    root = recipes.engine_env_dir(name)
     site = root / "venv" / "lib" / "python3.11" / "site-packages"
     for dist, version in dists.items():
         (site / f"{dist.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)

@@ -8,7 +8,8 @@ import psutil
 import pytest
 
 from adapters import hardware as hw
-from adapters.hardware import GiB, get_profile, profile_from_manifest
+from adapters.hardware import get_profile
+from results.hardware import GiB, named_profile, profile_from_manifest
 
 
 def test_named_profiles_and_device_count() -> None:
@@ -29,6 +30,17 @@ def test_unknown_profile_lists_valid_names() -> None:
         get_profile("B200")
     with pytest.raises(ValueError, match="at least 1"):
         get_profile("H100-80GB", num_devices=0)
+
+
+def test_named_profiles_need_no_detection() -> None:
+    # results.hardware resolves every named profile (what the scorer and the reports see);
+    # only "detected" needs adapters.hardware, which runs nvidia-smi / rocm-smi
+    for name in ("H100-80GB", "mi300x", "CPU"):
+        assert named_profile(name, num_devices=2) == get_profile(name, num_devices=2)
+    with pytest.raises(ValueError, match="^unknown hardware profile 'B200': use one of .*, detected$"):
+        named_profile("B200")
+    with pytest.raises(ValueError, match="describes this machine: adapters.hardware.get_profile detects it"):
+        named_profile("detected")
 
 
 def test_detect_parses_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:

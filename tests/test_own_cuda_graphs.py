@@ -15,11 +15,12 @@ import os
 import pytest
 import torch
 
+from own_engine.batch import BatchItem
 from own_engine.config import CUDA_GRAPH_BATCH_SIZES, ConfigError, EngineConfig, ModelConfig
 from own_engine.cuda_graphs import (DecodeCudaGraphs, bucket_for, capture_sizes, eligible, fill_decode_inputs,
                                     is_pure_decode, synthetic_decode_batch)
 from own_engine.engine import LLMEngine
-from own_engine.model_runner import BatchItem, ModelRunner
+from own_engine.model_runner import ModelRunner
 from own_engine.random_model import RandomLlamaSpec, write_random_llama
 from own_engine.sampling_params import SamplingParams
 

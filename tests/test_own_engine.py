@@ -128,7 +128,8 @@ def test_speculative_greedy_matches_transformers(model_dir, prompt_ids, hf_refs,
 
 
 def test_chunked_prefill_and_prefix_hits_match_full_forward_logits(default_engine, prompt_ids):
-    from own_engine.model_runner import BatchItem, ModelRunner
+    from own_engine.batch import BatchItem
+    from own_engine.model_runner import ModelRunner
 
     model = default_engine.runner.model
     ids = prompt_ids[0]
@@ -207,6 +208,34 @@ def test_config_errors_are_one_line(model_dir):
     mc = ModelConfig.from_dir(model_dir)
     assert (mc.num_layers, mc.num_heads, mc.num_kv_heads, mc.head_dim) == (30, 9, 3, 64)
     assert mc.kv_bytes_per_block(16) == 2 * 30 * 16 * 3 * 64 * 4
+
+
+def test_model_config_agrees_with_the_harness_geometry(model_dir, tmp_path):
+    # own_engine reads config.json itself (it imports nothing of results); the harness's reader
+    # and KV formula (results.model_geometry) must give the same sizes on the same folders
+    import json
+
+    from results.model_geometry import kv_bytes_per_token, read_model_summary
+
+    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
+            "hidden_size": 256, "num_attention_heads": 8, "intermediate_size": 512, "vocab_size": 1000}
+    folders = [model_dir]
+    for i, extra in enumerate(({}, {"num_key_value_heads": 2, "head_dim": 64})):  # defaults, then GQA
+        folder = tmp_path / f"m{i}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**base, **extra}))
+        folders.append(folder)
+    for folder in folders:
+        mc, geometry = ModelConfig.from_dir(folder), read_model_summary(folder)
+        assert (mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.vocab_size) == (
+            geometry.num_layers, geometry.hidden_size, geometry.num_heads, geometry.num_kv_heads, geometry.head_dim,
+            geometry.vocab_size)
+        for layers, dtype_bytes in ((None, 4), (2, 2)):
+            assert mc.kv_bytes_per_block(16, layers, dtype_bytes=dtype_bytes) == 16 * kv_bytes_per_token(
+                mc.num_layers if layers is None else layers, geometry.num_kv_heads, geometry.head_dim, dtype_bytes)
+    (folders[1] / "config.json").write_text(json.dumps({k: v for k, v in base.items() if k != "vocab_size"}))
+    with pytest.raises(ConfigError, match="vocab_size"):
+        ModelConfig.from_dir(folders[1])
 
 
 def test_triton_kernel_matches_cpu_path():

@@ -126,7 +126,8 @@ def test_triton_kernel_smoke_test_and_selection_on_cuda():
 def test_cuda_engine_matches_cpu_on_random_model(model_dir, prompts, kw):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from own_engine.model_runner import BatchItem, ModelRunner
+    from own_engine.batch import BatchItem
+    from own_engine.model_runner import ModelRunner
 
     cpu = engine(model_dir, enable_prefix_caching=False, enable_chunked_prefill=False)
     gpu = engine(model_dir, device="cuda", **kw)

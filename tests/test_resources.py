@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from adapters.hardware import (
-    GiB, HardwareProfile, PROFILES, cost_per_million_tokens, get_profile, profile_from_manifest, run_price,
-)
 from adapters.resources import (
     EXTERNAL_NOTE, Accumulator, GroupSample, Nvml, ResourceSampler, combine_repeats, folder_bytes,
     install_bytes, install_facts, read_group, venv_root, with_output_tokens,
@@ -25,6 +22,9 @@ from adapters.resources import (
 from harness.app.cli.summary import resource_table
 from harness.app.run.engine_turns import engine_cost
 from harness.scoring import PRESETS, parse_weights, recommend
+from results.hardware import (
+    GiB, HardwareProfile, PROFILES, cost_per_million_tokens, named_profile, profile_from_manifest, run_price,
+)
 from results.schema import EngineResult, EngineStatus, Interval, ResourceUse, RunSummary
 
 try:
@@ -296,11 +296,11 @@ def test_cost_per_million_output_tokens_is_exact() -> None:
 
 
 def test_prices_in_profiles_and_manifests() -> None:
-    h100 = get_profile("H100-80GB")
+    h100 = named_profile("H100-80GB")
     assert h100.price_per_hour == 3.99 and "lambda.ai" in h100.price_source
-    assert get_profile("H100-80GB", num_devices=2).deployment_price_per_hour == pytest.approx(7.98)
+    assert named_profile("H100-80GB", num_devices=2).deployment_price_per_hour == pytest.approx(7.98)
     assert PROFILES["L4-24GB"].price_per_hour is None  # no price read: --price-per-hour
-    cpu = get_profile("CPU")
+    cpu = named_profile("CPU")
     cores = len(os.sched_getaffinity(0))
     assert cpu.price_per_hour == pytest.approx(cores * 0.0335) and cpu.price_source.startswith("assumed")
     with pytest.raises(ValueError, match="positive number"):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.hardware import profile_from_manifest
 from harness.app.run.reporting import write_run_reports
 from harness.metrics import parse_slos
 from harness.scoring import recommend
+from results.hardware import profile_from_manifest
 from results.recommendation import Recommendation, read_recommendation
 from results.schema import EngineStatus, Manifest, RunSummary
 from results.store import ResultsError, load_run

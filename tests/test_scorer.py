@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from adapters.hardware import GiB, HardwareProfile, get_profile
 from harness.metrics import parse_slos
 from harness.scoring import (
     PRESETS,
@@ -17,6 +16,7 @@ from harness.scoring import (
     parse_weights,
     recommend,
 )
+from results.hardware import GiB, HardwareProfile, named_profile
 
 try:
     from tests.test_scorer_helpers import CPU_ONLY, OWN_CAPS, TRT_CAPS, make_records, ok_entry, skipped, write_run
@@ -115,14 +115,14 @@ def test_memory_fit_arithmetic_is_exact(tmp_path: Path) -> None:
 def test_memory_uses_one_device_without_tensor_parallelism(tmp_path: Path) -> None:
     recs = make_records("own", 4, ttft_ms=10.0, tpot_ms=1.0)
     run = write_run(tmp_path, "r", {"own": ok_entry(recs, OWN_CAPS)}, recs)
-    rec = recommend([run], hardware=get_profile("L4-24GB", num_devices=4))
+    rec = recommend([run], hardware=named_profile("L4-24GB", num_devices=4))
     assert rec.memory_fit["own"].devices_used == 1  # OWN_CAPS lacks tensor_parallel
     assert rec.memory_fit["own"].usable_bytes == int(24 * GiB * 0.9)
 
 
 def test_hardware_elimination(tmp_path: Path) -> None:
     run = two_engine_run(tmp_path)
-    rec = recommend([run], hardware=get_profile("H100-80GB"))
+    rec = recommend([run], hardware=named_profile("H100-80GB"))
     assert rec.winner == "sglang"
     assert rec.elimination_stage["transformers"] == "hardware"
     assert rec.eliminated["transformers"] == "its adapter declares a CPU only; target H100-80GB is nvidia"
@@ -137,12 +137,12 @@ def test_fp8_needs_hopper_or_ada(tmp_path: Path) -> None:
     r_trt = make_records("tensorrt_llm", 4, ttft_ms=10.0, tpot_ms=1.0)
     run = write_run(tmp_path, "r", {"own": ok_entry(r_own, OWN_CAPS), "tensorrt_llm": ok_entry(r_trt, TRT_CAPS)},
                     r_own + r_trt)
-    a100 = recommend([run], hardware=get_profile("A100-80GB"), required_features=["fp8"])
+    a100 = recommend([run], hardware=named_profile("A100-80GB"), required_features=["fp8"])
     assert a100.winner is None and a100.exit_code == 1
     assert a100.eliminated["tensorrt_llm"] == (
         "FP8 needs compute capability ≥ 8.9 (Ada/Hopper or newer); A100-80GB has compute capability 8.0"
     )
-    h100 = recommend([run], hardware=get_profile("H100-80GB"), required_features=["fp8"])
+    h100 = recommend([run], hardware=named_profile("H100-80GB"), required_features=["fp8"])
     assert h100.winner == "tensorrt_llm"
     assert h100.eliminated["own"] == "does not declare fp8, which the workload needs"
 

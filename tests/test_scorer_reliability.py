@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.hardware import GiB, HardwareProfile
 from harness.app.search.capacity import probe_verdict
 from harness.metrics import compute_metrics, parse_slos
 from harness.metrics.failures import failure_rate, failure_text
 from harness.scoring import ScorerError, recommend
+from results.hardware import GiB, HardwareProfile
 
 try:
     from tests.test_scorer_helpers import CPU_ONLY, make_records, ok_entry, write_run

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from adapters.hardware import GiB, HardwareProfile
 from harness.metrics import compute_metrics
 from harness.metrics.repeats import pooled_metrics
 from harness.scoring import recommend
 from harness.scoring.gather import gather
+from results.hardware import GiB, HardwareProfile
 from results.recommendation import Recommendation
 from results.schema import RequestRecord
 

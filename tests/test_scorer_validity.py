@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from adapters.hardware import GiB, HardwareProfile
 from harness.metrics import parse_slos
 from harness.scoring import recommend
+from results.hardware import GiB, HardwareProfile
 
 try:
     from tests.test_scorer_helpers import CPU_ONLY, SMOLLM2, make_records, ok_entry, write_run

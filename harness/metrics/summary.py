@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -228,41 +229,80 @@ def compute_metrics(
     (:data:`results.schema.WINDOW_PHASES`) are skipped like warm-up ones and counted in
     ``run_window`` (with the limits from ``timing``; None for a count-based run).
     """
+    grouped = _group(records)
+    metrics: dict[str, Any] = {
+        "run_window": run_window(records, timing),
+        **_counts_and_latencies(grouped),
+        **_arrival_rates(records, grouped.sent, offered_rate, requested_rate),
+    }
+    if any(r.turn_id is not None for r in grouped.measured):
+        metrics["sessions"] = session_metrics(grouped.measured, planned_turns)
+        metrics["per_turn"] = per_turn_metrics(grouped.measured)
+    if slos:
+        metrics["goodput"] = _goodput(grouped, slos)
+    return Metrics.model_validate(metrics)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One engine's measured-phase records, grouped as :func:`compute_metrics` counts them:
+    ``ok`` succeeded, ``failed`` failed (a drain-bound cut, ``incomplete``, is neither), ``sent``
+    were sent; ``ends``: end times (ns) of all but the cut ones; the measured ``duration_s``
+    runs from ``first_send`` (ns; None without a send and an end) to the last of ``ends``."""
+
+    measured: list[RequestRecord]
+    incomplete: list[RequestRecord]
+    ok: list[RequestRecord]
+    failed: list[RequestRecord]
+    sent: list[RequestRecord]
+    ends: list[int]
+    first_send: int | None
+    duration_s: float
+
+    def per_s(self, x: float) -> float | None:
+        """``x`` per second of the measured duration; None when it is 0."""
+        return x / self.duration_s if self.duration_s > 0 else None
+
+
+def _group(records: Sequence[RequestRecord]) -> _Measured:
     measured = [r for r in records if r.phase == "measured"]
-    incomplete = [r for r in measured if r.error_class == INCOMPLETE]
-    ok = [r for r in measured if r.success]
-    failed = [r for r in measured if not r.success and r.error_class != INCOMPLETE]
     sent = [r for r in measured if r.send_ns is not None]
     ends = [r.end_ns for r in measured if r.end_ns is not None and r.error_class != INCOMPLETE]
-
     if sent and ends:
         first_send = min(r.send_ns for r in sent)  # type: ignore[type-var]
         duration_s = max(0.0, (max(ends) - first_send) / NS_PER_S)
     else:
         first_send = None
         duration_s = 0.0
+    return _Measured(
+        measured=measured,
+        incomplete=[r for r in measured if r.error_class == INCOMPLETE],
+        ok=[r for r in measured if r.success],
+        failed=[r for r in measured if not r.success and r.error_class != INCOMPLETE],
+        sent=sent,
+        ends=ends,  # type: ignore[arg-type]
+        first_send=first_send,
+        duration_s=duration_s,
+    )
 
-    def per_s(x: float) -> float | None:
-        return x / duration_s if duration_s > 0 else None
 
+def _counts_and_latencies(m: _Measured) -> dict[str, Any]:
+    """Counts, throughputs, latency distributions (successful requests; error-adjusted ones
+    count each failure as +inf), failures and token accounting."""
+    ok, failed, per_s = m.ok, m.failed, m.per_s
     out_tokens = sum(r.output_tokens or 0 for r in ok)
     in_tokens = sum(r.input_tokens or 0 for r in ok)
     ttfts = [v for r in ok if (v := ttft_ms(r)) is not None]
-    ttfts_sched = [v for r in ok if (v := ttft_from_scheduled_ms(r)) is not None]
     e2els = [v for r in ok if (v := e2el_ms(r)) is not None]
-    e2els_sched = [v for r in ok if (v := e2el_from_scheduled_ms(r)) is not None]
-    ttfats = [v for r in ok if (v := ttfat_ms(r)) is not None]
-    connects = [v for r in measured if not r.connection_reused and (v := connect_ms(r)) is not None]
+    connects = [v for r in m.measured if not r.connection_reused and (v := connect_ms(r)) is not None]
     tpots = [v for r in ok if (v := tpot_ms(r)) is not None]
     itls = [g for r in ok for g in itls_ms(r)]
-
-    metrics: dict[str, Any] = {
-        "requests_sent": len(sent),
+    return {
+        "requests_sent": len(m.sent),
         "requests_completed": len(ok),
         "requests_failed": len(failed),
-        "requests_incomplete": len(incomplete),
-        "run_window": run_window(records, timing),
-        "duration_s": duration_s,
+        "requests_incomplete": len(m.incomplete),
+        "duration_s": m.duration_s,
         "request_throughput": per_s(len(ok)),
         "output_throughput": per_s(out_tokens),
         "input_throughput": per_s(in_tokens),
@@ -270,16 +310,16 @@ def compute_metrics(
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
         "ttft_ms": distribution(ttfts),
-        "ttft_from_scheduled_ms": distribution(ttfts_sched),
+        "ttft_from_scheduled_ms": distribution([v for r in ok if (v := ttft_from_scheduled_ms(r)) is not None]),
         "tpot_ms": distribution(tpots),
         "itl_ms": distribution(itls),
         "e2el_ms": distribution(e2els),
-        "e2el_from_scheduled_ms": distribution(e2els_sched),
-        "ttfat_ms": distribution(ttfats),
+        "e2el_from_scheduled_ms": distribution([v for r in ok if (v := e2el_from_scheduled_ms(r)) is not None]),
+        "ttfat_ms": distribution([v for r in ok if (v := ttfat_ms(r)) is not None]),
         "connect_ms": distribution(connects),
         "connections_opened": len(connects),
-        "peak_output_throughput": (peak_output_throughput(ok, first_send, max(ends))
-                                   if first_send is not None else None),
+        "peak_output_throughput": (peak_output_throughput(ok, m.first_send, max(m.ends))
+                                   if m.first_send is not None else None),
         "output_shortfall": output_shortfall(ok),
         "error_adjusted": {
             "ttft_ms": error_adjusted_distribution(ttfts, len(failed)),
@@ -292,36 +332,39 @@ def compute_metrics(
         "samples_ms": samples(ttfts, tpots, itls, e2els),
     }
 
+
+def _arrival_rates(records: Sequence[RequestRecord], sent: list[RequestRecord], offered_rate: float | None,
+                   requested_rate: float | None) -> dict[str, Any]:
+    """``offered_rate``, ``requested_rate`` (None when infinite), the ``achieved_rate`` of the
+    first turns and ``rate_valid`` (see :func:`compute_metrics`)."""
     firsts = sorted(r.send_ns for r in sent if r.turn_id in (None, 0))  # type: ignore[misc]
     achieved = _rate(len(firsts), firsts[0], firsts[-1]) if firsts else None
-    metrics["offered_rate"] = None if offered_rate is None or math.isinf(offered_rate) else offered_rate
+    offered = None if offered_rate is None or math.isinf(offered_rate) else offered_rate
     requested = offered_rate if requested_rate is None else requested_rate
-    metrics["requested_rate"] = None if requested is None or math.isinf(requested) else requested
-    metrics["achieved_rate"] = achieved
-    target = metrics["offered_rate"]
+    target = offered
     if target and any(r.phase in WINDOW_PHASES for r in records):
         # warm-up / cool-down windows keep a random slice of the arrivals: the slice is judged
         # against its own schedule (its scheduled sends, the same formula), not the whole run's rate
         planned = sorted(r.scheduled_ns for r in sent if r.turn_id in (None, 0))
         target = _rate(len(planned), planned[0], planned[-1]) if planned else None
-    if target and achieved is not None:
-        metrics["rate_valid"] = abs(achieved - target) / target <= RATE_TOLERANCE
-    else:
-        metrics["rate_valid"] = None
+    return {
+        "offered_rate": offered,
+        "requested_rate": None if requested is None or math.isinf(requested) else requested,
+        "achieved_rate": achieved,
+        "rate_valid": abs(achieved - target) / target <= RATE_TOLERANCE if target and achieved is not None else None,
+    }
 
-    if any(r.turn_id is not None for r in measured):
-        metrics["sessions"] = session_metrics(measured, planned_turns)
-        metrics["per_turn"] = per_turn_metrics(measured)
 
-    if slos:
-        good = sum(1 for r in measured if meets_slos(r, slos))
-        metrics["goodput"] = {
-            "request_goodput": per_s(good),
-            "good_requests": good,
-            "slo_attainment": good / len(measured) if measured else None,
-            "slos": {s.key: s.threshold_ms for s in slos},
-        }
-    return Metrics.model_validate(metrics)
+def _goodput(m: _Measured, slos: Sequence[SLO]) -> dict[str, Any]:
+    """Requests that succeed and meet every SLO, per second of the measured duration, and as a
+    share of the measured requests."""
+    good = sum(1 for r in m.measured if meets_slos(r, slos))
+    return {
+        "request_goodput": m.per_s(good),
+        "good_requests": good,
+        "slo_attainment": good / len(m.measured) if m.measured else None,
+        "slos": {s.key: s.threshold_ms for s in slos},
+    }
 
 
 def run_window(records: Sequence[RequestRecord], timing: RunTiming | None) -> RunWindow | None:

@@ -2,7 +2,7 @@
 
 An engine's capacity is the highest offered load (requests/s, session starts/s or in-flight
 requests) at which every SLO still held, found by bracketing and bisection
-(``harness.app.capacity``; the method of vLLM's ``vllm bench sweep serve_sla`` and AIPerf's
+(``harness.app.search.capacity``; the method of vLLM's ``vllm bench sweep serve_sla`` and AIPerf's
 goodput search). The search leaves a bracket ``[p, f)``: ``p`` passed, ``f`` (the lowest
 failing load above it) failed, so the true threshold lies in between. The bracket is the
 resolution of the measurement: two engines whose brackets overlap cannot be told apart by

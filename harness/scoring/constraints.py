@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from adapters.hardware import FP8_MIN_COMPUTE_CAPABILITY, HardwareProfile
 from harness.metrics import SLO
+from results.hardware import FP8_MIN_COMPUTE_CAPABILITY, HardwareProfile
 from results.recommendation import MemoryFit
 
 from .errors import ScorerError
@@ -45,7 +45,7 @@ def collect_required_features(requested: Sequence[str], runs: Sequence[RunFacts]
     """``requested`` (lower case, blanks dropped) plus each run's workload ``required_features``.
 
     Raises :class:`ScorerError` for a name that is neither an adapter feature
-    (``adapters.base.FEATURES``), a probed feature (``results.schema.FEATURE_PROBES``) nor a
+    (``results.features.FEATURES``), a probed feature (``results.schema.FEATURE_PROBES``) nor a
     quantization format (:data:`QUANTIZATION_FORMATS`).
     """
     required = [feature.strip().lower() for feature in requested if feature and feature.strip()]

@@ -1,8 +1,8 @@
 """The cost criterion: USD per 1M output tokens on the target hardware, lower better.
 
-``cost = price / (output tok/s × 3600) × 1e6`` (:func:`adapters.hardware.cost_per_million_tokens`)
+``cost = price / (output tok/s × 3600) × 1e6`` (:func:`results.hardware.cost_per_million_tokens`)
 with ``price`` the target's price per device-hour × its devices
-(:attr:`adapters.hardware.HardwareProfile.deployment_price_per_hour`: the profile's on-demand
+(:attr:`results.hardware.HardwareProfile.deployment_price_per_hour`: the profile's on-demand
 list price, or ``--price-per-hour``) and the output throughput the score uses (the median over
 the condition's repeats). Normalised lower-better against the best survivor, ``min(c) / c``.
 
@@ -14,19 +14,22 @@ one (every cost score 0, so the criterion cannot move a ranking); the note says 
 
 from __future__ import annotations
 
-from adapters.hardware import HardwareProfile, cost_per_million_tokens
+from results.hardware import HardwareProfile, cost_per_million_tokens
 
 RawMetrics = dict[str, float | None]
 
 
-def engine_cost(hardware: HardwareProfile, raw: RawMetrics) -> float | None:
-    """USD per 1M output tokens of one engine on ``hardware`` (None without a price or a throughput)."""
+def usd_per_million_output_tokens(hardware: HardwareProfile, raw: RawMetrics) -> float | None:
+    """USD per 1M output tokens of one engine on the target ``hardware``: its deployment price
+    and the engine's scoring output throughput through :func:`results.hardware.cost_per_million_tokens`
+    (the arithmetic ``harness.app`` also uses for a run's recorded ``EngineResult.cost``). None
+    without a price or a throughput."""
     return cost_per_million_tokens(hardware.deployment_price_per_hour, raw.get("output_throughput"))
 
 
 def cost_scores(hardware: HardwareProfile, raw: dict[str, RawMetrics]) -> dict[str, float]:
     """Each engine's cost score in [0, 1]: ``min(cost) / cost``; 0 for an engine without a cost."""
-    costs = {name: engine_cost(hardware, values) for name, values in raw.items()}
+    costs = {name: usd_per_million_output_tokens(hardware, values) for name, values in raw.items()}
     present = [cost for cost in costs.values() if cost is not None]
     if not present:
         return {name: 0.0 for name in raw}
@@ -42,7 +45,7 @@ def cost_note(hardware: HardwareProfile, raw: dict[str, RawMetrics], weight: flo
                 "engine's cost score is 0")
     devices = f" × {hardware.num_devices} devices" if hardware.num_devices > 1 else ""
     source = f" ({hardware.price_source})" if hardware.price_source else ""
-    costs = {name: engine_cost(hardware, values) for name, values in raw.items()}
+    costs = {name: usd_per_million_output_tokens(hardware, values) for name, values in raw.items()}
     shown = "; ".join(f"{name} ${cost:,.4g}" for name, cost in costs.items() if cost is not None)
     missing = [name for name, cost in costs.items() if cost is None]
     parts = [f"cost per 1M output tokens at ${hardware.price_per_hour:g}/device-hour{devices}{source}, "

@@ -19,7 +19,7 @@ from results.recommendation import TIE_BREAK
 from .features import verified_features
 from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
 from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
-from .cost import engine_cost
+from .cost import usd_per_million_output_tokens
 from .weights import CRITERIA
 
 _BEFORE_SLO_STAGES = ("not measured", "reliability", "validity", "hardware", "feature", "memory")
@@ -45,7 +45,8 @@ def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outc
         return (f"verified features {len(won)} vs {len(lost)} "
                 f"({', '.join(won) or 'none'} vs {', '.join(lost) or 'none'})")
     if criterion == "cost":
-        winner_cost, runner_up_cost = engine_cost(ctx.hardware, winner_raw), engine_cost(ctx.hardware, runner_up_raw)
+        winner_cost = usd_per_million_output_tokens(ctx.hardware, winner_raw)
+        runner_up_cost = usd_per_million_output_tokens(ctx.hardware, runner_up_raw)
         if winner_cost is None or runner_up_cost is None:
             return "no cost for one of them (no price or no output throughput)"
         return f"${winner_cost:,.4g} vs ${runner_up_cost:,.4g} per 1M output tokens"

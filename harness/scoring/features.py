@@ -2,7 +2,7 @@
 
 A feature counts only once a probe verified it (DESIGN.md: criteria are measured, never
 declared). The probes (``harness.loadgen.features``) cover :data:`results.schema.FEATURE_PROBES`:
-``structured_output`` (also a declared adapter feature, ``adapters.base.FEATURES``) and the
+``structured_output`` (also a declared adapter feature, ``results.features.FEATURES``) and the
 probe-only ``tool_calling``, ``n_best``, ``stop``, ``logprobs``, ``max_context``.
 
 - **Verdict over runs**: an engine probed in several runs has a feature verified only when every
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from adapters.base import FEATURES
+from results.features import FEATURES
 from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus
 
 if TYPE_CHECKING:

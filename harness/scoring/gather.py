@@ -1,13 +1,16 @@
 """Reading runs into the scorer's own measurements.
 
 The only module of ``harness.scoring`` that looks inside a run's ``summary.json`` and
-``manifest.json`` (``Run.summary`` / ``Run.manifest``); every other module works on the
-dataclasses defined here:
+``manifest.json`` (``Run.summary`` / ``Run.manifest``): it reads the typed artefacts
+(``results.schema``) by attribute, and by key only the parts the schema itself keeps as free
+JSON objects (the manifest's workload spec, hardware, client calibration and each engine's
+effective configuration; an engine's declared capabilities and ``/metrics`` counters). Every
+other module works on the dataclasses defined here:
 
 - :class:`RunFacts`: what the scorer needs of one run as a whole (workload, stored SLOs,
   required features, the model's sizes, the hardware it was measured on, the client
   calibration, :class:`ClientCalibration`);
-- :class:`EngineRuns`: one engine over all runs (statuses, declared :class:`Capabilities`,
+- :class:`EngineRuns`: one engine over all runs (statuses, :class:`DeclaredCapabilities`,
   the recorded :class:`.operational.OperationalRecord` of each run it was measured in, the
   feature probes' verdicts of each run that probed it);
 - :class:`Measurement`: one repeat of one *condition* (workload, offered rate) of one engine
@@ -21,12 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from adapters.base import FEATURES
-from adapters.hardware import HardwareProfile, profile_from_manifest
 from harness.metrics import SLO, slo_percentile_value
-from results.schema import EngineResult, EngineStatus, FeatureProbe, Metrics, RequestRecord
+from results.features import FEATURES
+from results.hardware import HardwareProfile, profile_from_manifest
+from results.schema import EngineResult, EngineStatus, FeatureProbe, Manifest, Metrics, RequestRecord
 from results.store import Run
 
 from .operational import OperationalRecord
@@ -34,17 +37,18 @@ from .operational import OperationalRecord
 Condition = tuple[str, float]
 """(workload name, offered rate in requests/s — sessions/s for agentic; math.inf = no rate limit)."""
 
-SUMMARY_METRIC_PATHS: dict[str, str] = {
-    "output_throughput": "output_throughput",
-    "request_throughput": "request_throughput",
-    "ttft_p50_ms": "ttft_ms.p50",
-    "ttft_p99_ms": "ttft_ms.p99",
-    "tpot_p50_ms": "tpot_ms.p50",
-    "tpot_p99_ms": "tpot_ms.p99",
-    "itl_p99_ms": "itl_ms.p99",
-    "e2el_p99_ms": "e2el_ms.p99",
+SCORING_METRICS: dict[str, Callable[[Metrics], float | None]] = {
+    "output_throughput": lambda metrics: metrics.output_throughput,
+    "request_throughput": lambda metrics: metrics.request_throughput,
+    "ttft_p50_ms": lambda metrics: metrics.ttft_ms.p50,
+    "ttft_p99_ms": lambda metrics: metrics.ttft_ms.p99,
+    "tpot_p50_ms": lambda metrics: metrics.tpot_ms.p50,
+    "tpot_p99_ms": lambda metrics: metrics.tpot_ms.p99,
+    "itl_p99_ms": lambda metrics: metrics.itl_ms.p99,
+    "e2el_p99_ms": lambda metrics: metrics.e2el_ms.p99,
 }
-"""Scoring metric (as named in ``RankedEngine.metrics``) → its path in a summary's metrics."""
+"""Scoring metric (as named in ``RankedEngine.metrics``) → how to read it from a summary's
+:class:`~results.schema.Metrics`."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,9 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    """What an engine's adapter declared (``adapters.base.Capabilities``), as recorded.
+class DeclaredCapabilities:
+    """What an engine's adapter declared (``adapters.base.Capabilities``), as the summary recorded
+    it (``EngineResult.capabilities``).
 
     Declared, never verified: the scorer uses it only for the declared hard constraints
     (hardware kind; required features no probe covers, or of an engine without probe results,
@@ -111,7 +116,7 @@ class Capabilities:
     quantization: tuple[str, ...] = ()
 
     def serving_features(self) -> list[str]:
-        """The declared features that are serving features (:data:`adapters.base.FEATURES`), in
+        """The declared features that are serving features (:data:`results.features.FEATURES`), in
         that order."""
         return [feature for feature in FEATURES if feature in self.features]
 
@@ -126,7 +131,7 @@ class Measurement:
     offered rate). ``repeat``: the index within its run (``RequestRecord.repeat``; 0 for a
     single-repeat run).
 
-    ``values``: the scoring metrics keyed as in :data:`SUMMARY_METRIC_PATHS` (``*_ms`` in ms,
+    ``values``: the scoring metrics keyed as in :data:`SCORING_METRICS` (``*_ms`` in ms,
     throughputs in tokens/s or requests/s; None = not recorded). Times in s, rates in
     requests/s.
     """
@@ -176,7 +181,7 @@ class EngineRuns:
     name: str
     display_name: str
     statuses: list[tuple[str, str]] = field(default_factory=list)
-    capabilities: Capabilities | None = None  # None = not recorded
+    capabilities: DeclaredCapabilities | None = None  # None = not recorded
     measurements: list[Measurement] = field(default_factory=list)
     imported_from: str | None = None  # another tool's measurement (``bench import``): its label, e.g. "vllm bench serve"
     operations: list[OperationalRecord] = field(default_factory=list)  # one per run where it was measured
@@ -205,65 +210,68 @@ def gather(runs: Sequence[Run]) -> Gathered:
     run_facts: list[RunFacts] = []
     engines: dict[str, EngineRuns] = {}
     for run in runs:
-        # the typed artefacts, read here as their JSON form (the one shape this module parses)
-        summary = run.summary.model_dump(mode="json")
-        manifest = run.manifest.model_dump(mode="json")
-        facts = _run_facts(run, summary, manifest)
+        facts = _run_facts(run)
         run_facts.append(facts)
-        for name, entry in (summary.get("engines") or {}).items():
-            entry = entry or {}
-            if entry.get("status") == EngineStatus.NOT_MEASURED.value:
-                entry["status"] = "skipped"  # listed with the skipped engines, as before
-            engine = engines.setdefault(name, EngineRuns(name, str(entry.get("display_name") or name)))
-            if entry.get("display_name"):
-                engine.display_name = str(entry["display_name"])
-            status = str(entry.get("status", "unknown"))
-            engine.statuses.append((status, str(entry.get("reason") or "")))
-            if isinstance(manifest.get("imported_from"), dict):
-                provenance = manifest["imported_from"]
-                engine.imported_from = str(provenance.get("label") or provenance.get("tool") or "another tool")
-            if entry.get("capabilities"):
-                engine.capabilities = _capabilities(entry["capabilities"])
-            if run.summary.engines[name].feature_probes:
-                engine.feature_probes.append(dict(run.summary.engines[name].feature_probes))
-            metrics = entry.get("metrics") or {}
-            if status == "ok" and metrics.get("requests_completed"):
-                engine.measurements.extend(_measurements(facts, entry, run.records_for(name), run.summary.engines[name]))
-                effective = (manifest.get("engines") or {}).get(name) or {}
-                engine.operations.append(_operational(run.run_id, entry, effective))
+        for name, result in run.summary.engines.items():
+            _add_result(engines, run, facts, name, result)
     return Gathered(run_facts, engines)
 
 
-def _run_facts(run: Run, summary: dict[str, Any], manifest: dict[str, Any]) -> RunFacts:
-    workload_spec = manifest.get("workload") or {}
-    model = manifest.get("model") or {}
+def _add_result(engines: dict[str, EngineRuns], run: Run, facts: RunFacts, name: str, result: EngineResult) -> None:
+    """One engine's entry of one run's summary, added to its :class:`EngineRuns` (created on
+    first sight)."""
+    engine = engines.setdefault(name, EngineRuns(name, str(result.display_name or name)))
+    if result.display_name:
+        engine.display_name = str(result.display_name)
+    # not_measured is listed with the skipped engines, as before
+    status = "skipped" if result.status is EngineStatus.NOT_MEASURED else result.status.value
+    engine.statuses.append((status, str(result.reason or "")))
+    if run.manifest.imported_from is not None:
+        provenance = run.manifest.imported_from
+        engine.imported_from = str(provenance.label or provenance.tool or "another tool")
+    if result.capabilities:
+        engine.capabilities = _capabilities(result.capabilities)
+    if result.feature_probes:
+        engine.feature_probes.append(dict(result.feature_probes))
+    if status == "ok" and result.metrics is not None and result.metrics.requests_completed:
+        engine.measurements.extend(_measurements(facts, result, run.records_for(name)))
+        effective = run.manifest.engines.get(name) or {}
+        engine.operations.append(_operational(run.run_id, result, effective))
+
+
+def _run_facts(run: Run) -> RunFacts:
+    manifest = run.manifest
+    workload_spec = manifest.workload or {}
+    model = manifest.model
     max_concurrency = workload_spec.get("max_concurrency")
     return RunFacts(
         run_id=run.run_id,
-        workload=str(summary.get("workload") or workload_spec.get("name") or "unknown"),
-        slos=summary.get("slos") or {},
+        workload=str(run.summary.workload or workload_spec.get("name") or "unknown"),
+        slos=dict(run.summary.slos),
         required_features=tuple(str(feature).lower() for feature in workload_spec.get("required_features") or []),
-        model=ModelFacts(
-            num_params=model.get("num_params"),
-            num_layers=model.get("num_layers"),
-            num_kv_heads=model.get("num_kv_heads"),
-            head_dim=model.get("head_dim"),
-            dtype=str(model.get("dtype") or ""),
+        model=ModelFacts() if model is None else ModelFacts(
+            num_params=model.num_params,
+            num_layers=model.num_layers,
+            num_kv_heads=model.num_kv_heads,
+            head_dim=model.head_dim,
+            dtype=str(model.dtype or ""),
         ),
         max_concurrency=int(max_concurrency) if max_concurrency else None,
-        measured_on=profile_from_manifest(manifest.get("hardware")),
-        client_calibration=_calibration(manifest.get("client_calibration"), manifest.get("client_workers")),
+        measured_on=profile_from_manifest(manifest.hardware),
+        client_calibration=_calibration(manifest),
     )
 
 
-def _calibration(stored: Any, workers: Any = None) -> ClientCalibration:
+def _calibration(manifest: Manifest) -> ClientCalibration:
     """The manifest's ``client_calibration``: None/absent → not recorded; ``{"error": ...}`` →
     the failure; otherwise its numbers (a missing or non-finite one stays None), with the
-    worker count of its ``client_workers`` (absent or not a positive integer: 1)."""
+    worker count of its ``client_workers`` (absent or below 1: 1)."""
+    stored = manifest.client_calibration
     if not isinstance(stored, dict) or not stored:
         return ClientCalibration()
     if stored.get("error"):
         return ClientCalibration(recorded=True, error=str(stored["error"]))
+    workers = manifest.client_workers
     return ClientCalibration(
         recorded=True,
         max_rate_rps=_first_number(stored, "max_rate_rps"),
@@ -271,24 +279,18 @@ def _calibration(stored: Any, workers: Any = None) -> ClientCalibration:
         stream_gap_ms=_first_number(stored, "stream_gap_ms"),
         stream_concurrency=_first_number(stored, "stream_concurrency"),
         overhead_ms_p99=_first_number(stored, "overhead_ms_p99"),
-        workers=_worker_count(workers),
+        workers=workers.count if workers is not None and workers.count >= 1 else 1,
     )
 
 
-def _worker_count(stored: Any) -> int:
-    count = stored.get("count") if isinstance(stored, dict) else None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
-
-
-def _operational(run_id: str, entry: dict[str, Any], effective: dict[str, Any]) -> OperationalRecord:
+def _operational(run_id: str, result: EngineResult, effective: dict[str, Any]) -> OperationalRecord:
     """The operational facts of one engine in one run: the summary entry's start-up, the
     manifest's effective configuration for the rest."""
     processes = effective.get("processes")
-    parallel = entry.get("startup_parallel")
     return OperationalRecord(
         run_id=run_id,
-        startup_s=_first_number(entry, "startup_s"),
-        startup_parallel=parallel if isinstance(parallel, bool) else None,
+        startup_s=_finite(result.startup_s),
+        startup_parallel=result.startup_parallel,
         processes=int(processes) if isinstance(processes, int) and not isinstance(processes, bool) else None,
         install_s=_first_number(effective, "install_s"),
         install_bytes=int(size) if (size := _first_number(effective, "install_bytes")) is not None else None,
@@ -296,70 +298,68 @@ def _operational(run_id: str, entry: dict[str, Any], effective: dict[str, Any]) 
     )
 
 
-def _capabilities(declared: dict[str, Any]) -> Capabilities:
-    return Capabilities(
+def _capabilities(declared: dict[str, Any]) -> DeclaredCapabilities:
+    return DeclaredCapabilities(
         hardware=tuple(str(kind).lower() for kind in declared.get("hardware") or []),
         features=tuple(declared.get("features") or []),
         quantization=tuple(declared.get("quantization") or []),
     )
 
 
-def _measurements(run: RunFacts, entry: dict[str, Any], records: list[RequestRecord],
-                  typed: EngineResult) -> list[Measurement]:
+def _measurements(run: RunFacts, result: EngineResult, records: list[RequestRecord]) -> list[Measurement]:
     """One engine's measurements in one run: one per repeat when the run has ≥ 2 (each repeat's
     metrics with its own records; a repeat where every request failed stays in, as a repeat
     that misses every SLO), else the run's metrics."""
-    engine_metrics = entry.get("engine_metrics") or {}
-    if len(typed.repeats) < 2:
-        return [_measurement(run, entry.get("metrics") or {}, engine_metrics, records, typed.metrics)]
+    if len(result.repeats) < 2:
+        assert result.metrics is not None  # the caller measured it
+        return [_measurement(run, result.metrics, result.engine_metrics, records)]
     return [
-        _measurement(run, metrics.model_dump(mode="json"), engine_metrics,
-                     [record for record in records if record.repeat == index], metrics, repeat=index)
-        for index, metrics in enumerate(typed.repeats)
+        _measurement(run, metrics, result.engine_metrics, [record for record in records if record.repeat == index],
+                     repeat=index)
+        for index, metrics in enumerate(result.repeats)
     ]
 
 
-def _measurement(
-    run: RunFacts, metrics: dict[str, Any], engine_metrics: dict[str, Any], records: list[RequestRecord],
-    typed_metrics: Metrics | None, repeat: int = 0,
-) -> Measurement:
-    rate = metrics.get("offered_rate")
-    goodput = metrics.get("goodput") or {}
+def _measurement(run: RunFacts, metrics: Metrics, engine_metrics: dict[str, Any], records: list[RequestRecord],
+                 repeat: int = 0) -> Measurement:
+    rate = metrics.offered_rate
+    goodput = metrics.goodput
     return Measurement(
         run=run,
         offered_rate=float(rate) if rate else math.inf,
         records=records,
-        values={key: _number_at(metrics, path) for key, path in SUMMARY_METRIC_PATHS.items()},
-        requests_completed=metrics.get("requests_completed") or 0,
-        requests_failed=metrics.get("requests_failed") or 0,
-        duration_s=metrics.get("duration_s") or 0.0,
+        values={key: _number(read(metrics)) for key, read in SCORING_METRICS.items()},
+        requests_completed=metrics.requests_completed or 0,
+        requests_failed=metrics.requests_failed or 0,
+        duration_s=metrics.duration_s or 0.0,
         recorded_offered_rate=rate,
-        achieved_rate=metrics.get("achieved_rate"),
-        rate_valid=metrics.get("rate_valid"),
-        stored_goodput_slos=goodput.get("slos"),
-        stored_request_goodput=goodput.get("request_goodput"),
+        achieved_rate=metrics.achieved_rate,
+        rate_valid=metrics.rate_valid,
+        stored_goodput_slos=None if goodput is None else dict(goodput.slos),
+        stored_request_goodput=None if goodput is None else goodput.request_goodput,
         prefix_cache_hit_rate=_first_number(engine_metrics, "prefix_cache_hit_rate"),
         spec_acceptance_rate=_first_number(engine_metrics, "spec_acceptance_rate", "spec_decode_acceptance_rate"),
-        _summary_metrics=typed_metrics,
+        _summary_metrics=metrics,
         repeat=repeat,
-        itl_p50_ms=_number_at(metrics, "itl_ms.p50"),
+        itl_p50_ms=_number(metrics.itl_ms.p50),
     )
 
 
-def _number_at(tree: dict[str, Any], path: str) -> float | None:
-    """The number at the dotted ``path`` of nested dicts; None when absent or not a number."""
-    node: Any = tree
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+def _number(value: float | None) -> float | None:
+    """``value`` as a float; None when it is None."""
+    return None if value is None else float(value)
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _first_number(counters: dict[str, Any], *names: str) -> float | None:
     """The first of ``names`` that holds a finite number."""
     for name in names:
-        value = counters.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
+        if (value := _finite(counters.get(name))) is not None:
+            return value
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from adapters.hardware import GiB, HardwareProfile
+from results.hardware import GiB, HardwareProfile
 from results.model_geometry import dtype_bytes_for, kv_bytes_per_token
 from results.recommendation import DEFAULT_MEMORY_UTILIZATION, MemoryFit
 from results.schema import RequestRecord

@@ -3,7 +3,7 @@
 No criterion rests on a number an adapter declares about itself (issue 12, "measured criteria
 only"; DESIGN.md "How a recommendation is made").
 
-**Complexity** is scored from facts the runs recorded (:class:`.gather.OperationalRecord`):
+**Complexity** is scored from facts the runs recorded (:class:`OperationalRecord`, which :mod:`.gather` fills):
 
 - *time to healthy* (s): launch → first healthy answer (``EngineResult.startup_s``), per engine
   the median over its runs, taken from the runs where it started alone when there are any
@@ -34,10 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import median
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .gather import EngineRuns
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -94,9 +91,10 @@ class OperationalFacts:
         return f"{healthy}, {processes}"
 
 
-def operational_facts(engine: "EngineRuns") -> OperationalFacts:
-    """The median facts over ``engine``'s runs (see the module docstring for the start-up rule)."""
-    starts = [(op.startup_s, bool(op.startup_parallel)) for op in engine.operations
+def operational_facts(operations: Sequence[OperationalRecord]) -> OperationalFacts:
+    """The median facts over one engine's runs, one :class:`OperationalRecord` each
+    (``gather.EngineRuns.operations``; see the module docstring for the start-up rule)."""
+    starts = [(op.startup_s, bool(op.startup_parallel)) for op in operations
               if op.startup_s is not None and not op.external]
     alone = [seconds for seconds, parallel in starts if not parallel]
     together = [seconds for seconds, parallel in starts if parallel]
@@ -106,14 +104,14 @@ def operational_facts(engine: "EngineRuns") -> OperationalFacts:
         healthy, parallel = float(median(together)), True
     else:
         healthy, parallel = None, None
-    processes = [op.processes for op in engine.operations if op.processes is not None]
-    installs = [op.install_s for op in engine.operations if op.install_s is not None]
+    processes = [op.processes for op in operations if op.processes is not None]
+    installs = [op.install_s for op in operations if op.install_s is not None]
     return OperationalFacts(
         time_to_healthy_s=healthy,
         started_in_parallel=parallel,
         processes=float(median(processes)) if processes else None,
         install_s=installs[-1] if installs else None,
-        install_bytes=next((op.install_bytes for op in reversed(engine.operations) if op.install_bytes is not None), None),
+        install_bytes=next((op.install_bytes for op in reversed(operations) if op.install_bytes is not None), None),
     )
 
 

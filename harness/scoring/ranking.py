@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adapters.hardware import HardwareProfile
 from harness.metrics import SLO
+from results.hardware import HardwareProfile
 from results.recommendation import MemoryFit, RankedEngine
 
 from .constraints import Elimination, judge_slos
-from .cost import cost_scores, engine_cost
+from .cost import cost_scores, usd_per_million_output_tokens
 from .features import features_scores, verified_features
 from .formatting import condition_label
 from .gather import Condition, EngineRuns
@@ -118,7 +118,7 @@ def _components(
     latency_keys = [f"slo:{slo.key}" for slo in slos] if slos else ["ttft_p99_ms", "tpot_p99_ms"]
     throughput_scores = [normalize({name: raw[name].get(key) for name in survivors}, True) for key in throughput_keys]
     latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False) for key in latency_keys]
-    facts = {name: operational_facts(ctx.engines[name]) for name in survivors}
+    facts = {name: operational_facts(ctx.engines[name].operations) for name in survivors}
     complexity, notes = complexity_scores(facts)
     features = features_scores(ctx.engines, survivors)
     cost = cost_scores(ctx.hardware, {name: raw[name] for name in survivors})
@@ -174,7 +174,7 @@ def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, Ra
             notes.append("capabilities not recorded: the declared hardware/feature checks were skipped")
         declared = engine.capabilities.serving_features() if engine.capabilities else []
         metrics: dict[str, float | bool | None] = {**raw[name], **info_metrics(repeats)}
-        if (cost := engine_cost(ctx.hardware, raw[name])) is not None:  # USD per 1M output tokens (.cost)
+        if (cost := usd_per_million_output_tokens(ctx.hardware, raw[name])) is not None:  # USD per 1M output tokens (.cost)
             metrics["cost_per_1m_output_tokens"] = cost
         ranking.append(
             RankedEngine(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from adapters.hardware import HardwareProfile
 from harness.metrics import SLO, parse_slos
 from harness.metrics.failures import MAX_FAILURE_RATE
+from results.hardware import HardwareProfile
 from results.recommendation import DEFAULT_MEMORY_UTILIZATION, MemoryFit, Recommendation, WeightFlip
 from results.store import Run
 
@@ -20,7 +20,7 @@ from .features import features_note
 from .operational import complexity_note
 from .ranking import Outcome, ScoringContext, evaluate
 from .sensitivity import noise_sensitivity, slo_sensitivity, weight_sensitivity
-from .ties import attach, tie_check, tie_clause, yardstick_noise
+from .ties import TieCheck, attach, tie_check, tie_clause, yardstick_noise
 from .reliability import check_bound, judge_reliability
 from .validity import ValidityVerdict, judge_validity
 from .weights import resolve_weights
@@ -42,7 +42,7 @@ def recommend(
 
     ``slos``: hard latency constraints (default: the first run's ``summary.json`` SLOs);
     ``weights``: overrides of the ``preset``'s weights (see :data:`.weights.PRESETS`);
-    ``required_features``: adapter features (``adapters.base.FEATURES``) or quantization formats
+    ``required_features``: adapter features (``results.features.FEATURES``) or quantization formats
     (:data:`.constraints.QUANTIZATION_FORMATS`; ``"fp8"`` also needs FP8 hardware) every engine must declare —
     the workload spec's ``required_features`` in the manifest are added;
     ``dtype_bytes``: bytes per weight and KV element (default: from the model's dtype);
@@ -55,6 +55,58 @@ def recommend(
     ``dtype_bytes`` ≤ 0, a ``memory_utilization`` outside (0, 1] or a ``max_failure_rate``
     outside [0, 1).
     """
+    resolved_weights = _checked_weights(runs, preset, weights, dtype_bytes, memory_utilization, max_failure_rate)
+    gathered = gather(runs)
+    if slos is None:
+        slos = _stored_slos(gathered.runs[0])
+    required = collect_required_features(required_features, gathered.runs)
+    ctx, outcome, validity = _judge(gathered, hardware, resolved_weights, list(slos), required, dtype_bytes,
+                                    memory_utilization, max_failure_rate)
+
+    workloads = sorted({measurement.run.workload for engine in gathered.engines.values()
+                        for measurement in engine.measurements})
+    ties = tie_check(outcome, ctx)
+    attach(outcome, ties)
+    deciding = _deciding_line(outcome, ctx, preset, ties)
+    flips: list[WeightFlip] = []
+    sensitivity = [
+        *weight_sensitivity(outcome, ctx, flips), *slo_sensitivity(outcome, ctx), *noise_sensitivity(outcome, ctx)
+    ]
+    message = "" if outcome.winner is not None else _no_winner_message(outcome, gathered)
+    yardstick = _yardstick_line(outcome, ties)
+    return Recommendation(
+        winner=outcome.winner,
+        winner_display_name=gathered.engines[outcome.winner].display_name if outcome.winner else None,
+        ranking=outcome.ranking,
+        eliminated={name: reason for name, (_, reason) in outcome.eliminated.items()},
+        elimination_stage={name: stage for name, (stage, _) in outcome.eliminated.items()},
+        deciding_constraint=deciding,
+        sensitivity=sensitivity,
+        weight_flips=flips,
+        weights=resolved_weights,
+        preset=preset,
+        hardware=hardware.to_dict(),
+        slos={slo.key: slo.threshold_ms for slo in slos},
+        required_features=required,
+        memory_fit=ctx.memory_fits,
+        workloads=workloads,
+        runs=[run.run_id for run in gathered.runs],
+        notes=([yardstick] if yardstick else []) + validity.notes
+        + _notes(gathered, outcome, ctx.memory_fits, workloads, hardware, required, resolved_weights)
+        + parity_notes(runs),  # the parity audit's unfair flags: caveats, never eliminations
+        message=message,
+        yardstick=yardstick,
+        score_repeats=ties.repeats,
+        tie_groups=ties.groups,
+        tied_with_winner=ties.tied_with_winner,
+        noise_could_flip=ties.could_flip,
+    )
+
+
+def _checked_weights(runs: list[Run], preset: str, weights: dict[str, float] | None, dtype_bytes: int | None,
+                     memory_utilization: float, max_failure_rate: float) -> dict[str, float]:
+    """The preset's weights with ``weights`` applied, once every argument of :func:`recommend`
+    is checked (raises :class:`ScorerError` as documented there)."""
     if not runs:
         raise ScorerError("no runs given: pass at least one run folder or run id")
     resolved_weights = resolve_weights(preset, weights)
@@ -63,12 +115,16 @@ def recommend(
     if not 0 < memory_utilization <= 1:
         raise ScorerError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
     check_bound(max_failure_rate)
-    gathered = gather(runs)
-    if slos is None:
-        slos = _stored_slos(gathered.runs[0])
-    required = collect_required_features(required_features, gathered.runs)
+    return resolved_weights
 
-    # reliability, then validity: the later stages see only the engines and conditions they keep
+
+def _judge(
+    gathered: Gathered, hardware: HardwareProfile, weights: dict[str, float], slos: list[SLO], required: list[str],
+    dtype_bytes: int | None, memory_utilization: float, max_failure_rate: float,
+) -> tuple[ScoringContext, Outcome, ValidityVerdict]:
+    """The gates in order (reliability, validity, then hardware, features and memory fit), then
+    the SLOs and the score (:func:`.ranking.evaluate`): the later stages see only the engines
+    and conditions the earlier ones keep."""
     unreliable = judge_reliability(gathered.engines, max_failure_rate)
     validity = judge_validity(gathered.engines, gathered.runs)
     for name, elimination in unreliable.items():
@@ -84,63 +140,41 @@ def recommend(
     )
     eliminated = {name: validity.eliminated.get(name) or eliminated_later[name] for name in gathered.engines
                   if name in validity.eliminated or name in eliminated_later}
-    ctx = ScoringContext(validity.engines, hardware, resolved_weights, eliminated, memory_fits)
-    outcome = evaluate(ctx, list(slos))
+    ctx = ScoringContext(validity.engines, hardware, weights, eliminated, memory_fits)
+    outcome = evaluate(ctx, slos)
     _mark_left_out(outcome, validity)
+    return ctx, outcome, validity
 
-    workloads = sorted({measurement.run.workload for engine in gathered.engines.values()
-                        for measurement in engine.measurements})
-    ties = tie_check(outcome, ctx)
-    attach(outcome, ties)
+
+def _deciding_line(outcome: Outcome, ctx: ScoringContext, preset: str, ties: TieCheck) -> str:
+    """The deciding constraint; with a winner it also names the engines the reliability and
+    validity gates left out."""
     deciding = deciding_constraint(outcome, ctx, preset, tie_clause(outcome, ties))
-    if outcome.winner is not None:  # the deciding line also names the engines the gates left out
+    if outcome.winner is not None:
         invalid = [part for part in excluded_clause(outcome, ("reliability", "validity")) if part not in deciding]
         deciding = "; ".join([deciding, *invalid])
-    flips: list[WeightFlip] = []
-    sensitivity = [
-        *weight_sensitivity(outcome, ctx, flips), *slo_sensitivity(outcome, ctx), *noise_sensitivity(outcome, ctx)
-    ]
-    message = ""
-    if outcome.winner is None:
-        message = (
-            "no engine survives the hard constraints; loosen an SLO (--slo), pick other hardware "
-            "(--hardware/--gpus) or measure more engines"
-        )
-        if outcome.reference:
-            message = (f"no production engine survives the hard constraints (the reference engine "
-                       f"{outcome.reference} is a yardstick, never the recommendation); loosen an SLO (--slo), "
-                       "pick other hardware (--hardware/--gpus) or measure more engines")
-        message = _validity_message(message, outcome, gathered)
+    return deciding
+
+
+def _no_winner_message(outcome: Outcome, gathered: Gathered) -> str:
+    """Why there is no recommendation, and what to change."""
+    message = (
+        "no engine survives the hard constraints; loosen an SLO (--slo), pick other hardware "
+        "(--hardware/--gpus) or measure more engines"
+    )
+    if outcome.reference:
+        message = (f"no production engine survives the hard constraints (the reference engine "
+                   f"{outcome.reference} is a yardstick, never the recommendation); loosen an SLO (--slo), "
+                   "pick other hardware (--hardware/--gpus) or measure more engines")
+    return _validity_message(message, outcome, gathered)
+
+
+def _yardstick_line(outcome: Outcome, ties: TieCheck) -> str:
+    """Where the reference engine stands, with whether noise could move it ("" without one)."""
     yardstick = yardstick_sentence(outcome)
     if yardstick and (noise := yardstick_noise(outcome, ties)):
         yardstick += f"; {noise}"
-    return Recommendation(
-        winner=outcome.winner,
-        winner_display_name=gathered.engines[outcome.winner].display_name if outcome.winner else None,
-        ranking=outcome.ranking,
-        eliminated={name: reason for name, (_, reason) in outcome.eliminated.items()},
-        elimination_stage={name: stage for name, (stage, _) in outcome.eliminated.items()},
-        deciding_constraint=deciding,
-        sensitivity=sensitivity,
-        weight_flips=flips,
-        weights=resolved_weights,
-        preset=preset,
-        hardware=hardware.to_dict(),
-        slos={slo.key: slo.threshold_ms for slo in slos},
-        required_features=required,
-        memory_fit=memory_fits,
-        workloads=workloads,
-        runs=[run.run_id for run in gathered.runs],
-        notes=([yardstick] if yardstick else []) + validity.notes
-        + _notes(gathered, outcome, memory_fits, workloads, hardware, required, resolved_weights)
-        + parity_notes(runs),  # the parity audit's unfair flags: caveats, never eliminations
-        message=message,
-        yardstick=yardstick,
-        score_repeats=ties.repeats,
-        tie_groups=ties.groups,
-        tied_with_winner=ties.tied_with_winner,
-        noise_could_flip=ties.could_flip,
-    )
+    return yardstick
 
 
 def _mark_left_out(outcome: Outcome, validity: ValidityVerdict) -> None:

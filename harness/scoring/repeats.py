@@ -25,7 +25,7 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "itl_p99_ms": False,
     "e2el_p99_ms": False,
 }
-"""The scoring metrics (``gather.SUMMARY_METRIC_PATHS``) in the order a ranking shows them."""
+"""The scoring metrics (``gather.SCORING_METRICS``) in the order a ranking shows them."""
 
 
 def median(values: Sequence[float]) -> float:

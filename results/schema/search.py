@@ -15,7 +15,7 @@ SEARCH_FILE = "search.json"
 
 
 class LoadProbe(Artefact):
-    """One probe point of a capacity search (``harness.app.capacity.search_capacity``).
+    """One probe point of a capacity search (``harness.app.search.capacity.search_capacity``).
 
     ``load``: the offered load (the caller's unit: req/s, sessions/s or concurrency);
     ``meets_slo``: every SLO held at its percentile; ``saturated``: the achieved arrival rate
@@ -67,7 +67,7 @@ class SearchProbe(LoadProbe):
 
 
 class EngineSearch(Artefact):
-    """One engine's capacity search: the fields of ``harness.app.capacity.CapacityResult``
+    """One engine's capacity search: the fields of ``harness.app.search.capacity.CapacityResult``
     (``capacity`` in ``unit``, 0 = no probe passed; ``stopped``: converged | budget | max_probes
     | never_met | high_reached, or ``interrupted`` / ``failed``; ``bracket``: highest passing,
     lowest failing load; ``elapsed_s``, ``budget_s`` s) with :class:`SearchProbe` probes, and the

@@ -191,8 +191,8 @@ def reuse_run_folder(run_dir: Path) -> None:
 
 
 def redact_url(url: str) -> str:
-    """``http://user:key@host`` → ``http://user:***@host`` (see adapters.openai_adapter.redact_credentials)."""
-    from adapters.openai_adapter import redact_credentials
+    """``http://user:key@host`` → ``http://user:***@host`` (see results.redact.redact_credentials)."""
+    from results.redact import redact_credentials
 
     return redact_credentials(url)
 

@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from adapters.hardware import HardwareProfile, get_profile, profile_from_manifest
+from adapters.hardware import get_profile
 from harness.metrics import SLOError, parse_slos
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
+from results.hardware import HardwareProfile, profile_from_manifest
 from results.recommendation import write_recommendation
 from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run

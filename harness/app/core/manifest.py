@@ -43,7 +43,7 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     import harness.metrics as metrics_module
     from harness.app.core.measure import condition_of
 
-    from adapters.openai_adapter import redact_credentials
+    from results.redact import redact_credentials
     from harness.app.core.model import model_summary
 
     manifest.command = [redact_credentials(arg) for arg in sys.argv]

@@ -64,7 +64,7 @@ def write_import(parsed: ParsedImport, run_dir: Path, run_id: str, workload: str
     under workload name ``workload`` and workload ``spec`` (what ``bench report`` compares with
     other runs). Returns the engine's entry. Raises OSError when the folder cannot be written."""
     import harness.metrics as metrics_module
-    from adapters.openai_adapter import redact_credentials
+    from results.redact import redact_credentials
 
     for r in parsed.records:
         r.workload = workload

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from adapters.hardware import cost_per_million_tokens
+from results.hardware import cost_per_million_tokens
 from adapters.resources import combine_repeats, with_output_tokens
 from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, RequestRecord, ResourceUse
 

@@ -23,7 +23,7 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
-from adapters.hardware import run_price
+from results.hardware import run_price
 from results.schema import EngineResult, EngineStatus, Equivalence, RequestRecord, RunSummary, Validity
 from results.store import REQUESTS_FILE, RunWriter, new_run_id, read_records
 from workloads.base import Workload

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from adapters.hardware import get_profile, profile_from_manifest
+from adapters.hardware import get_profile
+from results.hardware import profile_from_manifest
 from harness.metrics.derive import complete_metrics
 from harness.metrics.timeline import timelines
 from harness.scoring import Recommendation, recommend
