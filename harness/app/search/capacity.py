@@ -105,6 +105,13 @@ def search_capacity(
     ``measure`` must not raise for a failing engine: it returns a failing LoadProbe (an
     exception propagates and ends the search). Raises ValueError for bad parameters.
     """
+    _check(low, high, tolerance, budget_s, max_probes, integer)
+    return _Search(measure, low=low, high=high, tolerance=tolerance, budget_s=budget_s, clock=clock,
+                   max_probes=max_probes, integer=integer, first_estimate_s=first_estimate_s, unit=unit).run()
+
+
+def _check(low: float, high: float | None, tolerance: float, budget_s: float, max_probes: int, integer: bool) -> None:
+    """Raise ValueError for parameters :func:`search_capacity` cannot search with."""
     if not (low > 0) or math.isinf(low):
         raise ValueError(f"low must be a finite load > 0, got {low}")
     if integer and round(low) < 1:
@@ -118,105 +125,130 @@ def search_capacity(
     if max_probes < 1:
         raise ValueError(f"max_probes must be >= 1, got {max_probes}")
 
-    def norm(x: float) -> float:
-        return float(round(x)) if integer else float(x)
 
-    lo = norm(low)
-    hi = None if high is None else (float(math.floor(high)) if integer else float(high))
-    sp = f" {unit}" if unit else ""
-    t0 = clock()
-    probes: list[LoadProbe] = []
-    estimate = [first_estimate_s or 0.0]
-    why_not = [""]
+class _Stop(Exception):
+    """A probe the budget or the probe count forbids: the search ends with what it has."""
 
-    def probe(load: float) -> LoadProbe | None:
-        """Run one probe, or None when the budget or the probe count forbids it."""
-        if len(probes) >= max_probes:
-            why_not[0] = "max_probes"
-            return None
-        start = clock()
-        elapsed = start - t0
-        if elapsed >= budget_s or elapsed + estimate[0] > budget_s:
-            why_not[0] = "budget"
-            return None
-        r = measure(load)
-        end = clock()
+
+class _Search:
+    """One run of :func:`search_capacity` (its parameters, the probes so far, the clock)."""
+
+    def __init__(self, measure: Callable[[float], LoadProbe], *, low: float, high: float | None, tolerance: float,
+                 budget_s: float, clock: Callable[[], float], max_probes: int, integer: bool,
+                 first_estimate_s: float | None, unit: str) -> None:
+        self.measure, self.low, self.high, self.tolerance = measure, low, high, tolerance
+        self.budget_s, self.clock, self.max_probes, self.integer, self.unit = budget_s, clock, max_probes, integer, unit
+        self.lo = self.norm(low)
+        self.hi = None if high is None else (float(math.floor(high)) if integer else float(high))
+        self.sp = f" {unit}" if unit else ""
+        self.t0 = clock()
+        self.probes: list[LoadProbe] = []
+        self.estimate = first_estimate_s or 0.0
+        self.why_not = ""
+
+    def norm(self, x: float) -> float:
+        return float(round(x)) if self.integer else float(x)
+
+    def probe(self, load: float) -> LoadProbe:
+        """Run one probe; raises :class:`_Stop` when the budget or the probe count forbids it."""
+        if len(self.probes) >= self.max_probes:
+            self.why_not = "max_probes"
+            raise _Stop
+        start = self.clock()
+        elapsed = start - self.t0
+        if elapsed >= self.budget_s or elapsed + self.estimate > self.budget_s:
+            self.why_not = "budget"
+            raise _Stop
+        r = self.measure(load)
+        end = self.clock()
         r = r.model_copy(update={"load": load, "duration_s": end - start})
-        estimate[0] = end - start
-        probes.append(r)
+        self.estimate = end - start
+        self.probes.append(r)
         return r
 
-    def done(stopped: StopReason, capacity: float, p: float | None, f: float | None, message: str) -> CapacityResult:
+    def done(self, stopped: StopReason, capacity: float, p: float | None, f: float | None, message: str) -> CapacityResult:
         return CapacityResult(
-            capacity=capacity, stopped=stopped, bracket=(p, f), probes=probes, message=message,
-            elapsed_s=clock() - t0, low=low, high=high, tolerance=tolerance, budget_s=budget_s,
-            max_probes=max_probes, integer=integer, unit=unit,
+            capacity=capacity, stopped=stopped, bracket=(p, f), probes=self.probes, message=message,
+            elapsed_s=self.clock() - self.t0, low=self.low, high=self.high, tolerance=self.tolerance,
+            budget_s=self.budget_s, max_probes=self.max_probes, integer=self.integer, unit=self.unit,
         )
 
-    def cut_short(p: float | None, f: float | None) -> CapacityResult:
-        stopped: StopReason = "budget" if why_not[0] == "budget" else "max_probes"
+    def cut_short(self, p: float | None, f: float | None) -> CapacityResult:
+        stopped: StopReason = "budget" if self.why_not == "budget" else "max_probes"
         if stopped == "budget":
-            cause = (f"the time budget ({budget_s:g} s) is spent: {clock() - t0:.1f} s used, "
-                     f"the next probe would take about {estimate[0]:.1f} s")
+            cause = (f"the time budget ({self.budget_s:g} s) is spent: {self.clock() - self.t0:.1f} s used, "
+                     f"the next probe would take about {self.estimate:.1f} s")
         else:
-            cause = f"the probe limit ({max_probes}) is reached"
+            cause = f"the probe limit ({self.max_probes}) is reached"
         if p is None:
-            return done(stopped, 0.0, None, f, f"no probe passed before {cause}")
+            return self.done(stopped, 0.0, None, f, f"no probe passed before {cause}")
         above = f", fails at {_fmt(f)}" if f is not None else ", no failing load found yet"
-        return done(stopped, p, p, f, f"capacity at least {p:g}{sp} (passes at {p:g}{above}); stopped early: {cause}")
+        return self.done(stopped, p, p, f, f"capacity at least {p:g}{self.sp} (passes at {p:g}{above}); "
+                                           f"stopped early: {cause}")
 
-    first = probe(lo)
-    if first is None:
-        return cut_short(None, None)
-    p, f = lo, None
-    if not first.passed:  # bracket downwards by halving, to low / DOWN_FACTOR at most
-        f, floor_load = lo, (1.0 if integer else lo / DOWN_FACTOR)
-        last = first
+    def run(self) -> CapacityResult:
+        """Bracket (down from a failing first load, else up by doubling), then bisect; the
+        bracket so far is kept in ``self.p`` / ``self.f`` so a search cut short reports it."""
+        self.p: float | None = None
+        self.f: float | None = None
+        try:
+            first = self.probe(self.lo)
+            if first.passed:
+                self.p = self.lo
+            elif (never := self.bracket_down(first)) is not None:
+                return never
+            if (high := self.bracket_up()) is not None:
+                return high
+            return self.bisect()
+        except _Stop:
+            return self.cut_short(self.p, self.f)
+
+    def bracket_down(self, first: LoadProbe) -> CapacityResult | None:
+        """From a failing first load, halve (to low / DOWN_FACTOR at most) until a probe passes;
+        the ``never_met`` result when none does."""
+        self.f, floor_load, last = self.lo, (1.0 if self.integer else self.lo / DOWN_FACTOR), first
         while True:
-            nxt = norm(f / 2)
-            if not integer:  # a fixed request count at half the rate takes about twice as long
-                estimate[0] *= 2
-            if nxt < floor_load or nxt >= f:
-                return done("never_met", 0.0, None, f,
-                            f"never meets the SLO down to {f:g}{sp} (searched from {lo:g}{sp}): {last.reason}")
-            r = probe(nxt)
-            if r is None:
-                return cut_short(None, f)
+            nxt = self.norm(self.f / 2)
+            if not self.integer:  # a fixed request count at half the rate takes about twice as long
+                self.estimate *= 2
+            if nxt < floor_load or nxt >= self.f:
+                return self.done("never_met", 0.0, None, self.f, f"never meets the SLO down to {self.f:g}{self.sp} "
+                                                                 f"(searched from {self.lo:g}{self.sp}): {last.reason}")
+            r = self.probe(nxt)
             if r.passed:
-                p = nxt
-                break
-            f, last = nxt, r
+                self.p = nxt
+                return None
+            self.f, last = nxt, r
 
-    while f is None:  # bracket by doubling
-        if hi is not None and p >= hi:
-            return done("high_reached", p, p, None,
-                        f"meets the SLO at the highest load searched ({p:g}{sp}): the capacity is at least that")
-        nxt = norm(p * 2)
-        if hi is not None:
-            nxt = min(nxt, hi)
-        r = probe(nxt)
-        if r is None:
-            return cut_short(p, f)
-        if r.passed:
-            p = nxt
-        else:
-            f = nxt
+    def bracket_up(self) -> CapacityResult | None:
+        """Double from the passing load until a probe fails; ``high_reached`` when ``--high`` passes."""
+        assert self.p is not None
+        while self.f is None:
+            if self.hi is not None and self.p >= self.hi:
+                return self.done("high_reached", self.p, self.p, None, f"meets the SLO at the highest load searched "
+                                                                       f"({self.p:g}{self.sp}): the capacity is at least that")
+            nxt = self.norm(self.p * 2)
+            if self.hi is not None:
+                nxt = min(nxt, self.hi)
+            if self.probe(nxt).passed:
+                self.p = nxt
+            else:
+                self.f = nxt
+        return None
 
-    def converged(p: float, f: float) -> bool:
-        return (f - p) <= tolerance * p or (integer and f - p <= 1)
-
-    while not converged(p, f):  # bisect
-        mid = float(math.floor((p + f) / 2)) if integer else (p + f) / 2
-        r = probe(mid)
-        if r is None:
-            return cut_short(p, f)
-        if r.passed:
-            p = mid
-        else:
-            f = mid
-    return done("converged", p, p, f,
-                f"capacity {p:g}{sp}: passes at {p:g}, fails at {f:g} "
-                f"({(f - p) / p:.1%} apart; tolerance {tolerance:.0%}{', integer loads' if integer else ''})")
+    def bisect(self) -> CapacityResult:
+        """Halve the bracket ``[p, f)`` until it is within the tolerance (or no integer lies inside)."""
+        p, f = self.p, self.f
+        assert p is not None and f is not None
+        while not ((f - p) <= self.tolerance * p or (self.integer and f - p <= 1)):
+            mid = float(math.floor((p + f) / 2)) if self.integer else (p + f) / 2
+            if self.probe(mid).passed:
+                p = self.p = mid
+            else:
+                f = self.f = mid
+        return self.done("converged", p, p, f,
+                         f"capacity {p:g}{self.sp}: passes at {p:g}, fails at {f:g} ({(f - p) / p:.1%} apart; "
+                         f"tolerance {self.tolerance:.0%}{', integer loads' if self.integer else ''})")
 
 
 # ------------------------------------------------------------------------------------------
