@@ -1,0 +1,175 @@
+"""An engine's load ladder: which concurrencies to measure, and when to stop.
+
+The field's method (InferenceX concurrency sweeps, Artificial Analysis's ramp until throughput
+stops rising, vLLM's ``bench sweep serve_sla`` bisection): closed-loop concurrency (requests in
+flight; agentic: sessions in flight) from 1, **doubling** until a point fails (an SLO broken at
+its percentile, or failures above the bound), the throughput stops rising (less than
+:data:`PLATEAU` above the point before: the engine is saturated, more load only queues), the
+highest load allowed is reached, or the budget is spent; then the SLO boundary is **bisected**
+between the last passing and the first failing concurrency (integers) while a point between
+them is left and the budget allows. Every measurement draws fresh prompts (its own seed), so no
+point is served from another's prefix cache (vLLM issue 52884: looping over concurrency points
+against one server inflated throughput by up to 86 %).
+
+:class:`Ladder` drives a ``measure(load, seed, repeat)`` callback — the one measurement step on
+a live engine, or a simulated engine in the decision test bed — and judges each point with
+:func:`harness.scoring.frontier.point_stats`; :meth:`Ladder.repeat_boundary` re-measures the
+two points that bracket the boundary (the decisive ones) for the interval.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+from harness.metrics import SLO
+from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
+
+PLATEAU = 0.05  # a point less than 5 % above the one below it adds no throughput: saturated
+MAX_LOAD = 64  # concurrency ladders stop here unless told otherwise
+
+Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", ""]
+
+Measure = Callable[[int, int, int], tuple[Requests, int | None]]
+"""``measure(load, seed, repeat) -> (requests, sessions completed or None)``."""
+
+
+@dataclass
+class Rung:
+    """One measured point: its ``load``, ``seeds`` and measurements (one per repeat) and its
+    verdict over all of them (``stats``)."""
+
+    index: int
+    load: int
+    seeds: list[int] = field(default_factory=list)
+    measurements: list[Requests] = field(default_factory=list)
+    sessions: list[int] | None = None
+    stats: PointStats | None = None
+
+    def sample(self, devices: int) -> PointSample:
+        return PointSample(float(self.load), tuple(self.measurements), devices,
+                           tuple(self.sessions) if self.sessions is not None else None)
+
+
+@dataclass
+class Ladder:
+    """One engine's ladder (module docstring). ``seed``: the base seed (measurement ``m`` of
+    this engine draws ``seed + m``: fresh prompts each time, and the same prompts for the same
+    measurement on every engine); ``budget_s`` bounds the measuring by ``clock``: no point
+    starts once it is spent, nor one the previous point's duration says would overrun it."""
+
+    measure: Measure
+    slos: Sequence[SLO]
+    max_failure_rate: float = 0.05
+    seed: int = 0
+    devices: int = 1
+    max_load: int = MAX_LOAD
+    max_points: int = 8
+    budget_s: float = float("inf")
+    clock: Callable[[], float] = time.monotonic
+    rungs: list[Rung] = field(default_factory=list)
+    stopped: Stopped = ""
+    _measurements: int = 0
+    _t0: float | None = None
+    _last_s: float = 0.0
+
+    # -- measuring ---------------------------------------------------------------------------
+    def _affordable(self) -> bool:
+        if self._t0 is None:
+            self._t0 = self.clock()
+            return True
+        spent = self.clock() - self._t0
+        return spent < self.budget_s and spent + self._last_s <= self.budget_s
+
+    def _measure(self, rung: Rung) -> None:
+        """One more measurement of ``rung`` (fresh seed), then its verdict over all of them."""
+        seed = self.seed + self._measurements
+        self._measurements += 1
+        start = self.clock()
+        req, sessions = self.measure(rung.load, seed, len(rung.measurements))
+        self._last_s = self.clock() - start
+        rung.seeds.append(seed)
+        rung.measurements.append(req)
+        if sessions is not None:
+            rung.sessions = (rung.sessions or []) + [sessions]
+        pooled = rung.sample(self.devices)
+        rung.stats = point_stats(float(rung.load), pooled.pooled(), self.slos, self.max_failure_rate, self.devices,
+                                 sum(rung.sessions) if rung.sessions is not None else None)
+
+    def point(self, load: int) -> Rung | None:
+        """Measure a new point at ``load``; None (and ``stopped`` set) when the budget or the
+        point count forbids it."""
+        if len(self.rungs) >= self.max_points:
+            self.stopped = "max_points"
+            return None
+        if not self._affordable():
+            self.stopped = "budget"
+            return None
+        rung = Rung(index=len(self.rungs), load=load)
+        self.rungs.append(rung)
+        self._measure(rung)
+        return rung
+
+    # -- the climb -----------------------------------------------------------------------------
+    def climb(self, start: int = 1) -> Stopped:
+        """Double from ``start`` until a point fails or the engine saturates, then bisect the
+        boundary; returns why the climb stopped (also in ``stopped``)."""
+        load, below = start, None
+        while True:
+            rung = self.point(load)
+            if rung is None:
+                return self.stopped
+            assert rung.stats is not None
+            if not rung.stats.passed:
+                self.stopped = "slo"
+                break
+            if below is not None and rung.stats.output_tps < (1 + PLATEAU) * below.output_tps:
+                self.stopped = "saturated"
+                return self.stopped
+            if load >= self.max_load:
+                self.stopped = "max_load"
+                return self.stopped
+            below, load = rung.stats, min(load * 2, self.max_load)
+        self._bisect()
+        return self.stopped
+
+    def bracket(self) -> tuple[Rung | None, Rung | None]:
+        """(highest passing point below the first failing one, first failing point)."""
+        ordered = sorted(self.rungs, key=lambda r: r.load)
+        fail = next((r for r in ordered if r.stats is not None and not r.stats.passed), None)
+        below = [r for r in ordered if fail is None or r.load < fail.load]
+        return (below[-1] if below else None), fail
+
+    def _bisect(self) -> None:
+        while True:
+            p, f = self.bracket()
+            if p is None or f is None or f.load - p.load <= 1:
+                return
+            if self.point((p.load + f.load) // 2) is None:
+                return
+
+    def repeat_boundary(self, times: int = 1) -> int:
+        """Measure the two points bracketing the boundary ``times`` more times each (fresh
+        prompts; within the budget); returns how many measurements were added."""
+        added = 0
+        p, f = self.bracket()
+        for _ in range(times):
+            for rung in (p, f):
+                if rung is None or not self._affordable():
+                    continue
+                self._measure(rung)
+                added += 1
+        return added
+
+    # -- the result ------------------------------------------------------------------------------
+    def capacity(self, *, resamples: int = 600, seed: int = 0) -> Capacity | None:
+        """The capacity at the SLO over the points measured (None before any); a ladder that
+        stopped because the engine saturated has found its capacity (not a lower bound)."""
+        if not self.rungs:
+            return None
+        cap = capacity_of([r.sample(self.devices) for r in self.rungs], self.slos, self.max_failure_rate,
+                          resamples=resamples, seed=seed)
+        if self.stopped == "saturated":
+            cap.open = False
+        return cap
