@@ -14,6 +14,8 @@ from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
 
+from harness.app.core.signals import exit_code, interrupt_cause
+
 try:  # typer >= 0.2x parses with its own copy of click, whose exceptions are not click's
     from typer._click import exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer: click itself
