@@ -45,7 +45,7 @@ from harness.app.run.engine_turns import EngineTurns
 from harness.app.run.orchestrator import Orchestrator, RunResult
 from harness.app.core.plan import EnginePlan
 from harness.app.executors.ray_trial import Mailbox, TrialOutcome, run_trial
-from harness.app.core.settings import RunConfig, default_threads
+from harness.app.core.settings import RunSettings as RunConfig, default_threads  # the body still says RunConfig
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'llm-serve-bench[ray]'"
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)

@@ -27,7 +27,7 @@ from results.schema import Manifest, RequestRecord
 from harness.app.run.engine_turns import EngineTurns
 from harness.app.run.orchestrator import Orchestrator
 from harness.app.core.plan import EnginePlan
-from harness.app.core.settings import RunConfig
+from harness.app.core.settings import RunSettings as RunConfig  # the body still says RunConfig
 
 FLUSH_S = 0.2  # how often a trial sends its buffered records to the driver (s)
 LOG_BYTES = 4 * 2**20  # at most this much of a trial's engine log goes back to the run folder (bytes, its tail)

@@ -39,7 +39,8 @@ from harness.app.core.parity_run import ParityRun
 from harness.app.core.manifest import fill_manifest
 from harness.app.core.plan import EnginePlan, capabilities_of, plan_engine
 from harness.app.core.startup import EngineStarter, start_slots
-from harness.app.core.settings import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
+from harness.app.core.settings import AUTO_SETUP_CPU, default_threads  # noqa: F401 (re-exported)
+from harness.app.core.settings import RunSettings as RunConfig  # the settings (the body still says RunConfig)
 from harness.app.core.progress import engine_progress
 from harness.app.core.warm_cache import warn_if_cache_may_be_warm
 from harness.app.core.signals import interrupt_cause

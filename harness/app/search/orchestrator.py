@@ -68,7 +68,7 @@ from harness.app.search.capacity import CapacityResult, search_capacity
 from harness.app.run.orchestrator import Orchestrator
 from harness.app.core.plan import EnginePlan, plan_engine
 from harness.app.core.settings import default_threads
-from harness.app.search.config import SearchConfig, default_slos, search_unit
+from harness.app.search.config import SearchSettings as SearchConfig, default_slos, search_unit  # the body still says SearchConfig
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
 from harness.app.core.startup import EngineStarter
 from harness.loadgen.client import EndpointTarget
@@ -113,10 +113,10 @@ class SearchOrchestrator:
         self.prober = ProbeMeasurer(c, slos, self.unit, self.console)
         first = probe_options(c.workload, c.search_var, c.low, 0)
         orch = self.orch = Orchestrator(c.run_config(first, slos), self.console)
-        model_dir = resolve_model(c.run.model)
-        run_id = c.run.run_id or new_run_id(f"search-{c.workload.name}")
-        run_dir = Path(c.run.output_dir) / run_id
-        threads = c.run.threads or default_threads()
+        model_dir = resolve_model(c.model)
+        run_id = c.run_id or new_run_id(f"search-{c.workload.name}")
+        run_dir = Path(c.output_dir) / run_id
+        threads = c.threads or default_threads()
         writer = RunWriter(run_dir, run_id, c.workload.name)
         writer.summary.slos = {s.key: s.threshold_ms for s in slos}
         writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
@@ -221,8 +221,8 @@ class SearchOrchestrator:
                 writer.manifest.engines[name] = {**info, "startup_parallel": parallel, **ep.effective_config}
                 writer.write_manifest()
                 target = EndpointTarget(ep.base_url, ep.model_name, ep.api_key,
-                                        ep.supports_ignore_eos and c.run.ignore_eos)
-                warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.run.request_timeout_s))
+                                        ep.supports_ignore_eos and c.ignore_eos)
+                warm = Runner(target, name, c.workload.name, writer.add_record, None, RunnerOptions(None, c.request_timeout_s))
                 asyncio.run(self.orch._before_measuring(name, target, warm, tokenizer, False))  # warm-up once per engine
                 prober = self.prober
                 assert prober is not None

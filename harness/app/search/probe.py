@@ -39,8 +39,6 @@ from harness.metrics import SLO, completion_rate, compute_metrics
 from harness.metrics.repeats import headline_intervals, pooled_metrics
 from harness.scoring.formatting import METRIC_LABELS
 
-MAX_REPEATS = 10  # ``--repeats`` per probe at most
-
 
 def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
     """The workload seed of repeat ``repeat`` of probe ``index``: ``base + index * repeats + repeat``."""
@@ -87,7 +85,7 @@ def load_text(load: float, search_var: str) -> str:
 class ProbeMeasurer:
     """Measures, judges, stores and prints the probes of a search (see the module docstring).
 
-    ``cfg``: the :class:`harness.app.search.config.SearchConfig` (``workload``, ``search_var``,
+    ``cfg``: the :class:`harness.app.search.config.SearchSettings` (``workload``, ``search_var``,
     ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
     def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
@@ -149,7 +147,7 @@ class ProbeMeasurer:
         c = self.cfg
         workload = build_workload(opts, self._kit(tokenizer), with_stats=False)
         runner = Runner(target, name, workload.name, lambda r: None, tokenizer,
-                        RunnerOptions(None, c.run.request_timeout_s, repeat=repeat))
+                        RunnerOptions(None, c.request_timeout_s, repeat=repeat))
         try:
             asyncio.run(runner.measure(workload))
         finally:  # the finished requests are stored even when the probe is interrupted
