@@ -39,6 +39,7 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
+from results.pairs import parse_pairs
 from results.schema import RequestRecord
 
 from harness.app.run.engine_turns import EngineTurns
@@ -86,20 +87,19 @@ def parse_resources(text: str | None) -> dict[str, float]:
     (``ray start --resources '{"h100_node": 1}'``); values are numbers >= 0. Raises ValueError
     with a one-line message naming the bad item and the expected form.
     """
+    def bad(item: str) -> ValueError:
+        return ValueError(f"--ray-resources: {item!r} is not NAME=NUMBER (a number >= 0), "
+                          "e.g. num_gpus=1,num_cpus=8,h100_node=1")
+
     out: dict[str, float] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip()
+    for raw_key, value in parse_pairs(text, bad):
+        key = raw_key.strip()
         try:
             number = float(value)
         except ValueError:
             number = -1.0
-        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum() or not number >= 0 \
-                or number == float("inf"):
-            raise ValueError(f"--ray-resources: {item.strip()!r} is not NAME=NUMBER (a number >= 0), "
-                             "e.g. num_gpus=1,num_cpus=8,h100_node=1")
+        if not key or not key.replace("_", "").replace("-", "").isalnum() or not number >= 0 or number == float("inf"):
+            raise bad(f"{raw_key}={value}")
         out[key] = number
     return out
 
