@@ -138,3 +138,18 @@ def test_settings_built_in_code_check_values_only_and_a_search_copies_its_run_se
     run = search.run_config(WorkloadOptions(name="random", seed=4), [SLO("ttft", 9.0)])
     assert (run.repeats, run.check_equivalence, run.calibrate, run.report, run.threads) == (1, False, False, False, 1)
     assert run.workload.seed == 4 and search.repeats == 3 and search.workload.name == "random"
+
+
+def test_one_reader_of_key_value_lists() -> None:
+    from results.pairs import parse_pairs, split_list
+
+    def no_value(item: str) -> ValueError:
+        return ValueError(f"no value: {item!r}")
+
+    assert list(parse_pairs(" a=1, ,b = 2=3,", no_value)) == [("a", "1"), ("b ", " 2=3")]  # as written around the first =
+    assert list(parse_pairs(["x:k=1,2"], no_value)) == [("x:k", "1,2")]  # a repeatable option's value keeps its commas
+    assert list(parse_pairs(None, no_value)) == [] and split_list(" own, ,vllm ") == ["own", "vllm"]
+    pairs = parse_pairs("a=1,b,c=3", no_value)
+    assert next(pairs) == ("a", "1")  # lazily: the first bad item is reported when reached
+    with pytest.raises(ValueError, match="no value: 'b'"):
+        next(pairs)
