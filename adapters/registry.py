@@ -13,6 +13,7 @@ from adapters.sglang_adapter import SglangAdapter
 from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
 from adapters.tensorrt_llm_adapter import TensorRTLLMAdapter
 from adapters.vllm_adapter import VllmAdapter
+from results.pairs import parse_pairs
 
 ENGINE_NAMES = ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
                 "tensorrt_llm", "openai")
@@ -28,7 +29,7 @@ _FACTORIES = {
     "tensorrt_llm": TensorRTLLMAdapter,
     "openai": OpenAIAdapter,
 }
-_ARG_RE = re.compile(r"^(?P<engine>[A-Za-z_]+):(?P<key>[A-Za-z0-9_.\-]+)=(?P<value>.*)$")
+_NAME_RE = re.compile(r"(?P<engine>[A-Za-z_]+):(?P<key>[A-Za-z0-9_.\-]+)")  # ENGINE:key, before the first "="
 
 
 def get_adapter(name: str, hardware: str | None = None) -> EngineAdapter:
@@ -54,13 +55,16 @@ def parse_engine_args(items: list[str]) -> dict[str, dict[str, str]]:
     Later items override earlier ones for the same key. Raises ValueError (one line) for an
     item not shaped ``ENGINE:key=value`` or an unknown engine.
     """
+    def shape(item: str) -> ValueError:
+        return ValueError(f"--engine-arg {item!r} is not ENGINE:key=value (e.g. vllm:max_num_seqs=64)")
+
     out: dict[str, dict[str, str]] = {}
-    for item in items:
-        m = _ARG_RE.match(item.strip())
-        if m is None:
-            raise ValueError(f"--engine-arg {item!r} is not ENGINE:key=value (e.g. vllm:max_num_seqs=64)")
+    for item, (name, value) in zip(items, parse_pairs(items, shape)):
+        m = _NAME_RE.fullmatch(name)
+        if m is None or "\n" in value:  # one line: a value with a newline was never taken
+            raise shape(item)
         engine = m["engine"]
         if engine not in _FACTORIES:
             raise ValueError(f"--engine-arg {item!r}: unknown engine {engine!r}: choose from {', '.join(ENGINE_NAMES)}")
-        out.setdefault(engine, {})[m["key"]] = m["value"]
+        out.setdefault(engine, {})[m["key"]] = value
     return out

@@ -31,7 +31,8 @@ import fake_servers.ray_engines as ray_engines
 from adapters.base import LaunchConfig, ProbeResult
 from harness.app.cli import app
 from harness.app.core.plan import EnginePlan
-from harness.app.executors.ray import RAY_MISSING, check_executor, parse_resources, trial_options
+from harness.app.core.ray_options import RAY_MISSING, check_executor, parse_resources
+from harness.app.executors.ray import trial_options
 
 pytestmark = pytest.mark.ray
 cloudpickle.register_pickle_by_value(ray_engines)  # the workers cannot import the tests folder

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from results.pairs import parse_pairs
 from results.schema import Metrics, RequestRecord
 
 from .request import e2el_ms, itls_ms, tpot_ms, ttft_ms
@@ -47,13 +48,10 @@ def parse_slos(text: str | None) -> list[SLO]:
     if not text:
         return []
     out: list[SLO] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise SLOError(f"SLO {part!r} has no value: write it as e.g. ttft_p99=500 (ms)")
-        key, _, val = part.partition("=")
+    def no_value(part: str) -> SLOError:
+        return SLOError(f"SLO {part!r} has no value: write it as e.g. ttft_p99=500 (ms)")
+
+    for key, val in parse_pairs(text, no_value):
         m = re.fullmatch(r"(ttft|tpot|e2el|itl)(?:_p(\d+(?:_\d+)?))?", key.strip().lower())
         if not m:
             raise SLOError(

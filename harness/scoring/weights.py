@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from results.pairs import parse_pairs
+
 from .errors import ScorerError
 
 CRITERIA: tuple[str, ...] = ("throughput", "latency", "hardware_fit", "features", "complexity", "cost")
@@ -41,13 +43,10 @@ def parse_weights(text: str) -> dict[str, float]:
     weights: dict[str, float] = {}
     if text is None or not text.strip():
         raise ScorerError("--weights is empty: write e.g. throughput=2,latency=1")
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ScorerError(f"weight {part!r} has no value: write it as e.g. latency=2")
-        key, _, value_text = part.partition("=")
+    def no_value(part: str) -> ScorerError:
+        return ScorerError(f"weight {part!r} has no value: write it as e.g. latency=2")
+
+    for key, value_text in parse_pairs(text, no_value):
         key = key.strip().lower().replace("-", "_")
         if key not in CRITERIA:
             raise ScorerError(f"unknown weight {key!r}: use {', '.join(CRITERIA)}")

@@ -142,7 +142,9 @@ def check(
     from harness.app.core.model import ModelError, resolve_model
     from harness.app.core.startup import remove_leftovers
 
-    names = [n.strip() for n in engines_csv.split(",") if n.strip()]
+    from results.pairs import split_list
+
+    names = split_list(engines_csv)
     if not names:
         _fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
     try:

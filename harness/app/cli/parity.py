@@ -1,4 +1,5 @@
-"""The console side of the parity audit: ``--parity`` and the lines printed under the summary.
+"""The console side of the parity audit: the lines printed under the summary (``--parity``
+itself is a field of :class:`harness.app.core.settings.RunSettings`).
 
 :func:`parity_lines` renders a stored ``summary.parity`` (``harness.scoring.parity``) as plain
 text - a side-by-side table of the settings each engine reported, then every unfair flag with
@@ -8,29 +9,12 @@ its reason, the settings not reported and the audit's notes - printed after the 
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Annotated
-
-import typer
-
 from adapters.parity import PARITY_MODES
 from results.schema import RunSummary
 
-class ParityMode(str, Enum):
-    """``--parity``: ``report`` audits only, ``strict`` also equalises (adapters/parity.py)."""
+from harness.app.core.settings import ParityMode
 
-    report = "report"
-    strict = "strict"
-
-
-assert tuple(m.value for m in ParityMode) == PARITY_MODES
-
-ParityOpt = Annotated[ParityMode, typer.Option(
-    "--parity",
-    help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, "
-         "max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's "
-         "own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is "
-         "already shared) and list what could not be; an explicit --engine-arg wins.")]
+assert tuple(m.value for m in ParityMode) == PARITY_MODES  # --parity's choices (RunSettings.parity) are the adapters'
 
 CELL_CHARS = 30  # a cell longer than this is cut (the report has the full text and each value's source)
 

@@ -8,7 +8,6 @@ Exit codes: 0 = done; 1 = no engine survives the hard constraints (``recommend``
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -68,8 +67,12 @@ def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
 def check_price(value: float | None) -> None:
     """``--price-per-hour`` (``bench run`` and ``bench recommend``): None, or a finite number > 0
     of USD per device-hour; else one line and exit 2."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        _fail(f"--price-per-hour is USD per device-hour, a number > 0 (e.g. 2.5), got {value:g}")
+    from harness.app.core.checks import check_price as check
+
+    try:
+        check(value)
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 def _usd(v: object) -> str:

@@ -17,14 +17,10 @@ import math
 from typing import Any, Optional
 
 import typer
-
-from harness.app.cli.common import (
-    ApiOpt, BurstinessOpt, InputLenOpt, MaxConcurrencyOpt, NumRequestsOpt, OutputLenOpt, RangeRatioOpt, RequestRateOpt, ScaleOpt, TimeScaleOpt, TraceOpt, WorkloadSpecOpt,
-    fail,
-    make_console,
-    parse_rate,
-)
 from rich.table import Table
+
+from harness.app.cli.common import fail, make_console, parse_rate
+from harness.app.cli.options import workload_option
 
 app = typer.Typer(
     help="List the workloads and show their statistics.",
@@ -35,6 +31,12 @@ app = typer.Typer(
 )
 console = make_console()
 err_console = make_console(stderr=True)
+
+# The workload options `bench run` takes too: declared once, on the settings (harness/app/core/settings.py).
+ScaleOpt, NumRequestsOpt, RequestRateOpt, BurstinessOpt, MaxConcurrencyOpt, InputLenOpt, OutputLenOpt, RangeRatioOpt, \
+    ApiOpt, TraceOpt, TimeScaleOpt, WorkloadSpecOpt = (workload_option(name) for name in (
+        "scale", "num_requests", "request_rate", "burstiness", "max_concurrency", "input_len", "output_len",
+        "range_ratio", "api", "trace", "time_scale", "spec_file"))
 
 
 def _fail(message: str) -> None:
@@ -130,7 +132,7 @@ def show(
     from workloads.options import parse_options
     from workloads.registry import build_workload
 
-    from harness.app.cli.common import check_workload
+    from harness.app.core.checks import check_workload
 
     rate = _rate(request_rate)
     try:

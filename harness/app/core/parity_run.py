@@ -21,7 +21,7 @@ from harness.scoring.parity import audit_summary
 
 
 class ParityRun:
-    """The parity side of one run of ``cfg`` (a ``RunConfig``: ``parity``, ``engine_args``)."""
+    """The parity side of one run of ``cfg`` (a ``RunSettings``: ``parity``, ``engine_args``)."""
 
     def __init__(self, cfg: Any, console: Any = None) -> None:
         self.mode: str = getattr(cfg, "parity", "report")

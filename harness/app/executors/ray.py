@@ -42,65 +42,13 @@ from results.recounts import TokenRecount
 from results.schema import ClientWorker, RequestRecord
 
 from harness.app.core.plan import EnginePlan
+from harness.app.core.ray_options import RESOURCE_KEYS, import_ray
 from harness.app.core.settings import default_threads
 from harness.app.core.trial import TrialOutcome, TrialSpec
 from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
 
-RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'llm-serve-bench[ray]'"
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
 CANCEL_WAIT_S = 10.0  # after a Ctrl-C, how long the driver waits for cancelled trials to end (s)
-RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory")  # Ray's own; any other name is a custom resource
-
-
-def import_ray() -> Any:
-    """The ``ray`` module. Raises RuntimeError(:data:`RAY_MISSING`) when it is not installed."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise RuntimeError(RAY_MISSING) from exc
-    return ray
-
-
-def check_executor(executor: str, address: str | None, resources: str | None) -> dict[str, float]:
-    """``bench run``'s ``--executor``, ``--ray-address`` and ``--ray-resources``: the parsed
-    resources. Raises ValueError with a one-line message (an unknown executor, Ray options
-    without ``--executor ray``, a bad resource item, Ray not installed)."""
-    if executor not in ("local", "ray"):
-        raise ValueError(f"unknown --executor {executor!r}: choose 'local' or 'ray'")
-    if executor == "local" and (address or resources):
-        raise ValueError("--ray-address and --ray-resources need --executor ray")
-    parsed = parse_resources(resources)
-    if executor == "ray":
-        try:
-            import_ray()
-        except RuntimeError as exc:
-            raise ValueError(str(exc)) from None
-    return parsed
-
-
-def parse_resources(text: str | None) -> dict[str, float]:
-    """``--ray-resources "num_gpus=1,h100_node=1"`` → ``{"num_gpus": 1.0, "h100_node": 1.0}``.
-
-    Keys are Ray's ``num_cpus``, ``num_gpus``, ``memory`` (bytes) or a custom resource name
-    (``ray start --resources '{"h100_node": 1}'``); values are numbers >= 0. Raises ValueError
-    with a one-line message naming the bad item and the expected form.
-    """
-    out: dict[str, float] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        try:
-            number = float(value)
-        except ValueError:
-            number = -1.0
-        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum() or not number >= 0 \
-                or number == float("inf"):
-            raise ValueError(f"--ray-resources: {item.strip()!r} is not NAME=NUMBER (a number >= 0), "
-                             "e.g. num_gpus=1,num_cpus=8,h100_node=1")
-        out[key] = number
-    return out
 
 
 def trial_options(plan: EnginePlan, threads: int, overrides: dict[str, float]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from harness.app.core.measure import condition_of
 from harness.app.core.parity_run import ParityRun
 from harness.app.core.prepare import build_or_discard, record_run_facts
 from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, not_measured_result, plan_engine, skipped_result
-from harness.app.core.settings import AUTO_SETUP_CPU, RunConfig, default_threads  # noqa: F401 (re-exported)
+from harness.app.core.settings import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
 from harness.app.core.signals import interrupt_cause
 from harness.app.core.trial import TrialOutcome, trial_spec
 from harness.app.core.warm_cache import warn_if_cache_may_be_warm
@@ -67,11 +67,11 @@ class _State:
 
 
 class Orchestrator:
-    """Runs one ``RunConfig``. ``console`` is a rich Console for progress and messages;
+    """Runs one :class:`RunSettings`. ``console`` is a rich Console for progress and messages;
     ``executor`` makes a :class:`TrialExecutor` for the detected hardware kind (None = here,
     :class:`LocalExecutor`; ``bench run --executor ray`` passes the Ray one)."""
 
-    def __init__(self, cfg: RunConfig, console: Any, executor: Any = None) -> None:
+    def __init__(self, cfg: RunSettings, console: Any, executor: Any = None) -> None:
         self.cfg = cfg
         self.console = console
         self.parity = ParityRun(cfg, console)  # --parity: engine args, effective settings, the audit

@@ -62,7 +62,7 @@ from harness.app.core.signals import interrupt_cause
 from harness.app.core.startup import EngineStarter
 from harness.app.core.trial import TrialSpec, open_session
 from harness.app.search.capacity import CapacityResult, search_capacity
-from harness.app.search.config import SearchConfig, default_slos, search_unit
+from harness.app.search.config import SearchSettings, default_slos, search_unit
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
 from harness.metrics import SLO
 from harness.scoring.capacity_ranking import rank_capacity
@@ -77,10 +77,10 @@ class SearchResult:
 
 
 class SearchOrchestrator:
-    """Runs one :class:`SearchConfig` with the jobs' shared steps: engine plans, the one launch
+    """Runs one :class:`SearchSettings` with the jobs' shared steps: engine plans, the one launch
     path, sessions (:func:`harness.app.core.trial.open_session`) and the one measurement step."""
 
-    def __init__(self, cfg: SearchConfig, console: Any) -> None:
+    def __init__(self, cfg: SearchSettings, console: Any) -> None:
         self.cfg = cfg
         self.console = console
         self.unit = search_unit(cfg.search_var, cfg.workload.name)

@@ -38,8 +38,6 @@ from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
 
-MAX_REPEATS = 10  # ``--repeats`` per probe at most
-
 
 def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
     """The workload seed of repeat ``repeat`` of probe ``index``: ``base + index * repeats + repeat``."""
@@ -86,16 +84,15 @@ def load_text(load: float, search_var: str) -> str:
 class ProbeMeasurer:
     """Measures, judges, stores and prints the probes of a search (see the module docstring).
 
-    ``cfg``: the :class:`harness.app.search.config.SearchConfig` (``workload``, ``search_var``,
+    ``cfg``: the :class:`harness.app.search.config.SearchSettings` (``workload``, ``search_var``,
     ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
     def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
         self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
         self.repeats = int(getattr(cfg, "repeats", 1) or 1)
-        self.max_failure_rate = float(getattr(getattr(cfg, "run", None), "max_failure_rate", MAX_FAILURE_RATE))
-        run = cfg.run
-        self.options = MeasureOptions(slos=tuple(slos), request_timeout_s=run.request_timeout_s,
-                                      client_workers=run.client_workers, ignore_eos=run.ignore_eos)
+        self.max_failure_rate = float(getattr(cfg, "max_failure_rate", MAX_FAILURE_RATE))
+        self.options = MeasureOptions(slos=tuple(slos), request_timeout_s=cfg.request_timeout_s,
+                                      client_workers=cfg.client_workers, ignore_eos=cfg.ignore_eos)
         self.kit: Any = None
 
     def measure(self, name: str, endpoint: Any, tokenizer: Any, sink: Any, load: float,

@@ -1,0 +1,140 @@
+"""Typer commands generated from a settings model: each field's :class:`Cli` metadata
+(:mod:`harness.app.core.fields`) becomes one ``typer.Option``, so an option is declared once,
+on the model, and appears in every command built from it with the same text.
+
+:func:`command_from` builds the command function: typer reads its ``__signature__`` (one
+keyword parameter per option, in the model's ``cli_order``, without its ``cli_exclude``); the
+function gathers the parsed values by field (the workload's options into one dict), builds
+the settings with one call (:meth:`RunSettings.from_cli`) and hands them to the command's
+body. A bad value is the validator's own message on one line, exit 2 (:func:`fail`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import MISSING, dataclass
+from enum import Enum
+from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args, get_origin
+
+import annotated_types
+import typer
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from harness.app.cli.common import fail
+from harness.app.core.fields import Cli, CliGroup, cli_of, error_line
+
+
+@dataclass(frozen=True)
+class CliParam:
+    """One generated option: the Python parameter typer passes it as, the settings field it
+    fills (``("threads",)``, or ``("workload", "seed")`` inside a group), its :class:`Cli`, the
+    type typer parses and the option's default."""
+
+    name: str
+    path: tuple[str, ...]
+    cli: Cli
+    annotation: Any
+    default: Any
+    bounds: dict[str, Any]
+
+    def option(self) -> Any:
+        """The ``typer.Option`` of this parameter."""
+        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, **self.bounds)
+
+
+def _bare(annotation: Any) -> Any:
+    """``Optional[int]`` → ``int``; a ``Literal`` → ``str`` (the model gives the one-line error)."""
+    if get_origin(annotation) is Union:
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else annotation
+    return str if get_origin(annotation) is Literal else annotation
+
+
+def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
+    if cli.default is not MISSING:
+        default = cli.default
+    elif field.default is PydanticUndefined:  # a factory (an empty list or dict): nothing given
+        default = None
+    else:
+        default = (not field.default) if cli.invert else field.default
+    annotation = cli.type if cli.type is not None else _bare(field.annotation)
+    if default is None:
+        annotation = Optional[annotation]
+    bounds: dict[str, Any] = {}
+    if cli.range:
+        for m in field.metadata:
+            if isinstance(m, annotated_types.Ge):
+                bounds["min"] = m.ge
+            elif isinstance(m, annotated_types.Le):
+                bounds["max"] = m.le
+    name = cli.flag.lstrip("-").replace("-", "_")
+    return CliParam(name, path, cli, annotation, default, bounds)
+
+
+def cli_params(settings: type[BaseModel]) -> list[CliParam]:
+    """The options of a command built from ``settings``: every field with a :class:`Cli` (a
+    :class:`CliGroup`: each of its options), less ``cli_exclude``, in ``cli_order`` (an option
+    not listed there follows the listed ones, in field order)."""
+    params: list[CliParam] = []
+    for name, field in settings.model_fields.items():
+        cli = cli_of(field)
+        if isinstance(cli, CliGroup):
+            sub_fields = field.annotation.model_fields  # type: ignore[union-attr]
+            params += [_param((name, sub), sub_cli, sub_fields[sub]) for sub, sub_cli in cli.options.items()]
+        elif isinstance(cli, Cli):
+            params.append(_param((name,), cli, field))
+    excluded = set(getattr(settings, "cli_exclude", ()))
+    order = {flag: i for i, flag in enumerate(getattr(settings, "cli_order", ()))}
+    kept = [p for p in params if p.cli.flag not in excluded]
+    return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
+
+
+def settings_from(settings: type[BaseModel], params: list[CliParam], values: dict[str, Any]) -> Any:
+    """The settings from typer's parsed values (by parameter name); a bad value exits with
+    its one line (code 2)."""
+    data: dict[str, Any] = {}
+    for p in params:
+        value = values[p.name]
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        if p.cli.invert:
+            value = not value
+        target = data
+        for key in p.path[:-1]:
+            target = target.setdefault(key, {})
+        target[p.path[-1]] = value
+    try:
+        return settings.from_cli(data)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        fail(error_line(exc, settings))
+
+
+def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Callable[..., Any]:
+    """A typer command whose options are ``settings``' fields: it builds the settings from the
+    command line and calls ``body(settings)``. Register it as usual:
+    ``app.command("run")(command_from(RunSettings, run))``."""
+    params = cli_params(settings)
+
+    def command(**values: Any) -> Any:
+        return body(settings_from(settings, params, values))
+
+    command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.option(), annotation=p.annotation)
+        for p in params])
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__, command.__qualname__, command.__doc__ = body.__name__, body.__qualname__, body.__doc__
+    return command
+
+
+def workload_option(field: str) -> Any:
+    """``Annotated[type, typer.Option(...)]`` of one of ``bench run``'s workload options (a
+    field of :class:`workloads.options.WorkloadOptions`), for a command written by hand that
+    takes it too (``bench workloads show``): one declaration, one help text."""
+    from harness.app.core.settings import RunSettings
+
+    param = next(p for p in cli_params(RunSettings) if p.path == ("workload", field))
+    return Annotated[param.annotation, typer.Option(*param.cli.flags, help=param.cli.help, **param.bounds)]

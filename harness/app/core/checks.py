@@ -1,0 +1,180 @@
+"""The checks behind the settings' validation (:mod:`harness.app.core.settings`) that need
+more than the value itself: the endpoint and its tokenizer, the workload's spec and trace,
+the machine (cores, hardware profile) and the output folder.
+
+Each raises ``ValueError`` with the one line the CLI prints (exit 2); none prints or exits,
+so the settings model can call them inside pydantic validation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def redact_url(url: str) -> str:
+    """``http://user:key@host`` → ``http://user:***@host`` (see results.redact.redact_credentials)."""
+    from results.redact import redact_credentials
+
+    return redact_credentials(url)
+
+
+def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[float]:
+    """A request rate in requests/s: a positive number or ``inf``; None stays None (the
+    workload's default)."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"{option} must be a number of requests/s or 'inf', got {text!r}") from None
+    if not v > 0 or math.isnan(v):
+        raise ValueError(f"{option} must be > 0 (or 'inf'), got {text!r}")
+    return v
+
+
+def check_positive(name: str, v: Optional[int | float]) -> None:
+    """None, or a number > 0 that is not infinite (NaN fails too)."""
+    if v is not None and (not v > 0 or math.isinf(v)):
+        raise ValueError(f"{name} must be > 0, got {v}")
+
+
+def check_price(value: float | None) -> None:
+    """``--price-per-hour`` (``bench run`` and ``bench recommend``): None, or a finite number > 0
+    of USD per device-hour."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"--price-per-hour is USD per device-hour, a number > 0 (e.g. 2.5), got {value:g}")
+
+
+def check_base_url(url: Optional[str], option: str = "--base-url") -> Optional[str]:
+    """An endpoint URL: ``http://`` or ``https://``, a host, a numeric port when one is given
+    (a URL without a scheme used to pass and fail later as an engine). Returns it unchanged."""
+    if url is None:
+        return None
+    text = url.strip()
+    shown = redact_url(text)
+    try:
+        parts = urlsplit(text)
+        parts.port  # raises ValueError for a non-numeric or out-of-range port
+    except ValueError as exc:
+        raise ValueError(f"{option} {shown!r} is not a URL ({exc}): give e.g. http://host:8000") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{option} {shown!r} needs a scheme: give http://{shown} or https://{shown}" if "://" not in text
+                         else f"{option} {shown!r}: the scheme must be http or https, got {parts.scheme!r}")
+    if not parts.hostname:
+        raise ValueError(f"{option} {shown!r} has no host: give e.g. http://host:8000")
+    return text
+
+
+def check_endpoint(engines: list[str], base_url: Optional[str], tokenizer: Optional[str]) -> None:
+    """``--base-url`` and ``--tokenizer`` against the engines: ``--base-url`` without ``openai``
+    or without a scheme/host, ``openai`` without ``--base-url``, ``--tokenizer`` without
+    ``openai`` alone. (The tokenizer folder itself: :func:`check_tokenizer_dir`.)"""
+    if "openai" not in engines:
+        if base_url is not None:
+            raise ValueError("--base-url is the endpoint of --engine openai: add --engine openai, or drop --base-url")
+        if tokenizer is not None:
+            raise ValueError("--tokenizer names the endpoint's tokenizer for --engine openai; local engines tokenize "
+                             "with --model DIR")
+        return
+    if not base_url:
+        raise ValueError("--engine openai needs --base-url URL (and --model NAME, the served model name)")
+    check_base_url(base_url)
+    if tokenizer is not None and engines != ["openai"]:
+        raise ValueError("--tokenizer is for an --engine openai run alone: the local engines serve --model's folder and "
+                         "the workload is built with its tokenizer; measure the endpoint in its own run")
+
+
+def check_tokenizer_dir(folder: str, option: str = "--tokenizer") -> Path:
+    """A local Hugging Face model folder whose ``config.json`` and tokenizer (``tokenizer.json``,
+    ``tokenizer.model`` or ``tokenizer_config.json``) load; weights are not needed. Returns the
+    resolved path."""
+    path = Path(folder).expanduser()
+    if not path.exists():
+        raise ValueError(f"{option} {folder}: no such folder: pass the local folder of the model the endpoint serves "
+                         "(config.json and tokenizer files; e.g. `hf download ORG/MODEL --exclude '*.safetensors' "
+                         "--local-dir DIR`)")
+    if not path.is_dir():
+        raise ValueError(f"{option} {folder} is a file: pass the model folder that holds it")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"{option} {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}): pass a Hugging Face "
+                         "model folder")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{option} {folder} has no config.json: pass the model's Hugging Face folder (config.json and "
+                         "tokenizer files; the weights are not needed)")
+    try:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # transformers raises many types for a damaged folder
+        raise ValueError(f"{option} {folder}: the tokenizer does not load ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:160]})") from None
+    return path.resolve()
+
+
+def check_workload(options: Any) -> Any:
+    """Resolve a run's :class:`workloads.options.WorkloadOptions` into its spec the way the
+    builder will (``workloads.registry.resolve_spec``: options that do not apply, spec files,
+    upper bounds) and check the trace a trace workload names exists, so none of these is found
+    only after engines started. Returns the spec; raises ``WorkloadError`` (one line)."""
+    from workloads.errors import WorkloadError
+    from workloads.registry import resolve_spec
+    from workloads.trace import resolve_trace
+
+    spec = resolve_spec(options)
+    if getattr(spec, "kind", None) == "trace":
+        _, path, _ = resolve_trace(spec.trace)
+        if not path.is_file():
+            raise WorkloadError(f"--trace {spec.trace}: no such file {path}: pass a trace name or an existing file")
+    return spec
+
+
+def check_machine(threads: Optional[int], hardware: str) -> None:
+    """``--threads`` within this machine's cores; ``--hardware`` a known profile (or ``detected``)."""
+    from adapters.hardware import get_profile
+
+    try:
+        get_profile(hardware)
+    except ValueError as exc:
+        raise ValueError(f"--hardware: {exc}") from None
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        raise ValueError(f"--threads {threads} exceeds the {cores} CPU cores here: use at most {cores} "
+                         "(default: cores - 1)")
+
+
+def check_output(output_dir: Path, run_id: Optional[str]) -> None:
+    """The output folder is a folder and writable (created if missing); an existing
+    ``--run-id`` folder holds no measurement (:func:`results.store.blocked_run_id`; one a killed
+    run left empty is removed by the command before it runs:
+    :func:`harness.app.cli.common.reuse_run_folder`)."""
+    from results.store import blocked_run_id
+
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"--output-dir {output_dir} is a file: pass a directory")
+    if run_id is not None and (output_dir / run_id).exists():
+        why = blocked_run_id(output_dir / run_id)
+        if why:
+            raise ValueError(why)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"cannot write to --output-dir {output_dir} ({exc.strerror or exc}): pass a writable "
+                         "directory") from None
+
+
+def check_run_id(run_id: Optional[str]) -> Optional[str]:
+    """A plain folder name (no ``/``, not empty, not ``.``/``..``)."""
+    if run_id is not None and (not run_id.strip() or run_id in (".", "..") or "/" in run_id or "\\" in run_id):
+        raise ValueError(f"--run-id {run_id!r} must be a plain folder name (no '/', not empty)")
+    return run_id

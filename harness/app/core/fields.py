@@ -1,0 +1,101 @@
+"""How a settings field appears on the command line: :class:`Cli` metadata in the field's
+``Annotated`` type, the way GuideLLM and AIPerf declare their CLIs on pydantic models.
+
+A field of :class:`harness.app.core.settings.RunSettings` (or a subclass) that carries a
+:class:`Cli` is an option of every command built from the model
+(:func:`harness.app.cli.options.command_from`); a field whose type is itself a model of
+options (the workload's) carries a :class:`CliGroup`, one :class:`Cli` per field of that
+model, flat on the command line. A subclass changes an option for its command by
+redeclaring the field with another :class:`Cli` (``Cli.replace``). Nothing here imports
+typer: the metadata is data, the CLI turns it into options.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import MISSING, dataclass
+from typing import Any, Callable, Mapping
+
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+
+@dataclass(frozen=True, init=False)
+class Cli:
+    """One command-line option of a settings field.
+
+    ``flags``: the option's names (``"--engine", "-e"``); ``help``: its ``--help`` text.
+    ``type``: what typer parses when it is not the field's own type - the raw text a parser
+    reads (``--slo`` is a ``str``, the field a ``list[SLO]``). ``parse``: raw value (None
+    included) → field value, raising ``ValueError`` with the one-line message; applied by
+    the model's validation, so code that builds the settings from typed values skips it.
+    ``default``: the option's default when it is not the field's. ``invert``: a ``--no-X``
+    flag (``--sequential-start``) whose field is the opposite (``parallel_start``).
+    ``range``: hand the field's ``ge``/``le`` bounds to typer, which shows them in ``--help``
+    and refuses a value outside them with click's own message.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    type: Any
+    parse: Callable[[Any], Any] | None
+    default: Any
+    invert: bool
+    range: bool
+
+    def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
+                 default: Any = MISSING, invert: bool = False, range: bool = False) -> None:
+        values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range)
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def flag(self) -> str:
+        """The long name, as error messages spell the option (``--engine``)."""
+        return self.flags[0]
+
+    def replace(self, **changes: Any) -> Cli:
+        """This option with ``changes`` (a command's own help text or default)."""
+        new = copy.copy(self)
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        return new
+
+
+@dataclass(frozen=True)
+class CliGroup:
+    """A field whose type is a model of options (:class:`workloads.options.WorkloadOptions`):
+    ``options`` maps each of that model's fields to its :class:`Cli`. The command line gives
+    them flat (``--seed``, ``-n``); the settings receive them as one dict for that field."""
+
+    options: Mapping[str, Cli]
+
+    def replace(self, **changes: Cli) -> CliGroup:
+        """This group with some options replaced (a command's own help text or default)."""
+        return CliGroup({**self.options, **changes})
+
+
+def cli_of(field: FieldInfo) -> Cli | CliGroup | None:
+    """The :class:`Cli` or :class:`CliGroup` in a field's metadata; None = not an option."""
+    return next((m for m in field.metadata if isinstance(m, (Cli, CliGroup))), None)
+
+
+def option_flag(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The option a validation error's location names (``("threads",)`` → ``--threads``,
+    ``("workload", "seed")`` → ``--seed``); the field name when it is no option."""
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    cli = cli_of(field) if field is not None else None
+    if isinstance(cli, CliGroup) and len(loc) > 1 and str(loc[1]) in cli.options:
+        return cli.options[str(loc[1])].flag
+    return cli.flag if isinstance(cli, Cli) else ".".join(map(str, loc)) or "settings"
+
+
+def error_line(exc: ValidationError, model: type[BaseModel]) -> str:
+    """The one line a bad value gives: the message a validator raised, as it raised it (the
+    first error, in field order), or for a value of the wrong type ``--flag: what pydantic
+    expected (got value)``. No pydantic boilerplate, no URL."""
+    err = exc.errors()[0]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, Exception):
+        return str(cause)
+    return f"{option_flag(model, tuple(err.get('loc', ())))}: {err.get('msg', 'invalid value')} (got {err.get('input')!r})"

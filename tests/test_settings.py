@@ -1,0 +1,155 @@
+"""One settings model (issue 25): ``bench run`` and ``bench search`` are generated from
+:class:`RunSettings` / :class:`SearchSettings`, so an option is declared once, shows the same
+text in both commands (but for the documented per-command overrides) and a field added to
+the model is an option of both. Fast: nothing is measured."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import typer
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from harness.app.cli import app
+from harness.app.cli.options import cli_params, command_from
+from harness.app.core.fields import Cli, error_line
+from harness.app.core.settings import RunSettings
+from harness.app.search.config import SearchSettings
+from harness.metrics import SLO
+from workloads.options import WorkloadOptions
+
+# Where a search truly means something else, SearchSettings redeclares the field (see its comments).
+SEARCH_OWN_TEXT = {"--seed", "--slo", "--repeats"}
+SEARCH_OWN_DEFAULT = {"--workload"}  # random, not agentic
+
+
+def help_options(argv: list[str], command: Any = app) -> dict[str, tuple[str, str | None]]:
+    """``--option → (help text, default)`` from the rich ``--help`` of a command, 250 columns wide."""
+    res = CliRunner().invoke(command, [*argv, "--help"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    options: dict[str, list[str]] = {}
+    current = None
+    for line in res.output.splitlines():
+        inner = line.strip().strip("│").rstrip()
+        if not inner.strip() or line.strip()[:1] in "╭╰":
+            continue
+        if re.match(r"^ ?--", inner):  # an option's first line (its help may wrap onto lines starting with --)
+            cells = re.split(r"\s{2,}", inner.strip())
+            current = cells[0]
+            start = next(i for i, c in enumerate(cells) if c.startswith("<")) + 1
+            options[current] = cells[start:]
+        elif current is not None:
+            options[current].append(inner.strip())
+    out = {}
+    for name, parts in options.items():
+        text = " ".join(" ".join(parts).split())
+        m = re.search(r"\s*\[default: ([^\]]*)\]$", text)
+        out[name] = (text[: m.start()] if m else text, m.group(1) if m else None)
+    return out
+
+
+def test_run_and_search_show_one_text_for_every_shared_option() -> None:
+    run, search = help_options(["run"]), help_options(["search"])
+    shared = (set(run) & set(search)) - {"--help"}
+    assert {"--engine", "--model", "--seed", "--slo", "--warmup", "--output-dir", "--run-id", "--base-url", "--engine-arg",
+            "--threads", "--request-timeout", "--startup-timeout", "--sequential-start", "--max-failure-rate",
+            "--no-ignore-eos", "--num-requests", "--workload-spec", "--repeats"} <= shared
+    texts = {name for name in shared if run[name][0] != search[name][0]}
+    defaults = {name for name in shared if run[name][1] != search[name][1]}
+    assert texts == SEARCH_OWN_TEXT, {n: (run[n][0], search[n][0]) for n in texts ^ SEARCH_OWN_TEXT}
+    assert defaults == SEARCH_OWN_DEFAULT, {n: (run[n][1], search[n][1]) for n in defaults ^ SEARCH_OWN_DEFAULT}
+    assert run["--workload"][1] == "agentic" and search["--workload"][1] == "random"
+
+
+def test_the_generated_options_keep_bench_runs_order_and_leave_out_run_only_options_in_search() -> None:
+    run, search = list(help_options(["run"])), list(help_options(["search"]))
+    assert run[:4] == ["--engine", "--workload", "--model", "--num-requests"] and run[-2:] == ["--sequential-start", "--help"]
+    assert [p.cli.flag for p in cli_params(RunSettings)] == list(RunSettings.cli_order)
+    assert [p.cli.flag for p in cli_params(SearchSettings)] == list(SearchSettings.cli_order)
+    assert not set(SearchSettings.cli_exclude) & set(search) and set(SearchSettings.cli_exclude) <= set(run)
+
+
+class RunPlus(RunSettings):
+    extra_knob: Annotated[int, Cli("--extra-knob", help="A knob declared once, on the model.")] = 3
+
+
+class SearchPlus(SearchSettings, RunPlus):
+    pass
+
+
+def test_a_field_added_to_the_settings_is_an_option_of_both_commands(tmp_path: Path) -> None:
+    seen: list[Any] = []
+    plus = typer.Typer()
+    plus.command("run")(command_from(RunPlus, seen.append))
+    plus.command("search")(command_from(SearchPlus, seen.append))
+    for name in ("run", "search"):
+        assert help_options([name], plus)["--extra-knob"] == ("A knob declared once, on the model.", "3")
+        res = CliRunner().invoke(plus, [name, "--engine", "own", "--extra-knob", "7", "--threads", "1", "-o", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+    run, search = seen
+    assert isinstance(run, RunPlus) and isinstance(search, SearchPlus)
+    assert run.extra_knob == search.extra_knob == 7 and run.threads == search.threads == 1
+    assert run.workload.name == "agentic" and search.workload.name == "random" and search.workload.num_requests == 24
+
+
+def test_the_command_line_values_arrive_parsed_in_the_settings(tmp_path: Path) -> None:
+    seen: list[Any] = []
+    plus = typer.Typer()
+    plus.command("run")(command_from(RunSettings, seen.append))
+    plus.command("other")(lambda: None)
+    res = CliRunner().invoke(plus, ["run", "-e", "own,vllm", "-w", "random", "-n", "5", "--request-rate", "inf",
+                                    "--slo", "ttft_p99=500", "--engine-arg", "vllm:max_num_seqs=8", "--sequential-start",
+                                    "--no-ignore-eos", "--parity", "strict", "--duration", "1m", "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    (s,) = seen
+    assert s.engines == ["own", "vllm"] and s.slos == [SLO("ttft", 500.0)] and s.engine_args == {"vllm": {"max_num_seqs": "8"}}
+    assert s.workload == WorkloadOptions(name="random", num_requests=5, request_rate=float("inf"), duration_s=60.0)
+    assert (s.parallel_start, s.ignore_eos, s.check_equivalence, s.parity) == (False, False, True, "strict")
+
+
+def test_a_bad_value_is_the_validators_own_line_in_code_as_on_the_command_line() -> None:
+    cases = [({"engines": "own,own"}, "--engine lists 'own' twice: name each engine once"),
+             ({"engines": ["own"], "warmup": -1}, "--warmup must be >= 0, got -1"),
+             ({"engines": ["own"], "slos": "ttft_p99"}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
+             ({"engines": ["own"], "threads": "many"}, "--threads: Input should be a valid integer, unable to parse "
+                                                       "string as an integer (got 'many')"),
+             ({"engines": ["own"], "workload": {"name": "random", "seed": -1}}, "--seed must be >= 0, got -1")]
+    for values, line in cases:
+        with pytest.raises(ValidationError) as err:
+            RunSettings.model_validate(values)
+        assert error_line(err.value, RunSettings) == line
+    with pytest.raises(ValidationError) as err:
+        SearchSettings.model_validate({"engines": ["own"], "repeats": 11})
+    assert error_line(err.value, SearchSettings) == "--repeats must be between 1 and 10, got 11"
+    res = CliRunner().invoke(app, ["search", "--engine", "own", "--repeats", "11"])
+    assert res.exit_code == 2 and res.output == "error: --repeats must be between 1 and 10, got 11\n"
+
+
+def test_settings_built_in_code_check_values_only_and_a_search_copies_its_run_settings(tmp_path: Path) -> None:
+    # no machine checks in code: a missing spec file is the builder's to report, no output folder is made
+    s = RunSettings(engines=["openai"], model="served", base_url="http://h:1", output_dir=tmp_path / "new",
+                    workload=WorkloadOptions(spec_file=tmp_path / "missing.yaml"))
+    assert s.model == "served" and s.served_model_name is None and not (tmp_path / "new").exists()
+    search = SearchSettings(engines=["own"], repeats=3, threads=1)
+    run = search.run_config(WorkloadOptions(name="random", seed=4), [SLO("ttft", 9.0)])
+    assert (run.repeats, run.check_equivalence, run.calibrate, run.report, run.threads) == (1, False, False, False, 1)
+    assert run.workload.seed == 4 and search.repeats == 3 and search.workload.name == "random"
+
+
+def test_one_reader_of_key_value_lists() -> None:
+    from results.pairs import parse_pairs, split_list
+
+    def no_value(item: str) -> ValueError:
+        return ValueError(f"no value: {item!r}")
+
+    assert list(parse_pairs(" a=1, ,b = 2=3,", no_value)) == [("a", "1"), ("b ", " 2=3")]  # as written around the first =
+    assert list(parse_pairs(["x:k=1,2"], no_value)) == [("x:k", "1,2")]  # a repeatable option's value keeps its commas
+    assert list(parse_pairs(None, no_value)) == [] and split_list(" own, ,vllm ") == ["own", "vllm"]
+    pairs = parse_pairs("a=1,b,c=3", no_value)
+    assert next(pairs) == ("a", "1")  # lazily: the first bad item is reported when reached
+    with pytest.raises(ValueError, match="no value: 'b'"):
+        next(pairs)
