@@ -228,3 +228,25 @@ def test_with_fewer_slots_than_engines_the_next_start_finishes_before_a_turn_beg
             assert health(ep_c.base_url) == 200
     finally:
         starter.close()
+
+
+def test_a_kept_engine_is_frozen_between_turns_and_stopped_on_release(tmp_path):
+    starter = start(tmp_path, [("x", Named("x")), ("y", Named("y"))])
+    starter.begin()
+    try:
+        assert starter.fits_all
+        with starter.take("x", keep=True) as (ep, _):
+            assert health(ep.base_url) == 200
+            pids = {p.pid for p in group_of(ep.base_url)}
+        assert statuses(starter, "x") == {psutil.STATUS_STOPPED}  # frozen, held for its next turn
+        with starter.take("x", keep=True) as (again, _):
+            assert again.base_url == ep.base_url and {p.pid for p in group_of(again.base_url)} == pids
+            assert health(again.base_url) == 200
+        starter.release("x")
+        assert not starter.holds("x")
+        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+        with starter.take("y") as (other, _):  # a turn without keep stops the engine after it, as before
+            assert health(other.base_url) == 200
+        assert not starter.holds("y")
+    finally:
+        starter.close()

@@ -239,16 +239,74 @@ def capacity_of(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_
 
 def capacity_draws(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_rate: float, *,
                    resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
-    """``resamples`` bootstrap draws of the capacity's output tokens/s (module docstring)."""
+    """``resamples`` bootstrap draws of the capacity's output tokens/s (module docstring):
+    every point resampled at once for all draws (:func:`_point_draws`), then the capacity read
+    from each draw's points."""
     rng = np.random.default_rng(seed)
+    per_point = [_point_draws(p, slos, max_failure_rate, resamples, rng) for p in points]
     out = np.empty(resamples)
     for b in range(resamples):
-        stats = []
-        for p in points:
-            picks = rng.integers(0, len(p.repeats), len(p.repeats))
-            parts = [p.repeats[i].take(rng.integers(0, p.repeats[i].n, p.repeats[i].n)) if p.repeats[i].n else p.repeats[i]
-                     for i in picks]
-            sessions = sum(p.sessions[i] for i in picks) if p.sessions is not None else None
-            stats.append(point_stats(p.load, pool(parts), slos, max_failure_rate, p.devices, sessions))
-        out[b] = capacity_from(stats).output_tps
+        out[b] = capacity_from([draws[b] for draws in per_point]).output_tps
     return out
+
+
+def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, resamples: int,
+                 rng: np.random.Generator) -> list[PointStats]:
+    """``resamples`` two-stage bootstrap draws of one point's stats: its repeats resampled,
+    then the requests within each (vectorised; a point whose repeats differ in size, or an ITL
+    SLO, is drawn one by one)."""
+    sizes = {r.n for r in p.repeats}
+    if len(sizes) != 1 or any(s.metric == "itl" for s in slos) or 0 in sizes:
+        return [_point_draw(p, slos, max_failure_rate, rng) for _ in range(resamples)]
+    n, reps = sizes.pop(), len(p.repeats)
+    picks = rng.integers(0, reps, (resamples, reps))
+    idx = (picks[:, :, None] * n + rng.integers(0, n, (resamples, reps, n))).reshape(resamples, reps * n)
+    pooled = p.pooled()
+    durations = np.array([r.duration_s for r in p.repeats])[picks].sum(axis=1)
+    ok = pooled.ok[idx]
+    failure_rate = (~ok).mean(axis=1)
+    ratios = {}
+    for slo in slos:
+        base = {"ttft": pooled.ttft, "e2el": pooled.e2el, "tpot": pooled.tpot}[slo.metric]
+        if slo.metric != "tpot":  # a failed request counts as +inf (error-adjusted)
+            base = np.where(pooled.ok, base, np.inf)
+        ratios[slo.key] = _row_percentiles(base[idx], slo.percentile) / slo.threshold_ms
+    keys = list(ratios)
+    stacked = np.nan_to_num(np.vstack([ratios[k] for k in keys]), nan=0.0) if keys else np.zeros((1, resamples))
+    margin = stacked.max(axis=0)
+    top = stacked.argmax(axis=0)
+    tps = pooled.tokens[idx].sum(axis=1) / durations / p.devices
+    done = (np.array(p.sessions)[picks].sum(axis=1) if p.sessions is not None else ok.sum(axis=1))
+    rate = done / durations
+    out = []
+    for b in range(resamples):
+        errors = failure_rate[b] > max_failure_rate
+        out.append(PointStats(load=p.load, margin=float(margin[b]), values={}, failure_rate=float(failure_rate[b]),
+                              passed=bool(not errors and margin[b] <= 1.0), output_tps=float(tps[b]),
+                              request_rate=float(rate[b]), per_user_tps=None,
+                              binding="errors" if errors and margin[b] <= 1 else (keys[top[b]] if keys else "")))
+    return out
+
+
+def _point_draw(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, rng: np.random.Generator) -> PointStats:
+    """One two-stage bootstrap draw of one point's stats, the slow way."""
+    picks = rng.integers(0, len(p.repeats), len(p.repeats))
+    parts = [p.repeats[i].take(rng.integers(0, p.repeats[i].n, p.repeats[i].n)) if p.repeats[i].n else p.repeats[i]
+             for i in picks]
+    sessions = sum(p.sessions[i] for i in picks) if p.sessions is not None else None
+    return point_stats(p.load, pool(parts), slos, max_failure_rate, p.devices, sessions)
+
+
+def _row_percentiles(rows: np.ndarray, q: float) -> np.ndarray:
+    """numpy's linear percentile of each row's non-NaN values (+inf when the interpolation
+    touches an infinite value; NaN for a row without values): :func:`_percentile` per row."""
+    srt = np.sort(rows, axis=1)  # NaN last, +inf just before them
+    m = (~np.isnan(rows)).sum(axis=1)
+    pos = np.maximum(m - 1, 0) * q / 100.0
+    lo = np.floor(pos).astype(int)
+    hi = np.ceil(pos).astype(int)
+    r = np.arange(rows.shape[0])
+    a, b = srt[r, lo], srt[r, hi]
+    with np.errstate(invalid="ignore"):
+        out = np.where(np.isinf(b), np.inf, a + (b - a) * (pos - lo))
+    return np.where(m == 0, np.nan, out)

@@ -8,8 +8,10 @@ own limits never exclude an engine (they mark its figures instead).
 Among the rest the **capacity at the SLO** decides (:mod:`harness.scoring.frontier`): the
 production engine with the highest capacity wins; the ratio of its capacity over the
 runner-up's carries a 95 % interval from the two engines' independent bootstrap draws
-(percentile interval of the ratio of draws). An interval that contains 1 is a **tie**, said as
-such; only then do the tie-breakers speak, in order: start-up time (10 % apart or more), server
+(percentile interval of the ratio of draws). An interval that reaches down to 1 +
+:data:`EQUIVALENCE_MARGIN` (1.03) is a **tie**, said as such: the difference is inside the noise,
+or too small (under 3 %) to choose an engine by (a margin of practical equivalence, as in
+equivalence testing: Schuirmann 1987). Only then do the tie-breakers speak, in order: start-up time (10 % apart or more), server
 processes, verified features, peak memory (10 % apart or more); when none separates them, the
 higher point estimate stands. The reference engine (a yardstick) is ranked on the same scale
 and never recommended.
@@ -26,6 +28,7 @@ import numpy as np
 from .frontier import Capacity
 
 TIE_BREAK_BAND = 0.10  # start-up time and memory break a tie only when 10 % or more apart
+EQUIVALENCE_MARGIN = 0.03  # capacities closer than 3 % are not a basis for a choice
 
 
 @dataclass
@@ -48,7 +51,7 @@ class Candidate:
 @dataclass
 class Verdict:
     """The decision: ``winner`` ("" = none eligible), ``runner_up``, ``ratio`` (winner ÷
-    runner-up capacity) and its 95 % ``ratio_interval``, ``tie`` (the interval contains 1),
+    runner-up capacity) and its 95 % ``ratio_interval``, ``tie`` (the interval reaches 1.03),
     ``tie_breaker`` (what decided a tie: a sentence, "" when none was needed), ``ranking``
     (eligible production engines, best first), ``yardsticks``, ``excluded`` (name → reason)."""
 
@@ -122,7 +125,7 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     assert best.capacity is not None and second.capacity is not None
     v.ratio = best.capacity.output_tps / second.capacity.output_tps if second.capacity.output_tps > 0 else math.inf
     v.ratio_interval = ratio_interval(best.capacity, second.capacity)
-    v.tie = v.ratio_interval is not None and v.ratio_interval[0] <= 1.0 <= v.ratio_interval[1]
+    v.tie = v.ratio_interval is None or v.ratio_interval[0] <= 1.0 + EQUIVALENCE_MARGIN
     if v.tie:
         chosen, why = break_tie(best, second)
         v.winner, v.runner_up, v.tie_breaker = chosen.name, (second if chosen is best else best).name, why

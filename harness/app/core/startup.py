@@ -129,6 +129,7 @@ class EngineStarter:
         self._futures: dict[str, Future] = {}
         self._overlapped: set[str] = set()  # engines whose start-up ran alongside another's
         self._in_use = 0  # engines taken and not yet stopped (the one being measured)
+        self.engines = sum(it.starts_process for it in items)  # engines this starter starts
         self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="engine-start")
 
     # -- starting ------------------------------------------------------------------------
@@ -214,8 +215,10 @@ class EngineStarter:
             return name in self._ready or name in self._errors
 
     @contextmanager
-    def take(self, name: str) -> Iterator[tuple[Endpoint, float]]:
-        """Engine ``name``'s turn: yield ``(endpoint, start-up seconds)``; stop it on exit.
+    def take(self, name: str, keep: bool = False) -> Iterator[tuple[Endpoint, float]]:
+        """Engine ``name``'s turn: yield ``(endpoint, start-up seconds)``; stop it on exit, or,
+        with ``keep``, freeze it and hold it for a later turn (:meth:`release` or :meth:`close`
+        stops it).
 
         Starts it (and whatever else now fits in the slots) if not started, waits for every
         start in progress, thaws it. Raises the :class:`EngineError` of a failed start, or one
@@ -241,13 +244,32 @@ class EngineStarter:
             stack = self._stacks.pop(name)
             self._in_use += 1
         try:
-            with stack:
+            with stack:  # stops the engine on exit (an exception passes through the adapter's exit)
                 if ep.resume is not None:
                     ep.resume()
                 yield ep, startup_s
+                if keep and ep.pause is not None:
+                    ep.pause()
+                    held = stack.pop_all()  # the stop moves to the held stack: nothing stops now
+                    with self._lock:  # held again, frozen, for its next turn
+                        self._stacks[name], self._ready[name] = held, (ep, startup_s)
         finally:
             with self._lock:
                 self._in_use -= 1
+
+    @property
+    def fits_all(self) -> bool:
+        """Every engine it starts fits in the slots at once (so engines may be kept between turns)."""
+        return self.slots >= self.engines
+
+    def release(self, name: str) -> None:
+        """Stop engine ``name`` now if it is held (kept after a turn, or ready and not taken)."""
+        with self._lock:
+            stack = self._stacks.pop(name, None)
+            self._ready.pop(name, None)
+        if stack is not None:
+            with _signals_held():
+                stack.close()
 
     def close(self) -> None:
         """Abandon start-ups still in progress and stop every engine still held (thawed

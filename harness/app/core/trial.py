@@ -133,11 +133,12 @@ async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: b
     return [r.output_text or "" for r in sorted(results[-1], key=lambda r: r.request_id)]
 
 
-def run_trial(plan: EnginePlan, repeat: int, starter: EngineStarter, spec: TrialSpec, workload: Workload,
-              tokenizer: Any, sink: MeasurementSink, console: Any, manifest: Manifest) -> TrialOutcome:
-    """Engine ``plan``'s turn in repeat ``repeat`` (module docstring): a session, one
-    measurement of ``workload`` with a progress bar, the feature probes after the first one.
-    ``manifest``: the run's (read only: the model's length for the longest feature probe).
+def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, repeat: int,
+              spec: TrialSpec, workload: Workload, tokenizer: Any, manifest: Manifest) -> TrialOutcome:
+    """Engine ``plan``'s turn in repeat ``repeat`` (module docstring; a trial body,
+    :mod:`harness.app.core.executor`): a session, one measurement of ``workload`` with a
+    progress bar, the feature probes after the first one. ``manifest``: the run's (read only:
+    the model's length for the longest feature probe).
     Raises the :class:`EngineError` of a failed start or a crash; a KeyboardInterrupt after the
     finished requests reached ``sink``."""
     name, first = plan.name, repeat == 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich.markup import escape
 
@@ -44,7 +44,7 @@ from results.schema import ClientWorker, RequestRecord
 from harness.app.core.plan import EnginePlan
 from harness.app.core.ray_options import RESOURCE_KEYS, import_ray
 from harness.app.core.settings import default_threads
-from harness.app.core.trial import TrialOutcome, TrialSpec
+from harness.app.core.executor import Trial
 from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
 
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
@@ -73,12 +73,11 @@ class RayExecutor:
     started here (all of this machine's CPUs) and shut down at :meth:`close`.
     ``cfg.ray_resources``: :func:`parse_resources`' overrides."""
 
-    def __init__(self, cfg: Any, spec: TrialSpec, console: Any, kind: str = "cpu") -> None:
-        self.cfg, self.spec, self.console = cfg, spec, console
+    def __init__(self, cfg: Any, console: Any, kind: str = "cpu") -> None:
+        self.cfg, self.console = cfg, console
         self.address = cfg.ray_address
         self.resources = dict(cfg.ray_resources)
         self._unfit: dict[tuple[str, int], str] = {}  # trials no node of the cluster can hold: why
-        self._plans: list[EnginePlan] = []
         self._refs: dict[tuple[str, int], Any] = {}
         self._nodes: dict[tuple[str, int], dict[str, Any]] = {}
         self._mailbox: Any = None
@@ -87,11 +86,12 @@ class RayExecutor:
 
     # -- the executor's steps -----------------------------------------------------------------
     def begin(self, plans: list[EnginePlan], quiet: bool = False) -> None:
-        """No engine starts on the driver: the first round's plans are kept for the submission."""
+        """No engine starts on the driver (each trial starts its own, on its node)."""
         if not self._connected:
             self._connect(import_ray())
-        if not self._plans:
-            self._plans = list(plans)
+
+    def release(self, name: str) -> None:
+        pass
 
     def end(self) -> None:
         pass
@@ -110,14 +110,12 @@ class RayExecutor:
             ray.shutdown()  # a cluster keeps running: only this driver disconnects
         self._connected = False
 
-    def trial(self, plan: EnginePlan, repeat: int, workload: Any, tokenizer: Any, sink: Any, manifest: Any) -> TrialOutcome:
-        """Wait for trial (engine, ``repeat``), writing every trial's streamed artefacts to
-        ``sink`` meanwhile (all trials are submitted at the first call). Raises EngineError when
-        the trial failed or its worker died; KeyboardInterrupt cancels every trial first."""
+    def result(self, trial: Trial, sink: Any) -> Any:
+        """Wait for ``trial``, writing every trial's streamed artefacts to ``sink`` meanwhile.
+        Raises EngineError when the trial failed or its worker died; KeyboardInterrupt cancels
+        every trial first."""
         ray = import_ray()
-        if self._mailbox is None:
-            self._submit(workload, tokenizer, manifest)
-        key = (plan.name, repeat)
+        name, index = key = trial.key
         if key in self._unfit:
             raise EngineError(self._unfit[key])
         ref = self._refs[key]
@@ -132,14 +130,13 @@ class RayExecutor:
             raise
         except ray.exceptions.RayError as exc:
             self._drain(sink)
-            self._cancel([k for k in self._refs if k[0] == plan.name and k[1] > repeat])
+            self._cancel([k for k in self._refs if k[0] == name and k[1] > index])
             raise EngineError(self._died(key, exc, ray)) from None
-        self._keep_log(sink, plan.name, repeat, out.log)
+        self._keep_log(sink, name, index, out.log)
         if out.error:
-            self._cancel([k for k in self._refs if k[0] == plan.name and k[1] > repeat])
+            self._cancel([k for k in self._refs if k[0] == name and k[1] > index])
             raise EngineError(out.error, out.log_tail)
-        assert out.outcome is not None
-        sink.add_engine_facts(plan.name, {"ray_trials": self._trials_of(plan.name)})
+        sink.add_engine_facts(name, {"ray_trials": self._trials_of(name)})
         return out.outcome
 
     def _connect(self, ray: Any) -> None:
@@ -162,25 +159,29 @@ class RayExecutor:
                            f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs")
 
     # -- trials ------------------------------------------------------------------------------
-    def _submit(self, workload: Any, tokenizer: Any, manifest: Any) -> None:
-        """Every trial of the run, in run order (repeat-major): the workload and tokenizer are
-        put in Ray's object store once and shared by all."""
+    def submit(self, trials: Sequence[Trial]) -> None:
+        """Every trial of the job, in its order, as Ray tasks at once (Ray runs as many side by
+        side as the cluster's resources allow); a trial no node can hold is failed at its turn."""
         ray = import_ray()
-        self._mailbox = ray.remote(num_cpus=0)(Mailbox).remote()
+        if not self._connected:
+            self._connect(ray)
+        if self._mailbox is None:
+            self._mailbox = ray.remote(num_cpus=0)(Mailbox).remote()
         task = ray.remote(max_retries=0)(run_remote_trial)
-        shared = ray.put(workload), ray.put(tokenizer)
         threads = self.cfg.threads or default_threads()
         offered = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        for repeat in range(self.cfg.repeats):
-            for plan in self._plans:
-                opts = trial_options(plan, threads, self.resources)
-                if why := _unfit(opts, offered):
-                    self._unfit[(plan.name, repeat)] = why
-                    continue
-                self._refs[(plan.name, repeat)] = task.options(name=f"bench {plan.name} repeat {repeat + 1}", **opts) \
-                    .remote(self.spec, plan, *shared, repeat, manifest, self._mailbox)
-        self.console.print(f"Submitted {len(self._refs)} trial(s) to Ray "
-                           f"({', '.join(f'{k}={v:g}' for k, v in trial_options(self._plans[0], threads, self.resources).items() if not isinstance(v, dict))} each)")
+        for trial in trials:
+            opts = trial_options(trial.plan, threads, self.resources)
+            if why := _unfit(opts, offered):
+                self._unfit[trial.key] = why
+                continue
+            name, index = trial.key
+            self._refs[trial.key] = task.options(name=f"bench {name} repeat {index + 1}", **opts).remote(
+                trial.body, trial.plan, trial.key, self._mailbox)
+        if trials:
+            shown = trial_options(trials[0].plan, threads, self.resources)
+            self.console.print(f"Submitted {len(self._refs)} trial(s) to Ray "
+                               f"({', '.join(f'{k}={v:g}' for k, v in shown.items() if not isinstance(v, dict))} each)")
 
     def _drain(self, sink: Any) -> None:
         """Hand ``sink`` what the trials posted since the last drain, in order (records,

@@ -1,7 +1,7 @@
 """The node side of ``bench run --executor ray`` (harness/app/executors/ray.py): one trial.
 
 :func:`run_remote_trial` runs on the node Ray placed it on: it starts the engine with the
-plan's adapter and runs the same trial a local run does (:func:`harness.app.core.trial.run_trial`:
+plan's adapter and runs the same trial body a local run does (e.g. :func:`harness.app.core.trial.run_trial`:
 same client, same measurement step, same metrics), then stops it. Its request records go to the
 driver as they are measured, through the :class:`Mailbox` actor the driver drains
 (:class:`TrialWriter` is the trial's sink: it buffers records and sends them every
@@ -24,10 +24,10 @@ from typing import Any, Sequence
 
 from adapters.base import EngineError
 from results.recounts import TokenRecount
-from results.schema import ClientWorker, Manifest, RequestRecord
+from results.schema import ClientWorker, RequestRecord
 
 from harness.app.core.plan import EnginePlan
-from harness.app.core.trial import TrialOutcome, TrialSpec, run_trial
+from harness.app.core.executor import Body
 
 FLUSH_S = 0.2  # how often a trial sends its buffered records to the driver (s)
 LOG_BYTES = 4 * 2**20  # at most this much of a trial's engine log goes back to the run folder (bytes, its tail)
@@ -103,10 +103,10 @@ class TrialWriter:
 
 @dataclass
 class TrialResult:
-    """What a trial hands back: its :class:`TrialOutcome`, the tail of its engine log, or the
+    """What a trial hands back: its body's outcome, the tail of its engine log, or the
     ``error`` (with ``log_tail``) that failed it."""
 
-    outcome: TrialOutcome | None = None
+    outcome: Any = None
     log: bytes = b""
     error: str = ""
     log_tail: str = ""
@@ -122,12 +122,12 @@ def node_facts() -> dict[str, Any]:
             "pid": os.getpid()}
 
 
-def run_remote_trial(spec: TrialSpec, plan: EnginePlan, workload: Any, tokenizer: Any, repeat: int, manifest: Manifest,
-                     mailbox: Any) -> TrialResult:
-    """The body of one trial on its node: :func:`harness.app.core.trial.run_trial` of ``plan``
-    at repeat ``repeat``, the engine started here (its logs in a temporary folder, their tail
-    sent back), the artefacts streamed to the driver through ``mailbox``. An engine failure is
-    returned as ``error``, never raised."""
+def run_remote_trial(body: Body, plan: EnginePlan, key: tuple[str, int], mailbox: Any) -> TrialResult:
+    """The body of one trial on its node: ``body(plan, starter, sink, console)`` (the same trial
+    body a local run calls, e.g. :func:`harness.app.core.trial.run_trial`) with the engine
+    started here (its logs in a temporary folder, their tail sent back) and the artefacts
+    streamed to the driver through ``mailbox``. An engine failure is returned as ``error``,
+    never raised."""
     from rich.console import Console
 
     from harness.app.core.startup import EngineStarter
@@ -135,14 +135,14 @@ def run_remote_trial(spec: TrialSpec, plan: EnginePlan, workload: Any, tokenizer
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-trial-{plan.name}-"))
     (run_dir / "logs").mkdir()
     plan = dataclasses.replace(plan, launch=dataclasses.replace(plan.launch, run_dir=run_dir))
-    sink = TrialWriter(mailbox, (plan.name, repeat))
+    sink = TrialWriter(mailbox, key)
     sink.send("node", node_facts())
     console = Console(file=io.StringIO(), width=160)
     starter = EngineStarter(console, [plan.start_item()], 1)
     out = TrialResult()
     try:
         starter.begin()
-        out.outcome = run_trial(plan, repeat, starter, spec, workload, tokenizer, sink, console, manifest)
+        out.outcome = body(plan, starter, sink, console)
     except EngineError as exc:
         out.error, out.log_tail = str(exc), exc.log_tail
     finally:

@@ -5,7 +5,8 @@ stops rising, vLLM's ``bench sweep serve_sla`` bisection): closed-loop concurren
 flight; agentic: sessions in flight) from 1, **doubling** until a point fails (an SLO broken at
 its percentile, or failures above the bound), the throughput stops rising (less than
 :data:`PLATEAU` above the point before: the engine is saturated, more load only queues), the
-highest load allowed is reached, or the budget is spent; then the SLO boundary is **bisected**
+highest load allowed is reached, the budget is spent, or the engine dies (an
+:class:`~adapters.base.EngineError`: the points measured before are kept, ``crash`` says why); then the SLO boundary is **bisected**
 between the last passing and the first failing concurrency (integers) while a point between
 them is left and the budget allows. Every measurement draws fresh prompts (its own seed), so no
 point is served from another's prefix cache (vLLM issue 52884: looping over concurrency points
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
+from adapters.base import EngineError
 from harness.metrics import SLO
 from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
 
@@ -70,6 +72,8 @@ class Ladder:
     clock: Callable[[], float] = time.monotonic
     rungs: list[Rung] = field(default_factory=list)
     stopped: Stopped = ""
+    crash: str = ""  # what the engine said when it died mid-ladder ("" = it did not)
+    crashed_at: int | None = None  # the load it died at
     _measurements: int = 0
     _t0: float | None = None
     _last_s: float = 0.0
@@ -99,7 +103,7 @@ class Ladder:
 
     def point(self, load: int) -> Rung | None:
         """Measure a new point at ``load``; None (and ``stopped`` set) when the budget or the
-        point count forbids it."""
+        point count forbids it, or the engine died measuring it (``crash``)."""
         if len(self.rungs) >= self.max_points:
             self.stopped = "max_points"
             return None
@@ -107,9 +111,20 @@ class Ladder:
             self.stopped = "budget"
             return None
         rung = Rung(index=len(self.rungs), load=load)
+        if not self._guarded(rung):
+            return None
         self.rungs.append(rung)
-        self._measure(rung)
         return rung
+
+    def _guarded(self, rung: Rung) -> bool:
+        """Measure ``rung`` once more; False (``stopped`` = "crashed", the points before kept)
+        when the engine died meanwhile (an :class:`EngineError`)."""
+        try:
+            self._measure(rung)
+        except EngineError as exc:
+            self.stopped, self.crash, self.crashed_at = "crashed", str(exc), rung.load
+            return False
+        return True
 
     # -- the climb -----------------------------------------------------------------------------
     def climb(self, start: int = 1) -> Stopped:
@@ -156,10 +171,10 @@ class Ladder:
         p, f = self.bracket()
         for _ in range(times):
             for rung in (p, f):
-                if rung is None or not self._affordable():
+                if self.stopped == "crashed" or rung is None or not self._affordable():
                     continue
-                self._measure(rung)
-                added += 1
+                if self._guarded(rung):
+                    added += 1
         return added
 
     # -- the result ------------------------------------------------------------------------------

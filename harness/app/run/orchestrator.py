@@ -16,7 +16,8 @@ run goes on; Ctrl-C (or SIGTERM) stops the current engine, marks it ``failed``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,14 @@ from results.schema import EngineResult, EngineStatus, Equivalence, RequestRecor
 from results.store import REQUESTS_FILE, RunWriter, new_run_id, read_records
 from workloads.base import Workload
 
-from harness.app.core.executor import LocalExecutor, TrialExecutor
+from harness.app.core.executor import LocalExecutor, Trial, TrialExecutor
 from harness.app.core.measure import condition_of
 from harness.app.core.parity_run import ParityRun
 from harness.app.core.prepare import build_or_discard, record_run_facts
 from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, not_measured_result, plan_engine, skipped_result
 from harness.app.core.settings import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.trial import TrialOutcome, trial_spec
+from harness.app.core.trial import TrialOutcome, run_trial, trial_spec
 from harness.app.core.warm_cache import warn_if_cache_may_be_warm
 from harness.app.run.engine_turns import EngineTurns
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs
@@ -64,6 +65,7 @@ class _State:
     tokenizer: Any = None
     condition: Condition | None = None
     equivalence: dict[str, list[str]] | None = None
+    trials: dict[tuple[str, int], Trial] = field(default_factory=dict)
 
 
 class Orchestrator:
@@ -76,6 +78,7 @@ class Orchestrator:
         self.console = console
         self.parity = ParityRun(cfg, console)  # --parity: engine args, effective settings, the audit
         self.make_executor = executor
+        self.kind = "cpu"  # the hardware kind, detected once per run
 
     # -- setup -------------------------------------------------------------------------
     def _workload(self, tokenizer: Any) -> Workload:
@@ -84,10 +87,9 @@ class Orchestrator:
         return build_workload(self.cfg.workload, tokenizer)
 
     def _executor(self, kind: str) -> TrialExecutor:
-        spec = trial_spec(self.cfg, kind)
         if self.make_executor is not None:
-            return self.make_executor(self.cfg, spec, self.console, kind)
-        return LocalExecutor(spec, self.console, hardware_kind=kind, parallel=self.cfg.parallel_start)
+            return self.make_executor(self.cfg, self.console, kind)
+        return LocalExecutor(self.console, hardware_kind=kind, parallel=self.cfg.parallel_start)
 
     def _calibrate(self, writer: RunWriter) -> None:
         """The client measured against a local null server, first, while nothing else runs."""
@@ -136,7 +138,7 @@ class Orchestrator:
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         if c.calibrate:
             self._calibrate(writer)
-        kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
+        kind = self.kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         self.parity.plan(adapters, state.model_dir, kind)
         turns = {p.name: EngineTurns(p) for p in self._plans(adapters, kind, state)}
@@ -164,6 +166,8 @@ class Orchestrator:
             try:
                 if state.workload is None:  # built while the engines start (loading the tokenizer takes ~5 s)
                     self._build_workload(executor, state, [t.plan for t in live])
+                    state.trials = self._trials(list(turns.values()), state)
+                    executor.submit(list(state.trials.values()))
                 for i, engine in enumerate(live):
                     if cause := self._turn(engine, executor, state, repeat):
                         self._interrupted(state, live[i + 1:], list(turns.values()))
@@ -171,6 +175,18 @@ class Orchestrator:
             finally:
                 executor.end()
         return ""
+
+    def _trials(self, engines: list[EngineTurns], state: _State) -> dict[tuple[str, int], Trial]:
+        """Every trial of the run, in run order (repeat-major, the order alternating): one
+        measurement of the workload per engine and repeat (:func:`run_trial`)."""
+        spec = trial_spec(self.cfg, self.kind)
+        trials = {}
+        for repeat in range(self.cfg.repeats):
+            for engine in (reversed(engines) if repeat % 2 else engines):
+                body = partial(run_trial, repeat=repeat, spec=spec, workload=state.workload, tokenizer=state.tokenizer,
+                               manifest=state.writer.manifest)
+                trials[engine.name, repeat] = Trial((engine.name, repeat), engine.plan, body)
+        return trials
 
     def _build_workload(self, executor: TrialExecutor, state: _State, plans: list[EnginePlan]) -> None:
         """Tokenizer, workload, condition and manifest (:mod:`harness.app.core.prepare`)."""
@@ -188,7 +204,7 @@ class Orchestrator:
         c, writer, name = self.cfg, state.writer, engine.name
         assert state.workload is not None and state.condition is not None
         try:
-            outcome = executor.trial(engine.plan, repeat, state.workload, state.tokenizer, writer, writer.manifest)
+            outcome = executor.result(state.trials[name, repeat], writer)
         except KeyboardInterrupt as exc:
             measured = _read_engine(writer, name, repeat)
             cause = interrupt_cause(exc)
