@@ -16,11 +16,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from results.recommendation import Recommendation
 from results.redact import redact_credentials
-from results.schema import Timeline
+from results.schema import LadderSummary, Timeline
 from results.store import Run
 
 from . import plots
 from .context import CDF_PANELS, _label, build_context
+from .frontier import capacity_rows, frontier_png
 from .timeline import timeline_plots
 
 
@@ -40,6 +41,17 @@ def _environment() -> Environment:
     )
     env.filters["mdcell"] = _md_cell
     return env
+
+
+def decision_context(ladder: LadderSummary) -> dict[str, Any]:
+    """What the report's first screen shows: the verdict sentence, the deciding SLOs, the
+    capacity table's rows, the exclusions."""
+    d = ladder.decision
+    return {"sentence": d.sentence if d else "No decision was made.", "winner": d.winner if d else "",
+            "tie": bool(d and d.tie), "rows": capacity_rows(ladder),
+            "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
+            "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",
+            "excluded": dict(d.excluded) if d else {}}
 
 
 def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
@@ -69,6 +81,10 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     ctx = build_context(runs, recommendation)
     pngs = render_plots(ctx.pop("plot_data"))
     pngs.update(timeline_plots(runs, timelines, _label))
+    ladder = runs[0].ladder if len(runs) == 1 else None
+    ctx["decision"] = decision_context(ladder) if ladder is not None else None
+    if ladder is not None and (chart := frontier_png(ladder)) is not None:
+        pngs["frontier"] = chart
 
     plot_dir = out_dir / f"{stem}-plots"
     plot_dir.mkdir(exist_ok=True)

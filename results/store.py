@@ -32,7 +32,9 @@ from .errors import ResultsError
 from .recommendation import Recommendation, read_recommendation
 from .recounts import RECOUNTS_FILE, TokenRecount, merge_recounts, read_recounts, recount_lines
 from .schema import (
+    LADDER_FILE,
     READABLE_MAJOR_VERSIONS,
+    LadderSummary,
     SCHEMA_VERSION,
     ClientWorker,
     ClientWorkers,
@@ -287,6 +289,7 @@ class Run:
     records: list[RequestRecord] = field(default_factory=list)
     recommendation: Recommendation | None = None
     upgraded_from: str | None = None
+    ladder: LadderSummary | None = None  # ``ladder.json``: the load ladders and the decision (None: one load point)
 
     @property
     def run_id(self) -> str:
@@ -425,8 +428,10 @@ def load_run(run_dir: Path | str) -> Run:
     summary_data.setdefault("run_id", run_dir.name)
     summary = _validate(RunSummary, summary_data, summary_path)
     manifest = _validate(Manifest, manifest_data, manifest_path)
+    ladder_path = run_dir / LADDER_FILE
+    ladder = _validate(LadderSummary, _read_json(ladder_path, run_dir), ladder_path) if ladder_path.is_file() else None
     return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
-               recommendation=read_recommendation(run_dir), upgraded_from=upgraded)
+               recommendation=read_recommendation(run_dir), upgraded_from=upgraded, ladder=ladder)
 
 
 def is_run_folder(path: Path) -> bool:

@@ -71,12 +71,16 @@ def quiet_gc() -> Iterator[None]:
 class RunnerOptions:
     """``max_concurrency``: cap on in-flight requests (None = workload's, else unbounded);
     ``request_timeout_s``: per-request client timeout; ``keep_text``: store every reply's text;
-    ``repeat``: the repeat index stamped on every record (``bench run --repeats``)."""
+    ``repeat``: the repeat index stamped on every record (``bench run --repeats``);
+    ``max_sessions``: cap on sessions in flight (closed-loop users: a session holds its place
+    from its first turn's send to its last turn's end, think times included, and the next
+    session starts when one ends; its first turn is scheduled then; None = no cap)."""
 
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0
     keep_text: bool = False
     repeat: int = 0
+    max_sessions: int | None = None
 
 
 class _Tokenizer:
@@ -249,7 +253,16 @@ class Runner:
             out.append(recount_of(record))
         return out
 
-    async def _session(self, http: Any, session: Session, t0: int, gate: asyncio.Semaphore | None) -> None:
+    async def _session(self, http: Any, session: Session, t0: int, gate: asyncio.Semaphore | None,
+                       users: asyncio.Semaphore | None = None) -> None:
+        """Replay one session; with ``users`` (the session cap) it waits for a place first and
+        its first turn is due when it has one."""
+        if users is None:
+            return await self._replay(http, session, t0 + int(session.start_offset_s * 1e9), gate)
+        async with users:
+            await self._replay(http, session, max(t0 + int(session.start_offset_s * 1e9), time.perf_counter_ns()), gate)
+
+    async def _replay(self, http: Any, session: Session, first_ns: int, gate: asyncio.Semaphore | None) -> None:
         tasks: set[asyncio.Task] = set()
 
         def spawn(when: int, req: RequestSpec) -> None:
@@ -270,7 +283,7 @@ class Runner:
             for f in follow:
                 spawn(done_ns + int(f.delay_s * 1e9), f.request)
 
-        spawn(t0 + int(session.start_offset_s * 1e9), session.first_request())
+        spawn(first_ns, session.first_request())
         while tasks:
             await asyncio.gather(*list(tasks))
 
@@ -303,7 +316,8 @@ class Runner:
                 timing = workload.timing
                 self._clock = None if timing is None else _Clock.starting(t0_ns + int(timing.start_offset_s * 1e9), timing)
                 self._drained = False
-                jobs = asyncio.gather(*(self._session(http, s, t0_ns, gate) for s in workload.sessions))
+                users = asyncio.Semaphore(self.options.max_sessions) if self.options.max_sessions else None
+                jobs = asyncio.gather(*(self._session(http, s, t0_ns, gate, users) for s in workload.sessions))
                 if self._clock is None:
                     await jobs
                 else:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -161,9 +162,10 @@ class WorkerPool:
         ctx = mp.get_context("spawn")
         r = self.runner
         host = socket.gethostname()
+        session_caps = split_cap(r.options.max_sessions, len(shares)) if r.options.max_sessions else [None] * len(shares)
         for i, (share, cap) in enumerate(zip(shares, caps)):
             here, there = ctx.Pipe(duplex=True)
-            options = RunnerOptions(cap, r.options.request_timeout_s, r.options.keep_text, r.options.repeat)
+            options = dataclasses.replace(r.options, max_concurrency=cap, max_sessions=session_caps[i])
             p = ctx.Process(target=worker_main, name=f"bench-client-worker-{i}", daemon=True,
                             args=(i, there, os.getpid(), r.target, r.engine, r.workload_name, workload.name, options,
                                   share, r.tok is not None))

@@ -19,6 +19,8 @@ One module per artefact family, every name re-exported here (``from results.sche
   :class:`ClientWorkers`, :class:`ImportProvenance`, :class:`MeasuredCondition`
 - ``search``: :class:`SearchSummary` (``search.json``), :class:`LoadProbe`, :class:`SearchProbe`,
   :class:`EngineSearch`, :class:`CapacityRecommendation`
+- ``ladder``: :class:`LadderSummary` (``ladder.json``: each engine's load ladder and capacity
+  at the SLO, and the :class:`Decision`)
 - ``timeline``: :class:`Timeline`
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
@@ -58,6 +60,7 @@ from .metrics import (
     metric_number,
     metric_value,
 )
+from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, LadderPoint, LadderSummary
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
 from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
 from .search import (
@@ -84,5 +87,6 @@ __all__ = [
     "ModelSummary", "Validity", "ImportProvenance", "ClientWorker", "ClientWorkers", "Manifest", "MeasuredCondition",
     "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
     "SearchSummary",
+    "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary",
     "Timeline",
 ]

@@ -62,13 +62,15 @@ class MeasureOptions:
     """How to measure: ``slos`` judged (goodput); ``request_timeout_s`` per request (s);
     ``max_concurrency``: a cap on requests in flight over the workload's own (None = the
     workload's); ``client_workers``: client processes (1 = this one); ``ignore_eos``: send
-    ``ignore_eos`` where the endpoint takes it."""
+    ``ignore_eos`` where the endpoint takes it; ``max_sessions``: sessions in flight, closed
+    loop (a load ladder's point; None = the workload's own arrivals)."""
 
     slos: tuple[SLO, ...] = ()
     request_timeout_s: float = 600.0
     max_concurrency: int | None = None
     client_workers: int = 1
     ignore_eos: bool = True
+    max_sessions: int | None = None
 
 
 @dataclass
@@ -108,7 +110,8 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
         sink.add_record(record)
 
     runner = Runner(target_of(endpoint, options.ignore_eos), engine, workload.name, stamped, tokenizer,
-                    RunnerOptions(options.max_concurrency, options.request_timeout_s, repeat=repeat),
+                    RunnerOptions(options.max_concurrency, options.request_timeout_s, repeat=repeat,
+                                  max_sessions=options.max_sessions),
                     on_progress=on_progress)
     measurer = client_measurer(runner, options.client_workers, sink.add_client_workers)
     before = scrape(endpoint.metrics_url)  # the engine's counters then count the measured phase only

@@ -96,7 +96,7 @@ class RunSettings(BaseModel):
         "--prompt-salt", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
         "--startup-timeout", "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes",
         "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
-        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
+        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start", "--ladder-budget", "--max-load")
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
 
     engines: Annotated[list[str], Cli("--engine", "-e", type=str, parse=split_list, default="all", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`.")]
@@ -142,6 +142,19 @@ class RunSettings(BaseModel):
     ray_address: Annotated[Optional[str], Cli("--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run.")] = None
     # per-trial overrides and custom resources
     ray_resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=_ray_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
+
+    # the load ladder (the main job when no load point is asked for; harness/app/run/ladder_main.py)
+    ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
+    max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
+
+    @property
+    def ladder(self) -> bool:
+        """Whether the run climbs load ladders (the main job) rather than measuring one load
+        point: no rate, concurrency, duration or ramp was asked for, and the workload does not
+        replay a trace's own arrival times."""
+        w = self.workload
+        asked = (w.request_rate, w.max_concurrency, w.duration_s, w.ramp_up_strategy)
+        return all(v is None for v in asked) and w.name != "trace"
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> Any:
@@ -207,7 +220,7 @@ class RunSettings(BaseModel):
             raise ValueError(f"--engine lists {dup!r} twice: name each engine once")
         return engines
 
-    @field_validator("threads", "request_timeout_s", "startup_timeout_s")
+    @field_validator("threads", "request_timeout_s", "startup_timeout_s", "ladder_budget_s")
     @classmethod
     def _positive(cls, value: Any, info: ValidationInfo) -> Any:
         checks.check_positive(_flag(cls, info), value)

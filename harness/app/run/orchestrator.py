@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 from results.hardware import run_price
-from results.schema import EngineResult, EngineStatus, Equivalence, RequestRecord, RunSummary, Validity
+from results.schema import EngineResult, EngineStatus, Equivalence, LadderSummary, RequestRecord, RunSummary, Validity
 from results.store import REQUESTS_FILE, RunWriter, new_run_id, read_records
 from workloads.base import Workload
 
@@ -51,6 +51,7 @@ class RunResult:
     summary: RunSummary
     recommendation: Any = None
     interrupted: str = ""  # who interrupted the run: "the user (Ctrl-C)", "SIGTERM"; "" = ran to its end
+    ladder: LadderSummary | None = None  # the main job's ladders and decision (None: one load point was asked for)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class _State:
     condition: Condition | None = None
     equivalence: dict[str, list[str]] | None = None
     trials: dict[tuple[str, int], Trial] = field(default_factory=dict)
+    ladder: LadderSummary | None = None
 
 
 class Orchestrator:
@@ -144,14 +146,19 @@ class Orchestrator:
         turns = {p.name: EngineTurns(p) for p in self._plans(adapters, kind, state)}
         executor = self._executor(kind)
         try:
-            interrupted = self._repeats(executor, turns, state)
+            if c.ladder:
+                from harness.app.run.ladder_main import climb_all
+
+                interrupted = climb_all(self, executor, [t.plan for t in turns.values()], state)
+            else:
+                interrupted = self._repeats(executor, turns, state)
         finally:
             executor.close()
             if state.workload is not None:  # else the run folder was removed: nothing was measured
                 writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
         self._audits(state)
         writer.close()
-        result = RunResult(writer.run_dir, writer.summary, interrupted=interrupted)
+        result = RunResult(writer.run_dir, writer.summary, interrupted=interrupted, ladder=state.ladder)
         if c.report:
             result.recommendation = self._report(writer.run_dir)
         return result

@@ -58,7 +58,8 @@ class SearchSettings(RunSettings):
         "--request-rate", "--max-concurrency", "--duration", "--drain-timeout", "--warmup-window", "--cooldown-window",
         "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps", "--prompt-salt", "--tokenizer",
         "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes", "--hardware", "--preset",
-        "--price-per-hour", "--setup-engines", "--parity", "--executor", "--ray-address", "--ray-resources")
+        "--price-per-hour", "--setup-engines", "--parity", "--executor", "--ray-address", "--ray-resources",
+        "--ladder-budget", "--max-load")
 
     # Per-command overrides: where an option means something else for a search, its field is
     # redeclared here with the search's text, default or bounds.

@@ -1,0 +1,238 @@
+"""``bench run``'s main job: every engine's load ladder, the decisive repeats, the decision.
+
+1. **Climb** (:func:`harness.app.run.ladder_trial.climb_ladder`, one trial per engine, in run
+   order): each engine warms up and climbs its ladder within its share of the budget; its
+   engine is then frozen and kept when every engine fits in memory at once.
+2. **Decisive repeats**: the two best production engines by point estimate have the two points
+   that bracket their SLO boundary measured ``boundary_repeats`` more times each, the engines
+   interleaved (A B, A B, ...: a drifting machine favours neither), fresh prompts each time.
+3. **Decide** (:func:`harness.scoring.decision.judge`) from the stored records: capacities at the
+   SLO with their intervals, the gates, the verdict; written to ``ladder.json``. Each engine's
+   ``summary.json`` entry holds the metrics of its capacity point (the passing point below its
+   boundary), so the weighted view (``bench recommend``) and the older reports still read it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from rich.markup import escape
+
+from adapters.base import EngineError
+from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
+                            RequestRecord)
+from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
+
+from harness.app.core.executor import Trial, TrialExecutor
+from harness.app.core.plan import EnginePlan
+from harness.app.core.signals import interrupt_cause
+from harness.app.run.ladder_trial import LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, measure_points
+from harness.metrics.summarise import Condition, summarise
+from harness.scoring.decision import judge
+from harness.scoring.frontier import PointSample, capacity_of
+from harness.scoring.ranking import REFERENCE_ENGINES
+
+
+@dataclass
+class EngineClimb:
+    """One engine in the job: its ``plan``, its climb's ``outcome`` (None until measured),
+    its measurements (the climb's and the decisive repeats'), and why it failed ("" = it did not)."""
+
+    plan: EnginePlan
+    outcome: LadderOutcome | None = None
+    measurements: list[PointMeasurement] = field(default_factory=list)
+    failure: str = ""
+    log_tail: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+
+class LadderJob:
+    """Runs the main job over ``engines`` with ``executor`` (started by the caller for the
+    round), writing to ``writer``; ``spec`` says how ladders are climbed; ``keep``: engines are
+    kept frozen between their climb and the decisive repeats (all fit at once)."""
+
+    def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Any, *, tokenizer: Any,
+                 boundary_repeats: int = 2) -> None:
+        self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
+        self.tokenizer, self.boundary_repeats = tokenizer, boundary_repeats
+        self.t0 = time.monotonic()
+
+    # -- phase 1 -------------------------------------------------------------------------------
+    def climb(self, engines: list[EngineClimb]) -> str:
+        """Every engine's climb, in order; returns who interrupted it ("" = nobody)."""
+        body = partial(climb_ladder, spec=self.spec, tokenizer=self.tokenizer, manifest=self.writer.manifest)
+        trials = {e.name: Trial((e.name, 0), e.plan, body, keep=True) for e in engines}
+        self.executor.submit(list(trials.values()))
+        for i, engine in enumerate(engines):
+            try:
+                engine.outcome = self.executor.result(trials[engine.name], self.writer)
+                engine.measurements = list(engine.outcome.measurements)
+            except KeyboardInterrupt as exc:
+                engine.failure = f"interrupted by {interrupt_cause(exc)} while climbing its ladder; its points are kept"
+                for rest in engines[i + 1:]:
+                    rest.failure = "not measured: the run was interrupted before its turn"
+                return interrupt_cause(exc)
+            except EngineError as exc:
+                self._failed(engine, exc)
+        return ""
+
+    def _failed(self, engine: EngineClimb, exc: EngineError) -> None:
+        self.console.print(f"[red]{escape(engine.name)}[/]: failed — {escape(str(exc))}")
+        if exc.log_tail:
+            self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
+        engine.failure, engine.log_tail = str(exc), exc.log_tail
+
+    # -- phase 2 -------------------------------------------------------------------------------
+    def decisive_repeats(self, engines: list[EngineClimb]) -> str:
+        """Measure the top two production engines' bracketing points ``boundary_repeats``
+        more times each, interleaved; the others are stopped first. Returns who interrupted it."""
+        ranked = sorted((e for e in engines if e.outcome is not None and not e.failure and not e.outcome.crash
+                         and e.name not in REFERENCE_ENGINES), key=lambda e: -_estimate(e, self.spec))
+        top = [e for e in ranked[:2] if any(load is not None for load in _bracket(e, self.spec))]
+        for e in engines:
+            if e not in top:
+                self.executor.release(e.name)
+        if len(top) < 2 or self.boundary_repeats < 1:
+            return ""
+        self.console.print(f"Decisive points: {' and '.join(e.name for e in top)}, each boundary measured "
+                           f"{self.boundary_repeats} more time(s), interleaved …")
+        for k in range(self.boundary_repeats):
+            for engine in top:
+                points = self._next_points(engine)
+                body = partial(measure_points, spec=self.spec, tokenizer=self.tokenizer, points=points)
+                trial = Trial((engine.name, 1 + k), engine.plan, body, keep=True)
+                self.executor.submit([trial])
+                try:
+                    engine.measurements += self.executor.result(trial, self.writer)
+                except KeyboardInterrupt as exc:
+                    return interrupt_cause(exc)
+                except EngineError as exc:
+                    self._failed(engine, exc)
+                    return ""
+        return ""
+
+    def _next_points(self, engine: EngineClimb) -> list[tuple[int, int, int, int]]:
+        """(index, load, seed, repeat) of the next measurement of each bracketing point: fresh
+        seeds continue the engine's count."""
+        passing, failing = _bracket(engine, self.spec)
+        base, count = self.spec.workload.seed or 0, len(engine.measurements)
+        out = []
+        for j, load in enumerate(x for x in (passing, failing) if x is not None):
+            index = next(m.index for m in engine.measurements if m.load == load)
+            repeat = sum(m.load == load for m in engine.measurements)
+            out.append((index, load, base + count + j, repeat))
+        return out
+
+    # -- the artefacts ---------------------------------------------------------------------------
+    def summary(self, engines: list[EngineClimb], skipped: dict[str, EngineLadder], run_id: str, workload: str,
+                slos_default: bool) -> LadderSummary:
+        """``ladder.json``'s content, decided (:func:`harness.scoring.decision.judge`), and each
+        measured engine's ``summary.json`` entry."""
+        records = read_records(self.writer.run_dir / REQUESTS_FILE)
+        s = LadderSummary(run_id=run_id, workload=workload, slos={x.key: x.threshold_ms for x in self.spec.slos},
+                          slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
+                          budget_per_engine_s=self.spec.budget_s, boundary_repeats=self.boundary_repeats,
+                          seed=self.spec.workload.seed or 0)
+        for e in engines:
+            s.engines[e.name] = self._engine_ladder(e)
+        s.engines.update(skipped)
+        price = (self.writer.manifest.hardware or {}).get("price_per_hour")
+        judge(s, records, self.spec.slos, price_per_hour=price)
+        for e in engines:
+            self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
+        s.wall_s = round(time.monotonic() - self.t0, 2)
+        write_model_atomic(self.writer.run_dir / LADDER_FILE, s)
+        return s
+
+    def _engine_ladder(self, e: EngineClimb) -> EngineLadder:
+        o = e.outcome
+        points = []
+        for index in sorted({m.index for m in e.measurements}):
+            ms = [m for m in e.measurements if m.index == index]
+            points.append(LadderPoint(index=index, load=ms[0].load, seeds=[m.seed for m in ms], wall_s=sum(m.wall_s for m in ms),
+                                      repeats=[m.metrics for m in ms] if len(ms) > 1 else []))
+        status = EngineStatus.OK if o is not None and not e.failure and points else EngineStatus.FAILED
+        if o is None and e.failure.startswith("not measured"):
+            status = EngineStatus.NOT_MEASURED
+        return EngineLadder(status=status, reason=e.failure, stopped=o.stopped if o else "", crash=o.crash if o else "",
+                            crashed_at=o.crashed_at if o else None, points=sorted(points, key=lambda p: p.load),
+                            reference=e.name in REFERENCE_ENGINES, display_name=o.display_name if o else None,
+                            startup_s=round(o.startup_s, 2) if o else None, processes=o.processes if o else None,
+                            verified_features=_verified(o) if o else None,
+                            peak_memory_bytes=o.peak_memory_bytes if o else None)
+
+    def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
+        """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest
+        passing load below its boundary; its lowest load when none passed), the ladder's points
+        filled with their pooled metrics and judged values."""
+        condition = Condition(tuple(self.spec.slos))
+        mine = [r for r in records if r.engine == e.name and r.phase == "measured"]
+        for point in ladder.points:
+            point_records = [r for r in mine if r.probe == point.index]
+            if point_records:
+                point.metrics = summarise(point_records, condition, intervals=False).pooled
+        cap = ladder.capacity
+        at = None
+        if cap is not None and ladder.points:
+            load = cap.bracket[0] if cap.bracket[0] is not None else ladder.points[0].load
+            at = next((p for p in ladder.points if p.load == load), ladder.points[0])
+        o = e.outcome
+        base: dict[str, Any] = dict(capabilities=e.plan.capabilities, version=e.plan.probe.version,
+                                    display_name=o.display_name if o else None, startup_s=ladder.startup_s,
+                                    feature_probes=o.feature_probes if o else {}, log_tail=e.log_tail[-4000:],
+                                    wall_s=round(sum(m.wall_s for m in e.measurements), 2) or None)
+        if at is None:
+            return EngineResult(status=ladder.status if ladder.status is not EngineStatus.OK else EngineStatus.FAILED,
+                                reason=e.failure or ladder.excluded or "no ladder point was measured", **base)
+        summary = summarise([r for r in mine if r.probe == at.index], condition)
+        why = ladder.excluded and f"excluded: {ladder.excluded}"
+        where = f"metrics of its ladder point at {at.load} in flight ({'its capacity' if at.passed else 'its lowest load'})"
+        return EngineResult(status=EngineStatus.OK if ladder.status is EngineStatus.OK else ladder.status,
+                            reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,
+                            repeats=summary.repeats if len(summary.repeats) > 1 else [], intervals=summary.intervals,
+                            **base)
+
+
+def _verified(o: LadderOutcome) -> int | None:
+    if not o.feature_probes:
+        return None
+    return sum(1 for p in o.feature_probes.values() if getattr(p.status, "value", p.status) == "verified")
+
+
+def _samples(e: EngineClimb, spec: LadderSpec) -> list[PointSample]:
+    by: dict[int, list[PointMeasurement]] = {}
+    for m in e.measurements:
+        by.setdefault(m.index, []).append(m)
+    return [PointSample(float(ms[0].load), tuple(m.requests for m in ms), spec.devices,
+                        tuple(m.sessions or 0 for m in ms) if ms[0].sessions is not None else None) for ms in by.values()]
+
+
+def _estimate(e: EngineClimb, spec: LadderSpec) -> float:
+    """The engine's capacity point estimate (no interval): for choosing the decisive pair."""
+    samples = _samples(e, spec)
+    return capacity_of(samples, spec.slos, spec.max_failure_rate, resamples=0).output_tps if samples else 0.0
+
+
+def _bracket(e: EngineClimb, spec: LadderSpec) -> tuple[int | None, int | None]:
+    """The loads bracketing the engine's SLO boundary (passing, failing; None = not found);
+    (None, None) when it has nothing to repeat."""
+    samples = _samples(e, spec)
+    if not samples:
+        return None, None
+    cap = capacity_of(samples, spec.slos, spec.max_failure_rate, resamples=0)
+    if cap.never_met:
+        return None, None
+    passing, failing = cap.bracket
+    return (int(passing) if passing is not None else None), (int(failing) if failing is not None else None)
+
+
+def skipped_ladder(name: str, result: EngineResult) -> EngineLadder:
+    """The ladder entry of an engine that was skipped or never started."""
+    return EngineLadder(status=result.status, reason=result.reason, reference=name in REFERENCE_ENGINES)
+

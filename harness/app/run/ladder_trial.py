@@ -1,0 +1,187 @@
+"""The load ladder's trials: one engine's climb in one session, and more measurements of the
+points that decide (the bodies an executor runs, :mod:`harness.app.core.executor`).
+
+Each measurement of a point at load ``L`` is the one measurement step
+(:func:`harness.app.core.measure.measure`) of a freshly drawn workload: closed loop, ``L``
+sessions in flight (a single-turn workload's sessions are its requests), all due at once, at
+least :attr:`LadderSpec.min_requests` requests and :attr:`LadderSpec.rounds` sessions per unit
+of load, so every point reaches a steady state and its percentiles rest on the same order of
+requests. Its records go to the sink with ``probe`` = the point's index and ``repeat`` = the
+measurement's index at that point.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from results.schema import FeatureProbe, Manifest, Metrics, RequestRecord
+from workloads.options import WorkloadOptions
+
+from harness.app.core.measure import MeasurementSink, measure, target_of
+from harness.app.core.plan import EnginePlan
+from harness.app.core.startup import EngineStarter
+from harness.app.core.trial import Session, TrialSpec, open_session
+from harness.app.run.ladder import Ladder, Rung
+from harness.metrics import SLO
+from harness.scoring.frontier import Requests
+
+
+@dataclass(frozen=True)
+class LadderSpec:
+    """How every engine's ladder is climbed: ``trial`` (warm-up, checks, how to measure),
+    ``workload`` (the base options; ``seed`` the base seed), ``slos`` judged,
+    ``max_failure_rate``, ``budget_s`` (s of measuring per engine), ``max_load``,
+    ``max_points``, ``rounds`` (sessions per unit of load per point), ``min_requests`` (per
+    point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices``."""
+
+    trial: TrialSpec
+    workload: WorkloadOptions
+    slos: tuple[SLO, ...]
+    max_failure_rate: float = 0.05
+    budget_s: float = 120.0
+    max_load: int = 64
+    max_points: int = 7
+    rounds: float = 3.0
+    min_requests: int = 12
+    turns_per_session: float = 1.0
+    devices: int = 1
+
+    def point_options(self, load: int, seed: int) -> WorkloadOptions:
+        """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
+        once, enough requests for a steady state (module docstring)."""
+        sessions = max(self.rounds * load, self.min_requests / max(self.turns_per_session, 1.0))
+        requests = max(self.min_requests, math.ceil(sessions * self.turns_per_session))
+        return self.workload.model_copy(update={"seed": seed, "num_requests": requests, "request_rate": math.inf,
+                                                "max_concurrency": None})
+
+
+@dataclass
+class PointMeasurement:
+    """One measurement of one point, as it comes back from a trial: the point's ``index`` and
+    ``load``, its ``seed`` and ``repeat``, the ``requests`` (arrays for the decision), the
+    ``sessions`` it completed (agentic), its ``metrics`` and ``wall_s``."""
+
+    index: int
+    load: int
+    seed: int
+    repeat: int
+    requests: Requests
+    sessions: int | None
+    metrics: Metrics
+    wall_s: float
+
+
+@dataclass
+class LadderOutcome:
+    """One engine's climb: its measurements in order, why the climb stopped (``stopped``,
+    ``crash``, ``crashed_at``), and its session's facts."""
+
+    measurements: list[PointMeasurement] = field(default_factory=list)
+    stopped: str = ""
+    crash: str = ""
+    crashed_at: int | None = None
+    startup_s: float = 0.0
+    parallel: bool = False
+    display_name: str = ""
+    effective: Any = None
+    equivalence: list[str] | None = None
+    feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)
+    peak_memory_bytes: float | None = None
+    processes: int | None = None
+
+
+class _Points:
+    """Measures points on one live engine (``session``) for the ladder's ``measure`` callback."""
+
+    def __init__(self, plan: EnginePlan, session: Session, sink: MeasurementSink, spec: LadderSpec, tokenizer: Any,
+                 indices: dict[int, int] | None = None) -> None:
+        from workloads.tokens import as_kit
+
+        self.plan, self.session, self.sink, self.spec, self.tokenizer = plan, session, sink, spec, tokenizer
+        self.kit = as_kit(tokenizer)  # one for every point: it caches the word ids a build draws from
+        self.indices = dict(indices or {})  # load -> point index (its records' probe)
+        self.done: list[PointMeasurement] = []
+        self.peak_memory: float | None = None
+        self.processes: int | None = None
+
+    def __call__(self, load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
+        from workloads.registry import build_workload
+
+        index = self.indices.setdefault(load, len(self.indices))
+        workload = build_workload(self.spec.point_options(load, seed), self.kit, with_stats=False)
+        options = replace(self.spec.trial.measure, max_sessions=load, max_concurrency=None)
+        t0 = time.monotonic()
+        m = measure(self.plan.name, self.session.endpoint, workload, repeat, self.sink, tokenizer=self.tokenizer,
+                    options=options, probe=index)
+        requests = Requests.of(m.records, m.metrics.duration_s)
+        sessions = _sessions_done(m.records) if self.spec.workload.name == "agentic" else None
+        self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0))
+        if m.resources is not None:
+            self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
+            self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None
+        return requests, sessions
+
+
+def _sessions_done(records: Sequence[RequestRecord]) -> int:
+    """Sessions whose every measured turn succeeded (an agentic point's completed sessions)."""
+    by: dict[str, bool] = {}
+    for r in records:
+        if r.phase == "measured":
+            by[r.session_id or r.request_id] = by.get(r.session_id or r.request_id, True) and r.success
+    return sum(by.values())
+
+
+def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
+                 tokenizer: Any, manifest: Manifest) -> LadderOutcome:
+    """Engine ``plan``'s climb (a trial body): a session (warm-up, the equivalence prompts),
+    the ladder (:meth:`Ladder.climb`) within ``spec.budget_s``, then the feature probes."""
+    out = LadderOutcome()
+    with open_session(plan, starter, spec.trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name) as session:
+        points = _Points(plan, session, sink, spec, tokenizer)
+        ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
+                        max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s)
+        console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
+        ladder.climb()
+        for rung in ladder.rungs:
+            console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False)
+        if spec.trial.feature_probes and ladder.stopped != "crashed":
+            from harness.app.core.feature_phase import probe_phase
+
+            out.feature_probes = probe_phase(console, plan.name, session.endpoint,
+                                             target_of(session.endpoint, spec.trial.measure.ignore_eos), tokenizer,
+                                             manifest, spec.trial.measure.request_timeout_s)
+        out.measurements, out.stopped, out.crash, out.crashed_at = points.done, ladder.stopped, ladder.crash, ladder.crashed_at
+        out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
+        out.effective, out.equivalence = session.effective, session.equivalence
+        out.peak_memory_bytes, out.processes = points.peak_memory, points.processes
+    return out
+
+
+def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
+                   tokenizer: Any, points: Sequence[tuple[int, int, int, int]]) -> list[PointMeasurement]:
+    """More measurements of given points (a trial body): ``points`` = (index, load, seed,
+    repeat) each; the engine's session is opened without a warm-up when it was kept from its climb."""
+    spec_here = replace(spec, trial=replace(spec.trial, equivalence=False, read_effective=False))
+    with open_session(plan, starter, spec_here, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
+                      repeat=1) as session:
+        measurer = _Points(plan, session, sink, spec, tokenizer, {load: index for index, load, _, _ in points})
+        for _, load, seed, repeat in points:
+            measurer(load, seed, repeat)
+    return measurer.done
+
+
+def point_line(rung: Rung) -> str:
+    """``load 8: 182 tok/s, 21 tok/s/user, TTFT p90 812 ms, TPOT p90 45 ms ✓`` for the console."""
+    s = rung.stats
+    if s is None:
+        return f"load {rung.load}: not measured"
+    values = ", ".join(f"{k.replace('_p', ' p').upper().replace(' P', ' p')} " + ("∞" if not math.isfinite(v) else f"{v:,.0f} ms")
+                       for k, v in s.values.items() if not math.isnan(v))
+    user = f", {s.per_user_tps:,.1f} tok/s/user" if s.per_user_tps else ""
+    errors = f", {s.failure_rate:.0%} failed" if s.failure_rate else ""
+    mark = "✓" if s.passed else "✗"
+    reps = f" ({len(rung.measurements)} measurements)" if len(rung.measurements) > 1 else ""
+    return f"load {rung.load}: {s.output_tps:,.1f} tok/s{user}, {values}{errors} {mark}{reps}"

@@ -1,0 +1,216 @@
+"""The main job's decision from stored artefacts: ``ladder.json`` and the request records →
+each engine's capacity at the SLO (with its interval), the gates, the verdict and its sentence.
+
+Everything is recomputed from the records (no number an adapter declares about itself): each
+ladder point's measurements are its records grouped by ``RequestRecord.repeat`` (``probe`` = the
+point's index), read by :mod:`harness.scoring.frontier`; :mod:`harness.scoring.verdict` decides.
+``bench run`` calls :func:`judge` when its ladders are done; ``bench report`` can call it again.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from harness.metrics import SLO
+from harness.metrics.request import NS_PER_S
+from results.hardware import cost_per_million_tokens
+from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
+
+from .formatting import METRIC_LABELS
+from .frontier import Capacity, PointSample, Requests, capacity_of
+from .ranking import REFERENCE_ENGINES
+from .verdict import Candidate, Verdict, decide
+
+MAX_SENTENCE = 320  # characters: the verdict is read at a glance
+
+# The SLOs that decide when the user gives none (--slo replaces them), by hardware class and
+# workload. p90, not p99: a ladder point holds tens of requests, whose p99 is their maximum.
+# CPU (the 2-core reference machine, SmolLM2-135M, fp32): a 5 tokens/s reading speed (TPOT
+# 200 ms); a first token within 2 s for chat-like prompts, 4 s for agentic turns, whose
+# prompts carry the session's history (up to ~1,200 tokens here). GPU: the pairs production
+# serving is judged by (TPOT 50 ms = 20 tokens/s per user; TTFT 500 ms, 1.5 s for agentic).
+DEFAULT_SLOS = {
+    ("cpu", "agentic"): "ttft_p90=4000,tpot_p90=200",
+    ("cpu", ""): "ttft_p90=2000,tpot_p90=200",
+    ("gpu", "agentic"): "ttft_p90=1500,tpot_p90=50",
+    ("gpu", ""): "ttft_p90=500,tpot_p90=50",
+}
+
+
+def default_slos(hardware_kind: str, workload: str) -> list[SLO]:
+    """The deciding SLOs when none are given (:data:`DEFAULT_SLOS`)."""
+    from harness.metrics import parse_slos
+
+    kind = "cpu" if hardware_kind == "cpu" else "gpu"
+    return parse_slos(DEFAULT_SLOS.get((kind, workload), DEFAULT_SLOS[kind, ""]))
+
+
+def _duration_s(records: Sequence[RequestRecord]) -> float:
+    """First send → last completion of one measurement (s), as :func:`compute_metrics` does."""
+    sends = [r.send_ns for r in records if r.send_ns is not None]
+    ends = [r.end_ns for r in records if r.end_ns is not None and r.error_class != "incomplete"]
+    return max(0.0, (max(ends) - min(sends)) / NS_PER_S) if sends and ends else 0.0
+
+
+def _sessions(records: Sequence[RequestRecord]) -> int:
+    by: dict[str, bool] = {}
+    for r in records:
+        key = r.session_id or r.request_id
+        by[key] = by.get(key, True) and r.success
+    return sum(by.values())
+
+
+def ladder_points(engine: str, ladder: EngineLadder, records: Sequence[RequestRecord], devices: int,
+                  agentic: bool) -> list[PointSample]:
+    """An engine's ladder points as measured: its measured records by point (``probe``) and
+    measurement (``repeat``)."""
+    mine: dict[tuple[int, int], list[RequestRecord]] = {}
+    for r in records:
+        if r.engine == engine and r.phase == "measured" and r.probe is not None:
+            mine.setdefault((r.probe, r.repeat), []).append(r)
+    out = []
+    for point in ladder.points:
+        groups = [mine[k] for k in sorted(mine) if k[0] == point.index]
+        if not groups:
+            continue
+        out.append(PointSample(float(point.load), tuple(Requests.of(g, _duration_s(g)) for g in groups), devices,
+                               tuple(_sessions(g) for g in groups) if agentic else None))
+    return out
+
+
+def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | None) -> CapacityAtSLO:
+    usd = cost_per_million_tokens(price_per_hour, cap.output_tps) if price_per_hour is not None else None
+    needed = math.ceil(target_tps / cap.output_tps) if target_tps and cap.output_tps > 0 else None
+    return CapacityAtSLO(output_tps=cap.output_tps, interval=cap.interval, request_rate=cap.request_rate, load=cap.load,
+                         bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
+                         usd_per_1m_output_tokens=usd, devices_needed=needed,
+                         usd_per_hour=needed * price_per_hour if needed is not None and price_per_hour is not None else None)
+
+
+def _fill_points(ladder: EngineLadder, cap: Capacity) -> None:
+    """Each stored point's verdict and frontier coordinates, as the capacity judged them."""
+    by_load = {int(p.load): p for p in cap.points}
+    for point in ladder.points:
+        stats = by_load.get(point.load)
+        if stats is None:
+            continue
+        finite = lambda v: v if math.isfinite(v) else None  # noqa: E731  (JSON has no infinity)
+        point.passed, point.margin, point.binding = stats.passed, finite(stats.margin), stats.binding
+        point.values = {k: finite(v) for k, v in stats.values.items() if not math.isnan(v)}
+        point.failure_rate, point.output_tps = stats.failure_rate, stats.output_tps
+        point.request_rate, point.per_user_tps = stats.request_rate, stats.per_user_tps
+
+
+def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate: float) -> str:
+    """The one-line reason ``name`` is excluded ("" = it is not): did not start or measure,
+    crashed under load, failed above the bound or missed the SLO at the lowest load."""
+    if ladder.status is EngineStatus.SKIPPED or ladder.status is EngineStatus.NOT_MEASURED:
+        return ladder.reason or ladder.status.value
+    if ladder.crash:
+        return f"crashed under load ({ladder.crashed_at} in flight): {ladder.crash}"[:300]
+    if cap is None:
+        return ladder.reason or "no ladder point was measured"
+    if cap.never_met:
+        lowest = cap.points[0]
+        if lowest.binding == "errors":
+            return f"failed {lowest.failure_rate:.0%} of its requests at the lowest load (bound {max_failure_rate:.0%})"
+        shown = ", ".join(f"{k} {'∞' if not math.isfinite(v) else f'{v:,.0f}'} ms" for k, v in lowest.values.items())
+        return f"misses the SLO at the lowest load ({int(lowest.load)} in flight: {shown})"
+    if ladder.status is not EngineStatus.OK:
+        return ladder.reason or "failed"
+    return ""
+
+
+def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
+          price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, str] | None = None,
+          seed: int = 0) -> LadderSummary:
+    """Fill each engine's capacity and the decision of ``summary`` (in place; also returned)
+    from ``records``; ``extra_gates``: exclusions decided elsewhere (memory fit, a required
+    feature), engine → one line."""
+    agentic = summary.workload == "agentic"
+    candidates = []
+    for name, ladder in summary.engines.items():
+        points = ladder_points(name, ladder, records, summary.devices, agentic)
+        cap = capacity_of(points, slos, summary.max_failure_rate, seed=seed) if points else None
+        if cap is not None:
+            ladder.capacity = _stored(cap, price_per_hour, target_tps)
+            _fill_points(ladder, cap)
+        ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate)
+        candidates.append(Candidate(name, cap, excluded=ladder.excluded, reference=name in REFERENCE_ENGINES,
+                                    startup_s=ladder.startup_s, processes=ladder.processes,
+                                    verified_features=ladder.verified_features, peak_memory_bytes=ladder.peak_memory_bytes))
+    verdict = decide(candidates)
+    caps = {c.name: c.capacity for c in candidates}
+    summary.decision = Decision(
+        winner=verdict.winner, runner_up=verdict.runner_up, ratio=verdict.ratio, ratio_interval=verdict.ratio_interval,
+        tie=verdict.tie, tie_breaker=verdict.tie_breaker, ranking=verdict.ranking, yardsticks=verdict.yardsticks,
+        excluded={n: r for n, r in verdict.excluded.items()}, slos={s.key: s.threshold_ms for s in slos},
+        slos_default=summary.slos_default, unit="sessions" if agentic else "requests",
+        binding=_binding(caps.get(verdict.winner), summary, verdict.winner))
+    summary.decision.sentence = sentence(summary.decision, summary, slos)
+    return summary
+
+
+def _binding(cap: Capacity | None, summary: LadderSummary, name: str) -> str:
+    """The winner's deciding constraint, in words."""
+    if cap is None:
+        return ""
+    ladder = summary.engines.get(name)
+    if ladder is not None and ladder.stopped == "saturated":
+        return "throughput saturated before any SLO broke"
+    if cap.open:
+        return f"no SLO broke up to {int(cap.bracket[0] or 0)} in flight (a lower bound)"
+    return slo_words(cap.binding)
+
+
+def slo_words(key: str) -> str:
+    """``tpot_p90`` → ``p90 TPOT``; ``errors`` → ``failed requests``."""
+    if key == "errors":
+        return "failed requests"
+    metric, _, pct = key.partition("_p")
+    return f"p{pct.replace('_', '.')} {METRIC_LABELS.get(metric, metric.upper())}" if pct else key
+
+
+def slos_text(slos: Sequence[SLO]) -> str:
+    """``p90 TTFT ≤ 3 s, p90 TPOT ≤ 200 ms``."""
+    def ms(v: float) -> str:
+        return f"{v / 1000:g} s" if v >= 1000 else f"{v:g} ms"
+    return ", ".join(f"{slo_words(s.key)} ≤ {ms(s.threshold_ms)}" for s in slos)
+
+
+def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
+    """The verdict in one sentence (about 300 characters): the winner, its capacity at the SLO,
+    the ratio over the runner-up with its interval (or the tie and what broke it), the
+    deciding constraint; "no engine ..." when none is eligible."""
+    unit = "sessions" if d.unit == "sessions" else "requests"
+    where = f"at {slos_text(slos)}{' (default SLOs)' if d.slos_default else ''}"
+    if not d.winner:
+        if not d.excluded and d.yardsticks:
+            return _fit(f"No production engine was measured; the reference engine {', '.join(d.yardsticks)} "
+                        f"(a yardstick, never recommended) has its capacity {where} on the chart.")
+        why = "; ".join(f"{n}: {r}" for n, r in list(d.excluded.items())[:2])
+        return _fit(f"No engine to recommend {where}: {why or 'none was measured'}.")
+    cap = summary.engines[d.winner].capacity
+    assert cap is not None
+    ge = "≥ " if cap.open else ""
+    head = (f"{d.winner} sustains {ge}{cap.load:.3g} {unit} in flight ({ge}{cap.output_tps:,.0f} output tok/s per device) "
+            f"{where}")
+    if not d.runner_up:
+        return _fit(f"{head}; the only engine eligible; {d.binding} binds.")
+    lo, hi = d.ratio_interval or (math.nan, math.nan)
+    ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]" if d.ratio is not None else "?"
+    if d.tie:
+        return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 3 %), decided by {d.tie_breaker}.")
+    return _fit(f"{head}, {ratio} {d.runner_up}'s; {d.binding} binds.")
+
+
+def _fit(text: str) -> str:
+    return text if len(text) <= MAX_SENTENCE else text[:MAX_SENTENCE - 1] + "…"
+
+
+def verdict_of(summary: LadderSummary) -> Verdict:
+    """The stored decision as a :class:`Verdict` (for callers that print it)."""
+    d = summary.decision or Decision()
+    return Verdict(winner=d.winner, runner_up=d.runner_up, ratio=d.ratio, ratio_interval=d.ratio_interval, tie=d.tie,
+                   tie_breaker=d.tie_breaker, ranking=d.ranking, yardsticks=d.yardsticks, excluded=d.excluded)

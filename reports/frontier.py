@@ -1,0 +1,113 @@
+"""The decision at a glance: the throughput–interactivity frontier and the capacity table, from
+``ladder.json`` only (:class:`results.schema.LadderSummary`).
+
+**The frontier** (``frontier.png``, the InferenceX view): one curve per engine through its
+ladder points in load order, x = tokens/s per user (interactivity: 1000 / median TPOT), y =
+output tokens/s per device; a point that failed the SLO is drawn hollow. The TPOT SLO is a
+vertical line at 1000 / threshold: everything left of it is too slow for a user. Each engine's
+capacity at the SLO is a large marker with its 95 % interval as a vertical whisker; the
+winner's is a star; the reference engine is dashed (a yardstick).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from results.schema import EngineLadder, LadderSummary
+
+from .plots import _figure, _png
+
+
+def _capacity_xy(ladder: EngineLadder) -> tuple[float, float] | None:
+    """Where the capacity sits on the frontier: its throughput, at the interactivity
+    interpolated between the points that bracket it by load."""
+    cap = ladder.capacity
+    if cap is None or cap.never_met or not ladder.points:
+        return None
+    pts = [p for p in ladder.points if p.per_user_tps]
+    if not pts:
+        return None
+    lo = max((p for p in pts if p.load <= cap.load), key=lambda p: p.load, default=pts[0])
+    hi = min((p for p in pts if p.load >= cap.load), key=lambda p: p.load, default=pts[-1])
+    t = 0.0 if hi.load == lo.load else (cap.load - lo.load) / (hi.load - lo.load)
+    return lo.per_user_tps + t * (hi.per_user_tps - lo.per_user_tps), cap.output_tps  # type: ignore[operator]
+
+
+def frontier_png(s: LadderSummary) -> bytes | None:
+    """The frontier chart (module docstring); None when no engine has a measured point."""
+    curves = {n: e for n, e in s.engines.items() if any(p.per_user_tps for p in e.points)}
+    if not curves:
+        return None
+    fig = _figure(9, 5.6)
+    ax = fig.add_subplot(1, 1, 1)
+    winner = s.decision.winner if s.decision else ""
+    colors = _colors(len(curves))
+    for (name, e), color in zip(curves.items(), colors):
+        pts = [p for p in sorted(e.points, key=lambda p: p.load) if p.per_user_tps]
+        xs, ys = [p.per_user_tps for p in pts], [p.output_tps for p in pts]
+        label = name + (" (yardstick)" if e.reference else "") + (f" — excluded" if e.excluded else "")
+        ax.plot(xs, ys, "--" if e.reference else "-", color=color, linewidth=1.6, label=label, alpha=0.5 if e.excluded else 1)
+        for p, x, y in zip(pts, xs, ys):
+            ax.plot([x], [y], "o", color=color, markerfacecolor=color if p.passed else "white", markersize=5)
+            ax.annotate(str(p.load), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=color)
+        xy = _capacity_xy(e)
+        if xy is not None and e.capacity is not None:
+            star = name == winner
+            ax.plot([xy[0]], [xy[1]], "*" if star else "D", color=color, markersize=16 if star else 8,
+                    markeredgecolor="black", zorder=5)
+            if e.capacity.interval is not None:
+                lo, hi = e.capacity.interval
+                ax.plot([xy[0], xy[0]], [lo, hi], color=color, linewidth=2.2, zorder=4)
+    tpot = next((v for k, v in s.slos.items() if k.startswith("tpot")), None)
+    if tpot:
+        ax.axvline(1000.0 / tpot, color="crimson", linestyle=":", linewidth=1.4,
+                   label=f"TPOT SLO ({1000.0 / tpot:g} tok/s per user)")
+    ax.set_xlabel("interactivity: tokens/s per user (1000 / median TPOT)")
+    ax.set_ylabel(f"output tokens/s per device ({s.devices} device{'s' if s.devices > 1 else ''})")
+    ax.set_title(f"Throughput vs interactivity, {s.workload}: points labelled by load (in flight); "
+                 "★ winner, ◆ capacity at the SLO with its 95 % interval", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def _colors(n: int) -> list[Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(n)]
+
+
+def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
+    """The compact table: one row per engine, the decision's order first (winner, ranking,
+    yardsticks, then the excluded): capacity with its interval, load, requests/s, $/1M output
+    tokens, devices for the target load, and the gates (passed, or the one line)."""
+    d = s.decision
+    order = ([d.winner] if d and d.winner else []) + [n for n in (d.ranking if d else []) if n != (d.winner if d else "")]
+    order += [n for n in (d.yardsticks if d else []) if n not in order]
+    order += [n for n in s.engines if n not in order]
+    unit = "sessions" if d is not None and d.unit == "sessions" else "req"
+    rows = []
+    for name in order:
+        e = s.engines[name]
+        cap = e.capacity
+        ok = cap is not None and not cap.never_met
+        ge = "≥ " if ok and cap.open else ""  # type: ignore[union-attr]
+        rows.append({
+            "engine": name + (" ★" if d and name == d.winner else "") + (" (yardstick)" if e.reference else ""),
+            "capacity": f"{ge}{cap.output_tps:,.1f}" if ok else "0",  # type: ignore[union-attr]
+            "interval": f"[{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" if ok and cap.interval else "–",  # type: ignore[union-attr]
+            "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]
+            "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
+            "usd": f"${cap.usd_per_1m_output_tokens:.3g}" if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
+            "devices": str(cap.devices_needed) if ok and cap.devices_needed else "–",  # type: ignore[union-attr]
+            "gates": e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value),
+            "stopped": e.stopped,
+        })
+    return rows
+
+
+def is_finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,139 @@
+"""``ladder.json``: the main job's load ladders (each engine's capacity at the SLO) and the
+decision they make: :class:`LadderSummary`, one :class:`EngineLadder` per engine with its
+:class:`LadderPoint` s and :class:`CapacityAtSLO`, and the :class:`Decision`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from .base import SCHEMA_VERSION, Artefact
+from .engine import EngineStatus
+from .metrics import Metrics
+
+LADDER_FILE = "ladder.json"
+
+
+class LadderPoint(Artefact):
+    """One load of an engine's ladder (``harness.app.run.ladder``): ``load`` requests (agentic:
+    sessions) in flight, closed loop; ``index`` its place in the order measured (its records'
+    ``probe``); ``seeds`` of its measurements (one per repeat; fresh prompts each); ``metrics``
+    pooled over them and ``repeats`` each one's (empty for one). The verdict: ``passed`` (every
+    SLO held and failures within the bound), ``margin`` (max over SLOs of value / threshold;
+    None = infinite), ``values`` (each SLO's judged value in ms; None = infinite),
+    ``failure_rate``, ``binding`` (the SLO nearest its threshold, or "errors"). The frontier's
+    axes: ``output_tps`` (output tokens/s per device), ``request_rate`` (requests/s; agentic:
+    sessions/s), ``per_user_tps`` (tokens/s per user: 1000 / median TPOT). ``wall_s``: its
+    measurements' wall time (s)."""
+
+    index: int
+    load: int
+    seeds: list[int] = Field(default_factory=list)
+    metrics: Metrics | None = None
+    repeats: list[Metrics] = Field(default_factory=list)
+    passed: bool = False
+    margin: float | None = None
+    values: dict[str, float | None] = Field(default_factory=dict)
+    failure_rate: float = 0.0
+    binding: str = ""
+    output_tps: float = 0.0
+    request_rate: float = 0.0
+    per_user_tps: float | None = None
+    wall_s: float = 0.0
+
+
+class CapacityAtSLO(Artefact):
+    """An engine's capacity at the SLO (``harness.scoring.frontier``): ``output_tps`` (output
+    tokens/s per device) with its 95 % ``interval`` (bootstrap; None = not computed),
+    ``request_rate`` (requests/s; agentic: sessions/s), ``load`` (the boundary's concurrency,
+    interpolated), ``bracket`` (passing load, failing load; None = not found), ``open`` (no load
+    failed: a lower bound, shown as ≥), ``binding`` (what broke at the failing load: an SLO key
+    or "errors"), ``never_met`` (the lowest load failed), ``usd_per_1m_output_tokens`` at it
+    (None without a price), and for ``--target-load`` the ``devices_needed`` and
+    ``usd_per_hour`` of serving it."""
+
+    output_tps: float
+    interval: tuple[float, float] | None = None
+    request_rate: float = 0.0
+    load: float = 0.0
+    bracket: tuple[float | None, float | None] = (None, None)
+    open: bool = False
+    binding: str = ""
+    never_met: bool = False
+    usd_per_1m_output_tokens: float | None = None
+    devices_needed: int | None = None
+    usd_per_hour: float | None = None
+
+
+class EngineLadder(Artefact):
+    """One engine's ladder: ``status`` and ``reason`` (as in ``summary.json``), why it stopped
+    (``stopped``: slo, saturated, max_load, budget, max_points, crashed), the engine's last words
+    when it died (``crash``, at ``crashed_at`` in flight), its ``points`` in load order, its
+    ``capacity`` (None without points), ``excluded`` (the gate's one line; "" = eligible),
+    ``reference`` (the yardstick), and the tie-breakers: ``startup_s``, ``processes``,
+    ``verified_features``, ``peak_memory_bytes``; ``display_name``."""
+
+    status: EngineStatus
+    reason: str = ""
+    stopped: str = ""
+    crash: str = ""
+    crashed_at: int | None = None
+    points: list[LadderPoint] = Field(default_factory=list)
+    capacity: CapacityAtSLO | None = None
+    excluded: str = ""
+    reference: bool = False
+    display_name: str | None = None
+    startup_s: float | None = None
+    processes: int | None = None
+    verified_features: int | None = None
+    peak_memory_bytes: float | None = None
+
+
+class Decision(Artefact):
+    """The verdict (``harness.scoring.verdict``): ``winner`` ("" = none), ``runner_up``,
+    ``ratio`` of their capacities with its 95 % ``ratio_interval``, ``tie`` (the interval
+    reaches 1.03: within the noise or the 3 % equivalence margin) and the ``tie_breaker`` that
+    then decided, ``binding`` (the winner's deciding constraint), ``sentence`` (the verdict in
+    one sentence), ``ranking`` (eligible production engines, best first), ``yardsticks``,
+    ``excluded`` (engine → one line), the ``slos`` that decided (key → ms) and whether they were
+    the defaults, the load ``unit`` (``sessions`` or ``requests`` in flight)."""
+
+    winner: str = ""
+    runner_up: str = ""
+    ratio: float | None = None
+    ratio_interval: tuple[float, float] | None = None
+    tie: bool = False
+    tie_breaker: str = ""
+    binding: str = ""
+    sentence: str = ""
+    ranking: list[str] = Field(default_factory=list)
+    yardsticks: list[str] = Field(default_factory=list)
+    excluded: dict[str, str] = Field(default_factory=dict)
+    slos: dict[str, float] = Field(default_factory=dict)
+    slos_default: bool = False
+    unit: str = "requests"
+
+
+class LadderSummary(Artefact):
+    """``ladder.json``: a run whose engines climbed load ladders. ``workload``, ``slos`` (key →
+    ms) and whether they were the defaults, ``max_failure_rate``, ``devices`` (throughput is per
+    device), ``budget_per_engine_s`` (s of measuring per engine), ``boundary_repeats`` (extra
+    measurements of the decisive points), ``seed`` (measurement m of an engine draws seed + m),
+    ``engines`` (name → :class:`EngineLadder`), ``decision``, ``target_load`` (``--target-load``:
+    the load to size for, with its unit) and ``wall_s``."""
+
+    schema_version: str = SCHEMA_VERSION
+    run_id: str
+    workload: str
+    slos: dict[str, float] = Field(default_factory=dict)
+    slos_default: bool = False
+    max_failure_rate: float = 0.05
+    devices: int = 1
+    budget_per_engine_s: float | None = None
+    boundary_repeats: int = 0
+    seed: int = 0
+    engines: dict[str, EngineLadder] = Field(default_factory=dict)
+    decision: Decision | None = None
+    target_load: dict[str, Any] | None = None
+    wall_s: float | None = None
