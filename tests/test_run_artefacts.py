@@ -14,7 +14,7 @@ from harness.metrics import parse_slos
 from harness.scoring import recommend
 from results.hardware import profile_from_manifest
 from results.recommendation import Recommendation, read_recommendation
-from results.schema import EngineStatus, Manifest, RunSummary
+from results.schema import EngineFacts, EngineStatus, Manifest, RayTrial, RunSummary
 from results.store import ResultsError, load_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -71,3 +71,15 @@ def test_models_round_trip_the_fixture() -> None:
     manifest = Manifest.model_validate_json((FIXTURES / "run_v1" / "manifest.json").read_text())
     assert RunSummary.model_validate_json(summary.model_dump_json()) == summary
     assert manifest.model is not None and manifest.model.num_kv_heads == 3
+
+
+def test_engine_facts_merge_like_the_dicts_they_replace() -> None:
+    """A later report of an engine's facts replaces the keys it holds and keeps the others; keys
+    no field names (an adapter's own configuration) are kept as they were given."""
+    first = EngineFacts.model_validate({"display_name": "x", "startup_s": 1.25, "batching": "static"})
+    later = EngineFacts(ray_trials=[RayTrial(repeat=0, hostname="h", node_id="n", ip="1.2.3.4", pid=7)])
+    merged = first.merged(later).merged(EngineFacts(startup_s=2.0))
+    assert merged.model_dump() == {"display_name": "x", "startup_s": 2.0, "batching": "static",
+                                   "ray_trials": [{"repeat": 0, "hostname": "h", "ip": "1.2.3.4", "node_id": "n", "pid": 7}]}
+    assert merged.adapter_config() == {"batching": "static"} and first.startup_s == 1.25
+    assert EngineFacts().model_dump() == {} and not EngineFacts().recorded
