@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from .base import SCHEMA_VERSION, Artefact
+from .facts import HardwareFacts
 
 
 class ModelSummary(Artefact):
@@ -146,7 +147,7 @@ class Manifest(Artefact):
     created_at: str | None = None
     python: str | None = None
     platform: str | None = None
-    hardware: dict[str, Any] | None = None  # adapters.hardware.HardwareProfile.to_dict()
+    hardware: HardwareFacts | None = None  # results.hardware.HardwareProfile.to_facts()
     model: ModelSummary | None = None
     workload: dict[str, Any] | None = None  # the workload spec, seed and scale included
     workload_stats: dict[str, Any] | None = None

@@ -52,7 +52,7 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     manifest.created_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest.python = platform.python_version()
     manifest.platform = platform.platform()
-    manifest.hardware = detect_hardware().to_dict()
+    manifest.hardware = detect_hardware().to_facts()
     manifest.model = ModelSummary.model_validate(model_summary(model_dir)) if describe_model else None
     manifest.workload = {**workload.spec, **({"token_counts": token_note} if token_note else {})}
     rates = {key: rate for key in ("offered_rate", "requested_rate")
