@@ -263,22 +263,22 @@ def _run_facts(run: Run) -> RunFacts:
 
 
 def _calibration(manifest: Manifest) -> ClientCalibration:
-    """The manifest's ``client_calibration``: None/absent → not recorded; ``{"error": ...}`` →
-    the failure; otherwise its numbers (a missing or non-finite one stays None), with the
+    """The manifest's ``client_calibration``: None/empty → not recorded; one with an ``error``
+    → the failure; otherwise its numbers (a missing or non-finite one stays None), with the
     worker count of its ``client_workers`` (absent or below 1: 1)."""
     stored = manifest.client_calibration
-    if not isinstance(stored, dict) or not stored:
+    if stored is None or not stored.recorded:
         return ClientCalibration()
-    if stored.get("error"):
-        return ClientCalibration(recorded=True, error=str(stored["error"]))
+    if stored.error:
+        return ClientCalibration(recorded=True, error=stored.error)
     workers = manifest.client_workers
     return ClientCalibration(
         recorded=True,
-        max_rate_rps=_first_number(stored, "max_rate_rps"),
-        itl_error_ms_p99=_first_number(stored, "itl_error_ms_p99"),
-        stream_gap_ms=_first_number(stored, "stream_gap_ms"),
-        stream_concurrency=_first_number(stored, "stream_concurrency"),
-        overhead_ms_p99=_first_number(stored, "overhead_ms_p99"),
+        max_rate_rps=_finite(stored.max_rate_rps),
+        itl_error_ms_p99=_finite(stored.itl_error_ms_p99),
+        stream_gap_ms=_finite(stored.stream_gap_ms),
+        stream_concurrency=_finite(stored.stream_concurrency),
+        overhead_ms_p99=_finite(stored.overhead_ms_p99),
         workers=workers.count if workers is not None and workers.count >= 1 else 1,
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from .base import SCHEMA_VERSION, Artefact
-from .facts import HardwareFacts
+from .facts import CalibrationFacts, HardwareFacts
 
 
 class ModelSummary(Artefact):
@@ -157,7 +157,7 @@ class Manifest(Artefact):
     threads: dict[str, int] = Field(default_factory=dict)
     engines: dict[str, dict[str, Any]] = Field(default_factory=dict)
     validity: dict[str, Validity] = Field(default_factory=dict)
-    client_calibration: dict[str, Any] | None = None
+    client_calibration: CalibrationFacts | None = None  # None: --no-calibration (or an older run)
     client_workers: ClientWorkers | None = None  # ``--client-workers N`` > 1 (None = one in-process client)
     metric_definitions: str | None = None
     imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
