@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from .base import SCHEMA_VERSION, Artefact
-from .facts import CalibrationFacts, HardwareFacts
+from .facts import CalibrationFacts, HardwareFacts, WorkloadStats
 
 
 class ModelSummary(Artefact):
@@ -149,8 +149,10 @@ class Manifest(Artefact):
     platform: str | None = None
     hardware: HardwareFacts | None = None  # results.hardware.HardwareProfile.to_facts()
     model: ModelSummary | None = None
-    workload: dict[str, Any] | None = None  # the workload spec, seed and scale included
-    workload_stats: dict[str, Any] | None = None
+    # the workload spec, seed and scale included: its keys depend on the workload kind and are
+    # shaped by ``workloads.spec``, which ``results`` does not import, so it stays a dict
+    workload: dict[str, Any] | None = None
+    workload_stats: WorkloadStats | None = None
     condition: MeasuredCondition | None = None  # the summary's inputs (None: a run from before it was kept)
     seed: int | None = None
     slos: dict[str, float] = Field(default_factory=dict)
