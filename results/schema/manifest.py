@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from .base import SCHEMA_VERSION, Artefact
-from .facts import CalibrationFacts, HardwareFacts, WorkloadStats
+from .facts import CalibrationFacts, EngineFacts, HardwareFacts, WorkloadStats
 
 
 class ModelSummary(Artefact):
@@ -134,8 +134,8 @@ class MeasuredCondition(Artefact):
 
 class Manifest(Artefact):
     """``manifest.json``: everything needed to reproduce and judge a run. Every field is
-    optional so partial and old runs load; ``engines`` holds each engine's effective
-    configuration as its adapter reported it (command line, env, options)."""
+    optional so partial and old runs load; ``engines`` holds each engine's facts and effective
+    configuration as its adapter reported it (command line, env, options; :class:`EngineFacts`)."""
 
     model_config = ConfigDict(protected_namespaces=(), extra="allow")
 
@@ -157,7 +157,7 @@ class Manifest(Artefact):
     seed: int | None = None
     slos: dict[str, float] = Field(default_factory=dict)
     threads: dict[str, int] = Field(default_factory=dict)
-    engines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    engines: dict[str, EngineFacts] = Field(default_factory=dict)
     validity: dict[str, Validity] = Field(default_factory=dict)
     client_calibration: CalibrationFacts | None = None  # None: --no-calibration (or an older run)
     client_workers: ClientWorkers | None = None  # ``--client-workers N`` > 1 (None = one in-process client)
