@@ -263,7 +263,7 @@ class RunWriter:
         try:
             export_run(self.run_dir, self.summary)
         except Exception as exc:  # the JSONL and summary are safe; the data files can be rebuilt
-            setattr(self.manifest, "export_error", f"{type(exc).__name__}: {exc}")
+            self.manifest.export_error = f"{type(exc).__name__}: {exc}"
             self.write_manifest()
         (self.run_dir / RUNNING_FILE).unlink(missing_ok=True)
 

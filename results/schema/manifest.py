@@ -1,14 +1,15 @@
 """``manifest.json``: :class:`Manifest`, everything needed to reproduce and judge a run, and
-its parts (model, validity, client workers, import provenance)."""
+its parts (model, validity, client workers, import provenance; the recorded sections, hardware,
+calibration, workload statistics, engines and search settings, are in :mod:`.facts`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from .base import SCHEMA_VERSION, Artefact
-from .facts import CalibrationFacts, EngineFacts, HardwareFacts, WorkloadStats
+from .facts import CalibrationFacts, EngineFacts, HardwareFacts, SearchSettings, WorkloadStats
 
 
 class ModelSummary(Artefact):
@@ -135,7 +136,11 @@ class MeasuredCondition(Artefact):
 class Manifest(Artefact):
     """``manifest.json``: everything needed to reproduce and judge a run. Every field is
     optional so partial and old runs load; ``engines`` holds each engine's facts and effective
-    configuration as its adapter reported it (command line, env, options; :class:`EngineFacts`)."""
+    configuration as its adapter reported it (command line, env, options; :class:`EngineFacts`).
+
+    Every key this harness writes is a field; keys it does not know (a folder written by another
+    version) are kept (``extra="allow"``) so loading and writing back never loses them. ``search``
+    and ``export_error`` are written only when set (a plain run's manifest has neither key)."""
 
     model_config = ConfigDict(protected_namespaces=(), extra="allow")
 
@@ -163,8 +168,18 @@ class Manifest(Artefact):
     client_workers: ClientWorkers | None = None  # ``--client-workers N`` > 1 (None = one in-process client)
     metric_definitions: str | None = None
     imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
+    search: SearchSettings | None = None  # ``bench search`` runs only
+    export_error: str | None = None  # set when requests.parquet / summary.csv could not be written
 
     @field_validator("model", mode="before")
     @classmethod
     def _empty_model(cls, v: Any) -> Any:
         return None if v == {} else v
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_optional(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if not (k in _WRITTEN_WHEN_SET and v is None)}
+
+
+_WRITTEN_WHEN_SET = ("search", "export_error")
+"""Manifest keys left out while None: newer than the others, and only some runs have them."""
