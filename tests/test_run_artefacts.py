@@ -14,7 +14,7 @@ from harness.metrics import parse_slos
 from harness.scoring import recommend
 from results.hardware import profile_from_manifest
 from results.recommendation import Recommendation, read_recommendation
-from results.schema import EngineFacts, EngineStatus, Manifest, RayTrial, RunSummary, SearchSettings
+from results.schema import EngineFacts, EngineStatus, Manifest, RayTrial, RunSummary, SearchFacts
 from results.store import ResultsError, load_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -91,7 +91,7 @@ def test_manifest_sections_are_typed_and_round_trip_key_for_key() -> None:
         assert json.dumps(written[key]) == json.dumps(stored[key]), key
     assert Manifest.model_validate_json(manifest.model_dump_json()) == manifest
     assert "search" not in written and "export_error" not in written
-    manifest.search = SearchSettings(search_var="rate", unit="req/s", low=1.0, high=None)
+    manifest.search = SearchFacts(search_var="rate", unit="req/s", low=1.0, high=None)
     manifest.export_error = "OSError: disk full"
     written = json.loads(manifest.model_dump_json())
     assert written["search"] == {"search_var": "rate", "unit": "req/s", "low": 1.0, "high": None}

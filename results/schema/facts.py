@@ -1,7 +1,7 @@
 """The recorded sections of ``manifest.json``: the hardware (:class:`HardwareFacts`), the client
 calibration (:class:`CalibrationFacts`), the workload statistics (:class:`WorkloadStats`), each
 engine's entry (:class:`EngineFacts`, with its Ray trials, :class:`RayTrial`) and a capacity
-search's settings (:class:`SearchSettings`).
+search's settings (:class:`SearchFacts`).
 
 Each is a :class:`Facts`: its known keys are typed fields (None when a run did not record
 them, as ``dict.get`` read them before), and it is written back with exactly the keys it was
@@ -199,7 +199,7 @@ class EngineFacts(Facts):
         return EngineFacts.model_validate({**self.model_dump(), **newer.model_dump()})
 
 
-class SearchSettings(Facts):
+class SearchFacts(Facts):
     """``manifest.json``'s ``search`` (``bench search`` runs only): what the capacity search was
     asked for. ``search_var``: ``rate`` or ``concurrency``, in ``unit``; ``low`` / ``high`` the
     bounds (``high`` None = unbounded doubling); ``tolerance``: the relative width at which

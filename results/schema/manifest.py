@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from .base import SCHEMA_VERSION, Artefact
-from .facts import CalibrationFacts, EngineFacts, HardwareFacts, SearchSettings, WorkloadStats
+from .facts import CalibrationFacts, EngineFacts, HardwareFacts, SearchFacts, WorkloadStats
 
 
 class ModelSummary(Artefact):
@@ -168,7 +168,7 @@ class Manifest(Artefact):
     client_workers: ClientWorkers | None = None  # ``--client-workers N`` > 1 (None = one in-process client)
     metric_definitions: str | None = None
     imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
-    search: SearchSettings | None = None  # ``bench search`` runs only
+    search: SearchFacts | None = None  # ``bench search`` runs only
     export_error: str | None = None  # set when requests.parquet / summary.csv could not be written
 
     @field_validator("model", mode="before")

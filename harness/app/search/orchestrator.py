@@ -56,8 +56,8 @@ from results.schema import (
     EngineResult,
     EngineSearch,
     EngineStatus,
+    SearchFacts,
     SearchProbe,
-    SearchSettings,
     SearchSummary,
 )
 from results.store import RunWriter, new_run_id, write_model_atomic
@@ -174,7 +174,7 @@ class SearchOrchestrator:
         record_run_facts(writer, run, model_dir, workload, threads)
         st = workload.stats
         self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))
-        writer.manifest.search = SearchSettings(
+        writer.manifest.search = SearchFacts(
             search_var=c.search_var, unit=self.unit, low=c.low, high=self._high(), tolerance=c.tolerance,
             budget_s=c.budget_s, budget_per_engine_s=per_engine, max_probes=c.max_probes,
             repeats=c.repeats, seeds=self._seed_text(c.workload.seed or 0), slos_default=not c.slos)
