@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from results.recommendation import Recommendation
-from results.schema import FEATURE_PROBES, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics, metric_value
+from results.schema import FEATURE_PROBES, EngineFacts, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics, metric_value
 from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
@@ -104,7 +104,7 @@ def _bytes(value: float | None) -> str:
     return f"{value:,.0f} B"
 
 
-def _resource_cells(entry: EngineResult, effective: dict[str, Any]) -> dict[str, str]:
+def _resource_cells(entry: EngineResult, facts: EngineFacts) -> dict[str, str]:
     """One row of the resource table: what the engine's process group used in its measured phase
     (``EngineResult.resources``), its install size (the manifest's ``install_bytes``), time to
     healthy and cost (``EngineResult.cost``), each "—" (or the recorded reason) where missing."""
@@ -121,8 +121,8 @@ def _resource_cells(entry: EngineResult, effective: dict[str, Any]) -> dict[str,
         cells["rss"] = use.note
     else:
         cells["rss"] = NOT_RECORDED
-    size = effective.get("install_bytes")
-    cells["install"] = _bytes(size) if isinstance(size, (int, float)) else str(effective.get("install_note") or NOT_RECORDED)
+    size = facts.install_bytes
+    cells["install"] = _bytes(size) if isinstance(size, (int, float)) else str(facts.install_note or NOT_RECORDED)
     cells["healthy"] = fmt(entry.startup_s, "{:,.1f}")
     cells["usd"] = DASH if cost is None else fmt(cost.usd_per_1m_output_tokens, "${:,.4g}")
     if cost is not None and cost.low is not None and cost.high is not None and cost.high > cost.low:
@@ -237,7 +237,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                                  "reason": f"{failed} of {total} measured requests failed: {classes}"})
             rows.append({"run_id": run.run_id, "engine": name, "display_name": display, "label": label,
                          "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m, entry.intervals)})
-            resource_rows.append({"label": label, **_resource_cells(entry, run.manifest.engines.get(name) or {})})
+            resource_rows.append({"label": label, **_resource_cells(entry, run.manifest.engines.get(name) or EngineFacts())})
             series = m.samples_ms.model_dump() if m.samples_ms is not None else {}
             if any(series.values()):
                 cdf[label] = series

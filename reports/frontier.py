@@ -46,7 +46,7 @@ def frontier_png(s: LadderSummary) -> bytes | None:
     for (name, e), color in zip(curves.items(), colors):
         pts = [p for p in sorted(e.points, key=lambda p: p.load) if p.per_user_tps]
         xs, ys = [p.per_user_tps for p in pts], [p.output_tps for p in pts]
-        label = name + (" (yardstick)" if e.reference else "") + (f" — excluded" if e.excluded else "")
+        label = name + (" (yardstick)" if e.reference else "") + (" — excluded" if e.excluded else "")
         ax.plot(xs, ys, "--" if e.reference else "-", color=color, linewidth=1.6, label=label, alpha=0.5 if e.excluded else 1)
         for p, x, y in zip(pts, xs, ys):
             ax.plot([x], [y], "o", color=color, markerfacecolor=color if p.passed else "white", markersize=5)

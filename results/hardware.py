@@ -8,8 +8,9 @@ and lives in :mod:`adapters.hardware`, which builds its profiles with this modul
 ``get_profile`` also resolves the name ``"detected"``.
 
 A :class:`HardwareProfile` is one kind of device times a device count. Named profiles
-(:data:`PROFILES`, :func:`named_profile`) carry vendor datasheet figures; a manifest's
-``hardware`` object reads back with :func:`profile_from_manifest`. Nothing here measures speed;
+(:data:`PROFILES`, :func:`named_profile`) carry vendor datasheet figures; a manifest records
+one as :class:`results.schema.HardwareFacts` (:meth:`HardwareProfile.to_facts`), which reads
+back with :func:`profile_from_manifest`. Nothing here measures speed;
 ``bandwidth_bytes_per_s`` is informational.
 
 Prices (``price_per_hour``, USD per device-hour) are public on-demand list prices at the date
@@ -27,8 +28,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .schema.facts import HardwareFacts
 
 GiB = 1024**3
 FP8_MIN_COMPUTE_CAPABILITY = (8, 9)  # Ada Lovelace (8.9) and Hopper (9.0) and newer
@@ -96,6 +100,10 @@ class HardwareProfile:
         d["compute_capability"] = list(self.compute_capability) if self.compute_capability else None
         d["total_memory_bytes"] = self.total_memory_bytes
         return d
+
+    def to_facts(self) -> HardwareFacts:
+        """The form ``manifest.json`` records (:meth:`to_dict`'s keys, typed)."""
+        return HardwareFacts.model_validate(self.to_dict())
 
 
 # On-demand list prices, USD per device-hour, from each provider's public price page at the date
@@ -186,32 +194,36 @@ SPECIAL_NAMES = ("detected",)
 """Profile names that describe this machine; ``adapters.hardware.get_profile`` resolves them."""
 
 
-def profile_from_manifest(hardware: dict[str, Any] | None) -> HardwareProfile | None:
-    """The hardware a run was measured on, from ``manifest.json``'s ``hardware`` object.
+def profile_from_manifest(hardware: HardwareFacts | Mapping[str, Any] | None) -> HardwareProfile | None:
+    """The hardware a run was measured on, from ``manifest.json``'s ``hardware``
+    (:class:`~results.schema.HardwareFacts`, or the same as a dict).
 
-    Accepts a :class:`HardwareProfile` stored as a dict (``kind``, ``memory_bytes``, ...), or
-    the ``cpu_model``/``memory_bytes``/``gpus`` form. For the latter it uses ``gpus`` (list of dicts with ``name``/``memory_bytes``/``compute_capability`` or strings)
+    Accepts a :class:`HardwareProfile` as stored (``kind``, ``memory_bytes``, ...), or the
+    ``cpu_model``/``memory_bytes``/``gpus`` form. For the latter it uses ``gpus`` (list of dicts with ``name``/``memory_bytes``/``compute_capability`` or strings)
     when present, else the CPU with ``memory_bytes``. Returns None when nothing was recorded.
     """
-    if not hardware:
+    if hardware is None:
         return None
-    if hardware.get("kind") in HARDWARE_KINDS and hardware.get("memory_bytes") is not None:
-        # a HardwareProfile stored as a dict (what ``bench run`` records)
-        cc_list = hardware.get("compute_capability")
-        name = str(hardware.get("name") or hardware["kind"])
+    hw = hardware if isinstance(hardware, HardwareFacts) else HardwareFacts.model_validate(hardware)
+    if not hw.recorded:
+        return None
+    if hw.kind in HARDWARE_KINDS and hw.memory_bytes is not None:
+        # a HardwareProfile as stored (what ``bench run`` records)
+        cc_list = hw.compute_capability
+        name = str(hw.name or hw.kind)
         return HardwareProfile(
             name=name if name.startswith(("recorded", "detected")) else f"recorded: {name}",
-            kind=str(hardware["kind"]),
-            memory_bytes=int(hardware["memory_bytes"]),
-            num_devices=int(hardware.get("num_devices") or 1),
+            kind=str(hw.kind),
+            memory_bytes=int(hw.memory_bytes),
+            num_devices=int(hw.num_devices or 1),
             compute_capability=(int(cc_list[0]), int(cc_list[1])) if cc_list else None,
-            supports_fp8=bool(hardware.get("supports_fp8")),
-            bandwidth_bytes_per_s=hardware.get("bandwidth_bytes_per_s"),
+            supports_fp8=bool(hw.supports_fp8),
+            bandwidth_bytes_per_s=hw.bandwidth_bytes_per_s,
             source="run manifest",
-            price_per_hour=_stored_price(hardware.get("price_per_hour")),
-            price_source=str(hardware.get("price_source") or ""),
+            price_per_hour=_stored_price(hw.price_per_hour),
+            price_source=str(hw.price_source or ""),
         )
-    gpus = hardware.get("gpus") or []
+    gpus = hw.gpus or []
     if gpus:
         g0 = gpus[0] if isinstance(gpus[0], dict) else {"name": str(gpus[0])}
         name = str(g0.get("name", "GPU"))
@@ -233,13 +245,12 @@ def profile_from_manifest(hardware: dict[str, Any] | None) -> HardwareProfile | 
             supports_fp8=cc is not None and cc >= FP8_MIN_COMPUTE_CAPABILITY,
             source="run manifest",
         )
-    mem = hardware.get("memory_bytes")
-    if mem is None:
+    if hw.memory_bytes is None:
         return None
     return HardwareProfile(
-        name=f"recorded: {hardware.get('cpu_model') or 'CPU'}",
+        name=f"recorded: {hw.cpu_model or 'CPU'}",
         kind="cpu",
-        memory_bytes=int(mem),
+        memory_bytes=int(hw.memory_bytes),
         source="run manifest",
     )
 
@@ -251,7 +262,7 @@ def _stored_price(value: Any) -> float | None:
     return None
 
 
-def run_price(hardware: dict[str, Any] | None) -> tuple[float, str] | None:
+def run_price(hardware: HardwareFacts | Mapping[str, Any] | None) -> tuple[float, str] | None:
     """``(USD per hour, source)`` of the hardware a run recorded (the manifest's ``hardware``):
     its price per device-hour × its devices; None when it recorded no price."""
     profile = profile_from_manifest(hardware)

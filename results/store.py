@@ -38,6 +38,7 @@ from .schema import (
     SCHEMA_VERSION,
     ClientWorker,
     ClientWorkers,
+    EngineFacts,
     EngineResult,
     EngineStatus,
     Manifest,
@@ -221,10 +222,11 @@ class RunWriter:
         self.manifest.client_workers.workers.extend(workers)
         self.write_manifest()
 
-    def add_engine_facts(self, name: str, facts: dict[str, Any]) -> None:
+    def add_engine_facts(self, name: str, facts: EngineFacts) -> None:
         """Record what an engine's session learnt of it (display name, start-up, effective
-        configuration) in the manifest's entry for it, at once (a crash keeps it)."""
-        self.manifest.engines[name] = {**self.manifest.engines.get(name, {}), **facts}
+        configuration) in the manifest's entry for it, at once (a crash keeps it): the keys
+        ``facts`` holds replace the entry's, the others stay."""
+        self.manifest.engines[name] = (self.manifest.engines.get(name) or EngineFacts()).merged(facts)
         self.write_manifest()
 
     def set_engine(self, name: str, result: EngineResult) -> None:
@@ -263,7 +265,7 @@ class RunWriter:
         try:
             export_run(self.run_dir, self.summary)
         except Exception as exc:  # the JSONL and summary are safe; the data files can be rebuilt
-            setattr(self.manifest, "export_error", f"{type(exc).__name__}: {exc}")
+            self.manifest.export_error = f"{type(exc).__name__}: {exc}"
             self.write_manifest()
         (self.run_dir / RUNNING_FILE).unlink(missing_ok=True)
 

@@ -68,6 +68,22 @@ def test_profile_from_manifest() -> None:
     assert gpu is not None and gpu.kind == "nvidia" and gpu.supports_fp8
 
 
+def test_a_profile_recorded_as_facts_reads_back_as_its_dict_does() -> None:
+    """``manifest.hardware`` is a :class:`HardwareFacts` with ``to_dict()``'s keys, in its order;
+    it reads back as the same target as the dict, and an empty one as nothing recorded."""
+    import json
+
+    from results.schema import HardwareFacts
+
+    profile = get_profile("H100-80GB", num_devices=2).with_price(1.5)
+    facts = profile.to_facts()
+    assert json.loads(facts.model_dump_json()) == json.loads(json.dumps(profile.to_dict()))
+    assert list(facts.model_dump()) == list(profile.to_dict())
+    assert profile_from_manifest(facts) == profile_from_manifest(profile.to_dict()) is not None
+    assert facts.compute_capability == [9, 0] and facts.total_memory_bytes == 160 * GiB
+    assert profile_from_manifest(HardwareFacts()) is None and profile_from_manifest(None) is None
+
+
 def test_profile_from_a_stored_hardware_profile() -> None:
     """``bench run`` records ``HardwareProfile.__dict__``; it must come back as the same target."""
     import dataclasses

@@ -69,6 +69,10 @@ def imported(tmp_path: Path, file: Path, tool: str, *extra: str, run_id: str = "
     assert res.exit_code == 0, res.output
     run = load_run(tmp_path / run_id)
     entry = next(iter(run.summary.engines.values()))
+    # the manifest reads back key for key; its engine entry names the tool and the file, typed
+    assert json.loads(run.manifest.model_dump_json()) == json.loads((tmp_path / run_id / "manifest.json").read_text())
+    facts, prov = run.manifest.engines[next(iter(run.summary.engines))], run.manifest.imported_from
+    assert facts.imported_from == prov.label and facts.file == prov.file and facts.adapter_config() == prov.config
     return run, entry.metrics, run.manifest.imported_from, res
 
 

@@ -305,7 +305,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
         measured = (Path(writer.run_dir) / "requests.jsonl").read_text().count('"phase":"measured"')
         if measured >= 3 and not state["raised"]:
             state["raised"] = True
-            state["trials"] = [dict(t) for t in writer.manifest.engines["own"]["ray_trials"]]
+            state["trials"] = [t.model_dump() for t in writer.manifest.engines["own"].ray_trials]
             raise KeyboardInterrupt
 
     monkeypatch.setattr(ray_executor.RayExecutor, "_drain", drain_then_interrupt)

@@ -25,7 +25,7 @@ from harness.scoring import PRESETS, parse_weights, recommend
 from results.hardware import (
     GiB, HardwareProfile, PROFILES, cost_per_million_tokens, named_profile, profile_from_manifest, run_price,
 )
-from results.schema import EngineResult, EngineStatus, Interval, ResourceUse, RunSummary
+from results.schema import EngineFacts, EngineResult, EngineStatus, Interval, ResourceUse, RunSummary
 
 try:
     from tests.test_scorer_helpers import CPU_ONLY, make_records, ok_entry, write_run
@@ -359,14 +359,14 @@ def test_report_resource_cells() -> None:
                       energy_per_output_token_j=0.2)
     entry = EngineResult(status=EngineStatus.OK, resources=use, startup_s=19.4,
                          cost=engine_cost((0.067, "assumed"), 27.6214, Interval(point=27.6, low=25.0, high=30.0, n=2)))
-    cells = _resource_cells(entry, {"install_bytes": 1904274769})
+    cells = _resource_cells(entry, EngineFacts(install_bytes=1904274769))
     assert cells == {"rss": "2.2 GiB", "pss": "2.1 GiB", "cpu": "60% (30% of 2 cores)", "cpu_peak": "103%",
                      "gpu_mem": "3.0 GiB", "gpu_util": "80%", "j_tok": "0.2", "install": "1.8 GiB", "healthy": "19.4",
                      "usd": "$0.6738 [0.6204–0.7444]"}
     external = EngineResult(status=EngineStatus.OK, resources=ResourceUse(note=EXTERNAL_NOTE))
-    cells = _resource_cells(external, {"install_bytes": None, "install_note": "not applicable (external endpoint)"})
+    cells = _resource_cells(external, EngineFacts(install_bytes=None, install_note="not applicable (external endpoint)"))
     assert cells["rss"] == EXTERNAL_NOTE and cells["install"] == "not applicable (external endpoint)"
-    assert _resource_cells(EngineResult(status=EngineStatus.OK), {})["rss"] == "not recorded"  # an older run
+    assert _resource_cells(EngineResult(status=EngineStatus.OK), EngineFacts())["rss"] == "not recorded"  # an older run
 
 
 def test_console_resource_table_shows_use_and_cost() -> None:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from harness.metrics import SLO, slo_percentile_value
 from results.features import FEATURES
 from results.hardware import HardwareProfile, profile_from_manifest
-from results.schema import EngineResult, EngineStatus, FeatureProbe, Manifest, Metrics, RequestRecord
+from results.schema import EngineFacts, EngineResult, EngineStatus, FeatureProbe, Manifest, Metrics, RequestRecord
 from results.store import Run
 
 from .operational import OperationalRecord
@@ -235,8 +235,7 @@ def _add_result(engines: dict[str, EngineRuns], run: Run, facts: RunFacts, name:
         engine.feature_probes.append(dict(result.feature_probes))
     if status == "ok" and result.metrics is not None and result.metrics.requests_completed:
         engine.measurements.extend(_measurements(facts, result, run.records_for(name)))
-        effective = run.manifest.engines.get(name) or {}
-        engine.operations.append(_operational(run.run_id, result, effective))
+        engine.operations.append(_operational(run.run_id, result, run.manifest.engines.get(name) or EngineFacts()))
 
 
 def _run_facts(run: Run) -> RunFacts:
@@ -263,38 +262,37 @@ def _run_facts(run: Run) -> RunFacts:
 
 
 def _calibration(manifest: Manifest) -> ClientCalibration:
-    """The manifest's ``client_calibration``: None/absent → not recorded; ``{"error": ...}`` →
-    the failure; otherwise its numbers (a missing or non-finite one stays None), with the
+    """The manifest's ``client_calibration``: None/empty → not recorded; one with an ``error``
+    → the failure; otherwise its numbers (a missing or non-finite one stays None), with the
     worker count of its ``client_workers`` (absent or below 1: 1)."""
     stored = manifest.client_calibration
-    if not isinstance(stored, dict) or not stored:
+    if stored is None or not stored.recorded:
         return ClientCalibration()
-    if stored.get("error"):
-        return ClientCalibration(recorded=True, error=str(stored["error"]))
+    if stored.error:
+        return ClientCalibration(recorded=True, error=stored.error)
     workers = manifest.client_workers
     return ClientCalibration(
         recorded=True,
-        max_rate_rps=_first_number(stored, "max_rate_rps"),
-        itl_error_ms_p99=_first_number(stored, "itl_error_ms_p99"),
-        stream_gap_ms=_first_number(stored, "stream_gap_ms"),
-        stream_concurrency=_first_number(stored, "stream_concurrency"),
-        overhead_ms_p99=_first_number(stored, "overhead_ms_p99"),
+        max_rate_rps=_finite(stored.max_rate_rps),
+        itl_error_ms_p99=_finite(stored.itl_error_ms_p99),
+        stream_gap_ms=_finite(stored.stream_gap_ms),
+        stream_concurrency=_finite(stored.stream_concurrency),
+        overhead_ms_p99=_finite(stored.overhead_ms_p99),
         workers=workers.count if workers is not None and workers.count >= 1 else 1,
     )
 
 
-def _operational(run_id: str, result: EngineResult, effective: dict[str, Any]) -> OperationalRecord:
+def _operational(run_id: str, result: EngineResult, facts: EngineFacts) -> OperationalRecord:
     """The operational facts of one engine in one run: the summary entry's start-up, the
-    manifest's effective configuration for the rest."""
-    processes = effective.get("processes")
+    manifest's engine entry (its effective configuration, install facts) for the rest."""
     return OperationalRecord(
         run_id=run_id,
         startup_s=_finite(result.startup_s),
         startup_parallel=result.startup_parallel,
-        processes=int(processes) if isinstance(processes, int) and not isinstance(processes, bool) else None,
-        install_s=_first_number(effective, "install_s"),
-        install_bytes=int(size) if (size := _first_number(effective, "install_bytes")) is not None else None,
-        external=bool(effective.get("base_url")),
+        processes=facts.processes,
+        install_s=_finite(facts.install_s),
+        install_bytes=int(size) if (size := _finite(facts.install_bytes)) is not None else None,
+        external=bool(facts.base_url),
     )
 
 

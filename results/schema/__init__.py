@@ -17,6 +17,9 @@ One module per artefact family, every name re-exported here (``from results.sche
 - ``summary``: :class:`RunSummary`, :class:`Equivalence`
 - ``manifest``: :class:`Manifest`, :class:`ModelSummary`, :class:`Validity`,
   :class:`ClientWorkers`, :class:`ImportProvenance`, :class:`MeasuredCondition`
+- ``facts``: the manifest's recorded sections, each a :class:`Facts` (written with the keys it
+  was given): :class:`HardwareFacts`, :class:`CalibrationFacts`, :class:`WorkloadStats` (with
+  :class:`Spread`), :class:`EngineFacts` (with :class:`RayTrial`), :class:`SearchFacts`
 - ``search``: :class:`SearchSummary` (``search.json``), :class:`LoadProbe`, :class:`SearchProbe`,
   :class:`EngineSearch`, :class:`CapacityRecommendation`
 - ``ladder``: :class:`LadderSummary` (``ladder.json``: each engine's load ladder and capacity
@@ -43,6 +46,7 @@ from .engine import (
     ResourceUse,
     SkipCause,
 )
+from .facts import CalibrationFacts, EngineFacts, Facts, HardwareFacts, RayTrial, SearchFacts, Spread, WorkloadStats
 from .manifest import ClientWorker, ClientWorkers, ImportProvenance, Manifest, MeasuredCondition, ModelSummary, Validity
 from .metrics import (
     MAX_SAMPLES,
@@ -85,6 +89,7 @@ __all__ = [
     "EngineResult",
     "EquivalenceResult", "Equivalence", "RunSummary",
     "ModelSummary", "Validity", "ImportProvenance", "ClientWorker", "ClientWorkers", "Manifest", "MeasuredCondition",
+    "Facts", "HardwareFacts", "CalibrationFacts", "Spread", "WorkloadStats", "RayTrial", "EngineFacts", "SearchFacts",
     "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
     "SearchSummary",
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary",

@@ -1,13 +1,15 @@
 """``manifest.json``: :class:`Manifest`, everything needed to reproduce and judge a run, and
-its parts (model, validity, client workers, import provenance)."""
+its parts (model, validity, client workers, import provenance; the recorded sections, hardware,
+calibration, workload statistics, engines and search settings, are in :mod:`.facts`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from .base import SCHEMA_VERSION, Artefact
+from .facts import CalibrationFacts, EngineFacts, HardwareFacts, SearchFacts, WorkloadStats
 
 
 class ModelSummary(Artefact):
@@ -133,8 +135,12 @@ class MeasuredCondition(Artefact):
 
 class Manifest(Artefact):
     """``manifest.json``: everything needed to reproduce and judge a run. Every field is
-    optional so partial and old runs load; ``engines`` holds each engine's effective
-    configuration as its adapter reported it (command line, env, options)."""
+    optional so partial and old runs load; ``engines`` holds each engine's facts and effective
+    configuration as its adapter reported it (command line, env, options; :class:`EngineFacts`).
+
+    Every key this harness writes is a field; keys it does not know (a folder written by another
+    version) are kept (``extra="allow"``) so loading and writing back never loses them. ``search``
+    and ``export_error`` are written only when set (a plain run's manifest has neither key)."""
 
     model_config = ConfigDict(protected_namespaces=(), extra="allow")
 
@@ -146,22 +152,34 @@ class Manifest(Artefact):
     created_at: str | None = None
     python: str | None = None
     platform: str | None = None
-    hardware: dict[str, Any] | None = None  # adapters.hardware.HardwareProfile.to_dict()
+    hardware: HardwareFacts | None = None  # results.hardware.HardwareProfile.to_facts()
     model: ModelSummary | None = None
-    workload: dict[str, Any] | None = None  # the workload spec, seed and scale included
-    workload_stats: dict[str, Any] | None = None
+    # the workload spec, seed and scale included: its keys depend on the workload kind and are
+    # shaped by ``workloads.spec``, which ``results`` does not import, so it stays a dict
+    workload: dict[str, Any] | None = None
+    workload_stats: WorkloadStats | None = None
     condition: MeasuredCondition | None = None  # the summary's inputs (None: a run from before it was kept)
     seed: int | None = None
     slos: dict[str, float] = Field(default_factory=dict)
     threads: dict[str, int] = Field(default_factory=dict)
-    engines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    engines: dict[str, EngineFacts] = Field(default_factory=dict)
     validity: dict[str, Validity] = Field(default_factory=dict)
-    client_calibration: dict[str, Any] | None = None
+    client_calibration: CalibrationFacts | None = None  # None: --no-calibration (or an older run)
     client_workers: ClientWorkers | None = None  # ``--client-workers N`` > 1 (None = one in-process client)
     metric_definitions: str | None = None
     imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
+    search: SearchFacts | None = None  # ``bench search`` runs only
+    export_error: str | None = None  # set when requests.parquet / summary.csv could not be written
 
     @field_validator("model", mode="before")
     @classmethod
     def _empty_model(cls, v: Any) -> Any:
         return None if v == {} else v
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_optional(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if not (k in _WRITTEN_WHEN_SET and v is None)}
+
+
+_WRITTEN_WHEN_SET = ("search", "export_error")
+"""Manifest keys left out while None: newer than the others, and only some runs have them."""

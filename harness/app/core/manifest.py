@@ -14,7 +14,7 @@ from typing import Sequence
 from adapters.hardware import detect_hardware
 from harness import __version__
 from harness.metrics import SLO
-from results.schema import Manifest, ModelSummary
+from results.schema import Manifest, ModelSummary, WorkloadStats
 from workloads.base import Workload
 
 
@@ -52,12 +52,12 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     manifest.created_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest.python = platform.python_version()
     manifest.platform = platform.platform()
-    manifest.hardware = detect_hardware().to_dict()
+    manifest.hardware = detect_hardware().to_facts()
     manifest.model = ModelSummary.model_validate(model_summary(model_dir)) if describe_model else None
     manifest.workload = {**workload.spec, **({"token_counts": token_note} if token_note else {})}
     rates = {key: rate for key in ("offered_rate", "requested_rate")
              if (rate := getattr(workload, key, None)) is not None and math.isfinite(rate)}
-    manifest.workload_stats = {**workload.stats, **rates}
+    manifest.workload_stats = WorkloadStats.model_validate({**workload.stats, **rates})
     manifest.condition = condition_of(workload).facts()  # a killed run is summarised later with the same inputs
     manifest.seed = workload.spec.get("seed", seed)
     manifest.slos = {s.key: s.threshold_ms for s in slos}

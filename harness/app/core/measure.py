@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol, Sequence
 from adapters.base import Endpoint
 from adapters.resources import ResourceSampler
 from results.recounts import TokenRecount
-from results.schema import ClientWorker, Metrics, RequestRecord, ResourceUse
+from results.schema import ClientWorker, EngineFacts, Metrics, RequestRecord, ResourceUse
 from workloads.base import Workload
 
 from harness.loadgen.client import EndpointTarget
@@ -54,7 +54,7 @@ class MeasurementSink(Protocol):
 
     def add_client_workers(self, count: int, workers: Sequence[ClientWorker]) -> None: ...
 
-    def add_engine_facts(self, name: str, facts: dict[str, Any]) -> None: ...
+    def add_engine_facts(self, name: str, facts: EngineFacts) -> None: ...
 
 
 @dataclass(frozen=True)

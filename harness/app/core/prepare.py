@@ -36,5 +36,6 @@ def record_run_facts(writer: RunWriter, cfg: Any, model_dir: Path, workload: Wor
     fill_manifest(writer.manifest, model_dir, workload, cfg.workload.seed, cfg.slos, threads,
                   token_note=cfg.token_note, describe_model=cfg.model_described)
     if cfg.price_per_hour is not None and writer.manifest.hardware is not None:  # --price-per-hour
-        writer.manifest.hardware.update(price_per_hour=cfg.price_per_hour, price_source="--price-per-hour")
+        writer.manifest.hardware.price_per_hour = cfg.price_per_hour
+        writer.manifest.hardware.price_source = "--price-per-hour"
     writer.write_manifest()

@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from adapters.base import Endpoint
 from adapters.resources import install_facts
-from results.schema import EffectiveSettings, FeatureProbe, Manifest
+from results.schema import EffectiveSettings, EngineFacts, FeatureProbe, Manifest
 from workloads.base import Workload
 
 from harness.app.core.measure import MeasureOptions, Measurement, MeasurementSink, measure, target_of
@@ -77,17 +77,19 @@ class TrialOutcome:
     startup_s: float
     parallel: bool
     display_name: str
-    manifest_entry: dict[str, Any] = field(default_factory=dict)
+    manifest_entry: EngineFacts = field(default_factory=EngineFacts)
     effective: EffectiveSettings | None = None
     equivalence: list[str] | None = None
     feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)
 
 
-def engine_facts(endpoint: Endpoint, startup_s: float, parallel: bool) -> dict[str, Any]:
+def engine_facts(endpoint: Endpoint, startup_s: float, parallel: bool) -> EngineFacts:
     """The engine's manifest entry: display name, start-up (s), whether it started alongside
-    others, its effective configuration and the size on disk of its environment."""
-    return {"display_name": endpoint.display_name, "startup_s": round(startup_s, 2), "startup_parallel": parallel,
-            **endpoint.effective_config, **install_facts(endpoint.effective_config)}
+    others, its effective configuration (whose ``display_name`` and ``startup_s``, a launched
+    server's own, win) and the size on disk of its environment."""
+    return EngineFacts.model_validate({"display_name": endpoint.display_name, "startup_s": round(startup_s, 2),
+                                       "startup_parallel": parallel, **endpoint.effective_config,
+                                       **install_facts(endpoint.effective_config)})
 
 
 @contextmanager

@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 from rich.markup import escape
 
+from results.schema import Manifest
+
 MANIFEST = "manifest.json"
 
 
@@ -59,17 +61,14 @@ def identical_earlier_run(output_dir: Path, run_id: str, spec: dict[str, Any], e
         return None
     for folder in folders:
         try:
-            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+            manifest = Manifest.model_validate_json((folder / MANIFEST).read_bytes())
+        except (OSError, ValueError):  # unreadable, not JSON or not a manifest (a ValidationError is a ValueError)
             continue
-        if not isinstance(manifest, dict):
+        entry = manifest.engines.get(engine)
+        if entry is None or _normal_url(entry.base_url) != url:
             continue
-        engines = manifest.get("engines")
-        entry = engines.get(engine) if isinstance(engines, dict) else None
-        if not isinstance(entry, dict) or _normal_url(entry.get("base_url")) != url:
-            continue
-        if _comparable(manifest.get("workload")) == want:
-            found.append((str(manifest.get("created_at") or ""), folder.name))
+        if _comparable(manifest.workload) == want:
+            found.append((manifest.created_at or "", folder.name))
     return max(found)[1] if found else None
 
 

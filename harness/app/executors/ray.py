@@ -39,7 +39,7 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 from results.recounts import TokenRecount
-from results.schema import ClientWorker, RequestRecord
+from results.schema import ClientWorker, EngineFacts, RayTrial, RequestRecord
 
 from harness.app.core.plan import EnginePlan
 from harness.app.core.ray_options import RESOURCE_KEYS, import_ray
@@ -136,7 +136,7 @@ class RayExecutor:
         if out.error:
             self._cancel([k for k in self._refs if k[0] == name and k[1] > index])
             raise EngineError(out.error, out.log_tail)
-        sink.add_engine_facts(name, {"ray_trials": self._trials_of(name)})
+        sink.add_engine_facts(name, EngineFacts(ray_trials=self._trials_of(name)))
         return out.outcome
 
     def _connect(self, ray: Any) -> None:
@@ -202,16 +202,17 @@ class RayExecutor:
             elif kind == "client_workers":
                 sink.add_client_workers(payload[0], [ClientWorker.model_validate_json(p) for p in payload[1]])
             elif kind == "engine_facts":
-                sink.add_engine_facts(name, payload)
+                sink.add_engine_facts(name, EngineFacts.model_validate_json(payload))
             elif kind == "node":
                 self._nodes[(name, repeat)] = payload
                 label = name if self.cfg.repeats == 1 else f"{name} (repeat {repeat + 1}/{self.cfg.repeats})"
                 self.console.print(f"[bold]{escape(label)}[/]: running on node {escape(_where(payload))}")
-                sink.add_engine_facts(name, {"ray_trials": self._trials_of(name)})
+                sink.add_engine_facts(name, EngineFacts(ray_trials=self._trials_of(name)))
 
-    def _trials_of(self, name: str) -> list[dict[str, Any]]:
+    def _trials_of(self, name: str) -> list[RayTrial]:
         """Where each of ``name``'s trials ran so far (the manifest's ``ray_trials``)."""
-        return [{"repeat": r, **facts} for (n, r), facts in sorted(self._nodes.items()) if n == name]
+        return [RayTrial.model_validate({"repeat": r, **facts})
+                for (n, r), facts in sorted(self._nodes.items()) if n == name]
 
     def _died(self, key: tuple[str, int], exc: Exception, ray: Any) -> str:
         """The failed trial's reason: its node and what Ray said (an exception the trial raised

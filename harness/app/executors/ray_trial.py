@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from adapters.base import EngineError
 from results.recounts import TokenRecount
-from results.schema import ClientWorker, RequestRecord
+from results.schema import ClientWorker, EngineFacts, RequestRecord
 
 from harness.app.core.plan import EnginePlan
 from harness.app.core.executor import Body
@@ -80,8 +80,8 @@ class TrialWriter:
     def add_client_workers(self, count: int, workers: Sequence[ClientWorker]) -> None:
         self.send("client_workers", (count, [w.model_dump_json() for w in workers]))
 
-    def add_engine_facts(self, name: str, facts: dict[str, Any]) -> None:
-        self.send("engine_facts", facts)
+    def add_engine_facts(self, name: str, facts: EngineFacts) -> None:
+        self.send("engine_facts", facts.model_dump_json())
 
     def flush(self) -> None:
         import ray

@@ -18,7 +18,7 @@ from typing import Any
 from harness import __version__
 from harness.metrics import compute_metrics
 from harness.metrics.summarise import Condition, counted, summarise
-from results.schema import EngineResult, EngineStatus, ImportProvenance, Metrics
+from results.schema import EngineFacts, EngineResult, EngineStatus, ImportProvenance, Metrics
 from results.store import RunWriter
 
 from .common import ParsedImport
@@ -88,8 +88,9 @@ def write_import(parsed: ParsedImport, run_dir: Path, run_id: str, workload: str
         man.python = platform.python_version()
         man.platform = platform.platform()
         man.workload = spec
-        man.engines = {parsed.engine: {"imported_from": parsed.label, "file": str(parsed.file),
-                                       **({"model": parsed.model} if parsed.model else {}), **parsed.config}}
+        man.engines = {parsed.engine: EngineFacts.model_validate(  # the tool's run settings: extra keys
+            {"imported_from": parsed.label, "file": str(parsed.file),
+             **({"model": parsed.model} if parsed.model else {}), **parsed.config})}
         man.metric_definitions = (metrics_module.__doc__ or "").strip()
         man.imported_from = prov
     return entry

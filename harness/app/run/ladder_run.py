@@ -22,6 +22,7 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
+from results.hardware import run_price
 from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
                             RequestRecord)
 from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
@@ -142,8 +143,8 @@ class LadderJob:
         for e in engines:
             s.engines[e.name] = self._engine_ladder(e)
         s.engines.update(skipped)
-        price = (self.writer.manifest.hardware or {}).get("price_per_hour")
-        judge(s, records, self.spec.slos, price_per_hour=price)
+        price = run_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
+        judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None)
         for e in engines:
             self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
         s.wall_s = round(time.monotonic() - self.t0, 2)

@@ -25,7 +25,8 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 from results.hardware import run_price
-from results.schema import EngineResult, EngineStatus, Equivalence, LadderSummary, RequestRecord, RunSummary, Validity
+from results.schema import (CalibrationFacts, EngineResult, EngineStatus, Equivalence, LadderSummary, RequestRecord,
+                            RunSummary, Validity)
 from results.store import REQUESTS_FILE, RunWriter, new_run_id, read_records
 from workloads.base import Workload
 
@@ -100,11 +101,12 @@ class Orchestrator:
         c = self.cfg
         self.console.print("Calibrating the client against a local null server …")
         try:
-            writer.manifest.client_calibration = calibrate()
+            calibration = CalibrationFacts.model_validate(calibrate())
         except RuntimeError as exc:
-            writer.manifest.client_calibration = {"error": str(exc)}
+            calibration = CalibrationFacts(error=str(exc))
+        writer.manifest.client_calibration = calibration
         writer.write_manifest()
-        if line := workers_line(c.workload.request_rate, writer.manifest.client_calibration.get("max_rate_rps"), c.client_workers):
+        if line := workers_line(c.workload.request_rate, calibration.max_rate_rps, c.client_workers):
             self.console.print(line)  # how many client processes the offered rate needs
 
     def _plans(self, adapters: list[Any], kind: str, state: _State) -> list[EnginePlan]:

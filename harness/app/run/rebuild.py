@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from results.schema import EngineResult, EngineStatus, RequestRecord, RunSummary
+from results.schema import EngineResult, EngineStatus, RequestRecord, RunSummary, WorkloadStats
 from results.store import (
     MANIFEST_FILE,
     REQUESTS_FILE,
@@ -92,12 +92,11 @@ def _condition(run: Run | None, slos: list) -> Condition:
     manifest = run.manifest if run is not None else None
     if manifest is not None and manifest.condition is not None:
         return Condition.from_facts(manifest.condition, slos)
-    stats = (manifest.workload_stats or {}) if manifest is not None else {}
+    stats = (manifest.workload_stats if manifest is not None else None) or WorkloadStats()
 
-    def number(key: str) -> float | None:
-        value = stats.get(key)
+    def number(value: float | str | None) -> float | None:  # "inf" (a string) and None: not recorded
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-    return Condition(tuple(slos), number("offered_rate"), number("requested_rate"))
+    return Condition(tuple(slos), number(stats.offered_rate), number(stats.requested_rate))
 
 
 def _workload_name(run_dir: Path, records: list[RequestRecord]) -> str:

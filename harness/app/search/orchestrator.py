@@ -51,7 +51,15 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
-from results.schema import SEARCH_FILE, EngineResult, EngineSearch, EngineStatus, SearchProbe, SearchSummary
+from results.schema import (
+    SEARCH_FILE,
+    EngineResult,
+    EngineSearch,
+    EngineStatus,
+    SearchFacts,
+    SearchProbe,
+    SearchSummary,
+)
 from results.store import RunWriter, new_run_id, write_model_atomic
 
 from harness.app.core.executor import make_starter
@@ -166,10 +174,10 @@ class SearchOrchestrator:
         record_run_facts(writer, run, model_dir, workload, threads)
         st = workload.stats
         self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))
-        writer.manifest.search = {  # type: ignore[attr-defined]  (Manifest allows extra fields)
-            "search_var": c.search_var, "unit": self.unit, "low": c.low, "high": self._high(), "tolerance": c.tolerance,
-            "budget_s": c.budget_s, "budget_per_engine_s": per_engine, "max_probes": c.max_probes,
-            "repeats": c.repeats, "seeds": self._seed_text(c.workload.seed or 0), "slos_default": not c.slos}
+        writer.manifest.search = SearchFacts(
+            search_var=c.search_var, unit=self.unit, low=c.low, high=self._high(), tolerance=c.tolerance,
+            budget_s=c.budget_s, budget_per_engine_s=per_engine, max_probes=c.max_probes,
+            repeats=c.repeats, seeds=self._seed_text(c.workload.seed or 0), slos_default=not c.slos)
         writer.write_manifest()
         return tokenizer
 
