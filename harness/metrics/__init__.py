@@ -50,10 +50,6 @@ from .intervals import (  # noqa: F401  (issue 12: repeats and intervals)
     two_stage_bootstrap_ci,
 )
 
-Interval = ConfidenceInterval
-"""The old name of :class:`ConfidenceInterval`, kept only while ``harness.scoring.ties`` imports it
-(``results.schema.Interval`` is the stored artefact, a different class): delete once nothing does."""
-
 __all__ = [
     "NS_PER_MS",
     "NS_PER_S",

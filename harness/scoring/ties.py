@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.metrics import Interval, could_flip, median_ci_over_repeats, rank_with_ties
-from results.schema import Interval as StoredInterval
+from harness.metrics import ConfidenceInterval, could_flip, median_ci_over_repeats, rank_with_ties
+from results.schema import Interval
 
 from .ranking import Outcome, ScoringContext, evaluate
 from .repeats import raw_metrics
@@ -40,18 +40,18 @@ class TieCheck:
     interval overlaps the winner's; ``could_flip``: None when not measured."""
 
     repeats: int
-    intervals: dict[str, Interval] = field(default_factory=dict)
+    intervals: dict[str, ConfidenceInterval] = field(default_factory=dict)
     groups: list[list[str]] = field(default_factory=list)
     tied_with_winner: list[str] = field(default_factory=list)
     could_flip: bool | None = None
     scores: dict[str, list[float]] = field(default_factory=dict)  # engine → its score in repeat 0, 1, …
 
-    def stored(self, engine: str) -> StoredInterval | None:
+    def stored(self, engine: str) -> Interval | None:
         """``engine``'s interval as the stored model (None without one)."""
         interval = self.intervals.get(engine)
         if interval is None:
             return None
-        return StoredInterval(point=interval.point, low=interval.low, high=interval.high, n=interval.n,
+        return Interval(point=interval.point, low=interval.low, high=interval.high, n=interval.n,
                               confidence=interval.confidence, method=f"{interval.method} (per-repeat scores)",
                               basis=interval.basis, cv=interval.cv)
 
@@ -86,7 +86,7 @@ def tie_check(outcome: Outcome, ctx: ScoringContext) -> TieCheck:
     return check
 
 
-def _score_text(interval: Interval) -> str:
+def _score_text(interval: ConfidenceInterval) -> str:
     return f"{interval.point:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
 
 
