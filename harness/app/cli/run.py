@@ -10,6 +10,7 @@ from harness.app.cli import report as cli_report
 from harness.app.core.signals import exit_code
 from harness.app.cli.common import err_console, fail, guarded, make_console, reuse_run_folder
 from harness.app.cli.options import command_from
+from harness.app.cli.verdict import print_verdict
 from harness.app.core.settings import RunSettings
 
 console = make_console()
@@ -24,11 +25,14 @@ def run(settings: RunSettings) -> None:
         from harness.app.executors.ray import RayExecutor as executor  # type: ignore[assignment]
     reuse_run_folder(settings.output_dir, settings.run_id)
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())
+    if result.ladder is not None:  # the answer first: the verdict and the capacity table, then the details
+        print_verdict(result.ladder, console, result.run_dir)
+        console.rule("Details")
     _print_summary(result.summary)
     if settings.token_note:
         console.print(f"note: {settings.token_note}", markup=False, highlight=False)
     if result.recommendation is not None:
-        console.rule("Recommendation")
+        console.rule("Weighted score (a secondary view; the verdict decides)" if result.ladder else "Recommendation")
         cli_report.print_recommendation(result.recommendation, console)
     console.print(f"\nResults: {result.run_dir}", markup=False)
     for name in ("report.md", "report.html"):

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rich.markup import escape
-
 from harness.app.core.executor import TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.trial import trial_spec
@@ -70,6 +68,4 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         if ladder.status.value == "ok":
             orch.parity.attach(name, writer.summary.engines[name])
     writer.write_summary()
-    if state.ladder.decision is not None and state.ladder.decision.sentence:
-        console.print(f"[bold]Verdict:[/] {escape(state.ladder.decision.sentence)}", highlight=False)
     return interrupted

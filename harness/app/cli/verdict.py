@@ -1,0 +1,30 @@
+"""The console's first screen after ``bench run`` with load ladders: the verdict sentence and the
+capacity table (the same rows as the report's, :func:`reports.frontier.capacity_rows`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from reports.frontier import capacity_rows
+from results.schema import LadderSummary
+
+
+def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = None) -> None:
+    """The verdict, then one compact table, then where the frontier chart is."""
+    d = ladder.decision
+    console.rule("Verdict")
+    console.print(f"[bold]{escape(d.sentence if d else 'No decision was made.')}[/]", highlight=False)
+    unit = "sessions" if d is not None and d.unit == "sessions" else "requests"
+    t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
+    for col, right in (("engine", False), ("output tok/s per device", True), ("95% interval", True),
+                       (f"{unit} in flight", True), ("rate", True), ("$/1M out", True), ("gates", False)):
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    for r in capacity_rows(ladder):
+        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["usd"], escape(r["gates"]))
+    console.print(t)
+    if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
+        console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)
