@@ -133,6 +133,8 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     for name, ladder in summary.engines.items():
         points = ladder_points(name, ladder, records, summary.devices, agentic)
         cap = capacity_of(points, slos, summary.max_failure_rate, seed=seed) if points else None
+        if cap is not None and ladder.stopped == "saturated":
+            cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps)
             _fill_points(ladder, cap)
@@ -153,15 +155,15 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
 
 
 def _binding(cap: Capacity | None, summary: LadderSummary, name: str) -> str:
-    """The winner's deciding constraint, in words."""
+    """The winner's deciding constraint, as a clause of the verdict."""
     if cap is None:
         return ""
     ladder = summary.engines.get(name)
     if ladder is not None and ladder.stopped == "saturated":
-        return "throughput saturated before any SLO broke"
+        return "its throughput stopped rising before any SLO broke"
     if cap.open:
         return f"no SLO broke up to {int(cap.bracket[0] or 0)} in flight (a lower bound)"
-    return slo_words(cap.binding)
+    return f"{slo_words(cap.binding)} binds"
 
 
 def slo_words(key: str) -> str:
@@ -197,12 +199,12 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     head = (f"{d.winner} sustains {ge}{cap.load:.3g} {unit} in flight ({ge}{cap.output_tps:,.0f} output tok/s per device) "
             f"{where}")
     if not d.runner_up:
-        return _fit(f"{head}; the only engine eligible; {d.binding} binds.")
+        return _fit(f"{head}; the only engine eligible; {d.binding}.")
     lo, hi = d.ratio_interval or (math.nan, math.nan)
     ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]" if d.ratio is not None else "?"
     if d.tie:
         return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 3 %), decided by {d.tie_breaker}.")
-    return _fit(f"{head}, {ratio} {d.runner_up}'s; {d.binding} binds.")
+    return _fit(f"{head}, {ratio} {d.runner_up}'s; {d.binding}.")
 
 
 def _fit(text: str) -> str:

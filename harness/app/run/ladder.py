@@ -3,8 +3,9 @@
 The field's method (InferenceX concurrency sweeps, Artificial Analysis's ramp until throughput
 stops rising, vLLM's ``bench sweep serve_sla`` bisection): closed-loop concurrency (requests in
 flight; agentic: sessions in flight) from 1, **doubling** until a point fails (an SLO broken at
-its percentile, or failures above the bound), the throughput stops rising (less than
-:data:`PLATEAU` above the point before: the engine is saturated, more load only queues), the
+its percentile, or failures above the bound), the throughput stops rising (two doublings in a
+row add less than :data:`PLATEAU` over the point before them: the engine is saturated, more
+load only queues; one doubling is not enough to say so, a single noisy point would stop it), the
 highest load allowed is reached, the budget is spent, or the engine dies (an
 :class:`~adapters.base.EngineError`: the points measured before are kept, ``crash`` says why); then the SLO boundary is **bisected**
 between the last passing and the first failing concurrency (integers) while a point between
@@ -28,13 +29,21 @@ from adapters.base import EngineError
 from harness.metrics import SLO
 from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
 
-PLATEAU = 0.05  # a point less than 5 % above the one below it adds no throughput: saturated
+PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
 MAX_LOAD = 64  # concurrency ladders stop here unless told otherwise
 
 Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", ""]
 
 Measure = Callable[[int, int, int], tuple[Requests, int | None]]
 """``measure(load, seed, repeat) -> (requests, sessions completed or None)``."""
+
+
+def saturated(throughputs: Sequence[float]) -> bool:
+    """Whether the last two doublings (the last three passing points' throughputs, in load
+    order) added less than :data:`PLATEAU` over the point before them."""
+    if len(throughputs) < 3:
+        return False
+    return max(throughputs[-2:]) < (1 + PLATEAU) * throughputs[-3]
 
 
 @dataclass
@@ -130,7 +139,7 @@ class Ladder:
     def climb(self, start: int = 1) -> Stopped:
         """Double from ``start`` until a point fails or the engine saturates, then bisect the
         boundary; returns why the climb stopped (also in ``stopped``)."""
-        load, below = start, None
+        load, passed = start, []
         while True:
             rung = self.point(load)
             if rung is None:
@@ -139,13 +148,14 @@ class Ladder:
             if not rung.stats.passed:
                 self.stopped = "slo"
                 break
-            if below is not None and rung.stats.output_tps < (1 + PLATEAU) * below.output_tps:
+            passed.append(rung.stats.output_tps)
+            if saturated(passed):
                 self.stopped = "saturated"
                 return self.stopped
             if load >= self.max_load:
                 self.stopped = "max_load"
                 return self.stopped
-            below, load = rung.stats, min(load * 2, self.max_load)
+            load = min(load * 2, self.max_load)
         self._bisect()
         return self.stopped
 

@@ -22,6 +22,7 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
+from adapters.resources import combine_repeats
 from results.hardware import run_price
 from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
                             RequestRecord)
@@ -192,6 +193,7 @@ class LadderJob:
             return EngineResult(status=ladder.status if ladder.status is not EngineStatus.OK else EngineStatus.FAILED,
                                 reason=e.failure or ladder.excluded or "no ladder point was measured", **base)
         summary = summarise([r for r in mine if r.probe == at.index], condition)
+        base["resources"] = combine_repeats([m.resources for m in e.measurements if m.index == at.index and m.resources])
         why = ladder.excluded and f"excluded: {ladder.excluded}"
         where = f"metrics of its ladder point at {at.load} in flight ({'its capacity' if at.passed else 'its lowest load'})"
         return EngineResult(status=EngineStatus.OK if ladder.status is EngineStatus.OK else ladder.status,

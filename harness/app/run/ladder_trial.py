@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from results.schema import FeatureProbe, Manifest, Metrics, RequestRecord
+from adapters.resources import with_output_tokens
+from results.schema import FeatureProbe, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
 from harness.app.core.measure import MeasurementSink, measure, target_of
@@ -62,7 +63,8 @@ class LadderSpec:
 class PointMeasurement:
     """One measurement of one point, as it comes back from a trial: the point's ``index`` and
     ``load``, its ``seed`` and ``repeat``, the ``requests`` (arrays for the decision), the
-    ``sessions`` it completed (agentic), its ``metrics`` and ``wall_s``."""
+    ``sessions`` it completed (agentic), its ``metrics``, ``wall_s`` and the ``resources`` the
+    engine used meanwhile (None when not sampled)."""
 
     index: int
     load: int
@@ -72,6 +74,7 @@ class PointMeasurement:
     sessions: int | None
     metrics: Metrics
     wall_s: float
+    resources: ResourceUse | None = None
 
 
 @dataclass
@@ -118,7 +121,9 @@ class _Points:
                     options=options, probe=index)
         requests = Requests.of(m.records, m.metrics.duration_s)
         sessions = _sessions_done(m.records) if self.spec.workload.name == "agentic" else None
-        self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0))
+        used = with_output_tokens(m.resources, m.metrics.total_output_tokens) if m.resources is not None else None
+        self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0,
+                                          used))
         if m.resources is not None:
             self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
             self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None
