@@ -80,8 +80,11 @@ class OpenAIAdapter:
     display_name = "openai-compatible endpoint"
     capabilities = Capabilities(hardware=("nvidia", "amd", "cpu"), features=(), api="server", complexity=1)
 
-    def __init__(self, base_url: str | None = None) -> None:
+    def __init__(self, base_url: str | None = None, name: str | None = None) -> None:
         self.base_url = base_url
+        if name is not None:  # ``bench run --endpoint NAME=URL``: the deployment compared under its own name
+            self.name = name
+            self.display_name = f"endpoint {name}"
 
     def probe(self) -> ProbeResult:
         """Without a base URL: available (checked at launch); with one: reachable or not."""

@@ -49,6 +49,14 @@ def all_adapters(hardware: str | None = None) -> list[EngineAdapter]:
     return [get_adapter(n, hardware) for n in ENGINE_NAMES if n != "openai"]
 
 
+def endpoint_adapters(endpoints: dict[str, str]) -> list[EngineAdapter]:
+    """One adapter per ``--endpoint NAME=URL``: an OpenAI-compatible deployment the harness does
+    not start, compared under ``NAME``."""
+    from adapters.openai_adapter import OpenAIAdapter
+
+    return [OpenAIAdapter(url, name=name) for name, url in endpoints.items()]
+
+
 def parse_engine_args(items: list[str]) -> dict[str, dict[str, str]]:
     """``["vllm:max_num_seqs=64", "own:block_size=16"]`` → ``{"vllm": {"max_num_seqs": "64"}, "own": {...}}``.
 

@@ -9,6 +9,8 @@ characters // 4, ``completion_tokens`` = ``max_tokens``) and ``[DONE]``: fixed l
 runs measured on different executors agree within scheduling noise. ``--stall-after N``: every
 request after the N-th waits an hour before answering (a trial that is killed mid-run).
 ``GET /_served`` is the number of completions finished. ``--pid-file``: its pid is written there.
+``--slots N``: at most N completions stream at once, the others wait first in, first out (an
+engine's ``max_num_seqs``): its capacity grows with N until its TTFT, queueing included, breaks.
 """
 
 import argparse
@@ -19,9 +21,10 @@ import os
 from aiohttp import web
 
 
-def make_app(ttft_s: float, itl_s: float, stall_after: int | None) -> web.Application:
+def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | None = None) -> web.Application:
     app = web.Application()
     state = {"started": 0, "served": 0}
+    gate = asyncio.Semaphore(slots) if slots else None  # FIFO: asyncio's waiters are woken in order
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -42,6 +45,12 @@ def make_app(ttft_s: float, itl_s: float, stall_after: int | None) -> web.Applic
         n = int(body.get("max_tokens") or 16)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if gate is not None:
+            async with gate:
+                return await stream(resp, chat, prompt, n)
+        return await stream(resp, chat, prompt, n)
+
+    async def stream(resp: web.StreamResponse, chat: bool, prompt: str, n: int) -> web.StreamResponse:
         for i in range(n):
             await asyncio.sleep(ttft_s if i == 0 else itl_s)
             choice = {"index": 0, "delta": {"content": "x"}} if chat else {"index": 0, "text": "x"}
@@ -69,11 +78,12 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--stall-after", type=int, default=None)
     ap.add_argument("--pid-file", default=None)
+    ap.add_argument("--slots", type=int, default=None)
     args = ap.parse_args()
     if args.pid_file:
         with open(args.pid_file, "w") as fh:
             fh.write(str(os.getpid()))
-    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after), host="127.0.0.1",
+    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after, args.slots), host="127.0.0.1",
                 port=args.port, print=None, access_log=None)
 
 

@@ -73,14 +73,19 @@ def check_base_url(url: Optional[str], option: str = "--base-url") -> Optional[s
     return text
 
 
-def check_endpoint(engines: list[str], base_url: Optional[str], tokenizer: Optional[str]) -> None:
+def check_endpoint(engines: list[str], base_url: Optional[str], tokenizer: Optional[str], endpoints: bool = False) -> None:
     """``--base-url`` and ``--tokenizer`` against the engines: ``--base-url`` without ``openai``
     or without a scheme/host, ``openai`` without ``--base-url``, ``--tokenizer`` without
-    ``openai`` alone. (The tokenizer folder itself: :func:`check_tokenizer_dir`.)"""
+    ``openai`` or ``--endpoint`` alone. (The tokenizer folder itself: :func:`check_tokenizer_dir`.)"""
+    if not engines and not endpoints:
+        raise ValueError("--engine is empty: name engines (e.g. own,transformers) or use 'all'")
     if "openai" not in engines:
         if base_url is not None:
             raise ValueError("--base-url is the endpoint of --engine openai: add --engine openai, or drop --base-url")
-        if tokenizer is not None:
+        if tokenizer is not None and endpoints and engines:
+            raise ValueError("--tokenizer is for a run of endpoints alone: the local engines serve --model's folder and "
+                             "the workload is built with its tokenizer; measure the endpoints in their own run")
+        if tokenizer is not None and not endpoints:
             raise ValueError("--tokenizer names the endpoint's tokenizer for --engine openai; local engines tokenize "
                              "with --model DIR")
         return

@@ -47,6 +47,28 @@ def _engine_args(items: list[str]) -> dict[str, dict[str, str]]:
     return parse_engine_args(items)
 
 
+def _endpoints(items: list[str]) -> dict[str, str]:
+    """``--endpoint NAME=URL`` items → {name: url} (checked: a plain name, not an engine's, once
+    each; an http(s) URL with a host)."""
+    from adapters.registry import ENGINE_NAMES
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not url.strip():
+            raise ValueError(f"--endpoint {item!r} is not NAME=URL, e.g. --endpoint prod=http://10.0.0.5:8000")
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"--endpoint {name!r}: a name of letters, digits, '-', '_' or '.', e.g. prod or vllm-canary")
+        if name in ENGINE_NAMES or name == "all":
+            raise ValueError(f"--endpoint {name!r}: that is an engine's name; call the endpoint something else "
+                             f"(e.g. {name}-prod)")
+        if name in out:
+            raise ValueError(f"--endpoint {name!r} is given twice: name each endpoint once")
+        out[name] = checks.check_base_url(url.strip(), option=f"--endpoint {name}") or url.strip()
+    return out
+
+
 def _ray_resources(text: Optional[str]) -> dict[str, float]:
     from harness.app.core.ray_options import parse_resources
 
@@ -96,7 +118,8 @@ class RunSettings(BaseModel):
         "--prompt-salt", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
         "--startup-timeout", "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes",
         "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
-        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start", "--ladder-budget", "--max-load")
+        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start", "--ladder-budget", "--max-load",
+        "--endpoint")
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
 
     engines: Annotated[list[str], Cli("--engine", "-e", type=str, parse=split_list, default="all", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`.")]
@@ -143,6 +166,8 @@ class RunSettings(BaseModel):
     # per-trial overrides and custom resources
     ray_resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=_ray_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
 
+    # deployments that already run, compared as engines the harness does not start
+    endpoints: Annotated[dict[str, str], Cli("--endpoint", type=list[str], parse=_endpoints, default=[], help="An OpenAI-compatible deployment that already runs, NAME=URL (repeatable), e.g. --endpoint prod=http://10.0.0.5:8000 --endpoint canary=http://10.0.0.6:8000: each is compared as an engine the harness does not start (--model: the served model name, --tokenizer: its folder, as for --engine openai); with --endpoint, --engine adds local engines (default none). The run's prompts are salted (--prompt-salt auto) so an endpoint's warm prefix cache serves none of them.")] = Field(default_factory=dict)
     # the load ladder (the main job when no load point is asked for; harness/app/run/ladder_main.py)
     ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
@@ -271,14 +296,19 @@ class RunSettings(BaseModel):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> RunSettings:
         cli = _from_cli(info)
-        checks.check_endpoint(self.engines, self.base_url, self.tokenizer)
+        if self.endpoints:
+            if self.engines == ["all"]:  # with --endpoint the local engines are the ones named (default: none)
+                self.engines = []
+            if self.workload.prompt_salt is None:  # a deployment's warm prefix cache must serve none of the prompts
+                self.workload = self.workload.model_copy(update={"prompt_salt": "auto"})
+        checks.check_endpoint(self.engines, self.base_url, self.tokenizer, bool(self.endpoints))
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:
             raise ValueError(f"--max-concurrency {cap} is smaller than --client-workers {self.client_workers}: each "
                              f"worker needs at least one request in flight; use --client-workers {cap} or fewer")
         if not cli:
             return self
-        if "openai" in self.engines:  # the command line's --model names the served model; the folder is --tokenizer
+        if self.external:  # the command line's --model names the served model; the folder is --tokenizer
             self.served_model_name, self.model = self.model, self.tokenizer
             if self.tokenizer is not None:
                 checks.check_tokenizer_dir(self.tokenizer)
@@ -294,11 +324,16 @@ class RunSettings(BaseModel):
         return self
 
     @property
+    def external(self) -> bool:
+        """Whether the run measures deployments it does not start (``--engine openai``, ``--endpoint``)."""
+        return "openai" in self.engines or bool(self.endpoints)
+
+    @property
     def token_note(self) -> str | None:
         """What the token counts of an ``--engine openai`` run without ``--tokenizer`` rest on
         (printed, and stored in the manifest's workload section the report shows); None when
         there is no endpoint or its tokenizer was given."""
-        if "openai" not in self.engines or self.tokenizer:
+        if not self.external or self.tokenizer:
             return None
         return ("token counts of the openai endpoint come from the server's usage only: no --tokenizer was given, "
                 "so its prompts were built and their lengths planned with the default model's tokenizer "
@@ -310,7 +345,7 @@ class RunSettings(BaseModel):
         """Whether the run's model folder is the one served: False for an ``--engine openai``
         run alone without ``--tokenizer`` (the manifest then describes no model, and the
         memory fit says it was not checked)."""
-        return not (self.engines == ["openai"] and not self.tokenizer)
+        return not (set(self.engines) <= {"openai"} and self.external and not self.tokenizer)
 
 
 def _from_cli(info: ValidationInfo) -> bool:

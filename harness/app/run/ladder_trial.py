@@ -169,8 +169,8 @@ def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSi
                    tokenizer: Any, points: Sequence[tuple[int, int, int, int]]) -> list[PointMeasurement]:
     """More measurements of given points (a trial body): ``points`` = (index, load, seed,
     repeat) each; the engine's session is opened without a warm-up when it was kept from its climb."""
-    spec_here = replace(spec, trial=replace(spec.trial, equivalence=False, read_effective=False))
-    with open_session(plan, starter, spec_here, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
+    trial = replace(spec.trial, equivalence=False, read_effective=False)
+    with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
                       repeat=1) as session:
         measurer = _Points(plan, session, sink, spec, tokenizer, {load: index for index, load, _, _ in points})
         for _, load, seed, repeat in points:

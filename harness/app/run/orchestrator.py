@@ -128,7 +128,7 @@ class Orchestrator:
     # -- the whole run -------------------------------------------------------------------
     def run(self) -> RunResult:
         from adapters.hardware import detect_kind
-        from adapters.registry import all_adapters, get_adapter
+        from adapters.registry import all_adapters, endpoint_adapters, get_adapter
 
         from harness.app.core.model import resolve_model
 
@@ -144,6 +144,7 @@ class Orchestrator:
             self._calibrate(writer)
         kind = self.kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
+        adapters += endpoint_adapters(c.endpoints)
         self.parity.plan(adapters, state.model_dir, kind)
         turns = {p.name: EngineTurns(p) for p in self._plans(adapters, kind, state)}
         executor = self._executor(kind)
