@@ -61,8 +61,8 @@ def frontier_png(s: LadderSummary) -> bytes | None:
                 ax.plot([xy[0], xy[0]], [lo, hi], color=color, linewidth=2.2, zorder=4)
     tpot = next((v for k, v in s.slos.items() if k.startswith("tpot")), None)
     if tpot:
-        ax.axvline(1000.0 / tpot, color="crimson", linestyle=":", linewidth=1.4,
-                   label=f"TPOT SLO ({1000.0 / tpot:g} tok/s per user)")
+        ax.axvline(1000.0 / tpot, color="crimson", linestyle=":", linewidth=2.0,
+                   label=f"TPOT SLO ({1000.0 / tpot:.3g} tok/s per user; slower to its left)")
     ax.set_xlabel("interactivity: tokens/s per user (1000 / median TPOT)")
     ax.set_ylabel(f"output tokens/s per device ({s.devices} device{'s' if s.devices > 1 else ''})")
     ax.set_title(f"Throughput vs interactivity, {s.workload}: points labelled by load (in flight); "
