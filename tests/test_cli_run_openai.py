@@ -126,7 +126,7 @@ def test_a_killed_runs_empty_folder_does_not_block_its_run_id(url, tmp_path):
     res = CliRunner().invoke(app, [
         "run", "--engine", "openai", "--base-url", url, "--model", "null", "--workload", "random", "-n", "2",
         "--input-len", "8", "--output-len", "2", "--warmup", "0", "--no-calibration", "--no-equivalence",
-        "-o", str(tmp_path), "--run-id", "again"])
+        "--request-rate", "inf", "-o", str(tmp_path), "--run-id", "again"])
     assert res.exit_code == 0, res.output
     assert "reusing" in res.stderr and "no measurement" in res.stderr
     assert json.loads((dead / "summary.json").read_text())["engines"]["openai"]["status"] == "ok"
@@ -136,8 +136,8 @@ def test_a_killed_runs_empty_folder_does_not_block_its_run_id(url, tmp_path):
 def _openai_run(url: str, out, run_id: str, *extra: str):
     return CliRunner().invoke(app, [
         "run", "--engine", "openai", "--base-url", url, "--model", "m", "--workload", "random", "-n", "3",
-        "--input-len", "8", "--output-len", "2", "--warmup", "0", "--no-calibration", "-o", str(out),
-        "--run-id", run_id, *extra])
+        "--input-len", "8", "--output-len", "2", "--warmup", "0", "--no-calibration", "--request-rate", "inf",
+        "-o", str(out), "--run-id", run_id, *extra])
 
 
 def test_the_equivalence_check_gives_up_at_the_request_timeout(tmp_path):

@@ -97,7 +97,7 @@ def test_a_warm_up_that_hit_the_cache_leaves_the_measured_phase_at_0_percent(war
     monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: CountingEngine())
     res = CliRunner().invoke(app, ["run", "--engine", "own", "--workload", "random", "--num-requests", "6",
                                    "--input-len", "8", "--output-len", "3", "--warmup", "0", "--no-calibration",
-                                   "--no-equivalence", "-o", str(tmp_path), "--run-id", "warm"])
+                                   "--no-equivalence", "--request-rate", "inf", "-o", str(tmp_path), "--run-id", "warm"])
     assert res.exit_code in (0, 1), res.output  # 1: the reference engine alone is never recommended
     em = json.loads((tmp_path / "warm" / "summary.json").read_text())["engines"]["own"]["engine_metrics"]
     assert em["prefix_cache_hit_rate"] == 0.0  # cumulative counters would say 90 / 160 = 56%

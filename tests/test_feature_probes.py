@@ -279,7 +279,8 @@ def served(seen: list[dict[str, Any]]) -> Iterator[str]:
 
 
 ARGS = ["--engine", "openai", "--model", "m", "--workload", "random", "--num-requests", "4", "--input-len", "8",
-        "--output-len", "3", "--warmup", "0", "--no-calibration", "--no-equivalence", "--repeats", "2"]
+        "--output-len", "3", "--warmup", "0", "--no-calibration", "--no-equivalence", "--repeats", "2",
+        "--request-rate", "inf"]  # one load point (no ladder)
 
 
 def test_bench_run_probes_once_after_the_measured_phase_and_stores_the_verdicts(tmp_path: Path) -> None:

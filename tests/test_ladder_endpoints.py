@@ -28,13 +28,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def slotted():
-    """Three paced servers (30 ms to the first token, 10 ms per token) with 1, 2 and 4 slots."""
+def _servers(specs: dict[str, list[str]]):
+    """Paced servers by name (30 ms to the first token, 10 ms per token), with their extra flags."""
     procs, urls = [], {}
-    for name, slots in (("one", 1), ("two", 2), ("four", 4)):
+    for name, extra in specs.items():
         port = _port()
-        procs.append(subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--slots", str(slots)]))
+        procs.append(subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), *extra]))
         urls[name] = f"http://127.0.0.1:{port}"
     try:
         for url in urls.values():
@@ -53,14 +52,22 @@ def slotted():
             p.wait(10)
 
 
+@pytest.fixture(scope="module")
+def slotted():
+    """Three paced servers with 1, 2 and 4 slots."""
+    yield from _servers({"one": ["--slots", "1"], "two": ["--slots", "2"], "four": ["--slots", "4"]})
+
+
+ARGS = ["--model", "paced", "--workload", "random", "--input-len", "8", "--output-len", "8", "--slo",
+        "ttft_p90=150,tpot_p90=50", "--warmup", "1", "--no-calibration", "--no-feature-probes", "--no-equivalence"]
+
+
 def test_three_endpoints_are_ranked_by_their_capacity(slotted, tmp_path):
     # a request holds its slot 30 + 7 x 10 = 100 ms; TTFT p90 <= 150 ms holds while at most one
     # request waits per slot, so each server's capacity is about its slots x 8 tokens / 0.1 s
     res = CliRunner().invoke(app, [
         "run", "--endpoint", f"one={slotted['one']}", "--endpoint", f"two={slotted['two']}",
-        "--endpoint", f"four={slotted['four']}", "--model", "paced", "--workload", "random", "--input-len", "8",
-        "--output-len", "8", "--slo", "ttft_p90=150,tpot_p90=50", "--ladder-budget", "40", "--warmup", "1",
-        "--no-calibration", "--no-feature-probes", "--no-equivalence", "-o", str(tmp_path), "--run-id", "three"])
+        "--endpoint", f"four={slotted['four']}", *ARGS, "--ladder-budget", "40", "-o", str(tmp_path), "--run-id", "three"])
     assert res.exit_code == 0, res.output
     run = load_run(tmp_path / "three")
     d = run.ladder.decision
@@ -74,3 +81,21 @@ def test_three_endpoints_are_ranked_by_their_capacity(slotted, tmp_path):
     assert res.output.index("Verdict") < res.output.index("Details")
     assert d.sentence.startswith("four sustains") and len(d.sentence) <= 320
     assert json.loads((tmp_path / "three" / "ladder.json").read_text())["decision"]["winner"] == "four"
+
+
+def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_path):
+    # 'crashy' has more slots but dies after 70 completions (its warm-up, then loads 1, 2 and 4 = 12 + 12 + 16 ...)
+    for urls in _servers({"sturdy": ["--slots", "2"], "crashy": ["--slots", "4", "--die-after", "70"]}):
+        res = CliRunner().invoke(app, ["run", "--endpoint", f"sturdy={urls['sturdy']}", "--endpoint",
+                                       f"crashy={urls['crashy']}", *ARGS, "--ladder-budget", "30", "-o", str(tmp_path),
+                                       "--run-id", "crash"])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "crash")
+    crashy = run.ladder.engines["crashy"]
+    assert crashy.stopped == "crashed" and "stopped answering" in crashy.crash and crashy.crashed_at is not None
+    assert [p.load for p in crashy.points][:3] == [1, 2, 4]  # what it measured before dying is kept
+    assert crashy.capacity is not None and crashy.capacity.output_tps > 0
+    assert crashy.excluded.startswith(f"crashed under load ({crashy.crashed_at} in flight)")
+    assert run.ladder.decision.winner == "sturdy" and run.ladder.decision.excluded["crashy"] == crashy.excluded
+    report = (tmp_path / "crash" / "report.md").read_text()  # reported, in the capacity table's gates
+    assert report.count("crashed under load") >= 1 and "| crashy |" in report

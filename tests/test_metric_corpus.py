@@ -176,7 +176,7 @@ def bench_run(url: str, out: Any, run_id: str, *extra: str) -> Any:
     return CliRunner().invoke(__import__("harness.app.cli", fromlist=["app"]).app, [
         "run", "--engine", "openai", "--base-url", url, "--model", "m", "--workload", "random", "--api", "chat",
         "--num-requests", "4", "--input-len", "40", "--output-len", "6", "--warmup", "0", "--no-calibration",
-        "--no-equivalence", "--no-feature-probes", "-o", str(out), "--run-id", run_id, *extra,
+        "--no-equivalence", "--no-feature-probes", "--request-rate", "inf", "-o", str(out), "--run-id", run_id, *extra,
     ])
 
 

@@ -49,7 +49,7 @@ class CrashingEngine(NullEngine):
 
 
 ARGS = ["--workload", "random", "--num-requests", "5", "--input-len", "8", "--output-len", "3",
-        "--warmup", "0", "--no-calibration", "--no-equivalence"]
+        "--warmup", "0", "--no-calibration", "--no-equivalence", "--request-rate", "inf"]  # one load point (no ladder)
 
 
 def test_engine_crash_is_reported_with_log_tail_and_run_continues(url, tmp_path, monkeypatch):

@@ -38,7 +38,8 @@ pytestmark = pytest.mark.ray
 cloudpickle.register_pickle_by_value(ray_engines)  # the workers cannot import the tests folder
 
 ARGS = ["--workload", "random", "--num-requests", "6", "--input-len", "8", "--output-len", "4", "--warmup", "1",
-        "--no-calibration", "--no-equivalence", "--no-feature-probes", "--threads", "1"]
+        "--no-calibration", "--no-equivalence", "--no-feature-probes", "--threads", "1",
+        "--request-rate", "inf"]  # one load point per trial (no ladder)
 DRIVER = Path(__file__).parent / "fake_servers" / "ray_driver.py"
 
 

@@ -445,7 +445,7 @@ def test_bench_run_records_resources_install_size_and_cost(process_group: int, t
         res = CliRunner().invoke(app, ["run", "--engine", "own,openai", "--base-url", url, "--workload", "random",
                                        "--num-requests", "5", "--input-len", "8", "--output-len", "3", "--warmup", "0",
                                        "--no-calibration", "--no-equivalence", "--price-per-hour", "2",
-                                       "-o", str(tmp_path), "--run-id", "res"])
+                                       "--request-rate", "inf", "-o", str(tmp_path), "--run-id", "res"])
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "res" / "summary.json").read_text())
     manifest = json.loads((tmp_path / "res" / "manifest.json").read_text())

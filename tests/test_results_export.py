@@ -18,7 +18,7 @@ from results.schema import SCHEMA_VERSION, Distribution, Goodput, Metrics, Reque
 from results.store import read_records
 
 ARGS = ["--workload", "random", "--num-requests", "6", "--input-len", "8", "--output-len", "4",
-        "--warmup", "1", "--no-calibration", "--no-equivalence", "--repeats", "2"]
+        "--warmup", "1", "--no-calibration", "--no-equivalence", "--repeats", "2", "--request-rate", "inf"]
 
 
 @pytest.fixture(scope="module")

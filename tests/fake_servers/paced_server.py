@@ -11,6 +11,7 @@ request after the N-th waits an hour before answering (a trial that is killed mi
 ``GET /_served`` is the number of completions finished. ``--pid-file``: its pid is written there.
 ``--slots N``: at most N completions stream at once, the others wait first in, first out (an
 engine's ``max_num_seqs``): its capacity grows with N until its TTFT, queueing included, breaks.
+``--die-after N``: the process exits (code 3) once N completions were served (a crash under load).
 """
 
 import argparse
@@ -21,7 +22,8 @@ import os
 from aiohttp import web
 
 
-def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | None = None) -> web.Application:
+def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | None = None,
+             die_after: int | None = None) -> web.Application:
     app = web.Application()
     state = {"started": 0, "served": 0}
     gate = asyncio.Semaphore(slots) if slots else None  # FIFO: asyncio's waiters are woken in order
@@ -61,6 +63,8 @@ def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | 
         await resp.write(b"data: " + json.dumps({"id": "p", "choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         state["served"] += 1
+        if die_after is not None and state["served"] >= die_after:
+            asyncio.get_running_loop().call_later(0.05, os._exit, 3)  # a crash: the process is gone
         return resp
 
     app.router.add_get("/health", health)
@@ -79,11 +83,13 @@ def main() -> None:
     ap.add_argument("--stall-after", type=int, default=None)
     ap.add_argument("--pid-file", default=None)
     ap.add_argument("--slots", type=int, default=None)
+    ap.add_argument("--die-after", type=int, default=None)
     args = ap.parse_args()
     if args.pid_file:
         with open(args.pid_file, "w") as fh:
             fh.write(str(os.getpid()))
-    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after, args.slots), host="127.0.0.1",
+    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after, args.slots, args.die_after),
+                host="127.0.0.1",
                 port=args.port, print=None, access_log=None)
 
 

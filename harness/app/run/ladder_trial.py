@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from adapters.resources import with_output_tokens
+from adapters.base import EngineError
 from results.schema import FeatureProbe, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
@@ -119,6 +120,9 @@ class _Points:
         t0 = time.monotonic()
         m = measure(self.plan.name, self.session.endpoint, workload, repeat, self.sink, tokenizer=self.tokenizer,
                     options=options, probe=index)
+        if m.metrics.requests_failed and "connection" in m.metrics.failures_by_class and not answers(self.session.endpoint):
+            raise EngineError(f"{self.plan.name} stopped answering during the point at {load} in flight "
+                              f"({m.metrics.requests_failed} of its requests failed: connection refused)")
         requests = Requests.of(m.records, m.metrics.duration_s)
         sessions = _sessions_done(m.records) if self.spec.workload.name == "agentic" else None
         used = with_output_tokens(m.resources, m.metrics.total_output_tokens) if m.resources is not None else None
@@ -128,6 +132,19 @@ class _Points:
             self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
             self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None
         return requests, sessions
+
+
+def answers(endpoint: Any, timeout_s: float = 5.0) -> bool:
+    """Whether the endpoint still answers ``GET /v1/models`` (a server that crashed does not)."""
+    import urllib.request
+
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(endpoint.base_url + "/v1/models", headers=headers),
+                                    timeout=timeout_s):
+            return True
+    except OSError as exc:
+        return getattr(exc, "code", None) is not None  # an HTTP error is an answer; a refused connection is not
 
 
 def _sessions_done(records: Sequence[RequestRecord]) -> int:
@@ -144,25 +161,38 @@ def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink
     """Engine ``plan``'s climb (a trial body): a session (warm-up, the equivalence prompts),
     the ladder (:meth:`Ladder.climb`) within ``spec.budget_s``, then the feature probes."""
     out = LadderOutcome()
-    with open_session(plan, starter, spec.trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name) as session:
-        points = _Points(plan, session, sink, spec, tokenizer)
-        ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
-                        max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s)
-        console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
-        ladder.climb()
-        for rung in ladder.rungs:
-            console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False)
-        if spec.trial.feature_probes and ladder.stopped != "crashed":
-            from harness.app.core.feature_phase import probe_phase
-
-            out.feature_probes = probe_phase(console, plan.name, session.endpoint,
-                                             target_of(session.endpoint, spec.trial.measure.ignore_eos), tokenizer,
-                                             manifest, spec.trial.measure.request_timeout_s)
-        out.measurements, out.stopped, out.crash, out.crashed_at = points.done, ladder.stopped, ladder.crash, ladder.crashed_at
-        out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
-        out.effective, out.equivalence = session.effective, session.equivalence
-        out.peak_memory_bytes, out.processes = points.peak_memory, points.processes
+    try:
+        with open_session(plan, starter, spec.trial, sink, console, tokenizer=tokenizer,
+                          workload_name=spec.workload.name) as session:
+            _climb(plan, session, sink, console, spec, tokenizer, manifest, out)
+    except EngineError as exc:  # the engine died: a failure when it measured nothing, else its points stand
+        if not out.measurements:
+            raise
+        out.stopped, out.crash = "crashed", out.crash or str(exc)
+        out.crashed_at = out.crashed_at or max(m.load for m in out.measurements)
     return out
+
+
+def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
+           manifest: Manifest, out: LadderOutcome) -> None:
+    """The ladder on the live engine of ``session``, filling ``out`` as it goes."""
+    points = _Points(plan, session, sink, spec, tokenizer)
+    out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
+    out.effective, out.equivalence, out.measurements = session.effective, session.equivalence, points.done
+    ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
+                    max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s)
+    console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
+    ladder.climb()
+    for rung in ladder.rungs:
+        console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False)
+    out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
+    out.peak_memory_bytes, out.processes = points.peak_memory, points.processes
+    if spec.trial.feature_probes and ladder.stopped != "crashed":
+        from harness.app.core.feature_phase import probe_phase
+
+        out.feature_probes = probe_phase(console, plan.name, session.endpoint,
+                                         target_of(session.endpoint, spec.trial.measure.ignore_eos), tokenizer,
+                                         manifest, spec.trial.measure.request_timeout_s)
 
 
 def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
