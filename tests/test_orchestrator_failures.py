@@ -188,7 +188,7 @@ def test_a_90_percent_failing_engine_is_eliminated_in_every_ranking_path(url, ha
     monkeypatch.setattr(registry, "get_adapter",
                         lambda n, hardware=None: HalfDeadEngine(url) if n == "own" else real_get(n, hardware))
     args = ["--workload", "random", "--num-requests", "20", "--input-len", "8", "--output-len", "3",
-            "--warmup", "0", "--no-calibration", "--no-equivalence", "--hardware", "CPU"]
+            "--warmup", "0", "--no-calibration", "--no-equivalence", "--hardware", "CPU", "--request-rate", "inf"]
     res = CliRunner().invoke(app, ["run", "--engine", "openai,own", "--base-url", url, *args,
                                    "-o", str(tmp_path), "--run-id", "halfdead"])
     assert res.exit_code == 0, res.output

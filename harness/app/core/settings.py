@@ -112,14 +112,14 @@ class RunSettings(BaseModel):
     # the options' order in --help (flags; an option not listed follows in field order)
     cli_order: ClassVar[tuple[str, ...]] = (
         "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--output-dir",
+        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--ladder-budget",
+        "--max-load", "--output-dir",
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
-        "--prompt-salt", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
+        "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
         "--startup-timeout", "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes",
         "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
-        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start", "--ladder-budget", "--max-load",
-        "--endpoint")
+        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
 
     engines: Annotated[list[str], Cli("--engine", "-e", type=str, parse=split_list, default="all", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`.")]
