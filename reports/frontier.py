@@ -11,12 +11,13 @@ winner's is a star; the reference engine is dashed (a yardstick).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from results.schema import EngineLadder, LadderSummary
 
 from .plots import _figure, _png
+
+LOG_SPREAD = 10.0  # the throughput axis is logarithmic when the plotted points span more than this factor
 
 
 def _capacity_xy(ladder: EngineLadder) -> tuple[float, float] | None:
@@ -64,12 +65,18 @@ def frontier_png(s: LadderSummary) -> bytes | None:
         ax.axvline(1000.0 / tpot, color="crimson", linestyle=":", linewidth=2.0,
                    label=f"TPOT SLO ({1000.0 / tpot:.3g} tok/s per user; slower to its left)")
     ax.set_xlabel("interactivity: tokens/s per user (1000 / median TPOT)")
-    ax.set_ylabel(f"output tokens/s per device ({s.devices} device{'s' if s.devices > 1 else ''})")
+    ys = [p.output_tps for e in curves.values() for p in e.points if p.output_tps > 0]
+    log = bool(ys) and max(ys) > LOG_SPREAD * min(ys)  # engines 10x apart: a linear axis flattens the slow ones
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(f"output tokens/s per device ({s.devices} device{'s' if s.devices > 1 else ''})"
+                  + (", log scale" if log else ""))
     ax.set_title(f"Throughput vs interactivity, {s.workload}: points labelled by load (in flight); "
                  "★ winner, ◆ capacity at the SLO with its 95 % interval", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="best")
+    ax.grid(True, alpha=0.3, which="both")
+    if not log:
+        ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the chart: never over a curve
     return _png(fig)
 
 
@@ -97,17 +104,19 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
         ge = "≥ " if ok and cap.open else ""  # type: ignore[union-attr]
         rows.append({
             "engine": name + (" ★" if d and name == d.winner else "") + (" (yardstick)" if e.reference else ""),
-            "capacity": f"{ge}{cap.output_tps:,.1f}" if ok else "0",  # type: ignore[union-attr]
+            "capacity": f"{ge}{cap.output_tps:,.1f}" if ok else ("0" if cap is not None else "–"),  # type: ignore[union-attr]
             "interval": f"[{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" if ok and cap.interval else "–",  # type: ignore[union-attr]
             "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]
             "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
             "usd": f"${cap.usd_per_1m_output_tokens:.3g}" if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
             "devices": str(cap.devices_needed) if ok and cap.devices_needed else "–",  # type: ignore[union-attr]
-            "gates": e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value),
+            "gates": _short(e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value)),
             "stopped": e.stopped,
         })
     return rows
 
 
-def is_finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
+def _short(reason: str, limit: int = 110) -> str:
+    """A gate's reason for a table cell: its first clause, at most ``limit`` characters."""
+    first = reason.split(" - ")[0].split("; ")[0]
+    return first if len(first) <= limit else first[:limit - 1] + "…"

@@ -319,3 +319,27 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
     assert s["engines"]["own"]["status"] == "failed" and s["engines"]["own"]["metrics"]["requests_completed"] >= 3
     assert s["engines"]["transformers"]["status"] == "not_measured"
     assert ray.is_initialized() and ray.get(ray.remote(lambda: 7).remote(), timeout=60) == 7
+
+
+def test_ladders_on_ray_give_the_local_ladders(local_ray, monkeypatch, tmp_path):
+    """The main job (load ladders) with --executor ray: each engine's climb a Ray trial, the
+    decisive repeats trials too; the same ladder.json a local run writes (same loads climbed,
+    capacities within the pacing noise)."""
+    _paced(monkeypatch, tmp_path)
+    ladder = [a for a in ARGS if a not in ("--request-rate", "inf")] + [
+        "--engine", "own,transformers", "--ladder-budget", "30", "--max-load", "4", "--slo", "ttft_p90=2000,tpot_p90=200"]
+    res = CliRunner().invoke(app, ["run", *ladder, "-o", str(tmp_path), "--run-id", "local-ladder"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["run", *ladder, "--executor", "ray", "-o", str(tmp_path), "--run-id", "ray-ladder"])
+    assert res.exit_code == 0, res.output
+    local, remote = (json.loads((tmp_path / r / "ladder.json").read_text()) for r in ("local-ladder", "ray-ladder"))
+    assert set(local["engines"]) == set(remote["engines"]) == {"own", "transformers"}
+    for name in ("own", "transformers"):
+        a, b = local["engines"][name], remote["engines"][name]
+        assert [p["load"] for p in a["points"]] == [p["load"] for p in b["points"]] == [1, 2, 4]
+        assert a["stopped"] == b["stopped"] == "max_load" and a["capacity"]["open"] and b["capacity"]["open"]
+        assert abs(a["capacity"]["output_tps"] - b["capacity"]["output_tps"]) < 0.2 * a["capacity"]["output_tps"]
+    assert remote["decision"]["winner"] == local["decision"]["winner"] == "transformers"  # own is the yardstick
+    manifest = json.loads((tmp_path / "ray-ladder" / "manifest.json").read_text())
+    assert {t["node_id"] for t in manifest["engines"]["own"]["ray_trials"]} == {local_ray}
+    assert _gone(_server_pids(tmp_path), 10) == []
