@@ -109,11 +109,18 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
             "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]
             "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
             "usd": f"${cap.usd_per_1m_output_tokens:.3g}" if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
-            "devices": str(cap.devices_needed) if ok and cap.devices_needed else "–",  # type: ignore[union-attr]
+            "devices": _devices(cap) if ok else "–",
             "gates": _short(e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value)),
             "stopped": e.stopped,
         })
     return rows
+
+
+def _devices(cap: Any) -> str:
+    """``3 ($0.20/h)``: the devices ``--target-load`` needs at the SLO and their cost; – without a target."""
+    if not cap.devices_needed:
+        return "–"
+    return f"{cap.devices_needed}" + (f" (${cap.usd_per_hour:.3g}/h)" if cap.usd_per_hour is not None else "")
 
 
 def _short(reason: str, limit: int = 110) -> str:

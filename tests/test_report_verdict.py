@@ -85,3 +85,19 @@ def test_the_verdict_names_the_winner_with_its_ratio(tmp_path: Path, name: str) 
     d = load_run(run_dir).ladder.decision
     assert d.winner == name and d.runner_up == "slow" and d.yardsticks == ["own"] and not d.tie
     assert d.sentence.startswith("fast sustains") and "× [" in d.sentence and "slow's" in d.sentence
+
+
+def test_a_target_load_sizes_the_devices_and_their_cost(tmp_path: Path) -> None:
+    from results.store import load_run, read_records
+
+    run_dir = ladder_run(tmp_path)
+    ladder = load_run(run_dir).ladder
+    judge(ladder, read_records(run_dir / "requests.jsonl"), SLOS, price_per_hour=2.0, target_tps=1000.0)
+    fast = ladder.engines["fast"].capacity
+    assert fast.devices_needed == -(-1000 // fast.output_tps)  # ceil(target / capacity per device)
+    assert fast.usd_per_hour == fast.devices_needed * 2.0
+    assert fast.usd_per_1m_output_tokens == 2.0 / (fast.output_tps * 3600) * 1e6
+    from reports.frontier import capacity_rows
+
+    row = next(r for r in capacity_rows(ladder) if r["engine"].startswith("fast"))
+    assert row["devices"] == f"{fast.devices_needed} (${fast.usd_per_hour:.3g}/h)"

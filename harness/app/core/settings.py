@@ -113,7 +113,7 @@ class RunSettings(BaseModel):
     cli_order: ClassVar[tuple[str, ...]] = (
         "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
         "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--ladder-budget",
-        "--max-load", "--output-dir",
+        "--max-load", "--target-load", "--output-dir",
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
         "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
@@ -171,6 +171,7 @@ class RunSettings(BaseModel):
     # the load ladder (the main job when no load point is asked for; harness/app/run/ladder_main.py)
     ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
+    target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
 
     @property
     def ladder(self) -> bool:
@@ -245,7 +246,7 @@ class RunSettings(BaseModel):
             raise ValueError(f"--engine lists {dup!r} twice: name each engine once")
         return engines
 
-    @field_validator("threads", "request_timeout_s", "startup_timeout_s", "ladder_budget_s")
+    @field_validator("threads", "request_timeout_s", "startup_timeout_s", "ladder_budget_s", "target_load")
     @classmethod
     def _positive(cls, value: Any, info: ValidationInfo) -> Any:
         checks.check_positive(_flag(cls, info), value)

@@ -46,7 +46,8 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
                       f"SLO breaks or throughput stops rising, then bisected; {cfg.ladder_budget_s:g} s of measuring "
                       "per engine", highlight=False)
         spec = ladder_spec(cfg, orch.kind, state.workload, slos)
-        job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats))
+        job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
+                        target_tps=cfg.target_load)
         interrupted = job.climb(engines)
         if not interrupted:
             interrupted = job.decisive_repeats(engines)

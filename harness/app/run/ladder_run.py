@@ -60,9 +60,9 @@ class LadderJob:
     kept frozen between their climb and the decisive repeats (all fit at once)."""
 
     def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Any, *, tokenizer: Any,
-                 boundary_repeats: int = 2) -> None:
+                 boundary_repeats: int = 2, target_tps: float | None = None) -> None:
         self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
-        self.tokenizer, self.boundary_repeats = tokenizer, boundary_repeats
+        self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps
         self.t0 = time.monotonic()
 
     # -- phase 1 -------------------------------------------------------------------------------
@@ -140,12 +140,13 @@ class LadderJob:
         s = LadderSummary(run_id=run_id, workload=workload, slos={x.key: x.threshold_ms for x in self.spec.slos},
                           slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
                           budget_per_engine_s=self.spec.budget_s, boundary_repeats=self.boundary_repeats,
-                          seed=self.spec.workload.seed or 0)
+                          seed=self.spec.workload.seed or 0,
+                          target_load={"output_tps": self.target_tps} if self.target_tps else None)
         for e in engines:
             s.engines[e.name] = self._engine_ladder(e)
         s.engines.update(skipped)
         price = run_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
-        judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None)
+        judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps)
         for e in engines:
             self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
         s.wall_s = round(time.monotonic() - self.t0, 2)

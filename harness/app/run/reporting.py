@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.hardware import get_profile
+from results.hardware import run_price
 from results.hardware import profile_from_manifest
 from harness.metrics.derive import complete_metrics
 from harness.metrics.timeline import timelines
@@ -126,5 +127,34 @@ def score_and_report(run_dir: Path, cfg: Any) -> Recommendation:
     hw = hw if cfg.price_per_hour is None else hw.with_price(cfg.price_per_hour)
     rec = recommend([run], hardware=hw, slos=cfg.slos or None, preset=cfg.preset, max_failure_rate=cfg.max_failure_rate)
     write_recommendation(run_dir, rec)
+    if run.ladder is not None:  # the ladder decision takes the declared-fact gates of the scorer
+        regate_ladder(run, rec)
     write_run_reports(run_dir, rec)
     return rec
+
+
+LADDER_GATE_STAGES = ("hardware", "feature", "memory")
+"""The scorer's gates the ladder decision also applies: the target hardware, a required feature,
+the memory fit (the others, reliability and the SLO, the ladder judges itself; validity's client
+checks never exclude an engine from it)."""
+
+
+def regate_ladder(run: Run, rec: Recommendation) -> None:
+    """Decide ``run``'s ladders again with the scorer's hardware, feature and memory gates
+    (engine → its one-line reason) and store ``ladder.json``; nothing changes without one."""
+    from harness.metrics import parse_slos
+    from harness.scoring.decision import judge
+    from results.schema import LADDER_FILE
+    from results.store import write_model_atomic
+
+    ladder = run.ladder
+    assert ladder is not None
+    gates = {name: rec.eliminated[name] for name, stage in rec.elimination_stage.items()
+             if stage in LADDER_GATE_STAGES and name in ladder.engines}
+    if not gates:
+        return
+    slos = parse_slos(",".join(f"{k}={v}" for k, v in ladder.slos.items()))
+    price = run_price(run.manifest.hardware)
+    target = (ladder.target_load or {}).get("output_tps")
+    judge(ladder, run.records, slos, price_per_hour=price[0] if price else None, target_tps=target, extra_gates=gates)
+    write_model_atomic(run.run_dir / LADDER_FILE, ladder)
