@@ -17,7 +17,6 @@ prints the numbers a closing note quotes.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import time
@@ -25,37 +24,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.base import EngineError  # noqa: E402
-from harness.app.run.ladder import Ladder  # noqa: E402
-from harness.loadgen.simulated import SimEngine, simulate, true_capacity  # noqa: E402
+from harness.app.run import testbed  # noqa: E402
+from harness.app.run.testbed import faster  # noqa: E402
+from harness.loadgen.simulated import SimEngine, true_capacity  # noqa: E402
 from harness.metrics import parse_slos  # noqa: E402
-from harness.scoring.frontier import Requests  # noqa: E402
 from harness.scoring.verdict import Candidate, decide  # noqa: E402
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
 OUTPUT_TOKENS = 32
 
 
-def climb(engine: SimEngine, trial: int) -> Ladder:
-    def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
-        if engine.crash_at is not None and load >= engine.crash_at:
-            raise EngineError(f"{engine.name} died")
-        records, duration = simulate(engine, load, max(16, 4 * load), OUTPUT_TOKENS, seed=trial * 100_003 + seed)
-        return Requests.of(records, duration), None
-
-    ladder = Ladder(measure, SLOS)
-    ladder.climb()
-    ladder.repeat_boundary(2)
-    return ladder
-
-
 def candidate(engine: SimEngine, trial: int) -> Candidate:
-    return Candidate(engine.name, climb(engine, trial).capacity(seed=trial), startup_s=engine.startup_s,
-                     processes=engine.processes, peak_memory_bytes=engine.peak_memory_bytes)
-
-
-def faster(engine: SimEngine, name: str, factor: float) -> SimEngine:
-    return dataclasses.replace(engine, name=name, prefill_ms=engine.prefill_ms / factor, tpot_ms=engine.tpot_ms / factor)
+    return testbed.candidate(engine, trial, SLOS, OUTPUT_TOKENS)
 
 
 def main() -> None:
@@ -85,7 +65,8 @@ def main() -> None:
                 SimEngine("few_slots", slots=4, prefill_ms=40, tpot_ms=15, batch_slowdown=0.05, jitter=args.jitter)]
     for engine in profiles:
         truth = true_capacity(engine, OUTPUT_TOKENS, 1000, 60)
-        got = [c.output_tps for t in range(max(5, args.trials // 4)) if (c := climb(engine, t).capacity(seed=t))]
+        got = [c.output_tps for t in range(max(5, args.trials // 4))
+               if (c := testbed.climb(engine, t, SLOS, OUTPUT_TOKENS).capacity(seed=t))]
         errors = [(g - truth) / truth for g in got]
         print(f"| {engine.name} | {truth:,.1f} | {statistics.median(got):,.1f} | {statistics.median(errors):+.1%} "
               f"[{min(errors):+.1%}..{max(errors):+.1%}] |")

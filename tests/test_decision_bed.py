@@ -15,11 +15,11 @@ import dataclasses
 
 import pytest
 
-from adapters.base import EngineError
+from harness.app.run import testbed
 from harness.app.run.ladder import Ladder
-from harness.loadgen.simulated import SimEngine, simulate, true_capacity
+from harness.app.run.testbed import faster
+from harness.loadgen.simulated import SimEngine, true_capacity
 from harness.metrics import parse_slos
-from harness.scoring.frontier import Requests
 from harness.scoring.verdict import Candidate, decide
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
@@ -30,31 +30,12 @@ CAPACITY_TOLERANCE = 0.15  # stated: a capacity within 15 % of the analytic stea
 BASE = SimEngine("base", slots=16, prefill_ms=80, tpot_ms=25, batch_slowdown=0.08, jitter=0.08)
 
 
-def faster(engine: SimEngine, name: str, factor: float) -> SimEngine:
-    """``engine`` with every time divided by ``factor``: its capacity is ``factor`` times as high."""
-    return dataclasses.replace(engine, name=name, prefill_ms=engine.prefill_ms / factor, tpot_ms=engine.tpot_ms / factor)
-
-
 def climb(engine: SimEngine, trial: int, repeats: int = 2) -> Ladder:
-    """``engine``'s ladder as the main job climbs it: 4 requests per slot of load, 16 at least,
-    then ``repeats`` more measurements of the two points bracketing the boundary. An engine with
-    ``crash_at`` dies (EngineError) at that load and stays dead."""
-    def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
-        if engine.crash_at is not None and load >= engine.crash_at:
-            raise EngineError(f"{engine.name}: the server exited unexpectedly (code -9)")
-        records, duration = simulate(engine, load, max(16, 4 * load), OUTPUT_TOKENS, seed=trial * 100_003 + seed)
-        return Requests.of(records, duration), None
-
-    ladder = Ladder(measure, SLOS)
-    ladder.climb()
-    ladder.repeat_boundary(repeats)
-    return ladder
+    return testbed.climb(engine, trial, SLOS, OUTPUT_TOKENS, repeats)
 
 
 def candidate(engine: SimEngine, trial: int) -> Candidate:
-    cap = climb(engine, trial).capacity(seed=trial)
-    return Candidate(engine.name, cap, startup_s=engine.startup_s, processes=engine.processes,
-                     peak_memory_bytes=engine.peak_memory_bytes)
+    return testbed.candidate(engine, trial, SLOS, OUTPUT_TOKENS)
 
 
 def test_the_capacity_lands_near_the_analytic_truth() -> None:

@@ -111,6 +111,22 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
         fail(str(exc))
 
 
+def print_outputs(console: Any, run_dir: Path, files: list[tuple[str, str]]) -> None:
+    """``Results: DIR`` then each of ``files`` ((label, file name)) that the job wrote."""
+    console.print(f"\nResults: {run_dir}", markup=False)
+    for label, name in files:
+        if (run_dir / name).exists():
+            console.print(f"{label}:  {run_dir / name}", markup=False)
+
+
+def exit_if_interrupted(cause: str, kept: str) -> None:
+    """After a job: one line and the signal's exit status when ``cause`` interrupted it (``kept``:
+    what was measured and is kept)."""
+    if cause:
+        err_console.print(f"[yellow]interrupted by {cause}: engines stopped; {kept} measured so far are kept[/]")
+        raise typer.Exit(exit_code(cause))
+
+
 def guarded(fn: Any) -> Any:
     """Run ``fn`` turning the harness's known errors into one-line messages."""
     from adapters.base import EngineError

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
 from harness.app.cli import report as cli_report
-from harness.app.core.signals import exit_code
-from harness.app.cli.common import err_console, fail, guarded, make_console, reuse_run_folder
+from harness.app.cli.common import exit_if_interrupted, fail, guarded, make_console, print_outputs, reuse_run_folder
 from harness.app.cli.options import command_from
 from harness.app.cli.verdict import print_verdict
 from harness.app.core.settings import RunSettings
@@ -34,13 +31,8 @@ def run(settings: RunSettings) -> None:
     if result.recommendation is not None:
         console.rule("Weighted score (a secondary view; the verdict decides)" if result.ladder else "Recommendation")
         cli_report.print_recommendation(result.recommendation, console)
-    console.print(f"\nResults: {result.run_dir}", markup=False)
-    for name in ("report.md", "report.html"):
-        if (result.run_dir / name).exists():
-            console.print(f"Report:  {result.run_dir / name}", markup=False)
-    if result.interrupted:
-        err_console.print(f"[yellow]interrupted by {result.interrupted}: engines stopped; results measured so far are kept[/]")
-        raise typer.Exit(exit_code(result.interrupted))
+    print_outputs(console, result.run_dir, [("Report", "report.md"), ("Report", "report.html")])
+    exit_if_interrupted(result.interrupted, "results")
     if not result.summary.ok_engines():
         fail("no engine produced a measurement (see the reasons above)", code=1)
 

@@ -7,12 +7,10 @@ could be searched; 2 = bad input (one line on stderr); 130 = interrupted (result
 
 from __future__ import annotations
 
-import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.core.signals import exit_code
-from harness.app.cli.common import err_console, fail, guarded, make_console, reuse_run_folder
+from harness.app.cli.common import exit_if_interrupted, fail, guarded, make_console, print_outputs, reuse_run_folder
 from harness.app.cli.options import command_from
 from harness.app.search.config import SearchSettings
 
@@ -26,13 +24,8 @@ def search(settings: SearchSettings) -> None:
     reuse_run_folder(settings.output_dir, settings.run_id)
     result = guarded(lambda: SearchOrchestrator(settings, console).run())
     print_search(result.summary)
-    console.print(f"\nResults: {result.run_dir}", markup=False)
-    for name in ("search.md", "search_latency_vs_load.png"):
-        if (result.run_dir / name).exists():
-            console.print(f"{'Report' if name.endswith('.md') else 'Plot'}:  {result.run_dir / name}", markup=False)
-    if result.interrupted:
-        err_console.print(f"[yellow]interrupted by {result.interrupted}: engines stopped; probes measured so far are kept[/]")
-        raise typer.Exit(exit_code(result.interrupted))
+    print_outputs(console, result.run_dir, [("Report", "search.md"), ("Plot", "search_latency_vs_load.png")])
+    exit_if_interrupted(result.interrupted, "probes")
     rec = result.summary.capacity_recommendation
     if rec is None or not rec.ranking:
         fail("no engine could be searched (see the reasons above)", code=1)
