@@ -111,7 +111,8 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
             "usd": f"${cap.usd_per_1m_output_tokens:.3g}" if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
             "devices": _devices(cap) if ok else "–",
             "gates": _short(e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value)),
-            "stopped": e.stopped,
+            "stopped": e.stopped + ("; client-limited at " + ", ".join(str(p.load) for p in e.points if p.client_limited)
+                                    + " (more --client-workers)" if any(p.client_limited for p in e.points) else ""),
         })
     return rows
 

@@ -101,3 +101,21 @@ def test_a_target_load_sizes_the_devices_and_their_cost(tmp_path: Path) -> None:
 
     row = next(r for r in capacity_rows(ladder) if r["engine"].startswith("fast"))
     assert row["devices"] == f"{fast.devices_needed} (${fast.usd_per_hour:.3g}/h)"
+
+
+def test_points_the_client_may_have_limited_are_marked_not_held_against_the_engine(tmp_path: Path) -> None:
+    from reports.frontier import capacity_rows
+    from results.store import load_run, read_records
+
+    run_dir = ladder_run(tmp_path)
+    ladder = load_run(run_dir).ladder
+    before = {n: e.capacity.output_tps for n, e in ladder.engines.items()}
+    judge(ladder, read_records(run_dir / "requests.jsonl"), SLOS, client_rps=5.0)  # a client that tops out at 5 req/s
+    fast = ladder.engines["fast"]
+    marked = [p.load for p in fast.points if p.client_limited]
+    assert marked and all(p.request_rate > 5.0 for p in fast.points if p.client_limited)
+    assert all(not p.client_limited for p in fast.points if p.request_rate <= 5.0)
+    assert {n: e.capacity.output_tps for n, e in ladder.engines.items()} == before  # nothing excluded or changed
+    assert ladder.decision.winner == "fast"
+    row = next(r for r in capacity_rows(ladder) if r["engine"].startswith("fast"))
+    assert f"client-limited at {', '.join(map(str, marked))} (more --client-workers)" in row["stopped"]

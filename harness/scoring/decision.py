@@ -88,8 +88,9 @@ def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | Non
                          usd_per_hour=needed * price_per_hour if needed is not None and price_per_hour is not None else None)
 
 
-def _fill_points(ladder: EngineLadder, cap: Capacity) -> None:
-    """Each stored point's verdict and frontier coordinates, as the capacity judged them."""
+def _fill_points(ladder: EngineLadder, cap: Capacity, client_rps: float | None = None) -> None:
+    """Each stored point's verdict and frontier coordinates, as the capacity judged them, and
+    whether the client may have limited it (its request rate above ``client_rps``)."""
     by_load = {int(p.load): p for p in cap.points}
     for point in ladder.points:
         stats = by_load.get(point.load)
@@ -100,6 +101,8 @@ def _fill_points(ladder: EngineLadder, cap: Capacity) -> None:
         point.values = {k: finite(v) for k, v in stats.values.items() if not math.isnan(v)}
         point.failure_rate, point.output_tps = stats.failure_rate, stats.output_tps
         point.request_rate, point.per_user_tps = stats.request_rate, stats.per_user_tps
+        requests_per_s = point.metrics.request_throughput if point.metrics is not None else stats.request_rate
+        point.client_limited = bool(client_rps and requests_per_s and requests_per_s > client_rps)
 
 
 def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate: float) -> str:
@@ -124,10 +127,12 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
 
 def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
           price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, str] | None = None,
-          seed: int = 0) -> LadderSummary:
+          client_rps: float | None = None, seed: int = 0) -> LadderSummary:
     """Fill each engine's capacity and the decision of ``summary`` (in place; also returned)
     from ``records``; ``extra_gates``: exclusions decided elsewhere (memory fit, a required
-    feature), engine → one line."""
+    feature), engine → one line; ``client_rps``: the request rate the client can send without
+    limiting the load (half its calibrated maximum, times its workers; None = not calibrated):
+    points above it are marked client-limited, never held against the engine."""
     agentic = summary.workload == "agentic"
     candidates = []
     for name, ladder in summary.engines.items():
@@ -137,7 +142,7 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
             cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps)
-            _fill_points(ladder, cap)
+            _fill_points(ladder, cap, client_rps)
         ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate)
         candidates.append(Candidate(name, cap, excluded=ladder.excluded, reference=name in REFERENCE_ENGINES,
                                     startup_s=ladder.startup_s, processes=ladder.processes,

@@ -25,7 +25,9 @@ class LadderPoint(Artefact):
     ``failure_rate``, ``binding`` (the SLO nearest its threshold, or "errors"). The frontier's
     axes: ``output_tps`` (output tokens/s per device), ``request_rate`` (requests/s; agentic:
     sessions/s), ``per_user_tps`` (tokens/s per user: 1000 / median TPOT). ``wall_s``: its
-    measurements' wall time (s)."""
+    measurements' wall time (s). ``client_limited``: the client sent its requests faster than
+    half its calibrated maximum there, so it may be what limited the load (never held against
+    the engine: measure again with more ``--client-workers``)."""
 
     index: int
     load: int
@@ -41,6 +43,7 @@ class LadderPoint(Artefact):
     request_rate: float = 0.0
     per_user_tps: float | None = None
     wall_s: float = 0.0
+    client_limited: bool = False
 
 
 class CapacityAtSLO(Artefact):

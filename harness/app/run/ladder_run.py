@@ -142,16 +142,31 @@ class LadderJob:
                           budget_per_engine_s=self.spec.budget_s, boundary_repeats=self.boundary_repeats,
                           seed=self.spec.workload.seed or 0,
                           target_load={"output_tps": self.target_tps} if self.target_tps else None)
+        condition = Condition(tuple(self.spec.slos))
         for e in engines:
             s.engines[e.name] = self._engine_ladder(e)
+            mine = [r for r in records if r.engine == e.name and r.phase == "measured"]
+            for point in s.engines[e.name].points:  # each point's metrics, pooled over its measurements
+                if point_records := [r for r in mine if r.probe == point.index]:
+                    point.metrics = summarise(point_records, condition, intervals=False).pooled
         s.engines.update(skipped)
         price = run_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
-        judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps)
+        judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps,
+              client_rps=self._client_rps())
         for e in engines:
             self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
         s.wall_s = round(time.monotonic() - self.t0, 2)
         write_model_atomic(self.writer.run_dir / LADDER_FILE, s)
         return s
+
+    def _client_rps(self) -> float | None:
+        """The request rate the client sends without limiting the load: half its calibrated
+        maximum per worker (``harness.loadgen.calibrate.CLIENT_RATE_FRACTION``); None uncalibrated."""
+        from harness.loadgen.calibrate import CLIENT_RATE_FRACTION
+
+        cal = self.writer.manifest.client_calibration
+        top = getattr(cal, "max_rate_rps", None) if cal is not None else None
+        return CLIENT_RATE_FRACTION * top * self.spec.trial.measure.client_workers if top else None
 
     def _engine_ladder(self, e: EngineClimb) -> EngineLadder:
         o = e.outcome
@@ -173,13 +188,9 @@ class LadderJob:
     def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
         """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest
         passing load below its boundary; its lowest load when none passed), the ladder's points
-        filled with their pooled metrics and judged values."""
+        with its pooled metrics and intervals."""
         condition = Condition(tuple(self.spec.slos))
         mine = [r for r in records if r.engine == e.name and r.phase == "measured"]
-        for point in ladder.points:
-            point_records = [r for r in mine if r.probe == point.index]
-            if point_records:
-                point.metrics = summarise(point_records, condition, intervals=False).pooled
         cap = ladder.capacity
         at = None
         if cap is not None and ladder.points:
