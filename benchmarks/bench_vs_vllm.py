@@ -153,7 +153,7 @@ class PlannedRun:
         return f"r{self.repeat + 1}-{self.workload}"
 
 
-# -- pure logic (tests/test_bench_vs_vllm.py) ------------------------------------------------
+# -- pure logic (tests/benchmarks/test_bench_vs_vllm.py) --------------------------------------
 def summarize(values: list[float], digits: int = 2) -> str:
     """median [min..max]; "–" when there is no value."""
     if not values:

@@ -9,8 +9,8 @@ head ``h`` reads KV head ``h // G``), masks key positions beyond the query's pos
 accumulates with the online softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022,
 Alg. 1). Works for decodes, speculative verification and prefill chunks alike (a prefill is just
 many queries); fp32 accumulation. Checked against the CPU path by
-``tests/test_own_engine.py::test_triton_kernel_matches_cpu_path`` (skipped without CUDA) and, over
-many shapes, by ``benchmarks/cuda_check.py``.
+``tests/own_engine/test_engine.py::test_triton_kernel_matches_cpu_path`` (skipped without CUDA)
+and, over many shapes, by ``benchmarks/cuda_check.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Also (issue 25): no import cycle between modules; the reference engine (``own_en
 alone; the scorer and the reports import nothing of ``adapters`` (hardware profiles, prices and
 the feature vocabulary they need live in ``results``); no function in ``harness`` is longer
 than :data:`MAX_FUNCTION_LINES`. Every import counts, at the top of a module or inside a
-function (and under ``if TYPE_CHECKING``).
+function (and under ``if TYPE_CHECKING``). And ``tests/`` is a package mirroring the source folders
+(``tests/harness/app/cli/`` tests ``harness/app/cli/``), but for a short allow-list.
 """
 
 from __future__ import annotations
@@ -418,3 +419,78 @@ def test_the_checker_catches_an_arrow_up_or_across_app_jobs() -> None:
         found = app_violations()
     assert any("_arch_probe_up imports harness.app.run" in v for v in found), found
     assert any("_arch_probe_across imports harness.app.run.engine_turns" in v for v in found), found
+
+
+# ------------------------------------------------------------------------------------------
+# tests/ mirrors the source folders (issue 25)
+
+TESTS = ROOT / "tests"
+SOURCE_ROOTS = (*PACKAGES, "benchmarks")
+"""Top-level source folders a test folder may mirror (``benchmarks``: scripts, no package)."""
+
+TOP_LEVEL_TESTS = {
+    "test_architecture.py": "the layout of the whole project, this file",
+    "test_helpers.py": "the run-folder builders in tests/helpers.py, shared by every folder",
+}
+"""Test modules allowed at the top of ``tests/``, each with why it is there."""
+
+TEST_ONLY_FOLDERS = {
+    "e2e": "end-to-end tests across the whole pipeline (test modules, no source counterpart)",
+    "fake_servers": "stand-in servers and drivers the tests start (no test modules)",
+    "fixtures": "stored files the tests read (no Python, no package)",
+}
+
+
+def layout_problems(tests: Path = TESTS) -> list[str]:
+    """One line per test module outside a folder that mirrors a source folder (``tests/a/b/test_x.py``
+    needs ``a/b/`` or ``a/b.py`` in the project, ``a`` one of :data:`SOURCE_ROOTS`), and per folder
+    of ``tests/`` without an ``__init__.py`` (every one is a package: ``tests.harness.app.cli``)."""
+    bad = []
+    for path in sorted(tests.rglob("test_*.py")):
+        rel = path.relative_to(tests)
+        folder = rel.parent
+        if "__pycache__" in rel.parts:
+            continue
+        if not folder.parts:
+            if rel.name not in TOP_LEVEL_TESTS:
+                bad.append(f"tests/{rel.as_posix()}: at the top of tests/; move it to the folder of what it tests")
+        elif folder.parts[0] in TEST_ONLY_FOLDERS:
+            if folder.parts != ("e2e",):
+                bad.append(f"tests/{rel.as_posix()}: test modules belong in a folder mirroring the source")
+        elif folder.parts[0] not in SOURCE_ROOTS or not (
+                (ROOT / folder).is_dir() or (ROOT / folder).with_suffix(".py").is_file()):
+            source = folder.as_posix()
+            bad.append(f"tests/{rel.as_posix()}: no source folder {source}/ (or {source}.py) to mirror")
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = folder.relative_to(tests)
+        if rel.parts[0] == "fixtures" or any(part == "__pycache__" or part.startswith(".") for part in rel.parts):
+            continue
+        if not (folder / "__init__.py").is_file():
+            bad.append(f"tests/{rel.as_posix()}/: no __init__.py (every test folder is a package)")
+    if tests == TESTS and not (tests / "__init__.py").is_file():
+        bad.append("tests/: no __init__.py")
+    return bad
+
+
+def test_tests_mirror_the_source_folders() -> None:
+    assert layout_problems() == []
+
+
+def test_the_checker_catches_a_misplaced_test(tmp_path: Path) -> None:
+    files = ["__init__.py", "test_architecture.py", "test_flat_event.py",
+             "harness/__init__.py", "harness/metrics/__init__.py", "harness/metrics/test_ok.py",
+             "harness/nowhere/__init__.py", "harness/nowhere/test_x.py",
+             "own_engine/server/test_no_init.py", "fake_servers/__init__.py", "fake_servers/test_in_helpers.py",
+             "e2e/__init__.py", "e2e/test_whole_pipeline.py", "fixtures/run/summary.json", "docs/__init__.py",
+             "docs/test_y.py"]
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert layout_problems(tmp_path) == [
+        "tests/docs/test_y.py: no source folder docs/ (or docs.py) to mirror",
+        "tests/fake_servers/test_in_helpers.py: test modules belong in a folder mirroring the source",
+        "tests/harness/nowhere/test_x.py: no source folder harness/nowhere/ (or harness/nowhere.py) to mirror",
+        "tests/test_flat_event.py: at the top of tests/; move it to the folder of what it tests",
+        "tests/own_engine/: no __init__.py (every test folder is a package)",
+        "tests/own_engine/server/: no __init__.py (every test folder is a package)",
+    ]

@@ -18,7 +18,7 @@ So one request's service time is ``S = prefill_ms + (max_tokens - 1) * per_token
 its TTFT is ``queue wait + prefill_ms``: with fixed ``max_tokens`` the server is a
 deterministic c-server FIFO queue (M/D/c for Poisson arrivals, D/D/c for uniform ones, a
 closed loop for a concurrency cap), whose TTFT-SLO capacity can be computed by hand (see
-``tests/test_capacity_search.py``).
+``tests/harness/app/search/test_capacity.py``).
 
 ``prompt_tokens`` in the usage chunk is the prompt's length in ids when the prompt is a list
 of ids, else its whitespace-separated word count (the server has no tokenizer).

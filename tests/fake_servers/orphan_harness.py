@@ -1,4 +1,4 @@
-"""A tiny stand-in for the harness, to be SIGKILLed by tests/test_orphans.py.
+"""A tiny stand-in for the harness, to be SIGKILLed by tests/adapters/test_orphans.py.
 
 ``python tests/fake_servers/orphan_harness.py INFO SCENARIO`` starts fake engine servers
 (tests/fake_servers/lifecycle_server.py) through :class:`adapters.process.ServerProcess`, each

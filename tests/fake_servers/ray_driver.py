@@ -5,12 +5,12 @@ for the Ray executor tests that need the driver in a process of its own (SIGINT)
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder: fake_servers.*
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root: tests.fake_servers.*
 
 from ray import cloudpickle  # noqa: E402
 
 import adapters.registry as registry  # noqa: E402
-import fake_servers.ray_engines as ray_engines  # noqa: E402
+import tests.fake_servers.ray_engines as ray_engines  # noqa: E402
 from harness.app.cli import entrypoint  # noqa: E402
 
 cloudpickle.register_pickle_by_value(ray_engines)

@@ -2,7 +2,7 @@
 started through the production launch path (``adapters.server.ServerAdapter``: own process
 group, watchdog, log in the run folder), so a trial on a Ray worker starts, measures and stops
 them exactly as it would a real engine. Pickled by value to the workers
-(``cloudpickle.register_pickle_by_value``): ``tests`` is no package the workers can import."""
+(``cloudpickle.register_pickle_by_value``): the workers need not import ``tests.fake_servers``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,101 @@
+"""``bench run`` with load ladders against deployments that already run (``--endpoint NAME=URL``):
+three paced servers (tests/fake_servers/paced_server.py) that differ only in their slots (FIFO, an
+engine's max_num_seqs: 1, 2 and 4), so their capacities at a TTFT SLO are known to be ordered
+four > two > one, about 2x apart. One run ranks them, salts the prompts and writes the verdict."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.app.cli import app
+from results.store import load_run
+
+SERVER = Path(__file__).parents[3] / "fake_servers" / "paced_server.py"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _servers(specs: dict[str, list[str]]):
+    """Paced servers by name (30 ms to the first token, 10 ms per token), with their extra flags."""
+    procs, urls = [], {}
+    for name, extra in specs.items():
+        port = _port()
+        procs.append(subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), *extra]))
+        urls[name] = f"http://127.0.0.1:{port}"
+    try:
+        for url in urls.values():
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    urllib.request.urlopen(url + "/health", timeout=1)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, f"{url} did not start"
+                    time.sleep(0.1)
+        yield urls
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def slotted():
+    """Three paced servers with 1, 2 and 4 slots."""
+    yield from _servers({"one": ["--slots", "1"], "two": ["--slots", "2"], "four": ["--slots", "4"]})
+
+
+ARGS = ["--model", "paced", "--workload", "random", "--input-len", "8", "--output-len", "8", "--slo",
+        "ttft_p90=150,tpot_p90=50", "--warmup", "1", "--no-calibration", "--no-feature-probes", "--no-equivalence"]
+
+
+def test_three_endpoints_are_ranked_by_their_capacity(slotted, tmp_path):
+    # a request holds its slot 30 + 7 x 10 = 100 ms; TTFT p90 <= 150 ms holds while at most one
+    # request waits per slot, so each server's capacity is about its slots x 8 tokens / 0.1 s
+    res = CliRunner().invoke(app, [
+        "run", "--endpoint", f"one={slotted['one']}", "--endpoint", f"two={slotted['two']}",
+        "--endpoint", f"four={slotted['four']}", *ARGS, "--ladder-budget", "40", "-o", str(tmp_path), "--run-id", "three"])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "three")
+    d = run.ladder.decision
+    assert d.winner == "four" and d.ranking == ["four", "two", "one"] and not d.tie
+    assert d.ratio_interval is not None and d.ratio_interval[0] > 1.3  # four vs two: about 2x
+    caps = {n: e.capacity.output_tps for n, e in run.ladder.engines.items()}
+    assert caps["four"] > 1.5 * caps["two"] > 1.5 * 1.5 * caps["one"] > 0
+    assert all(e.excluded == "" and not e.reference for e in run.ladder.engines.values())
+    # the prompts were salted (an endpoint's warm prefix cache serves none of them) and the verdict comes first
+    assert run.manifest.workload["prompt_salt"]
+    assert res.output.index("Verdict") < res.output.index("Details")
+    assert d.sentence.startswith("four sustains") and len(d.sentence) <= 320
+    assert json.loads((tmp_path / "three" / "ladder.json").read_text())["decision"]["winner"] == "four"
+
+
+def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_path):
+    # 'crashy' has more slots but dies after 70 completions (its warm-up, then loads 1, 2 and 4 = 12 + 12 + 16 ...)
+    for urls in _servers({"sturdy": ["--slots", "2"], "crashy": ["--slots", "4", "--die-after", "70"]}):
+        res = CliRunner().invoke(app, ["run", "--endpoint", f"sturdy={urls['sturdy']}", "--endpoint",
+                                       f"crashy={urls['crashy']}", *ARGS, "--ladder-budget", "30", "-o", str(tmp_path),
+                                       "--run-id", "crash"])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "crash")
+    crashy = run.ladder.engines["crashy"]
+    assert crashy.stopped == "crashed" and "stopped answering" in crashy.crash and crashy.crashed_at is not None
+    assert [p.load for p in crashy.points][:3] == [1, 2, 4]  # what it measured before dying is kept
+    assert crashy.capacity is not None and crashy.capacity.output_tps > 0
+    assert crashy.excluded.startswith(f"crashed under load ({crashy.crashed_at} in flight)")
+    assert run.ladder.decision.winner == "sturdy" and run.ladder.decision.excluded["crashy"] == crashy.excluded
+    report = (tmp_path / "crash" / "report.md").read_text()  # reported, in the capacity table's gates
+    assert report.count("crashed under load") >= 1 and "| crashy |" in report

@@ -1,0 +1,46 @@
+"""The condition label (harness.scoring.formatting): the requested and the achieved load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from results.schema import RequestRecord
+
+from tests.helpers import CPU_ONLY, make_records, ok_entry, write_run
+
+
+def test_condition_label_gives_the_requested_and_the_achieved_load(tmp_path: Path) -> None:
+    from harness.scoring.formatting import condition_label
+    from harness.scoring.gather import gather
+
+    def measured(run_id: str, records: list[RequestRecord], offered: float | None, workload: str = "chat",
+                 drop_requested: bool = False) -> Any:
+        entry = ok_entry(records, CPU_ONLY, offered_rate=offered)
+        if drop_requested:  # a run from before requested_rate was recorded
+            entry["metrics"].pop("requested_rate")
+        run = write_run(tmp_path, run_id, {"own": entry}, records, workload=workload)
+        return gather([run]).engines["own"].measurements[0]
+
+    assert condition_label(("chat", 4.0)) == "chat at 4 req/s"  # the short form, as before
+    # the default agentic run: 0.5 sessions/s asked for and offered, first turns sent 0.49/s
+    agentic = measured("a", make_records("own", 8, ttft_ms=50.0, tpot_ms=5.0, interval_s=1 / 0.49, turns=2,
+                                         workload="agentic"), 0.5, workload="agentic")
+    assert agentic.condition == ("agentic", 0.5)
+    assert condition_label(agentic.condition, [agentic]) == "agentic at 0.50 sessions/s requested, 0.49 achieved"
+    # repeats: the achieved range
+    fast = measured("c1", make_records("own", 9, ttft_ms=50.0, tpot_ms=5.0, interval_s=0.25), 4.0)
+    slow = measured("c2", make_records("own", 9, ttft_ms=50.0, tpot_ms=5.0, interval_s=0.26), 4.0)
+    assert condition_label(fast.condition, [fast]) == "chat at 4.00 req/s requested, 4.00 achieved"
+    assert condition_label(fast.condition, [slow, fast]) == "chat at 4.00 req/s requested, 3.85–4.00 achieved"
+    # an older run recorded no requested rate (its offered rate was the raw draw's): "offered"
+    old = measured("o", make_records("own", 9, ttft_ms=50.0, tpot_ms=5.0, interval_s=0.166), 6.02, drop_requested=True)
+    assert condition_label(old.condition, [old]) == "chat at 6.02 req/s offered, 6.02 achieved"
+    # a trace offers its own rate; no rate limit stays "max load"; one arrival has no achieved rate
+    trace = measured("t", make_records("own", 5, ttft_ms=50.0, tpot_ms=5.0, interval_s=0.1, workload="trace"), 10.0,
+                     workload="trace")
+    assert condition_label(trace.condition, [trace]) == "trace at 10.00 req/s, the trace's own rate, 10.00 achieved"
+    burst = measured("b", make_records("own", 4, ttft_ms=50.0, tpot_ms=5.0, interval_s=0.0), None)
+    assert condition_label(burst.condition, [burst]) == "chat at max load (no rate limit)"
+    single = measured("s", make_records("own", 1, ttft_ms=50.0, tpot_ms=5.0), 2.0)
+    assert condition_label(single.condition, [single]) == "chat at 2.00 req/s requested, achieved not measured"

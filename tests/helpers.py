@@ -1,0 +1,149 @@
+"""Builders for hand-made run folders (summary.json, manifest.json, requests.jsonl) whose right
+answers are known. Shared by the scorer's, the reports', the results' and the CLI's tests
+(``from tests.helpers import ...``); the builder's own sanity test is tests/test_helpers.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.metrics import compute_metrics, parse_slos
+from results.schema import RequestRecord
+from results.store import Run, load_run
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+SMOLLM2 = {
+    "name": "SmolLM2-135M-Instruct",
+    "architecture": "LlamaForCausalLM",
+    "num_layers": 30,
+    "hidden_size": 576,
+    "num_heads": 9,
+    "num_kv_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "max_position_embeddings": 8192,
+    "dtype": "float32",
+    "num_params": 134_515_008,
+}
+
+CPU_ONLY = {"hardware": ["cpu"], "features": ["continuous_batching"], "quantization": [], "api": "shim", "complexity": 1}
+OWN_CAPS = {
+    "hardware": ["cpu", "nvidia"],
+    "features": ["paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding"],
+    "quantization": [],
+    "api": "server",
+    "complexity": 1,
+}
+TRT_CAPS = {"hardware": ["nvidia"], "features": ["paged_kv", "continuous_batching"], "quantization": ["fp8"],
+            "api": "server", "complexity": 5}
+
+
+def make_records(
+    engine: str,
+    n: int,
+    *,
+    ttft_ms: float,
+    tpot_ms: float,
+    out_tokens: int = 10,
+    in_tokens: int = 100,
+    interval_s: float = 0.25,
+    workload: str = "chat",
+    turns: int = 1,
+    ttft_by_turn_ms: list[float] | None = None,
+    fail: int = 0,
+    start_ns: int = 10 * NS_PER_S,
+) -> list[RequestRecord]:
+    """``n`` requests sent every ``interval_s`` (0 = all at once), each with exactly the given
+    TTFT and a constant TPOT (chunk gaps of ``tpot_ms``), so every percentile is known.
+    ``turns > 1`` makes sessions of that many turns (turn i sent 2 s after the session start of turn 0);
+    the last ``fail`` requests fail with ``http_500``."""
+    out = []
+    for i in range(n):
+        sess, turn = divmod(i, turns)
+        send = start_ns + int(sess * interval_s * NS_PER_S) + turn * 2 * NS_PER_S
+        t_ms = ttft_by_turn_ms[turn] if ttft_by_turn_ms else ttft_ms
+        first = send + int(t_ms * NS_PER_MS)
+        chunks = [first + int(k * tpot_ms * NS_PER_MS) for k in range(out_tokens)]
+        ok = i < n - fail
+        out.append(
+            RequestRecord(
+                request_id=f"{engine}-{i}",
+                engine=engine,
+                workload=workload,
+                session_id=f"s{sess}" if turns > 1 else None,
+                turn_id=turn if turns > 1 else None,
+                scheduled_ns=send,
+                send_ns=send,
+                first_token_ns=chunks[0] if ok else None,
+                last_token_ns=chunks[-1] if ok else None,
+                end_ns=chunks[-1] if ok else send + 5 * NS_PER_MS,
+                chunk_times_ns=chunks if ok else [],
+                input_tokens_server=in_tokens,
+                output_tokens_server=out_tokens if ok else None,
+                finish_reason="length" if ok else None,
+                success=ok,
+                error_class=None if ok else "http_500",
+            )
+        )
+    return out
+
+
+def ok_entry(
+    records: list[RequestRecord],
+    caps: dict[str, Any] | None,
+    *,
+    offered_rate: float | None = 4.0,
+    slos: str = "",
+    display_name: str | None = None,
+    engine_metrics: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``summary.json`` engine entry with status ok and metrics computed from ``records``."""
+    entry: dict[str, Any] = {
+        "status": "ok",
+        "reason": "",
+        "display_name": display_name or records[0].engine,
+        "version": "0.1.0",
+        "metrics": compute_metrics(records, parse_slos(slos), offered_rate=offered_rate).model_dump(mode="json"),
+    }
+    if caps is not None:
+        entry["capabilities"] = caps
+    if engine_metrics is not None:
+        entry["engine_metrics"] = engine_metrics
+    return entry
+
+
+def skipped(reason: str, status: str = "skipped", **extra: Any) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "metrics": {}, **extra}
+
+
+def write_run(
+    root: Path,
+    run_id: str,
+    engines: dict[str, dict[str, Any]],
+    records: list[RequestRecord],
+    *,
+    workload: str = "chat",
+    slos: dict[str, float] | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> Run:
+    """Write a run folder under ``root`` and load it back with ``results.store.load_run``."""
+    d = root / run_id
+    d.mkdir(parents=True)
+    summary = {"schema_version": "1.0", "run_id": run_id, "workload": workload, "slos": slos or {}, "engines": engines}
+    (d / "summary.json").write_text(json.dumps(summary))
+    if manifest is None:
+        manifest = {
+            "command": ["bench", "run", "--engine", "all"],
+            "harness_version": "0.1.0",
+            "git_sha": "abc1234",
+            "created_at": "2026-11-29T19:35:00",
+            "hardware": {"cpu_model": "Test CPU", "cpu_count": 2, "memory_bytes": 8 * 1024**3, "gpus": []},
+            "model": SMOLLM2,
+            "workload": {"name": workload, "seed": 7, "scale": 1.0},
+        }
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    (d / "requests.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records))
+    return load_run(d)

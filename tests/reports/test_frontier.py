@@ -1,0 +1,121 @@
+"""The report of a run that climbed load ladders opens with the answer: the verdict sentence, then
+the frontier chart (report-plots/frontier.png), then the capacity table, then everything else;
+checked in the Markdown, in the HTML's order, and on the first screen of a headless Chromium."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from harness.app.run.reporting import write_run_reports
+from harness.loadgen.simulated import SimEngine, simulate
+from harness.metrics import parse_slos
+from harness.scoring.decision import judge
+from results.schema import EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary, LADDER_FILE
+from results.store import RunWriter, write_model_atomic
+
+from tests.reports.test_writer import _chromium, _console_lines, chromium  # noqa: F401  (the fixture)
+
+SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
+CRIMSON = (220, 20, 60)  # the TPOT SLO line on the frontier
+
+
+def ladder_run(root: Path) -> Path:
+    """A run folder whose three simulated engines climbed ladders: fast, slow, and the yardstick."""
+    engines = {"fast": SimEngine("fast", slots=16, prefill_ms=60, tpot_ms=18, jitter=0.05),
+               "slow": SimEngine("slow", slots=8, prefill_ms=90, tpot_ms=30, jitter=0.05),
+               "own": SimEngine("own", slots=16, prefill_ms=70, tpot_ms=22, jitter=0.05)}
+    writer = RunWriter(root / "lad", "lad", "random")
+    summary = LadderSummary(run_id="lad", workload="random", slos={s.key: s.threshold_ms for s in SLOS})
+    for name, engine in engines.items():
+        points = []
+        for index, load in enumerate((1, 2, 4, 8, 16, 32)):
+            records, duration = simulate(engine, load, max(16, 4 * load), 32, seed=index)
+            for r in records:
+                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
+                writer.add_record(r)
+            points.append(LadderPoint(index=index, load=load, seeds=[index], wall_s=duration))
+        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, reference=name == "own",
+                                             startup_s=10.0)
+        writer.set_engine(name, EngineResult(status=EngineStatus.OK))
+    writer.close()
+    from results.store import read_records
+
+    judge(summary, read_records(root / "lad" / "requests.jsonl"), SLOS)
+    write_model_atomic(root / "lad" / LADDER_FILE, summary)
+    return root / "lad"
+
+
+def test_the_report_opens_with_the_verdict_and_the_frontier(tmp_path: Path) -> None:
+    run_dir = ladder_run(tmp_path)
+    md_path, html_path = write_run_reports(run_dir)
+    md = md_path.read_text()
+    assert (run_dir / "report-plots" / "frontier.png").stat().st_size > 10_000
+    verdict, chart, table = md.index("## Verdict"), md.index("report-plots/frontier.png"), md.index("| engine | capacity")
+    assert verdict < chart < table < md.index("## Weighted score")  # the answer first, the secondary view after
+    assert md.index("fast sustains") < chart  # the sentence names the winner before the chart
+    html = html_path.read_text()
+    assert html.index('id="verdict"') < html.index("<img") < html.index('id="recommendation"')
+
+
+def test_the_first_screen_shows_the_verdict_and_the_frontier(tmp_path: Path, chromium: str) -> None:  # noqa: F811
+    run_dir = ladder_run(tmp_path)
+    _, html_path = write_run_reports(run_dir)
+    shot = tmp_path / "first-screen.png"
+    log = _chromium(chromium, html_path.as_uri(), tmp_path, "--window-size=1280,1000", f"--screenshot={shot}")
+    assert _console_lines(log) == []
+    img = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    assert img.shape[:2] == (1000, 1280)
+    crimson = (np.abs(img - np.array(CRIMSON)).sum(axis=2) < 40).sum()
+    assert crimson > 60  # the frontier's (dotted) SLO line is painted on the first screen, not below it
+    blue = (np.abs(img - np.array((31, 119, 180))).sum(axis=2) < 30).sum()
+    assert blue > 500  # and the winner's curve (tab10's first colour) with its star
+    green = (np.abs(img - np.array((238, 246, 238))).sum(axis=2) < 6).sum()
+    assert green > 5_000  # the verdict box (its background) is on the first screen too
+
+
+@pytest.mark.parametrize("name", ["fast"])
+def test_the_verdict_names_the_winner_with_its_ratio(tmp_path: Path, name: str) -> None:
+    run_dir = ladder_run(tmp_path)
+    from results.store import load_run
+
+    d = load_run(run_dir).ladder.decision
+    assert d.winner == name and d.runner_up == "slow" and d.yardsticks == ["own"] and not d.tie
+    assert d.sentence.startswith("fast sustains") and "× [" in d.sentence and "slow's" in d.sentence
+
+
+def test_a_target_load_sizes_the_devices_and_their_cost(tmp_path: Path) -> None:
+    from results.store import load_run, read_records
+
+    run_dir = ladder_run(tmp_path)
+    ladder = load_run(run_dir).ladder
+    judge(ladder, read_records(run_dir / "requests.jsonl"), SLOS, price_per_hour=2.0, target_tps=1000.0)
+    fast = ladder.engines["fast"].capacity
+    assert fast.devices_needed == -(-1000 // fast.output_tps)  # ceil(target / capacity per device)
+    assert fast.usd_per_hour == fast.devices_needed * 2.0
+    assert fast.usd_per_1m_output_tokens == 2.0 / (fast.output_tps * 3600) * 1e6
+    from reports.frontier import capacity_rows
+
+    row = next(r for r in capacity_rows(ladder) if r["engine"].startswith("fast"))
+    assert row["devices"] == f"{fast.devices_needed} (${fast.usd_per_hour:.3g}/h)"
+
+
+def test_points_the_client_may_have_limited_are_marked_not_held_against_the_engine(tmp_path: Path) -> None:
+    from reports.frontier import capacity_rows
+    from results.store import load_run, read_records
+
+    run_dir = ladder_run(tmp_path)
+    ladder = load_run(run_dir).ladder
+    before = {n: e.capacity.output_tps for n, e in ladder.engines.items()}
+    judge(ladder, read_records(run_dir / "requests.jsonl"), SLOS, client_rps=5.0)  # a client that tops out at 5 req/s
+    fast = ladder.engines["fast"]
+    marked = [p.load for p in fast.points if p.client_limited]
+    assert marked and all(p.request_rate > 5.0 for p in fast.points if p.client_limited)
+    assert all(not p.client_limited for p in fast.points if p.request_rate <= 5.0)
+    assert {n: e.capacity.output_tps for n, e in ladder.engines.items()} == before  # nothing excluded or changed
+    assert ladder.decision.winner == "fast"
+    row = next(r for r in capacity_rows(ladder) if r["engine"].startswith("fast"))
+    assert f"client-limited at {', '.join(map(str, marked))} (more --client-workers)" in row["stopped"]
