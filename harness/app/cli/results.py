@@ -49,7 +49,8 @@ def results_show(
     output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
 ) -> None:
-    """Show one run's summary table (a killed run is summarised from its records first)."""
+    """Show one run: its verdict and capacity table first when it climbed load ladders, then its
+    summary table (a killed run is summarised from its records first)."""
     from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, resolve_run
 
@@ -60,6 +61,11 @@ def results_show(
     if as_json:
         console.print_json(r.summary.model_dump_json())
         return
+    if r.ladder is not None:  # the answer first, as bench run printed it
+        from harness.app.cli.verdict import print_verdict
+
+        print_verdict(r.ladder, console, r.run_dir)
+        console.rule("Details")
     print_summary(r.summary, console)
 
 
