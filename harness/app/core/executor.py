@@ -48,6 +48,8 @@ class TrialExecutor(Protocol):
 
     def release(self, name: str) -> None: ...
 
+    def hold(self, plans: list[EnginePlan]) -> None: ...
+
     def end(self) -> None: ...
 
     def close(self) -> None: ...
@@ -79,6 +81,15 @@ class LocalExecutor:
         """Stop a kept engine now (frees its memory for the rest of the round)."""
         if self.starter is not None:
             self.starter.release(name)
+
+    def hold(self, plans: list[EnginePlan]) -> None:
+        """Make sure ``plans``' engines are up for their next trial: when the round did not keep
+        them (they did not all fit at once, or ``--sequential-start``), a new round starts them
+        (and stops what the old one still held)."""
+        if self.starter is not None and all(self.starter.holds(p.name) for p in plans if p.starts_process):
+            return
+        self.end()
+        self.begin(plans, quiet=True)
 
     def end(self) -> None:
         """Stop every engine of the round still up (and start-ups in progress)."""

@@ -93,6 +93,9 @@ class RayExecutor:
     def release(self, name: str) -> None:
         pass
 
+    def hold(self, plans: list[EnginePlan]) -> None:
+        pass  # every trial starts its own engine on its node
+
     def end(self) -> None:
         pass
 

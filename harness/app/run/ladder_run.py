@@ -109,6 +109,7 @@ class LadderJob:
                 points = self._next_points(engine)
                 body = partial(measure_points, spec=self.spec, tokenizer=self.tokenizer, points=points)
                 trial = Trial((engine.name, 1 + k), engine.plan, body, keep=True)
+                self.executor.hold([engine.plan])  # kept frozen since its climb, or started again
                 self.executor.submit([trial])
                 try:
                     engine.measurements += self.executor.result(trial, self.writer)

@@ -99,3 +99,25 @@ def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_pa
     assert run.ladder.decision.winner == "sturdy" and run.ladder.decision.excluded["crashy"] == crashy.excluded
     report = (tmp_path / "crash" / "report.md").read_text()  # reported, in the capacity table's gates
     assert report.count("crashed under load") >= 1 and "| crashy |" in report
+
+
+@pytest.mark.parametrize("start", [[], ["--sequential-start"]])
+def test_the_decisive_points_are_measured_again_whether_engines_were_kept_or_not(start, tmp_path, monkeypatch):
+    """The two best engines' bracketing points get two more measurements each, interleaved: from
+    engines kept frozen since their climb (all fit at once), or started again (--sequential-start)."""
+    import adapters.registry as registry
+    from tests.fake_servers.ray_engines import PacedEngine
+
+    (tmp_path / "pids").mkdir()
+    monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: PacedEngine(n, str(tmp_path / "pids")))
+    res = CliRunner().invoke(app, ["run", "--engine", "transformers,vllm", *start, "--workload", "random", "--input-len",
+                                   "8", "--output-len", "4", "--ladder-budget", "20", "--max-load", "2", "--warmup", "1",
+                                   "--slo", "ttft_p90=2000,tpot_p90=200", "--no-calibration", "--no-feature-probes",
+                                   "--no-equivalence", "-o", str(tmp_path), "--run-id", "decisive"])
+    assert res.exit_code == 0, res.output
+    ladder = load_run(tmp_path / "decisive").ladder
+    for name in ("transformers", "vllm"):
+        e = ladder.engines[name]
+        assert [p.load for p in e.points] == [1, 2] and e.stopped == "max_load"
+        assert len(e.points[1].seeds) == 3 and len(set(e.points[1].seeds)) == 3  # 1 + 2 more, fresh prompts each
+    assert "Decisive points: " in res.output
