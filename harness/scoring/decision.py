@@ -208,7 +208,7 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     lo, hi = d.ratio_interval or (math.nan, math.nan)
     ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]" if d.ratio is not None else "?"
     if d.tie:
-        return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 4 %), decided by {d.tie_breaker}.")
+        return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 5 %), decided by {d.tie_breaker}.")
     return _fit(f"{head}, {ratio} {d.runner_up}'s; {d.binding}.")
 
 

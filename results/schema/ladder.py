@@ -96,7 +96,7 @@ class EngineLadder(Artefact):
 class Decision(Artefact):
     """The verdict (``harness.scoring.verdict``): ``winner`` ("" = none), ``runner_up``,
     ``ratio`` of their capacities with its 95 % ``ratio_interval``, ``tie`` (the interval
-    reaches 1.04: within the noise or the 4 % equivalence margin) and the ``tie_breaker`` that
+    reaches 1.05: within the noise or the 5 % equivalence margin) and the ``tie_breaker`` that
     then decided, ``binding`` (the winner's deciding constraint), ``sentence`` (the verdict in
     one sentence), ``ranking`` (eligible production engines, best first), ``yardsticks``,
     ``excluded`` (engine → one line), the ``slos`` that decided (key → ms) and whether they were
