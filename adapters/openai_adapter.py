@@ -52,7 +52,8 @@ def _without_userinfo(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), "Basic " + base64.b64encode(pair.encode()).decode()
 
 
-def list_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> list[str]:
+def list_models(base_url: str, api_key: str | None, timeout: float = 10.0, name: str = "openai",
+                option: str = "--base-url") -> list[str]:
     """Model ids from ``GET {base_url}/v1/models`` (credentials in the URL sent as Basic auth).
     Raises EngineError when unreachable/not OpenAI; its message masks the URL's credentials."""
     url, basic = _without_userinfo(base_url)
@@ -64,13 +65,13 @@ def list_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> li
             data = json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
         hint = f": set {API_KEY_ENV}" if exc.code in (401, 403) else ""
-        raise EngineError(f"openai: GET {shown}/v1/models answered HTTP {exc.code}{hint}") from exc
+        raise EngineError(f"{name}: GET {shown}/v1/models answered HTTP {exc.code}{hint}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise EngineError(f"openai: {shown} is not reachable ({redact_credentials(str(exc))}); check --base-url") from exc
+        raise EngineError(f"{name}: {shown} is not reachable ({redact_credentials(str(exc))}); check {option}") from exc
     try:
         return [m["id"] for m in data.get("data", [])]
     except (AttributeError, KeyError, TypeError) as exc:
-        raise EngineError(f"openai: {shown}/v1/models is not an OpenAI model list") from exc
+        raise EngineError(f"{name}: {shown}/v1/models is not an OpenAI model list") from exc
 
 
 class OpenAIAdapter:
@@ -82,9 +83,11 @@ class OpenAIAdapter:
 
     def __init__(self, base_url: str | None = None, name: str | None = None) -> None:
         self.base_url = base_url
+        self._option = "--base-url"
         if name is not None:  # ``bench run --endpoint NAME=URL``: the deployment compared under its own name
             self.name = name
             self.display_name = f"endpoint {name}"
+            self._option = f"--endpoint {name}=URL"
 
     def probe(self) -> ProbeResult:
         """Without a base URL: available (checked at launch); with one: reachable or not."""
@@ -92,10 +95,10 @@ class OpenAIAdapter:
             return ProbeResult(True, "openai: any OpenAI-compatible endpoint: pass --base-url URL")
         try:
             base = normalize_base_url(self.base_url)
-            models = list_models(base, os.environ.get(API_KEY_ENV), timeout=5.0)
+            models = list_models(base, os.environ.get(API_KEY_ENV), timeout=5.0, name=self.name, option=self._option)
         except (ValueError, EngineError) as exc:
             return ProbeResult(False, str(exc))
-        return ProbeResult(True, f"openai: {redact_credentials(base)} serves {len(models)} model(s)")
+        return ProbeResult(True, f"{self.name}: {redact_credentials(base)} serves {len(models)} model(s)")
 
     def parity_args(self, target: object) -> tuple[dict[str, str], list[str]]:
         """``--parity strict`` cannot reach an external endpoint: its settings are its operator's."""
@@ -113,15 +116,15 @@ class OpenAIAdapter:
         except ValueError as exc:
             raise EngineError(redact_credentials(str(exc))) from exc
         api_key = os.environ.get(API_KEY_ENV) or None
-        models = list_models(base, api_key)
+        models = list_models(base, api_key, name=self.name, option=self._option)
         shown = redact_credentials(base)  # what is stored and printed; ``base_url`` keeps them to authenticate
         model = config.model_name or (models[0] if models else None)
         if model is None:
-            raise EngineError(f"openai: {shown}/v1/models lists no model: pass --model NAME")
+            raise EngineError(f"{self.name}: {shown}/v1/models lists no model: pass --model NAME")
         if models and model not in models:
-            raise EngineError(f"openai: model {model!r} is not served by {shown} (it serves: {', '.join(models[:5])})")
+            raise EngineError(f"{self.name}: model {model!r} is not served by {shown} (it serves: {', '.join(models[:5])})")
         yield Endpoint(
-            base_url=base, model_name=model, display_name=f"openai ({shown})",
+            base_url=base, model_name=model, display_name=f"{self.name} ({shown})",
             effective_config={"engine": "openai", "base_url": shown, "model": model,
                               "api_key": "from $OPENAI_API_KEY" if api_key else None, "served_models": models[:20]},
             api_key=api_key, supports_ignore_eos=True, metrics_url=None, log_path=None,

@@ -55,8 +55,8 @@ def frontier_png(s: LadderSummary) -> bytes | None:
         xy = _capacity_xy(e)
         if xy is not None and e.capacity is not None:
             star = name == winner
-            ax.plot([xy[0]], [xy[1]], "*" if star else "D", color=color, markersize=16 if star else 8,
-                    markeredgecolor="black", zorder=5)
+            ax.plot([xy[0]], [xy[1]], "*" if star else "D", color=color, markersize=14 if star else 8,
+                    markerfacecolor="white" if e.capacity.open else color, markeredgecolor="black", alpha=0.85, zorder=5)
             if e.capacity.interval is not None:
                 lo, hi = e.capacity.interval
                 ax.plot([xy[0], xy[0]], [lo, hi], color=color, linewidth=2.2, zorder=4)
@@ -71,8 +71,9 @@ def frontier_png(s: LadderSummary) -> bytes | None:
         ax.set_yscale("log")
     ax.set_ylabel(f"output tokens/s per device ({s.devices} device{'s' if s.devices > 1 else ''})"
                   + (", log scale" if log else ""))
-    ax.set_title(f"Throughput vs interactivity, {s.workload}: points labelled by load (in flight); "
-                 "★ winner, ◆ capacity at the SLO with its 95 % interval", fontsize=9)
+    ax.set_title(f"Throughput vs interactivity, {s.workload}: points labelled by load (in flight), hollow = failed the SLO;\n"
+                 "★ winner, ◆ capacity at the SLO with its 95 % interval (hollow: a lower bound, the ladder stopped first)",
+                 fontsize=9)
     ax.grid(True, alpha=0.3, which="both")
     if not log:
         ax.set_ylim(bottom=0)
@@ -105,10 +106,11 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
         rows.append({
             "engine": name + (" ★" if d and name == d.winner else "") + (" (yardstick)" if e.reference else ""),
             "capacity": f"{ge}{cap.output_tps:,.1f}" if ok else ("0" if cap is not None else "–"),  # type: ignore[union-attr]
-            "interval": f"[{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" if ok and cap.interval else "–",  # type: ignore[union-attr]
+            "interval": _interval(cap) if ok else "–",
             "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]
             "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
-            "usd": f"${cap.usd_per_1m_output_tokens:.3g}" if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
+            "usd": f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g}"  # type: ignore[union-attr]
+                   if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
             "devices": _devices(cap) if ok else "–",
             "gates": _short(e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value)),
             "stopped": e.stopped + ("; client-limited at " + ", ".join(str(p.load) for p in e.points if p.client_limited)
@@ -117,11 +119,21 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
     return rows
 
 
+def _interval(cap: Any) -> str:
+    """``[12.2–15.1]``; ``(1 run)`` after it when the points it rests on were measured once, so it
+    holds the requests' noise but not the run-to-run noise."""
+    if cap.interval is None:
+        return "–"
+    return f"[{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" + (" (1 run)" if cap.measurements < 2 else "")
+
+
 def _devices(cap: Any) -> str:
-    """``3 ($0.20/h)``: the devices ``--target-load`` needs at the SLO and their cost; – without a target."""
+    """``3 ($0.20/h)``: the devices ``--target-load`` needs at the SLO and their cost (``≤``: at
+    most, from a capacity that is a lower bound); – without a target."""
     if not cap.devices_needed:
         return "–"
-    return f"{cap.devices_needed}" + (f" (${cap.usd_per_hour:.3g}/h)" if cap.usd_per_hour is not None else "")
+    le = "≤ " if cap.open else ""
+    return f"{le}{cap.devices_needed}" + (f" ({le}${cap.usd_per_hour:.3g}/h)" if cap.usd_per_hour is not None else "")
 
 
 def _short(reason: str, limit: int = 110) -> str:

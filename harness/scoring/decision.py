@@ -70,8 +70,8 @@ def ladder_points(engine: str, ladder: EngineLadder, records: Sequence[RequestRe
         if r.engine == engine and r.phase == "measured" and r.probe is not None:
             mine.setdefault((r.probe, r.repeat), []).append(r)
     out = []
-    for point in ladder.points:
-        groups = [mine[k] for k in sorted(mine) if k[0] == point.index]
+    for point in ladder.points:  # the measurements the ladder lists (an interrupted one is not a measurement)
+        groups = [mine[k] for k in sorted(mine) if k[0] == point.index and k[1] < max(1, len(point.seeds))]
         if not groups:
             continue
         out.append(PointSample(float(point.load), tuple(Requests.of(g, _duration_s(g)) for g in groups), devices,
@@ -84,6 +84,7 @@ def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | Non
     needed = math.ceil(target_tps / cap.output_tps) if target_tps and cap.output_tps > 0 else None
     return CapacityAtSLO(output_tps=cap.output_tps, interval=cap.interval, request_rate=cap.request_rate, load=cap.load,
                          bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
+                         measurements=cap.measurements,
                          usd_per_1m_output_tokens=usd, devices_needed=needed,
                          usd_per_hour=needed * price_per_hour if needed is not None and price_per_hour is not None else None)
 
@@ -127,7 +128,7 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
 
 def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
           price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, str] | None = None,
-          client_rps: float | None = None, seed: int = 0) -> LadderSummary:
+          client_rps: float | None = None, interrupted: str = "", seed: int = 0) -> LadderSummary:
     """Fill each engine's capacity and the decision of ``summary`` (in place; also returned)
     from ``records``; ``extra_gates``: exclusions decided elsewhere (memory fit, a required
     feature), engine → one line; ``client_rps``: the request rate the client can send without
@@ -151,7 +152,8 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     caps = {c.name: c.capacity for c in candidates}
     summary.decision = Decision(
         winner=verdict.winner, runner_up=verdict.runner_up, ratio=verdict.ratio, ratio_interval=verdict.ratio_interval,
-        tie=verdict.tie, tie_breaker=verdict.tie_breaker, ranking=verdict.ranking, yardsticks=verdict.yardsticks,
+        tie=verdict.tie, tie_breaker=verdict.tie_breaker, undecided=verdict.undecided, interrupted=interrupted,
+        ranking=verdict.ranking, yardsticks=verdict.yardsticks,
         excluded={n: r for n, r in verdict.excluded.items()}, slos={s.key: s.threshold_ms for s in slos},
         slos_default=summary.slos_default, unit="sessions" if agentic else "requests",
         binding=_binding(caps.get(verdict.winner), summary, verdict.winner))
@@ -189,27 +191,41 @@ def slos_text(slos: Sequence[SLO]) -> str:
 def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     """The verdict in one sentence (about 300 characters): the winner, its capacity at the SLO,
     the ratio over the runner-up with its interval (or the tie and what broke it), the
-    deciding constraint; "no engine ..." when none is eligible."""
-    unit = "sessions" if d.unit == "sessions" else "requests"
+    deciding constraint; "undecided …" when the runner-up's ladder stopped before an SLO broke;
+    "no engine …" when none is eligible. An interrupted run says so first."""
+    lead = f"Interrupted by {d.interrupted}, on what was measured: " if d.interrupted else ""
     where = f"at {slos_text(slos)}{' (default SLOs)' if d.slos_default else ''}"
+    if d.undecided:
+        best, other = summary.engines[d.ranking[0]].capacity, summary.engines[d.undecided].capacity
+        assert best is not None and other is not None
+        return _fit(f"{lead}Undecided {where}: {d.ranking[0]} leads with {_tps(best)} output tok/s per device, but "
+                    f"{d.undecided}'s ladder stopped at {_tps(other)} before any SLO broke; raise --ladder-budget "
+                    "(or --max-load) to find its limit.")
     if not d.winner:
         if not d.excluded and d.yardsticks:
-            return _fit(f"No production engine was measured; the reference engine {', '.join(d.yardsticks)} "
+            return _fit(f"{lead}No production engine was measured; the reference engine {', '.join(d.yardsticks)} "
                         f"(a yardstick, never recommended) has its capacity {where} on the chart.")
         why = "; ".join(f"{n}: {r}" for n, r in list(d.excluded.items())[:2])
-        return _fit(f"No engine to recommend {where}: {why or 'none was measured'}.")
+        return _fit(f"{lead}No engine to recommend {where}: {why or 'none was measured'}.")
     cap = summary.engines[d.winner].capacity
     assert cap is not None
     ge = "≥ " if cap.open else ""
-    head = (f"{d.winner} sustains {ge}{cap.load:.3g} {unit} in flight ({ge}{cap.output_tps:,.0f} output tok/s per device) "
-            f"{where}")
+    unit = ("sessions" if d.unit == "sessions" else "requests") if round(cap.load, 3) != 1 else d.unit.rstrip("s")
+    head = f"{lead}{d.winner} sustains {ge}{cap.load:.3g} {unit} in flight ({_tps(cap)} output tok/s per device) {where}"
     if not d.runner_up:
         return _fit(f"{head}; the only engine eligible; {d.binding}.")
     lo, hi = d.ratio_interval or (math.nan, math.nan)
-    ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]" if d.ratio is not None else "?"
+    if cap.open:  # the leader's capacity is a lower bound: so is its ratio over the runner-up
+        ratio = f"≥ {lo:.2f}×" if d.ratio_interval else "≥ ?"
+    else:
+        ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]".replace("inf]", "∞]") if d.ratio is not None else "?"
     if d.tie:
         return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 5 %), decided by {d.tie_breaker}.")
     return _fit(f"{head}, {ratio} {d.runner_up}'s; {d.binding}.")
+
+
+def _tps(cap: CapacityAtSLO) -> str:
+    return f"{'≥ ' if cap.open else ''}{cap.output_tps:,.0f}"
 
 
 def _fit(text: str) -> str:

@@ -17,11 +17,11 @@ error-adjusted rule, so a failure can only make it worse).
 above the lowest and the passing point ``i`` below it bracket the SLO boundary. The boundary
 load is where the margin crosses 1, by linear interpolation between ``(L_i, m_i)`` and
 ``(L_j, m_j)`` (monotone between the two measured points; never extrapolated beyond them), and
-the output throughput there by the same interpolation; the capacity is the highest output
-throughput of the passing region, that interpolated point included. A failure by errors alone
-is not interpolated (the boundary is the passing point). Without a failing point the capacity is
-the best passing point, marked open (``≥``: the ladder stopped before the SLO broke). When the
-lowest point fails the capacity is 0.
+the capacity is the output throughput (and request rate) there, by the same interpolation: all
+its numbers come from the two points that bracket the boundary. A failure by errors alone is not
+interpolated (the boundary is the passing point). Without a failing point the capacity is what
+the highest load measured sustained, marked open (``≥``: the ladder stopped before the SLO
+broke). When the lowest point fails the capacity is 0.
 
 **The interval** (:func:`capacity_interval`): a two-stage bootstrap (Davison & Hinkley 1997,
 §3.8): per draw, each point's repeats are resampled, then its requests within them; the
@@ -63,8 +63,9 @@ class Requests:
     @classmethod
     def of(cls, records: Sequence[RequestRecord], duration_s: float) -> "Requests":
         """From one measurement's measured records (incomplete ones, cut by a drain bound, are
-        left out, as in :func:`harness.metrics.compute_metrics`)."""
-        rs = [r for r in records if r.phase == "measured" and r.error_class != "incomplete"]
+        left out, as in :func:`harness.metrics.compute_metrics`, and so are requests a Ctrl-C
+        cut: the client's doing, not the engine's)."""
+        rs = [r for r in records if r.phase == "measured" and r.error_class not in ("incomplete", "interrupted")]
 
         def arr(values: list[float | None]) -> np.ndarray:
             return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
@@ -185,7 +186,9 @@ class Capacity:
     = none found); ``open``: no failing point (a lower bound); ``binding``: what broke at the
     failing point (an SLO key, or "errors"), "" when none did; ``never_met``: the lowest point
     failed; ``interval``: the 95 % interval of ``output_tps``; ``draws``: the bootstrap draws
-    of ``output_tps``; ``points``: each point's stats, by load."""
+    of ``output_tps``; ``points``: each point's stats, by load; ``measurements``: the fewest
+    measurements of the points it rests on (with one, the interval holds the requests' noise
+    only, not the run-to-run noise)."""
 
     output_tps: float
     request_rate: float
@@ -197,6 +200,7 @@ class Capacity:
     interval: tuple[float, float] | None = None
     draws: np.ndarray = field(default_factory=lambda: np.empty(0))
     points: list[PointStats] = field(default_factory=list)
+    measurements: int = 1  # the fewest measurements of the points it rests on (1 = no run-to-run noise in its interval)
 
 
 def capacity_from(stats: Sequence[PointStats]) -> Capacity:
@@ -207,21 +211,15 @@ def capacity_from(stats: Sequence[PointStats]) -> Capacity:
     if not pts[0].passed:
         return Capacity(0.0, 0.0, 0.0, (None, pts[0].load), binding=pts[0].binding, never_met=True, points=list(pts))
     j = next((k for k, p in enumerate(pts) if not p.passed), None)
-    passing = pts if j is None else pts[:j]
-    best = max(passing, key=lambda p: p.output_tps)
-    if j is None:
-        return Capacity(best.output_tps, best.request_rate, pts[-1].load, (pts[-1].load, None), open=True, points=list(pts))
+    if j is None:  # the highest load measured passed: what it sustained there, at least
+        top = pts[-1]
+        return Capacity(top.output_tps, top.request_rate, top.load, (top.load, None), open=True, points=list(pts))
     a, b = pts[j - 1], pts[j]
     t = 0.0
     if b.binding != "errors" and math.isfinite(b.margin) and b.margin > a.margin:
         t = min(1.0, max(0.0, (1.0 - a.margin) / (b.margin - a.margin)))
-    edge_tps = a.output_tps + t * (b.output_tps - a.output_tps)
-    edge_rate = a.request_rate + t * (b.request_rate - a.request_rate)
-    if edge_tps >= best.output_tps:
-        tps, rate = edge_tps, edge_rate
-    else:
-        tps, rate = best.output_tps, best.request_rate
-    return Capacity(tps, rate, a.load + t * (b.load - a.load), (a.load, b.load), binding=b.binding, points=list(pts))
+    return Capacity(a.output_tps + t * (b.output_tps - a.output_tps), a.request_rate + t * (b.request_rate - a.request_rate),
+                    a.load + t * (b.load - a.load), (a.load, b.load), binding=b.binding, points=list(pts))
 
 
 def capacity_of(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_rate: float = 0.05,
@@ -230,6 +228,8 @@ def capacity_of(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_
     stats = [point_stats(p.load, p.pooled(), slos, max_failure_rate, p.devices,
                          sum(p.sessions) if p.sessions is not None else None) for p in points]
     cap = capacity_from(stats)
+    on = {load for load in cap.bracket if load is not None}
+    cap.measurements = min((len(p.repeats) for p in points if p.load in on), default=1)
     if resamples > 0 and not cap.never_met:
         cap.draws = capacity_draws(points, slos, max_failure_rate, resamples=resamples, seed=seed)
         lo, hi = np.percentile(cap.draws, [2.5, 97.5])

@@ -19,6 +19,11 @@ so it runs a little narrow; the margin absorbs that. Only then do the tie-breake
 processes, verified features, peak memory (10 % apart or more); when none separates them, the
 higher point estimate stands. The reference engine (a yardstick) is ranked on the same scale
 and never recommended.
+
+A capacity whose ladder stopped before an SLO broke (budget, highest load: ``open``) is a lower
+bound. A leader with an open capacity still wins over a runner-up whose capacity is known (the
+ratio is then a lower bound too); a runner-up with an open capacity may truly be the better
+engine, so the verdict is then **undecided**, and says which ladder to climb further.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class Verdict:
     ratio_interval: tuple[float, float] | None = None
     tie: bool = False
     tie_breaker: str = ""
+    undecided: str = ""
     ranking: list[str] = field(default_factory=list)
     yardsticks: list[str] = field(default_factory=list)
     excluded: dict[str, str] = field(default_factory=dict)
@@ -72,13 +78,15 @@ class Verdict:
 
 def ratio_interval(a: Capacity, b: Capacity, confidence: float = 0.95) -> tuple[float, float] | None:
     """The percentile interval of ``a / b`` over the two engines' bootstrap draws (paired by
-    index, drawn independently); None without draws or with a zero in ``b``'s."""
+    index, drawn independently; a draw where ``b``'s capacity is 0 gives an infinite ratio);
+    None without draws. Order statistics (``inverted_cdf``), so an infinite end stays infinite."""
     n = min(a.draws.size, b.draws.size)
-    if n == 0 or not np.all(b.draws[:n] > 0):
+    if n == 0:
         return None
-    ratios = a.draws[:n] / b.draws[:n]
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(b.draws[:n] > 0, a.draws[:n] / np.where(b.draws[:n] > 0, b.draws[:n], 1.0), np.inf)
+    tail = (1 - confidence) / 2
+    lo, hi = np.quantile(ratios, [tail, 1 - tail], method="inverted_cdf")
     return float(lo), float(hi)
 
 
@@ -106,7 +114,7 @@ def break_tie(a: Candidate, b: Candidate) -> tuple[Candidate, str]:
         first, other = (a, b) if (a.peak_memory_bytes or 0) < (b.peak_memory_bytes or 0) else (b, a)
         return first, (f"lower peak memory ({(first.peak_memory_bytes or 0) / 2**30:.1f} GiB vs "
                        f"{(other.peak_memory_bytes or 0) / 2**30:.1f} GiB)")
-    return a, "no tie-breaker separates them: the higher point estimate stands"
+    return a, "the higher point estimate (no tie-breaker separates them)"
 
 
 def decide(candidates: Sequence[Candidate]) -> Verdict:
@@ -129,6 +137,9 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     assert best.capacity is not None and second.capacity is not None
     v.ratio = best.capacity.output_tps / second.capacity.output_tps if second.capacity.output_tps > 0 else math.inf
     v.ratio_interval = ratio_interval(best.capacity, second.capacity)
+    if second.capacity.open:  # its ladder stopped before an SLO broke: it may be better than it looks
+        v.runner_up, v.undecided = second.name, second.name
+        return v
     v.tie = v.ratio_interval is None or v.ratio_interval[0] <= 1.0 + EQUIVALENCE_MARGIN
     if v.tie:
         chosen, why = break_tie(best, second)

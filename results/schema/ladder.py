@@ -54,7 +54,9 @@ class CapacityAtSLO(Artefact):
     failed: a lower bound, shown as ≥), ``binding`` (what broke at the failing load: an SLO key
     or "errors"), ``never_met`` (the lowest load failed), ``usd_per_1m_output_tokens`` at it
     (None without a price), and for ``--target-load`` the ``devices_needed`` and
-    ``usd_per_hour`` of serving it."""
+    ``usd_per_hour`` of serving it (at most, when the capacity is open); ``measurements``: the
+    fewest measurements of the points it rests on (1: its interval holds the requests' noise only,
+    not the run-to-run noise)."""
 
     output_tps: float
     interval: tuple[float, float] | None = None
@@ -67,6 +69,7 @@ class CapacityAtSLO(Artefact):
     usd_per_1m_output_tokens: float | None = None
     devices_needed: int | None = None
     usd_per_hour: float | None = None
+    measurements: int = 1
 
 
 class EngineLadder(Artefact):
@@ -97,8 +100,10 @@ class Decision(Artefact):
     """The verdict (``harness.scoring.verdict``): ``winner`` ("" = none), ``runner_up``,
     ``ratio`` of their capacities with its 95 % ``ratio_interval``, ``tie`` (the interval
     reaches 1.05: within the noise or the 5 % equivalence margin) and the ``tie_breaker`` that
-    then decided, ``binding`` (the winner's deciding constraint), ``sentence`` (the verdict in
-    one sentence), ``ranking`` (eligible production engines, best first), ``yardsticks``,
+    then decided, ``undecided`` (the runner-up whose ladder stopped before an SLO broke, so it
+    may be better than the leader: then there is no winner), ``interrupted`` (who stopped the
+    run before it finished: the verdict rests on what was measured), ``binding`` (the winner's
+    deciding constraint), ``sentence`` (the verdict in one sentence), ``ranking`` (eligible production engines, best first), ``yardsticks``,
     ``excluded`` (engine → one line), the ``slos`` that decided (key → ms) and whether they were
     the defaults, the load ``unit`` (``sessions`` or ``requests`` in flight)."""
 
@@ -108,6 +113,8 @@ class Decision(Artefact):
     ratio_interval: tuple[float, float] | None = None
     tie: bool = False
     tie_breaker: str = ""
+    undecided: str = ""
+    interrupted: str = ""
     binding: str = ""
     sentence: str = ""
     ranking: list[str] = Field(default_factory=list)

@@ -9,7 +9,7 @@ Exit codes: 0 = done; 1 = no engine survives the hard constraints (``recommend``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Any, Annotated, NoReturn, Optional
 
 import typer
 
@@ -189,11 +189,28 @@ def recommend_cmd(
     if json_out:
         typer.echo(rec.model_dump_json(indent=2))
     else:
+        if slos and len(runs) == 1 and runs[0].ladder is not None:  # the ladders decide again under these SLOs
+            _ladder_verdict(runs[0], slos, target)
         print_recommendation(rec, make_console())
     if rec.exit_code:
         if json_out:
             make_console(stderr=True).print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
         raise typer.Exit(rec.exit_code)
+
+
+def _ladder_verdict(run: Any, slos: Any, target: Any) -> None:
+    """A ladder run's verdict decided again from its records under other SLOs (printed first; the
+    stored ``ladder.json`` keeps the run's own)."""
+    from harness.app.cli.verdict import print_verdict
+    from harness.scoring.decision import judge
+
+    ladder = run.ladder.model_copy(deep=True)
+    ladder.slos, ladder.slos_default = {s.key: s.threshold_ms for s in slos}, False
+    judge(ladder, run.records, slos, price_per_hour=target.price_per_hour,
+          target_tps=(ladder.target_load or {}).get("output_tps"))
+    console = make_console()
+    print_verdict(ladder, console)
+    console.rule("Weighted score (a secondary view)")
 
 
 def report_cmd(

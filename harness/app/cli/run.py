@@ -28,9 +28,11 @@ def run(settings: RunSettings) -> None:
     _print_summary(result.summary)
     if settings.token_note:
         console.print(f"note: {settings.token_note}", markup=False, highlight=False)
-    if result.recommendation is not None:
-        console.rule("Weighted score (a secondary view; the verdict decides)" if result.ladder else "Recommendation")
+    if result.recommendation is not None and result.ladder is None:
+        console.rule("Recommendation")
         cli_report.print_recommendation(result.recommendation, console)
+    elif result.recommendation is not None:  # another question than the verdict's: on request only
+        console.print(f"Weighted score (a secondary view): bench recommend {result.run_dir}", markup=False)
     print_outputs(console, result.run_dir, [("Report", "report.md"), ("Report", "report.html")])
     exit_if_interrupted(result.interrupted, "results")
     if not result.summary.ok_engines():

@@ -20,11 +20,15 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     console.print(f"[bold]{escape(d.sentence if d else 'No decision was made.')}[/]", highlight=False)
     unit = "sessions" if d is not None and d.unit == "sessions" else "requests"
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
-    for col, right in (("engine", False), ("output tok/s per device", True), ("95% interval", True),
-                       (f"{unit} in flight", True), ("rate", True), ("$/1M out", True), ("gates", False)):
+    target = (ladder.target_load or {}).get("output_tps")
+    cols = [("engine", False), ("output tok/s per device", True), ("95% interval", True), (f"{unit} in flight", True),
+            ("rate", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
+        [("gates", False)]
+    for col, right in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in capacity_rows(ladder):
-        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["usd"], escape(r["gates"]))
+        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["usd"],
+                  *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
     if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
         console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)

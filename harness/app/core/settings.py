@@ -303,6 +303,7 @@ class RunSettings(BaseModel):
             if self.workload.prompt_salt is None:  # a deployment's warm prefix cache must serve none of the prompts
                 self.workload = self.workload.model_copy(update={"prompt_salt": "auto"})
         checks.check_endpoint(self.engines, self.base_url, self.tokenizer, bool(self.endpoints))
+        self._check_ladder_options()
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:
             raise ValueError(f"--max-concurrency {cap} is smaller than --client-workers {self.client_workers}: each "
@@ -323,6 +324,20 @@ class RunSettings(BaseModel):
             except RuntimeError as exc:
                 raise ValueError(str(exc)) from None
         return self
+
+    def _check_ladder_options(self) -> None:
+        """The load ladder's options only with a ladder; a ladder starts at the client workers'
+        count (each needs a session in flight)."""
+        fields = type(self).model_fields
+        given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load")  # type: ignore[union-attr]
+                 if name in fields and getattr(self, name) != fields[name].default]
+        if given and not self.ladder:
+            raise ValueError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to load ladders, and this run "
+                             "measures one load point "
+                             "(--request-rate, --max-concurrency, --duration or --ramp-up-strategy): drop one or the other")
+        if self.ladder and self.client_workers > self.max_load:
+            raise ValueError(f"--client-workers {self.client_workers} is above --max-load {self.max_load}: a ladder starts at "
+                             "one session in flight per worker; raise --max-load or use fewer workers")
 
     @property
     def external(self) -> bool:

@@ -101,7 +101,8 @@ def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink
     :class:`EngineError` of a failed start; the engine is stopped on exit."""
     name, first = plan.name, repeat == 0
     resuming = starter.holds(name) and not starter.failed(name) and starter.slots > 1
-    console.print(f"[bold]{escape(name)}[/]: {'resuming' if resuming else 'starting'} …")
+    what = ("resuming" if resuming else "starting") if plan.starts_process else "connecting"
+    console.print(f"[bold]{escape(name)}[/]: {what} …")
     with starter.take(name) as (ep, startup_s):
         parallel = starter.parallel(name)
         sink.add_engine_facts(name, engine_facts(ep, startup_s, parallel))

@@ -30,6 +30,7 @@ from harness.metrics import SLO
 from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
 
 PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
+MIN_POINTS = 3  # points every climb measures whatever the budget (1, 2, 4: enough to see a saturation)
 MAX_LOAD = 64  # concurrency ladders stop here unless told otherwise
 
 Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", ""]
@@ -68,7 +69,8 @@ class Ladder:
     """One engine's ladder (module docstring). ``seed``: the base seed (measurement ``m`` of
     this engine draws ``seed + m``: fresh prompts each time, and the same prompts for the same
     measurement on every engine); ``budget_s`` bounds the measuring by ``clock``: no point
-    starts once it is spent, nor one the previous point's duration says would overrun it."""
+    starts once it is spent (the one running may end past it), except the first
+    :data:`MIN_POINTS`, which every climb measures unless an SLO breaks first."""
 
     measure: Measure
     slos: Sequence[SLO]
@@ -79,29 +81,27 @@ class Ladder:
     max_points: int = 8
     budget_s: float = float("inf")
     clock: Callable[[], float] = time.monotonic
+    on_point: Callable[[Rung], None] | None = None  # told of each measurement as it is judged (progress)
     rungs: list[Rung] = field(default_factory=list)
     stopped: Stopped = ""
     crash: str = ""  # what the engine said when it died mid-ladder ("" = it did not)
     crashed_at: int | None = None  # the load it died at
     _measurements: int = 0
     _t0: float | None = None
-    _last_s: float = 0.0
 
     # -- measuring ---------------------------------------------------------------------------
     def _affordable(self) -> bool:
+        """A point starts while the budget is not spent (it may end past it: by one point at most)."""
         if self._t0 is None:
             self._t0 = self.clock()
             return True
-        spent = self.clock() - self._t0
-        return spent < self.budget_s and spent + self._last_s <= self.budget_s
+        return self.clock() - self._t0 < self.budget_s
 
     def _measure(self, rung: Rung) -> None:
         """One more measurement of ``rung`` (fresh seed), then its verdict over all of them."""
         seed = self.seed + self._measurements
         self._measurements += 1
-        start = self.clock()
         req, sessions = self.measure(rung.load, seed, len(rung.measurements))
-        self._last_s = self.clock() - start
         rung.seeds.append(seed)
         rung.measurements.append(req)
         if sessions is not None:
@@ -109,6 +109,8 @@ class Ladder:
         pooled = rung.sample(self.devices)
         rung.stats = point_stats(float(rung.load), pooled.pooled(), self.slos, self.max_failure_rate, self.devices,
                                  sum(rung.sessions) if rung.sessions is not None else None)
+        if self.on_point is not None:
+            self.on_point(rung)
 
     def point(self, load: int) -> Rung | None:
         """Measure a new point at ``load``; None (and ``stopped`` set) when the budget or the
@@ -116,7 +118,7 @@ class Ladder:
         if len(self.rungs) >= self.max_points:
             self.stopped = "max_points"
             return None
-        if not self._affordable():
+        if not self._affordable() and len(self.rungs) >= MIN_POINTS:
             self.stopped = "budget"
             return None
         rung = Rung(index=len(self.rungs), load=load)

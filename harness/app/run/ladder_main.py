@@ -30,7 +30,7 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any]) -> LadderSp
     turns = float(stats.get("turns") or stats.get("requests") or sessions) / sessions
     return LadderSpec(trial=spec, workload=cfg.workload.model_copy(update={"seed": cfg.workload.seed or 0}),
                       slos=tuple(slos), max_failure_rate=cfg.max_failure_rate, budget_s=cfg.ladder_budget_s,
-                      max_load=cfg.max_load, turns_per_session=max(1.0, turns))
+                      max_load=cfg.max_load, turns_per_session=max(1.0, turns), start_load=cfg.client_workers)
 
 
 def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
@@ -58,7 +58,8 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
     writer.summary.slos = {s.key: s.threshold_ms for s in slos}
     planned = {p.name for p in plans}  # the others were recorded before measuring (skipped, failed to install)
     skipped = {n: skipped_ladder(n, r) for n, r in writer.summary.engines.items() if n not in planned}
-    state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.slos)
+    state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.slos,
+                               interrupted=interrupted)
     for e in engines:
         if e.outcome is not None:
             if e.outcome.effective is not None:

@@ -76,7 +76,10 @@ class LadderJob:
                 engine.outcome = self.executor.result(trials[engine.name], self.writer)
                 engine.measurements = list(engine.outcome.measurements)
             except KeyboardInterrupt as exc:
-                engine.failure = f"interrupted by {interrupt_cause(exc)} while climbing its ladder; its points are kept"
+                engine.outcome = getattr(exc, "ladder_outcome", None)
+                engine.measurements = list(engine.outcome.measurements) if engine.outcome is not None else []
+                kept = f"its {len(engine.measurements)} measurements are kept" if engine.measurements else "nothing measured"
+                engine.failure = f"interrupted by {interrupt_cause(exc)} while climbing its ladder; {kept}"
                 for rest in engines[i + 1:]:
                     rest.failure = "not measured: the run was interrupted before its turn"
                 return interrupt_cause(exc)
@@ -114,6 +117,7 @@ class LadderJob:
                 try:
                     engine.measurements += self.executor.result(trial, self.writer)
                 except KeyboardInterrupt as exc:
+                    engine.measurements += getattr(exc, "ladder_measurements", [])  # the ones that finished
                     return interrupt_cause(exc)
                 except EngineError as exc:
                     self._failed(engine, exc)
@@ -134,7 +138,7 @@ class LadderJob:
 
     # -- the artefacts ---------------------------------------------------------------------------
     def summary(self, engines: list[EngineClimb], skipped: dict[str, EngineLadder], run_id: str, workload: str,
-                slos_default: bool) -> LadderSummary:
+                slos_default: bool, interrupted: str = "") -> LadderSummary:
         """``ladder.json``'s content, decided (:func:`harness.scoring.decision.judge`), and each
         measured engine's ``summary.json`` entry."""
         records = read_records(self.writer.run_dir / REQUESTS_FILE)
@@ -153,7 +157,7 @@ class LadderJob:
         s.engines.update(skipped)
         price = run_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
         judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps,
-              client_rps=self._client_rps())
+              client_rps=self._client_rps(), interrupted=interrupted)
         for e in engines:
             self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
         s.wall_s = round(time.monotonic() - self.t0, 2)
@@ -176,7 +180,7 @@ class LadderJob:
             ms = [m for m in e.measurements if m.index == index]
             points.append(LadderPoint(index=index, load=ms[0].load, seeds=[m.seed for m in ms], wall_s=sum(m.wall_s for m in ms),
                                       repeats=[m.metrics for m in ms] if len(ms) > 1 else []))
-        status = EngineStatus.OK if o is not None and not e.failure and points else EngineStatus.FAILED
+        status = EngineStatus.OK if o is not None and not e.failure and not o.crash and points else EngineStatus.FAILED
         if o is None and e.failure.startswith("not measured"):
             status = EngineStatus.NOT_MEASURED
         return EngineLadder(status=status, reason=e.failure, stopped=o.stopped if o else "", crash=o.crash if o else "",

@@ -37,7 +37,8 @@ class LadderSpec:
     ``workload`` (the base options; ``seed`` the base seed), ``slos`` judged,
     ``max_failure_rate``, ``budget_s`` (s of measuring per engine), ``max_load``,
     ``max_points``, ``rounds`` (sessions per unit of load per point), ``min_requests`` (per
-    point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices``."""
+    point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices``,
+    ``start_load`` (the first load: the client workers, each of which needs a session in flight)."""
 
     trial: TrialSpec
     workload: WorkloadOptions
@@ -50,6 +51,7 @@ class LadderSpec:
     min_requests: int = 12
     turns_per_session: float = 1.0
     devices: int = 1
+    start_load: int = 1
 
     def point_options(self, load: int, seed: int) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
@@ -170,6 +172,10 @@ def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink
             raise
         out.stopped, out.crash = "crashed", out.crash or str(exc)
         out.crashed_at = out.crashed_at or max(m.load for m in out.measurements)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: the points measured so far go up with it
+        out.stopped = "interrupted"
+        exc.ladder_outcome = out  # type: ignore[attr-defined]
+        raise
     return out
 
 
@@ -180,11 +186,12 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
     out.effective, out.equivalence, out.measurements = session.effective, session.equivalence, points.done
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
-                    max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s)
+                    max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s,
+                    on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
     console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
-    ladder.climb()
-    for rung in ladder.rungs:
-        console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False)
+    ladder.climb(start=spec.start_load)
+    if ladder.crash:
+        console.print(f"  [red]{plan.name}[/]: died at {ladder.crashed_at} in flight — {ladder.crash}", highlight=False)
     out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
     out.peak_memory_bytes, out.processes = points.peak_memory, points.processes
     if spec.trial.feature_probes and ladder.stopped != "crashed":
@@ -200,12 +207,27 @@ def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSi
     """More measurements of given points (a trial body): ``points`` = (index, load, seed,
     repeat) each; the engine's session is opened without a warm-up when it was kept from its climb."""
     trial = replace(spec.trial, equivalence=False, read_effective=False)
-    with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
-                      repeat=1) as session:
-        measurer = _Points(plan, session, sink, spec, tokenizer, {load: index for index, load, _, _ in points})
-        for _, load, seed, repeat in points:
-            measurer(load, seed, repeat)
-    return measurer.done
+    done: list[PointMeasurement] = []
+    try:
+        with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
+                          repeat=1) as session:
+            _again(plan, session, sink, console, spec, tokenizer, points, done)
+    except KeyboardInterrupt as exc:  # the measurements finished before it go up with it
+        exc.ladder_measurements = done  # type: ignore[attr-defined]
+        raise
+    return done
+
+
+def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
+           points: Sequence[tuple[int, int, int, int]], done: list[PointMeasurement]) -> None:
+    """More measurements of ``points`` on the live engine of ``session``, appended to ``done``."""
+    measurer = _Points(plan, session, sink, spec, tokenizer, {load: index for index, load, _, _ in points})
+    measurer.done = done
+    for _, load, seed, repeat in points:
+        measurer(load, seed, repeat)
+        m = done[-1]
+        console.print(f"  {plan.name} load {load} (measurement {repeat + 1}): {m.metrics.output_throughput or 0:,.1f} "
+                      "tok/s", markup=False, highlight=False)
 
 
 def point_line(rung: Rung) -> str:
