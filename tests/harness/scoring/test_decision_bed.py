@@ -91,3 +91,16 @@ def test_the_interval_holds_the_point_estimate(jitter: float) -> None:
     cap = climb(dataclasses.replace(BASE, jitter=jitter), 3).capacity(seed=3)
     assert cap is not None and cap.interval is not None
     assert cap.interval[0] <= cap.output_tps <= cap.interval[1]
+
+
+def test_a_runner_up_whose_ladder_stopped_first_leaves_the_verdict_undecided() -> None:
+    # the runner-up's capacity is a lower bound (its ladder hit --max-load before an SLO broke): it may be the better
+    # engine, so there is no winner; a leader whose own capacity is a lower bound still wins over a known runner-up
+    leader, runner = candidate(faster(BASE, "leader", 1.3), 0), candidate(BASE, 1)
+    runner.capacity.open = True
+    v = decide([leader, runner])
+    assert v.winner == "" and v.undecided == "base" and v.ranking == ["leader", "base"]
+    leader, runner = candidate(faster(BASE, "leader", 1.3), 0), candidate(BASE, 1)
+    leader.capacity.open = True
+    v = decide([leader, runner])
+    assert v.winner == "leader" and not v.undecided and not v.tie

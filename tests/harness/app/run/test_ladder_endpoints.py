@@ -121,3 +121,27 @@ def test_the_decisive_points_are_measured_again_whether_engines_were_kept_or_not
         assert [p.load for p in e.points] == [1, 2] and e.stopped == "max_load"
         assert len(e.points[1].seeds) == 3 and len(set(e.points[1].seeds)) == 3  # 1 + 2 more, fresh prompts each
     assert "Decisive points: " in res.output
+
+
+def test_ctrl_c_mid_ladder_keeps_the_points_and_says_so(slotted, tmp_path, monkeypatch):
+    from harness.app.run import ladder_trial
+
+    real, calls = ladder_trial._Points.__call__, []
+
+    def third_is_interrupted(self, load, seed, repeat):
+        calls.append(load)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, load, seed, repeat)
+
+    monkeypatch.setattr(ladder_trial._Points, "__call__", third_is_interrupted)
+    res = CliRunner().invoke(app, ["run", "--endpoint", f"four={slotted['four']}", "--endpoint", f"two={slotted['two']}",
+                                   *ARGS, "-o", str(tmp_path), "--run-id", "ctrlc"])
+    assert res.exit_code == 130, res.output
+    ladder = load_run(tmp_path / "ctrlc").ladder
+    four = ladder.engines["four"]
+    assert [p.load for p in four.points] == [1, 2] and four.status.value == "failed"
+    assert four.reason.startswith("interrupted by the user (Ctrl-C) while climbing its ladder; its 2 measurements are kept")
+    assert ladder.engines["two"].status.value == "not_measured"
+    assert ladder.decision.interrupted == "the user (Ctrl-C)"
+    assert ladder.decision.sentence.startswith("Interrupted by the user (Ctrl-C), on what was measured: ")
