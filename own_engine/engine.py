@@ -3,9 +3,9 @@
 
 One :meth:`LLMEngine.step` = the scheduler plans (continuous batching, chunked prefill,
 preemption) → :meth:`LLMEngine._execute` runs it (KV block copies for CoW, draft proposals for
-speculative decoding, ONE batched target forward, sampling / verification) → the scheduler
-applies the result (append tokens, check EOS / stop_token_ids / max_tokens, fork ``n > 1``
-children, finish sequences and free their blocks).
+speculative decoding, ONE batched target forward, sampling / verification, and the logprobs of
+the requests that ask for them) → the scheduler applies the result (append tokens, check EOS /
+stop_token_ids / max_tokens, fork ``n > 1`` children, finish sequences and free their blocks).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from own_engine.config import ConfigError, EngineConfig, ModelConfig
 from own_engine.cuda_graphs import capture_sizes
 from own_engine.model import LlamaModel
 from own_engine.model_runner import ModelRunner, select_attention
-from own_engine.outputs import Fork, GenerateOutput, RequestOutput, SampledTokens
-from own_engine.sampler import Sampler
+from own_engine.outputs import Fork, GenerateOutput, RequestOutput, SampledTokens, TokenLogprobs
+from own_engine.sampler import Sampler, compute_logprobs
 from own_engine.sampling_params import SamplingParams
 from own_engine.scheduler import Scheduler, SchedulerOutput
 from own_engine.sequence import Sequence
@@ -213,9 +213,12 @@ class LLMEngine:
 
     def _sample(self, plan: SchedulerOutput, items: list[BatchItem], logits: torch.Tensor,
                 proposals: dict[int, Proposal]) -> SampledTokens:
-        """Tokens from ``logits`` (``[sum(item.num_logits), vocab]``, items in plan order): plain
+        """Tokens from ``logits`` (``[sum(item.num_logits), vocab]`` fp32, items in plan order): plain
         rows are sampled in one batch (a prompt's last row ``1 + pending_forks`` times for
-        ``n > 1``); speculative rows are verified per sequence by the rejection sampler."""
+        ``n > 1``); speculative rows are verified per sequence by the rejection sampler. Then,
+        only for the sequences whose request asked for logprobs, :func:`compute_logprobs` over
+        the rows that scored their emitted tokens (a fork: its parent's row; speculation: the
+        target's verify row of each accepted draft and of the bonus/resampled token)."""
         plain_rows, plain_params, plain_gens, plain_owner = [], [], [], []
         spec: list[tuple] = []
         row = 0
@@ -225,7 +228,7 @@ class LLMEngine:
             seq = s.seq
             prop = proposals.get(seq.seq_id)
             if prop is not None:
-                spec.append((seq, prop, logits[row:row + it.num_logits]))
+                spec.append((seq, prop, row, logits[row:row + it.num_logits]))
             else:
                 n = 1 + seq.pending_forks if seq.num_output_tokens == 0 else 1
                 for j in range(n):
@@ -235,29 +238,52 @@ class LLMEngine:
                     plain_owner.append((seq, j))
             row += it.num_logits
         out = SampledTokens()
+        # logprob jobs: (logits row, emitted token, top k, where it goes: (seq_id, fork number or -1))
+        lp_jobs: list[tuple[int, int, int, tuple[int, int]]] = []
+        forks: list[tuple[Sequence, Fork]] = []
         if plain_rows:
             idx = torch.tensor(plain_rows, device=logits.device)
             toks = self.sampler(logits.index_select(0, idx), plain_params, plain_gens)
-            for (seq, j), tok, gen in zip(plain_owner, toks, plain_gens):
+            for (seq, j), tok, gen, r in zip(plain_owner, toks, plain_gens, plain_rows):
                 if j == 0:
                     out.token_ids[seq.seq_id] = [tok]
                 else:
-                    out.forks.setdefault(seq.seq_id, []).append(Fork(tok, gen, next(self._ids)))
-        for seq, prop, rows in spec:
+                    forks.append((seq, Fork(tok, gen, next(self._ids))))
+                k = seq.sampling_params.logprobs
+                if k is not None:
+                    lp_jobs.append((r, tok, k, (seq.seq_id, len(forks) - 1 if j else -1)))
+        for seq, prop, r0, rows in spec:
             a, toks = self.rejection_sampler(rows, prop.token_ids, prop.draft_probs, seq.sampling_params, seq.generator)
             out.token_ids[seq.seq_id] = toks
             out.num_accepted[seq.seq_id] = a
+            k = seq.sampling_params.logprobs
+            if k is not None:  # emitted token i was scored by verify row i
+                lp_jobs.extend((r0 + i, tok, k, (seq.seq_id, -1)) for i, tok in enumerate(toks))
             self.spec_policy.observe(seq, len(prop.token_ids), a)
             self.spec_num_draft_tokens += len(prop.token_ids)
             self.spec_num_accepted_tokens += a
             self.spec_num_verify_steps += 1
+        fork_lps: dict[int, TokenLogprobs] = {}
+        if lp_jobs:
+            idx = torch.tensor([j[0] for j in lp_jobs], device=logits.device)
+            lps = compute_logprobs(logits.index_select(0, idx), [j[1] for j in lp_jobs], [j[2] for j in lp_jobs])
+            for (_, _, _, (seq_id, f)), lp in zip(lp_jobs, lps):
+                if f < 0:
+                    out.logprobs.setdefault(seq_id, []).append(lp)
+                else:
+                    fork_lps[f] = lp
+        for f, (seq, fork) in enumerate(forks):
+            if f in fork_lps:
+                fork = Fork(fork.token_id, fork.generator, fork.seq_id, fork_lps[f])
+            out.forks.setdefault(seq.seq_id, []).append(fork)
         return out
 
     # ------------------------------------------------------------------ offline API
     def generate(self, prompts: list[list[int]] | list[str],
                  sampling_params: SamplingParams | list[SamplingParams]) -> list[GenerateOutput]:
         """Run ``prompts`` (token id lists or strings, tokenized with the chat-free tokenizer) to
-        completion; one :class:`GenerateOutput` per prompt and sample index, in prompt order.
+        completion; one :class:`GenerateOutput` per prompt and sample index, in prompt order (with
+        its tokens' :class:`TokenLogprobs` when its params ask for ``logprobs``).
         Raises ``ValueError`` for a params list of the wrong length or an invalid prompt."""
         if isinstance(sampling_params, list) and len(sampling_params) != len(prompts):
             raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
@@ -274,14 +300,18 @@ class LLMEngine:
             for rid in rids[:len(reqs)]:  # all or nothing: drop the prompts already queued
                 self.abort(rid)
             raise
+        logprobs: dict[tuple[str, int], list[TokenLogprobs]] = {}
         while self.has_unfinished():
-            self.step()
+            for o in self.step():
+                if o.new_logprobs is not None:
+                    logprobs.setdefault((o.request_id, o.index), []).extend(o.new_logprobs)
         out = []
-        for rid, toks, seqs in zip(rids, token_lists, reqs):
+        for rid, toks, seqs, sp in zip(rids, token_lists, reqs, params):
             for seq in sorted(seqs, key=lambda s: s.index):
                 ids = seq.output_token_ids
                 out.append(GenerateOutput(rid, toks, ids, self.tokenizer.decode(ids, skip_special_tokens=True),
-                                          seq.finish_reason, seq.num_cached_tokens, seq.index))
+                                          seq.finish_reason, seq.num_cached_tokens, seq.index,
+                                          None if sp.logprobs is None else logprobs.get((rid, seq.index), [])))
         return out
 
     def stats(self) -> dict:

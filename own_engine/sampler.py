@@ -1,11 +1,43 @@
 """Token sampling: greedy, temperature, top-k, top-p (nucleus, Holtzman et al. 2020 §3.1), per-request
-seeds through ``torch.Generator`` (vLLM's per-request generator convention)."""
+seeds through ``torch.Generator`` (vLLM's per-request generator convention); the log-probabilities
+returned to requests that ask for them (:func:`compute_logprobs`)."""
 
 from __future__ import annotations
 
 import torch
 
+from own_engine.outputs import TokenLogprobs
 from own_engine.sampling_params import SamplingParams
+
+
+def compute_logprobs(logits: torch.Tensor, token_ids: list[int], num_top: list[int]) -> list[TokenLogprobs]:
+    """Row ``i``'s log-probabilities of ``token_ids[i]`` and of its ``num_top[i]`` most likely tokens.
+
+    ``logits``: [N, vocab], the model's raw logits (any float dtype; computed in fp32). Values are
+    ``log_softmax(logits)`` in nats, BEFORE temperature / top-k / top-p: vLLM's default "raw
+    logprobs" convention, whatever the request sampled with. The top tokens come from ONE
+    ``topk`` over all rows with ``max(num_top)``, sorted by logprob descending (ties: torch's
+    order). Cost: one log_softmax over the N rows, so call it only with the rows of requests
+    that asked for logprobs. Raises ``ValueError`` on a length mismatch.
+    """
+    n = logits.shape[0]
+    if len(token_ids) != n or len(num_top) != n:
+        raise ValueError(f"got {n} logits rows for {len(token_ids)} tokens / {len(num_top)} top counts")
+    if n == 0:
+        return []
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    ids = torch.tensor(token_ids, dtype=torch.long, device=lp.device).unsqueeze(1)
+    chosen = lp.gather(1, ids).squeeze(1).tolist()
+    k = max(num_top)
+    if k > 0:
+        top = lp.topk(k, dim=-1, sorted=True)
+        top_vals, top_ids = top.values.tolist(), top.indices.tolist()
+    out = []
+    for i in range(n):
+        ki = num_top[i]
+        out.append(TokenLogprobs(token_ids[i], chosen[i],
+                                 tuple(top_ids[i][:ki]) if ki else (), tuple(top_vals[i][:ki]) if ki else ()))
+    return out
 
 
 def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 _EPS = 1e-5
 
+MAX_LOGPROBS = 20
+"""The most top logprobs a request may ask for (vLLM's default ``max_logprobs``; OpenAI's limit)."""
+
 
 @dataclass
 class SamplingParams:
@@ -19,7 +22,10 @@ class SamplingParams:
     tokens to generate at most. ``stop``: stop strings (matched by the server after detokenizing;
     the engine ignores them). ``stop_token_ids``: token ids that end generation (the token is
     emitted). ``ignore_eos``: keep going past EOS. ``n``: independent samples of one prompt
-    (forked sequences share the prompt's KV blocks, copy-on-write).
+    (forked sequences share the prompt's KV blocks, copy-on-write). ``logprobs``: None = none;
+    ``k`` in ``[0, MAX_LOGPROBS]`` = each generated token's log-probability plus the ``k`` most
+    likely tokens' of its position (:class:`~own_engine.outputs.TokenLogprobs`: raw log_softmax
+    of the model's logits, before temperature / top-k / top-p, vLLM's default).
 
     Raises ``ValueError`` with a one-line message naming the bad field.
     """
@@ -33,6 +39,7 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     n: int = 1
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -55,6 +62,9 @@ class SamplingParams:
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):
             raise ValueError(f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
+        if self.logprobs is not None and (not isinstance(self.logprobs, int) or isinstance(self.logprobs, bool)
+                                          or not 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}], got {self.logprobs!r}")
         if self.stop is not None and not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
 

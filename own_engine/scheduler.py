@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from own_engine.block_manager import BlockManager
-from own_engine.outputs import Fork, RequestOutput, SampledTokens
+from own_engine.outputs import Fork, RequestOutput, SampledTokens, TokenLogprobs
 from own_engine.sequence import Sequence, SequenceStatus
 
 
@@ -217,9 +217,9 @@ class Scheduler:
         Per scheduled sequence, in plan order: ``num_computed_tokens`` advances by the tokens the
         forward computed (plus accepted drafts); a sequence that sampled nothing (a prefill chunk)
         only offers its full blocks to the prefix cache; one that sampled forks its ``n > 1``
-        children (sharing its blocks), then it and each child append their tokens and are checked
-        for a stop. Returns a :class:`RequestOutput` per sequence that got tokens (parent before
-        its children).
+        children (sharing its blocks), then it and each child append their tokens (with their
+        logprobs, when asked for) and are checked for a stop. Returns a :class:`RequestOutput` per
+        sequence that got tokens (parent before its children).
         """
         outputs: list[RequestOutput] = []
         for s in plan.scheduled:
@@ -231,9 +231,11 @@ class Scheduler:
                 continue
             # the draft model's K/V is only valid up to what the target has verified
             seq.num_draft_computed = min(seq.num_draft_computed, seq.num_computed_tokens)
-            appends = [(seq, toks)] + [(self._fork(seq, f), [f.token_id]) for f in sampled.forks.get(seq.seq_id, ())]
+            appends = [(seq, toks, sampled.logprobs.get(seq.seq_id))]
+            appends += [(self._fork(seq, f), [f.token_id], None if f.logprobs is None else [f.logprobs])
+                        for f in sampled.forks.get(seq.seq_id, ())]
             seq.pending_forks = 0
-            outputs.extend(self._append(target, new) for target, new in appends)
+            outputs.extend(self._append(target, new, lps) for target, new, lps in appends)
         return outputs
 
     def _fork(self, parent: Sequence, fork: Fork) -> Sequence:
@@ -250,10 +252,11 @@ class Scheduler:
         seqs.append(child)
         return child
 
-    def _append(self, seq: Sequence, toks: list[int]) -> RequestOutput:
+    def _append(self, seq: Sequence, toks: list[int], logprobs: list[TokenLogprobs] | None = None) -> RequestOutput:
         """Append sampled tokens up to the first stop: EOS (unless ``ignore_eos``) or a
         ``stop_token_ids`` entry → ``"stop"`` (the token is kept); ``max_tokens`` or
-        ``max_model_len`` reached → ``"length"``. A stopped sequence is finished (blocks freed)."""
+        ``max_model_len`` reached → ``"length"``. A stopped sequence is finished (blocks freed).
+        ``logprobs`` (one per ``toks`` entry, or None) are cut to the tokens appended."""
         p = seq.sampling_params
         stop_ids = set(p.stop_token_ids or ())
         emitted: list[int] = []
@@ -271,4 +274,5 @@ class Scheduler:
         if reason:
             self.finish(seq, reason)
         return RequestOutput(seq.request_id, emitted, reason is not None, reason, seq.num_prompt_tokens,
-                             seq.num_cached_tokens, seq.num_output_tokens, seq.index)
+                             seq.num_cached_tokens, seq.num_output_tokens, seq.index,
+                             None if logprobs is None else logprobs[:len(emitted)])

@@ -20,12 +20,19 @@ Architecture (the shape of vLLM's ``AsyncLLM`` + ``OpenAIServing*``, minus multi
   ``finish_reason`` on the last content chunk, usage chunk with
   ``usage.prompt_tokens_details.cached_tokens``, ``[DONE]``, the error event of an engine
   failure) is :mod:`own_engine.server.frontend`'s, shared with the shims.
+- Logprobs (``logprobs`` on completions, ``logprobs`` + ``top_logprobs`` on chat, up to
+  :data:`~own_engine.sampling_params.MAX_LOGPROBS`): the engine computes them for the requests
+  that ask (raw log_softmax of the model's logits, before temperature / top-k / top-p: vLLM's
+  default), hands them over in ``RequestOutput.new_logprobs``, and each choice's tokens get
+  their text from ``tokenizer.decode([id])``; streamed chunks carry the logprobs of the tokens
+  whose text they carry (:mod:`own_engine.server.frontend`). ``echo`` (prompt logprobs) is
+  rejected.
 - A client that disconnects (streaming or not) has its request aborted in the engine, which
   frees its KV blocks.
 - Bad requests (bad JSON, missing ``prompt``/``messages``, a value of the wrong type such as
   ``"stream": "yes"``, ``max_tokens`` < 1, prompt + ``max_tokens`` > ``max_model_len``, unknown
-  model, unsupported options such as ``logprobs``) get HTTP 400 with an OpenAI-style
-  ``{"error": {"message", "type", "param", "code"}}`` body (checks:
+  model, ``logprobs`` beyond 20, unsupported options such as ``echo``) get HTTP 400 with an
+  OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` body (checks:
   :mod:`own_engine.server.protocol`, :mod:`own_engine.server.validation`). A body over
   ``max_body_bytes`` gets 413 before it is parsed, and a prompt text too long to fit the
   context by its character count alone is rejected before it is tokenized.
@@ -47,12 +54,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from own_engine.sampling_params import MAX_LOGPROBS
 from own_engine.server.frontend import Step, StreamFailure, install_error_handlers, read_body, respond
 from own_engine.server.metrics import CONTENT_TYPE, ServerCounters, render_metrics
 from own_engine.server.protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
+    LogprobEntry,
     error_body,
     model_list,
     parse_body,
@@ -74,7 +83,10 @@ class _RequestStream:
     ``abort`` when the client left first), like vLLM v1 which fans ``n > 1`` out into child
     requests. A choice ended by a stop string ignores the engine's further tokens for it (the
     engine aborts whole requests only); once every choice is done the request is aborted in the
-    engine if still running. :meth:`close` aborts it if unfinished.
+    engine if still running. :meth:`close` aborts it if unfinished. ``logprob_entry``: turns an
+    engine ``TokenLogprobs`` and its text offset into a
+    :class:`~own_engine.server.protocol.LogprobEntry` when the request asked for logprobs (None:
+    it did not).
     """
 
     def __init__(
@@ -85,8 +97,10 @@ class _RequestStream:
         worker: EngineWorker,
         counters: ServerCounters,
         num_prompt_tokens: int,
+        logprob_entry: Callable[[Any, int], LogprobEntry] | None = None,
     ) -> None:
         self.request_id = request_id
+        self._logprob_entry = logprob_entry
         self._queue = out_queue
         self._texts = texts
         self._worker = worker
@@ -128,6 +142,12 @@ class _RequestStream:
             return None
         delta = self._texts[i].process(list(out.new_token_ids), finished, reason)
         self._counters.generation_tokens += delta.num_tokens
+        entries = None
+        new_logprobs = getattr(out, "new_logprobs", None)
+        if self._logprob_entry is not None and new_logprobs is not None:
+            # tokens after a stop-string match are not counted: neither are their logprobs
+            entries = tuple(self._logprob_entry(lp, off) for lp, off in zip(new_logprobs[:delta.num_tokens],
+                                                                             delta.offsets))
         if delta.stopped:
             finished, reason = True, "stop"
         if finished:
@@ -137,7 +157,7 @@ class _RequestStream:
                 self.finished = True
                 if not all(self._engine_done):  # a stop string ended it before the engine did
                     self._worker.abort(self.request_id)
-        return Step(i, delta.text, finished, reason)
+        return Step(i, delta.text, finished, reason, entries)
 
     def close(self) -> None:
         """Abort the request in the engine unless it already finished (idempotent)."""
@@ -188,10 +208,24 @@ class OpenAIServing:
             max_n_why=" (max_num_seqs)",
             vocab_size=int(getattr(model_config, "vocab_size", 0) or len(self.tokenizer)),
             sampling_params_cls=sampling_params_cls,
+            max_logprobs=MAX_LOGPROBS,
         )
         self.max_body_bytes = max_body_bytes or default_max_body_bytes(self.max_model_len, self.validator.token_chars)
         # EOS ids the engine stops on (generation_config + tokenizer): their text is never shown.
         self._eos_ids = sorted(getattr(engine, "eos_token_ids", None) or ())
+        self._token_texts: dict[int, str] = {}  # token id -> tokenizer.decode([id]), for logprobs
+
+    def _token_text(self, token_id: int) -> str:
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    def _logprob_entry(self, lp: Any, offset: int) -> LogprobEntry:
+        """An engine :class:`~own_engine.outputs.TokenLogprobs` as the server returns it."""
+        return LogprobEntry(self._token_text(lp.token_id), lp.logprob,
+                            tuple((self._token_text(t), v) for t, v in zip(lp.top_token_ids, lp.top_logprobs)),
+                            offset)
 
     # ------------------------------------------------------------------ endpoints
     async def completions(self, raw: Request) -> Response:
@@ -216,7 +250,9 @@ class OpenAIServing:
         self.counters.prompt_tokens += len(ids)
         stop_ids = self.validator.stop_token_ids(req, self._eos_ids)
         texts = [OutputTextProcessor(self.tokenizer, ids, req.stop_list(), stop_ids) for _ in range(req.n)]
-        stream = _RequestStream(rid, out_queue, texts, self.worker, self.counters, len(ids))
+        wants_logprobs = getattr(inp.sampling_params, "logprobs", None) is not None
+        stream = _RequestStream(rid, out_queue, texts, self.worker, self.counters, len(ids),
+                                self._logprob_entry if wants_logprobs else None)
         return await respond(raw, stream, self.model_name, int(time.time()), chat=chat, streaming=req.stream,
                              include_usage=req.include_usage)
 

@@ -9,7 +9,10 @@ shim's batch row) and gets the response back:
   a UTF-8 character, a possible stop-string prefix - sends nothing); with
   ``stream_options.include_usage`` a usage-only chunk (``choices: []``) follows; then
   ``data: [DONE]``. A failure mid-stream (:class:`StreamFailure`) sends
-  ``data: {"error": {...}}`` and ends the stream without ``[DONE]``.
+  ``data: {"error": {...}}`` and ends the stream without ``[DONE]``. With logprobs, each chunk
+  carries the logprobs of the tokens consumed since the previous chunk of its choice (a step
+  that sent nothing passes its tokens' logprobs on to the next chunk), so every counted token's
+  logprobs are sent exactly once, with the chunk that carries its text.
 - Not streaming: the choices' texts are collected into one ``text_completion`` /
   ``chat.completion`` body; a client that disconnects first gets its request closed (HTTP 499).
 
@@ -38,9 +41,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from own_engine.server.protocol import (
     APIError,
+    LogprobEntry,
     chat_chunk,
+    chat_logprobs,
     chat_response,
     completion_chunk,
+    completion_logprobs,
     completion_response,
     error_body,
     sse,
@@ -55,12 +61,14 @@ class StreamFailure(Exception):
 @dataclass(frozen=True)
 class Step:
     """One chunk's worth of output for choice ``index``: ``text`` (may be "") and whether that
-    choice finished (``finish_reason``)."""
+    choice finished (``finish_reason``); ``logprobs``: one :class:`LogprobEntry` per token this
+    step consumed when the request asked for logprobs, else None."""
 
     index: int
     text: str
     finished: bool
     finish_reason: str | None
+    logprobs: tuple[LogprobEntry, ...] | None = None
 
 
 class ChoiceStream(Protocol):
@@ -102,9 +110,12 @@ async def respond(
 
 async def _sse(stream: ChoiceStream, model: str, created: int, chat: bool, include_usage: bool) -> AsyncIterator[str]:
     rid = stream.request_id
+    n = len(stream.finish_reasons)
+    pending: list[list[LogprobEntry] | None] = [None] * n  # per choice: logprobs not sent yet
+    sent = [0] * n  # per choice: characters of text sent
     try:
         if chat:
-            for i in range(len(stream.finish_reasons)):
+            for i in range(n):
                 yield sse(chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None, i))
         while not stream.finished:
             try:
@@ -112,13 +123,22 @@ async def _sse(stream: ChoiceStream, model: str, created: int, chat: bool, inclu
             except StreamFailure as exc:
                 yield sse(error_body(str(exc), 500, "InternalServerError"))
                 return
-            if step is None or (not step.text and not step.finished):
+            if step is None:
+                continue
+            i = step.index
+            if step.logprobs is not None:
+                pending[i] = (pending[i] or []) + list(step.logprobs)
+            if not step.text and not step.finished:
                 continue  # nothing decodable yet (partial character or held-back stop prefix)
+            sent[i] += len(step.text)
+            lps, pending[i] = pending[i], None
             if chat:
                 delta = {"content": step.text} if step.text else {}
-                yield sse(chat_chunk(rid, created, model, delta, step.finish_reason, step.index))
+                yield sse(chat_chunk(rid, created, model, delta, step.finish_reason, i,
+                                     None if lps is None else chat_logprobs(lps)))
             else:
-                yield sse(completion_chunk(rid, created, model, step.text, step.finish_reason, step.index))
+                yield sse(completion_chunk(rid, created, model, step.text, step.finish_reason, i,
+                                           None if lps is None else completion_logprobs(lps, sent[i])))
         if include_usage:
             obj = "chat.completion.chunk" if chat else "text_completion"
             yield sse(usage_chunk(rid, obj, created, model, stream.usage()))
@@ -128,12 +148,16 @@ async def _sse(stream: ChoiceStream, model: str, created: int, chat: bool, inclu
 
 
 async def _collect(raw: Request, stream: ChoiceStream, model: str, created: int, chat: bool) -> Response:
+    logprobs: list[list[LogprobEntry] | None] = [None for _ in stream.finish_reasons]
+
     async def run() -> list[str]:
         parts: list[list[str]] = [[] for _ in stream.finish_reasons]
         while not stream.finished:
             step = await stream.next_step()
             if step is not None:
                 parts[step.index].append(step.text)
+                if step.logprobs is not None:
+                    logprobs[step.index] = (logprobs[step.index] or []) + list(step.logprobs)
         return ["".join(p) for p in parts]
 
     gen = asyncio.ensure_future(run())
@@ -151,8 +175,13 @@ async def _collect(raw: Request, stream: ChoiceStream, model: str, created: int,
     finally:
         watcher.cancel()
         stream.close()
+    if chat:
+        lp_objs = [None if lp is None else chat_logprobs(lp) for lp in logprobs]
+    else:
+        lp_objs = [None if lp is None else completion_logprobs(lp, len(t)) for lp, t in zip(logprobs, texts)]
     build = chat_response if chat else completion_response
-    return JSONResponse(build(stream.request_id, created, model, texts, stream.finish_reasons, stream.usage()))
+    return JSONResponse(build(stream.request_id, created, model, texts, stream.finish_reasons, stream.usage(),
+                              lp_objs if any(lp is not None for lp in lp_objs) else None))
 
 
 # An oversized body up to this many times the limit is read and dropped (keep-alive kept); a

@@ -3,13 +3,16 @@
 Request bodies follow the OpenAI API (``/v1/completions``, ``/v1/chat/completions``) plus the
 vLLM extensions the benchmark sends (``top_k``, ``ignore_eos``, ``stop_token_ids``). Unknown
 fields are ignored (clients send many harmless defaults); fields that would change the result
-in a way this server does not implement (``logprobs``, penalties, ``echo``, ``best_of`` other
-than ``n``, ``suffix``) are rejected with HTTP 400 rather than silently ignored. Field types
-are strict, as in the OpenAI API: ``"stream": "yes"``, ``"max_tokens": "12"`` or ``12.5``,
+in a way a server does not implement (penalties, ``echo``, ``best_of`` other than ``n``,
+``suffix``; ``logprobs`` on the shims) are rejected with HTTP 400 rather than silently ignored.
+Field types are strict, as in the OpenAI API: ``"stream": "yes"``, ``"max_tokens": "12"`` or ``12.5``,
 ``"n": true`` and ``"temperature": "0.5"`` are 400s naming the field, never coerced.
 
 Response objects are plain dicts in the exact shapes of OpenAI / vLLM, built by the functions
-below so the streaming and non-streaming paths share one definition.
+below so the streaming and non-streaming paths share one definition. Logprobs
+(:class:`LogprobEntry`) take the legacy completions shape (:func:`completion_logprobs`:
+``tokens``, ``token_logprobs``, ``top_logprobs``, ``text_offset``) or the chat shape
+(:func:`chat_logprobs`: ``content`` = ``[{token, logprob, bytes, top_logprobs}]``).
 
 Imports only the standard library and pydantic: the shims (``adapters/shims``) import it inside
 other engines' virtual environments.
@@ -18,7 +21,9 @@ other engines' virtual environments.
 from __future__ import annotations
 
 import json
+import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
@@ -269,28 +274,32 @@ def model_list(model: str, owned_by: str, max_model_len: int | None = None) -> d
 
 
 def completion_chunk(
-    rid: str, created: int, model: str, text: str, finish_reason: str | None, index: int = 0
+    rid: str, created: int, model: str, text: str, finish_reason: str | None, index: int = 0,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One streamed ``text_completion`` chunk for choice ``index``."""
+    """One streamed ``text_completion`` chunk for choice ``index`` (``logprobs``: the
+    :func:`completion_logprobs` of the tokens whose text it carries, or None)."""
     return {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 
 
 def chat_chunk(
-    rid: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None, index: int = 0
+    rid: str, created: int, model: str, delta: dict[str, Any], finish_reason: str | None, index: int = 0,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One streamed ``chat.completion.chunk`` for choice ``index``."""
+    """One streamed ``chat.completion.chunk`` for choice ``index`` (``logprobs``: the
+    :func:`chat_logprobs` of the tokens whose text it carries, or None)."""
     return {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 
 
@@ -306,16 +315,19 @@ def completion_response(
     texts: list[str],
     finish_reasons: list[str | None],
     usage_obj: dict[str, Any],
+    logprobs: list[dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
-    """A non-streamed ``text_completion`` response (one choice per text, in index order)."""
+    """A non-streamed ``text_completion`` response (one choice per text, in index order;
+    ``logprobs[i]``: choice ``i``'s :func:`completion_logprobs`, or None)."""
+    lps = logprobs or [None] * len(texts)
     return {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
         "choices": [
-            {"index": i, "text": text, "logprobs": None, "finish_reason": reason}
-            for i, (text, reason) in enumerate(zip(texts, finish_reasons))
+            {"index": i, "text": text, "logprobs": lp, "finish_reason": reason}
+            for i, (text, reason, lp) in enumerate(zip(texts, finish_reasons, lps))
         ],
         "usage": usage_obj,
     }
@@ -328,8 +340,11 @@ def chat_response(
     texts: list[str],
     finish_reasons: list[str | None],
     usage_obj: dict[str, Any],
+    logprobs: list[dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
-    """A non-streamed ``chat.completion`` response (one choice per text, in index order)."""
+    """A non-streamed ``chat.completion`` response (one choice per text, in index order;
+    ``logprobs[i]``: choice ``i``'s :func:`chat_logprobs`, or None)."""
+    lps = logprobs or [None] * len(texts)
     return {
         "id": rid,
         "object": "chat.completion",
@@ -339,13 +354,68 @@ def chat_response(
             {
                 "index": i,
                 "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "logprobs": lp,
                 "finish_reason": reason,
             }
-            for i, (text, reason) in enumerate(zip(texts, finish_reasons))
+            for i, (text, reason, lp) in enumerate(zip(texts, finish_reasons, lps))
         ],
         "usage": usage_obj,
     }
+
+
+LOGPROB_FLOOR = -9999.0
+"""Logprobs below this (``-inf`` included) are reported as it, so the JSON stays valid (vLLM's clamp)."""
+
+
+@dataclass(frozen=True)
+class LogprobEntry:
+    """One generated token's log-probabilities (nats) as a server returns them.
+
+    ``token``: the tokenizer's decoding of that one token id; ``logprob``: its log-probability;
+    ``top``: ``(token text, logprob)`` of its position's most likely tokens, descending (as many as
+    the request asked for); ``offset``: characters of the choice's text before this token's text
+    (completions' ``text_offset``).
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+    offset: int = 0
+
+
+def _lp(value: float) -> float:
+    return LOGPROB_FLOOR if math.isnan(value) else max(float(value), LOGPROB_FLOOR)
+
+
+def completion_logprobs(entries: list[LogprobEntry], text_len: int | None = None) -> dict[str, Any]:
+    """The legacy ``text_completion`` ``logprobs`` object for ``entries`` (one per token):
+    ``tokens``, ``token_logprobs``, ``top_logprobs`` (per token a ``{text: logprob}`` dict: the
+    top tokens descending, then the sampled token when it is not among them, OpenAI's "up to
+    logprobs + 1" entries) and ``text_offset`` (clamped to ``text_len``, the characters of the
+    choice's text returned so far: a stop string may cut text that a token's offset pointed past).
+    """
+    tops = []
+    for e in entries:
+        top = {text: _lp(v) for text, v in e.top}
+        top.setdefault(e.token, _lp(e.logprob))
+        tops.append(top)
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [_lp(e.logprob) for e in entries],
+        "top_logprobs": tops,
+        "text_offset": [e.offset if text_len is None else min(e.offset, text_len) for e in entries],
+    }
+
+
+def _chat_token(text: str, logprob: float) -> dict[str, Any]:
+    return {"token": text, "logprob": _lp(logprob), "bytes": list(text.encode("utf-8", errors="replace"))}
+
+
+def chat_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:
+    """The ``chat.completion`` ``logprobs`` object: ``{"content": [{token, logprob, bytes,
+    top_logprobs: [{token, logprob, bytes}, ...]}]}`` (``bytes``: the token text's UTF-8 bytes)."""
+    return {"content": [{**_chat_token(e.token, e.logprob), "top_logprobs": [_chat_token(t, v) for t, v in e.top]}
+                        for e in entries]}
 
 
 def sse(obj: dict[str, Any] | str) -> str:

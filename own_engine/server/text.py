@@ -93,12 +93,15 @@ class TextDelta:
     ``text``: new characters safe to send (may be ""); ``num_tokens``: generated tokens this
     delta accounts for (tokens after a stop-string match are not counted); ``stopped``: a stop
     string matched, so the request is finished with ``finish_reason == "stop"`` and the engine
-    must abort it.
+    must abort it. ``offsets``: per consumed token, the characters of the choice's text before
+    that token's text (OpenAI's ``text_offset``; a token whose text is held back, half a UTF-8
+    character, points where its character starts; at a stop-string match, clamped to the cut text).
     """
 
     text: str
     num_tokens: int
     stopped: bool
+    offsets: tuple[int, ...] = ()
 
 
 class OutputTextProcessor:
@@ -168,9 +171,11 @@ class OutputTextProcessor:
         if self.stopped:
             return TextDelta("", 0, True)
         consumed = 0
+        offsets: list[int] = []
         last = len(token_ids) - 1
         for i, tid in enumerate(token_ids):
             consumed += 1
+            offsets.append(len(self.text))
             if i == last and finished and finish_reason == "stop" and tid in self._stop_token_ids:
                 continue  # the stop token is counted but never shown
             self._append(self._detok.add_token(tid))
@@ -184,4 +189,6 @@ class OutputTextProcessor:
         end = max(end, self._emitted)
         delta = self.text[self._emitted : end]
         self._emitted = end
-        return TextDelta(delta, consumed, self.stopped)
+        if self.stopped:
+            offsets = [min(o, len(self.text)) for o in offsets]
+        return TextDelta(delta, consumed, self.stopped, tuple(offsets))

@@ -93,8 +93,15 @@ class RequestValidator:
     context, vLLM's default; needs ``max_model_len``); ``sampling_params_cls``: builds the
     sampling parameters and raises ``ValueError`` on bad values; ``token_chars``: the longest
     token in characters (None: :func:`max_token_chars` of ``tokenizer``; 0: no length check
-    before tokenizing). Raises ``ValueError`` for ``chat_default_max_tokens=None`` without
-    ``max_model_len``.
+    before tokenizing); ``max_logprobs``: the most top logprobs a request may ask for (None: the
+    engine returns no logprobs, so ``logprobs`` / ``top_logprobs`` are rejected, as the shims
+    do; the reference server passes 20). Raises ``ValueError`` for
+    ``chat_default_max_tokens=None`` without ``max_model_len``.
+
+    Logprobs (vLLM's OpenAI server rules): completions take ``logprobs`` = k in
+    ``[0, max_logprobs]`` (0: only the sampled token's); chat takes ``logprobs: true`` with
+    ``top_logprobs`` = k in ``[0, max_logprobs]`` (default 0), and ``top_logprobs`` > 0 without
+    ``logprobs: true`` is a 400. ``echo`` (prompt logprobs) stays unsupported.
 
     A prompt text is checked twice against ``max_model_len``: by its length before it is
     tokenized (:meth:`_check_chars`: a text of ``C`` characters has at least ``C / L`` tokens),
@@ -115,6 +122,7 @@ class RequestValidator:
         unknown_model_status: int = 400,
         sampling_params_cls: Callable[..., Any] = SamplingParams,
         token_chars: int | None = None,
+        max_logprobs: int | None = None,
     ) -> None:
         if chat_default_max_tokens is None and max_model_len is None:
             raise ValueError("chat_default_max_tokens=None (the rest of the context) needs max_model_len")
@@ -128,6 +136,7 @@ class RequestValidator:
         self.unknown_model_status = unknown_model_status
         self.sampling_params_cls = sampling_params_cls
         self.token_chars = max_token_chars(tokenizer) if token_chars is None else (token_chars or None)
+        self.max_logprobs = max_logprobs
         normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
         self._normalize: Callable[[str], str] | None = getattr(normalizer, "normalize_str", None)
 
@@ -140,17 +149,16 @@ class RequestValidator:
         if req.suffix:
             raise APIError("suffix is not supported; omit it", param="suffix")
         if req.logprobs is not None:  # logprobs=0 asks for the sampled tokens' logprobs (OpenAI)
-            raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
+            self._check_logprobs(req.logprobs, "logprobs")
         self._check_requested(req.max_tokens, "max_tokens")
         ids = self._completion_prompt_ids(req, req.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS)
         max_tokens = self._max_tokens(req.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS, len(ids), "max_tokens")
-        return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens))
+        return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens, req.logprobs))
 
     def chat(self, req: ChatCompletionRequest) -> EngineInput:
         """``POST /v1/chat/completions``: ``max_completion_tokens`` wins over ``max_tokens``."""
         self._check_common(req)
-        if req.logprobs or req.top_logprobs:
-            raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
+        num_logprobs = self._chat_logprobs(req)
         if req.max_completion_tokens is not None:
             requested, what = req.max_completion_tokens, "max_completion_tokens"
         else:
@@ -158,7 +166,7 @@ class RequestValidator:
         self._check_requested(requested, what)
         ids = self._chat_prompt_ids(req, requested or self.chat_default_max_tokens or 1)
         max_tokens = self._max_tokens(requested, self.chat_default_max_tokens, len(ids), what)
-        return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens))
+        return EngineInput(ids, max_tokens, self._sampling_params(req, max_tokens, num_logprobs))
 
     @staticmethod
     def stop_token_ids(req: Any, eos_token_ids: Iterable[int]) -> list[int]:
@@ -188,6 +196,25 @@ class RequestValidator:
             raise APIError(f"seed must be a 64-bit integer (from -2**63 to 2**63-1), got {req.seed}", param="seed")
         if req.stop_token_ids:
             self._check_token_ids(req.stop_token_ids, "stop_token_ids")
+
+    def _check_logprobs(self, value: int, what: str) -> None:
+        if self.max_logprobs is None:
+            raise APIError(f"logprobs are not supported; omit '{what}'", param=what)
+        if not 0 <= value <= self.max_logprobs:
+            raise APIError(f"{what} must be between 0 and {self.max_logprobs}, got {value}", param=what)
+
+    def _chat_logprobs(self, req: ChatCompletionRequest) -> int | None:
+        """The number of top logprobs a chat request asks for (None: no logprobs)."""
+        if self.max_logprobs is None:
+            if req.logprobs or req.top_logprobs:
+                raise APIError("logprobs are not supported; omit 'logprobs'", param="logprobs")
+            return None
+        if req.top_logprobs is not None:
+            self._check_logprobs(req.top_logprobs, "top_logprobs")
+            if req.top_logprobs > 0 and not req.logprobs:
+                raise APIError("top_logprobs needs logprobs: send \"logprobs\": true with \"top_logprobs\"",
+                               param="top_logprobs")
+        return (req.top_logprobs or 0) if req.logprobs else None
 
     def _check_token_ids(self, ids: list[int], what: str) -> None:
         if self.vocab_size is None:
@@ -289,7 +316,7 @@ class RequestValidator:
             )
         return max_tokens
 
-    def _sampling_params(self, req: Any, max_tokens: int) -> Any:
+    def _sampling_params(self, req: Any, max_tokens: int, num_logprobs: int | None = None) -> Any:
         kwargs: dict[str, Any] = {
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "top_p": 1.0 if req.top_p is None else req.top_p,
@@ -302,6 +329,8 @@ class RequestValidator:
             "ignore_eos": req.ignore_eos,
             "n": req.n,
         }
+        if num_logprobs is not None:  # only then: a shim's sampling_params_cls need not know the field
+            kwargs["logprobs"] = num_logprobs
         try:
             return self.sampling_params_cls(**kwargs)
         except (ValueError, TypeError) as exc:

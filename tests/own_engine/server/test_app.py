@@ -416,7 +416,8 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": ""}, "empty"),
     ("/v1/completions", {"prompt": "x", "temperature": -1}, "temperature"),
     ("/v1/completions", {"prompt": "x", "max_tokens": "lots"}, "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "logprobs": 2}, "logprobs"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs must be between 0 and 20, got 21"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 2, "echo": True}, "echo is not supported"),
 ]
 
 

@@ -290,10 +290,12 @@ STRICT = [
     ({"presence_penalty": "0"}, "presence_penalty", "must be a number"),
     ({"stop": 5}, "stop", "must be a string or a list, got the integer 5"),
     ({"seed": 2**64}, "seed", "seed must be a 64-bit integer"),
-    ({"logprobs": 0}, "logprobs", "logprobs are not supported"),
+    ({"logprobs": "2"}, "logprobs", 'must be an integer, got the string "2"'),
+    ({"logprobs": 21}, "logprobs", "logprobs must be between 0 and 20, got 21"),
 ]
 CHAT_STRICT = [
     ({"logprobs": 0}, "logprobs", "must be true or false, got the integer 0"),
+    ({"logprobs": True, "top_logprobs": "2"}, "top_logprobs", "must be an integer"),
     ({"max_completion_tokens": "2"}, "max_completion_tokens", "must be an integer"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content", "must be a string or a list"),
 ]
