@@ -20,6 +20,8 @@ gives a field wins, in this order per engine:
   (static batches: no shared KV budget, no prefix caching, no chunked prefill);
 - ``transformers_serve``: it reports none of these, so our flags (``--cb-num-blocks`` ×
   ``--cb-block-size``, ``--dtype``, ``OMP_NUM_THREADS``), marked as such;
+- ``llamacpp`` (and ``llamacpp_q8_0``): ``GET /props``, ``GET /slots`` and its start-up log
+  (:func:`adapters.llamacpp_adapter.read_settings`);
 - ``openai``: ``GET /v1/models`` (``max_model_len``), the rest unknown;
 - any other engine: our flags only.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from adapters.base import Endpoint
+from adapters.llamacpp_adapter import read_settings as read_llamacpp
 from adapters.prom import labelled_samples
 from results.schema import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings
 
@@ -357,6 +360,17 @@ def _transformers_serve(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     _threads_flag(ep, s)
 
 
+def _llamacpp(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+    text = _fetch(ep.base_url + "/slots", timeout_s)
+    try:
+        slots = json.loads(text) if text else None
+    except ValueError:
+        slots = None
+    read_llamacpp(_fetch_json(ep.base_url + "/props", timeout_s), slots if isinstance(slots, list) else None,
+                  _log_text(ep.log_path), s, list(ep.effective_config.get("argv") or []))
+    _threads_flag(ep, s)
+
+
 def _openai(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     data = _fetch_json(ep.base_url + "/v1/models", timeout_s, ep.api_key) or {}
     models = [m for m in data.get("data") or [] if isinstance(m, dict)]
@@ -384,6 +398,7 @@ def _threads_flag(ep: Endpoint, s: _Settings) -> None:
 READERS: dict[str, Callable[[Endpoint, _Settings, float], None]] = {
     "vllm": _vllm, "sglang": _sglang, "own": _own, "transformers": _shim, "onnxruntime": _shim,
     "deepspeed": _shim, "transformers_serve": _transformers_serve, "openai": _openai,
+    "llamacpp": _llamacpp, "llamacpp_q8_0": _llamacpp,
 }
 
 

@@ -15,6 +15,8 @@ install recipes follow the facts recorded in issue 5 (checked on this machine):
 - ONNX Runtime GenAI: ``onnxruntime-genai==0.18.0`` plus ``onnx-ir`` (undeclared builder dependency).
 - SGLang CPU: ``sglang==0.5.23`` without dependencies plus a trimmed set of its requirements,
   torch 2.14.1 + torchvision 0.29.1 (it imports torchvision unconditionally).
+- llama.cpp: the venv holds only what its GGUF converter needs; ``llama-server`` is built from the
+  ``llama-cpp-python==0.3.36`` sdist's llama.cpp tree after it (:mod:`adapters.llamacpp_build`).
 
 On a machine with an NVIDIA GPU, :func:`select_recipe` picks the CUDA recipes of
 :mod:`adapters.gpu_recipes` instead (pins with their sources, driver checked first). What a
@@ -110,9 +112,22 @@ RECIPES: dict[str, EngineRecipe] = {
                         ("torch==2.14.1", "torchvision==0.29.1"), requirements_code=_SGLANG_DEPS_CODE),
         ),
     ),
+    "llamacpp": EngineRecipe(
+        name="llamacpp",
+        version_dist="llama-server",  # its build number (llama-server --version), not a distribution
+        approx="~1 GB, builds llama-server from source: ~10-25 min",
+        steps=(
+            # what the tree's convert_hf_to_gguf.py imports (gguf-py itself comes from the tree, on
+            # PYTHONPATH); torch pinned: 2.13.0 is the local CPU build (unpinned pulls a CUDA build)
+            InstallStep("install the GGUF converter's packages: torch==2.13.0 (CPU), transformers, numpy, sentencepiece",
+                        ("torch==2.13.0", "transformers>=5.20,<6", "numpy", "sentencepiece", "pyyaml", "tqdm",
+                         "safetensors", "protobuf")),
+        ),
+    ),
 }
 
-SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve")  # what `bench engines setup all-cpu` installs
+SETUP_SHARED = {"llamacpp_q8_0": "llamacpp"}  # engines set up by another engine's setup (same build)
+SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve", "llamacpp")  # `bench engines setup all-cpu`
 
 
 def engine_python(name: str) -> Path:
@@ -230,7 +245,12 @@ def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None 
         shutil.rmtree(compat, ignore_errors=True)
         shutil.copytree(PROJECT_ROOT / "adapters" / "shims" / "sgl_kernel_compat", compat,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    version = _dist_version(python, recipe.version_dist)
+    if name == "llamacpp":  # llama-server itself: built from the llama-cpp-python sdist's llama.cpp tree
+        from adapters import llamacpp_build
+
+        version = llamacpp_build.build_server(console=console, force=force)
+    else:
+        version = _dist_version(python, recipe.version_dist)
     marker.write_text(json.dumps({"engine": name, "version": version, "dist": recipe.version_dist,
                                   "build": recipe.build, "cuda": recipe.cuda,
                                   "seconds": round(time.time() - started, 1)}, indent=2))

@@ -114,10 +114,31 @@ def _sglang(m: dict[str, float]) -> dict[str, float | None]:
     }
 
 
+def _llamacpp(m: dict[str, float]) -> dict[str, float | None]:
+    """llama-server's ``llamacpp:*`` (``--metrics``): prompt tokens reused from its prompt cache
+    (``prompt_tokens_cached_total``) over all prompt tokens (``prompt_tokens_total`` counts the
+    processed ones, cached excluded); the KV-cache gauge where the build exports it (older builds
+    only); speculative counters under either spelling. It has no preemption (a slot keeps its
+    context), so ``num_preemptions`` stays None."""
+    cached, processed = _get(m, "llamacpp:prompt_tokens_cached_total"), _get(m, "llamacpp:prompt_tokens_total")
+    accepted = _get(m, "llamacpp:spec_decode_num_accepted_tokens_total", "llamacpp:tokens_drafted_accepted_total")
+    drafted = _get(m, "llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:tokens_drafted_total")
+    steps = _get(m, "llamacpp:spec_decode_num_drafts_total")
+    return {
+        "prefix_cache_hit_rate": _ratio(cached, None if cached is None or processed is None else cached + processed),
+        "kv_cache_usage": _get(m, "llamacpp:kv_cache_usage_ratio"),
+        "num_preemptions": None,
+        "spec_acceptance_rate": _ratio(accepted, drafted),
+        "spec_mean_accepted_length": (1.0 + accepted / steps) if accepted is not None and steps else None,
+    }
+
+
 MAPPERS: dict[str, Callable[[dict[str, float]], dict[str, float | None]]] = {
     "vllm": _vllm,
     "own": _own,
     "sglang": _sglang,
+    "llamacpp": _llamacpp,
+    "llamacpp_q8_0": _llamacpp,
 }
 
 

@@ -7,6 +7,7 @@ import re
 
 from adapters.base import EngineAdapter
 from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
+from adapters.llamacpp_adapter import LlamaCppAdapter, LlamaCppQ8Adapter
 from adapters.openai_adapter import OpenAIAdapter
 from adapters.own import OwnAdapter
 from adapters.sglang_adapter import SglangAdapter
@@ -16,7 +17,10 @@ from adapters.vllm_adapter import VllmAdapter
 from results.pairs import parse_pairs
 
 ENGINE_NAMES = ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
-                "tensorrt_llm", "openai")
+                "llamacpp", "llamacpp_q8_0", "tensorrt_llm", "openai")
+NOT_IN_ALL = ("openai", "llamacpp_q8_0")
+"""Left out of ``--engine all``: ``openai`` needs --base-url; ``llamacpp_q8_0`` serves quantised
+weights (other numerics than every other engine), so it is measured only when named."""
 
 _FACTORIES = {
     "own": OwnAdapter,
@@ -26,10 +30,12 @@ _FACTORIES = {
     "sglang": SglangAdapter,
     "onnxruntime": OnnxRuntimeGenAIAdapter,
     "deepspeed": DeepSpeedAdapter,
+    "llamacpp": LlamaCppAdapter,
+    "llamacpp_q8_0": LlamaCppQ8Adapter,
     "tensorrt_llm": TensorRTLLMAdapter,
     "openai": OpenAIAdapter,
 }
-_NAME_RE = re.compile(r"(?P<engine>[A-Za-z_]+):(?P<key>[A-Za-z0-9_.\-]+)")  # ENGINE:key, before the first "="
+_NAME_RE = re.compile(r"(?P<engine>[A-Za-z_][A-Za-z0-9_]*):(?P<key>[A-Za-z0-9_.\-]+)")  # ENGINE:key, before the first "="
 
 
 def get_adapter(name: str, hardware: str | None = None) -> EngineAdapter:
@@ -45,8 +51,8 @@ def get_adapter(name: str, hardware: str | None = None) -> EngineAdapter:
 
 
 def all_adapters(hardware: str | None = None) -> list[EngineAdapter]:
-    """Every engine except ``openai`` (which needs --base-url): what ``--engine all`` probes."""
-    return [get_adapter(n, hardware) for n in ENGINE_NAMES if n != "openai"]
+    """Every engine but those of :data:`NOT_IN_ALL`: what ``--engine all`` probes."""
+    return [get_adapter(n, hardware) for n in ENGINE_NAMES if n not in NOT_IN_ALL]
 
 
 def endpoint_adapters(endpoints: dict[str, str]) -> list[EngineAdapter]:

@@ -62,11 +62,12 @@ def flag_value(cmd: list[str], flag: str) -> str:
 # ---------------------------------------------------------------------------------------------
 def test_registry_names_and_protocol():
     assert ENGINE_NAMES == ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime",
-                            "deepspeed", "tensorrt_llm", "openai")
+                            "deepspeed", "llamacpp", "llamacpp_q8_0", "tensorrt_llm", "openai")
     for name in ENGINE_NAMES:
         a = get_adapter(name)
         assert a.name == name and isinstance(a, EngineAdapter)
-    assert [a.name for a in all_adapters()] == [n for n in ENGINE_NAMES if n != "openai"]
+    # openai needs --base-url; the q8_0 llama.cpp serves other numerics: both only when named
+    assert [a.name for a in all_adapters()] == [n for n in ENGINE_NAMES if n not in ("openai", "llamacpp_q8_0")]
 
 
 def test_get_adapter_unknown_lists_choices():

@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
-from adapters.envs import RECIPES, SETUP_CPU, engine_env_dir, select_recipe, setup_engine
+from adapters.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, select_recipe, setup_engine
 from adapters.gpu_recipes import SETUP_GPU
 from adapters.hardware import detect_kind
 from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
@@ -95,7 +95,8 @@ def engines(ctx: typer.Context,
 
 @app.command("setup")
 def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(RECIPES)}), all-cpu or all-gpu"),
-          force: bool = typer.Option(False, "--force", help="replace a venv that holds the other build (CPU vs CUDA)")
+          force: bool = typer.Option(False, "--force", help="replace a venv that holds the other build (CPU vs CUDA); "
+                                     "llamacpp: build llama-server again")
           ) -> None:
     """Create .engines/NAME/venv with that engine's pinned packages (progress shown): the CUDA build
     on a machine with an NVIDIA GPU (driver checked first), the CPU build elsewhere. all-cpu
@@ -107,6 +108,8 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(R
         names, hardware = list(SETUP_GPU), "nvidia"
     elif name in RECIPES:
         names = [name]
+    elif name in SETUP_SHARED:  # llamacpp_q8_0 is the llamacpp build serving other weights
+        names = [SETUP_SHARED[name]]
     elif name in ENGINE_NAMES:
         _fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
     elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
