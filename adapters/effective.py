@@ -22,6 +22,9 @@ gives a field wins, in this order per engine:
   ``--cb-block-size``, ``--dtype``, ``OMP_NUM_THREADS``), marked as such;
 - ``llamacpp`` (and ``llamacpp_q8_0``): ``GET /props``, ``GET /slots`` and its start-up log
   (:func:`adapters.llamacpp_adapter.read_settings`);
+- ``openvino``: its shim's ``GET /v1/server_info`` (the ``SchedulerConfig`` the
+  ``ContinuousBatchingPipeline`` was built with: KV tokens and bytes, block size, prefix caching,
+  dynamic split-fuse and its per-step budget, max_num_seqs; the compile properties: dtype, threads);
 - ``openai``: ``GET /v1/models`` (``max_model_len``), the rest unknown;
 - any other engine: our flags only.
 """
@@ -398,7 +401,7 @@ def _threads_flag(ep: Endpoint, s: _Settings) -> None:
 READERS: dict[str, Callable[[Endpoint, _Settings, float], None]] = {
     "vllm": _vllm, "sglang": _sglang, "own": _own, "transformers": _shim, "onnxruntime": _shim,
     "deepspeed": _shim, "transformers_serve": _transformers_serve, "openai": _openai,
-    "llamacpp": _llamacpp, "llamacpp_q8_0": _llamacpp,
+    "llamacpp": _llamacpp, "llamacpp_q8_0": _llamacpp, "openvino": _shim,
 }
 
 

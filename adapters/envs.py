@@ -17,6 +17,9 @@ install recipes follow the facts recorded in issue 5 (checked on this machine):
   torch 2.14.1 + torchvision 0.29.1 (it imports torchvision unconditionally).
 - llama.cpp: the venv holds only what its GGUF converter needs; ``llama-server`` is built from the
   ``llama-cpp-python==0.3.36`` sdist's llama.cpp tree after it (:mod:`adapters.llamacpp_build`).
+- OpenVINO GenAI: ``openvino-genai``, ``openvino`` and ``openvino-tokenizers`` of one release
+  (their versions must match), ``optimum-intel`` for the IR export with ``torch==2.13.0`` (the local
+  CPU build; unpinned pulls a CUDA build) and transformers (:mod:`adapters.openvino_adapter`).
 
 On a machine with an NVIDIA GPU, :func:`select_recipe` picks the CUDA recipes of
 :mod:`adapters.gpu_recipes` instead (pins with their sources, driver checked first). What a
@@ -126,8 +129,26 @@ RECIPES: dict[str, EngineRecipe] = {
     ),
 }
 
+OPENVINO_RELEASE = "2026.4.1"  # openvino-genai / openvino / openvino-tokenizers move together
+RECIPES["openvino"] = EngineRecipe(
+    name="openvino",
+    version_dist="openvino-genai",
+    approx="~1.5 GB",
+    steps=(
+        InstallStep(f"install openvino-genai {OPENVINO_RELEASE} (+ openvino, openvino-tokenizers of the same release), "
+                    "optimum-intel for the IR export, torch==2.13.0 (CPU), transformers and the shim server",
+                    (f"openvino-genai=={OPENVINO_RELEASE}.0", f"openvino=={OPENVINO_RELEASE}",
+                     f"openvino-tokenizers=={OPENVINO_RELEASE}.0", "optimum-intel==2.2.0", "torch==2.13.0",
+                     "transformers", *SHIM_PACKAGES)),
+        # optimum-intel's requirements pull PyPI's torchvision, which fails to import beside the local
+        # CPU torch ("operator torchvision::nms does not exist") and with it every transformers import
+        InstallStep("remove torchvision (pulled in by the export tools; breaks imports beside torch 2.13.0 CPU)",
+                    ("torchvision",), uninstall=True),
+    ),
+)
+
 SETUP_SHARED = {"llamacpp_q8_0": "llamacpp"}  # engines set up by another engine's setup (same build)
-SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve", "llamacpp")  # `bench engines setup all-cpu`
+SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve", "llamacpp", "openvino")  # `bench engines setup all-cpu`
 
 
 def engine_python(name: str) -> Path:

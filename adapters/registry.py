@@ -9,6 +9,7 @@ from adapters.base import EngineAdapter
 from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
 from adapters.llamacpp_adapter import LlamaCppAdapter, LlamaCppQ8Adapter
 from adapters.openai_adapter import OpenAIAdapter
+from adapters.openvino_adapter import OpenVinoAdapter
 from adapters.own import OwnAdapter
 from adapters.sglang_adapter import SglangAdapter
 from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
@@ -17,7 +18,7 @@ from adapters.vllm_adapter import VllmAdapter
 from results.pairs import parse_pairs
 
 ENGINE_NAMES = ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
-                "llamacpp", "llamacpp_q8_0", "tensorrt_llm", "openai")
+                "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai")
 NOT_IN_ALL = ("openai", "llamacpp_q8_0")
 """Left out of ``--engine all``: ``openai`` needs --base-url; ``llamacpp_q8_0`` serves quantised
 weights (other numerics than every other engine), so it is measured only when named."""
@@ -32,6 +33,7 @@ _FACTORIES = {
     "deepspeed": DeepSpeedAdapter,
     "llamacpp": LlamaCppAdapter,
     "llamacpp_q8_0": LlamaCppQ8Adapter,
+    "openvino": OpenVinoAdapter,
     "tensorrt_llm": TensorRTLLMAdapter,
     "openai": OpenAIAdapter,
 }

@@ -1,11 +1,13 @@
 """The OpenAI-compatible streaming server shared by our shims (transformers static batching,
-DeepSpeed ``init_inference``, ONNX Runtime GenAI).
+DeepSpeed ``init_inference``, ONNX Runtime GenAI; OpenVINO GenAI's continuous batching brings
+its own stepping worker, :mod:`adapters.shims.ov_server`, and uses the rest).
 
 A shim supplies a :class:`Backend` (tokenizer + ``generate_batch``); this module supplies the
 static batch collector (:class:`BatchWorker`: requests that arrive while the engine is idle are
 collected for ``batch_window_ms`` into one batch of at most ``max_batch_size`` rows; requests
 arriving while a batch runs wait for the next one - "the batch waits for its longest member"),
-per-row stop rules (EOS unless ``ignore_eos``, ``stop_token_ids``, ``max_tokens``) and the
+per-row stop rules (:func:`emit_token`: EOS unless ``ignore_eos``, ``stop_token_ids``,
+``max_tokens``) and the
 endpoints (``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
 ``/v1/server_info``, ``/shim/stats``).
 
@@ -77,6 +79,27 @@ class GenRequest:
         """Hand an output item to the request's event loop (thread-safe)."""
         if self.loop is not None and self.out is not None:
             self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+def emit_token(r: GenRequest, token_id: int, eos: set[int] | frozenset[int]) -> bool:
+    """Hand one new token of row ``r`` to its stream under the per-row stop rules (shared by the
+    static :class:`BatchWorker` and the continuous-batching shims): an id in ``eos`` (unless
+    ``ignore_eos``) or in ``stop_token_ids`` ends the row with "stop" (counted in ``generated``,
+    not streamed); ``max_tokens`` reached ends it with "length". Tokens of a finished or cancelled
+    row are ignored. Returns True when the row is finished (or was already)."""
+    if r.finish_reason is not None or r.cancelled:
+        return True
+    r.generated.append(token_id)
+    if (token_id in eos and not r.ignore_eos) or token_id in r.stop_token_ids:
+        r.finish_reason = "stop"
+        r.push(("done", "stop"))
+        return True
+    r.push(("token", token_id))
+    if len(r.generated) >= r.max_tokens:
+        r.finish_reason = "length"
+        r.push(("done", "length"))
+        return True
+    return False
 
 
 class Backend(Protocol):
@@ -183,18 +206,7 @@ class BatchWorker:
             return r.finish_reason is not None or r.cancelled
 
         def emit(i: int, token_id: int) -> None:
-            r = batch[i]
-            if r.finish_reason is not None or r.cancelled:
-                return
-            r.generated.append(token_id)
-            if (token_id in eos and not r.ignore_eos) or token_id in r.stop_token_ids:
-                r.finish_reason = "stop"
-                r.push(("done", "stop"))
-                return
-            r.push(("token", token_id))
-            if len(r.generated) >= r.max_tokens:
-                r.finish_reason = "length"
-                r.push(("done", "length"))
+            emit_token(batch[i], token_id, eos)
 
         self.batches_run += 1
         self.batch_sizes.append(len(batch))
@@ -256,14 +268,19 @@ class _RowStream:
         self._row.cancelled = True
 
 
-def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, max_model_len: int | None = None,
-               default_max_tokens: int = 16, settings: dict[str, Any] | None = None) -> FastAPI:
+def create_app(backend: Backend, worker: Any, served_model_name: str, max_model_len: int | None = None,
+               default_max_tokens: int = 16, settings: dict[str, Any] | None = None,
+               info: Callable[[], dict[str, Any]] | None = None,
+               stats: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
     """The FastAPI app serving ``backend`` through ``worker`` under ``served_model_name``.
 
-    ``max_model_len``: prompt + ``max_tokens`` limit in tokens (None: not checked);
-    ``default_max_tokens``: for a request without ``max_tokens`` (completions and chat);
-    ``settings``: what the shim was started with (``threads``, ``dtype``, ``device``), reported
-    by ``GET /v1/server_info`` next to the batch limits for the parity audit.
+    ``worker``: anything with ``submit(GenRequest)`` (the static :class:`BatchWorker`, or a
+    continuous-batching shim's stepping worker); ``max_model_len``: prompt + ``max_tokens`` limit
+    in tokens (None: not checked); ``default_max_tokens``: for a request without ``max_tokens``
+    (completions and chat); ``settings``: what the shim was started with (``threads``, ``dtype``,
+    ``device``), reported by ``GET /v1/server_info`` next to the batch limits for the parity
+    audit. ``info`` / ``stats``: what ``GET /v1/server_info`` / ``GET /shim/stats`` answer instead
+    of the static batch's description (a shim whose engine schedules its own batches).
     """
     app = FastAPI(title=f"shim: {backend.model_label}", docs_url=None, redoc_url=None)
     install_error_handlers(app, logger)
@@ -308,6 +325,8 @@ def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, ma
 
     @app.get("/v1/server_info")
     async def server_info() -> dict:
+        if info is not None:
+            return info()
         # static batches over Hugging Face generate / the ORT Generator: each row has its own
         # cache for one call, so no shared KV budget, no prefix reuse, no chunked prefill
         return {"engine": backend.model_label, "batching": "static", "max_batch_size": worker.max_batch_size,
@@ -316,7 +335,9 @@ def create_app(backend: Backend, worker: BatchWorker, served_model_name: str, ma
                 "chunked_prefill": False, **(settings or {})}
 
     @app.get("/shim/stats")
-    async def stats(_: Request) -> dict:
+    async def shim_stats(_: Request) -> dict:
+        if stats is not None:
+            return stats()
         return {"batches_run": worker.batches_run, "batch_sizes": worker.batch_sizes[-1000:]}
 
     return app

@@ -62,7 +62,7 @@ def flag_value(cmd: list[str], flag: str) -> str:
 # ---------------------------------------------------------------------------------------------
 def test_registry_names_and_protocol():
     assert ENGINE_NAMES == ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime",
-                            "deepspeed", "llamacpp", "llamacpp_q8_0", "tensorrt_llm", "openai")
+                            "deepspeed", "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai")
     for name in ENGINE_NAMES:
         a = get_adapter(name)
         assert a.name == name and isinstance(a, EngineAdapter)

@@ -26,7 +26,7 @@ def test_engines_table_json_lists_every_engine_with_reasons():
     rows = {r["engine"]: r for r in json.loads(res.output)}
     # exactly the names --engine accepts: openai listed, no deepspeed-mii row --engine would reject
     assert list(rows) == ["own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
-                          "llamacpp", "llamacpp_q8_0", "tensorrt_llm", "openai"]
+                          "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai"]
     assert rows["openai"]["state"] == "available" and "--base-url" in rows["openai"]["reason"]
     assert "deepspeed-mii (FastGen)" in rows["deepspeed"]["reason"]  # MII's note kept, in its engine's row
     assert rows["own"]["state"] == "available"
