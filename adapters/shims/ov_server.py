@@ -43,6 +43,7 @@ logger = logging.getLogger("adapters.shims.ov_server")
 GIB = 1 << 30
 CPU_BLOCK_SIZE = 32  # OpenVINO GenAI's KV block size on the CPU plugin (tokens)
 FLUSH_TIMEOUT_S = 0.05  # most a step waits for the event loop to send the last step's tokens
+FLUSH_ITERATIONS = 3  # loop iterations a flush lets pass (a token's chunk is written in the 2nd)
 LOW_PRECISION_TYPES = ("i8", "u8", "i4", "u4", "nf4", "f4e2m1", "f8e4m3", "f8e5m2")
 
 
@@ -214,16 +215,24 @@ class StepWorker:
         ``step()`` holds the GIL for the whole step (measured: a Python thread gets no time
         during a 28 ms decode step), so a token handed over with ``call_soon_threadsafe`` would
         otherwise wait for the end of the next step before its chunk is written, adding a step
-        to every TTFT and ITL. Each loop is asked to run a marker after the callbacks (and the
-        stream tasks they wake) already queued; the worker waits for the markers (GIL released)
-        for at most :data:`FLUSH_TIMEOUT_S`."""
+        to every TTFT and ITL. Each loop gets a marker queued behind the tokens' callbacks that
+        re-queues itself for :data:`FLUSH_ITERATIONS` loop iterations, so the stream tasks those
+        callbacks wake (next iteration) have written their chunks before it fires; the worker
+        waits for the markers (GIL released) for at most :data:`FLUSH_TIMEOUT_S`."""
+
+        def marker(loop: Any, done: threading.Event, left: int) -> None:
+            if left <= 0:
+                done.set()
+            else:
+                loop.call_soon(marker, loop, done, left - 1)
+
         events = []
         for loop in loops:
             if loop is None or loop.is_closed() or not loop.is_running():
                 continue
             done = threading.Event()
             try:
-                loop.call_soon_threadsafe(lambda lp=loop, ev=done: lp.call_soon(ev.set))
+                loop.call_soon_threadsafe(marker, loop, done, FLUSH_ITERATIONS)
             except RuntimeError:  # the loop closed meanwhile
                 continue
             events.append(done)

@@ -361,9 +361,12 @@ class GilHoldingPipeline(StubPipeline):
         super().step()
 
 
-async def test_each_steps_tokens_are_delivered_before_the_next_step_starts():
+async def test_each_steps_tokens_are_delivered_before_the_next_step_starts(monkeypatch):
     """The worker waits for the event loop between steps: a token is in its stream's hands before
     the engine starts the next step (else a step that holds the GIL delays every chunk by a step)."""
+    from adapters.shims import ov_server
+
+    monkeypatch.setattr(ov_server, "FLUSH_TIMEOUT_S", 5.0)  # a loaded CI machine never times the wait out
     pipe = GilHoldingPipeline({2: [7, 4, 11, 14, 3, EOS]})
     worker = make_worker(pipe)
     loop = asyncio.get_running_loop()
