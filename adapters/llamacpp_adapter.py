@@ -9,21 +9,25 @@ Two configurations of the same engine:
   its effective dtype is ``q8_0`` and the parity audit flags it next to the f32 engines. It is
   measured only when named (``--engine all`` leaves it out).
 
-The command line (``LLAMA_ARG_*`` engine-arg conventions of :mod:`adapters.server`: ``key=value`` →
+The command line (engine args follow :mod:`adapters.server`'s conventions: ``key=value`` →
 ``--key value``, so ``llamacpp:batch_size=512`` → ``--batch-size 512``): ``llama-server --model
 GGUF --host 127.0.0.1 --port P --alias NAME --threads N --threads-batch N --parallel S --ctx-size
-C --cache-type-k f32 --cache-type-v f32 --metrics``. Slots and context follow the harness's KV
-budget: ``--ctx-size`` is all slots' context together (llama.cpp gives each slot C / S tokens of
-its own KV cache), so C = S × the per-slot context and C never exceeds the 1 GiB f32 KV budget
-(:data:`adapters.server.CPU_KV_CACHE_BYTES`) every CPU engine gets. ``llamacpp:parallel=S`` sets
-the slots (the budget is split among them, in whole 256-token pieces), ``llamacpp:ctx_size=C`` the
-total instead. ``--cache-ram 0``: llama-server would otherwise keep up to 8 GiB of extra prompt
-cache in RAM, outside the KV budget (``llamacpp:cache_ram=8192`` turns it back on).
+C --batch-size 2048 --cache-type-k f32 --cache-type-v f32 --cache-ram 0 --metrics``. Slots and
+context follow the harness's KV budget: ``--ctx-size`` is all slots' context together (llama.cpp
+gives each slot C / S tokens of its own KV cache), so C = S × the per-slot context and C never
+exceeds the 1 GiB f32 KV budget (:data:`adapters.server.CPU_KV_CACHE_BYTES`) every CPU engine
+gets; by default S slots of 2,048 tokens (11 for the default model). ``llamacpp:parallel=S`` sets
+the slots (the budget split among them in whole 256-token pieces, at most the model's
+``max_position_embeddings`` each), ``llamacpp:ctx_size=C`` the total instead. ``--cache-ram 0``:
+llama-server would otherwise keep up to 8 GiB of extra prompt cache in RAM, outside the KV budget
+(``llamacpp:cache_ram=8192`` turns it back on); a slot still reuses its previous prompt's prefix.
+``--batch-size 2048`` is llama.cpp's default, passed so the per-step budget is on record.
 
-The effective configuration comes from the engine: ``GET /props`` (``total_slots``, the slots'
-context, the model file), ``GET /slots`` (each slot's ``n_ctx``, speculative decoding) and its
-start-up log (KV cache cells, bytes and types, file type, ``n_batch``, threads); Prometheus
-counters from ``/metrics`` (``llamacpp:*``).
+The effective configuration comes from the engine: ``GET /props`` (``total_slots``, a slot's
+context, the weights' file type), ``GET /slots`` (each slot's ``n_ctx``, speculative decoding)
+and its start-up log (slots, threads; with ``llamacpp:verbosity=4`` also libllama's KV-cache cells
+and bytes and ``n_batch``), then our flags for what it does not report; Prometheus counters from
+``/metrics`` (``llamacpp:*``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from adapters import llamacpp_build
+from adapters import llamacpp_build, llamacpp_gguf
 from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.hardware import detect_kind
@@ -42,6 +46,7 @@ from adapters.server import (
     LaunchPlan, ServerAdapter, cpu_kv_tokens, render_flags, split_engine_args, thread_env,
 )
 from adapters.venv_engine import installed_version, probe_installed
+from results.model_geometry import read_model_summary
 from results.schema import FLAG_SOURCE
 
 if TYPE_CHECKING:
@@ -54,22 +59,41 @@ DEFAULT_SLOT_CTX = 2048  # default per-slot context: the budget's slots are budg
 SETUP_HINT = f"run `bench engines setup {ENGINE}` (builds llama-server from source, ~10-25 min)"
 
 
-def slot_layout(kv_tokens: int, slots: int | None = None, ctx_size: int | None = None) -> tuple[int, int, int]:
+def slot_layout(kv_tokens: int, slots: int | None = None, ctx_size: int | None = None,
+                max_len: int | None = None) -> tuple[int, int, int]:
     """``(slots, per-slot context, total context)`` for a KV budget of ``kv_tokens`` tokens.
 
     Default: as many slots of :data:`DEFAULT_SLOT_CTX` tokens as the budget holds (at least 1);
-    ``slots`` given: the budget split among them in whole :data:`SLOT_ALIGN` pieces; ``ctx_size``
-    given: that total split among the slots. Raises ValueError when a slot would get no context."""
+    ``slots`` given: the budget split among them in whole :data:`SLOT_ALIGN` pieces (llama.cpp
+    pads a slot's context up to them: a split that is not whole would exceed the budget);
+    ``ctx_size`` given: that total split among the slots. A slot never gets more than ``max_len``
+    (the model's ``max_position_embeddings``: llama-server caps a slot there and the rest of its
+    KV cache would lie idle). Raises ValueError when a slot would get no context."""
+    limit = (max_len // SLOT_ALIGN * SLOT_ALIGN or max_len) if max_len else None
+    default_ctx = min(DEFAULT_SLOT_CTX, limit) if limit else DEFAULT_SLOT_CTX
     if ctx_size is not None:
-        slots = slots or max(1, ctx_size // DEFAULT_SLOT_CTX)
-        per_slot = ctx_size // slots
+        slots = slots or max(1, ctx_size // default_ctx)
+        per_slot, total = ctx_size // slots, ctx_size
     else:
-        slots = slots or max(1, kv_tokens // DEFAULT_SLOT_CTX)
+        slots = slots or max(1, kv_tokens // default_ctx)
         per_slot = (kv_tokens // slots) // SLOT_ALIGN * SLOT_ALIGN
+        per_slot = min(per_slot, limit) if limit else per_slot
+        total = slots * per_slot
     if slots < 1 or per_slot < 1:
         raise ValueError(f"llamacpp: {slots} slot(s) leave no context per slot (KV budget {kv_tokens:,} tokens, "
                          f"ctx_size {ctx_size}): use fewer slots (llamacpp:parallel=N)")
-    return slots, per_slot, slots * per_slot
+    return slots, (min(per_slot, max_len) if max_len else per_slot), total
+
+
+def numerics(outtype: str, cache_type_k: str = "f32", cache_type_v: str = "f32") -> str:
+    """``"reference"`` for f32 weights with an f32 KV cache (the precision every CPU engine runs),
+    else what differs: ``"q8_0 weights"``, ``"f16 KV cache"`` (the run's fidelity check holds other
+    numerics to a lower floor and reports them as such)."""
+    other = [f"{outtype} weights"] if outtype != "f32" else []
+    kv = sorted({str(cache_type_k), str(cache_type_v)} - {"f32"})
+    if kv:
+        other.append(f"{'/'.join(kv)} KV cache")
+    return ", ".join(other) or "reference"
 
 
 def _positive(flags: dict[str, str], key: str) -> int | None:
@@ -129,9 +153,9 @@ class LlamaCppAdapter(ServerAdapter):
     def _outtype(self, config: LaunchConfig) -> str:
         _, _, own = split_engine_args(config.engine_args, self.adapter_keys)
         outtype = own.get("outtype", self.outtype)
-        if outtype not in llamacpp_build.OUTTYPES:
+        if outtype not in llamacpp_gguf.OUTTYPES:
             raise ValueError(f"engine arg {self.name}:outtype={outtype!r}: choose from "
-                             f"{', '.join(llamacpp_build.OUTTYPES)}")
+                             f"{', '.join(llamacpp_gguf.OUTTYPES)}")
         return outtype
 
     @contextmanager
@@ -146,7 +170,7 @@ class LlamaCppAdapter(ServerAdapter):
             outtype = self._outtype(config)
         except ValueError as exc:
             raise EngineError(f"{self.name}: {exc}") from exc
-        _, seconds = llamacpp_build.ensure_gguf(engine_python(ENGINE), Path(config.model_dir), outtype,
+        _, seconds = llamacpp_gguf.ensure_gguf(engine_python(ENGINE), Path(config.model_dir), outtype,
                                                 self.log_path(config), env=thread_env(config.threads),
                                                 cancel=config.cancel)
         with super().launch(replace(config, probe=probe)) as endpoint:
@@ -162,12 +186,13 @@ class LlamaCppAdapter(ServerAdapter):
                 raise ValueError(f"engine arg {self.name}:{key} is set by the harness: remove it")
         outtype = self._outtype(config)
         slots, per_slot, total = slot_layout(cpu_kv_tokens(Path(config.model_dir)), _positive(flags, "parallel"),
-                                             _positive(flags, "ctx_size"))
+                                             _positive(flags, "ctx_size"),
+                                             read_model_summary(Path(config.model_dir)).max_position_embeddings)
         model_name = self.served_name(config)
-        gguf = llamacpp_build.gguf_path(Path(config.model_dir), outtype)
+        gguf = llamacpp_gguf.gguf_path(Path(config.model_dir), outtype)
         opts = {"alias": model_name, "threads": str(config.threads), "threads_batch": str(config.threads),
-                "parallel": str(slots), "ctx_size": str(total), "cache_type_k": "f32", "cache_type_v": "f32",
-                "cache_ram": "0", "metrics": "true", **flags}
+                "parallel": str(slots), "ctx_size": str(total), "batch_size": "2048", "cache_type_k": "f32",
+                "cache_type_v": "f32", "cache_ram": "0", "metrics": "true", **flags}
         opts["parallel"], opts["ctx_size"] = str(slots), str(total)
         cmd = [str(llamacpp_build.server_binary()), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
                *render_flags(opts)]
@@ -178,8 +203,7 @@ class LlamaCppAdapter(ServerAdapter):
                           health_paths=("/health",), metrics_path="/metrics",
                           extra_config={"hardware": "cpu", "gguf": str(gguf), "outtype": outtype, "slots": slots,
                                         "slot_context": per_slot, "max_model_len": per_slot,
-                                        "numerics": "f32 weights" if outtype == "f32" else f"{outtype} weights "
-                                                    "(other numerics than the f32 engines)"})
+                                        "numerics": numerics(outtype, opts["cache_type_k"], opts["cache_type_v"])})
 
     def parity_args(self, target: "ParityTarget") -> tuple[dict[str, str], list[str]]:
         """``--parity strict``: ``max_num_seqs`` as its slots (``--parallel``), the per-step budget
@@ -204,90 +228,110 @@ class LlamaCppQ8Adapter(LlamaCppAdapter):
 # ------------------------------------------------------------------------------------------
 # the effective configuration (adapters.effective's reader calls this with its settings object)
 _FILE_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-_KV = re.compile(r"llama_kv_cache[\w:]*\s+size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
-                 r"K \((\w+)\):\s*[\d.]+ MiB, V \((\w+)\)")
 _FTYPE = re.compile(r"(?:\(guessed\) )?(?:all )?([A-Za-z0-9_]+)")  # llama_ftype_name(): "all F32", "Q8_0"
-_FILE_TYPE = re.compile(r"file type\s*=\s*(?:\(guessed\) )?(?:all )?([A-Za-z0-9_]+)")
+# at the default verbosity (3)
 _SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
-_THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)|threadpool init, n_threads = (\d+)")
+_THREADS = re.compile(r"threadpool init, n_threads = (\d+)|system_info: n_threads = (\d+)")
+# at verbosity 4 (--engine-arg llamacpp:verbosity=4): libllama's own start-up lines
+_KV = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*\d+ layers,\s*(\d+)/(\d+) seqs\), "
+                 r"K \((\w+)\):\s*[\d.]+ MiB, V \((\w+)\)")
+_FILE_TYPE = re.compile(r"file type\s*=\s*(?:\(guessed\) )?(?:all )?([A-Za-z0-9_]+)")
 _N_BATCH = re.compile(r"llama_context: n_batch\s*=\s*(\d+)")
-_N_UBATCH = re.compile(r"llama_context: n_ubatch\s*=\s*(\d+)")
-_PROMPT_CACHE = re.compile(r"prompt cache is (enabled|disabled)[^\n]*")
+_CHUNKS = "llama-server adds prompt tokens beside the decodes of a step up to n_batch: chunked prefill"
 
 
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def parse_props(props: dict[str, Any] | None, slots: list[Any] | None, s: Any) -> None:
-    """``GET /props`` and ``GET /slots`` (llama-server's JSON) into ``s`` (``adapters.effective``'s
-    settings: ``s.set(field, value, source)``, ``s.notes``)."""
+def parse_props(props: dict[str, Any] | None, slots: list[Any] | None, s: Any, unified: bool = False) -> None:
+    """``GET /props`` (slots, a slot's context, the weights' file type) and ``GET /slots`` (each
+    slot's context and speculation) into ``s`` (``adapters.effective``'s settings: ``s.set(field,
+    value, source)``, ``s.notes``). Each slot keeps its own KV cache unless ``unified``, so their
+    contexts summed are the KV capacity in tokens."""
     props = props or {}
-    slot_list = [x for x in (slots or []) if isinstance(x, dict)]
     s.set("max_num_seqs", _as_int(props.get("total_slots")), "GET /props total_slots")
-    if slot_list:
-        s.set("max_num_seqs", len(slot_list), "GET /slots (one entry per slot)")
-        n_ctx = [_as_int(x.get("n_ctx")) for x in slot_list]
-        if all(n is not None for n in n_ctx):
-            s.set("max_model_len", max(n_ctx), "GET /slots n_ctx (each slot's context)")
-        spec = {bool(x.get("speculative")) for x in slot_list if "speculative" in x}
-        if spec:
-            s.set("speculative", "on" if True in spec else "off", "GET /slots speculative")
     settings = props.get("default_generation_settings")
     if isinstance(settings, dict):
         s.set("max_model_len", _as_int(settings.get("n_ctx")), "GET /props default_generation_settings.n_ctx")
     ftype = props.get("model_ftype")
     if isinstance(ftype, str) and (m := _FTYPE.fullmatch(ftype.strip())):
         s.set("dtype", _FILE_TYPES.get(m[1].upper(), m[1].lower()), f"GET /props model_ftype={ftype!r}")
+    slot_list = [x for x in (slots or []) if isinstance(x, dict)]
+    if not slot_list:
+        return
+    s.set("max_num_seqs", len(slot_list), "GET /slots (one entry per slot)")
+    n_ctx = [_as_int(x.get("n_ctx")) for x in slot_list]
+    if all(n is not None for n in n_ctx):
+        s.set("max_model_len", max(n_ctx), "GET /slots n_ctx")  # type: ignore[type-var]
+        if not unified:
+            s.set("kv_capacity_tokens", sum(n_ctx), f"GET /slots: the {len(n_ctx)} slots' n_ctx summed "  # type: ignore[arg-type]
+                                                    "(each slot keeps its own KV cache)")
+    spec = {bool(x.get("speculative")) for x in slot_list if "speculative" in x}
+    if spec:
+        s.set("speculative", "on" if True in spec else "off", f"GET /slots speculative={True in spec}")
 
 
 def parse_log(text: str, s: Any) -> None:
-    """llama-server's start-up lines into ``s``: the KV cache (cells = tokens, MiB, K/V types),
-    the weights' file type, ``n_batch`` (it adds prompt tokens beside the decodes up to this many
-    per step: chunked prefill), threads, and whether its RAM prompt cache is on."""
-    if m := _KV.search(text):
-        src = f"log: {m[0]}"
-        s.set("kv_capacity_tokens", int(m[2]), src)
-        s.set("kv_capacity_bytes", round(float(m[1]) * (1 << 20)), src)
-        s.notes.append(f"KV cache types K {m[6]}, V {m[7]} ({m[4]}/{m[5]} sequences)")
-    if m := _FILE_TYPE.search(text):
-        kind = m[1].upper()
-        s.set("dtype", _FILE_TYPES.get(kind, kind.lower()), f"log: {m[0].strip()}")
-    if m := _N_BATCH.search(text):
-        src = f"log: {m[0]} (prompt tokens join the decodes in one step up to n_batch)"
-        s.set("max_num_batched_tokens", int(m[1]), src)
-        s.set("chunked_prefill", True, src)
-        s.set("chunked_prefill_tokens", int(m[1]), src)
-    if m := _N_UBATCH.search(text):
-        s.notes.append(f"physical batch (n_ubatch) {m[1]} tokens")
-    if m := _THREADS.search(text):
-        s.set("threads", int(m[1] or m[3]), f"log: {m[0]}")
+    """llama-server's start-up lines into ``s``. At the default verbosity: slots, a slot's context,
+    whether the slots share one KV pool (``kv_unified``) and threads; at verbosity 4 also libllama's
+    KV cache (cells × streams = tokens, MiB, K/V types), the weights' file type and ``n_batch``."""
     if m := _SLOTS.search(text):
         s.set("max_num_seqs", int(m[1]), f"log: {m[0]}")
         s.set("max_model_len", int(m[2]), f"log: {m[0]}")
         s.notes.append(f"KV cache {'one pool shared by' if m[3] == 'true' else 'split among'} the slots "
                        f"(kv_unified = {m[3]})")
-    if m := _PROMPT_CACHE.search(text):
-        s.notes.append(f"RAM prompt cache: {m[0]}")
-    if hasattr(s, "has_none"):
-        s.has_none("block_size", "llama.cpp: KV cache in per-token cells, no blocks")
+    if m := _THREADS.search(text):
+        s.set("threads", int(m[1] or m[2]), f"log: {m[0]}")
+    if m := _KV.search(text):
+        src = f"log: {m[0]}"
+        s.set("kv_capacity_tokens", int(m[2]) * int(m[4]), src)  # cells per stream × streams
+        s.set("kv_capacity_bytes", round(float(m[1]) * (1 << 20)), src)
+        s.notes.append(f"KV cache K {m[5]}, V {m[6]} (log)")
+    if m := _FILE_TYPE.search(text):
+        kind = m[1].upper()
+        s.set("dtype", _FILE_TYPES.get(kind, kind.lower()), f"log: {m[0].strip()}")
+    if m := _N_BATCH.search(text):
+        for name in ("max_num_batched_tokens", "chunked_prefill_tokens"):
+            s.set(name, int(m[1]), f"log: {m[0]} ({_CHUNKS})")
+        s.set("chunked_prefill", True, f"log: {m[0]} ({_CHUNKS})")
+
+
+def parse_flags(argv: list[str], s: Any) -> None:
+    """What llama-server does not report at its default verbosity, from our command line (marked
+    so): its per-step budget ``--batch-size``, prompt caching (on unless ``--no-cache-prompt``)
+    and the KV cache types."""
+    def value(flag: str) -> str | None:
+        return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+
+    if (batch := value("--batch-size")) is not None and batch.isdigit():
+        for name in ("max_num_batched_tokens", "chunked_prefill_tokens"):
+            s.set(name, int(batch), f"{FLAG_SOURCE}: --batch-size {batch} ({_CHUNKS})")
+        s.set("chunked_prefill", True, f"{FLAG_SOURCE}: --batch-size {batch} ({_CHUNKS})")
+    off = "--no-cache-prompt" in argv
+    s.set("prefix_caching", not off, f"{FLAG_SOURCE}: " + ("--no-cache-prompt" if off else
+                                                            "no --no-cache-prompt (llama-server's default: on)"))
+    if not any(n.startswith("KV cache K ") for n in s.notes):
+        s.notes.append(f"KV cache K {value('--cache-type-k') or 'f16'}, V {value('--cache-type-v') or 'f16'} (our flags)")
 
 
 def read_settings(props: dict[str, Any] | None, slots: list[Any] | None, log_text: str, s: Any,
                   argv: list[str] | None = None) -> None:
-    """Everything llama-server says about itself (``/props``, ``/slots``, its log) into ``s``.
-    Prompt caching (a slot reusing the KV of its previous prompt's common prefix) is not reported:
-    it is read from our command line (``argv``; llama-server's default is on)."""
-    parse_log(log_text, s)  # first: the log names the KV cells as allocated and the slots as set up
-    parse_props(props, slots, s)
+    """Everything llama-server says about itself - ``GET /props``, ``GET /slots`` and its start-up
+    log - then our command line (``argv``) for what it does not say, into ``s``."""
+    found = _SLOTS.search(log_text)
+    unified = found[3] == "true" if found else "--kv-unified" in (argv or [])
+    parse_props(props, slots, s, unified=unified)
+    parse_log(log_text, s)
     if argv is not None:
-        off = "--no-cache-prompt" in argv
-        s.set("prefix_caching", not off, f"{FLAG_SOURCE}: " + ("--no-cache-prompt" if off else
-                                                                "no --no-cache-prompt (llama-server's default: on)"))
+        parse_flags(argv, s)
+    if hasattr(s, "has_none"):
+        s.has_none("block_size", "llama.cpp: KV cache in per-token cells, no blocks")
     if props is None:
         s.notes.append("GET /props answered nothing usable")
     if slots is None:
         s.notes.append("GET /slots answered nothing usable (started with --no-slots?)")
 
 
-__all__ = ["LlamaCppAdapter", "LlamaCppQ8Adapter", "parse_log", "parse_props", "read_settings", "slot_layout"]
+__all__ = ["LlamaCppAdapter", "LlamaCppQ8Adapter", "numerics", "parse_flags", "parse_log", "parse_props",
+           "read_settings", "slot_layout"]

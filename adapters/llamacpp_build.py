@@ -1,4 +1,4 @@
-"""llama.cpp's ``llama-server``, built from source once, and the model converted to GGUF.
+"""llama.cpp's ``llama-server``, built from source once.
 
 PyPI has no official ``llama-server`` binary, but the ``llama-cpp-python`` sdist vendors the whole
 llama.cpp tree (``vendor/llama.cpp``: its CMake project, ``convert_hf_to_gguf.py`` and ``gguf-py``).
@@ -7,38 +7,28 @@ after the converter's venv is installed) downloads that sdist with pip's own sou
 into ``.engines/llamacpp/src`` and builds only the ``llama-server`` target with CMake into
 ``.engines/llamacpp/build`` (``bin/llama-server``), showing ninja's ``[n/N]`` steps as a progress
 bar; everything it runs goes to ``.engines/llamacpp/build.log``, and a failed step raises
-:class:`~adapters.base.EngineError` with the log's tail. Checked on the 2-core reference machine
-(notes of 2026-12-02): 212 build steps, about 10 minutes.
+:class:`~adapters.base.EngineError` with the log's tail. On the 2-core reference machine the
+build is 212 steps: about 10 minutes when idle, 25 beside other work (2026-12-02).
 
-The model: every engine serves the same Hugging Face folder; llama.cpp needs it as GGUF, converted
-by the tree's own ``convert_hf_to_gguf.py`` in the engine's venv (torch, transformers, numpy,
-sentencepiece) at the precision of the others (``f32``) or, as a separately named configuration,
-``q8_0``. :func:`gguf_path` names the file by the folder's content hash, next to the model
-(``<model>-gguf/``; in ``.engines/llamacpp/models`` when that folder cannot be written), and
-:func:`ensure_gguf` converts once, in its own process group watched like an engine server.
+The model's conversion to GGUF, by the tree's own converter, is :mod:`adapters.llamacpp_gguf`.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from adapters.base import EngineError
-from adapters.process import group_members, tail_file, watch_group
+from adapters.process import tail_file
 from adapters.recipes import engine_env_dir
 
 ENGINE = "llamacpp"
@@ -46,12 +36,13 @@ SDIST = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
 TARGET = "llama-server"
 BUILD_JOBS = 2
-OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 CMAKE_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                  "-DLLAMA_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=ON")
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")  # ninja: "[17/212] Building CXX object ..."
 _MAKE = re.compile(r"^\[\s*(\d+)%\]")  # make: "[ 45%] Building CXX object ..."
-_VERSION = re.compile(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)")
+# `llama-server --version`: "version: 6790 (0b1bad14f)" from a git checkout; from the sdist's tree
+# (no git) "version: 0.5.0-dev (build 1, commit 0c1e570)"
+_VERSION = re.compile(r"version:\s*(\S+)\s*\((?:build \d+, commit )?([0-9a-f]+|unknown)\)")
 _BUILT = "built.json"
 
 Runner = Callable[[list[str], "Path | None", dict[str, str], Callable[[str], None]], int]
@@ -113,8 +104,7 @@ class BuildStep:
 
 def sdist_file(base: Path) -> Path | None:
     """The downloaded sdist in ``base/sdist`` (None before the download)."""
-    found = sorted((base / "sdist").glob(f"{SDIST.replace('-', '_')}-{SDIST_VERSION}.tar.gz")) + \
-        sorted((base / "sdist").glob(f"{SDIST}-{SDIST_VERSION}.tar.gz"))
+    found = sorted((base / "sdist").glob(f"llama[-_]cpp[-_]python-{SDIST_VERSION}.tar.gz"))
     return found[0] if found else None
 
 
@@ -182,7 +172,7 @@ class _Display:
 
     def __init__(self, console: Any, label: str) -> None:
         self.progress = None
-        if console is None:
+        if console is None or not console.is_terminal:  # in a log or pipe: only the "done" lines
             return
         from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -233,7 +223,7 @@ def run_steps(steps: list[BuildStep], log_path: Path, *, console: Any = None, ru
             if console is not None:
                 from rich.markup import escape
 
-                console.print(f"[dim]{escape(msg)}: done in {time.monotonic() - started:.0f} s[/dim]")
+                console.print(f"[dim]{escape(msg)}: done in {time.monotonic() - started:.0f} s[/dim]", highlight=False)
 
 
 def _run_one(step: BuildStep, runner: Runner, env: dict[str, str], log: Any, display: _Display) -> int:
@@ -248,6 +238,7 @@ def _run_one(step: BuildStep, runner: Runner, env: dict[str, str], log: Any, dis
 
     def on_line(line: str) -> None:
         log.write(line if line.endswith("\n") else line + "\n")
+        log.flush()  # `tail -f build.log` follows the build as it goes
         display.line(line)
 
     try:
@@ -268,13 +259,27 @@ def check_tools() -> None:
 
 
 def server_version(binary: Path, timeout_s: float = 60.0) -> tuple[str | None, str | None]:
-    """``(build number as "b6790", commit)`` from ``llama-server --version`` (None, None if unreadable)."""
+    """``(version, commit)`` from ``llama-server --version``: a build number as ``"b6790"`` or the
+    tree's own version (``"0.5.0-dev"``), and the commit; ``(None, None)`` when unreadable."""
     try:
         out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return None, None
     m = _VERSION.search(out.stdout + out.stderr)
-    return (f"b{m[1]}", m[2]) if m else (None, None)
+    if m is None:
+        return None, None
+    return (f"b{m[1]}" if m[1].isdigit() else m[1]), (None if m[2] == "unknown" else m[2])
+
+
+def _record(base: Path, started: float | None = None, previous: dict[str, Any] | None = None) -> str:
+    """Write ``built.json`` (version and commit read from the binary) and return the version."""
+    version, commit = server_version(server_binary(base))
+    info = {**(previous or {}), "version": version or "unknown", "commit": commit,
+            "sdist": f"{SDIST}=={SDIST_VERSION}"}
+    if started is not None:
+        info["seconds"] = round(time.monotonic() - started, 1)
+    (base / _BUILT).write_text(json.dumps(info, indent=2))
+    return info["version"]
 
 
 def build_server(base: Path | None = None, *, console: Any = None, force: bool = False,
@@ -286,10 +291,13 @@ def build_server(base: Path | None = None, *, console: Any = None, force: bool =
     base = base or root()
     info = built_info(base)
     if info is not None and not force:
+        version = str(info.get("version") or "unknown")
+        if version == "unknown":  # recorded by an older reader of `--version`: read it again
+            version = _record(base, previous=info)
         if console is not None:
-            console.print(f"[dim]{ENGINE}: {server_binary(base)} is already built ({info.get('version')}); "
+            console.print(f"[dim]{ENGINE}: {server_binary(base)} is already built ({version}); "
                           "--force rebuilds it[/dim]")
-        return str(info.get("version") or "unknown")
+        return version
     check_tools()
     (base / _BUILT).unlink(missing_ok=True)
     if force:
@@ -299,147 +307,4 @@ def build_server(base: Path | None = None, *, console: Any = None, force: bool =
     if not server_binary(base).is_file():
         raise EngineError(f"{ENGINE}: the build finished but {server_binary(base)} is missing; full log: "
                           f"{base / 'build.log'}", tail_file(base / "build.log"))
-    version, commit = server_version(server_binary(base))
-    (base / _BUILT).write_text(json.dumps({"version": version or "unknown", "commit": commit, "sdist":
-                                           f"{SDIST}=={SDIST_VERSION}", "seconds": round(time.monotonic() - started, 1)},
-                                          indent=2))
-    return version or "unknown"
-
-
-# ------------------------------------------------------------------------------------------
-# the model as GGUF
-def _file_sha256(path: Path, memo: dict[str, str]) -> str:
-    st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    if key not in memo:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        memo[key] = h.hexdigest()
-    return memo[key]
-
-
-def model_digest(model_dir: Path, memo_path: Path | None = None) -> str:
-    """SHA-256 over the folder's files (names and contents; dot-files left out). Each file's hash
-    is remembered in ``memo_path`` by path, size and mtime, so the weights are read once."""
-    memo: dict[str, str] = {}
-    if memo_path is not None:
-        try:
-            memo = json.loads(memo_path.read_text())
-        except (OSError, ValueError):
-            memo = {}
-    h = hashlib.sha256()
-    for f in sorted(p for p in Path(model_dir).iterdir() if p.is_file() and not p.name.startswith(".")):
-        h.update(f"{f.name}:{_file_sha256(f, memo)}\n".encode())
-    if memo_path is not None:
-        try:
-            memo_path.parent.mkdir(parents=True, exist_ok=True)
-            memo_path.write_text(json.dumps(memo))
-        except OSError:
-            pass
-    return h.hexdigest()
-
-
-def gguf_dir(model_dir: Path) -> Path:
-    """Where the model's GGUF files go: ``<model>-gguf`` beside the folder when it can be written
-    there, else ``.engines/llamacpp/models/<model>-gguf``."""
-    model_dir = Path(model_dir).resolve()
-    beside = model_dir.parent / f"{model_dir.name}-gguf"
-    if beside.is_dir() or os.access(model_dir.parent, os.W_OK):
-        return beside
-    return root() / "models" / beside.name
-
-
-def gguf_path(model_dir: Path, outtype: str = "f32") -> Path:
-    """The GGUF file of ``model_dir`` at ``outtype`` (one of :data:`OUTTYPES`), named by the
-    folder's content hash: ``<model>-gguf/<model>-<outtype>-<hash 16>.gguf``."""
-    if outtype not in OUTTYPES:
-        raise ValueError(f"llamacpp outtype {outtype!r}: choose from {', '.join(OUTTYPES)}")
-    folder = gguf_dir(model_dir)
-    digest = model_digest(model_dir, folder / "digests.json")
-    return folder / f"{Path(model_dir).resolve().name}-{outtype}-{digest[:16]}.gguf"
-
-
-@contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def convert_command(python: Path, model_dir: Path, outtype: str, outfile: Path, base: Path | None = None) -> list[str]:
-    """``python convert_hf_to_gguf.py MODEL --outtype T --outfile F`` (run with ``gguf-py`` on PYTHONPATH)."""
-    return [str(python), str(converter(base)), str(model_dir), "--outtype", outtype, "--outfile", str(outfile)]
-
-
-def ensure_gguf(python: Path, model_dir: Path, outtype: str, log_path: Path, *, env: dict[str, str],
-                cancel: threading.Event | None = None, timeout_s: float = 1800.0) -> tuple[Path, float]:
-    """The GGUF file of ``model_dir`` at ``outtype``, converted first when it is not cached;
-    returns ``(path, seconds spent converting)`` (0 when cached). The converter runs in its own
-    process group, output appended to ``log_path``, guarded by a watchdog; one conversion at a time
-    per file (a lock). Raises :class:`EngineError` (with the log tail) when it fails, times out or
-    ``cancel`` is set."""
-    out = gguf_path(model_dir, outtype)
-    if out.is_file():
-        return out, 0.0
-    with _lock(out.with_name(out.name + ".lock")):
-        if out.is_file():
-            return out, 0.0
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        started = time.monotonic()
-        cmd = convert_command(python, model_dir, outtype, tmp)
-        full_env = {**os.environ, **env, "PYTHONPATH": str(source_dir() / "gguf-py")}
-        try:
-            _run_guarded(cmd, full_env, log_path, cancel, timeout_s)
-            if not tmp.is_file():
-                raise EngineError(f"{ENGINE}: the GGUF converter wrote no file (log: {log_path})", tail_file(log_path))
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return out, time.monotonic() - started
-
-
-def _run_guarded(cmd: list[str], env: dict[str, str], log_path: Path, cancel: threading.Event | None,
-                 timeout_s: float) -> None:
-    """Run ``cmd`` in a new process group with a watchdog; stop the group on any way out."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
-        except OSError as exc:
-            raise EngineError(f"{ENGINE}: could not start the GGUF converter {cmd[0]!r}: {exc}") from exc
-        watchdog = watch_group(proc.pid, 5.0, log)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while proc.poll() is None:
-            if cancel is not None and cancel.is_set():
-                raise EngineError(f"{ENGINE}: the GGUF conversion was cancelled", tail_file(log_path))
-            if time.monotonic() > deadline:
-                raise EngineError(f"{ENGINE}: the GGUF conversion took over {timeout_s:.0f} s (log: {log_path})",
-                                  tail_file(log_path))
-            time.sleep(0.2)
-        if proc.returncode != 0:
-            raise EngineError(f"{ENGINE}: converting the model to GGUF failed (exit {proc.returncode}); "
-                              f"log: {log_path}", tail_file(log_path))
-    finally:
-        _stop_group(proc)
-        watchdog.kill()
-        watchdog.wait()
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGKILL what is left of ``proc``'s group (nothing, after a clean exit) and reap it."""
-    try:
-        if proc.poll() is None or group_members(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    return _record(base, started)

@@ -10,20 +10,21 @@ import asyncio
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from adapters import envs, llamacpp_build, recipes
+from adapters import envs, llamacpp_build, llamacpp_gguf
 from adapters.base import EngineError, LaunchConfig
 from adapters.effective import READERS, _Settings
 from adapters.llamacpp_adapter import LlamaCppAdapter, LlamaCppQ8Adapter, read_settings, slot_layout
 from adapters.parity import ParityTarget
 from adapters.prom import common_metrics, parse_prometheus
 from adapters.registry import all_adapters, get_adapter, parse_engine_args
-from results.schema import EffectiveSettings
+from results.schema import FLAG_SOURCE, EffectiveSettings
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "effective"
 KV_TOKENS = 23_301  # 1 GiB of f32 KV at SmolLM2-135M's 46,080 bytes per token
@@ -86,7 +87,7 @@ def test_server_command_from_launch_config(engines_dir, model, tmp_path):
     assert plan.metrics_path == "/metrics" and plan.health_paths == ("/health",)
     assert plan.env["OMP_NUM_THREADS"] == "2"
     assert plan.extra_config["slot_context"] == plan.extra_config["max_model_len"] == 2048
-    assert plan.extra_config["outtype"] == "f32" and plan.extra_config["numerics"] == "f32 weights"
+    assert plan.extra_config["outtype"] == "f32" and plan.extra_config["numerics"] == "reference"
 
 
 def test_slots_and_context_follow_the_kv_budget(engines_dir, model, tmp_path):
@@ -94,6 +95,9 @@ def test_slots_and_context_follow_the_kv_budget(engines_dir, model, tmp_path):
     assert slot_layout(KV_TOKENS, slots=8) == (8, 2816, 22528)  # the budget split, in 256-token pieces
     assert slot_layout(KV_TOKENS, slots=2, ctx_size=4096) == (2, 2048, 4096)
     assert slot_layout(4096) == (2, 2048, 4096)
+    # a slot never beyond the model's own length (llama-server caps it there; the rest would idle)
+    assert slot_layout(KV_TOKENS, slots=2, max_len=8192) == (2, 8192, 16384)
+    assert slot_layout(KV_TOKENS, max_len=1024) == (22, 1024, 22528)
     for kv_tokens, slots in ((KV_TOKENS, 100), (100, None)):
         with pytest.raises(ValueError, match="no context per slot"):
             slot_layout(kv_tokens, slots=slots)
@@ -113,7 +117,9 @@ def test_q8_0_is_a_separately_named_configuration_with_other_numerics(engines_di
     plan = q8.build_command(cfg(model, tmp_path), 1)
     assert "-q8_0-" in Path(flag(plan.cmd, "--model")).name
     assert flag(plan.cmd, "--cache-type-k") == "f32"  # only the weights differ
-    assert "other numerics" in plan.extra_config["numerics"]
+    assert plan.extra_config["numerics"] == "q8_0 weights"  # what the run's fidelity check holds to its floor
+    f16_kv = LlamaCppAdapter(hardware="cpu").build_command(cfg(model, tmp_path, engine_args={"cache_type_k": "f16"}), 1)
+    assert f16_kv.extra_config["numerics"] == "f16 KV cache"
     # it reports q8_0 weights, which the parity audit flags next to an f32 engine
     s = _Settings("cpu")
     read_settings(None, None, "print_info: file type   = Q8_0\n", s)
@@ -201,7 +207,7 @@ class FakeRunner:
                 return 1
             binary = Path(cmd[cmd.index("--build") + 1]) / "bin" / "llama-server"
             binary.parent.mkdir(parents=True)
-            binary.write_text("#!/bin/sh\necho 'version: 6790 (0b1bad14f)' >&2\n")
+            binary.write_text("#!/bin/sh\necho 'version: 0.5.0-dev (build 1, commit 0c1e570)' >&2\n")
             binary.chmod(0o755)
             return 0
         on_line("-- Configuring done\n")
@@ -219,9 +225,11 @@ def test_build_steps_with_progress_and_log(engines_dir, tools):
 
     out = io.StringIO()
     runner = FakeRunner()
-    version = llamacpp_build.build_server(console=Console(file=out, width=120), runner=runner, pip_python="py")
+    version = llamacpp_build.build_server(console=Console(file=out, width=120, force_terminal=True), runner=runner,
+                                          pip_python="py")
     base = engines_dir / "llamacpp"
-    assert version == "b6790" and json.loads((base / "built.json").read_text())["commit"] == "0b1bad14f"
+    # the sdist's tree has no git: its own version and the vendored commit
+    assert version == "0.5.0-dev" and json.loads((base / "built.json").read_text())["commit"] == "0c1e570"
     download, configure, build = runner.calls
     assert download == ["py", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "llama-cpp-python==0.3.36",
                         "-d", str(base / "sdist")]
@@ -230,15 +238,28 @@ def test_build_steps_with_progress_and_log(engines_dir, tools):
     assert build == ["cmake", "--build", str(base / "build"), "--target", "llama-server", "-j", "2"]
     log = (base / "build.log").read_text()
     assert "build step 4/4: build llama-server (-j2)" in log and "[212/212] Building" in log
-    assert "extract the llama.cpp source" in log and "build step 4/4: build llama-server (-j2): done" in out.getvalue()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # the terminal's text without its escapes
+    assert "extract the llama.cpp source" in log and "build step 4/4: build llama-server (-j2): done" in shown
+    assert "212/212" in shown  # the progress bar followed ninja's steps
     assert llamacpp_build.parse_progress("[17/212] Building CXX object x.o") == (17, 212)
     assert llamacpp_build.parse_progress("[ 45%] Building CXX object x.o") == (45, 100)
     assert llamacpp_build.parse_progress("-- Configuring done") is None
     # built once: a second setup runs nothing; --force builds again (the sdist is kept)
     again = FakeRunner()
-    assert llamacpp_build.build_server(runner=again) == "b6790" and again.calls == []
-    assert llamacpp_build.build_server(runner=again, force=True) == "b6790"
+    assert llamacpp_build.build_server(runner=again) == "0.5.0-dev" and again.calls == []
+    assert llamacpp_build.build_server(runner=again, force=True) == "0.5.0-dev"
     assert [c[:2] for c in again.calls] == [["cmake", "-S"], ["cmake", "--build"]]
+
+
+def test_server_version_of_a_git_build_and_of_the_sdist(tmp_path):
+    for printed, want in (("version: 6790 (0b1bad14f)", ("b6790", "0b1bad14f")),
+                          ("version: 0.5.0-dev (build 1, commit 0c1e570)", ("0.5.0-dev", "0c1e570")),
+                          ("no version here", (None, None))):
+        binary = tmp_path / "llama-server"
+        binary.write_text(f"#!/bin/sh\necho '{printed}' >&2\n")
+        binary.chmod(0o755)
+        assert llamacpp_build.server_version(binary) == want
+    assert llamacpp_build.server_version(tmp_path / "missing") == (None, None)
 
 
 def test_failed_build_reports_the_log_tail(engines_dir, tools):
@@ -286,21 +307,72 @@ def test_gguf_conversion_is_cached_by_content(engines_dir, model, tmp_path):
     conv.parent.mkdir(parents=True)
     conv.write_text(FAKE_CONVERTER)
     log = tmp_path / "logs" / "llamacpp.log"
-    path, seconds = llamacpp_build.ensure_gguf(Path(sys.executable), model, "f32", log, env={})
-    assert path.read_text() == "GGUF f32" and seconds > 0 and path == llamacpp_build.gguf_path(model, "f32")
-    assert llamacpp_build.ensure_gguf(Path(sys.executable), model, "f32", log, env={}) == (path, 0.0)
+    path, seconds = llamacpp_gguf.ensure_gguf(Path(sys.executable), model, "f32", log, env={})
+    assert path.read_text() == "GGUF f32" and seconds > 0 and path == llamacpp_gguf.gguf_path(model, "f32")
+    assert llamacpp_gguf.ensure_gguf(Path(sys.executable), model, "f32", log, env={}) == (path, 0.0)
     assert "convert_hf_to_gguf.py" in log.read_text() and "wrote" in log.read_text()
-    q8, _ = llamacpp_build.ensure_gguf(Path(sys.executable), model, "q8_0", log, env={})
+    q8, _ = llamacpp_gguf.ensure_gguf(Path(sys.executable), model, "q8_0", log, env={})
     assert q8 != path and q8.read_text() == "GGUF q8_0"
     (model / "model.safetensors").write_bytes(b"other weights")  # new content: a new file name
-    assert llamacpp_build.gguf_path(model, "f32") != path
+    assert llamacpp_gguf.gguf_path(model, "f32") != path
     (model / "config.json").write_text('{"fail": 1}')
     with pytest.raises(EngineError, match="converting the model to GGUF failed") as ei:
-        llamacpp_build.ensure_gguf(Path(sys.executable), model, "f32", log, env={})
+        llamacpp_gguf.ensure_gguf(Path(sys.executable), model, "f32", log, env={})
     assert "converter: boom" in ei.value.log_tail
     assert not list(path.parent.glob(".*.tmp"))  # no half-written file left
     with pytest.raises(ValueError, match="choose from"):
-        llamacpp_build.gguf_path(model, "q3")
+        llamacpp_gguf.gguf_path(model, "q3")
+
+
+# ---------------------------------------------------------------------------------------------
+# the effective configuration and metrics, from recorded samples (tests/fixtures/effective/SOURCE.md)
+# ---------------------------------------------------------------------------------------------
+def _recorded(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_effective_settings_from_props_slots_and_log():
+    log = _recorded("llamacpp.log")
+    argv = log.splitlines()[0][2:].split()  # the log's first line is our command
+    s = _Settings("cpu")
+    read_settings(json.loads(_recorded("llamacpp_props.json")), json.loads(_recorded("llamacpp_slots.json")), log, s, argv)
+    got = s.build()
+    assert READERS["llamacpp"] is READERS["llamacpp_q8_0"]
+    assert got.max_num_seqs == 11 and got.sources["max_num_seqs"] == "GET /props total_slots"
+    assert got.max_model_len == 2048 and got.sources["max_model_len"] == "GET /props default_generation_settings.n_ctx"
+    assert got.kv_capacity_tokens == 11 * 2048 and got.sources["kv_capacity_tokens"].startswith("GET /slots")
+    assert got.kv_capacity_bytes is None  # only its verbose log states bytes: not reported, never guessed
+    assert got.dtype == "float32" and got.sources["dtype"] == "GET /props model_ftype='all F32'"
+    assert got.threads == 1 and got.sources["threads"] == "log: threadpool init, n_threads = 1"
+    assert got.speculative == "off" and got.prefix_caching is True
+    assert got.max_num_batched_tokens == 2048 == got.chunked_prefill_tokens and got.chunked_prefill is True
+    assert got.sources["max_num_batched_tokens"].startswith(FLAG_SOURCE)
+    assert got.block_size is None and "no blocks" in got.sources["block_size"]
+    assert "KV cache K f32, V f32 (our flags)" in got.notes
+    assert "KV cache split among the slots (kv_unified = false)" in got.notes
+    empty = _Settings("cpu")
+    read_settings(None, None, "", empty)
+    assert empty.build().max_num_seqs is None and len(empty.notes) == 2
+
+
+def test_effective_settings_from_the_verbose_log():
+    s = _Settings("cpu")
+    read_settings(None, None, _recorded("llamacpp_verbose.log"), s, ["--no-cache-prompt"])
+    got = s.build()
+    assert got.kv_capacity_tokens == 11 * 2048 and got.kv_capacity_bytes == 990 << 20  # 2,048 cells × 11 streams
+    assert got.dtype == "float32" and got.sources["dtype"] == "log: file type   = all F32"
+    assert got.max_num_batched_tokens == 2048 and got.sources["max_num_batched_tokens"].startswith("log: ")
+    assert got.max_num_seqs == 11 and got.max_model_len == 2048 and got.prefix_caching is False
+    assert "KV cache K f32, V f32 (log)" in got.notes
+
+
+def test_metrics_map_to_the_common_keys():
+    parsed = parse_prometheus(_recorded("llamacpp_metrics.txt"))
+    got = common_metrics("llamacpp", parsed)
+    # 36 prompt tokens reused of 38 processed + 36 reused
+    assert got["prefix_cache_hit_rate"] == pytest.approx(36 / 74)
+    assert got["num_preemptions"] is None and got["kv_cache_usage"] is None and got["spec_acceptance_rate"] is None
+    assert common_metrics("llamacpp_q8_0", parsed) == got
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,8 +424,9 @@ def test_real_llama_server_streams_a_greedy_completion(tmp_path):
     assert "Paris" in text and chunks >= 2 and usage["completion_tokens"] == 8
     assert second[0] == text  # greedy: the same reply again
     assert settings.max_num_seqs == 2 and settings.dtype == "float32" and settings.threads == 1
-    assert settings.kv_capacity_tokens and settings.max_model_len == settings.kv_capacity_tokens // 2
+    assert settings.max_model_len == 8192 and settings.kv_capacity_tokens == 2 * 8192  # capped at the model's length
+    assert ep.effective_config["slot_context"] == 8192 and "--ctx-size" in ep.effective_config["argv"]
     assert metrics.get("llamacpp:tokens_predicted_total", 0) >= 16
     assert port_is_free(port) and group_members(pgid) == []  # nothing left behind
     assert (tmp_path / "logs" / "llamacpp.log").stat().st_size > 0
-    assert os.path.getsize(llamacpp_build.gguf_path(config.model_dir, "f32")) > 100 << 20
+    assert os.path.getsize(llamacpp_gguf.gguf_path(config.model_dir, "f32")) > 100 << 20
