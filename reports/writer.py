@@ -21,6 +21,7 @@ from results.store import Run
 
 from . import plots
 from .context import CDF_PANELS, _label, build_context
+from .fidelity import accuracy_context, fidelity_context
 from .frontier import capacity_rows, frontier_png
 from .timeline import timeline_plots
 
@@ -83,6 +84,8 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     pngs.update(timeline_plots(runs, timelines, _label))
     ladder = runs[0].ladder if len(runs) == 1 else None
     ctx["decision"] = decision_context(ladder) if ladder is not None else None
+    ctx["fidelity"] = fidelity_context(runs[0].fidelity) if len(runs) == 1 else None
+    ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:
         pngs["frontier"] = chart
 

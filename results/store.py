@@ -32,7 +32,11 @@ from .errors import ResultsError
 from .recommendation import Recommendation, read_recommendation
 from .recounts import RECOUNTS_FILE, TokenRecount, merge_recounts, read_recounts, recount_lines
 from .schema import (
+    ACCURACY_FILE,
+    FIDELITY_FILE,
+    AccuracyCheck,
     LADDER_FILE,
+    FidelityCheck,
     READABLE_MAJOR_VERSIONS,
     LadderSummary,
     SCHEMA_VERSION,
@@ -248,6 +252,14 @@ class RunWriter:
     def write_manifest(self) -> None:
         write_model_atomic(self.run_dir / MANIFEST_FILE, self.manifest)
 
+    def write_fidelity(self, check: FidelityCheck) -> None:
+        """``fidelity.json``: the output-fidelity check of every engine that ran it."""
+        write_model_atomic(self.run_dir / FIDELITY_FILE, check)
+
+    def write_accuracy(self, check: AccuracyCheck) -> None:
+        """``accuracy.json``: the user's task-accuracy set, per engine."""
+        write_model_atomic(self.run_dir / ACCURACY_FILE, check)
+
     def close(self) -> None:
         """Write the summary and manifest, then ``requests.parquet`` and ``summary.csv``
         (:mod:`results.export`, from the stored records), and clear the running marker. An
@@ -292,6 +304,8 @@ class Run:
     recommendation: Recommendation | None = None
     upgraded_from: str | None = None
     ladder: LadderSummary | None = None  # ``ladder.json``: the load ladders and the decision (None: one load point)
+    fidelity: FidelityCheck | None = None  # ``fidelity.json``: outputs against the reference (None: not checked)
+    accuracy: AccuracyCheck | None = None  # ``accuracy.json``: the user's task-accuracy set (None: none given)
 
     @property
     def run_id(self) -> str:
@@ -432,8 +446,13 @@ def load_run(run_dir: Path | str) -> Run:
     manifest = _validate(Manifest, manifest_data, manifest_path)
     ladder_path = run_dir / LADDER_FILE
     ladder = _validate(LadderSummary, _read_json(ladder_path, run_dir), ladder_path) if ladder_path.is_file() else None
+    fidelity_path = run_dir / FIDELITY_FILE
+    fidelity = _validate(FidelityCheck, _read_json(fidelity_path, run_dir), fidelity_path) if fidelity_path.is_file() else None
+    accuracy_path = run_dir / ACCURACY_FILE
+    accuracy = _validate(AccuracyCheck, _read_json(accuracy_path, run_dir), accuracy_path) if accuracy_path.is_file() else None
     return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
-               recommendation=read_recommendation(run_dir), upgraded_from=upgraded, ladder=ladder)
+               recommendation=read_recommendation(run_dir), upgraded_from=upgraded, ladder=ladder, fidelity=fidelity,
+               accuracy=accuracy)
 
 
 def is_run_folder(path: Path) -> bool:

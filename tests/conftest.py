@@ -9,8 +9,11 @@ import pytest
 @pytest.fixture(autouse=True)
 def _bench_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Point BENCH_STATE_DIR (the registry of live engine groups, adapters/leftovers.py) at a
-    fresh folder per test, inherited by every child process a test starts."""
+    fresh folder per test, inherited by every child process a test starts; the fidelity check off."""
     monkeypatch.setenv("BENCH_STATE_DIR", str(tmp_path_factory.mktemp("bench-state")))
+    # `bench run`'s output-fidelity check builds a transformers reference per workload (seconds
+    # each): off unless a test asks for it (tests of the check pass --fidelity-prompts)
+    monkeypatch.setenv("BENCH_FIDELITY_PROMPTS", "0")
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ QUANTIZATION_FORMATS = ("fp8", "int8", "int4", "awq", "gptq", "fp4", "nvfp4", "m
 
 Elimination = tuple[str, str]
 """(stage, one-line reason); stage ∈ "not measured" | "reliability" (:mod:`.reliability`) | "validity" (:mod:`.validity`) | "hardware" |
-"feature" | "memory" | "slo"."""
+"fidelity" (outputs below the floor: ``harness.metrics.fidelity``) | "feature" | "memory" | "slo"."""
 
 _HARDWARE_WORDS = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "cpu": "a CPU"}
 
@@ -104,6 +104,9 @@ def before_slos(
             eliminated[name] = (
                 "hardware", f"FP8 needs compute capability ≥ {minimum} (Ada/Hopper or newer); {hardware.name} {has}"
             )
+            continue
+        if failed := [f for f in engine.fidelity if f.passed is False]:
+            eliminated[name] = ("fidelity", failed[0].reason())
             continue
         if required and (lacking := unmet_features(engine, required)):
             eliminated[name] = ("feature", lacking)

@@ -108,7 +108,8 @@ def _fill_points(ladder: EngineLadder, cap: Capacity, client_rps: float | None =
 
 def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate: float) -> str:
     """The one-line reason ``name`` is excluded ("" = it is not): did not start or measure,
-    crashed under load, failed above the bound or missed the SLO at the lowest load."""
+    crashed under load, failed above the bound, missed the SLO at the lowest load, or its outputs
+    fell below the fidelity floor (``harness.metrics.fidelity``; not checked: no gate)."""
     if ladder.status is EngineStatus.SKIPPED or ladder.status is EngineStatus.NOT_MEASURED:
         return ladder.reason or ladder.status.value
     if ladder.crash:
@@ -123,6 +124,8 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
         return f"misses the SLO at the lowest load ({int(lowest.load)} in flight: {shown})"
     if ladder.status is not EngineStatus.OK:
         return ladder.reason or "failed"
+    if ladder.fidelity is not None and ladder.fidelity.passed is False:
+        return ladder.fidelity.reason()
     return ""
 
 
@@ -213,15 +216,31 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     unit = ("sessions" if d.unit == "sessions" else "requests") if round(cap.load, 3) != 1 else d.unit.rstrip("s")
     head = f"{lead}{d.winner} sustains {ge}{cap.load:.3g} {unit} in flight ({_tps(cap)} output tok/s per device) {where}"
     if not d.runner_up:
-        return _fit(f"{head}; the only engine eligible; {d.binding}.")
+        return _fit(f"{head}; the only engine eligible{_fidelity_gated(d, summary, cap)}; {d.binding}.")
     lo, hi = d.ratio_interval or (math.nan, math.nan)
     if cap.open:  # the leader's capacity is a lower bound: so is its ratio over the runner-up
         ratio = f"≥ {lo:.2f}×" if d.ratio_interval else "≥ ?"
     else:
         ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]".replace("inf]", "∞]") if d.ratio is not None else "?"
+    gated = _fidelity_gated(d, summary, cap)
     if d.tie:
-        return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 5 %), decided by {d.tie_breaker}.")
-    return _fit(f"{head}, {ratio} {d.runner_up}'s; {d.binding}.")
+        return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 5 %), decided by {d.tie_breaker}"
+                    f"{gated}.")
+    return _fit(f"{head}, {ratio} {d.runner_up}'s{gated}; {d.binding}.")
+
+
+def _fidelity_gated(d: Decision, summary: LadderSummary, cap: CapacityAtSLO) -> str:
+    """A clause naming the fidelity gate when it decided: an engine it excluded measured more
+    than the winner ("" when none did)."""
+    for name in d.excluded:
+        other = summary.engines.get(name)
+        if other is None or other.fidelity is None or other.fidelity.passed is not False or other.capacity is None:
+            continue
+        if other.capacity.output_tps > cap.output_tps:
+            f = other.fidelity
+            return (f"; the fidelity gate decided: {name} measured {_tps(other.capacity)} tok/s but its outputs agree "
+                    f"with the reference at only {f.agreement_outside_near_ties:.3f} (floor {f.floor:.2f})")
+    return ""
 
 
 def _tps(cap: CapacityAtSLO) -> str:

@@ -22,7 +22,7 @@ from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
 from .cost import usd_per_million_output_tokens
 from .weights import CRITERIA
 
-_BEFORE_SLO_STAGES = ("not measured", "reliability", "validity", "hardware", "feature", "memory")
+_BEFORE_SLO_STAGES = ("not measured", "reliability", "validity", "hardware", "fidelity", "feature", "memory")
 
 
 def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outcome, ctx: ScoringContext) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from harness.metrics import SLO, slo_percentile_value
 from results.features import FEATURES
 from results.hardware import HardwareProfile, profile_from_manifest
-from results.schema import EngineFacts, EngineResult, EngineStatus, FeatureProbe, Manifest, Metrics, RequestRecord
+from results.schema import EngineFacts, EngineResult, EngineStatus, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord
 from results.store import Run
 
 from .operational import OperationalRecord
@@ -186,6 +186,7 @@ class EngineRuns:
     imported_from: str | None = None  # another tool's measurement (``bench import``): its label, e.g. "vllm bench serve"
     operations: list[OperationalRecord] = field(default_factory=list)  # one per run where it was measured
     feature_probes: list[dict[str, FeatureProbe]] = field(default_factory=list)  # one per run that probed it
+    fidelity: list[FidelityResult] = field(default_factory=list)  # one per run that checked its outputs
 
     def conditions(self) -> list[Condition]:
         """The measured conditions, by offered rate (then workload name)."""
@@ -233,6 +234,8 @@ def _add_result(engines: dict[str, EngineRuns], run: Run, facts: RunFacts, name:
         engine.capabilities = _capabilities(result.capabilities)
     if result.feature_probes:
         engine.feature_probes.append(dict(result.feature_probes))
+    if run.fidelity is not None and name in run.fidelity.engines:
+        engine.fidelity.append(run.fidelity.engines[name])
     if status == "ok" and result.metrics is not None and result.metrics.requests_completed:
         engine.measurements.extend(_measurements(facts, result, run.records_for(name)))
         engine.operations.append(_operational(run.run_id, result, run.manifest.engines.get(name) or EngineFacts()))

@@ -24,6 +24,9 @@ One module per artefact family, every name re-exported here (``from results.sche
   :class:`EngineSearch`, :class:`CapacityRecommendation`
 - ``ladder``: :class:`LadderSummary` (``ladder.json``: each engine's load ladder and capacity
   at the SLO, and the :class:`Decision`)
+- ``fidelity``: :class:`FidelityCheck` (``fidelity.json``: each engine's outputs against the
+  ground-truth reference, :class:`FidelityReference`), :class:`FidelityResult`; the user's task
+  accuracy set (:class:`AccuracyItem`) and :class:`AccuracyCheck` (``accuracy.json``)
 - ``timeline``: :class:`Timeline`
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
@@ -64,6 +67,23 @@ from .metrics import (
     metric_number,
     metric_value,
 )
+from .fidelity import (
+    ACCURACY_FILE,
+    AccuracyCheck,
+    AccuracyItem,
+    AccuracyResult,
+    DEFAULT_OTHER_FLOOR,
+    FIDELITY_FILE,
+    NEAR_TIE_EPSILON,
+    STRICT_FLOOR,
+    AnswerSegment,
+    EngineAnswer,
+    EngineAnswers,
+    FidelityCheck,
+    FidelityReference,
+    FidelityResult,
+    ReferencePrompt,
+)
 from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, LadderPoint, LadderSummary
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
 from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
@@ -94,4 +114,7 @@ __all__ = [
     "SearchSummary",
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary",
     "Timeline",
+    "FIDELITY_FILE", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
+    "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",
+    "ACCURACY_FILE", "AccuracyItem", "AccuracyResult", "AccuracyCheck",
 ]

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from .base import SCHEMA_VERSION, Artefact
 from .engine import EngineStatus
+from .fidelity import FidelityResult
 from .metrics import Metrics
 
 LADDER_FILE = "ladder.json"
@@ -94,6 +95,7 @@ class EngineLadder(Artefact):
     processes: int | None = None
     verified_features: int | None = None
     peak_memory_bytes: float | None = None
+    fidelity: FidelityResult | None = None  # the output-fidelity check (None: not checked)
 
 
 class Decision(Artefact):

@@ -12,18 +12,24 @@ request after the N-th waits an hour before answering (a trial that is killed mi
 ``--slots N``: at most N completions stream at once, the others wait first in, first out (an
 engine's ``max_num_seqs``): its capacity grows with N until its TTFT, queueing included, breaks.
 ``--die-after N``: the process exits (code 3) once N completions were served (a crash under load).
+``--fidelity FILE [--flip-every N | --flip-near-ties]``: non-streaming completions are answered
+from the fidelity reference in FILE (tests/fake_servers/fidelity_server.py), wrong every N-th
+token or at near-ties (the output-fidelity check's scripted engines). ``--reply TEXT``: the
+first streamed token is TEXT (a scripted answer for the task-accuracy check).
 """
 
 import argparse
 import asyncio
 import json
 import os
+import sys
+from pathlib import Path
 
 from aiohttp import web
 
 
 def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | None = None,
-             die_after: int | None = None) -> web.Application:
+             die_after: int | None = None, script=None, reply: str = "x") -> web.Application:
     app = web.Application()
     state = {"started": 0, "served": 0}
     gate = asyncio.Semaphore(slots) if slots else None  # FIFO: asyncio's waiters are woken in order
@@ -39,6 +45,9 @@ def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | 
 
     async def complete(request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if script is not None and not body.get("stream"):
+            status, answer = script.answer(body)
+            return web.json_response(answer, status=status)
         state["started"] += 1
         if stall_after is not None and state["started"] > stall_after:
             await asyncio.sleep(3600)
@@ -55,7 +64,8 @@ def make_app(ttft_s: float, itl_s: float, stall_after: int | None, slots: int | 
     async def stream(resp: web.StreamResponse, chat: bool, prompt: str, n: int) -> web.StreamResponse:
         for i in range(n):
             await asyncio.sleep(ttft_s if i == 0 else itl_s)
-            choice = {"index": 0, "delta": {"content": "x"}} if chat else {"index": 0, "text": "x"}
+            token = reply if i == 0 else "x"
+            choice = {"index": 0, "delta": {"content": token}} if chat else {"index": 0, "text": token}
             await resp.write(b"data: " + json.dumps({"id": "p", "model": "paced", "choices": [{**choice, "finish_reason": None}]}).encode() + b"\n\n")
         end = {"index": 0, "delta": {}} if chat else {"index": 0, "text": ""}
         await resp.write(b"data: " + json.dumps({"id": "p", "model": "paced", "choices": [{**end, "finish_reason": "length"}]}).encode() + b"\n\n")
@@ -84,11 +94,24 @@ def main() -> None:
     ap.add_argument("--pid-file", default=None)
     ap.add_argument("--slots", type=int, default=None)
     ap.add_argument("--die-after", type=int, default=None)
+    ap.add_argument("--fidelity", default=None)
+    ap.add_argument("--flip-every", type=int, default=None)
+    ap.add_argument("--flip-near-ties", action="store_true")
+    ap.add_argument("--reply", default="x")
     args = ap.parse_args()
+    script = None
+    if args.fidelity:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from results.schema import FidelityReference
+        from tests.fake_servers.fidelity_server import ScriptedAnswers
+
+        reference = FidelityReference.model_validate_json(Path(args.fidelity).read_text())
+        script = ScriptedAnswers(reference, flip_every=args.flip_every, flip_near_ties=args.flip_near_ties)
     if args.pid_file:
         with open(args.pid_file, "w") as fh:
             fh.write(str(os.getpid()))
-    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after, args.slots, args.die_after),
+    web.run_app(make_app(args.ttft_ms / 1000, args.itl_ms / 1000, args.stall_after, args.slots, args.die_after, script,
+                         args.reply),
                 host="127.0.0.1",
                 port=args.port, print=None, access_log=None)
 

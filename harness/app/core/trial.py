@@ -5,8 +5,10 @@ A **session** (:func:`open_session`) is one engine up for a while: taken from th
 of its turn), its facts recorded (display name, start-up time, effective configuration, install
 size), optionally its effective settings read (``--parity``), then warmed up with requests
 that share no prefix with any workload, sent together with the greedy output-equivalence
-prompts when they are asked for; the engine is stopped when the session ends. ``bench search``
-measures all of an engine's probes in one session.
+prompts when they are asked for, then, the first time, checked for output fidelity against the
+ground-truth reference (:func:`check_fidelity`) and asked the user's accuracy set
+(:func:`check_accuracy`); the engine is stopped when the session ends. ``bench search`` measures
+all of an engine's probes in one session.
 
 A **trial** (:func:`run_trial`) is one session with one measurement in it
 (:func:`harness.app.core.measure.measure`), then, the first time, the feature probes outside
@@ -25,7 +27,17 @@ from rich.markup import escape
 
 from adapters.base import Endpoint
 from adapters.resources import install_facts
-from results.schema import EffectiveSettings, EngineFacts, FeatureProbe, Manifest
+from results.schema import (
+    DEFAULT_OTHER_FLOOR,
+    AccuracyItem,
+    AccuracyResult,
+    EffectiveSettings,
+    EngineFacts,
+    FeatureProbe,
+    FidelityReference,
+    FidelityResult,
+    Manifest,
+)
 from workloads.base import Workload
 
 from harness.app.core.measure import MeasureOptions, Measurement, MeasurementSink, measure, target_of
@@ -42,7 +54,10 @@ class TrialSpec:
     (warm-up requests per session, sent at once), ``warmup_seed`` (their seed), ``equivalence``
     (send the greedy equivalence prompts in the first session), ``feature_probes`` (probe the
     features after the first measurement), ``repeats`` (planned, for labels), ``hardware`` (the
-    kind detected, for reading effective settings), ``read_effective`` (read them at all)."""
+    kind detected, for reading effective settings), ``read_effective`` (read them at all),
+    ``fidelity`` (the reference the first session's fidelity check compares with; None = no
+    check), ``fidelity_floor`` (the floor for other numerics) and ``accuracy`` (the user's
+    task-accuracy set, answered in the first session; empty = none)."""
 
     measure: MeasureOptions
     warmup: int = 2
@@ -52,6 +67,9 @@ class TrialSpec:
     repeats: int = 1
     hardware: str = "cpu"
     read_effective: bool = True
+    fidelity: FidelityReference | None = None
+    fidelity_floor: float = DEFAULT_OTHER_FLOOR
+    accuracy: tuple[AccuracyItem, ...] = ()
 
 
 @dataclass
@@ -66,6 +84,8 @@ class Session:
     parallel: bool
     effective: EffectiveSettings | None = None
     equivalence: list[str] | None = None
+    fidelity: FidelityResult | None = None
+    accuracy: AccuracyResult | None = None
 
 
 @dataclass
@@ -81,6 +101,8 @@ class TrialOutcome:
     effective: EffectiveSettings | None = None
     equivalence: list[str] | None = None
     feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)
+    fidelity: FidelityResult | None = None
+    accuracy: AccuracyResult | None = None
 
 
 def engine_facts(endpoint: Endpoint, startup_s: float, parallel: bool) -> EngineFacts:
@@ -114,7 +136,63 @@ def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink
         warm = Runner(target_of(ep, spec.measure.ignore_eos), name, workload_name, sink.add_record, None,
                       RunnerOptions(spec.measure.max_concurrency, spec.measure.request_timeout_s, repeat=repeat))
         session.equivalence = asyncio.run(_warm_up(warm, tokenizer, spec, first and spec.equivalence))
+        if first and spec.fidelity is not None:
+            session.fidelity = check_fidelity(name, ep, spec, console)
+        if first and spec.accuracy:
+            session.accuracy = check_accuracy(name, warm, spec, console)
         yield session
+
+
+def check_fidelity(name: str, endpoint: Endpoint, spec: TrialSpec, console: Any) -> FidelityResult:
+    """The engine's answers to the fidelity reference's prompts (:func:`harness.loadgen.fidelity.ask`,
+    outside the measured phase) compared with it (:func:`harness.metrics.fidelity.compare`); one
+    line printed. ``numerics``: the engine's own word on its configuration (``effective_config``),
+    which picks the floor, never the result."""
+    from harness.loadgen.fidelity import ask
+    from harness.metrics.fidelity import compare
+
+    assert spec.fidelity is not None
+    numerics = str(endpoint.effective_config.get("numerics") or "reference")
+    answers = asyncio.run(ask(endpoint, spec.fidelity, numerics=numerics, timeout_s=spec.measure.request_timeout_s))
+    result = compare(spec.fidelity, answers, other_floor=spec.fidelity_floor)
+    console.print(f"  {escape(name)}: {escape(fidelity_line(result))}", highlight=False)
+    return result
+
+
+def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Any) -> AccuracyResult:
+    """The user's accuracy set answered greedily through the session's client (``warm``'s
+    target, not stored: outside the measured phase), 8 questions at a time, scored (:func:`harness.metrics.accuracy.score`); one line printed."""
+    from harness.metrics.accuracy import score
+    from workloads.base import RequestSpec
+
+    requests = [RequestSpec(request_id=f"accuracy-{i}", prompt=item.prompt, messages=item.messages,
+                            max_tokens=item.max_tokens, temperature=0.0, keep_output_text=True)
+                for i, item in enumerate(spec.accuracy)]
+    runner = Runner(warm.target, warm.engine, "accuracy", lambda r: None, None,
+                    RunnerOptions(None, spec.measure.request_timeout_s))
+    records = {r.request_id: r for r in asyncio.run(runner.warmup(requests, concurrency=8))}
+    replies = [(r.output_text or "") if (r := records.get(q.request_id)) is not None and r.success else None
+               for q in requests]
+    result = score(spec.accuracy, replies)
+    iv = result.interval
+    spread = f" [{iv.low:.0%}, {iv.high:.0%}]" if iv is not None else ""
+    failed = f", {result.failed} failed" if result.failed else ""
+    console.print(f"  {escape(name)}: accuracy {result.correct}/{result.total} ({result.accuracy or 0:.0%}{spread}{failed})",
+                  highlight=False)
+    return result
+
+
+def fidelity_line(r: FidelityResult) -> str:
+    """``"fidelity 1.000 [0.998, 1.000] top-1 agreement outside near-ties (2,048 positions, 3
+    near-tie flips), 30/32 exact"`` or why it was not checked."""
+    if r.error is not None or r.agreement_outside_near_ties is None:
+        return f"fidelity not checked — {r.error or 'no position checked'}"
+    iv = r.agreement_interval
+    spread = f" [{iv.low:.3f}, {iv.high:.3f}]" if iv is not None else ""
+    verdict = "" if r.passed is not False else f" — below the floor {r.floor:.2f}"
+    return (f"fidelity {r.agreement_outside_near_ties:.3f}{spread} top-1 agreement with transformers fp32 outside "
+            f"near-ties ({r.positions:,} positions, {r.near_tie_divergences} near-tie flips), {r.exact_matches}/"
+            f"{r.prompts} exact{verdict}")
 
 
 async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: bool) -> list[str] | None:
@@ -163,7 +241,8 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
         ep = session.endpoint
         return TrialOutcome(measurement=measured, startup_s=session.startup_s, parallel=session.parallel,
                             display_name=ep.display_name, manifest_entry=engine_facts(ep, session.startup_s, session.parallel),
-                            effective=session.effective, equivalence=session.equivalence, feature_probes=probes)
+                            effective=session.effective, equivalence=session.equivalence, feature_probes=probes,
+                            fidelity=session.fidelity, accuracy=session.accuracy)
 
 
 def trial_spec(cfg: Any, hardware_kind: str, **override: Any) -> TrialSpec:
@@ -174,5 +253,15 @@ def trial_spec(cfg: Any, hardware_kind: str, **override: Any) -> TrialSpec:
                              ignore_eos=cfg.ignore_eos)
     fields: dict[str, Any] = dict(measure=options, warmup=cfg.warmup, warmup_seed=(cfg.workload.seed or 0) + 7919,
                                   equivalence=cfg.check_equivalence, feature_probes=cfg.feature_probes,
-                                  repeats=cfg.repeats, hardware=hardware_kind)
+                                  repeats=cfg.repeats, hardware=hardware_kind,
+                                  fidelity_floor=cfg.fidelity_floor, accuracy=accuracy_items(cfg.accuracy))
     return TrialSpec(**{**fields, **override})
+
+
+def accuracy_items(path: str | None) -> tuple[AccuracyItem, ...]:
+    """The accuracy set of ``--accuracy`` (empty without one)."""
+    if not path:
+        return ()
+    from workloads.accuracy import load_accuracy_set
+
+    return tuple(load_accuracy_set(path))

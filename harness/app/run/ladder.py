@@ -100,8 +100,22 @@ class Ladder:
     def _measure(self, rung: Rung) -> None:
         """One more measurement of ``rung`` (fresh seed), then its verdict over all of them."""
         seed = self.seed + self._measurements
-        self._measurements += 1
         req, sessions = self.measure(rung.load, seed, len(rung.measurements))
+        self._add(rung, seed, req, sessions)
+
+    def resume(self, measured: Sequence[tuple[int, int, Requests, int | None]]) -> None:
+        """Take the measurements of an earlier climb, ``(load, seed, requests, sessions)`` each, as
+        this ladder's points (judged, not measured again), so :meth:`climb` goes on from them."""
+        for load, seed, req, sessions in measured:
+            rung = next((r for r in self.rungs if r.load == load), None)
+            if rung is None:
+                rung = Rung(index=len(self.rungs), load=load)
+                self.rungs.append(rung)
+            self._add(rung, seed, req, sessions, announce=False)
+
+    def _add(self, rung: Rung, seed: int, req: Requests, sessions: int | None, announce: bool = True) -> None:
+        """One measurement added to ``rung``, then its verdict over all of them."""
+        self._measurements += 1
         rung.seeds.append(seed)
         rung.measurements.append(req)
         if sessions is not None:
@@ -109,7 +123,7 @@ class Ladder:
         pooled = rung.sample(self.devices)
         rung.stats = point_stats(float(rung.load), pooled.pooled(), self.slos, self.max_failure_rate, self.devices,
                                  sum(rung.sessions) if rung.sessions is not None else None)
-        if self.on_point is not None:
+        if self.on_point is not None and announce:
             self.on_point(rung)
 
     def point(self, load: int) -> Rung | None:

@@ -20,10 +20,11 @@ from harness.app.run.ladder_trial import LadderSpec
 from harness.scoring.decision import default_slos, slos_text
 
 
-def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any]) -> LadderSpec:
+def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: Any = None) -> LadderSpec:
     """The ladder settings of run settings ``cfg`` on ``kind`` hardware: the base ``workload``
-    (built) sizes agentic points by its turns per session; the budget is per engine."""
-    spec = trial_spec(cfg, kind)
+    (built) sizes agentic points by its turns per session; the budget is per engine; ``fidelity``:
+    the reference each engine's first session checks its outputs against (None = no check)."""
+    spec = trial_spec(cfg, kind, fidelity=fidelity)
     spec = replace(spec, measure=replace(spec.measure, slos=tuple(slos), max_concurrency=None))
     stats = workload.stats or {}
     sessions = len(workload.sessions) or 1
@@ -45,10 +46,12 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         console.print(f"Load ladders under {slos_text(slos)}{note}: closed-loop concurrency from 1, doubling until an "
                       f"SLO breaks or throughput stops rising, then bisected; {cfg.ladder_budget_s:g} s of measuring "
                       "per engine", highlight=False)
-        spec = ladder_spec(cfg, orch.kind, state.workload, slos)
+        spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
                         target_tps=cfg.target_load)
         interrupted = job.climb(engines)
+        if not interrupted:
+            interrupted = job.settle(engines)
         if not interrupted:
             interrupted = job.decisive_repeats(engines)
     finally:
@@ -66,6 +69,10 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
                 orch.parity.keep(e.name, e.outcome.effective)
             if e.outcome.equivalence is not None and state.equivalence is not None and not e.failure:
                 state.equivalence[e.name] = e.outcome.equivalence
+            if e.outcome.fidelity is not None:
+                state.fidelity[e.name] = e.outcome.fidelity
+            if e.outcome.accuracy is not None:
+                state.accuracy[e.name] = e.outcome.accuracy
     for name, ladder in state.ladder.engines.items():
         if ladder.status.value == "ok":
             orch.parity.attach(name, writer.summary.engines[name])

@@ -3,10 +3,13 @@
 1. **Climb** (:func:`harness.app.run.ladder_trial.climb_ladder`, one trial per engine, in run
    order): each engine warms up and climbs its ladder within its share of the budget; its
    engine is then frozen and kept when every engine fits in memory at once.
-2. **Decisive repeats**: the two best production engines by point estimate have the two points
+2. **Settle an open runner-up** (:meth:`LadderJob.settle`): the runner-up by point estimate
+   whose ladder stopped for the budget before any SLO broke could be the better engine (the
+   verdict would be undecided), so it climbs on, once, with another budget, from where it stopped.
+3. **Decisive repeats**: the two best production engines by point estimate have the two points
    that bracket their SLO boundary measured ``boundary_repeats`` more times each, the engines
    interleaved (A B, A B, ...: a drifting machine favours neither), fresh prompts each time.
-3. **Decide** (:func:`harness.scoring.decision.judge`) from the stored records: capacities at the
+4. **Decide** (:func:`harness.scoring.decision.judge`) from the stored records: capacities at the
    SLO with their intervals, the gates, the verdict; written to ``ladder.json``. Each engine's
    ``summary.json`` entry holds the metrics of its capacity point (the passing point below its
    boundary), so the weighted view (``bench recommend``) and the older reports still read it.
@@ -31,7 +34,8 @@ from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_at
 from harness.app.core.executor import Trial, TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
-from harness.app.run.ladder_trial import LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, measure_points
+from harness.app.run.ladder_trial import (LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, extend_ladder,
+                                          measure_points)
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.decision import judge
 from harness.scoring.frontier import PointSample, capacity_of
@@ -94,11 +98,47 @@ class LadderJob:
         engine.failure, engine.log_tail = str(exc), exc.log_tail
 
     # -- phase 2 -------------------------------------------------------------------------------
+    def settle(self, engines: list[EngineClimb]) -> str:
+        """The runner-up by point estimate whose ladder stopped (budget or point count) before
+        any SLO broke could be the better engine, which would leave the verdict undecided: it
+        climbs on, once, with another budget, from where it stopped (then the next runner-up, if
+        the order changed). Returns who interrupted it."""
+        extended: set[str] = set()
+        while True:
+            ranked = self._ranked(engines)
+            if len(ranked) < 2 or ranked[1].name in extended or not _open(ranked[1], self.spec):
+                return ""
+            engine = ranked[1]
+            extended.add(engine.name)
+            self.console.print(f"{escape(engine.name)}: its ladder stopped before any SLO broke and it is the runner-up "
+                               f"(it could lead): climbing on for another {self.spec.budget_s:g} s …", highlight=False)
+            body = partial(extend_ladder, spec=self.spec, tokenizer=self.tokenizer, previous=list(engine.measurements))
+            trial = Trial((engine.name, 100), engine.plan, body, keep=True)
+            self.executor.hold([engine.plan])
+            self.executor.submit([trial])
+            try:
+                more: LadderOutcome = self.executor.result(trial, self.writer)
+            except KeyboardInterrupt as exc:
+                engine.measurements += getattr(exc, "ladder_measurements", [])
+                return interrupt_cause(exc)
+            except EngineError as exc:
+                self._failed(engine, exc)
+                return ""
+            engine.measurements += more.measurements
+            assert engine.outcome is not None
+            engine.outcome.stopped = more.stopped
+            if more.crash:
+                engine.outcome.crash, engine.outcome.crashed_at = more.crash, more.crashed_at
+
+    def _ranked(self, engines: list[EngineClimb]) -> list[EngineClimb]:
+        """The production engines that measured and stand, best point estimate first."""
+        return sorted((e for e in engines if e.outcome is not None and not e.failure and not e.outcome.crash
+                       and e.name not in REFERENCE_ENGINES), key=lambda e: -_estimate(e, self.spec))
+
     def decisive_repeats(self, engines: list[EngineClimb]) -> str:
         """Measure the top two production engines' bracketing points ``boundary_repeats``
         more times each, interleaved; the others are stopped first. Returns who interrupted it."""
-        ranked = sorted((e for e in engines if e.outcome is not None and not e.failure and not e.outcome.crash
-                         and e.name not in REFERENCE_ENGINES), key=lambda e: -_estimate(e, self.spec))
+        ranked = self._ranked(engines)
         top = [e for e in ranked[:2] if any(load is not None for load in _bracket(e, self.spec))]
         for e in engines:
             if e not in top:
@@ -188,7 +228,7 @@ class LadderJob:
                             reference=e.name in REFERENCE_ENGINES, display_name=o.display_name if o else None,
                             startup_s=round(o.startup_s, 2) if o else None, processes=o.processes if o else None,
                             verified_features=_verified(o) if o else None,
-                            peak_memory_bytes=o.peak_memory_bytes if o else None)
+                            peak_memory_bytes=o.peak_memory_bytes if o else None, fidelity=o.fidelity if o else None)
 
     def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
         """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest
@@ -237,6 +277,14 @@ def _estimate(e: EngineClimb, spec: LadderSpec) -> float:
     """The engine's capacity point estimate (no interval): for choosing the decisive pair."""
     samples = _samples(e, spec)
     return capacity_of(samples, spec.slos, spec.max_failure_rate, resamples=0).output_tps if samples else 0.0
+
+
+def _open(e: EngineClimb, spec: LadderSpec) -> bool:
+    """Its ladder stopped for the budget or the point count before any point failed."""
+    if e.outcome is None or e.outcome.stopped not in ("budget", "max_points"):
+        return False
+    samples = _samples(e, spec)
+    return bool(samples) and capacity_of(samples, spec.slos, spec.max_failure_rate, resamples=0).open
 
 
 def _bracket(e: EngineClimb, spec: LadderSpec) -> tuple[int | None, int | None]:

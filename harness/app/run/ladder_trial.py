@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from adapters.resources import with_output_tokens
 from adapters.base import EngineError
-from results.schema import FeatureProbe, Manifest, Metrics, RequestRecord, ResourceUse
+from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
 from harness.app.core.measure import MeasurementSink, measure, target_of
@@ -94,6 +94,8 @@ class LadderOutcome:
     display_name: str = ""
     effective: Any = None
     equivalence: list[str] | None = None
+    fidelity: FidelityResult | None = None
+    accuracy: AccuracyResult | None = None
     feature_probes: dict[str, FeatureProbe] = field(default_factory=dict)
     peak_memory_bytes: float | None = None
     processes: int | None = None
@@ -185,6 +187,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     points = _Points(plan, session, sink, spec, tokenizer)
     out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
     out.effective, out.equivalence, out.measurements = session.effective, session.equivalence, points.done
+    out.fidelity, out.accuracy = session.fidelity, session.accuracy
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s,
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
@@ -200,6 +203,40 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
         out.feature_probes = probe_phase(console, plan.name, session.endpoint,
                                          target_of(session.endpoint, spec.trial.measure.ignore_eos), tokenizer,
                                          manifest, spec.trial.measure.request_timeout_s)
+
+
+def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
+                  tokenizer: Any, previous: Sequence[PointMeasurement]) -> LadderOutcome:
+    """More of engine ``plan``'s climb (a trial body): its ladder rebuilt from ``previous`` (its
+    measurements so far, judged again, not measured again), climbed on from twice its highest
+    load, then bisected, within another ``spec.budget_s``. ``measurements`` of the outcome are
+    the new ones; ``stopped`` why this climb stopped; a crash keeps what it measured."""
+    out = LadderOutcome(stopped="max_load")
+    top = max(m.load for m in previous)
+    if top >= spec.max_load:
+        return out
+    trial = replace(spec.trial, equivalence=False, read_effective=False)
+    indices = {m.load: m.index for m in previous}
+    try:
+        with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
+                          repeat=1) as session:
+            points = _Points(plan, session, sink, spec, tokenizer, indices)
+            out.measurements = points.done
+            ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
+                            max_load=spec.max_load, max_points=len(indices) + spec.max_points, budget_s=spec.budget_s,
+                            on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False,
+                                                                highlight=False))
+            ladder.resume([(m.load, m.seed, m.requests, m.sessions) for m in previous])
+            ladder.climb(start=min(2 * top, spec.max_load))
+            out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
+    except EngineError as exc:
+        if not out.measurements:
+            raise
+        out.stopped, out.crash = "crashed", str(exc)
+    except KeyboardInterrupt as exc:
+        exc.ladder_measurements = out.measurements  # type: ignore[attr-defined]
+        raise
+    return out
 
 
 def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,

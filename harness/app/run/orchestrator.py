@@ -25,22 +25,24 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 from results.hardware import run_price
-from results.schema import (CalibrationFacts, EngineResult, EngineStatus, Equivalence, LadderSummary, RequestRecord,
-                            RunSummary, Validity)
+from results.schema import (AccuracyCheck, AccuracyResult, CalibrationFacts, EngineResult, EngineStatus, Equivalence, FidelityReference, FidelityResult,
+                            LadderSummary, RequestRecord, RunSummary, Validity)
 from results.store import REQUESTS_FILE, RunWriter, new_run_id, read_records
 from workloads.base import Workload
 
 from harness.app.core.executor import LocalExecutor, Trial, TrialExecutor
+from harness.app.core.fidelity_reference import run_reference
 from harness.app.core.measure import condition_of
 from harness.app.core.parity_run import ParityRun
 from harness.app.core.prepare import build_or_discard, record_run_facts
 from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, not_measured_result, plan_engine, skipped_result
 from harness.app.core.settings import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.trial import TrialOutcome, run_trial, trial_spec
+from harness.app.core.trial import TrialOutcome, accuracy_items, run_trial, trial_spec
 from harness.app.core.warm_cache import warn_if_cache_may_be_warm
 from harness.app.run.engine_turns import EngineTurns
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs
+from harness.metrics.fidelity import fidelity_check
 from harness.metrics.summarise import Condition
 
 DRIFT_WARN = 0.05  # warn when server usage and re-tokenization disagree by more than 5 % on average
@@ -69,6 +71,9 @@ class _State:
     equivalence: dict[str, list[str]] | None = None
     trials: dict[tuple[str, int], Trial] = field(default_factory=dict)
     ladder: LadderSummary | None = None
+    fidelity_reference: FidelityReference | None = None
+    fidelity: dict[str, FidelityResult] = field(default_factory=dict)
+    accuracy: dict[str, AccuracyResult] = field(default_factory=dict)
 
 
 class Orchestrator:
@@ -189,7 +194,7 @@ class Orchestrator:
     def _trials(self, engines: list[EngineTurns], state: _State) -> dict[tuple[str, int], Trial]:
         """Every trial of the run, in run order (repeat-major, the order alternating): one
         measurement of the workload per engine and repeat (:func:`run_trial`)."""
-        spec = trial_spec(self.cfg, self.kind)
+        spec = trial_spec(self.cfg, self.kind, fidelity=state.fidelity_reference)
         trials = {}
         for repeat in range(self.cfg.repeats):
             for engine in (reversed(engines) if repeat % 2 else engines):
@@ -204,6 +209,8 @@ class Orchestrator:
         state.tokenizer, state.workload = build_or_discard(state.model_dir, self._workload, writer, executor.close)
         state.condition = condition_of(state.workload, c.slos, seed=c.workload.seed or 0)
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
+        state.fidelity_reference = run_reference(state.model_dir, c.workload, state.tokenizer, c.fidelity_prompts,
+                                                 c.fidelity_tokens, self.console)
         warn_if_cache_may_be_warm(self.console, writer.run_dir, writer.manifest.workload, plans)
 
     # -- one engine's turn -------------------------------------------------------------
@@ -242,6 +249,10 @@ class Orchestrator:
         self._record_engine(name, result, writer)
         if outcome.equivalence is not None and result.status is EngineStatus.OK and state.equivalence is not None:
             state.equivalence[name] = outcome.equivalence
+        if outcome.fidelity is not None:
+            state.fidelity[name] = outcome.fidelity
+        if outcome.accuracy is not None:
+            state.accuracy[name] = outcome.accuracy
 
     def _interrupted(self, state: _State, waiting: list[EngineTurns], engines: list[EngineTurns]) -> None:
         """After a Ctrl-C: engines that measured earlier repeats keep them (marked as fewer than
@@ -290,6 +301,11 @@ class Orchestrator:
                 engines={n: compare_outputs(state.tokenizer, equivalence[ref], t) for n, t in equivalence.items() if n != ref},
             )
         writer.summary.parity = self.parity.audit(writer.summary)
+        if state.fidelity_reference is not None:
+            writer.write_fidelity(fidelity_check(state.fidelity_reference, state.fidelity, self.cfg.fidelity_floor))
+        if self.cfg.accuracy and state.accuracy:
+            writer.write_accuracy(AccuracyCheck(source=str(self.cfg.accuracy), items=len(accuracy_items(self.cfg.accuracy)),
+                                                engines=state.accuracy))
 
     def _ensure_installed(self, adapter: Any, kind: str, writer: RunWriter) -> bool:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is

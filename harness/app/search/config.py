@@ -59,7 +59,8 @@ class SearchSettings(RunSettings):
         "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps", "--prompt-salt", "--tokenizer",
         "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes", "--hardware", "--preset",
         "--price-per-hour", "--setup-engines", "--parity", "--executor", "--ray-address", "--ray-resources",
-        "--ladder-budget", "--max-load", "--target-load", "--endpoint")
+        "--ladder-budget", "--max-load", "--target-load", "--endpoint", "--fidelity-prompts", "--fidelity-tokens",
+        "--fidelity-floor", "--accuracy")
 
     # Per-command overrides: where an option means something else for a search, its field is
     # redeclared here with the search's text, default or bounds.
@@ -142,8 +143,8 @@ class SearchSettings(RunSettings):
         """The run settings of a search whose first probe offers ``workload``, judged by ``slos``:
         without ``bench run``'s own steps (equivalence, calibration, report) and one round of the
         engines (``repeats`` here counts a probe's)."""
-        return self.model_copy(update=dict(workload=workload, slos=slos, check_equivalence=False, calibrate=False,
-                                           report=False, repeats=1))
+        return self.model_copy(update=dict(workload=workload, slos=slos, check_equivalence=False, fidelity_prompts=0,
+                                           accuracy=None, calibrate=False, report=False, repeats=1))
 
 
 def search_unit(search_var: str, workload: str) -> str:

@@ -312,3 +312,23 @@ def test_a_flip_that_needs_an_absurd_weight_is_not_offered_as_a_lever(tmp_path: 
     line = next(s for s in rec.sensitivity if "latency weight" in s)
     assert line.startswith("no realistic change of the latency weight alone changes the winner")
     assert not any(s.startswith("smallest weight change") and "latency" in s for s in rec.sensitivity)
+
+
+def test_an_engine_below_the_fidelity_floor_is_eliminated_before_the_slos(tmp_path: Path) -> None:
+    """One load point (the weighted score): the faster engine's outputs fail the fidelity gate
+    (fidelity.json), so the slower one wins and the table says why."""
+    from results.schema import FIDELITY_FILE, FidelityCheck, FidelityResult, Interval
+    from results.store import load_run
+
+    run = two_engine_run(tmp_path, sgl=(150.0, 30.0, 10), tf=(100.0, 20.0, 10))
+    assert recommend([run], hardware=CPU).winner == "transformers"
+    bad = FidelityResult(prompts=8, positions=256, divergences=40, agreement_outside_near_ties=0.84,
+                         agreement_interval=Interval(point=0.84, low=0.79, high=0.88, n=250), first_divergence=[3] * 8,
+                         passed=False)
+    good = FidelityResult(prompts=8, positions=256, agreement_outside_near_ties=1.0, passed=True,
+                          agreement_interval=Interval(point=1.0, low=0.985, high=1.0, n=250))
+    check = FidelityCheck(reference_key="k", prompts=8, max_tokens=32, engines={"transformers": bad, "sglang": good})
+    (run.run_dir / FIDELITY_FILE).write_text(check.model_dump_json())
+    rec = recommend([load_run(run.run_dir)], hardware=CPU)
+    assert rec.winner == "sglang" and rec.elimination_stage["transformers"] == "fidelity"
+    assert rec.eliminated["transformers"].startswith("fidelity 0.840 [0.790, 0.880] top-1 agreement outside near-ties")

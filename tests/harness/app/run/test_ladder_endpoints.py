@@ -145,3 +145,25 @@ def test_ctrl_c_mid_ladder_keeps_the_points_and_says_so(slotted, tmp_path, monke
     assert ladder.engines["two"].status.value == "not_measured"
     assert ladder.decision.interrupted == "the user (Ctrl-C)"
     assert ladder.decision.sentence.startswith("Interrupted by the user (Ctrl-C), on what was measured: ")
+
+
+def test_an_open_runner_up_climbs_on_so_the_verdict_is_decided(tmp_path):
+    """The budget stops both ladders after their first three points (1, 2, 4 in flight), before
+    any SLO broke; 'quick' streams twice as fast with 4 times the slots, so 'slow' is the runner-up
+    and open: it could lead, and the verdict would be undecided. A slow request holds its slot 10 +
+    7 x 10 = 80 ms: at 4 in flight one waits for one other (TTFT 90 ms, under the 150 ms SLO), at 8
+    for up to three (240 ms). The job climbs it on from 8, where the SLO breaks, and the verdict is
+    decided."""
+    for urls in _servers({"quick": ["--slots", "8", "--itl-ms", "5"], "slow": ["--slots", "2", "--ttft-ms", "10"]}):
+        res = CliRunner().invoke(app, ["run", "--endpoint", f"quick={urls['quick']}", "--endpoint",
+                                       f"slow={urls['slow']}", *ARGS, "--ladder-budget", "2", "-o", str(tmp_path),
+                                       "--run-id", "settle"])
+    assert res.exit_code == 0, res.output
+    ladder = load_run(tmp_path / "settle").ladder
+    quick, slow = ladder.engines["quick"], ladder.engines["slow"]
+    assert [p.load for p in quick.points] == [1, 2, 4] and quick.capacity.open
+    loads = [p.load for p in slow.points]
+    assert loads[:4] == [1, 2, 4, 8] and not slow.capacity.open  # a failing point brackets it now
+    assert "slow: its ladder stopped before any SLO broke and it is the runner-up" in res.output
+    d = ladder.decision
+    assert not d.undecided and d.winner == "quick" and d.runner_up == "slow"

@@ -1,0 +1,50 @@
+"""The report's output-fidelity table: each engine's outputs against the ground-truth reference
+(``fidelity.json``, :class:`results.schema.FidelityCheck`), as stored; nothing is computed here
+but formatting."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from results.schema import AccuracyCheck, FidelityCheck, FidelityResult
+
+
+def _pct(iv: Any) -> str:
+    return f"[{iv.low:.1%}, {iv.high:.1%}]" if iv is not None else ""
+
+
+def _row(name: str, r: FidelityResult) -> dict[str, str]:
+    if r.error is not None or r.agreement_outside_near_ties is None:
+        return {"engine": name, "agreement": "—", "interval": "", "positions": "—", "divergences": "—",
+                "exact": "—", "first": "—", "logprobs": "—", "numerics": r.numerics,
+                "gate": f"not checked: {r.error or 'no position checked'}"[:160]}
+    firsts = [d for d in r.first_divergence if d is not None]
+    lp = "no logprobs"
+    if r.logprobs and r.logprob_error_max is not None:
+        lp = f"max |Δ| {r.logprob_error_max:.2g} nats, top-k TV {r.topk_tv_mean or 0:.2g}"
+    gate = "pass" if r.passed else f"excluded (floor {r.floor:.2f})"
+    return {"engine": name, "agreement": f"{r.agreement_outside_near_ties:.1%}", "interval": _pct(r.agreement_interval),
+            "positions": f"{r.positions:,}", "divergences": f"{r.divergences} ({r.near_tie_divergences} at near-ties)",
+            "exact": f"{r.exact_matches}/{r.prompts} {_pct(r.exact_match_interval)}",
+            "first": f"{statistics.median(firsts):g}" if firsts else "never", "logprobs": lp,
+            "numerics": r.numerics, "gate": gate if r.passed is not None else "—"}
+
+
+def fidelity_context(check: FidelityCheck | None) -> dict[str, Any] | None:
+    """The table's rows and its caption's facts (None when the run has no fidelity check)."""
+    if check is None:
+        return None
+    return {"rows": [_row(n, r) for n, r in check.engines.items()], "prompts": check.prompts,
+            "max_tokens": check.max_tokens, "source": check.source, "epsilon": f"{check.epsilon:g}",
+            "strict": f"{check.strict_floor:.2f}", "other": f"{check.other_floor:.2f}"}
+
+
+def accuracy_context(check: AccuracyCheck | None) -> dict[str, Any] | None:
+    """The task-accuracy table (None when no set was given)."""
+    if check is None:
+        return None
+    rows = [{"engine": n, "accuracy": f"{r.accuracy:.1%}" if r.accuracy is not None else "—",
+             "interval": _pct(r.interval), "correct": f"{r.correct}/{r.total}", "failed": str(r.failed)}
+            for n, r in check.engines.items()]
+    return {"rows": rows, "source": check.source, "items": check.items}

@@ -1,0 +1,83 @@
+"""The output-fidelity gate in the main job: two paced endpoints (tests/fake_servers/paced_server.py)
+answer the fidelity check from a known reference (tests/fake_servers/fidelity_server.py). 'fastwrong'
+has twice the slots (about twice the capacity) but a token wrong every fourth position; 'neartie'
+flips only at near-ties (float noise). One `bench run`: fastwrong is excluded with its figures, the
+near-ties do not trip the gate, the verdict names the gate that decided, and the report has the
+fidelity table."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from harness.app.cli import app
+from results.schema import FIDELITY_FILE, FidelityCheck
+from results.store import load_run
+from tests.fake_servers.fidelity_server import synthetic_reference
+from tests.harness.app.run.test_ladder_endpoints import ARGS, _servers
+
+
+def test_a_fast_engine_with_wrong_outputs_never_wins(tmp_path, monkeypatch):
+    from harness.app.run import orchestrator
+
+    ref = synthetic_reference(prompts=8, tokens=32, near_tie_every=7, eos_prompts=(2,))
+    (tmp_path / "ref.json").write_text(ref.model_dump_json())
+
+    def reference(model_dir, workload, tokenizer, prompts, max_tokens, console):
+        assert prompts == 8 and max_tokens == 32  # the run's --fidelity-prompts / --fidelity-tokens
+        return ref
+
+    monkeypatch.setattr(orchestrator, "run_reference", reference)
+    script = ["--fidelity", str(tmp_path / "ref.json")]
+    for urls in _servers({"fastwrong": ["--slots", "4", *script, "--flip-every", "4"],
+                          "neartie": ["--slots", "2", *script, "--flip-near-ties"]}):
+        res = CliRunner().invoke(app, ["run", "--endpoint", f"fastwrong={urls['fastwrong']}", "--endpoint",
+                                       f"neartie={urls['neartie']}", *ARGS, "--fidelity-prompts", "8",
+                                       "--fidelity-tokens", "32", "--ladder-budget", "25", "-o", str(tmp_path),
+                                       "--run-id", "fid"])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "fid")
+    wrong, tie = run.ladder.engines["fastwrong"], run.ladder.engines["neartie"]
+    # fastwrong measured more, but its outputs leave the reference at every 4th position
+    assert wrong.capacity.output_tps > 1.3 * tie.capacity.output_tps
+    assert wrong.fidelity.passed is False and wrong.fidelity.divergences == 8 * 7  # p = 3, 7, ..., 31 but not 27
+    assert wrong.excluded.startswith("fidelity 0.") and "< floor 0.99" in wrong.excluded
+    assert tie.fidelity.passed is True and tie.fidelity.near_tie_divergences == tie.fidelity.divergences == 8 * 4
+    assert tie.excluded == ""
+    d = run.ladder.decision
+    assert d.winner == "neartie" and d.excluded["fastwrong"] == wrong.excluded
+    assert "the fidelity gate decided: fastwrong measured" in d.sentence
+    stored = FidelityCheck.model_validate_json((tmp_path / "fid" / FIDELITY_FILE).read_text())
+    assert set(stored.engines) == {"fastwrong", "neartie"} and stored.prompts == 8 and stored.max_tokens == 32
+    said = " ".join(res.output.split())  # the console wraps long lines
+    assert "fastwrong: fidelity 0.750 [0.689, 0.802]" in said and "0/8 exact — below the floor 0.99" in said
+    report = (tmp_path / "fid" / "report.md").read_text()
+    assert "## Output fidelity" in report and "| fastwrong |" in report.split("## Output fidelity")[1]
+
+
+def test_task_accuracy_through_the_same_client(tmp_path):
+    """--accuracy: each endpoint answers the user's set through the one client; the scores, their
+    intervals and the report's table come out of one run (one load point here)."""
+    qs = tmp_path / "qs.jsonl"
+    qs.write_text("\n".join(
+        '{"prompt": "capital of France %d?", "expected": "Paris", "match": "regex", "max_tokens": 3}' % i
+        for i in range(6)) + '\n{"messages": [{"role": "user", "content": "hi"}], "expected": "Parisxx", "max_tokens": 3}\n')
+    for urls in _servers({"right": ["--reply", "Paris"], "wrong": ["--reply", "London"]}):
+        res = CliRunner().invoke(app, ["run", "--endpoint", f"right={urls['right']}", "--endpoint",
+                                       f"wrong={urls['wrong']}", *ARGS, "--max-concurrency", "2", "--num-requests", "8",
+                                       "--accuracy", str(qs), "-o", str(tmp_path), "--run-id", "acc"])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "acc")
+    right, wrong = run.accuracy.engines["right"], run.accuracy.engines["wrong"]
+    assert (right.correct, right.total, wrong.correct, wrong.failed) == (7, 7, 0, 0)  # exact: "Paris" + "x" + "x"
+    assert right.interval.low > 0.6 and wrong.interval.high < 0.4
+    assert run.accuracy.items == 7 and "right: accuracy 7/7" in res.output and "wrong: accuracy 0/7" in res.output
+    report = (tmp_path / "acc" / "report.md").read_text()
+    assert "## Task accuracy" in report and "| wrong | 0.0% |" in report
+
+
+def test_a_bad_accuracy_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x", "expected": "("}\n{"prompt": "y", "expected": "(", "match": "regex"}\n')
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "--accuracy", str(bad), "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "bad.jsonl:2: expected is not a valid regular expression" in res.output
+    assert "Traceback" not in res.output

@@ -1,0 +1,92 @@
+"""The output-fidelity check on real engines (harness/app/core/fidelity_check.py, fidelity_reference.py):
+the ground truth is transformers fp32 on the default model; the reference engine on the same
+weights agrees with it (tests/harness/app/cli/test_engines_fidelity.py), and the same engine with
+one perturbed weight matrix is excluded by the gate."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from harness.app.core.fidelity_check import check_fidelity_of
+from harness.app.core.fidelity_reference import fidelity_workload, reference_for, workload_prompts
+from results.schema import STRICT_FLOOR
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "List three primary colors:", "Once upon a time,",
+           "The three laws of motion are", "import numpy as np\n"]
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    from harness.app.core.model import resolve_model
+
+    return resolve_model(None)
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    prompts = [(p, tok(p)["input_ids"]) for p in PROMPTS]
+    return reference_for(model_dir, prompts, max_tokens=24, cache_root=tmp_path_factory.mktemp("cache"))
+
+
+def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, tmp_path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    first = reference.prompts[0]
+    out = model.generate(torch.tensor([first.prompt_token_ids]), max_new_tokens=24, do_sample=False)
+    generated = out[0, len(first.prompt_token_ids):].tolist()
+    assert first.tokens == generated[:len(first.tokens)] and "Paris" in "".join(first.pieces)
+    assert all(len(t) == 5 and t[0][1] >= t[1][1] for t in first.top) and all(g >= 0 for g in first.gap)
+    # the same prompts again come from the cache (the same key), without loading the model
+    again = reference_for(model_dir, [(r.prompt, r.prompt_token_ids) for r in reference.prompts], max_tokens=24,
+                          cache_root=tmp_path)
+    assert again.key == reference.key and again.prompts == reference.prompts
+
+
+def test_workload_prompts_are_the_sessions_first_requests(model_dir) -> None:
+    from transformers import AutoTokenizer
+
+    from workloads.options import WorkloadOptions
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    options = WorkloadOptions(name="agentic", seed=3)
+    workload = fidelity_workload(options, tok, 32)
+    chosen = workload_prompts(workload, tok, 32)
+    # the agentic workload's first turns come from a fixed pool of trajectories: all its distinct ones
+    firsts = {tok.apply_chat_template(s.first_request().messages, tokenize=False, add_generation_prompt=True)
+              for s in workload.sessions}
+    eligible = {t for t in firsts if len(tok(t, add_special_tokens=False)["input_ids"]) <= 1536}
+    assert len(chosen) == len(eligible) >= 16 and {t for t, _ in chosen} == eligible
+    assert workload_prompts(workload, tok, 5) == chosen[:5]
+    first = workload.sessions[0].first_request()
+    assert chosen[0][0] == tok.apply_chat_template(first.messages, tokenize=False, add_generation_prompt=True)
+    assert chosen[0][1] == tok(chosen[0][0], add_special_tokens=False)["input_ids"]
+
+
+def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, reference, tmp_path) -> None:
+    """One MLP matrix of layer 3 with noise of about twice its weights' own scale: the engine runs,
+    fast as ever, and computes something else (the unperturbed engine passes: test_engines_fidelity)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from adapters.registry import get_adapter
+
+    bent = tmp_path / "bent"
+    shutil.copytree(model_dir, bent)
+    weights = load_file(str(bent / "model.safetensors"))
+    name = next(k for k in weights if "layers.3.mlp.down_proj" in k)
+    generator = torch.Generator().manual_seed(0)
+    weights[name] = weights[name] + 0.05 * torch.randn(weights[name].shape, generator=generator)
+    save_file(weights, str(bent / "model.safetensors"), metadata={"format": "pt"})
+    check, missing = check_fidelity_of([get_adapter("own", "cpu")], bent, tmp_path / "run", reference)
+    assert missing == {}
+    broken = check.engines["own"]
+    assert broken.prompt_format == "token_ids" and broken.logprobs and broken.floor == STRICT_FLOOR
+    assert broken.passed is False and broken.divergences > broken.near_tie_divergences
+    assert broken.agreement_interval.high < STRICT_FLOOR and broken.reason().startswith("fidelity 0.")
