@@ -12,55 +12,19 @@ converts once, in its own process group guarded by a watchdog like an engine ser
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
-import signal
-import subprocess
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from results.model_digest import model_digest
 from adapters.base import EngineError
 from adapters.llamacpp_build import ENGINE, converter, root, source_dir
-from adapters.process import group_members, tail_file, watch_group
+from adapters.process import run_guarded, tail_file
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
-
-
-def _file_sha256(path: Path, memo: dict[str, str]) -> str:
-    st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    if key not in memo:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        memo[key] = h.hexdigest()
-    return memo[key]
-
-
-def model_digest(model_dir: Path, memo_path: Path | None = None) -> str:
-    """SHA-256 over the folder's files (names and contents; dot-files left out). Each file's hash
-    is remembered in ``memo_path`` by path, size and mtime, so the weights are read once."""
-    memo: dict[str, str] = {}
-    if memo_path is not None:
-        try:
-            memo = json.loads(memo_path.read_text())
-        except (OSError, ValueError):
-            memo = {}
-    h = hashlib.sha256()
-    for f in sorted(p for p in Path(model_dir).iterdir() if p.is_file() and not p.name.startswith(".")):
-        h.update(f"{f.name}:{_file_sha256(f, memo)}\n".encode())
-    if memo_path is not None:
-        try:
-            memo_path.parent.mkdir(parents=True, exist_ok=True)
-            memo_path.write_text(json.dumps(memo))
-        except OSError:
-            pass
-    return h.hexdigest()
 
 
 def gguf_dir(model_dir: Path) -> Path:
@@ -117,7 +81,10 @@ def ensure_gguf(python: Path, model_dir: Path, outtype: str, log_path: Path, *, 
         cmd = convert_command(python, model_dir, outtype, tmp)
         full_env = {**os.environ, **env, "PYTHONPATH": str(source_dir() / "gguf-py")}
         try:
-            _run_guarded(cmd, full_env, log_path, cancel, timeout_s)
+            code = run_guarded(cmd, full_env, log_path, cancel, timeout_s, what=f"{ENGINE}: the GGUF conversion")
+            if code != 0:
+                raise EngineError(f"{ENGINE}: converting the model to GGUF failed (exit {code}); log: {log_path}",
+                                  tail_file(log_path))
             if not tmp.is_file():
                 raise EngineError(f"{ENGINE}: the GGUF converter wrote no file (log: {log_path})", tail_file(log_path))
             os.replace(tmp, out)
@@ -126,42 +93,3 @@ def ensure_gguf(python: Path, model_dir: Path, outtype: str, log_path: Path, *, 
         return out, time.monotonic() - started
 
 
-def _run_guarded(cmd: list[str], env: dict[str, str], log_path: Path, cancel: threading.Event | None,
-                 timeout_s: float) -> None:
-    """Run ``cmd`` in a new process group with a watchdog; stop the group on any way out."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
-        except OSError as exc:
-            raise EngineError(f"{ENGINE}: could not start the GGUF converter {cmd[0]!r}: {exc}") from exc
-        watchdog = watch_group(proc.pid, 5.0, log)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while proc.poll() is None:
-            if cancel is not None and cancel.is_set():
-                raise EngineError(f"{ENGINE}: the GGUF conversion was cancelled", tail_file(log_path))
-            if time.monotonic() > deadline:
-                raise EngineError(f"{ENGINE}: the GGUF conversion took over {timeout_s:.0f} s (log: {log_path})",
-                                  tail_file(log_path))
-            time.sleep(0.2)
-        if proc.returncode != 0:
-            raise EngineError(f"{ENGINE}: converting the model to GGUF failed (exit {proc.returncode}); "
-                              f"log: {log_path}", tail_file(log_path))
-    finally:
-        _stop_group(proc)
-        watchdog.kill()
-        watchdog.wait()
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGKILL what is left of ``proc``'s group (nothing, after a clean exit) and reap it."""
-    try:
-        if proc.poll() is None or group_members(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()

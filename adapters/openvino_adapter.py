@@ -24,13 +24,9 @@ int8-weight export instead: other numerics, reported as such.
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,10 +35,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from results.model_digest import model_digest
 from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.hardware import detect_kind
-from adapters.process import group_members, tail_file, watch_group
+from adapters.process import run_guarded, tail_file
 from adapters.recipes import engine_env_dir
 from adapters.server import (
     CPU_KV_CACHE_BYTES, PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args,
@@ -63,39 +60,6 @@ _MARKER = "bench_export.json"  # written last by adapters.shims.ov_export: a fol
 
 # ------------------------------------------------------------------------------------------
 # the IR export, cached by content hash
-def _file_sha256(path: Path, memo: dict[str, str]) -> str:
-    st = path.stat()
-    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    if key not in memo:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        memo[key] = h.hexdigest()
-    return memo[key]
-
-
-def model_digest(model_dir: Path, memo_path: Path | None = None) -> str:
-    """SHA-256 over the folder's files (names and contents; dot-files left out). Each file's hash
-    is remembered in ``memo_path`` by path, size and mtime, so the weights are read once."""
-    memo: dict[str, str] = {}
-    if memo_path is not None:
-        try:
-            memo = json.loads(memo_path.read_text())
-        except (OSError, ValueError):
-            memo = {}
-    h = hashlib.sha256()
-    for f in sorted(p for p in Path(model_dir).iterdir() if p.is_file() and not p.name.startswith(".")):
-        h.update(f"{f.name}:{_file_sha256(f, memo)}\n".encode())
-    if memo_path is not None:
-        try:
-            memo_path.parent.mkdir(parents=True, exist_ok=True)
-            memo_path.write_text(json.dumps(memo))
-        except OSError:
-            pass
-    return h.hexdigest()
-
-
 def ir_root(model_dir: Path) -> Path:
     """Where the model's IR exports go: ``<model>-openvino`` beside the folder when that can be
     written, else ``.engines/openvino/models/<model>-openvino``."""
@@ -173,7 +137,12 @@ def ensure_ir(python: Path, model_dir: Path, log_path: Path, *, weight_format: s
         full_env = {**os.environ, **(env or {}), "PYTHONPATH": project_pythonpath("")}
         full_env.pop("VIRTUAL_ENV", None)
         try:
-            _run_guarded(export_command(python, model_dir, tmp, weight_format), full_env, log_path, cancel, timeout_s)
+            code = run_guarded(export_command(python, model_dir, tmp, weight_format), full_env, log_path, cancel,
+                               timeout_s, what=f"{ENGINE}: the IR export", cwd=PROJECT_ROOT)
+            if code != 0:
+                tail = tail_file(log_path, 200)
+                why = error_line(tail) or f"exit {code}"
+                raise EngineError(f"{ENGINE}: exporting the model to OpenVINO IR failed: {why} (log: {log_path})", tail)
             if not (tmp / _MARKER).is_file():
                 raise EngineError(f"{ENGINE}: the IR export wrote no {_MARKER} (log: {log_path})", tail_file(log_path))
             shutil.rmtree(out, ignore_errors=True)
@@ -187,48 +156,6 @@ def ensure_ir(python: Path, model_dir: Path, log_path: Path, *, weight_format: s
 
 def _size_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
-
-
-def _run_guarded(cmd: list[str], env: dict[str, str], log_path: Path, cancel: threading.Event | None,
-                 timeout_s: float) -> None:
-    """Run ``cmd`` in a new process group with a watchdog; stop the group on any way out."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=PROJECT_ROOT, start_new_session=True)
-        except OSError as exc:
-            raise EngineError(f"{ENGINE}: could not start the IR export {cmd[0]!r}: {exc}") from exc
-        watchdog = watch_group(proc.pid, 5.0, log)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while proc.poll() is None:
-            if cancel is not None and cancel.is_set():
-                raise EngineError(f"{ENGINE}: the IR export was cancelled", tail_file(log_path))
-            if time.monotonic() > deadline:
-                raise EngineError(f"{ENGINE}: the IR export took over {timeout_s:.0f} s (log: {log_path})",
-                                  tail_file(log_path))
-            time.sleep(0.2)
-        if proc.returncode != 0:
-            tail = tail_file(log_path, 200)
-            why = error_line(tail) or f"exit {proc.returncode}"
-            raise EngineError(f"{ENGINE}: exporting the model to OpenVINO IR failed: {why} (log: {log_path})", tail)
-    finally:
-        _stop_group(proc)
-        watchdog.kill()
-        watchdog.wait()
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGKILL what is left of ``proc``'s group (nothing, after a clean exit) and reap it."""
-    try:
-        if proc.poll() is None or group_members(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 # ------------------------------------------------------------------------------------------

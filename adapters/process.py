@@ -384,3 +384,39 @@ class ServerProcess:
                 f"{self.name} exited with code {rc} during the run (crashed mid-run; log: {self.log_path})",
                 self.log_tail(),
             )
+
+
+def run_guarded(cmd: list[str], env: Mapping[str, str], log_path: Path, cancel: threading.Event | None,
+                timeout_s: float, *, what: str, cwd: Path | None = None) -> int:
+    """Run ``cmd`` (an offline step: a model conversion or export) in a new process group under a
+    watchdog, its output appended to ``log_path``; the group is stopped on any way out. Returns its
+    exit code. Raises :class:`EngineError` (``what`` names the step, e.g. "llamacpp: the GGUF
+    conversion") when it cannot start, is cancelled through ``cancel`` or runs past ``timeout_s`` s."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                                    cwd=cwd, start_new_session=True)
+        except OSError as exc:
+            raise EngineError(f"{what} could not start ({cmd[0]!r}): {exc}") from exc
+        watchdog = watch_group(proc.pid, 5.0, log)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None:
+            if cancel is not None and cancel.is_set():
+                raise EngineError(f"{what} was cancelled", tail_file(log_path))
+            if time.monotonic() > deadline:
+                raise EngineError(f"{what} took over {timeout_s:.0f} s (log: {log_path})", tail_file(log_path))
+            time.sleep(0.2)
+        return proc.returncode
+    finally:
+        try:
+            if proc.poll() is None or group_members(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group (nothing after a clean exit)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        watchdog.kill()
+        watchdog.wait()

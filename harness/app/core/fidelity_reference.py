@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from results.model_digest import model_digest
 from results.schema import FidelityReference, ReferencePrompt
 
 MAX_PROMPT_TOKENS = 1536  # longer prompts are left out (the check is about numerics, not context)
@@ -47,21 +48,10 @@ def workload_prompts(workload: Any, tokenizer: Any, count: int) -> list[tuple[st
     return out
 
 
-def _model_hash(model_dir: Path) -> str:
-    """sha256 over the folder's files (names and contents), in name order."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in Path(model_dir).rglob("*") if p.is_file() and not p.name.startswith(".")):
-        h.update(str(path.relative_to(model_dir)).encode())
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
 def reference_key(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], max_tokens: int, top_k: int) -> str:
     """The cache key: the model's content hash, the prompts' token ids, the settings."""
     h = hashlib.sha256()
-    h.update(_model_hash(model_dir).encode())
+    h.update(model_digest(model_dir).encode())
     h.update(json.dumps([ids for _, ids in prompts]).encode())
     h.update(f"{max_tokens}/{top_k}/{REFERENCE_VERSION}".encode())
     return h.hexdigest()[:24]
