@@ -32,7 +32,7 @@ def test_a_fast_engine_with_wrong_outputs_never_wins(tmp_path, monkeypatch):
                           "neartie": ["--slots", "2", *script, "--flip-near-ties"]}):
         res = CliRunner().invoke(app, ["run", "--endpoint", f"fastwrong={urls['fastwrong']}", "--endpoint",
                                        f"neartie={urls['neartie']}", *ARGS, "--fidelity-prompts", "8",
-                                       "--fidelity-tokens", "32", "--ladder-budget", "25", "-o", str(tmp_path),
+                                       "--fidelity-tokens", "32", "--ladder-budget", "8", "-o", str(tmp_path),
                                        "--run-id", "fid"])
     assert res.exit_code == 0, res.output
     run = load_run(tmp_path / "fid")
@@ -50,6 +50,7 @@ def test_a_fast_engine_with_wrong_outputs_never_wins(tmp_path, monkeypatch):
     assert set(stored.engines) == {"fastwrong", "neartie"} and stored.prompts == 8 and stored.max_tokens == 32
     said = " ".join(res.output.split())  # the console wraps long lines
     assert "fastwrong: fidelity 0.750 [0.689, 0.802]" in said and "0/8 exact — below the floor 0.99" in said
+    assert "Decisive points" not in res.output  # no budget is spent on an engine the gate excludes
     report = (tmp_path / "fid" / "report.md").read_text()
     assert "## Output fidelity" in report and "| fastwrong |" in report.split("## Output fidelity")[1]
 

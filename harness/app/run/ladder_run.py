@@ -131,9 +131,12 @@ class LadderJob:
                 engine.outcome.crash, engine.outcome.crashed_at = more.crash, more.crashed_at
 
     def _ranked(self, engines: list[EngineClimb]) -> list[EngineClimb]:
-        """The production engines that measured and stand, best point estimate first."""
+        """The production engines that measured and stand (not crashed, not below the fidelity
+        floor: no budget is spent on an engine the gate excludes), best point estimate first."""
         return sorted((e for e in engines if e.outcome is not None and not e.failure and not e.outcome.crash
-                       and e.name not in REFERENCE_ENGINES), key=lambda e: -_estimate(e, self.spec))
+                       and e.name not in REFERENCE_ENGINES
+                       and not (e.outcome.fidelity is not None and e.outcome.fidelity.passed is False)),
+                      key=lambda e: -_estimate(e, self.spec))
 
     def decisive_repeats(self, engines: list[EngineClimb]) -> str:
         """Measure the top two production engines' bracketing points ``boundary_repeats``
