@@ -37,6 +37,26 @@ class Capabilities:
     complexity: int = 2
 
 
+@dataclass(frozen=True)
+class Knob:
+    """One setting of an engine's search space (``bench run --tune``): ``key`` is its engine arg
+    (``--engine-arg ENGINE:key=value``, turned into the engine's flag by its adapter), ``values``
+    the ones tried (as on the command line; the engine's default is tried anyway, as "defaults"),
+    ``what`` one line on what it moves. Precision never is a knob: the search keeps the baseline's."""
+
+    key: str
+    values: tuple[str, ...]
+    what: str = ""
+
+
+def search_space_of(adapter: Any, hardware_kind: str) -> tuple[Knob, ...]:
+    """The knobs ``adapter`` declares for ``hardware_kind`` (``adapter.search_space``: a dict of
+    hardware kind → knobs; ``"gpu"`` stands for every GPU kind); () when it declares none."""
+    spaces = getattr(adapter, "search_space", None) or {}
+    gpu = hardware_kind in ("nvidia", "amd")
+    return tuple(spaces.get(hardware_kind) or (spaces.get("gpu") if gpu else None) or ())
+
+
 PROBE_CAUSES = ("hardware", "not_installed", "unavailable")
 
 
@@ -73,6 +93,7 @@ class LaunchConfig:
     model_name: str | None = None  # served model name override
     cancel: threading.Event | None = None  # set = abandon a start-up in progress (parallel start)
     probe: ProbeResult | None = None
+    log_name: str | None = None  # the server log's name (default: the engine's); a tuning configuration's own
 
 
 @dataclass

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from adapters import llamacpp_build, llamacpp_gguf
-from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+from adapters.base import Knob, Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.hardware import detect_kind
 from adapters.server import (
@@ -124,6 +124,10 @@ class LlamaCppAdapter(ServerAdapter):
     adapter_keys = ("outtype",)
     outtype = "f32"
     stop_grace_s = 10.0
+    search_space = {  # bench run --tune (adapters.base.Knob); the GGUF type stays the baseline's
+        "cpu": (Knob("parallel", ("4", "8", "16"), "slots (its max_num_seqs); each gets --ctx-size / slots tokens"),
+                Knob("batch_size", ("512", "8192"), "tokens per step (logical batch)")),
+    }
 
     def __init__(self, hardware: str | None = None) -> None:
         self._hardware = hardware

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from results.model_digest import model_digest
-from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+from adapters.base import Knob, Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.hardware import detect_kind
 from adapters.process import run_guarded, tail_file
@@ -183,6 +183,10 @@ class OpenVinoAdapter(ServerAdapter):
                                 quantization=("int8", "int4"), api="shim", complexity=3)
     adapter_keys = ("weight_format",)
     stop_grace_s = 10.0
+    search_space = {  # bench run --tune (adapters.base.Knob); the weight format stays the baseline's
+        "cpu": (Knob("max_num_seqs", ("8", "32", "128"), "sequences batched at once"),
+                Knob("max_num_batched_tokens", ("256", "1024", "4096"), "tokens per step (the split-fuse chunk)")),
+    }
 
     def __init__(self, hardware: str | None = None) -> None:
         self._hardware = hardware

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.base import Knob, Capabilities, LaunchConfig, ProbeResult
 from adapters.server import (
     CPU_KV_CACHE_BYTES,
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
@@ -39,6 +39,14 @@ class OwnAdapter(ServerAdapter):
         complexity=1,
     )
     stop_grace_s = 10.0
+    search_space = {  # bench run --tune (adapters.base.Knob); precision stays the baseline's
+        "cpu": (Knob("max_num_seqs", ("8", "32", "128"), "sequences batched at once: throughput against each token's time"),
+                Knob("max_num_batched_tokens", ("256", "2048"), "tokens per step (the prefill chunk): TTFT against TPOT"),
+                Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding")),
+        "gpu": (Knob("max_num_seqs", ("32", "128", "256"), "sequences batched at once"),
+                Knob("max_num_batched_tokens", ("512", "2048", "8192"), "tokens per step (the prefill chunk)"),
+                Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding")),
+    }
 
     def probe(self) -> ProbeResult:
         """Available when ``own_engine/__main__.py`` (the server entry point) is present."""

@@ -174,8 +174,8 @@ class ServerAdapter:
         return config.model_name or Path(config.model_dir).name
 
     def log_path(self, config: LaunchConfig) -> Path:
-        """``run_dir/logs/<engine>.log``."""
-        return Path(config.run_dir) / "logs" / f"{self.name}.log"
+        """``run_dir/logs/<engine>.log`` (``<config.log_name>.log`` when set: a tuning configuration)."""
+        return Path(config.run_dir) / "logs" / f"{config.log_name or self.name}.log"
 
     @contextmanager
     def launch(self, config: LaunchConfig) -> Iterator[Endpoint]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.base import Knob, Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.gpu_recipes import build_label, probe_build
 from adapters.hardware import detect_kind
@@ -54,6 +54,14 @@ class SglangAdapter(ServerAdapter):
         complexity=2,
     )
     stop_grace_s = 20.0
+    search_space = {  # bench run --tune (adapters.base.Knob); precision stays the baseline's
+        "cpu": (Knob("max_running_requests", ("8", "32", "128"), "sequences batched at once (its max_num_seqs)"),
+                Knob("chunked_prefill_size", ("512", "2048", "8192"), "the prefill chunk (tokens)")),
+        "gpu": (Knob("max_running_requests", ("64", "256", "512"), "sequences batched at once (its max_num_seqs)"),
+                Knob("chunked_prefill_size", ("2048", "8192"), "the prefill chunk (tokens)"),
+                Knob("disable_cuda_graph", ("true",), "CUDA graphs off"),
+                Knob("schedule_conservativeness", ("0.5", "2.0"), "how much KV it reserves for running sequences")),
+    }
 
     def __init__(self, hardware: str | None = None) -> None:
         self._hardware = hardware

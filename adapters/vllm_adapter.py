@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.base import Capabilities, LaunchConfig, ProbeResult
+from adapters.base import Knob, Capabilities, LaunchConfig, ProbeResult
 from adapters.envs import engine_python
 from adapters.gpu_recipes import build_label, probe_build
 from adapters.hardware import detect_kind
@@ -64,6 +64,14 @@ class VllmAdapter(ServerAdapter):
         complexity=2,
     )
     stop_grace_s = 20.0
+    search_space = {  # bench run --tune (adapters.base.Knob); precision (dtype, KV cache dtype) stays the baseline's
+        "cpu": (Knob("max_num_seqs", ("8", "32", "128"), "sequences batched at once: throughput against each token's time"),
+                Knob("max_num_batched_tokens", ("512", "2048", "8192"), "tokens per step (the chunked-prefill budget)")),
+        "gpu": (Knob("max_num_seqs", ("64", "256", "512"), "sequences batched at once"),
+                Knob("max_num_batched_tokens", ("2048", "8192", "16384"), "tokens per step (the chunked-prefill budget)"),
+                Knob("enforce_eager", ("true",), "CUDA graphs off (eager)"),
+                Knob("block_size", ("32",), "KV cache block size (tokens)")),
+    }
 
     def __init__(self, hardware: str | None = None) -> None:
         self._hardware = hardware

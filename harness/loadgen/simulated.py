@@ -3,7 +3,9 @@
 A :class:`SimEngine` serves requests FIFO in ``slots`` (its ``max_num_seqs``): a request waits
 for a free slot, then takes ``prefill_ms`` to its first token and ``tpot(active)`` ms per
 further token, where ``active = min(concurrency, slots)`` sequences share the engine
-(``tpot_ms × (1 + batch_slowdown × (active − 1))``: a batch step slows as the batch grows).
+(``tpot_ms × (1 + batch_slowdown × (active − 1)) × (1 + slot_overhead × (slots − 1))``: a batch
+step slows as the batch grows, and every slot configured costs ``slot_overhead`` of each step,
+busy or not, as a static reservation does; so its capacity at an SLO peaks at one slot count).
 ``jitter`` is the sigma of a lognormal factor on each request's times (run-to-run noise);
 ``fail_every`` > 0 makes every k-th request fail (a half-dead engine at 2); ``crash_at`` makes
 the engine die once that many requests are in flight (every later request fails, as after a
@@ -37,6 +39,7 @@ class SimEngine:
     prefill_ms: float = 50.0
     tpot_ms: float = 20.0
     batch_slowdown: float = 0.1
+    slot_overhead: float = 0.0
     jitter: float = 0.0
     fail_every: int = 0
     crash_at: int | None = None
@@ -47,7 +50,7 @@ class SimEngine:
     def tpot_at(self, concurrency: float) -> float:
         """ms per output token with ``concurrency`` requests in flight (steady state)."""
         active = min(max(concurrency, 1.0), self.slots)
-        return self.tpot_ms * (1.0 + self.batch_slowdown * (active - 1.0))
+        return self.tpot_ms * (1.0 + self.batch_slowdown * (active - 1.0)) * (1.0 + self.slot_overhead * (self.slots - 1))
 
 
 def simulate(engine: SimEngine, concurrency: int, requests: int, output_tokens: int, seed: int,

@@ -24,6 +24,8 @@ One module per artefact family, every name re-exported here (``from results.sche
   :class:`EngineSearch`, :class:`CapacityRecommendation`
 - ``ladder``: :class:`LadderSummary` (``ladder.json``: each engine's load ladder and capacity
   at the SLO, and the :class:`Decision`)
+- ``recipe``: :class:`Recipe` (``recipe.json``: the winner's configuration as the command line
+  that starts it; ``bench run --engine-config FILE`` runs it again)
 - ``fidelity``: :class:`FidelityCheck` (``fidelity.json``: each engine's outputs against the
   ground-truth reference, :class:`FidelityReference`), :class:`FidelityResult`; the user's task
   accuracy set (:class:`AccuracyItem`) and :class:`AccuracyCheck` (``accuracy.json``)
@@ -84,7 +86,8 @@ from .fidelity import (
     FidelityResult,
     ReferencePrompt,
 )
-from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, LadderPoint, LadderSummary
+from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderPoint, LadderSummary, TunedConfig
+from .recipe import RECIPE_FILE, Recipe
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
 from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
 from .search import (
@@ -112,7 +115,8 @@ __all__ = [
     "Facts", "HardwareFacts", "CalibrationFacts", "Spread", "WorkloadStats", "RayTrial", "EngineFacts", "SearchFacts",
     "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
     "SearchSummary",
-    "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary",
+    "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
+    "EngineTuning", "RECIPE_FILE", "Recipe",
     "Timeline",
     "FIDELITY_FILE", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
     "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",

@@ -127,13 +127,55 @@ class Decision(Artefact):
     unit: str = "requests"
 
 
+class TunedConfig(Artefact):
+    """One configuration an engine's search tried (``bench run --tune``,
+    :mod:`harness.scoring.tuning`): ``id`` (its records' engine name, e.g. ``vllm#2``),
+    ``engine_args`` (the knobs it set; {} = the engine's defaults), ``status`` (``measured``;
+    ``rejected``: the engine refused it, with the engine's line in ``reason``; ``failed``),
+    ``rungs`` of the search it reached, ``measuring_s`` spent on it, its ``ladder`` (points and
+    capacity at the SLO, judged as the main job's are) and ``command`` (the command line it ran)."""
+
+    id: str
+    engine_args: dict[str, str] = Field(default_factory=dict)
+    status: str = "measured"
+    reason: str = ""
+    rungs: int = 0
+    measuring_s: float = 0.0
+    ladder: EngineLadder | None = None
+    command: str = ""
+
+
+class EngineTuning(Artefact):
+    """One engine's configuration search: the ``space`` searched (knob → values), the ``method``
+    ("successive halving", "grid"), its ``budget_s`` and the ``used_s`` of it (s of measuring),
+    every configuration tried (``configs``, the defaults first), the one ``chosen`` (its id; the
+    main job measured it under the engine's own name), the ``gain`` tuning gave (tuned capacity
+    over the defaults') with its 95 % ``gain_interval`` and whether it is none (``gain_none``:
+    within the noise or 5 %), and a ``note`` (why nothing was searched, e.g. an endpoint)."""
+
+    space: dict[str, list[str]] = Field(default_factory=dict)
+    method: str = ""
+    budget_s: float = 0.0
+    used_s: float = 0.0
+    configs: list[TunedConfig] = Field(default_factory=list)
+    chosen: str = ""
+    gain: float | None = None
+    gain_interval: tuple[float, float] | None = None
+    gain_none: bool = True
+    note: str = ""
+
+    def config(self, config_id: str) -> TunedConfig | None:
+        return next((c for c in self.configs if c.id == config_id), None)
+
+
 class LadderSummary(Artefact):
     """``ladder.json``: a run whose engines climbed load ladders. ``workload``, ``slos`` (key →
     ms) and whether they were the defaults, ``max_failure_rate``, ``devices`` (throughput is per
     device), ``budget_per_engine_s`` (s of measuring per engine), ``boundary_repeats`` (extra
     measurements of the decisive points), ``seed`` (measurement m of an engine draws seed + m),
     ``engines`` (name → :class:`EngineLadder`), ``decision``, ``target_load`` (``--target-load``:
-    the load to size for, with its unit) and ``wall_s``."""
+    the load to size for, with its unit), ``wall_s`` and ``tuning`` (``--tune``: each engine's
+    configuration search, :class:`EngineTuning`; the ``engines`` are then the tuned ones)."""
 
     schema_version: str = SCHEMA_VERSION
     run_id: str
@@ -149,3 +191,4 @@ class LadderSummary(Artefact):
     decision: Decision | None = None
     target_load: dict[str, Any] | None = None
     wall_s: float | None = None
+    tuning: dict[str, EngineTuning] = Field(default_factory=dict)  # bench run --tune: engine → its search

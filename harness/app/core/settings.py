@@ -31,6 +31,7 @@ from workloads.options import WorkloadOptions, parse_options
 
 from harness.app.core import checks
 from harness.app.core.fields import Cli, CliGroup, cli_of
+from harness.app.core.tune_options import tune_help
 from harness.metrics import SLO, parse_slos
 
 
@@ -79,6 +80,12 @@ def _accuracy_set(text: Optional[str]) -> Optional[str]:
     return str(text)
 
 
+def _recipe_file(text: Optional[str]) -> Optional[str]:
+    from harness.app.core.tune_options import check_recipe_file
+
+    return check_recipe_file(text)
+
+
 def _ray_resources(text: Optional[str]) -> dict[str, float]:
     from harness.app.core.ray_options import parse_resources
 
@@ -123,7 +130,7 @@ class RunSettings(BaseModel):
     cli_order: ClassVar[tuple[str, ...]] = (
         "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
         "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--ladder-budget",
-        "--max-load", "--target-load", "--output-dir",
+        "--max-load", "--target-load", "--tune", "--tune-configs", "--engine-config", "--output-dir",
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
         "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
@@ -188,6 +195,10 @@ class RunSettings(BaseModel):
     ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
+    # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
+    tune_s: Annotated[float, Field(ge=0), Cli("--tune", help=tune_help())] = 0.0
+    tune_configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
+    engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again; --engine-arg adds to or overrides its args, --engine and --threads must agree with it or be left out.")] = None
 
     @property
     def ladder(self) -> bool:
@@ -313,6 +324,10 @@ class RunSettings(BaseModel):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> RunSettings:
         cli = _from_cli(info)
+        if self.engine_config:
+            from harness.app.core.tune_options import apply_recipe
+
+            apply_recipe(self)
         if self.endpoints:
             if self.engines == ["all"]:  # with --endpoint the local engines are the ones named (default: none)
                 self.engines = []
@@ -345,7 +360,7 @@ class RunSettings(BaseModel):
         """The load ladder's options only with a ladder; a ladder starts at the client workers'
         count (each needs a session in flight)."""
         fields = type(self).model_fields
-        given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load")  # type: ignore[union-attr]
+        given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
                  if name in fields and getattr(self, name) != fields[name].default]
         if given and not self.ladder:
             raise ValueError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to load ladders, and this run "

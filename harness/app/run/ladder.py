@@ -126,6 +126,11 @@ class Ladder:
         if self.on_point is not None and announce:
             self.on_point(rung)
 
+    def rebudget(self, budget_s: float) -> None:
+        """Another ``budget_s`` of measuring, counted from the next point (a later rung of the
+        configuration search, :mod:`harness.scoring.tuning`)."""
+        self.budget_s, self._t0 = budget_s, None
+
     def point(self, load: int) -> Rung | None:
         """Measure a new point at ``load``; None (and ``stopped`` set) when the budget or the
         point count forbids it, or the engine died measuring it (``crash``)."""

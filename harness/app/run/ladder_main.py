@@ -17,6 +17,7 @@ from harness.app.core.plan import EnginePlan
 from harness.app.core.trial import trial_spec
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
 from harness.app.run.ladder_trial import LadderSpec
+from harness.app.run.tune import Tuner, gain_line, recipe
 from harness.scoring.decision import default_slos, slos_text
 
 
@@ -37,7 +38,8 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
 def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
     """The main job over ``plans`` (module docstring); returns who interrupted it ("" = nobody)."""
     cfg, writer, console = orch.cfg, state.writer, orch.console
-    executor.begin(plans)
+    tuner = None
+    executor.begin([] if cfg.tune_s > 0 else plans)  # tuning first: the engines start at their chosen configuration
     interrupted, engines, job = "", [EngineClimb(p) for p in plans], None
     try:
         orch._build_workload(executor, state, plans)
@@ -49,7 +51,16 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
                         target_tps=cfg.target_load)
-        interrupted = job.climb(engines)
+        if cfg.tune_s > 0:
+            tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, orch.kind)
+            plans, interrupted = tuner.run(plans)
+            engines = [EngineClimb(p) for p in plans]
+            executor.end()
+            executor.begin(plans)
+            for e in engines if interrupted else []:
+                e.failure = "not measured: the run was interrupted during the configuration search"
+        if not interrupted:
+            interrupted = job.climb(engines)
         if not interrupted:
             interrupted = job.settle(engines)
         if not interrupted:
@@ -62,7 +73,8 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
     planned = {p.name for p in plans}  # the others were recorded before measuring (skipped, failed to install)
     skipped = {n: skipped_ladder(n, r) for n, r in writer.summary.engines.items() if n not in planned}
     state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.slos,
-                               interrupted=interrupted)
+                               interrupted=interrupted, then=tuner.judge if tuner is not None else None)
+    _recipe(state.ladder, writer, console)
     for e in engines:
         if e.outcome is not None:
             if e.outcome.effective is not None:
@@ -78,3 +90,21 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
             orch.parity.attach(name, writer.summary.engines[name])
     writer.write_summary()
     return interrupted
+
+
+def _recipe(ladder: Any, writer: Any, console: Any) -> None:
+    """Each tuned engine's gain line, and the winner's ``recipe.json`` (the command line that
+    starts it as measured; ``bench run --engine-config FILE`` runs it again), printed."""
+    from rich.markup import escape
+
+    from results.schema import RECIPE_FILE
+    from results.store import write_model_atomic
+
+    for name, tuning in ladder.tuning.items():
+        console.print(escape(gain_line(name, tuning)), highlight=False)
+    winner = ladder.decision.winner if ladder.decision is not None else ""
+    found = recipe(ladder, writer.manifest, winner) if winner else None
+    if found is None:
+        return
+    write_model_atomic(writer.run_dir / RECIPE_FILE, found)
+    console.print(f"Recipe ({escape(winner)}, {RECIPE_FILE}): {escape(found.command)}", highlight=False, soft_wrap=True)

@@ -181,9 +181,10 @@ class LadderJob:
 
     # -- the artefacts ---------------------------------------------------------------------------
     def summary(self, engines: list[EngineClimb], skipped: dict[str, EngineLadder], run_id: str, workload: str,
-                slos_default: bool, interrupted: str = "") -> LadderSummary:
+                slos_default: bool, interrupted: str = "", then: Any = None) -> LadderSummary:
         """``ladder.json``'s content, decided (:func:`harness.scoring.decision.judge`), and each
-        measured engine's ``summary.json`` entry."""
+        measured engine's ``summary.json`` entry; ``then(summary, records)`` adds to it before it
+        is written (``--tune``: each engine's search, :func:`harness.app.run.tune.judge_tuning`)."""
         records = read_records(self.writer.run_dir / REQUESTS_FILE)
         s = LadderSummary(run_id=run_id, workload=workload, slos={x.key: x.threshold_ms for x in self.spec.slos},
                           slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
@@ -203,6 +204,8 @@ class LadderJob:
               client_rps=self._client_rps(), interrupted=interrupted)
         for e in engines:
             self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
+        if then is not None:
+            then(s, records)
         s.wall_s = round(time.monotonic() - self.t0, 2)
         write_model_atomic(self.writer.run_dir / LADDER_FILE, s)
         return s

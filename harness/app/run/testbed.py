@@ -11,6 +11,7 @@ from adapters.base import EngineError
 from harness.loadgen.simulated import SimEngine, simulate
 from harness.metrics import SLO
 from harness.scoring.frontier import Requests
+from harness.scoring.tuning import Rejected, Tried, successive_halving
 from harness.scoring.verdict import Candidate
 
 from .ladder import Ladder
@@ -41,3 +42,47 @@ def candidate(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens:
     """The engine as the verdict sees it after its climb in ``trial``, with its tie-breakers."""
     return Candidate(engine.name, climb(engine, trial, slos, output_tokens).capacity(seed=trial),
                      startup_s=engine.startup_s, processes=engine.processes, peak_memory_bytes=engine.peak_memory_bytes)
+
+
+def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], output_tokens: int, trial: int,
+         refuses: Sequence[str] = ()) -> tuple[list[Tried], int, list[int]]:
+    """``bench run --tune``'s search over scripted configurations of one engine (each a
+    :class:`SimEngine`), on a simulated clock that each measurement advances by its simulated
+    duration: rung 0 climbs a configuration's ladder within its share of ``budget_s``, later
+    rungs climb on (no SLO broke yet) or re-measure the boundary, as the real search does. A
+    configuration named in ``refuses`` raises :class:`Rejected` (the engine refused its knob).
+    Returns every configuration's course, the chosen index, and how often each was evaluated."""
+    clock = [0.0]
+    ladders: dict[int, Ladder] = {}
+    calls = [0] * len(configs)
+
+    def evaluate(i: int, rung: int, seconds: float) -> tuple[float, float]:
+        calls[i] += 1
+        engine = configs[i]
+        if engine.name in refuses:
+            raise Rejected(f"{engine.name}: the engine refused --slots {engine.slots}")
+        start = clock[0]
+
+        def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
+            records, duration = simulate(engine, load, max(16, 4 * load), output_tokens,
+                                         seed=trial * 100_003 + i * 7_919 + seed)
+            clock[0] += duration
+            return Requests.of(records, duration), None
+
+        if rung == 0:
+            ladders[i] = Ladder(measure, slos, budget_s=seconds, clock=lambda: clock[0], seed=trial)
+            ladders[i].climb()
+        else:
+            ladder = ladders[i]
+            ladder.rebudget(seconds)
+            cap = ladder.capacity(resamples=0)
+            if cap is not None and cap.open and ladder.stopped in ("budget", "max_points"):
+                ladder.max_points += len(ladder.rungs)
+                ladder.climb(start=2 * max(r.load for r in ladder.rungs))
+            else:
+                ladder.repeat_boundary(1)
+        cap = ladders[i].capacity(resamples=0)
+        return (cap.output_tps if cap is not None else 0.0), clock[0] - start
+
+    tried, best = successive_halving([{"slots": str(e.slots)} for e in configs], budget_s, evaluate)
+    return tried, best, calls

@@ -1,0 +1,66 @@
+"""``bench run --tune`` and ``--engine-config``: the options' help (every engine's search space)
+and checks, and how a stored recipe becomes run settings (:mod:`harness.app.run.tune` runs the search)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+
+def check_recipe_file(text: Optional[str]) -> Optional[str]:
+    """``--engine-config FILE``: the path, once the file reads as a recipe (else its one-line error)."""
+    if not text:
+        return None
+    from pydantic import ValidationError
+
+    from results.schema import Recipe
+
+    try:
+        Recipe.model_validate_json(Path(text).read_text())
+    except OSError as exc:
+        raise ValueError(f"--engine-config {text}: cannot read it ({exc.strerror or exc}): give the recipe.json a run "
+                         "wrote (results/<run>/recipe.json)") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"--engine-config {text} is not a recipe ({'.'.join(map(str, first['loc'])) or 'file'}: "
+                         f"{first['msg']}): give the recipe.json a run wrote") from None
+    return str(text)
+
+
+def tune_help() -> str:
+    """``--tune``'s help: what it does, and every engine's search space here and on a GPU."""
+    from adapters.base import search_space_of
+    from adapters.registry import ENGINE_NAMES, get_adapter
+
+    def spaces(kind: str) -> str:
+        out = []
+        for name in ENGINE_NAMES:
+            knobs = search_space_of(get_adapter(name, "cpu"), kind)
+            if knobs:
+                out.append(f"{name}: " + ", ".join(f"{k.key} {'|'.join(k.values)}" for k in knobs))
+        return "; ".join(out)
+
+    return ("Seconds of measuring per engine for a configuration search before the main job (0 = none): the defaults, "
+            "each knob changed alone, then combinations (up to --tune-configs), searched by successive halving on "
+            "short load ladders, the objective being the capacity at the SLO; each engine then climbs its ladder at "
+            "the configuration found, the verdict compares tuned against tuned, each engine's gain over its defaults "
+            "is reported with its interval and the winner's command line is stored as recipe.json. Precision is never "
+            "changed. Search spaces on a CPU: " + spaces("cpu") + ". On a GPU: " + spaces("nvidia") + ". Engines the "
+            "harness does not start (--endpoint) take client-side knobs only: the ladder already sweeps concurrency.")
+
+
+def apply_recipe(cfg: Any) -> None:
+    """``--engine-config`` on run settings ``cfg``: the recipe's engine (when --engine named none),
+    its args under the user's --engine-arg, its threads (when --threads was not given). Raises
+    ValueError when --engine names other engines."""
+    from results.schema import Recipe
+
+    recipe = Recipe.model_validate_json(Path(str(cfg.engine_config)).read_text())
+    if cfg.engines == ["all"]:
+        cfg.engines = [recipe.engine]
+    elif recipe.engine not in cfg.engines:
+        raise ValueError(f"--engine-config {cfg.engine_config} is a recipe for {recipe.engine}, and --engine names "
+                         f"{','.join(cfg.engines)}: add {recipe.engine} to --engine or leave --engine out")
+    cfg.engine_args = {**cfg.engine_args, recipe.engine: {**recipe.engine_args, **cfg.engine_args.get(recipe.engine, {})}}
+    if cfg.threads is None and recipe.threads:
+        cfg.threads = recipe.threads

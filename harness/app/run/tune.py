@@ -1,0 +1,247 @@
+"""``bench run --tune``: every engine at its best, before the main job compares them (issue 27).
+
+For each engine the harness starts and whose adapter declares a search space
+(:func:`adapters.base.search_space_of`), the configurations (:func:`harness.scoring.tuning.candidates`:
+the defaults, single-knob changes, then combinations, up to ``--tune-configs``) are searched by
+successive halving (:func:`harness.scoring.tuning.successive_halving`) within ``--tune`` seconds
+of measuring: rung 0 climbs each configuration's load ladder with its share of the budget, later
+rungs continue the survivors' ladders (climbing on while no SLO broke, else re-measuring the two
+points bracketing the boundary). Each configuration runs as its own engine, named
+``ENGINE#k`` in the records (``requests.jsonl``), the logs and the manifest, through the same
+trial bodies and executor as the main job (so the trials run on Ray too). A configuration the
+engine refuses (it does not start) is reported with its line and never retried.
+
+The main job then climbs each engine at its chosen configuration, under the engine's own name:
+the verdict compares tuned against tuned. :func:`judge_tuning` stores, in ``ladder.json``'s
+``tuning``, every configuration's ladder and capacity (judged like the main job's), the one chosen,
+and the gain tuning gave (tuned capacity over its defaults', with its interval; none when inside
+the noise). :func:`recipe` makes the winner's ``recipe.json``: the exact command line that
+started it (``bench run --engine-config FILE`` runs it again).
+
+An endpoint (``--endpoint``, ``--engine openai``) is not started by the harness: only client-side
+knobs apply to it, and the load ladder already sweeps the one that matters (concurrency); its
+entry says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Sequence
+
+from rich.markup import escape
+
+from adapters.base import EngineError, search_space_of
+from results.schema import EngineLadder, EngineTuning, LadderSummary, Recipe, RequestRecord, TunedConfig
+
+from harness.app.core.executor import Trial
+from harness.app.core.plan import EnginePlan
+from harness.app.core.signals import interrupt_cause
+from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
+from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
+from harness.scoring.decision import judge, ladder_points
+from harness.scoring.frontier import capacity_of
+from harness.scoring.tuning import Config, Gain, Rejected, Tried, candidates, gain, label, rungs, successive_halving
+
+ENDPOINT_NOTE = ("an endpoint the harness does not start: only client-side knobs apply, and its load ladder already "
+                 "sweeps the one that matters (concurrency); engine-side knobs need an engine the harness starts")
+NO_SPACE_NOTE = "its adapter declares no search space here: it runs at its defaults"
+
+
+def variant(plan: EnginePlan, config: Config, k: int) -> EnginePlan:
+    """Configuration ``k`` of ``plan``'s engine: named ``ENGINE#k`` (records, logs, manifest), its
+    engine args the run's with ``config`` on top."""
+    name = f"{plan.name}#{k}"
+    return replace(plan, name=name, launch=replace(plan.launch, engine_args={**plan.launch.engine_args, **config},
+                                                   log_name=name))
+
+
+def tuned_plan(plan: EnginePlan, config: Config) -> EnginePlan:
+    """``plan`` at ``config`` under the engine's own name (what the main job climbs)."""
+    return replace(plan, launch=replace(plan.launch, engine_args={**plan.launch.engine_args, **config}))
+
+
+@dataclass
+class Search:
+    """One engine's search as it runs: its ``space`` (knob → values), the configurations
+    (``variants``, one :class:`EngineClimb` each, in :func:`candidates` order), their course
+    (``tried``), the ``chosen`` index, and a ``note`` when nothing was searched."""
+
+    engine: str
+    space: dict[str, list[str]] = field(default_factory=dict)
+    configs: list[Config] = field(default_factory=list)
+    variants: list[EngineClimb] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
+    chosen: int = 0
+    note: str = ""
+
+
+class Tuner:
+    """Searches every engine's configurations with ``job`` (its spec, executor, writer, console)
+    within ``budget_s`` seconds of measuring per engine and at most ``max_configs``
+    configurations each, on ``hardware_kind``."""
+
+    def __init__(self, job: LadderJob, budget_s: float, max_configs: int, hardware_kind: str) -> None:
+        self.job, self.budget_s, self.max_configs, self.kind = job, budget_s, max_configs, hardware_kind
+        self.searches: dict[str, Search] = {}
+
+    def run(self, plans: list[EnginePlan]) -> tuple[list[EnginePlan], str]:
+        """Every engine's search, in run order; returns the plans the main job climbs (each at its
+        chosen configuration) and who interrupted the search ("" = nobody)."""
+        out = []
+        for plan in plans:
+            search = self.searches[plan.name] = self._search_of(plan)
+            if not search.configs:
+                out.append(plan)
+                continue
+            try:
+                self._search(plan, search)
+            except KeyboardInterrupt as exc:
+                return plans, interrupt_cause(exc)
+            out.append(tuned_plan(plan, search.configs[search.chosen]))
+        return out, ""
+
+    def judge(self, summary: LadderSummary, records: Sequence[RequestRecord]) -> None:
+        """Store every engine's search in ``summary.tuning`` (:func:`judge_tuning`)."""
+        summary.tuning = judge_tuning(self.searches, self.job, summary, records, self.budget_s)
+
+    def _search_of(self, plan: EnginePlan) -> Search:
+        if not plan.starts_process:
+            return Search(plan.name, note=ENDPOINT_NOTE)
+        knobs = search_space_of(plan.adapter, self.kind)
+        if not knobs:
+            return Search(plan.name, note=NO_SPACE_NOTE)
+        space = {k.key: list(k.values) for k in knobs}
+        configs = candidates(space, self.max_configs, seed=self.job.spec.workload.seed or 0)
+        return Search(plan.name, space=space, configs=configs,
+                      variants=[EngineClimb(variant(plan, c, k)) for k, c in enumerate(configs)])
+
+    def _search(self, plan: EnginePlan, search: Search) -> None:
+        console, n = self.job.console, len(search.configs)
+        plan_text = ", ".join(f"{c} × {s:.0f} s" for c, s in rungs(n, self.budget_s))
+        console.print(f"[bold]{escape(plan.name)}[/]: configuration search, {n} configurations by successive halving "
+                      f"({plan_text} of measuring) …")
+
+        def told(i: int, t: Tried) -> None:
+            what = f"{t.estimate:,.1f} tok/s at the SLO" if t.status == "measured" else f"{t.status}: {t.reason[:160]}"
+            console.print(f"  {search.variants[i].name} ({label(t.config)}): {what}", markup=False, highlight=False)
+
+        search.tried, search.chosen = successive_halving(search.configs, self.budget_s,
+                                                         partial(self._evaluate, search), told)
+        chosen = search.variants[search.chosen].name
+        console.print(f"  {plan.name}: chosen {chosen} ({label(search.configs[search.chosen])})", highlight=False)
+
+    def _evaluate(self, search: Search, i: int, rung: int, seconds: float) -> tuple[float, float]:
+        """Configuration ``i``'s rung ``rung`` with ``seconds`` of measuring (module docstring)."""
+        job, v = self.job, search.variants[i]
+        spec = replace(job.spec, budget_s=seconds,
+                       trial=replace(job.spec.trial, equivalence=False, fidelity=None, accuracy=None, feature_probes=False))
+        if rung == 0:
+            body: Any = partial(climb_ladder, spec=spec, tokenizer=job.tokenizer, manifest=job.writer.manifest)
+        elif _open(v, spec):
+            body = partial(extend_ladder, spec=spec, tokenizer=job.tokenizer, previous=list(v.measurements))
+        else:
+            body = partial(measure_points, spec=spec, tokenizer=job.tokenizer, points=job._next_points(v))
+        trial = Trial((v.name, rung), v.plan, body)
+        job.executor.hold([v.plan])
+        job.executor.submit([trial])
+        try:
+            out = job.executor.result(trial, job.writer)
+        except EngineError as exc:
+            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            v.failure, v.log_tail = line, exc.log_tail
+            if rung == 0 and i > 0:  # the defaults start; this configuration does not: the engine refused it
+                raise Rejected(line) from exc
+            raise
+        new = out.measurements if isinstance(out, LadderOutcome) else list(out)
+        if isinstance(out, LadderOutcome):
+            if v.outcome is None:
+                v.outcome = out
+            else:
+                v.outcome.stopped = out.stopped
+        v.measurements += new
+        if isinstance(out, LadderOutcome) and out.crash:
+            v.outcome.crash, v.outcome.crashed_at = out.crash, out.crashed_at  # type: ignore[union-attr]
+            raise RuntimeError(f"crashed under load ({out.crashed_at} in flight): {out.crash}"[:300])
+        return _estimate(v, job.spec), sum(m.wall_s for m in new)
+
+
+def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSummary,
+                 records: Sequence[RequestRecord], budget_s: float) -> dict[str, EngineTuning]:
+    """Each engine's search as stored (module docstring): every configuration's ladder judged
+    like the main job's (same SLOs, bound and seed), the chosen one, the gain; ``budget_s``: the
+    search's budget per engine."""
+    out = {}
+    for name, search in searches.items():
+        if not search.configs:
+            out[name] = EngineTuning(note=search.note)
+            continue
+        ladders = LadderSummary(run_id=summary.run_id, workload=summary.workload, slos=summary.slos,
+                                max_failure_rate=summary.max_failure_rate, devices=summary.devices, seed=summary.seed,
+                                engines={v.name: job._engine_ladder(v) for v in search.variants if v.measurements})
+        judge(ladders, records, job.spec.slos, seed=summary.seed)
+        configs = []
+        for k, (v, t) in enumerate(zip(search.variants, search.tried or [Tried(c) for c in search.configs])):
+            facts = job.writer.manifest.engines.get(v.name)
+            configs.append(TunedConfig(id=v.name, engine_args=t.config, status=t.status, reason=t.reason,
+                                       rungs=len(t.estimates), measuring_s=round(t.seconds, 2),
+                                       ladder=ladders.engines.get(v.name), command=getattr(facts, "command", None) or ""))
+        tuning = EngineTuning(space=search.space, method="grid" if len(search.configs) <= 2 else "successive halving",
+                              budget_s=budget_s, configs=configs,
+                              chosen=search.variants[search.chosen].name)
+        tuning.used_s = round(sum(c.measuring_s for c in configs), 2)
+        g = gain(_capacity(name, summary.engines.get(name), records, summary, job),
+                 _capacity(search.variants[0].name, ladders.engines.get(search.variants[0].name), records, summary, job))
+        tuning.gain, tuning.gain_interval, tuning.gain_none = g.ratio, g.interval, g.none
+        out[name] = tuning
+    return out
+
+
+def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestRecord], summary: LadderSummary,
+              job: LadderJob) -> Any:
+    """``name``'s capacity with its bootstrap draws (None without points)."""
+    if ladder is None:
+        return None
+    points = ladder_points(name, ladder, records, summary.devices, summary.workload == "agentic")
+    if not points:
+        return None
+    cap = capacity_of(points, job.spec.slos, summary.max_failure_rate, seed=summary.seed)
+    if ladder.stopped == "saturated":
+        cap.open = False
+    return cap
+
+
+def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
+    """``engine``'s configuration as the harness ran it in the main job (None when it has no
+    capacity): the engine args, threads, command line and env from the manifest, its capacity."""
+    ladder = summary.engines.get(engine)
+    facts = manifest.engines.get(engine)
+    if ladder is None or ladder.capacity is None or facts is None:
+        return None
+    cap = ladder.capacity
+    tuning = summary.tuning.get(engine)
+    args = dict(getattr(facts, "engine_args", None) or {})
+    return Recipe(engine=engine, engine_args=args, threads=getattr(facts, "threads", None),
+                  command=getattr(facts, "command", None) or "", env=dict(getattr(facts, "env", None) or {}),
+                  run_id=summary.run_id, workload=summary.workload, slos=summary.slos, capacity_tps=cap.output_tps,
+                  capacity_interval=cap.interval, capacity_open=cap.open,
+                  tuned=bool(tuning is not None and tuning.configs))
+
+
+def gain_line(engine: str, tuning: EngineTuning) -> str:
+    """``vllm: tuned max_num_seqs=32 (vllm#2), gain over its defaults 1.31× [1.12–1.52]; 4 configurations,
+    212 s of measuring`` for the console and the report."""
+    if not tuning.configs:
+        return f"{engine}: not tuned — {tuning.note}"
+    chosen = tuning.config(tuning.chosen)
+    what = label(chosen.engine_args) if chosen is not None else "?"
+    g = "gain over its defaults " + Gain(tuning.gain, tuning.gain_interval, tuning.gain_none).text()
+    rejected = [c for c in tuning.configs if c.status == "rejected"]
+    rej = f"; {len(rejected)} rejected by the engine" if rejected else ""
+    n = len(tuning.configs)
+    return (f"{engine}: tuned {what} ({tuning.chosen}), {g}; {n} configurations, {tuning.used_s:,.0f} s of "
+            f"measuring{rej}")
+
+
+__all__ = ["ENDPOINT_NOTE", "NO_SPACE_NOTE", "Search", "Tuner", "gain_line", "judge_tuning", "recipe", "tuned_plan",
+           "variant"]

@@ -1,0 +1,182 @@
+"""Every engine at its best: the configuration search of ``bench run --tune`` (pure logic).
+
+**The method: successive halving** (Jamieson & Talwalkar 2016, "Non-stochastic best arm
+identification and hyperparameter optimization", Alg. 1; the shape of Hyperband's inner loop),
+chosen for an objective that is noisy and expensive (each configuration is an engine restart and
+a load ladder). ``n`` configurations are tried; the budget ``B`` (seconds of measuring) is split
+equally over ``R = ceil(log2 n)`` rungs; rung ``r`` gives each of its ``ceil(n / 2**r)``
+configurations ``B / (R * ceil(n / 2**r))`` seconds, and the better half by capacity point
+estimate goes on to the next rung, where its ladder continues (climbs on, or re-measures the
+points bracketing its SLO boundary), so the survivors' estimates sharpen as the field narrows.
+Two configurations (one rung) is a plain grid. The objective is the capacity at the SLO
+(:mod:`harness.scoring.frontier`), the same number the verdict compares.
+
+**The candidates** (:func:`candidates`): the engine's defaults first (the out-of-the-box result
+every gain is measured against), then every single-knob change (one knob moved from the defaults),
+then combinations of knobs (a seeded shuffle of the rest of the grid), cut at the configuration
+limit: with a small budget the knobs' main effects are tried before their interactions.
+
+**A configuration the engine rejects** (it fails to start, or its server refuses the flag) is
+reported with the engine's own line and dropped: never retried (:class:`Rejected`).
+
+The gain tuning gave (:func:`gain`) is the ratio of the tuned capacity over the defaults' with the
+percentile interval of the ratio of their bootstrap draws (:func:`harness.scoring.verdict.ratio_interval`);
+an interval reaching down to ``1 + EQUIVALENCE_MARGIN`` is **no gain** (inside the noise, or under 5 %).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .frontier import Capacity
+from .verdict import EQUIVALENCE_MARGIN, ratio_interval
+
+Config = dict[str, str]
+"""One configuration: engine arg key → value (``{}`` = the engine's defaults)."""
+
+
+class Rejected(Exception):
+    """The engine refused a configuration (a knob value it does not accept): reported, not retried."""
+
+
+def grid(space: dict[str, Sequence[str]]) -> list[Config]:
+    """Every combination of the knobs' values (knob order kept), the defaults not included."""
+    keys = list(space)
+    return [dict(zip(keys, values)) for values in itertools.product(*(space[k] for k in keys))]
+
+
+def candidates(space: dict[str, Sequence[str]], limit: int, seed: int = 0) -> list[Config]:
+    """Up to ``limit`` configurations (>= 1): the defaults, the single-knob changes (knob by knob,
+    in the order declared), then seeded-shuffled combinations of two knobs or more (module docstring)."""
+    out: list[Config] = [{}]
+    singles = [{k: v} for k, values in space.items() for v in values]
+    combos = [c for c in grid(space) if len(c) > 1]
+    random.Random(seed).shuffle(combos)
+    for c in singles + combos:
+        if len(out) >= max(1, limit):
+            break
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def rungs(n: int, budget_s: float) -> list[tuple[int, float]]:
+    """The halving schedule for ``n`` configurations and ``budget_s`` seconds: ``(configurations
+    in the rung, seconds each)`` per rung (module docstring); [] for one configuration or none."""
+    if n < 2:
+        return []
+    count = math.ceil(math.log2(n))
+    out, alive = [], n
+    for _ in range(count):
+        out.append((alive, budget_s / (count * alive)))
+        alive = math.ceil(alive / 2)
+    return out
+
+
+@dataclass
+class Tried:
+    """One configuration's course through the search: ``config``; its point estimate after each
+    rung it ran (output tokens/s per device at the SLO); ``seconds`` of measuring spent on it;
+    ``status`` (``measured``, ``rejected``: the engine refused it, ``failed``: it crashed or
+    measured nothing) with ``reason``."""
+
+    config: Config
+    estimates: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    status: str = "measured"
+    reason: str = ""
+
+    @property
+    def estimate(self) -> float:
+        return self.estimates[-1] if self.estimates else -math.inf
+
+
+Evaluate = Callable[[int, int, float], tuple[float, float]]
+"""``evaluate(config index, rung, seconds) -> (capacity point estimate, seconds spent)``: rung 0
+starts the configuration's ladder, later rungs continue it. Raises :class:`Rejected` when the
+engine refuses the configuration, or any ``Exception`` naming why it failed."""
+
+
+def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Evaluate,
+                       on_result: Callable[[int, Tried], None] | None = None) -> tuple[list[Tried], int]:
+    """Search ``configs`` within ``budget_s`` (module docstring). Returns every configuration's
+    course and the index of the best (the highest estimate after the last rung it reached, a
+    later rung winning over an earlier one; the defaults, index 0, when nothing measured). A
+    configuration that was rejected or failed leaves the search at once. ``on_result(i, tried)``
+    is told after each evaluation (progress). KeyboardInterrupt passes through."""
+    tried = [Tried(dict(c)) for c in configs]
+    alive = list(range(len(configs)))
+    for r, (_, seconds) in enumerate(rungs(len(configs), budget_s)):
+        if len(alive) < 2 and r > 0:
+            break
+        for i in alive:
+            try:
+                estimate, spent = evaluate(i, r, seconds)
+            except Rejected as exc:
+                tried[i].status, tried[i].reason = "rejected", str(exc)
+            except Exception as exc:  # noqa: BLE001 - a failed configuration is reported, the search goes on
+                tried[i].status, tried[i].reason = "failed", str(exc) or type(exc).__name__
+            else:
+                tried[i].estimates.append(estimate)
+                tried[i].seconds += spent
+            if on_result is not None:
+                on_result(i, tried[i])
+        alive = [i for i in alive if tried[i].status == "measured"]
+        alive.sort(key=lambda i: -tried[i].estimate)
+        alive = alive[:max(1, math.ceil(len(alive) / 2))]
+    return tried, best_of(tried)
+
+
+def best_of(tried: Sequence[Tried]) -> int:
+    """The best configuration: most rungs reached, then the highest estimate; 0 when none measured."""
+    ok = [i for i, t in enumerate(tried) if t.status == "measured" and t.estimates]
+    if not ok:
+        return 0
+    return max(ok, key=lambda i: (len(tried[i].estimates), tried[i].estimate))
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What tuning gave an engine: ``ratio`` tuned / defaults capacity, its 95 % ``interval``
+    (None without draws), ``none`` when it is inside the noise or under 5 %."""
+
+    ratio: float | None
+    interval: tuple[float, float] | None
+    none: bool
+
+    def text(self) -> str:
+        """``1.32× [1.12–1.51]`` or ``none (1.02× [0.93–1.10], within the noise or 5 %)``."""
+        if self.ratio is None:
+            return "not measured"
+        shown = f"{self.ratio:.2f}×" + (f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]" if self.interval else "")
+        return f"none ({shown}, within the noise or 5 %)" if self.none else shown
+
+
+def gain(tuned: Capacity | None, default: Capacity | None) -> Gain:
+    """Tuned over defaults (module docstring); a ratio of None when either never met the SLO."""
+    if tuned is None or default is None or tuned.never_met or default.never_met or default.output_tps <= 0:
+        return Gain(None, None, True)
+    ratio = tuned.output_tps / default.output_tps
+    interval = ratio_interval(tuned, default)
+    none = (interval[0] <= 1 + EQUIVALENCE_MARGIN) if interval is not None else ratio <= 1 + EQUIVALENCE_MARGIN
+    return Gain(ratio, interval, none)
+
+
+def upper_envelope(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The Pareto frontier of ``(tokens/s per user, output tokens/s per device)`` points, both
+    higher-is-better (InferenceX's envelope over configurations): the points no other point beats
+    on both axes, by tokens/s per user ascending."""
+    out: list[tuple[float, float]] = []
+    for x, y in sorted(points, key=lambda p: (-p[0], -p[1])):
+        if not out or y > out[-1][1]:
+            out.append((x, y))
+    return sorted(out)
+
+
+def label(config: Config) -> str:
+    """``max_num_seqs=64 max_num_batched_tokens=2048``; ``defaults`` for ``{}``."""
+    return " ".join(f"{k}={v}" for k, v in config.items()) or "defaults"

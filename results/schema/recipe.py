@@ -1,0 +1,35 @@
+"""``recipe.json``: a configuration to deploy, as ``bench run`` found it (issue 27): the engine,
+the engine args that set it (the ``--engine-arg`` keys the adapter turns into flags), the
+threads, and the exact command line and environment the harness started it with (the port the
+harness chose included: serve it on yours). ``bench run --engine-config FILE`` measures it again."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .base import SCHEMA_VERSION, Artefact
+
+RECIPE_FILE = "recipe.json"
+
+
+class Recipe(Artefact):
+    """``engine``; ``engine_args`` (key → value, as ``--engine-arg ENGINE:key=value``); ``threads``;
+    ``command`` (shell-quoted argv as run) and ``env`` (the variables the harness set on top of
+    the inherited ones, secrets redacted); where it came from: ``run_id``, ``workload``, ``slos``
+    (key → ms), its ``capacity_tps`` (output tokens/s per device at the SLO) with its 95 %
+    ``capacity_interval`` and whether that was a lower bound (``capacity_open``); ``tuned``: a
+    configuration search chose it (else the engine's defaults or the user's flags)."""
+
+    schema_version: str = SCHEMA_VERSION
+    engine: str
+    engine_args: dict[str, str] = Field(default_factory=dict)
+    threads: int | None = None
+    command: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    run_id: str = ""
+    workload: str = ""
+    slos: dict[str, float] = Field(default_factory=dict)
+    capacity_tps: float | None = None
+    capacity_interval: tuple[float, float] | None = None
+    capacity_open: bool = False
+    tuned: bool = False

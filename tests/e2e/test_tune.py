@@ -1,0 +1,79 @@
+"""``bench run --tune`` end to end on a scripted engine the harness starts
+(tests/fake_servers/tunable_engine.py: its capacity at the SLO peaks at 8 slots, and it refuses
+64): the search finds 8 slots, reports the refused setting with the engine's line, the main job
+climbs the engine at what it found, ``ladder.json`` keeps every configuration's ladder and the
+gain over the defaults, ``recipe.json`` holds the command line, and ``--engine-config`` runs the
+recipe again (issue 27)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import adapters.registry as registry
+from harness.app.cli import app
+from results.schema import LadderSummary, Recipe
+from tests.fake_servers.tunable_engine import TunableEngine
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["--workload", "random", "--input-len", "8", "--output-len", "8", "--warmup", "1", "--no-calibration",
+        "--no-equivalence", "--no-feature-probes", "--threads", "1", "--max-load", "8", "--ladder-budget", "3",
+        "--slo", "ttft_p90=300,tpot_p90=25"]
+
+
+@pytest.fixture
+def tunable(monkeypatch):
+    real = registry.get_adapter
+    monkeypatch.setattr(registry, "get_adapter", lambda name, hardware=None: TunableEngine("vllm") if name == "vllm"
+                        else real(name, hardware))
+
+
+def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, tunable):
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm", *ARGS, "--tune", "8", "--tune-configs", "4",
+                                   "-o", str(tmp_path), "--run-id", "tuned"])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "tuned"
+    ladder = LadderSummary.model_validate_json((run / "ladder.json").read_text())
+    tuning = ladder.tuning["vllm"]
+    assert tuning.space == {"slots": ["1", "8", "64"]} and tuning.method == "successive halving"
+    by_args = {json.dumps(c.engine_args): c for c in tuning.configs}
+    assert set(by_args) == {"{}", '{"slots": "1"}', '{"slots": "8"}', '{"slots": "64"}'}
+    refused = by_args['{"slots": "64"}']
+    assert refused.status == "rejected" and "at most 16" in refused.reason and refused.rungs == 0
+    chosen = tuning.config(tuning.chosen)
+    assert chosen is not None and chosen.engine_args == {"slots": "8"}
+    assert "--slots 8" in chosen.command
+    assert by_args["{}"].ladder is not None and by_args["{}"].ladder.capacity is not None
+    # both ladders stop for their (tiny) budgets: lower bounds, yet well apart
+    assert tuning.gain is not None and tuning.gain > 1.1 and not tuning.gain_none
+    assert 0 < tuning.used_s
+    # every configuration is its own engine in the records, the main job the engine itself
+    records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    assert {r["engine"] for r in records} >= {"vllm", "vllm#0", "vllm#1", "vllm#2"}
+    assert (run / "logs" / "vllm#2.log").exists()
+    # the main job climbed the engine at 8 slots; the recipe is its command line
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "--slots 8" in manifest["engines"]["vllm"]["command"]
+    assert "vllm: tuned slots=8" in res.output and "Recipe (vllm" in res.output
+    recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
+    assert recipe.engine == "vllm" and recipe.engine_args == {"slots": "8"} and recipe.tuned
+    assert "--slots 8" in recipe.command and recipe.capacity_tps and recipe.capacity_interval
+    # --engine-config runs the recipe again
+    again = CliRunner().invoke(app, ["run", *ARGS, "--engine-config", str(run / "recipe.json"), "-o", str(tmp_path),
+                                     "--run-id", "again"])
+    assert again.exit_code == 0, again.output
+    manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    assert "--slots 8" in manifest["engines"]["vllm"]["command"]
+
+
+def test_an_engine_config_that_is_not_a_recipe_is_one_line(tmp_path):
+    bad = tmp_path / "recipe.json"
+    bad.write_text('{"engine_args": {}}')
+    res = CliRunner().invoke(app, ["run", "--engine-config", str(bad), "-o", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "is not a recipe (engine: Field required)" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["run", "--engine-config", str(tmp_path / "missing.json"), "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "cannot read it" in res.output
