@@ -6,7 +6,9 @@ ladder points in load order, x = tokens/s per user (interactivity: 1000 / median
 output tokens/s per device; a point that failed the SLO is drawn hollow. The TPOT SLO is a
 vertical line at 1000 / threshold: everything left of it is too slow for a user. Each engine's
 capacity at the SLO is a large marker with its 95 % interval as a vertical whisker; the
-winner's is a star; the reference engine is dashed (a yardstick).
+winner's is a star; the reference engine is dashed (a yardstick). With ``--tune``, each
+engine's other configurations are dotted and faded behind its curve, under a broad translucent
+line: the envelope over all its configurations (InferenceX draws an engine's frontier so).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def frontier_png(s: LadderSummary) -> bytes | None:
         for p, x, y in zip(pts, xs, ys):
             ax.plot([x], [y], "o", color=color, markerfacecolor=color if p.passed else "white", markersize=5)
             ax.annotate(str(p.load), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=color)
+        _tried(ax, s, name, color)
         xy = _capacity_xy(e)
         if xy is not None and e.capacity is not None:
             star = name == winner
@@ -79,6 +82,23 @@ def frontier_png(s: LadderSummary) -> bytes | None:
         ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the chart: never over a curve
     return _png(fig)
+
+
+def _tried(ax: Any, s: LadderSummary, name: str, color: Any) -> None:
+    """``--tune``: the engine's other configurations faded behind its curve, and the envelope over
+    all of them (``EngineTuning.envelope``, the Pareto frontier of their passing points) as a
+    broad translucent line."""
+    tuning = s.tuning.get(name)
+    if tuning is None or not tuning.configs:
+        return
+    for c in tuning.configs:
+        cpts = [p for p in sorted(c.ladder.points, key=lambda p: p.load) if p.per_user_tps] if c.ladder else []
+        if cpts:
+            ax.plot([p.per_user_tps for p in cpts], [p.output_tps for p in cpts], ":", color=color, linewidth=1.0,
+                    alpha=0.3, marker=".", markersize=4)
+    if len(tuning.envelope) > 1:
+        ax.plot([x for x, _ in tuning.envelope], [y for _, y in tuning.envelope], "-", color=color, linewidth=6,
+                alpha=0.18, label=f"{name}: envelope over {len(tuning.configs)} configurations (tried ones dotted)")
 
 
 def _colors(n: int) -> list[Any]:

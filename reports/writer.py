@@ -23,6 +23,7 @@ from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
 from .frontier import capacity_rows, frontier_png
+from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
 
 
@@ -52,7 +53,8 @@ def decision_context(ladder: LadderSummary) -> dict[str, Any]:
             "tie": bool(d and d.tie), "rows": capacity_rows(ladder),
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",
-            "excluded": dict(d.excluded) if d else {}}
+            "excluded": dict(d.excluded) if d else {},
+            "tuning": tuning_rows(ladder), "tried": tried_rows(ladder)}
 
 
 def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:

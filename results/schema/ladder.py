@@ -137,6 +137,7 @@ class TunedConfig(Artefact):
 
     id: str
     engine_args: dict[str, str] = Field(default_factory=dict)
+    label: str = ""  # the knobs as one line ("max_num_seqs=32"; "defaults")
     status: str = "measured"
     reason: str = ""
     rungs: int = 0
@@ -151,7 +152,9 @@ class EngineTuning(Artefact):
     every configuration tried (``configs``, the defaults first), the one ``chosen`` (its id; the
     main job measured it under the engine's own name), the ``gain`` tuning gave (tuned capacity
     over the defaults') with its 95 % ``gain_interval`` and whether it is none (``gain_none``:
-    within the noise or 5 %), and a ``note`` (why nothing was searched, e.g. an endpoint)."""
+    within the noise or 5 %) as ``gain_text``, the ``envelope`` over every configuration's
+    passing points and the main job's ((tokens/s per user, output tokens/s per device), the
+    Pareto frontier, by tokens/s per user), and a ``note`` (why nothing was searched, e.g. an endpoint)."""
 
     space: dict[str, list[str]] = Field(default_factory=dict)
     method: str = ""
@@ -162,6 +165,8 @@ class EngineTuning(Artefact):
     gain: float | None = None
     gain_interval: tuple[float, float] | None = None
     gain_none: bool = True
+    gain_text: str = ""
+    envelope: list[tuple[float, float]] = Field(default_factory=list)
     note: str = ""
 
     def config(self, config_id: str) -> TunedConfig | None:

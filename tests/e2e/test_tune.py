@@ -2,8 +2,8 @@
 (tests/fake_servers/tunable_engine.py: its capacity at the SLO peaks at 8 slots, and it refuses
 64): the search finds 8 slots, reports the refused setting with the engine's line, the main job
 climbs the engine at what it found, ``ladder.json`` keeps every configuration's ladder and the
-gain over the defaults, ``recipe.json`` holds the command line, and ``--engine-config`` runs the
-recipe again (issue 27)."""
+gain over the defaults, and ``recipe.json`` holds the command line (issue 27;
+tests/harness/app/core/test_tune_options.py: ``--engine-config`` turns it back into run settings)."""
 
 from __future__ import annotations
 
@@ -58,15 +58,13 @@ def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, t
     manifest = json.loads((run / "manifest.json").read_text())
     assert "--slots 8" in manifest["engines"]["vllm"]["command"]
     assert "vllm: tuned slots=8" in res.output and "Recipe (vllm" in res.output
+    md = (run / "report.md").read_text()
+    assert md.index("## Verdict") < md.index("Each engine at its best") < md.index("## Weighted score")
+    assert "| vllm | slots=8 (vllm#2) |" in md and "rejected: vllm: --slots 64 is more than" in md
+    assert len(tuning.envelope) >= 2 and (run / "report-plots" / "frontier.png").exists()
     recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
     assert recipe.engine == "vllm" and recipe.engine_args == {"slots": "8"} and recipe.tuned
     assert "--slots 8" in recipe.command and recipe.capacity_tps and recipe.capacity_interval
-    # --engine-config runs the recipe again
-    again = CliRunner().invoke(app, ["run", *ARGS, "--engine-config", str(run / "recipe.json"), "-o", str(tmp_path),
-                                     "--run-id", "again"])
-    assert again.exit_code == 0, again.output
-    manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
-    assert "--slots 8" in manifest["engines"]["vllm"]["command"]
 
 
 def test_an_engine_config_that_is_not_a_recipe_is_one_line(tmp_path):

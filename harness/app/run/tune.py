@@ -41,7 +41,8 @@ from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
 from harness.scoring.decision import judge, ladder_points
 from harness.scoring.frontier import capacity_of
-from harness.scoring.tuning import Config, Gain, Rejected, Tried, candidates, gain, label, rungs, successive_halving
+from harness.scoring.tuning import (Config, Rejected, Tried, candidates, gain, label, rungs, successive_halving,
+                                    upper_envelope)
 
 ENDPOINT_NOTE = ("an endpoint the harness does not start: only client-side knobs apply, and its load ladder already "
                  "sweeps the one that matters (concurrency); engine-side knobs need an engine the harness starts")
@@ -183,7 +184,7 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
         configs = []
         for k, (v, t) in enumerate(zip(search.variants, search.tried or [Tried(c) for c in search.configs])):
             facts = job.writer.manifest.engines.get(v.name)
-            configs.append(TunedConfig(id=v.name, engine_args=t.config, status=t.status, reason=t.reason,
+            configs.append(TunedConfig(id=v.name, engine_args=t.config, label=label(t.config), status=t.status, reason=t.reason,
                                        rungs=len(t.estimates), measuring_s=round(t.seconds, 2),
                                        ladder=ladders.engines.get(v.name), command=getattr(facts, "command", None) or ""))
         tuning = EngineTuning(space=search.space, method="grid" if len(search.configs) <= 2 else "successive halving",
@@ -192,7 +193,11 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
         tuning.used_s = round(sum(c.measuring_s for c in configs), 2)
         g = gain(_capacity(name, summary.engines.get(name), records, summary, job),
                  _capacity(search.variants[0].name, ladders.engines.get(search.variants[0].name), records, summary, job))
-        tuning.gain, tuning.gain_interval, tuning.gain_none = g.ratio, g.interval, g.none
+        tuning.gain, tuning.gain_interval, tuning.gain_none, tuning.gain_text = g.ratio, g.interval, g.none, g.text()
+        tuning.envelope = upper_envelope([(p.per_user_tps, p.output_tps) for ladder in
+                                          [summary.engines.get(name)] + [c.ladder for c in configs]
+                                          if ladder is not None for p in ladder.points
+                                          if p.passed and p.per_user_tps and p.output_tps > 0])
         out[name] = tuning
     return out
 
@@ -234,8 +239,8 @@ def gain_line(engine: str, tuning: EngineTuning) -> str:
     if not tuning.configs:
         return f"{engine}: not tuned — {tuning.note}"
     chosen = tuning.config(tuning.chosen)
-    what = label(chosen.engine_args) if chosen is not None else "?"
-    g = "gain over its defaults " + Gain(tuning.gain, tuning.gain_interval, tuning.gain_none).text()
+    what = chosen.label if chosen is not None else "?"
+    g = "gain over its defaults " + (tuning.gain_text or "not measured")
     rejected = [c for c in tuning.configs if c.status == "rejected"]
     rej = f"; {len(rejected)} rejected by the engine" if rejected else ""
     n = len(tuning.configs)

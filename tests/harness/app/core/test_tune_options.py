@@ -1,0 +1,44 @@
+"""``--engine-config FILE`` (a recipe.json a run wrote) becomes run settings: its engine, its
+engine args under the user's --engine-arg, its threads; and ``--tune``'s help lists every
+engine's search space (issue 27)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.app.core.settings import RunSettings
+from harness.app.core.tune_options import tune_help
+from results.schema import Recipe
+
+
+def _recipe(tmp_path, **over) -> str:
+    r = Recipe(engine="vllm", engine_args={"max_num_seqs": "32", "max_num_batched_tokens": "2048"}, threads=1,
+               command="python -m vllm.entrypoints.openai.api_server --max-num-seqs 32", **over)
+    path = tmp_path / "recipe.json"
+    path.write_text(r.model_dump_json())
+    return str(path)
+
+
+def test_a_recipe_sets_the_engine_its_args_and_threads(tmp_path) -> None:
+    cfg = RunSettings.model_validate({"engine_config": _recipe(tmp_path), "engines": ["all"]})
+    assert cfg.engines == ["vllm"] and cfg.threads == 1
+    assert cfg.engine_args == {"vllm": {"max_num_seqs": "32", "max_num_batched_tokens": "2048"}}
+
+
+def test_the_users_engine_arg_and_threads_win_over_the_recipe(tmp_path) -> None:
+    cfg = RunSettings.model_validate({"engine_config": _recipe(tmp_path), "threads": 2, "engines": ["vllm", "own"],
+                                      "engine_args": {"vllm": {"max_num_seqs": "64"}}})
+    assert cfg.engines == ["vllm", "own"] and cfg.threads == 2
+    assert cfg.engine_args["vllm"] == {"max_num_seqs": "64", "max_num_batched_tokens": "2048"}
+
+
+def test_a_recipe_for_another_engine_than_named_is_one_line(tmp_path) -> None:
+    with pytest.raises(ValueError, match="is a recipe for vllm, and --engine names own: add vllm to --engine"):
+        RunSettings.model_validate({"engine_config": _recipe(tmp_path), "engines": ["own"]})
+
+
+def test_the_tune_help_lists_each_engines_search_space() -> None:
+    text = tune_help()
+    assert "vllm: max_num_seqs 8|32|128, max_num_batched_tokens 512|2048|8192" in text
+    assert "sglang: max_running_requests 8|32|128" in text and "llamacpp: parallel 4|8|16" in text
+    assert "On a GPU: own:" in text and "enforce_eager true" in text
