@@ -56,7 +56,8 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
             plans, interrupted = tuner.run(plans)
             engines = [EngineClimb(p) for p in plans]
             executor.end()
-            executor.begin(plans)
+            if not interrupted:  # the engines start at their chosen configurations
+                executor.begin(plans)
             for e in engines if interrupted else []:
                 e.failure = "not measured: the run was interrupted during the configuration search"
         if not interrupted:

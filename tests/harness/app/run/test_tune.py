@@ -1,0 +1,52 @@
+"""What the configuration search (harness/app/run/tune.py) does with each engine before measuring:
+an endpoint the harness does not start gets client-side knobs only, said plainly; an engine
+without a search space runs at its defaults; one with a space gets its candidates, each as its own
+engine ``ENGINE#k`` with its own log (issue 27)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from adapters.base import LaunchConfig, ProbeResult
+from adapters.openai_adapter import OpenAIAdapter
+from harness.app.core.plan import EnginePlan
+from harness.app.run.tune import ENDPOINT_NOTE, NO_SPACE_NOTE, Tuner, tuned_plan, variant
+from tests.fake_servers.tunable_engine import TunableEngine
+
+
+def _plan(adapter) -> EnginePlan:
+    launch = LaunchConfig(model_dir=Path("m"), run_dir=Path("r"), engine_args={"env.X": "1"})
+    return EnginePlan(adapter.name, adapter, {}, ProbeResult(True, "ok"), launch, "cpu")
+
+
+def _tuner(max_configs: int = 4) -> Tuner:
+    job = SimpleNamespace(spec=SimpleNamespace(workload=SimpleNamespace(seed=0)))
+    return Tuner(job, 120.0, max_configs, "cpu")  # type: ignore[arg-type]
+
+
+def test_an_endpoint_takes_client_side_knobs_only() -> None:
+    search = _tuner()._search_of(_plan(OpenAIAdapter("http://10.0.0.5:8000", name="prod")))
+    assert search.configs == [] and search.note == ENDPOINT_NOTE
+    assert "only client-side knobs" in ENDPOINT_NOTE and "concurrency" in ENDPOINT_NOTE
+
+
+def test_an_engine_without_a_space_runs_at_its_defaults() -> None:
+    from adapters.hf import TransformersStaticAdapter
+
+    search = _tuner()._search_of(_plan(TransformersStaticAdapter(hardware="cpu")))
+    assert search.configs == [] and search.note == NO_SPACE_NOTE
+
+
+def test_each_configuration_is_its_own_engine_with_the_runs_args_underneath() -> None:
+    plan = _plan(TunableEngine("vllm"))
+    search = _tuner(3)._search_of(plan)
+    assert search.space == {"slots": ["1", "8", "64"]}
+    assert search.configs == [{}, {"slots": "1"}, {"slots": "8"}]
+    names = [v.name for v in search.variants]
+    assert names == ["vllm#0", "vllm#1", "vllm#2"]
+    v = variant(plan, {"slots": "8"}, 2)
+    assert v.launch.engine_args == {"env.X": "1", "slots": "8"} and v.launch.log_name == "vllm#2"
+    assert TunableEngine("vllm").log_path(v.launch) == Path("r") / "logs" / "vllm#2.log"
+    t = tuned_plan(plan, {"slots": "8"})
+    assert t.name == "vllm" and t.launch.engine_args == {"env.X": "1", "slots": "8"} and t.launch.log_name is None
