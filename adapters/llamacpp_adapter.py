@@ -125,7 +125,7 @@ class LlamaCppAdapter(ServerAdapter):
     outtype = "f32"
     stop_grace_s = 10.0
     search_space = {  # bench run --tune (adapters.base.Knob); the GGUF type stays the baseline's
-        "cpu": (Knob("parallel", ("4", "8", "16"), "slots (its max_num_seqs); each gets --ctx-size / slots tokens"),
+        "cpu": (Knob("parallel", ("8", "4", "16"), "slots (its max_num_seqs); each gets --ctx-size / slots tokens"),
                 Knob("batch_size", ("512", "8192"), "tokens per step (logical batch)")),
     }
 

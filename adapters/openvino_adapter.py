@@ -184,8 +184,8 @@ class OpenVinoAdapter(ServerAdapter):
     adapter_keys = ("weight_format",)
     stop_grace_s = 10.0
     search_space = {  # bench run --tune (adapters.base.Knob); the weight format stays the baseline's
-        "cpu": (Knob("max_num_seqs", ("8", "32", "128"), "sequences batched at once"),
-                Knob("max_num_batched_tokens", ("256", "1024", "4096"), "tokens per step (the split-fuse chunk)")),
+        "cpu": (Knob("max_num_seqs", ("32", "8", "128"), "sequences batched at once"),
+                Knob("max_num_batched_tokens", ("1024", "256", "4096"), "tokens per step (the split-fuse chunk)")),
     }
 
     def __init__(self, hardware: str | None = None) -> None:

@@ -40,9 +40,9 @@ class OwnAdapter(ServerAdapter):
     )
     stop_grace_s = 10.0
     search_space = {  # bench run --tune (adapters.base.Knob); precision stays the baseline's
-        "cpu": (Knob("max_num_seqs", ("8", "32", "128"), "sequences batched at once: throughput against each token's time"),
-                Knob("max_num_batched_tokens", ("256", "2048"), "tokens per step (the prefill chunk): TTFT against TPOT"),
-                Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding")),
+        "cpu": (Knob("max_num_seqs", ("32", "8", "128"), "sequences batched at once: throughput against each token's time"),
+                Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding"),
+                Knob("max_num_batched_tokens", ("2048", "256"), "tokens per step (the prefill chunk): TTFT against TPOT")),
         "gpu": (Knob("max_num_seqs", ("32", "128", "256"), "sequences batched at once"),
                 Knob("max_num_batched_tokens", ("512", "2048", "8192"), "tokens per step (the prefill chunk)"),
                 Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding")),

@@ -55,8 +55,8 @@ class SglangAdapter(ServerAdapter):
     )
     stop_grace_s = 20.0
     search_space = {  # bench run --tune (adapters.base.Knob); precision stays the baseline's
-        "cpu": (Knob("max_running_requests", ("8", "32", "128"), "sequences batched at once (its max_num_seqs)"),
-                Knob("chunked_prefill_size", ("512", "2048", "8192"), "the prefill chunk (tokens)")),
+        "cpu": (Knob("max_running_requests", ("32", "8", "128"), "sequences batched at once (its max_num_seqs)"),
+                Knob("chunked_prefill_size", ("2048", "512", "8192"), "the prefill chunk (tokens)")),
         "gpu": (Knob("max_running_requests", ("64", "256", "512"), "sequences batched at once (its max_num_seqs)"),
                 Knob("chunked_prefill_size", ("2048", "8192"), "the prefill chunk (tokens)"),
                 Knob("disable_cuda_graph", ("true",), "CUDA graphs off"),

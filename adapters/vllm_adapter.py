@@ -65,8 +65,8 @@ class VllmAdapter(ServerAdapter):
     )
     stop_grace_s = 20.0
     search_space = {  # bench run --tune (adapters.base.Knob); precision (dtype, KV cache dtype) stays the baseline's
-        "cpu": (Knob("max_num_seqs", ("8", "32", "128"), "sequences batched at once: throughput against each token's time"),
-                Knob("max_num_batched_tokens", ("512", "2048", "8192"), "tokens per step (the chunked-prefill budget)")),
+        "cpu": (Knob("max_num_seqs", ("32", "8", "128"), "sequences batched at once: throughput against each token's time"),
+                Knob("max_num_batched_tokens", ("2048", "512", "8192"), "tokens per step (the chunked-prefill budget)")),
         "gpu": (Knob("max_num_seqs", ("64", "256", "512"), "sequences batched at once"),
                 Knob("max_num_batched_tokens", ("2048", "8192", "16384"), "tokens per step (the chunked-prefill budget)"),
                 Knob("enforce_eager", ("true",), "CUDA graphs off (eager)"),

@@ -12,8 +12,8 @@ Two configurations (one rung) is a plain grid. The objective is the capacity at 
 (:mod:`harness.scoring.frontier`), the same number the verdict compares.
 
 **The candidates** (:func:`candidates`): the engine's defaults first (the out-of-the-box result
-every gain is measured against), then every single-knob change (one knob moved from the defaults),
-then combinations of knobs (a seeded shuffle of the rest of the grid), cut at the configuration
+every gain is measured against), then every single-knob change (one knob moved from the defaults;
+round-robin over the knobs, so a small limit still tries each), then combinations of knobs (a seeded shuffle of the rest of the grid), cut at the configuration
 limit: with a small budget the knobs' main effects are tried before their interactions.
 
 **A configuration the engine rejects** (it fails to start, or its server refuses the flag) is
@@ -50,10 +50,13 @@ def grid(space: dict[str, Sequence[str]]) -> list[Config]:
 
 
 def candidates(space: dict[str, Sequence[str]], limit: int, seed: int = 0) -> list[Config]:
-    """Up to ``limit`` configurations (>= 1): the defaults, the single-knob changes (knob by knob,
-    in the order declared), then seeded-shuffled combinations of two knobs or more (module docstring)."""
+    """Up to ``limit`` configurations (>= 1): the defaults, the single-knob changes (round-robin over
+    the knobs: every knob's first value, then every knob's second, ..., so a small limit still moves
+    every knob; each knob's values in the order declared, the likeliest first), then
+    seeded-shuffled combinations of two knobs or more (module docstring)."""
     out: list[Config] = [{}]
-    singles = [{k: v} for k, values in space.items() for v in values]
+    depth = max((len(v) for v in space.values()), default=0)
+    singles = [{k: values[j]} for j in range(depth) for k, values in space.items() if j < len(values)]
     combos = [c for c in grid(space) if len(c) > 1]
     random.Random(seed).shuffle(combos)
     for c in singles + combos:

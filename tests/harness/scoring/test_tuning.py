@@ -54,9 +54,10 @@ def test_a_setting_the_engine_refuses_is_reported_and_never_retried() -> None:
 
 def test_candidates_try_the_defaults_then_each_knob_alone_then_combinations() -> None:
     space = {"max_num_seqs": ["8", "32"], "max_num_batched_tokens": ["512", "2048"]}
-    assert candidates(space, 3) == [{}, {"max_num_seqs": "8"}, {"max_num_seqs": "32"}]
+    # round-robin over the knobs: a small limit still moves each of them
+    assert candidates(space, 3) == [{}, {"max_num_seqs": "8"}, {"max_num_batched_tokens": "512"}]
     every = candidates(space, 100)
-    assert every[:5] == [{}, {"max_num_seqs": "8"}, {"max_num_seqs": "32"}, {"max_num_batched_tokens": "512"},
+    assert every[:5] == [{}, {"max_num_seqs": "8"}, {"max_num_batched_tokens": "512"}, {"max_num_seqs": "32"},
                          {"max_num_batched_tokens": "2048"}]
     assert len(every) == 1 + 4 + 4 and all(c in every for c in grid(space))
     assert candidates(space, 100, seed=1)[5:] != candidates(space, 100, seed=2)[5:] or len(every) < 7

@@ -39,6 +39,6 @@ def test_a_recipe_for_another_engine_than_named_is_one_line(tmp_path) -> None:
 
 def test_the_tune_help_lists_each_engines_search_space() -> None:
     text = tune_help()
-    assert "vllm: max_num_seqs 8|32|128, max_num_batched_tokens 512|2048|8192" in text
-    assert "sglang: max_running_requests 8|32|128" in text and "llamacpp: parallel 4|8|16" in text
+    assert "vllm: max_num_seqs 32|8|128, max_num_batched_tokens 2048|512|8192" in text
+    assert "sglang: max_running_requests 32|8|128" in text and "llamacpp: parallel 8|4|16" in text
     assert "On a GPU: own:" in text and "enforce_eager true" in text
