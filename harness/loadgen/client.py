@@ -28,6 +28,7 @@ from harness.loadgen.sse import SSEParser, interpret
 
 
 KEEPALIVE_S = 2.0  # below every server idle timeout we know of (uvicorn 5 s, aiohttp 75 s)
+STALE_RETRIES = 2  # re-sends of a request whose pooled connection the server had closed (:func:`_stale`)
 
 FAILED_FINISH_REASONS = ("error", "abort")
 """Finish reasons that end a stream without a finished reply: vLLM's v1 engine reports
@@ -148,6 +149,7 @@ class _Stream:
     answer: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     done: bool = False
+    answered: bool = False  # response headers came back (a failure after them is never re-sent)
 
     def apply(self, events: list[Any]) -> None:
         for ev in events:
@@ -194,10 +196,58 @@ async def stream_texts(
     record.ignore_eos_sent = body.get("ignore_eos") is True
     st = _Stream(record)
     clock = time.perf_counter_ns
-    record.send_ns = None
-    handed_ns = clock()
+    while True:  # once more per stale pooled connection (:func:`_stale`), at most STALE_RETRIES times
+        record.send_ns = None
+        handed_ns = clock()
+        try:
+            return await _post(session, url, body, headers, st, clock, handed_ns, req)
+        except aiohttp.ClientError as exc:
+            if record.stale_retries < STALE_RETRIES and _stale(exc, st):
+                record.stale_retries += 1
+                continue
+            _connection_failed(exc, record, clock)
+        except asyncio.CancelledError:
+            if record.end_ns is None:
+                record.end_ns = clock()
+            if record.send_ns is None:
+                record.send_ns = handed_ns
+            _finish(st, req)
+            if record.error_class == "incomplete_stream":  # cut by us, not by the server
+                record.error_class = "interrupted"
+                record.error_message = (f"the run was interrupted while this request was in flight "
+                                        f"({len(record.chunk_times_ns)} token-bearing chunks received)")
+            raise
+        if record.send_ns is None:  # never reached the wire (refused, timed out while connecting)
+            record.send_ns = handed_ns
+        return _finish(st, req)
+
+
+def _connection_failed(exc: Exception, record: RequestRecord, clock: Any) -> None:
+    """A connection failure recorded on ``record`` (``connection``, with the exception's line)."""
+    record.end_ns = clock()
+    record.error_class = "connection"
+    record.error_message = f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _stale(exc: Exception, st: "_Stream") -> bool:
+    """Whether ``exc`` is a pooled keep-alive connection the server had already closed: it went
+    out on a reused connection and the server hung up before any byte of a response
+    (``ServerDisconnectedError``, or a reset), so the server never took the request: it is sent
+    again, as HTTP clients do on a stale pooled connection (the race is the server's idle timeout
+    or per-connection request limit against the pool; llama-server closed one within the
+    client's 2 s keep-alive and failed an agentic turn). The times are the new attempt's."""
+    early = isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+    return bool(early and st.record.connection_reused and not st.answered)
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,
+                st: "_Stream", clock: Any, handed_ns: int, req: RequestSpec) -> StreamText:
+    """One attempt of :func:`stream_texts`: the request, its stream folded into ``st.record``; an
+    ``aiohttp.ClientError`` (connection) or ``CancelledError`` propagates."""
+    record = st.record
     try:
         async with session.post(url, json=body, headers=headers, trace_request_ctx=record) as resp:
+            st.answered = True
             if record.send_ns is None:
                 record.send_ns = handed_ns
             if resp.status != 200:
@@ -215,21 +265,6 @@ async def stream_texts(
         record.end_ns = clock()
         record.error_class = "timeout"
         record.error_message = "request exceeded the client timeout"
-    except aiohttp.ClientError as exc:
-        record.end_ns = clock()
-        record.error_class = "connection"
-        record.error_message = f"{type(exc).__name__}: {exc}"[:500]
-    except asyncio.CancelledError:
-        if record.end_ns is None:
-            record.end_ns = clock()
-        if record.send_ns is None:
-            record.send_ns = handed_ns
-        _finish(st, req)
-        if record.error_class == "incomplete_stream":  # cut by us, not by the server
-            record.error_class = "interrupted"
-            record.error_message = (f"the run was interrupted while this request was in flight "
-                                    f"({len(record.chunk_times_ns)} token-bearing chunks received)")
-        raise
     if record.send_ns is None:  # never reached the wire (refused, timed out while connecting)
         record.send_ns = handed_ns
     return _finish(st, req)

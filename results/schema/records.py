@@ -73,6 +73,10 @@ class RequestRecord(BaseModel):
     connect_start_ns: int | None = None
     connect_end_ns: int | None = None
     connection_reused: bool | None = None
+    # re-sends because the pooled connection the request went out on had been closed by the server
+    # before any response (a stale keep-alive connection: the server never took the request);
+    # the times are the last attempt's (harness.loadgen.client)
+    stale_retries: int = 0
     ignore_eos_sent: bool | None = None
 
     input_tokens_expected: int | None = None  # what the workload asked for
