@@ -214,7 +214,8 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     assert cap is not None
     ge = "≥ " if cap.open else ""
     unit = ("sessions" if d.unit == "sessions" else "requests") if round(cap.load, 3) != 1 else d.unit.rstrip("s")
-    head = f"{lead}{d.winner} sustains {ge}{cap.load:.3g} {unit} in flight ({_tps(cap)} output tok/s per device) {where}"
+    head = (f"{lead}{d.winner}{_tuned(summary, d.winner)} sustains {ge}{cap.load:.3g} {unit} in flight "
+            f"({_tps(cap)} output tok/s per device) {where}")
     if not d.runner_up:
         return _fit(f"{head}; the only engine eligible{_fidelity_gated(d, summary, cap)}; {d.binding}.")
     lo, hi = d.ratio_interval or (math.nan, math.nan)
@@ -227,6 +228,13 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
         return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 5 %), decided by {d.tie_breaker}"
                     f"{gated}.")
     return _fit(f"{head}, {ratio} {d.runner_up}'s{gated}; {d.binding}.")
+
+
+def _tuned(summary: LadderSummary, name: str) -> str:
+    """`` (tuned: max_num_seqs=32)`` when ``--tune`` chose the winner's configuration ("" otherwise)."""
+    t = summary.tuning.get(name)
+    chosen = t.config(t.chosen) if t is not None and t.configs else None
+    return f" (tuned: {chosen.label})" if chosen is not None else ""
 
 
 def _fidelity_gated(d: Decision, summary: LadderSummary, cap: CapacityAtSLO) -> str:

@@ -39,7 +39,7 @@ from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
-from harness.scoring.decision import judge, ladder_points
+from harness.scoring.decision import judge, ladder_points, sentence
 from harness.scoring.frontier import capacity_of
 from harness.scoring.tuning import (Config, Rejected, Tried, candidates, gain, label, rungs, successive_halving,
                                     upper_envelope)
@@ -105,6 +105,8 @@ class Tuner:
     def judge(self, summary: LadderSummary, records: Sequence[RequestRecord]) -> None:
         """Store every engine's search in ``summary.tuning`` (:func:`judge_tuning`)."""
         summary.tuning = judge_tuning(self.searches, self.job, summary, records, self.budget_s)
+        if summary.decision is not None:  # the verdict names the winner's configuration
+            summary.decision.sentence = sentence(summary.decision, summary, self.job.spec.slos)
 
     def _search_of(self, plan: EnginePlan) -> Search:
         if not plan.starts_process:

@@ -41,8 +41,8 @@ def test_an_engine_without_a_space_runs_at_its_defaults() -> None:
 def test_each_configuration_is_its_own_engine_with_the_runs_args_underneath() -> None:
     plan = _plan(TunableEngine("vllm"))
     search = _tuner(3)._search_of(plan)
-    assert search.space == {"slots": ["1", "8", "64"]}
-    assert search.configs == [{}, {"slots": "1"}, {"slots": "8"}]
+    assert search.space == {"slots": ["2", "8", "64"]}
+    assert search.configs == [{}, {"slots": "2"}, {"slots": "8"}]
     names = [v.name for v in search.variants]
     assert names == ["vllm#0", "vllm#1", "vllm#2"]
     v = variant(plan, {"slots": "8"}, 2)
