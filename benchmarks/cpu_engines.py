@@ -103,14 +103,21 @@ def main() -> int:
     ap.add_argument("--agentic-run", type=Path, help="a make bench run folder (ladder.json) for the agentic columns")
     ap.add_argument("--chat-run", type=Path, help="an existing chat run folder: print only")
     ap.add_argument("--out", type=Path, default=Path("results/cpu-engines"), help="where the chat run is written")
-    ap.add_argument("--engines", default=",".join(ENGINES))
-    ap.add_argument("--requests", type=int, default=48)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--engines", default=",".join(ENGINES), help="engines of the chat run, comma-separated")
+    ap.add_argument("--requests", type=int, default=48, help="chat requests per repeat (sent at once)")
+    ap.add_argument("--concurrency", type=int, default=16, help="chat requests in flight")
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats of every engine")
     ap.add_argument("--dry-run", action="store_true", help="print the command and exit")
     args = ap.parse_args()
-    if args.agentic_run is not None and not (args.agentic_run / "ladder.json").is_file():
-        print(f"error: {args.agentic_run} has no ladder.json: give a make bench (bench run) run folder", file=sys.stderr)
+    if min(args.requests, args.concurrency, args.repeats) < 1:
+        print("error: --requests, --concurrency and --repeats must be 1 or more", file=sys.stderr)
+        return 2
+    if args.agentic_run is not None and not all((args.agentic_run / f).is_file() for f in ("ladder.json", "summary.json")):
+        print(f"error: {args.agentic_run} has no ladder.json and summary.json: give a make bench (bench run) run folder",
+              file=sys.stderr)
+        return 2
+    if args.chat_run is not None and not (args.chat_run / "summary.json").is_file():
+        print(f"error: {args.chat_run} has no summary.json: give the chat run's folder (DIR/cpu-chat)", file=sys.stderr)
         return 2
     cmd = chat_command(args.out, args.engines, args.requests, args.concurrency, args.repeats)
     if args.dry_run:
@@ -127,13 +134,17 @@ def main() -> int:
         if rc != 0 or not (run / "summary.json").is_file():
             print(f"error: the chat run failed (exit {rc}); its console: {log}", file=sys.stderr)
             return 1
-    chat = chat_rows(run)
-    agentic, slos = {}, "no agentic run given"
-    if args.agentic_run is not None:
-        agentic = agentic_rows(args.agentic_run)
-        slos = ", ".join(f"{k} ≤ {v:g} ms" for k, v in json.loads((args.agentic_run / "ladder.json").read_text())["slos"].items())
-    print(f"chat: {args.requests} ShareGPT requests, {args.concurrency} in flight, {args.repeats} interleaved repeats "
-          f"({run}); [brackets]: the harness's intervals over the repeats")
+    try:
+        chat = chat_rows(run)
+        agentic, slos = {}, "no agentic run given"
+        if args.agentic_run is not None:
+            agentic = agentic_rows(args.agentic_run)
+            slos = ", ".join(f"{k} ≤ {v:g} ms"
+                             for k, v in json.loads((args.agentic_run / "ladder.json").read_text())["slos"].items())
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"error: a run folder's summary.json or ladder.json is not one bench run wrote ({exc!r})", file=sys.stderr)
+        return 2
+    print(f"chat run {run} (its manifest holds the workload); [brackets]: the harness's intervals over the repeats")
     print(table(chat, agentic, slos))
     return 0
 

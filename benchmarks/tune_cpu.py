@@ -80,13 +80,16 @@ def reproducibility(tuned: dict[str, Any], again: dict[str, Any]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("results/tune-cpu"))
-    ap.add_argument("--engines", default="own,vllm,sglang")
+    ap.add_argument("--out", type=Path, default=Path("results/tune-cpu"), help="where the two run folders go")
+    ap.add_argument("--engines", default="own,vllm,sglang", help="engines to tune, comma-separated")
     ap.add_argument("--tune", type=float, default=180.0, help="seconds of measuring per engine for the search")
     ap.add_argument("--configs", type=int, default=3, help="most configurations per engine, defaults included")
-    ap.add_argument("--dry-run", action="store_true")
-    ap.add_argument("--print-only", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="print the two commands and exit")
+    ap.add_argument("--print-only", action="store_true", help="print the table of runs already made in --out")
     args = ap.parse_args()
+    if not (args.tune > 0 and args.tune < float("inf")) or args.configs < 2:
+        print("error: --tune must be a positive number of seconds and --configs 2 or more", file=sys.stderr)
+        return 2
     cmds = commands(args.out, args.engines, args.tune, args.configs)
     if args.dry_run:
         print("\n".join(shlex.join(c) for c in cmds))
@@ -94,6 +97,9 @@ def main() -> int:
     if not args.print_only:
         args.out.mkdir(parents=True, exist_ok=True)
         for cmd, name in zip(cmds, ("tune-cpu", "tune-recipe")):
+            if name == "tune-recipe" and not (args.out / "tune-cpu" / "recipe.json").is_file():
+                print("the tuned run names no winner (see its verdict): no recipe to measure again", flush=True)
+                break
             print("+", shlex.join(cmd), flush=True)
             with (args.out / f"{name}.console.log").open("w") as f:
                 if subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT) != 0:
@@ -101,13 +107,20 @@ def main() -> int:
                     return 1
     try:
         tuned = json.loads((args.out / "tune-cpu" / "ladder.json").read_text())
+        again_file = args.out / "tune-recipe" / "ladder.json"
+        again = json.loads(again_file.read_text()) if again_file.is_file() else None
     except OSError as exc:
         print(f"error: no tuned run in {args.out} ({exc.strerror}): run without --print-only first", file=sys.stderr)
         return 2
+    except ValueError as exc:
+        print(f"error: a ladder.json in {args.out} is not one bench run wrote ({exc})", file=sys.stderr)
+        return 2
+    if not tuned.get("tuning"):
+        print(f"error: {args.out / 'tune-cpu'} was not made with --tune: nothing to compare", file=sys.stderr)
+        return 2
     print(table(tuned))
     print("verdict (tuned vs tuned):", (tuned.get("decision") or {}).get("sentence", "–"))
-    again = args.out / "tune-recipe" / "ladder.json"
-    print(reproducibility(tuned, json.loads(again.read_text())) if again.is_file() else "recipe not measured again")
+    print(reproducibility(tuned, again) if again is not None else "recipe not measured again")
     return 0
 
 

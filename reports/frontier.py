@@ -96,9 +96,11 @@ def _tried(ax: Any, s: LadderSummary, name: str, color: Any) -> None:
         if cpts:
             ax.plot([p.per_user_tps for p in cpts], [p.output_tps for p in cpts], ":", color=color, linewidth=1.0,
                     alpha=0.3, marker=".", markersize=4)
-    if len(tuning.envelope) > 1:
-        ax.plot([x for x, _ in tuning.envelope], [y for _, y in tuning.envelope], "-", color=color, linewidth=6,
-                alpha=0.18, label=f"{name}: envelope over {len(tuning.configs)} configurations (tried ones dotted)")
+    measured = sum(c.status == "measured" for c in tuning.configs)
+    if tuning.envelope:
+        ax.plot([x for x, _ in tuning.envelope], [y for _, y in tuning.envelope], "-" if len(tuning.envelope) > 1 else "o",
+                color=color, linewidth=6, markersize=14, alpha=0.18,
+                label=f"{name}: envelope over its {measured} measured configurations (tried ones dotted)")
 
 
 def _colors(n: int) -> list[Any]:

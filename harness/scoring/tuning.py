@@ -19,9 +19,14 @@ limit: with a small budget the knobs' main effects are tried before their intera
 **A configuration the engine rejects** (it fails to start, or its server refuses the flag) is
 reported with the engine's own line and dropped: never retried (:class:`Rejected`).
 
-The gain tuning gave (:func:`gain`) is the ratio of the tuned capacity over the defaults' with the
-percentile interval of the ratio of their bootstrap draws (:func:`harness.scoring.verdict.ratio_interval`);
-an interval reaching down to ``1 + EQUIVALENCE_MARGIN`` is **no gain** (inside the noise, or under 5 %).
+The gain tuning gave (:func:`gain`) is the ratio of the chosen configuration's capacity over the
+defaults', both as the search measured them (like with like: the same prompts and first-rung
+budget; the chosen one, having survived more rungs, was measured longer), with the percentile
+interval of the ratio of their bootstrap draws (:func:`harness.scoring.verdict.ratio_interval`);
+an interval reaching down to ``1 + EQUIVALENCE_MARGIN`` is **no gain** (inside the noise, or under
+5 %), and a ratio of lower bounds says so. The tuned capacity the verdict uses is the main job's,
+measured afresh at the chosen configuration: the search's best estimate is biased upwards by the
+choice itself (the winner's curse), a fresh measurement is not.
 """
 
 from __future__ import annotations
@@ -144,29 +149,47 @@ def best_of(tried: Sequence[Tried]) -> int:
 
 @dataclass(frozen=True)
 class Gain:
-    """What tuning gave an engine: ``ratio`` tuned / defaults capacity, its 95 % ``interval``
-    (None without draws), ``none`` when it is inside the noise or under 5 %."""
+    """What tuning gave an engine: ``ratio`` chosen / defaults capacity, its 95 % ``interval``
+    (None without draws), ``none`` when it is inside the noise or under 5 %, ``bound``: "≥" when
+    the ratio is a lower bound (the chosen configuration's ladder stopped before an SLO broke,
+    the defaults' did not), "≤" when it is an upper bound (the other way round), "≈" when both
+    are lower bounds (then it is no measure of the gain), "" when both capacities are known;
+    ``defaults_best``: the search kept the defaults."""
 
     ratio: float | None
     interval: tuple[float, float] | None
     none: bool
+    bound: str = ""
+    defaults_best: bool = False
 
     def text(self) -> str:
-        """``1.32× [1.12–1.51]`` or ``none (1.02× [0.93–1.10], within the noise or 5 %)``."""
+        """``1.32× [1.12–1.51]``, ``≥ 1.32× [...]``, ``none (1.02× [0.93–1.10], within the noise or 5 %)``,
+        ``none: the defaults were the best configuration tried``."""
+        if self.defaults_best:
+            return "none: the defaults were the best configuration tried"
         if self.ratio is None:
-            return "not measured"
-        shown = f"{self.ratio:.2f}×" + (f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]" if self.interval else "")
+            return "not measured (a configuration never met the SLO)"
+        shown = (f"{self.bound} " if self.bound else "") + f"{self.ratio:.2f}×"
+        shown += f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]" if self.interval else ""
+        if self.bound == "≈":
+            return f"{shown}: both ladders stopped before an SLO broke (lower bounds), so the gain is unknown"
         return f"none ({shown}, within the noise or 5 %)" if self.none else shown
 
 
-def gain(tuned: Capacity | None, default: Capacity | None) -> Gain:
-    """Tuned over defaults (module docstring); a ratio of None when either never met the SLO."""
-    if tuned is None or default is None or tuned.never_met or default.never_met or default.output_tps <= 0:
+def gain(chosen: Capacity | None, default: Capacity | None, defaults_best: bool = False) -> Gain:
+    """The chosen configuration over the defaults (module docstring), both as the search measured
+    them (the same prompts, the same first-rung budget); ``defaults_best``: the search kept the
+    defaults (no gain, whatever the noise). A ratio of None when either never met the SLO."""
+    if defaults_best:
+        return Gain(1.0, None, True, defaults_best=True)
+    if chosen is None or default is None or chosen.never_met or default.never_met or default.output_tps <= 0:
         return Gain(None, None, True)
-    ratio = tuned.output_tps / default.output_tps
-    interval = ratio_interval(tuned, default)
-    none = (interval[0] <= 1 + EQUIVALENCE_MARGIN) if interval is not None else ratio <= 1 + EQUIVALENCE_MARGIN
-    return Gain(ratio, interval, none)
+    ratio = chosen.output_tps / default.output_tps
+    interval = ratio_interval(chosen, default)
+    bound = {(True, False): "≥", (False, True): "≤", (True, True): "≈"}.get((chosen.open, default.open), "")
+    low = interval[0] if interval is not None else ratio
+    none = bound in ("≤", "≈") or low <= 1 + EQUIVALENCE_MARGIN
+    return Gain(ratio, interval, none, bound)
 
 
 def upper_envelope(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -130,7 +130,8 @@ class Decision(Artefact):
 class TunedConfig(Artefact):
     """One configuration an engine's search tried (``bench run --tune``,
     :mod:`harness.scoring.tuning`): ``id`` (its records' engine name, e.g. ``vllm#2``),
-    ``engine_args`` (the knobs it set; {} = the engine's defaults), ``status`` (``measured``;
+    ``engine_args`` (what it ran with: the run's own engine args and the knobs the search set; {}
+    = the engine's defaults), ``label`` (the knobs the search set, or "defaults"), ``status`` (``measured``;
     ``rejected``: the engine refused it, with the engine's line in ``reason``; ``failed``),
     ``rungs`` of the search it reached, ``measuring_s`` spent on it, its ``ladder`` (points and
     capacity at the SLO, judged as the main job's are) and ``command`` (the command line it ran)."""

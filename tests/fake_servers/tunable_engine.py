@@ -3,7 +3,7 @@
 of each token's time (a static reservation): ``--slots S`` serves S streams at ``4 + S / 4`` ms
 per token after a 30 ms first token. Its search space is ``slots`` 2, 8, 64; its defaults are 1
 slot; it refuses more than 16 slots (the start fails with one line, as a real engine's flag
-check does). At the tests' SLO (TPOT p90 <= 25 ms, TTFT p90 <= 300 ms) the best setting of its
+check does). At the tests' SLO (TPOT p90 <= 25 ms, TTFT p90 <= 150 ms) the best setting of its
 space is 8 slots: at 4 in flight about 440 output tok/s against 260 with 2 slots and 130 with
 the defaults, and more at 8 in flight, where the others are saturated."""
 

@@ -196,9 +196,9 @@ class RunSettings(BaseModel):
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
     # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
-    tune_s: Annotated[float, Field(ge=0), Cli("--tune", help=tune_help())] = 0.0
+    tune_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", help=tune_help())] = 0.0
     tune_configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
-    engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again; --engine-arg adds to or overrides its args, --engine and --threads must agree with it or be left out.")] = None
+    engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again (--engine defaults to the recipe's, and must name it when given); --engine-arg and --threads given on the command line win over the recipe's.")] = None
 
     @property
     def ladder(self) -> bool:
@@ -360,6 +360,8 @@ class RunSettings(BaseModel):
         """The load ladder's options only with a ladder; a ladder starts at the client workers'
         count (each needs a session in flight)."""
         fields = type(self).model_fields
+        if self.tune_configs != fields["tune_configs"].default and not self.tune_s:
+            raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
         given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
                  if name in fields and getattr(self, name) != fields[name].default]
         if given and not self.ladder:

@@ -9,14 +9,19 @@ from typing import Any, Optional
 
 def check_recipe_file(text: Optional[str]) -> Optional[str]:
     """``--engine-config FILE``: the path, once the file reads as a recipe (else its one-line error)."""
-    if not text:
+    if text is None:
         return None
+    if not str(text).strip():
+        raise ValueError("--engine-config is empty: give the recipe.json a run wrote (results/<run>/recipe.json)")
     from pydantic import ValidationError
 
     from results.schema import Recipe
 
     try:
-        Recipe.model_validate_json(Path(text).read_text())
+        recipe = Recipe.model_validate_json(Path(text).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"--engine-config {text} is not a recipe (not UTF-8 text): give the recipe.json a run "
+                         "wrote") from None
     except OSError as exc:
         raise ValueError(f"--engine-config {text}: cannot read it ({exc.strerror or exc}): give the recipe.json a run "
                          "wrote (results/<run>/recipe.json)") from None
@@ -24,7 +29,27 @@ def check_recipe_file(text: Optional[str]) -> Optional[str]:
         first = exc.errors()[0]
         raise ValueError(f"--engine-config {text} is not a recipe ({'.'.join(map(str, first['loc'])) or 'file'}: "
                          f"{first['msg']}): give the recipe.json a run wrote") from None
+    _check_recipe(recipe, text)
     return str(text)
+
+
+def _check_recipe(recipe: Any, path: str) -> None:
+    """The recipe's engine is one this harness starts, its args pass ``--engine-arg``'s checks
+    and its threads are positive. Raises ValueError (one line)."""
+    from adapters.registry import ENGINE_NAMES, parse_engine_args
+
+    if recipe.engine not in ENGINE_NAMES or recipe.engine == "openai":
+        raise ValueError(f"--engine-config {path} is a recipe for {recipe.engine!r}, not an engine this harness starts "
+                         f"(choose from {', '.join(n for n in ENGINE_NAMES if n != 'openai')})")
+    try:
+        parse_engine_args([f"{recipe.engine}:{k}={v}" for k, v in recipe.engine_args.items()])
+    except ValueError as exc:
+        raise ValueError(f"--engine-config {path}: engine_args: {exc}") from None
+    bad = next((f"{k}={v!r}" for k, v in recipe.engine_args.items() if "\n" in str(v) or "\r" in str(v)), None)
+    if bad:
+        raise ValueError(f"--engine-config {path}: engine_args {bad} holds a line break: one value per flag")
+    if recipe.threads is not None and recipe.threads < 1:
+        raise ValueError(f"--engine-config {path}: threads {recipe.threads} is not a thread count (1 or more)")
 
 
 def tune_help() -> str:
@@ -55,7 +80,7 @@ def apply_recipe(cfg: Any) -> None:
     ValueError when --engine names other engines."""
     from results.schema import Recipe
 
-    recipe = Recipe.model_validate_json(Path(str(cfg.engine_config)).read_text())
+    recipe = Recipe.model_validate_json(Path(str(cfg.engine_config)).read_text(encoding="utf-8"))
     if cfg.engines == ["all"]:
         cfg.engines = [recipe.engine]
     elif recipe.engine not in cfg.engines:

@@ -45,9 +45,10 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         orch._build_workload(executor, state, plans)
         slos = list(cfg.slos) or default_slos(orch.kind, cfg.workload.name)
         note = "" if cfg.slos else " (the defaults for this workload and hardware; --slo sets yours)"
+        search = f", after a configuration search of {cfg.tune_s:g} s per engine (--tune)" if cfg.tune_s > 0 else ""
         console.print(f"Load ladders under {slos_text(slos)}{note}: closed-loop concurrency from 1, doubling until an "
                       f"SLO breaks or throughput stops rising, then bisected; {cfg.ladder_budget_s:g} s of measuring "
-                      "per engine", highlight=False)
+                      f"per engine{search}", highlight=False)
         spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
                         target_tps=cfg.target_load)
@@ -106,6 +107,10 @@ def _recipe(ladder: Any, writer: Any, console: Any) -> None:
     winner = ladder.decision.winner if ladder.decision is not None else ""
     found = recipe(ladder, writer.manifest, winner) if winner else None
     if found is None:
+        why = (f"{winner} is an endpoint the harness does not start" if winner else "the verdict names no winner")
+        if ladder.tuning:
+            console.print(f"No {RECIPE_FILE}: {escape(why)}.", highlight=False)
         return
     write_model_atomic(writer.run_dir / RECIPE_FILE, found)
-    console.print(f"Recipe ({escape(winner)}, {RECIPE_FILE}): {escape(found.command)}", highlight=False, soft_wrap=True)
+    console.print(f"Recipe ({escape(winner)}, {RECIPE_FILE}; serve it on your own port): {escape(found.command)}",
+                  highlight=False, soft_wrap=True)

@@ -145,6 +145,10 @@ class Orchestrator:
         writer.summary.slos = {s.key: s.threshold_ms for s in c.slos}
         writer.summary.repeats = c.repeats
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
+        if c.engine_config:  # --engine-config: say what the recipe set (the command line's own flags won over it)
+            args = " ".join(f"{k}={v}" for e in c.engines for k, v in c.engine_args.get(e, {}).items())
+            self.console.print(f"Recipe {escape(str(c.engine_config))}: {escape(','.join(c.engines))} with "
+                               f"{escape(args) or 'its defaults'}, {c.threads or 'default'} thread(s)", highlight=False)
         if c.calibrate:
             self._calibrate(writer)
         kind = self.kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it

@@ -115,15 +115,18 @@ class Tuner:
         if not knobs:
             return Search(plan.name, note=NO_SPACE_NOTE)
         space = {k.key: list(k.values) for k in knobs}
-        configs = candidates(space, self.max_configs, seed=self.job.spec.workload.seed or 0)
+        base = plan.launch.engine_args  # the run's own (--engine-arg, --parity strict): a candidate that changes none is dropped
+        configs = [c for c in candidates(space, self.max_configs + 8, seed=self.job.spec.workload.seed or 0)
+                   if not c or any(base.get(k) != v for k, v in c.items())][:self.max_configs]
         return Search(plan.name, space=space, configs=configs,
                       variants=[EngineClimb(variant(plan, c, k)) for k, c in enumerate(configs)])
 
     def _search(self, plan: EnginePlan, search: Search) -> None:
         console, n = self.job.console, len(search.configs)
         plan_text = ", ".join(f"{c} × {s:.0f} s" for c, s in rungs(n, self.budget_s))
-        console.print(f"[bold]{escape(plan.name)}[/]: configuration search, {n} configurations by successive halving "
-                      f"({plan_text} of measuring) …")
+        console.print(f"[bold]{escape(plan.name)}[/]: configuration search, {n} configurations by {_method(n)} "
+                      f"({plan_text} of measuring; every ladder measures its first 3 points whatever its share, so a "
+                      "short budget runs over) …")
 
         def told(i: int, t: Tried) -> None:
             what = f"{t.estimate:,.1f} tok/s at the SLO" if t.status == "measured" else f"{t.status}: {t.reason[:160]}"
@@ -184,17 +187,22 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
                                 engines={v.name: job._engine_ladder(v) for v in search.variants if v.measurements})
         judge(ladders, records, job.spec.slos, seed=summary.seed)
         configs = []
-        for k, (v, t) in enumerate(zip(search.variants, search.tried or [Tried(c) for c in search.configs])):
+        base = {k: val for k, val in search.variants[0].plan.launch.engine_args.items() if not k.startswith("env.")}
+        for v, t in zip(search.variants, search.tried or [Tried(c) for c in search.configs]):
             facts = job.writer.manifest.engines.get(v.name)
-            configs.append(TunedConfig(id=v.name, engine_args=t.config, label=label(t.config), status=t.status, reason=t.reason,
+            what = label(t.config) if t.config or not base else f"the run's settings ({label(base)})"
+            configs.append(TunedConfig(id=v.name, engine_args=dict(v.plan.launch.engine_args), label=what,
+                                       status=t.status, reason=t.reason,
                                        rungs=len(t.estimates), measuring_s=round(t.seconds, 2),
                                        ladder=ladders.engines.get(v.name), command=getattr(facts, "command", None) or ""))
-        tuning = EngineTuning(space=search.space, method="grid" if len(search.configs) <= 2 else "successive halving",
+        tuning = EngineTuning(space=search.space, method=_method(len(search.configs)),
                               budget_s=budget_s, configs=configs,
                               chosen=search.variants[search.chosen].name)
         tuning.used_s = round(sum(c.measuring_s for c in configs), 2)
-        g = gain(_capacity(name, summary.engines.get(name), records, summary, job),
-                 _capacity(search.variants[0].name, ladders.engines.get(search.variants[0].name), records, summary, job))
+        chosen_v, default_v = search.variants[search.chosen], search.variants[0]
+        g = gain(_capacity(chosen_v.name, ladders.engines.get(chosen_v.name), records, summary, job),
+                 _capacity(default_v.name, ladders.engines.get(default_v.name), records, summary, job),
+                 defaults_best=search.chosen == 0)
         tuning.gain, tuning.gain_interval, tuning.gain_none, tuning.gain_text = g.ratio, g.interval, g.none, g.text()
         tuning.envelope = upper_envelope([(p.per_user_tps, p.output_tps) for ladder in
                                           [summary.engines.get(name)] + [c.ladder for c in configs]
@@ -202,6 +210,10 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
                                           if p.passed and p.per_user_tps and p.output_tps > 0])
         out[name] = tuning
     return out
+
+
+def _method(n: int) -> str:
+    return "grid" if n <= 2 else "successive halving"
 
 
 def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestRecord], summary: LadderSummary,
@@ -223,8 +235,8 @@ def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
     capacity): the engine args, threads, command line and env from the manifest, its capacity."""
     ladder = summary.engines.get(engine)
     facts = manifest.engines.get(engine)
-    if ladder is None or ladder.capacity is None or facts is None:
-        return None
+    if ladder is None or ladder.capacity is None or facts is None or not getattr(facts, "command", None):
+        return None  # not measured, or an endpoint the harness does not start (no command line)
     cap = ladder.capacity
     tuning = summary.tuning.get(engine)
     args = dict(getattr(facts, "engine_args", None) or {})

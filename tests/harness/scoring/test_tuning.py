@@ -117,6 +117,21 @@ def test_the_gain_is_none_inside_the_noise_and_a_ratio_with_its_interval_outside
     small = gain(_cap(103.0, 6.0, 1), _cap(100.0, 6.0, 2))
     assert small.none and small.text().startswith("none (1.03×")
     assert gain(None, _cap(100.0, 3.0, 2)).ratio is None
+    assert gain(_cap(130.0, 3.0, 1), _cap(100.0, 3.0, 2), defaults_best=True).text() == \
+        "none: the defaults were the best configuration tried"
+
+
+def test_a_gain_over_lower_bounds_says_so() -> None:
+    chosen_open = _cap(130.0, 3.0, 1)
+    chosen_open.open = True
+    lower = gain(chosen_open, _cap(100.0, 3.0, 2))
+    assert lower.bound == "≥" and not lower.none and lower.text().startswith("≥ 1.30× [")
+    default_open = _cap(100.0, 3.0, 2)
+    default_open.open = True
+    upper = gain(_cap(130.0, 3.0, 1), default_open)
+    assert upper.bound == "≤" and upper.none and upper.text().startswith("none (≤ 1.30×")
+    both = gain(chosen_open, default_open)
+    assert both.bound == "≈" and both.none and "the gain is unknown" in both.text()
 
 
 def test_the_envelope_keeps_the_points_no_other_beats_on_both_axes() -> None:

@@ -4,6 +4,8 @@ engine's search space (issue 27)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.app.core.settings import RunSettings
@@ -42,3 +44,26 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
     assert "vllm: max_num_seqs 32|8|128, max_num_batched_tokens 2048|512|8192" in text
     assert "sglang: max_running_requests 32|8|128" in text and "llamacpp: parallel 8|4|16" in text
     assert "On a GPU: own:" in text and "enforce_eager true" in text
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"engine_config": ""}, "--engine-config is empty"),
+    ({"tune_s": float("inf")}, "finite number"),
+    ({"tune_configs": 3}, "--tune-configs sets how many configurations --tune tries: add --tune SECONDS"),
+])
+def test_bad_tuning_options_are_one_line(tmp_path, values, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunSettings.model_validate({"engines": ["all"], **values})
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"engine": "prod"}, "a recipe for 'prod', not an engine this harness starts"),
+    ({"threads": 0}, "threads 0 is not a thread count"),
+    ({"engine_args": {"bad key": "1"}}, "engine_args: --engine-arg"),
+])
+def test_a_recipe_that_cannot_run_here_is_one_line(tmp_path, over, message) -> None:
+    r = {"engine": "vllm", "engine_args": {"max_num_seqs": "32"}, "threads": 1, **over}
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(r))
+    with pytest.raises(ValueError, match=message):
+        RunSettings.model_validate({"engines": ["all"], "engine_config": str(path)})
