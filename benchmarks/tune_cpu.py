@@ -3,13 +3,15 @@ reference engine, vLLM-CPU and SGLang-CPU on the default agentic workload and SL
 winner's stored recipe measured again (``bench run --engine-config recipe.json``), read back from
 the stored results (``ladder.json``; never the printed text).
 
-Prints, per engine: its defaults' capacity at the SLO with its 95 % interval, the configuration
+Prints, per engine: its defaults' capacity at the SLO with its 95 % interval (the defaults climbed
+as the main job climbs, when the search moved off them), the configuration
 the search chose and its (tuned) capacity with its interval, the gain with its interval ("none"
-inside the noise), the configurations tried and the seconds of measuring used of the budget; the
+inside the noise), the configurations tried and the seconds of measuring used (the search's of its budget, + the
+defaults' climb); the
 verdict, tuned against tuned; and the reproducibility check: the recipe's capacity when measured
 again, and whether it lies inside the tuned result's interval.
 
-Run (about 35-45 minutes on the 2-core reference machine: each configuration is an engine start,
+Run (about 45-55 minutes on the 2-core reference machine: each configuration is an engine start,
 vLLM-CPU's about a minute; let nothing else run meanwhile):
 
     .venv/bin/python benchmarks/tune_cpu.py [--out DIR] [--tune 180] [--configs 3]
@@ -50,19 +52,16 @@ def _cap(cap: dict[str, Any] | None) -> str:
 
 
 def table(tuned: dict[str, Any]) -> str:
+    """The report's table of the search (:func:`reports.tuning.tuning_rows`) as markdown."""
+    from reports.tuning import tuning_rows
+    from results.schema import LadderSummary
+
     lines = ["| engine | defaults: capacity [95 %] | configuration chosen | tuned: capacity [95 %] | gain [95 %] | "
-             "configurations (rejected) | s of measuring / budget |", "|---|---:|---|---:|---|---:|---:|"]
-    for name, t in tuned.get("tuning", {}).items():
-        if not t.get("configs"):
-            lines.append(f"| {name} | – | not tuned: {t.get('note', '')} | – | – | – | – |")
-            continue
-        default = t["configs"][0].get("ladder") or {}
-        chosen = next((c for c in t["configs"] if c["id"] == t["chosen"]), {})
-        main = tuned["engines"].get(name, {})
-        rejected = sum(c["status"] == "rejected" for c in t["configs"])
-        lines.append(f"| {name} | {_cap(default.get('capacity'))} | {chosen.get('label', '?')} ({t['chosen']}) | "
-                     f"{_cap(main.get('capacity'))} | {t.get('gain_text') or '–'} | {len(t['configs'])} ({rejected}) | "
-                     f"{t.get('used_s', 0):,.0f} / {t.get('budget_s', 0):,.0f} |")
+             "configurations | s of measuring: search of budget + defaults' climb |", "|---|---:|---|---:|---|---:|---:|"]
+    for r in tuning_rows(LadderSummary.model_validate(tuned)):
+        chosen = r["chosen"] if r["chosen"] != "–" else f"not tuned: {r['note']}"
+        lines.append(f"| {r['engine']} | {r['defaults']} | {chosen} | {r['tuned']} | {r['gain']} | {r['tried']} | "
+                     f"{r['seconds']} |")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from results.schema import CapacityAtSLO, LadderSummary
+from results.schema import CapacityAtSLO, EngineTuning, LadderSummary
 
 
 def _cap(cap: CapacityAtSLO | None) -> str:
@@ -22,8 +22,9 @@ def _cap(cap: CapacityAtSLO | None) -> str:
 
 def tuning_rows(s: LadderSummary) -> list[dict[str, Any]]:
     """One row per engine of the search: configuration chosen, tuned capacity (the main job's),
-    the defaults' capacity (their search ladder), the gain, configurations tried and rejected,
-    seconds of measuring; an engine not searched says why."""
+    the defaults' capacity (their climb as the main job climbs; the main job's own when the
+    search kept them), the gain, configurations tried and rejected, seconds of measuring (the
+    search's of its budget, + the defaults' climb); an engine not searched says why."""
     rows = []
     for name, t in s.tuning.items():
         if not t.configs:
@@ -31,16 +32,17 @@ def tuning_rows(s: LadderSummary) -> list[dict[str, Any]]:
                          "seconds": "–", "note": t.note})
             continue
         chosen = t.config(t.chosen)
-        default = t.configs[0]
         main = s.engines.get(name)
+        default = main if t.chosen == t.configs[0].id else t.defaults  # the defaults kept: the main job climbed them
         rejected = sum(c.status == "rejected" for c in t.configs)
         rows.append({
             "engine": name, "chosen": f"{chosen.label if chosen else '?'} ({t.chosen})",
             "tuned": _cap(main.capacity if main else None),
-            "defaults": _cap(default.ladder.capacity if default.ladder else None),
+            "defaults": _cap(default.capacity if default else None),
             "gain": t.gain_text or "–",
             "tried": f"{len(t.configs)}" + (f" ({rejected} rejected)" if rejected else ""),
-            "seconds": f"{t.used_s:,.0f} of {t.budget_s:,.0f}", "note": t.method})
+            "seconds": f"{t.used_s:,.0f} of {t.budget_s:,.0f}" + (f" + {t.defaults_s:,.0f}" if t.defaults_id else ""),
+            "note": t.method})
     return rows
 
 
@@ -55,3 +57,18 @@ def tried_rows(s: LadderSummary) -> list[dict[str, Any]]:
                          "status": status + (f": {c.reason[:140]}" if c.reason else ""), "rungs": str(c.rungs),
                          "capacity": _cap(c.ladder.capacity if c.ladder else None), "seconds": f"{c.measuring_s:,.0f}"})
     return rows
+
+
+def gain_line(engine: str, tuning: EngineTuning) -> str:
+    """``vllm: tuned max_num_seqs=32 (vllm#2), gain over its defaults 1.31× [1.12–1.52]; 4 configurations,
+    212 s of measuring`` for the console and the report."""
+    if not tuning.configs:
+        return f"{engine}: not tuned — {tuning.note}"
+    chosen = tuning.config(tuning.chosen)
+    what = chosen.label if chosen is not None else "?"
+    g = "gain over its defaults " + (tuning.gain_text or "not measured")
+    rejected = [c for c in tuning.configs if c.status == "rejected"]
+    rej = f"; {len(rejected)} rejected by the engine" if rejected else ""
+    n = len(tuning.configs)
+    return (f"{engine}: tuned {what} ({tuning.chosen}), {g}; {n} configurations, {tuning.used_s:,.0f} s of "
+            f"measuring{rej}")

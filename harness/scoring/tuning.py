@@ -20,8 +20,9 @@ limit: with a small budget the knobs' main effects are tried before their intera
 reported with the engine's own line and dropped: never retried (:class:`Rejected`).
 
 The gain tuning gave (:func:`gain`) is the ratio of the chosen configuration's capacity over the
-defaults', both as the search measured them (like with like: the same prompts and first-rung
-budget; the chosen one, having survived more rungs, was measured longer), with the percentile
+defaults', both climbed as the main job climbs (like with like: same budget, same loads, afresh;
+:mod:`harness.app.run.tune`; the search's first rung is too short to be more than a lower bound
+on a slow engine's defaults), with the percentile
 interval of the ratio of their bootstrap draws (:func:`harness.scoring.verdict.ratio_interval`);
 an interval reaching down to ``1 + EQUIVALENCE_MARGIN`` is **no gain** (inside the noise, or under
 5 %), and a ratio of lower bounds says so. The tuned capacity the verdict uses is the main job's,
@@ -177,8 +178,8 @@ class Gain:
 
 
 def gain(chosen: Capacity | None, default: Capacity | None, defaults_best: bool = False) -> Gain:
-    """The chosen configuration over the defaults (module docstring), both as the search measured
-    them (the same prompts, the same first-rung budget); ``defaults_best``: the search kept the
+    """The chosen configuration's capacity over the defaults' (module docstring: both climbed as
+    the main job climbs); ``defaults_best``: the search kept the
     defaults (no gain, whatever the noise). A ratio of None when either never met the SLO."""
     if defaults_best:
         return Gain(1.0, None, True, defaults_best=True)

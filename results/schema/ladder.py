@@ -155,7 +155,11 @@ class EngineTuning(Artefact):
     over the defaults') with its 95 % ``gain_interval`` and whether it is none (``gain_none``:
     within the noise or 5 %) as ``gain_text``, the ``envelope`` over every configuration's
     passing points and the main job's ((tokens/s per user, output tokens/s per device), the
-    Pareto frontier, by tokens/s per user), and a ``note`` (why nothing was searched, e.g. an endpoint)."""
+    Pareto frontier, by tokens/s per user), and a ``note`` (why nothing was searched, e.g. an endpoint).
+    When the search chose other than the defaults, the defaults climbed afresh as the main job
+    climbs: ``defaults`` (that ladder, the out-of-the-box capacity the gain is over), its records'
+    engine name ``defaults_id`` (``vllm#defaults``), ``defaults_s`` of measuring (outside the
+    search's budget) and ``defaults_reason`` when that climb failed."""
 
     space: dict[str, list[str]] = Field(default_factory=dict)
     method: str = ""
@@ -169,6 +173,10 @@ class EngineTuning(Artefact):
     gain_text: str = ""
     envelope: list[tuple[float, float]] = Field(default_factory=list)
     note: str = ""
+    defaults: EngineLadder | None = None
+    defaults_id: str = ""
+    defaults_s: float = 0.0
+    defaults_reason: str = ""
 
     def config(self, config_id: str) -> TunedConfig | None:
         return next((c for c in self.configs if c.id == config_id), None)

@@ -47,15 +47,21 @@ def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, t
     assert chosen is not None and chosen.engine_args == {"slots": "8"}
     assert "--slots 8" in chosen.command
     assert by_args["{}"].ladder is not None and by_args["{}"].ladder.capacity is not None
-    # the gain is the chosen configuration's capacity over the defaults', both as the search measured them:
-    # the defaults' TTFT breaks at 4 in flight (one slot), 8 slots hold up to the highest load (a lower bound)
-    assert tuning.gain is not None and tuning.gain > 1.5 and not tuning.gain_none
-    assert tuning.gain_text.startswith("≥ ")
+    # the defaults climbed again as the main job climbs (vllm#defaults): one slot's TTFT breaks at 4 in flight,
+    # so their capacity is known (between 2 and 4 in flight); 8 slots hold up to the highest load (a lower bound)
+    base, main = tuning.defaults, ladder.engines["vllm"]
+    assert tuning.defaults_id == "vllm#defaults" and not tuning.defaults_reason and 0 < tuning.defaults_s
+    assert base is not None and base.capacity is not None and not base.capacity.open and 2 <= base.capacity.load < 4
+    assert [p.load for p in base.points][:3] == [1, 2, 4] and main.capacity is not None and main.capacity.open
+    # the gain is the tuned capacity over that climb's
+    assert tuning.gain == pytest.approx(main.capacity.output_tps / base.capacity.output_tps, rel=1e-9)
+    assert tuning.gain > 1.5 and not tuning.gain_none and tuning.gain_text.startswith("≥ ")
     assert 0 < tuning.used_s
     # every configuration is its own engine in the records, the main job the engine itself
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
-    assert {r["engine"] for r in records} >= {"vllm", "vllm#0", "vllm#1", "vllm#2"}
-    assert (run / "logs" / "vllm#2.log").exists()
+    assert {r["engine"] for r in records} >= {"vllm", "vllm#0", "vllm#1", "vllm#2", "vllm#defaults"}
+    assert (run / "logs" / "vllm#2.log").exists() and (run / "logs" / "vllm#defaults.log").exists()
+    assert manifest_command(run, "vllm#defaults").endswith("--slots 1")  # the scripted engine's defaults: 1 slot
     # the main job climbed the engine at 8 slots; the recipe is its command line
     manifest = json.loads((run / "manifest.json").read_text())
     assert "--slots 8" in manifest["engines"]["vllm"]["command"]
@@ -63,11 +69,20 @@ def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, t
     assert ladder.decision.sentence.startswith("vllm (tuned: slots=8) sustains"), ladder.decision.sentence
     md = (run / "report.md").read_text()
     assert md.index("## Verdict") < md.index("Each engine at its best") < md.index("## Weighted score")
-    assert "| vllm | slots=8 (vllm#2) |" in md and "rejected: vllm: --slots 64 is more than" in md
+    assert f"| vllm | slots=8 (vllm#2) | ≥ {main.capacity.output_tps:,.1f} [" in md
+    assert f"| {base.capacity.output_tps:,.1f} [" in md and "rejected: vllm: --slots 64 is more than" in md
     assert len(tuning.envelope) >= 2 and (run / "report-plots" / "frontier.png").exists()
     recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
     assert recipe.engine == "vllm" and recipe.engine_args == {"slots": "8"} and recipe.tuned
     assert "--slots 8" in recipe.command and recipe.capacity_tps and recipe.capacity_interval
+    shown = CliRunner().invoke(app, ["results", "show", "tuned", "-o", str(tmp_path)])  # the same first screen, later
+    assert shown.exit_code == 0, shown.output
+    assert "vllm: tuned slots=8 (vllm#2), gain over its defaults ≥ " in shown.output
+    assert f"Recipe: {run / 'recipe.json'}" in shown.output.replace("\n", "")
+
+
+def manifest_command(run, engine: str) -> str:
+    return json.loads((run / "manifest.json").read_text())["engines"][engine]["command"]
 
 
 def test_an_engine_config_that_is_not_a_recipe_is_one_line(tmp_path):

@@ -1,5 +1,7 @@
-"""The console's first screen after ``bench run`` with load ladders: the verdict sentence and the
-capacity table (the same rows as the report's, :func:`reports.frontier.capacity_rows`)."""
+"""The console's first screen after ``bench run`` with load ladders (and ``bench results show``):
+the verdict sentence, the capacity table (the same rows as the report's,
+:func:`reports.frontier.capacity_rows`), with ``--tune`` each engine's configuration and gain
+(:func:`reports.tuning.gain_line`) and the recipe's file."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from reports.frontier import capacity_rows
-from results.schema import LadderSummary
+from reports.tuning import gain_line
+from results.schema import RECIPE_FILE, LadderSummary
 
 
 def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = None) -> None:
-    """The verdict, then one compact table, then where the frontier chart is."""
+    """The verdict, then one compact table, the tuning's gain lines and the recipe's file when
+    ``--tune`` ran, then where the frontier chart is."""
     d = ladder.decision
     console.rule("Verdict")
     console.print(f"[bold]{escape(d.sentence if d else 'No decision was made.')}[/]", highlight=False)
@@ -30,5 +34,9 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["usd"],
                   *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
+    for name, tuning in ladder.tuning.items():
+        console.print(escape(gain_line(name, tuning)), highlight=False)
+    if run_dir is not None and (run_dir / RECIPE_FILE).exists():
+        console.print(f"Recipe: {run_dir / RECIPE_FILE} (bench run --engine-config FILE runs it again)", markup=False)
     if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
         console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)

@@ -68,8 +68,8 @@ def tune_help() -> str:
     return ("Seconds of measuring per engine for a configuration search before the main job (0 = none): the defaults, "
             "each knob changed alone, then combinations (up to --tune-configs), searched by successive halving on "
             "short load ladders, the objective being the capacity at the SLO; each engine then climbs its ladder at "
-            "the configuration found, the verdict compares tuned against tuned, each engine's gain over its defaults "
-            "is reported with its interval and the winner's command line is stored as recipe.json. Precision is never "
+            "the configuration found (and its defaults the same way, when the search moved off them), the verdict "
+            "compares tuned against tuned, each engine's gain over its defaults is reported with its interval and the winner's command line is stored as recipe.json. Precision is never "
             "changed. Search spaces on a CPU: " + spaces("cpu") + ". On a GPU: " + spaces("nvidia") + ". Engines the "
             "harness does not start (--endpoint) take client-side knobs only: the ladder already sweeps concurrency.")
 

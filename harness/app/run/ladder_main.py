@@ -17,7 +17,7 @@ from harness.app.core.plan import EnginePlan
 from harness.app.core.trial import trial_spec
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
 from harness.app.run.ladder_trial import LadderSpec
-from harness.app.run.tune import Tuner, gain_line, recipe
+from harness.app.run.tune import Tuner, recipe
 from harness.scoring.decision import default_slos, slos_text
 
 
@@ -95,15 +95,14 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
 
 
 def _recipe(ladder: Any, writer: Any, console: Any) -> None:
-    """Each tuned engine's gain line, and the winner's ``recipe.json`` (the command line that
-    starts it as measured; ``bench run --engine-config FILE`` runs it again), printed."""
+    """The winner's ``recipe.json`` (the command line that starts it as measured; ``bench run
+    --engine-config FILE`` runs it again), printed; each tuned engine's gain line comes with the
+    verdict (:func:`harness.app.cli.verdict.print_verdict`)."""
     from rich.markup import escape
 
     from results.schema import RECIPE_FILE
     from results.store import write_model_atomic
 
-    for name, tuning in ladder.tuning.items():
-        console.print(escape(gain_line(name, tuning)), highlight=False)
     winner = ladder.decision.winner if ladder.decision is not None else ""
     found = recipe(ladder, writer.manifest, winner) if winner else None
     if found is None:

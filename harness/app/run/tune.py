@@ -12,10 +12,13 @@ trial bodies and executor as the main job (so the trials run on Ray too). A conf
 engine refuses (it does not start) is reported with its line and never retried.
 
 The main job then climbs each engine at its chosen configuration, under the engine's own name:
-the verdict compares tuned against tuned. :func:`judge_tuning` stores, in ``ladder.json``'s
-``tuning``, every configuration's ladder and capacity (judged like the main job's), the one chosen,
-and the gain tuning gave (tuned capacity over its defaults', with its interval; none when inside
-the noise). :func:`recipe` makes the winner's ``recipe.json``: the exact command line that
+the verdict compares tuned against tuned. When the search chose other than the defaults, the
+defaults climb once more before it, afresh, as the main job climbs (same budget, same loads,
+named ``ENGINE#defaults``): the engine's out-of-the-box capacity, which the search's short first
+rung only bounds from below. :func:`judge_tuning` stores, in ``ladder.json``'s ``tuning``, every
+configuration's ladder and capacity (judged like the main job's), the one chosen, the defaults'
+climb, and the gain tuning gave (the main job's tuned capacity over the defaults' climb, with its
+interval; none when inside the noise). :func:`recipe` makes the winner's ``recipe.json``: the exact command line that
 started it (``bench run --engine-config FILE`` runs it again).
 
 An endpoint (``--endpoint``, ``--engine openai``) is not started by the harness: only client-side
@@ -75,6 +78,7 @@ class Search:
     tried: list[Tried] = field(default_factory=list)
     chosen: int = 0
     note: str = ""
+    defaults: EngineClimb | None = None  # the defaults climbed as the main job climbs (chosen != 0)
 
 
 class Tuner:
@@ -97,10 +101,42 @@ class Tuner:
                 continue
             try:
                 self._search(plan, search)
+                if search.chosen != 0:
+                    self._climb_defaults(plan, search)
             except KeyboardInterrupt as exc:
                 return plans, interrupt_cause(exc)
             out.append(tuned_plan(plan, search.configs[search.chosen]))
         return out, ""
+
+    def _climb_defaults(self, plan: EnginePlan, search: Search) -> None:
+        """The defaults' ladder as the main job climbs one (its spec and budget, afresh; no
+        fidelity or equivalence check): the out-of-the-box capacity the gain is measured against."""
+        job = self.job
+        climb = search.defaults = EngineClimb(variant(plan, search.configs[0], 0))
+        climb.plan = replace(climb.plan, name=f"{plan.name}#defaults",
+                             launch=replace(climb.plan.launch, log_name=f"{plan.name}#defaults"))
+        job.console.print(f"{escape(plan.name)}: its defaults climb as the main job climbs ({job.spec.budget_s:g} s), "
+                          "the out-of-the-box capacity the gain is measured against …", highlight=False)
+        spec = replace(job.spec, trial=replace(job.spec.trial, equivalence=False, fidelity=None, accuracy=None,
+                                               feature_probes=False))
+        trial = Trial((climb.name, 0), climb.plan,
+                      partial(climb_ladder, spec=spec, tokenizer=job.tokenizer, manifest=job.writer.manifest))
+        job.executor.hold([climb.plan])
+        job.executor.submit([trial])
+        try:
+            climb.outcome = job.executor.result(trial, job.writer)
+        except KeyboardInterrupt as exc:
+            climb.outcome = getattr(exc, "ladder_outcome", None)
+            climb.measurements = list(climb.outcome.measurements) if climb.outcome is not None else []
+            climb.failure = "interrupted while climbing"
+            raise
+        except EngineError as exc:
+            climb.failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            job.console.print(f"  {climb.name}: failed — {climb.failure}", markup=False, highlight=False)
+            return
+        climb.measurements = list(climb.outcome.measurements)
+        if climb.outcome.crash:
+            climb.failure = f"crashed under load ({climb.outcome.crashed_at} in flight): {climb.outcome.crash}"[:300]
 
     def judge(self, summary: LadderSummary, records: Sequence[RequestRecord]) -> None:
         """Store every engine's search in ``summary.tuning`` (:func:`judge_tuning`)."""
@@ -184,7 +220,8 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
             continue
         ladders = LadderSummary(run_id=summary.run_id, workload=summary.workload, slos=summary.slos,
                                 max_failure_rate=summary.max_failure_rate, devices=summary.devices, seed=summary.seed,
-                                engines={v.name: job._engine_ladder(v) for v in search.variants if v.measurements})
+                                engines={v.name: job._engine_ladder(v) for v in [*search.variants, search.defaults]
+                                         if v is not None and v.measurements})
         judge(ladders, records, job.spec.slos, seed=summary.seed)
         configs = []
         base = {k: val for k, val in search.variants[0].plan.launch.engine_args.items() if not k.startswith("env.")}
@@ -199,13 +236,19 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
                               budget_s=budget_s, configs=configs,
                               chosen=search.variants[search.chosen].name)
         tuning.used_s = round(sum(c.measuring_s for c in configs), 2)
-        chosen_v, default_v = search.variants[search.chosen], search.variants[0]
-        g = gain(_capacity(chosen_v.name, ladders.engines.get(chosen_v.name), records, summary, job),
-                 _capacity(default_v.name, ladders.engines.get(default_v.name), records, summary, job),
-                 defaults_best=search.chosen == 0)
+        if search.defaults is not None:
+            d = search.defaults
+            tuning.defaults_id, tuning.defaults_reason = d.name, d.failure
+            tuning.defaults = ladders.engines.get(d.name)
+            tuning.defaults_s = round(sum(m.wall_s for m in d.measurements), 2)
+        g = gain(_capacity(name, summary.engines.get(name), records, summary, job),
+                 _capacity(tuning.defaults_id, tuning.defaults, records, summary, job) if not tuning.defaults_reason
+                 else None, defaults_best=search.chosen == 0)
         tuning.gain, tuning.gain_interval, tuning.gain_none, tuning.gain_text = g.ratio, g.interval, g.none, g.text()
+        if tuning.defaults_reason:
+            tuning.gain_text = f"not measured: the defaults' climb failed ({tuning.defaults_reason[:160]})"
         tuning.envelope = upper_envelope([(p.per_user_tps, p.output_tps) for ladder in
-                                          [summary.engines.get(name)] + [c.ladder for c in configs]
+                                          [summary.engines.get(name), tuning.defaults] + [c.ladder for c in configs]
                                           if ladder is not None for p in ladder.points
                                           if p.passed and p.per_user_tps and p.output_tps > 0])
         out[name] = tuning
@@ -247,20 +290,5 @@ def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
                   tuned=bool(tuning is not None and tuning.configs))
 
 
-def gain_line(engine: str, tuning: EngineTuning) -> str:
-    """``vllm: tuned max_num_seqs=32 (vllm#2), gain over its defaults 1.31× [1.12–1.52]; 4 configurations,
-    212 s of measuring`` for the console and the report."""
-    if not tuning.configs:
-        return f"{engine}: not tuned — {tuning.note}"
-    chosen = tuning.config(tuning.chosen)
-    what = chosen.label if chosen is not None else "?"
-    g = "gain over its defaults " + (tuning.gain_text or "not measured")
-    rejected = [c for c in tuning.configs if c.status == "rejected"]
-    rej = f"; {len(rejected)} rejected by the engine" if rejected else ""
-    n = len(tuning.configs)
-    return (f"{engine}: tuned {what} ({tuning.chosen}), {g}; {n} configurations, {tuning.used_s:,.0f} s of "
-            f"measuring{rej}")
-
-
-__all__ = ["ENDPOINT_NOTE", "NO_SPACE_NOTE", "Search", "Tuner", "gain_line", "judge_tuning", "recipe", "tuned_plan",
+__all__ = ["ENDPOINT_NOTE", "NO_SPACE_NOTE", "Search", "Tuner", "judge_tuning", "recipe", "tuned_plan",
            "variant"]

@@ -28,6 +28,7 @@ from ray import cloudpickle
 
 import adapters.registry as registry
 import tests.fake_servers.ray_engines as ray_engines
+import tests.fake_servers.tunable_engine as tunable_engine
 from adapters.base import LaunchConfig, ProbeResult
 from harness.app.cli import app
 from harness.app.core.plan import EnginePlan
@@ -36,6 +37,7 @@ from harness.app.executors.ray import trial_options
 
 pytestmark = pytest.mark.ray
 cloudpickle.register_pickle_by_value(ray_engines)  # the workers cannot import the tests folder
+cloudpickle.register_pickle_by_value(tunable_engine)
 
 ARGS = ["--workload", "random", "--num-requests", "6", "--input-len", "8", "--output-len", "4", "--warmup", "1",
         "--no-calibration", "--no-equivalence", "--no-feature-probes", "--threads", "1",
@@ -343,3 +345,35 @@ def test_ladders_on_ray_give_the_local_ladders(local_ray, monkeypatch, tmp_path)
     manifest = json.loads((tmp_path / "ray-ladder" / "manifest.json").read_text())
     assert {t["node_id"] for t in manifest["engines"]["own"]["ray_trials"]} == {local_ray}
     assert _gone(_server_pids(tmp_path), 10) == []
+
+
+def test_a_configuration_search_on_ray_finds_the_best_setting_and_reports_the_refused_one(local_ray, monkeypatch, tmp_path):
+    """``--tune`` with ``--executor ray`` (issue 27): every configuration's rung a Ray trial on the
+    scripted tunable engine (tests/fake_servers/tunable_engine.py: best at 8 slots, refuses 64);
+    the search finds 8 slots, the refusal comes back from the worker as the engine's line and is
+    not retried, and the main job climbs at 8 slots, as tests/e2e/test_tune.py shows locally."""
+    real = registry.get_adapter
+    monkeypatch.setattr(registry, "get_adapter", lambda name, hardware=None: tunable_engine.TunableEngine("vllm")
+                        if name == "vllm" else real(name, hardware))
+    args = ["--workload", "random", "--input-len", "8", "--output-len", "8", "--warmup", "1", "--no-calibration",
+            "--no-equivalence", "--no-feature-probes", "--threads", "1", "--max-load", "8", "--ladder-budget", "3",
+            "--slo", "ttft_p90=150,tpot_p90=25"]
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm", *args, "--tune", "8", "--tune-configs", "4",
+                                   "--executor", "ray", "-o", str(tmp_path), "--run-id", "tuned"])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "tuned"
+    tuning = json.loads((run / "ladder.json").read_text())["tuning"]["vllm"]
+    by_args = {json.dumps(c["engine_args"]): c for c in tuning["configs"]}
+    assert set(by_args) == {"{}", '{"slots": "2"}', '{"slots": "8"}', '{"slots": "64"}'}
+    refused = by_args['{"slots": "64"}']
+    assert refused["status"] == "rejected" and "at most 16" in refused["reason"] and refused["rungs"] == 0
+    assert res.output.count("--slots 64 is more than this engine accepts") >= 1
+    chosen = next(c for c in tuning["configs"] if c["id"] == tuning["chosen"])
+    assert chosen["engine_args"] == {"slots": "8"} and "--slots 8" in chosen["command"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "--slots 8" in manifest["engines"]["vllm"]["command"]
+    measured = [c["id"] for c in tuning["configs"] if c["status"] != "rejected"]
+    for name in [*measured, "vllm#defaults", "vllm"]:  # the search's rungs, the defaults' and the main climb: Ray trials
+        assert {t["node_id"] for t in manifest["engines"][name]["ray_trials"]} == {local_ray}, name
+    recipe = json.loads((run / "recipe.json").read_text())
+    assert recipe["engine"] == "vllm" and recipe["engine_args"] == {"slots": "8"}
