@@ -165,7 +165,9 @@ class Gain:
 
     def text(self) -> str:
         """``1.32× [1.12–1.51]``, ``≥ 1.32× [...]``, ``none (1.02× [0.93–1.10], within the noise or 5 %)``,
-        ``none: the defaults were the best configuration tried``."""
+        ``none shown (≤ 1.30× [...]: an upper bound, ...)``, ``none (0.80× [...]; the configuration chosen
+        measured below the defaults when both were climbed again: ...)``, ``none: the defaults were the
+        best configuration tried``."""
         if self.defaults_best:
             return "none: the defaults were the best configuration tried"
         if self.ratio is None:
@@ -174,6 +176,13 @@ class Gain:
         shown += f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]" if self.interval else ""
         if self.bound == "≈":
             return f"{shown}: both ladders stopped before an SLO broke (lower bounds), so the gain is unknown"
+        below = ("" if self.ratio >= 1 else "; the configuration chosen measured below the defaults when both were climbed "
+                 "again" + (": the search's pick did not hold up" if self.interval and self.interval[1] < 1 else
+                            " (within the noise)"))
+        if self.bound == "≤":
+            return f"none shown ({shown}: an upper bound, the defaults' ladder stopped before an SLO broke{below})"
+        if below:
+            return f"none ({shown}{below})"
         return f"none ({shown}, within the noise or 5 %)" if self.none else shown
 
 

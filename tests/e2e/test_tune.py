@@ -43,6 +43,7 @@ def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, t
     assert set(by_args) == {"{}", '{"slots": "2"}', '{"slots": "8"}', '{"slots": "64"}'}
     refused = by_args['{"slots": "64"}']
     assert refused.status == "rejected" and "at most 16" in refused.reason and refused.rungs == 0
+    assert f"{refused.id} (slots=64): rejected by the engine, not tried again (vllm: --slots 64" in res.output
     chosen = tuning.config(tuning.chosen)
     assert chosen is not None and chosen.engine_args == {"slots": "8"}
     assert "--slots 8" in chosen.command

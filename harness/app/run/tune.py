@@ -165,7 +165,8 @@ class Tuner:
                       "short budget runs over) …")
 
         def told(i: int, t: Tried) -> None:
-            what = f"{t.estimate:,.1f} tok/s at the SLO" if t.status == "measured" else f"{t.status}: {t.reason[:160]}"
+            what = {"measured": f"{t.estimate:,.1f} tok/s at the SLO",
+                    "rejected": f"rejected by the engine, not tried again ({t.reason[:160]})"}.get(t.status, f"{t.status}: {t.reason[:160]}")
             console.print(f"  {search.variants[i].name} ({label(t.config)}): {what}", markup=False, highlight=False)
 
         search.tried, search.chosen = successive_halving(search.configs, self.budget_s,

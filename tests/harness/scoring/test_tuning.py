@@ -117,6 +117,9 @@ def test_the_gain_is_none_inside_the_noise_and_a_ratio_with_its_interval_outside
     small = gain(_cap(103.0, 6.0, 1), _cap(100.0, 6.0, 2))
     assert small.none and small.text().startswith("none (1.03×")
     assert gain(None, _cap(100.0, 3.0, 2)).ratio is None
+    noisy_worse = gain(_cap(97.0, 6.0, 1), _cap(100.0, 6.0, 2))
+    assert noisy_worse.none and noisy_worse.text().startswith("none (0.97× [") and noisy_worse.text().endswith(
+        "; the configuration chosen measured below the defaults when both were climbed again (within the noise))")
     assert gain(_cap(130.0, 3.0, 1), _cap(100.0, 3.0, 2), defaults_best=True).text() == \
         "none: the defaults were the best configuration tried"
 
@@ -129,7 +132,13 @@ def test_a_gain_over_lower_bounds_says_so() -> None:
     default_open = _cap(100.0, 3.0, 2)
     default_open.open = True
     upper = gain(_cap(130.0, 3.0, 1), default_open)
-    assert upper.bound == "≤" and upper.none and upper.text().startswith("none (≤ 1.30×")
+    assert upper.bound == "≤" and upper.none
+    assert upper.text().startswith("none shown (≤ 1.30× [") and upper.text().endswith(
+        "]: an upper bound, the defaults' ladder stopped before an SLO broke)")
+    # the chosen configuration below the defaults' lower bound: it measured worse (SGLang-CPU's case in issue 27's run)
+    worse = gain(_cap(14.0, 4.0, 1), default_open)
+    assert worse.bound == "≤" and worse.none and worse.text().endswith(
+        "the configuration chosen measured below the defaults when both were climbed again: the search's pick did not hold up)")
     both = gain(chosen_open, default_open)
     assert both.bound == "≈" and both.none and "the gain is unknown" in both.text()
 
