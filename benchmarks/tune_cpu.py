@@ -57,7 +57,7 @@ def table(tuned: dict[str, Any]) -> str:
     from results.schema import LadderSummary
 
     lines = ["| engine | defaults: capacity [95 %] | configuration chosen | tuned: capacity [95 %] | gain [95 %] | "
-             "configurations | s of measuring: search of budget + defaults' climb |", "|---|---:|---|---:|---|---:|---:|"]
+             "configurations | s of measuring: search (budget) + defaults' climb |", "|---|---:|---|---:|---|---:|---:|"]
     for r in tuning_rows(LadderSummary.model_validate(tuned)):
         chosen = r["chosen"] if r["chosen"] != "–" else f"not tuned: {r['note']}"
         lines.append(f"| {r['engine']} | {r['defaults']} | {chosen} | {r['tuned']} | {r['gain']} | {r['tried']} | "

@@ -8,6 +8,7 @@ equally over ``R = ceil(log2 n)`` rungs; rung ``r`` gives each of its ``ceil(n /
 configurations ``B / (R * ceil(n / 2**r))`` seconds, and the better half by capacity point
 estimate goes on to the next rung, where its ladder continues (climbs on, or re-measures the
 points bracketing its SLO boundary), so the survivors' estimates sharpen as the field narrows.
+The search keeps the defaults unless its best beats them by more than 5 % (:func:`best_of`).
 Two configurations (one rung) is a plain grid. The objective is the capacity at the SLO
 (:mod:`harness.scoring.frontier`), the same number the verdict compares.
 
@@ -91,7 +92,8 @@ class Tried:
     """One configuration's course through the search: ``config``; its point estimate after each
     rung it ran (output tokens/s per device at the SLO); ``seconds`` of measuring spent on it;
     ``status`` (``measured``, ``rejected``: the engine refused it, ``failed``: it crashed or
-    measured nothing) with ``reason``."""
+    measured nothing, ``interrupted``: the search was stopped (Ctrl-C, SIGTERM) while it measured
+    or before its turn) with ``reason``."""
 
     config: Config
     estimates: list[float] = field(default_factory=list)
@@ -111,13 +113,16 @@ engine refuses the configuration, or any ``Exception`` naming why it failed."""
 
 
 def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Evaluate,
-                       on_result: Callable[[int, Tried], None] | None = None) -> tuple[list[Tried], int]:
+                       on_result: Callable[[int, Tried], None] | None = None,
+                       tried: list[Tried] | None = None) -> tuple[list[Tried], int]:
     """Search ``configs`` within ``budget_s`` (module docstring). Returns every configuration's
-    course and the index of the best (the highest estimate after the last rung it reached, a
-    later rung winning over an earlier one; the defaults, index 0, when nothing measured). A
-    configuration that was rejected or failed leaves the search at once. ``on_result(i, tried)``
-    is told after each evaluation (progress). KeyboardInterrupt passes through."""
-    tried = [Tried(dict(c)) for c in configs]
+    course (``tried``, filled in place when given: what was measured survives an interrupt) and
+    the index of the best (:func:`best_of`). A configuration that was rejected or failed leaves
+    the search at once. ``on_result(i, tried)`` is told after each evaluation (progress). A
+    KeyboardInterrupt passes through once the configuration it stopped is marked ``interrupted``
+    (with the seconds it spent: the exception's ``spent_s``) and so is every one not measured yet."""
+    tried = tried if tried is not None else []
+    tried[:] = [Tried(dict(c)) for c in configs]
     alive = list(range(len(configs)))
     for r, (_, seconds) in enumerate(rungs(len(configs), budget_s)):
         if len(alive) < 2 and r > 0:
@@ -125,6 +130,13 @@ def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Eva
         for i in alive:
             try:
                 estimate, spent = evaluate(i, r, seconds)
+            except KeyboardInterrupt as exc:
+                tried[i].seconds += float(getattr(exc, "spent_s", 0.0))
+                tried[i].status, tried[i].reason = "interrupted", f"interrupted while measuring (rung {r + 1})"
+                for t in tried:
+                    if t.status == "measured" and not t.estimates:
+                        t.status, t.reason = "interrupted", "not measured: the search was interrupted before its turn"
+                raise
             except Rejected as exc:
                 tried[i].status, tried[i].reason = "rejected", str(exc)
             except Exception as exc:  # noqa: BLE001 - a failed configuration is reported, the search goes on
@@ -141,11 +153,19 @@ def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Eva
 
 
 def best_of(tried: Sequence[Tried]) -> int:
-    """The best configuration: most rungs reached, then the highest estimate; 0 when none measured."""
+    """The best configuration: most rungs reached, then the highest estimate; 0 (the defaults)
+    when none measured, or when the best does not beat the defaults' last estimate by more than
+    :data:`~harness.scoring.verdict.EQUIVALENCE_MARGIN` (5 %, the verdict's own tie margin): a
+    pick by a hair is a pick by the noise (the search's estimates carry no interval), and the
+    defaults are what the user already runs."""
     ok = [i for i, t in enumerate(tried) if t.status == "measured" and t.estimates]
     if not ok:
         return 0
-    return max(ok, key=lambda i: (len(tried[i].estimates), tried[i].estimate))
+    best = max(ok, key=lambda i: (len(tried[i].estimates), tried[i].estimate))
+    defaults = tried[0]
+    if best != 0 and 0 in ok and tried[best].estimate <= defaults.estimate * (1 + EQUIVALENCE_MARGIN):
+        return 0
+    return best
 
 
 @dataclass(frozen=True)
@@ -167,15 +187,15 @@ class Gain:
         """``1.32× [1.12–1.51]``, ``≥ 1.32× [...]``, ``none (1.02× [0.93–1.10], within the noise or 5 %)``,
         ``none shown (≤ 1.30× [...]: an upper bound, ...)``, ``none (0.80× [...]; the configuration chosen
         measured below the defaults when both were climbed again: ...)``, ``none: the defaults were the
-        best configuration tried``."""
+        best configuration tried``, ``unknown: both ladders stopped ...`` (no ratio shown)."""
         if self.defaults_best:
             return "none: the defaults were the best configuration tried"
         if self.ratio is None:
             return "not measured (a configuration never met the SLO)"
+        if self.bound == "≈":  # a ratio of two lower bounds measures nothing: none shown
+            return "unknown: both ladders stopped before an SLO broke (lower bounds), so their ratio is no measure of it"
         shown = (f"{self.bound} " if self.bound else "") + f"{self.ratio:.2f}×"
         shown += f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]" if self.interval else ""
-        if self.bound == "≈":
-            return f"{shown}: both ladders stopped before an SLO broke (lower bounds), so the gain is unknown"
         below = ("" if self.ratio >= 1 else "; the configuration chosen measured below the defaults when both were climbed "
                  "again" + (": the search's pick did not hold up" if self.interval and self.interval[1] < 1 else
                             " (within the noise)"))

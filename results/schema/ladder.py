@@ -132,7 +132,8 @@ class TunedConfig(Artefact):
     :mod:`harness.scoring.tuning`): ``id`` (its records' engine name, e.g. ``vllm#2``),
     ``engine_args`` (what it ran with: the run's own engine args and the knobs the search set; {}
     = the engine's defaults), ``label`` (the knobs the search set, or "defaults"), ``status`` (``measured``;
-    ``rejected``: the engine refused it, with the engine's line in ``reason``; ``failed``),
+    ``rejected``: the engine refused it, with the engine's line in ``reason``; ``failed``;
+    ``interrupted``: the search was stopped while it measured or before its turn),
     ``rungs`` of the search it reached, ``measuring_s`` spent on it, its ``ladder`` (points and
     capacity at the SLO, judged as the main job's are) and ``command`` (the command line it ran)."""
 
@@ -159,7 +160,8 @@ class EngineTuning(Artefact):
     When the search chose other than the defaults, the defaults climbed afresh as the main job
     climbs: ``defaults`` (that ladder, the out-of-the-box capacity the gain is over), its records'
     engine name ``defaults_id`` (``vllm#defaults``), ``defaults_s`` of measuring (outside the
-    search's budget) and ``defaults_reason`` when that climb failed."""
+    search's budget) and ``defaults_reason`` when that climb failed. ``interrupted``: who stopped
+    the search before it chose (then ``chosen`` is "" and the gain not measured)."""
 
     space: dict[str, list[str]] = Field(default_factory=dict)
     method: str = ""
@@ -177,6 +179,7 @@ class EngineTuning(Artefact):
     defaults_id: str = ""
     defaults_s: float = 0.0
     defaults_reason: str = ""
+    interrupted: str = ""  # who stopped the search before it chose (Ctrl-C, SIGTERM); then chosen is ""
 
     def config(self, config_id: str) -> TunedConfig | None:
         return next((c for c in self.configs if c.id == config_id), None)

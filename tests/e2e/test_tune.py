@@ -94,3 +94,34 @@ def test_an_engine_config_that_is_not_a_recipe_is_one_line(tmp_path):
     assert "is not a recipe (engine: Field required)" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["run", "--engine-config", str(tmp_path / "missing.json"), "-o", str(tmp_path)])
     assert res.exit_code == 2 and "cannot read it" in res.output
+
+
+def test_a_search_interrupted_keeps_what_it_measured_and_chooses_nothing(tmp_path, tunable, monkeypatch):
+    """Ctrl-C while the third configuration (slots=8) climbs: the two measured before keep their
+    ladders and seconds, the stopped one and the one never reached say so, nothing is chosen and no
+    gain is claimed (a review found an interrupted search reported as 'the defaults were the best')."""
+    from harness.app.run import tune
+
+    real = tune.climb_ladder
+
+    def stopped_at_the_third(plan, *args, **kwargs):
+        if plan.name == "vllm#2":
+            raise KeyboardInterrupt
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(tune, "climb_ladder", stopped_at_the_third)
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm", *ARGS, "--tune", "8", "--tune-configs", "4",
+                                   "-o", str(tmp_path), "--run-id", "stopped"])
+    assert res.exit_code == 130, res.output
+    ladder = LadderSummary.model_validate_json((tmp_path / "stopped" / "ladder.json").read_text())
+    tuning = ladder.tuning["vllm"]
+    assert tuning.interrupted == "the user (Ctrl-C)" and tuning.chosen == ""
+    assert [c.status for c in tuning.configs] == ["measured", "measured", "interrupted", "interrupted"]
+    assert all(c.rungs == 1 and c.measuring_s > 0 and c.ladder is not None for c in tuning.configs[:2])
+    assert tuning.configs[2].reason == "interrupted while measuring (rung 1)" and tuning.configs[2].rungs == 0
+    assert tuning.configs[3].reason.startswith("not measured: the search was interrupted before its turn")
+    assert tuning.used_s == pytest.approx(sum(c.measuring_s for c in tuning.configs[:2]), abs=0.02) and tuning.used_s > 0
+    assert tuning.gain is None and tuning.gain_text == "not measured: the search was interrupted by the user (Ctrl-C) before it chose"
+    assert "the defaults were the best" not in res.output
+    assert "vllm: not tuned — the search was interrupted by the user (Ctrl-C) before it chose (2 of 4 configurations" in \
+        res.output.replace("\n", " ")

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from reports.frontier import capacity_rows
-from reports.tuning import gain_line
+from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, LadderSummary
 
 
@@ -38,5 +38,7 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         console.print(escape(gain_line(name, tuning)), highlight=False)
     if run_dir is not None and (run_dir / RECIPE_FILE).exists():
         console.print(f"Recipe: {run_dir / RECIPE_FILE} (bench run --engine-config FILE runs it again)", markup=False)
+    elif run_dir is not None and ladder.tuning:
+        console.print(f"No {RECIPE_FILE}: {no_recipe_reason(ladder)}.", markup=False, highlight=False)
     if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
         console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)

@@ -360,6 +360,9 @@ class RunSettings(BaseModel):
         """The load ladder's options only with a ladder; a ladder starts at the client workers'
         count (each needs a session in flight)."""
         fields = type(self).model_fields
+        if 0 < self.tune_s < 1:
+            raise ValueError(f"--tune {self.tune_s:g} is seconds of measuring per engine for the search: under 1 s no ladder "
+                             "measures anything; give e.g. --tune 180 (0 = no search)")
         if self.tune_configs != fields["tune_configs"].default and not self.tune_s:
             raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
         given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]

@@ -97,7 +97,7 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
 def _recipe(ladder: Any, writer: Any, console: Any) -> None:
     """The winner's ``recipe.json`` (the command line that starts it as measured; ``bench run
     --engine-config FILE`` runs it again), printed; each tuned engine's gain line comes with the
-    verdict (:func:`harness.app.cli.verdict.print_verdict`)."""
+    verdict (:func:`harness.app.cli.verdict.print_verdict`), and so does why no recipe was made."""
     from rich.markup import escape
 
     from results.schema import RECIPE_FILE
@@ -105,10 +105,7 @@ def _recipe(ladder: Any, writer: Any, console: Any) -> None:
 
     winner = ladder.decision.winner if ladder.decision is not None else ""
     found = recipe(ladder, writer.manifest, winner) if winner else None
-    if found is None:
-        why = (f"{winner} is an endpoint the harness does not start" if winner else "the verdict names no winner")
-        if ladder.tuning:
-            console.print(f"No {RECIPE_FILE}: {escape(why)}.", highlight=False)
+    if found is None:  # why is said under the verdict (reports.tuning.no_recipe_reason)
         return
     write_model_atomic(writer.run_dir / RECIPE_FILE, found)
     console.print(f"Recipe ({escape(winner)}, {RECIPE_FILE}; serve it on your own port): {escape(found.command)}",

@@ -60,8 +60,7 @@ class EngineClimb:
 
 class LadderJob:
     """Runs the main job over ``engines`` with ``executor`` (started by the caller for the
-    round), writing to ``writer``; ``spec`` says how ladders are climbed; ``keep``: engines are
-    kept frozen between their climb and the decisive repeats (all fit at once)."""
+    round), writing to ``writer``; ``spec`` says how ladders are climbed."""
 
     def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Any, *, tokenizer: Any,
                  boundary_repeats: int = 2, target_tps: float | None = None) -> None:
@@ -140,7 +139,12 @@ class LadderJob:
 
     def decisive_repeats(self, engines: list[EngineClimb]) -> str:
         """Measure the top two production engines' bracketing points ``boundary_repeats``
-        more times each, interleaved; the others are stopped first. Returns who interrupted it."""
+        more times each, interleaved; the others are stopped first. Each repeat measures a fresh
+        start of its engine (stopped, started again, warmed up): the capacity's interval then
+        holds the spread between starts of one configuration, the spread a re-run of the winner's
+        recipe meets (on the 2-core machine vLLM-CPU's capacity read 66-81 tok/s over starts, while
+        one start's own spread was about ±6 %), not only the spread within one start. Returns who
+        interrupted it."""
         ranked = self._ranked(engines)
         top = [e for e in ranked[:2] if any(load is not None for load in _bracket(e, self.spec))]
         for e in engines:
@@ -149,13 +153,14 @@ class LadderJob:
         if len(top) < 2 or self.boundary_repeats < 1:
             return ""
         self.console.print(f"Decisive points: {' and '.join(e.name for e in top)}, each boundary measured "
-                           f"{self.boundary_repeats} more time(s), interleaved …")
+                           f"{self.boundary_repeats} more time(s), interleaved, each time on a fresh start of the engine …")
         for k in range(self.boundary_repeats):
             for engine in top:
                 points = self._next_points(engine)
                 body = partial(measure_points, spec=self.spec, tokenizer=self.tokenizer, points=points)
                 trial = Trial((engine.name, 1 + k), engine.plan, body, keep=True)
-                self.executor.hold([engine.plan])  # kept frozen since its climb, or started again
+                self.executor.release(engine.name)  # a fresh start (docstring): the spread between starts
+                self.executor.hold([engine.plan])
                 self.executor.submit([trial])
                 try:
                     engine.measurements += self.executor.result(trial, self.writer)

@@ -79,6 +79,7 @@ class Search:
     chosen: int = 0
     note: str = ""
     defaults: EngineClimb | None = None  # the defaults climbed as the main job climbs (chosen != 0)
+    interrupted: str = ""  # who stopped the search before it chose ("" = it finished)
 
 
 class Tuner:
@@ -101,6 +102,10 @@ class Tuner:
                 continue
             try:
                 self._search(plan, search)
+            except KeyboardInterrupt as exc:
+                search.interrupted = interrupt_cause(exc)
+                return plans, search.interrupted
+            try:
                 if search.chosen != 0:
                     self._climb_defaults(plan, search)
             except KeyboardInterrupt as exc:
@@ -137,6 +142,8 @@ class Tuner:
         climb.measurements = list(climb.outcome.measurements)
         if climb.outcome.crash:
             climb.failure = f"crashed under load ({climb.outcome.crashed_at} in flight): {climb.outcome.crash}"[:300]
+        if climb.measurements:
+            job.console.print(f"  {climb.name}: {_at_slo(climb, job.spec)}", markup=False, highlight=False)
 
     def judge(self, summary: LadderSummary, records: Sequence[RequestRecord]) -> None:
         """Store every engine's search in ``summary.tuning`` (:func:`judge_tuning`)."""
@@ -165,12 +172,12 @@ class Tuner:
                       "short budget runs over) …")
 
         def told(i: int, t: Tried) -> None:
-            what = {"measured": f"{t.estimate:,.1f} tok/s at the SLO",
+            what = {"measured": _at_slo(search.variants[i], self.job.spec),
                     "rejected": f"rejected by the engine, not tried again ({t.reason[:160]})"}.get(t.status, f"{t.status}: {t.reason[:160]}")
             console.print(f"  {search.variants[i].name} ({label(t.config)}): {what}", markup=False, highlight=False)
 
-        search.tried, search.chosen = successive_halving(search.configs, self.budget_s,
-                                                         partial(self._evaluate, search), told)
+        _, search.chosen = successive_halving(search.configs, self.budget_s, partial(self._evaluate, search), told,
+                                              tried=search.tried)
         chosen = search.variants[search.chosen].name
         console.print(f"  {plan.name}: chosen {chosen} ({label(search.configs[search.chosen])})", highlight=False)
 
@@ -190,6 +197,13 @@ class Tuner:
         job.executor.submit([trial])
         try:
             out = job.executor.result(trial, job.writer)
+        except KeyboardInterrupt as exc:  # what it measured before is kept, and the seconds it took
+            partial_out = getattr(exc, "ladder_outcome", None)
+            new = list(partial_out.measurements) if partial_out is not None else list(getattr(exc, "ladder_measurements", []))
+            v.measurements += new
+            v.failure = "interrupted while measuring"
+            exc.spent_s = sum(m.wall_s for m in new)  # type: ignore[attr-defined]
+            raise
         except EngineError as exc:
             line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             v.failure, v.log_tail = line, exc.log_tail
@@ -234,8 +248,8 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
                                        rungs=len(t.estimates), measuring_s=round(t.seconds, 2),
                                        ladder=ladders.engines.get(v.name), command=getattr(facts, "command", None) or ""))
         tuning = EngineTuning(space=search.space, method=_method(len(search.configs)),
-                              budget_s=budget_s, configs=configs,
-                              chosen=search.variants[search.chosen].name)
+                              budget_s=budget_s, configs=configs, interrupted=search.interrupted,
+                              chosen="" if search.interrupted else search.variants[search.chosen].name)
         tuning.used_s = round(sum(c.measuring_s for c in configs), 2)
         if search.defaults is not None:
             d = search.defaults
@@ -246,7 +260,15 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
                  _capacity(tuning.defaults_id, tuning.defaults, records, summary, job) if not tuning.defaults_reason
                  else None, defaults_best=search.chosen == 0)
         tuning.gain, tuning.gain_interval, tuning.gain_none, tuning.gain_text = g.ratio, g.interval, g.none, g.text()
-        if tuning.defaults_reason:
+        main = summary.engines.get(name)
+        if search.interrupted:
+            tuning.gain, tuning.gain_interval, tuning.gain_none = None, None, True
+            tuning.gain_text = f"not measured: the search was interrupted by {search.interrupted} before it chose"
+        elif main is None or not main.points:
+            tuning.gain, tuning.gain_interval, tuning.gain_none = None, None, True
+            tuning.gain_text = "not measured: the main job did not climb its chosen configuration" + (
+                f" ({main.reason[:160]})" if main is not None and main.reason else "")
+        elif tuning.defaults_reason:
             tuning.gain_text = f"not measured: the defaults' climb failed ({tuning.defaults_reason[:160]})"
         tuning.envelope = upper_envelope([(p.per_user_tps, p.output_tps) for ladder in
                                           [summary.engines.get(name), tuning.defaults] + [c.ladder for c in configs]
@@ -254,6 +276,13 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
                                           if p.passed and p.per_user_tps and p.output_tps > 0])
         out[name] = tuning
     return out
+
+
+def _at_slo(climb: EngineClimb, spec: Any) -> str:
+    """``81.4 tok/s at the SLO`` (a point estimate, no interval) or ``≥ 81.4 tok/s at the SLO (no
+    SLO broke yet: a lower bound)`` for the console."""
+    shown = f"{_estimate(climb, spec):,.1f} tok/s at the SLO"
+    return f"≥ {shown} (no SLO broke yet: a lower bound)" if _open(climb, spec) else shown
 
 
 def _method(n: int) -> str:

@@ -139,8 +139,42 @@ def test_a_gain_over_lower_bounds_says_so() -> None:
     worse = gain(_cap(14.0, 4.0, 1), default_open)
     assert worse.bound == "≤" and worse.none and worse.text().endswith(
         "the configuration chosen measured below the defaults when both were climbed again: the search's pick did not hold up)")
-    both = gain(chosen_open, default_open)
-    assert both.bound == "≈" and both.none and "the gain is unknown" in both.text()
+    both = gain(chosen_open, default_open)  # a ratio of two lower bounds measures nothing: no number shown
+    assert both.bound == "≈" and both.none and both.text().startswith("unknown: both ladders stopped")
+    assert "×" not in both.text() and "[" not in both.text()
+
+
+def test_the_defaults_are_kept_unless_the_best_beats_them_by_more_than_5_percent() -> None:
+    def search(values: list[float]) -> int:
+        return successive_halving([{"k": str(i)} for i in range(len(values))], 40.0,
+                                  lambda i, r, s: (values[i], s))[1]
+
+    assert search([175.0, 150.0, 176.0]) == 0  # own#2 176 over own#0 175 in a review: a pick by the noise
+    assert search([175.0, 150.0, 183.75]) == 0  # exactly 5 % over: still within the margin
+    assert search([175.0, 150.0, 184.0]) == 2  # clearly better
+    assert search([0.0, 10.0]) == 1  # the defaults never met the SLO
+
+
+def test_an_interrupted_search_marks_what_it_did_not_measure_and_keeps_the_seconds() -> None:
+    tried: list = []
+
+    def evaluate(i: int, rung: int, seconds: float) -> tuple[float, float]:
+        if i == 2:
+            exc = KeyboardInterrupt()
+            exc.spent_s = 7.5  # what the trial measured before the Ctrl-C
+            raise exc
+        return 100.0 + i, 10.0
+
+    try:
+        successive_halving([{}, {"k": "1"}, {"k": "2"}, {"k": "3"}], 80.0, evaluate, tried=tried)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt must pass through")
+    assert [t.status for t in tried] == ["measured", "measured", "interrupted", "interrupted"]
+    assert tried[0].estimates == [100.0] and tried[0].seconds == 10.0
+    assert tried[2].seconds == 7.5 and tried[2].reason == "interrupted while measuring (rung 1)"
+    assert tried[3].seconds == 0.0 and tried[3].reason.startswith("not measured: the search was interrupted")
 
 
 def test_the_envelope_keeps_the_points_no_other_beats_on_both_axes() -> None:

@@ -67,3 +67,9 @@ def test_a_recipe_that_cannot_run_here_is_one_line(tmp_path, over, message) -> N
     path.write_text(json.dumps(r))
     with pytest.raises(ValueError, match=message):
         RunSettings.model_validate({"engines": ["all"], "engine_config": str(path)})
+
+
+def test_a_search_budget_under_a_second_is_one_line() -> None:
+    with pytest.raises(ValueError, match=r"--tune 0.001 is seconds of measuring per engine for the search: under 1 s"):
+        RunSettings.model_validate({"engines": ["own"], "tune_s": 0.001})
+    assert RunSettings.model_validate({"engines": ["own"], "tune_s": 1}).tune_s == 1.0

@@ -102,9 +102,10 @@ def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_pa
 
 
 @pytest.mark.parametrize("start", [[], ["--sequential-start"]])
-def test_the_decisive_points_are_measured_again_whether_engines_were_kept_or_not(start, tmp_path, monkeypatch):
-    """The two best engines' bracketing points get two more measurements each, interleaved: from
-    engines kept frozen since their climb (all fit at once), or started again (--sequential-start)."""
+def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp_path, monkeypatch):
+    """The two best engines' bracketing points get two more measurements each, interleaved, each
+    on a fresh start of its engine (so the interval holds the spread between starts), whether the
+    engines were kept frozen since their climb (all fit at once) or not (--sequential-start)."""
     import adapters.registry as registry
     from tests.fake_servers.ray_engines import PacedEngine
 
@@ -120,7 +121,8 @@ def test_the_decisive_points_are_measured_again_whether_engines_were_kept_or_not
         e = ladder.engines[name]
         assert [p.load for p in e.points] == [1, 2] and e.stopped == "max_load"
         assert len(e.points[1].seeds) == 3 and len(set(e.points[1].seeds)) == 3  # 1 + 2 more, fresh prompts each
-    assert "Decisive points: " in res.output
+        repeats = res.output.split("Decisive points: ", 1)[1]
+        assert repeats.count(f"{name}: starting") == 2 and f"{name}: resuming" not in repeats  # 2 fresh starts
 
 
 def test_ctrl_c_mid_ladder_keeps_the_points_and_says_so(slotted, tmp_path, monkeypatch):
