@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from results.schema import CapacityAtSLO, EngineTuning, LadderSummary
+from results.schema import CapacityAtSLO, EngineTuning, LadderSummary, Recipe
 
 
 def _cap(cap: CapacityAtSLO | None) -> str:
@@ -100,3 +100,32 @@ def no_recipe_reason(s: LadderSummary) -> str:
         return (f"the verdict names no production winner: {', '.join(d.yardsticks)} only ranked as a yardstick, "
                 f"never the recommendation{where}")
     return "the verdict names no winner (see why above)"
+
+
+def recipe_check(recipe: Recipe, s: LadderSummary) -> str:
+    """A recipe measured again (``bench run --engine-config FILE``) against the capacity it stored:
+    ``vllm from its recipe (run tune-cpu): 72.6 [68.5–76.2] output tok/s per device now, ≥ 81.4
+    [76.5–85.6] then: inside the recipe's interval``; ``below`` / ``above`` it otherwise, with what
+    a lower bound on either side means; not compared under other SLOs or another workload."""
+    head = f"{recipe.engine} from its recipe (run {recipe.run_id or '?'}): "
+    ladder = s.engines.get(recipe.engine)
+    if ladder is None or ladder.capacity is None:
+        return head + "no capacity this time (its status is above)"
+    now = ladder.capacity
+    then = (_cap(CapacityAtSLO(output_tps=recipe.capacity_tps, interval=recipe.capacity_interval,
+                               open=recipe.capacity_open)) if recipe.capacity_tps is not None else "none stored")
+    shown = f"{_cap(now)} output tok/s per device now, {then} then"
+    if recipe.workload != s.workload or recipe.slos != s.slos:
+        return head + f"{shown}: not compared (the recipe was measured on {recipe.workload or '?'} under " + (
+            ", ".join(f"{k} ≤ {v:g} ms" for k, v in recipe.slos.items()) or "no SLOs") + ")"
+    if recipe.capacity_tps is None or recipe.capacity_interval is None or now.never_met:
+        return head + shown
+    lo, hi = recipe.capacity_interval
+    if lo <= now.output_tps <= hi:
+        return head + f"{shown}: inside the recipe's interval"
+    if now.output_tps > hi:
+        return head + f"{shown}: above the recipe's interval" + (
+            " (consistent: the recipe's was a lower bound)" if recipe.capacity_open else "")
+    return head + f"{shown}: below the recipe's interval" + (
+        " (this run's ladder stopped before an SLO broke: a lower bound, raise --ladder-budget)" if now.open else
+        " (the recipe's capacity did not hold up here: another machine, load on it, or the spread between starts)")

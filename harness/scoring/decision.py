@@ -208,7 +208,7 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
         if not d.excluded and d.yardsticks:
             return _fit(f"{lead}No production engine was measured; the reference engine {', '.join(d.yardsticks)} "
                         f"(a yardstick, never recommended) has its capacity {where} on the chart.")
-        why = "; ".join(f"{n}: {r}" for n, r in list(d.excluded.items())[:2])
+        why = "; ".join(r if r.startswith(f"{n}: ") else f"{n}: {r}" for n, r in list(d.excluded.items())[:2])
         return _fit(f"{lead}No engine to recommend {where}: {why or 'none was measured'}.")
     cap = summary.engines[d.winner].capacity
     assert cap is not None

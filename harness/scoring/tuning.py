@@ -8,7 +8,9 @@ equally over ``R = ceil(log2 n)`` rungs; rung ``r`` gives each of its ``ceil(n /
 configurations ``B / (R * ceil(n / 2**r))`` seconds, and the better half by capacity point
 estimate goes on to the next rung, where its ladder continues (climbs on, or re-measures the
 points bracketing its SLO boundary), so the survivors' estimates sharpen as the field narrows.
-The search keeps the defaults unless its best beats them by more than 5 % (:func:`best_of`).
+The defaults win every comparison within 5 % (the verdict's tie margin): they go on to the next
+rung over a configuration that is not 5 % better, and are kept at the end unless the best beats
+them by more (:func:`best_of`); a pick by a hair is a pick by the noise.
 Two configurations (one rung) is a plain grid. The objective is the capacity at the SLO
 (:mod:`harness.scoring.frontier`), the same number the verdict compares.
 
@@ -147,7 +149,7 @@ def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Eva
             if on_result is not None:
                 on_result(i, tried[i])
         alive = [i for i in alive if tried[i].status == "measured"]
-        alive.sort(key=lambda i: -tried[i].estimate)
+        alive.sort(key=lambda i: -tried[i].estimate * (1 + EQUIVALENCE_MARGIN if i == 0 else 1))  # ties: the defaults
         alive = alive[:max(1, math.ceil(len(alive) / 2))]
     return tried, best_of(tried)
 

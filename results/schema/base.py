@@ -6,9 +6,10 @@ optional field keeps the version (old runs still load, the field reads as its de
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PlainSerializer
 
 SCHEMA_VERSION = "2.0"
 """2.0: typed summary/manifest/recommendation; engine status ``not_measured`` instead of a
@@ -25,3 +26,16 @@ class Artefact(BaseModel):
         if key not in type(self).model_fields:
             raise KeyError(key)
         return getattr(self, key)
+
+
+def _bound_json(value: float) -> float | str:
+    """A finite number as is; ±inf and NaN as the strings pydantic reads back (``"Infinity"``):
+    JSON has no such numbers, and pydantic would write them as null, which a float field refuses."""
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+Bound = Annotated[float, PlainSerializer(_bound_json, when_used="json")]
+"""An interval's end that may be infinite (a ratio whose denominator's bootstrap drew 0):
+stored as ``"Infinity"``, read back as ``inf``."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .base import SCHEMA_VERSION, Artefact
+from .base import SCHEMA_VERSION, Artefact, Bound
 from .engine import EngineStatus
 from .fidelity import FidelityResult
 from .metrics import Metrics
@@ -60,7 +60,7 @@ class CapacityAtSLO(Artefact):
     not the run-to-run noise)."""
 
     output_tps: float
-    interval: tuple[float, float] | None = None
+    interval: tuple[Bound, Bound] | None = None
     request_rate: float = 0.0
     load: float = 0.0
     bracket: tuple[float | None, float | None] = (None, None)
@@ -112,7 +112,7 @@ class Decision(Artefact):
     winner: str = ""
     runner_up: str = ""
     ratio: float | None = None
-    ratio_interval: tuple[float, float] | None = None
+    ratio_interval: tuple[Bound, Bound] | None = None
     tie: bool = False
     tie_breaker: str = ""
     undecided: str = ""
@@ -170,7 +170,7 @@ class EngineTuning(Artefact):
     configs: list[TunedConfig] = Field(default_factory=list)
     chosen: str = ""
     gain: float | None = None
-    gain_interval: tuple[float, float] | None = None
+    gain_interval: tuple[Bound, Bound] | None = None
     gain_none: bool = True
     gain_text: str = ""
     envelope: list[tuple[float, float]] = Field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import SCHEMA_VERSION, Artefact
+from .base import SCHEMA_VERSION, Artefact, Bound
 
 RECIPE_FILE = "recipe.json"
 
@@ -30,6 +30,6 @@ class Recipe(Artefact):
     workload: str = ""
     slos: dict[str, float] = Field(default_factory=dict)
     capacity_tps: float | None = None
-    capacity_interval: tuple[float, float] | None = None
+    capacity_interval: tuple[Bound, Bound] | None = None
     capacity_open: bool = False
     tuned: bool = False

@@ -76,6 +76,13 @@ def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, t
     recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
     assert recipe.engine == "vllm" and recipe.engine_args == {"slots": "8"} and recipe.tuned
     assert "--slots 8" in recipe.command and recipe.capacity_tps and recipe.capacity_interval
+    again = CliRunner().invoke(app, ["run", "--engine-config", str(run / "recipe.json"), *ARGS, "-o", str(tmp_path),
+                                     "--run-id", "again"])  # the recipe measured again, against what it stored
+    assert again.exit_code == 0, again.output
+    assert manifest_command(tmp_path / "again", "vllm").endswith("--slots 8")
+    check = again.output
+    assert "vllm from its recipe (run tuned): " in check and " output tok/s per device now, " in check
+    assert any(f"then: {where} the recipe's interval" in check for where in ("inside", "above", "below")), check
     shown = CliRunner().invoke(app, ["results", "show", "tuned", "-o", str(tmp_path)])  # the same first screen, later
     assert shown.exit_code == 0, shown.output
     assert "vllm: tuned slots=8 (vllm#2), gain over its defaults ≥ " in shown.output

@@ -4,7 +4,7 @@ made, from ``ladder.json``'s content only (issue 27)."""
 
 from __future__ import annotations
 
-from reports.tuning import gain_line, no_recipe_reason, tried_rows, tuning_rows
+from reports.tuning import gain_line, no_recipe_reason, recipe_check, tried_rows, tuning_rows
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderSummary, TunedConfig
 from results.schema.engine import EngineStatus
 
@@ -60,3 +60,24 @@ def test_no_recipe_says_why() -> None:
     assert no_recipe_reason(_summary(t, Decision(ranking=["a", "b"], undecided="b"))).startswith(
         "the verdict names no winner (undecided")
     assert no_recipe_reason(_summary(t, None)) == "no decision was made"
+
+
+def test_a_recipe_measured_again_is_compared_with_the_capacity_it_stored() -> None:
+    from results.schema import Recipe
+
+    recipe = Recipe(engine="own", run_id="tune-cpu", workload="agentic", slos={"ttft_p90": 2000.0}, capacity_tps=370.0,
+                    capacity_interval=(360.0, 380.0))
+    s = _summary(_tuning(chosen="own#1"), Decision(yardsticks=["own"]))  # own now: ≥ 373.8 [366.8–380.9]
+    assert recipe_check(recipe, s) == ("own from its recipe (run tune-cpu): ≥ 373.8 [366.8–380.9] output tok/s per device "
+                                       "now, 370.0 [360.0–380.0] then: inside the recipe's interval")
+    low = recipe.model_copy(update={"capacity_tps": 420.0, "capacity_interval": (400.0, 440.0)})
+    assert recipe_check(low, s).endswith("below the recipe's interval (this run's ladder stopped before an SLO broke: "
+                                         "a lower bound, raise --ladder-budget)")
+    s.engines["own"].capacity.open = False
+    assert recipe_check(low, s).endswith("below the recipe's interval (the recipe's capacity did not hold up here: "
+                                         "another machine, load on it, or the spread between starts)")
+    high = recipe.model_copy(update={"capacity_tps": 300.0, "capacity_interval": (290.0, 310.0), "capacity_open": True})
+    assert recipe_check(high, s).endswith("≥ 300.0 [290.0–310.0] then: above the recipe's interval (consistent: the "
+                                          "recipe's was a lower bound)")
+    other = recipe.model_copy(update={"slos": {"ttft_p90": 500.0}})
+    assert recipe_check(other, s).endswith("then: not compared (the recipe was measured on agentic under ttft_p90 ≤ 500 ms)")

@@ -24,6 +24,8 @@ def run(settings: RunSettings) -> None:
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())
     if result.ladder is not None:  # the answer first: the verdict and the capacity table, then the details
         print_verdict(result.ladder, console, result.run_dir)
+        if settings.engine_config:  # a recipe measured again: against the capacity it stored
+            _print_recipe_check(settings.engine_config, result.ladder)
         console.rule("Details")
     _print_summary(result.summary)
     if settings.token_note:
@@ -48,3 +50,17 @@ def _print_summary(summary: Any) -> None:
 
     print_summary(summary, console)
 
+
+def _print_recipe_check(path: Any, ladder: Any) -> None:
+    """``--engine-config``: this run's capacity against the recipe's (:func:`reports.tuning.recipe_check`)."""
+    from pathlib import Path
+
+    from reports.tuning import recipe_check
+    from results.schema import Recipe
+
+    try:  # validated before the run; gone since only when the run replaced the folder it lay in
+        recipe = Recipe.model_validate_json(Path(str(path)).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        console.print(f"The recipe {path} could not be read again to compare ({exc}).", markup=False, highlight=False)
+        return
+    console.print(recipe_check(recipe, ladder), markup=False, highlight=False, soft_wrap=True)

@@ -208,13 +208,15 @@ class Orchestrator:
         return trials
 
     def _build_workload(self, executor: TrialExecutor, state: _State, plans: list[EnginePlan]) -> None:
-        """Tokenizer, workload, condition and manifest (:mod:`harness.app.core.prepare`)."""
+        """Tokenizer, workload, condition and manifest (:mod:`harness.app.core.prepare`), and the
+        fidelity reference when an engine is left to check against it (none is built when every
+        engine was skipped, e.g. an endpoint that is not reachable)."""
         c, writer = self.cfg, state.writer
         state.tokenizer, state.workload = build_or_discard(state.model_dir, self._workload, writer, executor.close)
         state.condition = condition_of(state.workload, c.slos, seed=c.workload.seed or 0)
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
         state.fidelity_reference = run_reference(state.model_dir, c.workload, state.tokenizer, c.fidelity_prompts,
-                                                 c.fidelity_tokens, self.console)
+                                                 c.fidelity_tokens, self.console) if plans else None  # none to check
         warn_if_cache_may_be_warm(self.console, writer.run_dir, writer.manifest.workload, plans)
 
     # -- one engine's turn -------------------------------------------------------------

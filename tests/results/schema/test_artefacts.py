@@ -108,3 +108,20 @@ def test_engine_facts_merge_like_the_dicts_they_replace() -> None:
                                    "ray_trials": [{"repeat": 0, "hostname": "h", "ip": "1.2.3.4", "node_id": "n", "pid": 7}]}
     assert merged.adapter_config() == {"batching": "static"} and first.startup_s == 1.25
     assert EngineFacts().model_dump() == {} and not EngineFacts().recorded
+
+
+def test_an_infinite_ratio_interval_is_stored_and_read_back() -> None:
+    """A runner-up whose bootstrap drew a capacity of 0 gives the winner's ratio an infinite upper
+    end; written as null it made ladder.json unreadable ("the run folder is damaged") at the end
+    of issue 27's measured run."""
+    import math
+
+    from results.schema import Decision, EngineTuning, LadderSummary, Recipe
+
+    s = LadderSummary(run_id="r", workload="agentic", decision=Decision(winner="vllm", ratio_interval=(2.79, math.inf)),
+                      tuning={"vllm": EngineTuning(gain_interval=(0.7, math.inf))})
+    text = s.model_dump_json()
+    assert '"ratio_interval":[2.79,"Infinity"]' in text
+    back = LadderSummary.model_validate_json(text)
+    assert back.decision.ratio_interval == (2.79, math.inf) and back.tuning["vllm"].gain_interval == (0.7, math.inf)
+    assert Recipe.model_validate_json(Recipe(engine="e", capacity_interval=(1.0, 2.0)).model_dump_json()).capacity_interval == (1.0, 2.0)

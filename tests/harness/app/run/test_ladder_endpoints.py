@@ -103,8 +103,9 @@ def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_pa
 
 @pytest.mark.parametrize("start", [[], ["--sequential-start"]])
 def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp_path, monkeypatch):
-    """The two best engines' bracketing points get two more measurements each, interleaved, each
-    on a fresh start of its engine (so the interval holds the spread between starts), whether the
+    """The two best engines climb again up to their boundary twice more each, interleaved, each
+    time on a fresh start of the engine (so the interval holds the spread between starts, and the
+    boundary is measured after the loads below, as a climb and a re-run measure it), whether the
     engines were kept frozen since their climb (all fit at once) or not (--sequential-start)."""
     import adapters.registry as registry
     from tests.fake_servers.ray_engines import PacedEngine
@@ -120,7 +121,9 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
     for name in ("transformers", "vllm"):
         e = ladder.engines[name]
         assert [p.load for p in e.points] == [1, 2] and e.stopped == "max_load"
-        assert len(e.points[1].seeds) == 3 and len(set(e.points[1].seeds)) == 3  # 1 + 2 more, fresh prompts each
+        for p in e.points:  # every point up to the boundary (2 in flight, the highest allowed): 1 + 2 more
+            assert len(p.seeds) == 3 and len(set(p.seeds)) == 3  # fresh prompts each
+        assert len({s for p in e.points for s in p.seeds}) == 6
         repeats = res.output.split("Decisive points: ", 1)[1]
         assert repeats.count(f"{name}: starting") == 2 and f"{name}: resuming" not in repeats  # 2 fresh starts
 
@@ -169,3 +172,15 @@ def test_an_open_runner_up_climbs_on_so_the_verdict_is_decided(tmp_path):
     assert "slow: its ladder stopped before any SLO broke and it is the runner-up" in res.output
     d = ladder.decision
     assert not d.undecided and d.winner == "quick" and d.runner_up == "slow"
+
+
+def test_an_endpoint_that_is_not_reachable_is_said_once_and_nothing_is_built_for_it(tmp_path):
+    """A review found a run against an unreachable endpoint build the fidelity reference (about
+    100 s on the 2-core machine) before saying nothing was measured, and its verdict name the
+    endpoint twice ("e: e: http://…")."""
+    res = CliRunner().invoke(app, ["run", "--endpoint", f"e=http://127.0.0.1:{_port()}", *ARGS, "-o", str(tmp_path),
+                                   "--run-id", "dead"])
+    assert res.exit_code == 1, res.output
+    assert "Fidelity reference" not in res.output
+    verdict = load_run(tmp_path / "dead").ladder.decision.sentence
+    assert "No engine to recommend" in verdict and "e: http://127.0.0.1:" in verdict and "e: e:" not in verdict
