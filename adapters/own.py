@@ -44,8 +44,10 @@ class OwnAdapter(ServerAdapter):
                 Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding"),
                 Knob("max_num_batched_tokens", ("2048", "256"), "tokens per step (the prefill chunk): TTFT against TPOT")),
         "gpu": (Knob("max_num_seqs", ("32", "128", "256"), "sequences batched at once"),
-                Knob("max_num_batched_tokens", ("512", "2048", "8192"), "tokens per step (the prefill chunk)"),
-                Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding")),
+                Knob("max_num_batched_tokens", ("2048", "8192"), "tokens per step (the prefill chunk)"),
+                Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding"),
+                Knob("cuda_graphs", ("false",), "CUDA graphs off (eager decode steps)"),
+                Knob("block_size", ("32",), "KV cache block size (tokens)")),
     }
 
     def probe(self) -> ProbeResult:

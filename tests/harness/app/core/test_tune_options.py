@@ -43,7 +43,7 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
     text = tune_help()
     assert "vllm: max_num_seqs 32|8|128, max_num_batched_tokens 2048|512|8192" in text
     assert "sglang: max_running_requests 32|8|128" in text and "llamacpp: parallel 8|4|16" in text
-    assert "On a GPU: own:" in text and "enforce_eager true" in text
+    assert "On a GPU: own:" in text and "enforce_eager true" in text and "cuda_graphs false" in text
 
 
 @pytest.mark.parametrize("values, message", [
