@@ -197,7 +197,7 @@ class Gain:
         if self.bound == "≈":  # a ratio of two lower bounds measures nothing: none shown
             return "unknown: both ladders stopped before an SLO broke (lower bounds), so their ratio is no measure of it"
         shown = (f"{self.bound} " if self.bound else "") + f"{self.ratio:.2f}×"
-        shown += f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]" if self.interval else ""
+        shown += f" [{self.interval[0]:.2f}–{self.interval[1]:.2f}]".replace("inf]", "∞]") if self.interval else ""
         below = ("" if self.ratio >= 1 else "; the configuration chosen measured below the defaults when both were climbed "
                  "again" + (": the search's pick did not hold up" if self.interval and self.interval[1] < 1 else
                             " (within the noise)"))

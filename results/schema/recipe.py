@@ -17,8 +17,11 @@ class Recipe(Artefact):
     ``command`` (shell-quoted argv as run) and ``env`` (the variables the harness set on top of
     the inherited ones, secrets redacted); where it came from: ``run_id``, ``workload``, ``slos``
     (key → ms), its ``capacity_tps`` (output tokens/s per device at the SLO) with its 95 %
-    ``capacity_interval`` and whether that was a lower bound (``capacity_open``); ``tuned``: a
-    configuration search chose it (else the engine's defaults or the user's flags)."""
+    ``capacity_interval`` and whether that was a lower bound (``capacity_open``); ``climb_to``: the
+    load its ladder reached to read that capacity (the first failing load, else the capacity's):
+    a re-run climbs at least that far whatever its ``--ladder-budget``, so the two capacities are
+    read at the same loads; ``tuned``: a configuration search chose it (else the engine's
+    defaults or the user's flags)."""
 
     schema_version: str = SCHEMA_VERSION
     engine: str
@@ -32,4 +35,5 @@ class Recipe(Artefact):
     capacity_tps: float | None = None
     capacity_interval: tuple[Bound, Bound] | None = None
     capacity_open: bool = False
+    climb_to: int | None = None
     tuned: bool = False

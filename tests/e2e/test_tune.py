@@ -8,6 +8,7 @@ tests/harness/app/core/test_tune_options.py: ``--engine-config`` turns it back i
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -76,11 +77,15 @@ def test_the_search_finds_the_best_setting_and_its_recipe_runs_again(tmp_path, t
     recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
     assert recipe.engine == "vllm" and recipe.engine_args == {"slots": "8"} and recipe.tuned
     assert "--slots 8" in recipe.command and recipe.capacity_tps and recipe.capacity_interval
+    assert recipe.climb_to == math.ceil(main.capacity.load) > 1  # the re-run climbs at least that far
     again = CliRunner().invoke(app, ["run", "--engine-config", str(run / "recipe.json"), *ARGS, "-o", str(tmp_path),
                                      "--run-id", "again"])  # the recipe measured again, against what it stored
     assert again.exit_code == 0, again.output
     assert manifest_command(tmp_path / "again", "vllm").endswith("--slots 8")
     check = again.output
+    assert f"The recipe's capacity was read at up to {recipe.climb_to} in flight" in check
+    rerun = LadderSummary.model_validate_json((tmp_path / "again" / "ladder.json").read_text()).engines["vllm"]
+    assert max(p.load for p in rerun.points) >= recipe.climb_to
     assert "vllm from its recipe (run tuned): " in check and " output tok/s per device now, " in check
     assert any(f"then: {where} the recipe's interval" in check for where in ("inside", "above", "below")), check
     shown = CliRunner().invoke(app, ["results", "show", "tuned", "-o", str(tmp_path)])  # the same first screen, later

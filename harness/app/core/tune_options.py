@@ -74,6 +74,15 @@ def tune_help() -> str:
             "harness does not start (--endpoint) take client-side knobs only: the ladder already sweeps concurrency.")
 
 
+def recipe_climb_to(path: Any) -> int:
+    """The load a recipe's ladder reached to read its capacity (``Recipe.climb_to``; 1 when the
+    recipe predates it): a re-run climbs at least that far."""
+    from results.schema import Recipe
+
+    recipe = Recipe.model_validate_json(Path(str(path)).read_text(encoding="utf-8"))
+    return max(1, recipe.climb_to or 1)
+
+
 def apply_recipe(cfg: Any) -> None:
     """``--engine-config`` on run settings ``cfg``: the recipe's engine (when --engine named none),
     its args under the user's --engine-arg, its threads (when --threads was not given). Raises

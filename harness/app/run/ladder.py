@@ -70,7 +70,9 @@ class Ladder:
     this engine draws ``seed + m``: fresh prompts each time, and the same prompts for the same
     measurement on every engine); ``budget_s`` bounds the measuring by ``clock``: no point
     starts once it is spent (the one running may end past it), except the first
-    :data:`MIN_POINTS`, which every climb measures unless an SLO breaks first."""
+    :data:`MIN_POINTS`, which every climb measures unless an SLO breaks first, and any load
+    below ``min_load`` (a recipe's re-run climbs at least to where its capacity was read,
+    ``Recipe.climb_to``, so both capacities are read at the same loads)."""
 
     measure: Measure
     slos: Sequence[SLO]
@@ -80,6 +82,7 @@ class Ladder:
     max_load: int = MAX_LOAD
     max_points: int = 8
     budget_s: float = float("inf")
+    min_load: int = 1
     clock: Callable[[], float] = time.monotonic
     on_point: Callable[[Rung], None] | None = None  # told of each measurement as it is judged (progress)
     rungs: list[Rung] = field(default_factory=list)
@@ -137,7 +140,8 @@ class Ladder:
         if len(self.rungs) >= self.max_points:
             self.stopped = "max_points"
             return None
-        if not self._affordable() and len(self.rungs) >= MIN_POINTS:
+        reached = any(r.load >= self.min_load for r in self.rungs)
+        if not self._affordable() and len(self.rungs) >= MIN_POINTS and reached:
             self.stopped = "budget"
             return None
         rung = Rung(index=len(self.rungs), load=load)

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.app.core.executor import TrialExecutor
 from harness.app.core.plan import EnginePlan
+from harness.app.core.tune_options import recipe_climb_to
 from harness.app.core.trial import trial_spec
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
 from harness.app.run.ladder_trial import LadderSpec
@@ -32,7 +33,8 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
     turns = float(stats.get("turns") or stats.get("requests") or sessions) / sessions
     return LadderSpec(trial=spec, workload=cfg.workload.model_copy(update={"seed": cfg.workload.seed or 0}),
                       slos=tuple(slos), max_failure_rate=cfg.max_failure_rate, budget_s=cfg.ladder_budget_s,
-                      max_load=cfg.max_load, turns_per_session=max(1.0, turns), start_load=cfg.client_workers)
+                      max_load=cfg.max_load, turns_per_session=max(1.0, turns), start_load=cfg.client_workers,
+                      min_load=min(recipe_climb_to(cfg.engine_config), cfg.max_load) if cfg.engine_config else 1)
 
 
 def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
@@ -50,6 +52,9 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
                       f"SLO breaks or throughput stops rising, then bisected; {cfg.ladder_budget_s:g} s of measuring "
                       f"per engine{search}", highlight=False)
         spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
+        if spec.min_load > 1:
+            console.print(f"The recipe's capacity was read at up to {spec.min_load} in flight: this ladder climbs at least "
+                          "that far whatever its budget, so the two are read at the same loads.", highlight=False)
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
                         target_tps=cfg.target_load)
         if cfg.tune_s > 0:

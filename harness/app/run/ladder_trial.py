@@ -38,7 +38,9 @@ class LadderSpec:
     ``max_failure_rate``, ``budget_s`` (s of measuring per engine), ``max_load``,
     ``max_points``, ``rounds`` (sessions per unit of load per point), ``min_requests`` (per
     point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices``,
-    ``start_load`` (the first load: the client workers, each of which needs a session in flight)."""
+    ``start_load`` (the first load: the client workers, each of which needs a session in flight),
+    ``min_load`` (the main job's climb measures every doubling below it whatever ``budget_s``:
+    ``--engine-config``, the recipe's ``climb_to``)."""
 
     trial: TrialSpec
     workload: WorkloadOptions
@@ -52,6 +54,7 @@ class LadderSpec:
     turns_per_session: float = 1.0
     devices: int = 1
     start_load: int = 1
+    min_load: int = 1
 
     def point_options(self, load: int, seed: int) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
@@ -189,7 +192,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     out.effective, out.equivalence, out.measurements = session.effective, session.equivalence, points.done
     out.fidelity, out.accuracy = session.fidelity, session.accuracy
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
-                    max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s,
+                    max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
     console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
     ladder.climb(start=spec.start_load)

@@ -28,6 +28,7 @@ entry says so.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Sequence
@@ -184,7 +185,7 @@ class Tuner:
     def _evaluate(self, search: Search, i: int, rung: int, seconds: float) -> tuple[float, float]:
         """Configuration ``i``'s rung ``rung`` with ``seconds`` of measuring (module docstring)."""
         job, v = self.job, search.variants[i]
-        spec = replace(job.spec, budget_s=seconds,
+        spec = replace(job.spec, budget_s=seconds, min_load=1,
                        trial=replace(job.spec.trial, equivalence=False, fidelity=None, accuracy=None, feature_probes=False))
         if rung == 0:
             body: Any = partial(climb_ladder, spec=spec, tokenizer=job.tokenizer, manifest=job.writer.manifest)
@@ -317,6 +318,7 @@ def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
                   command=getattr(facts, "command", None) or "", env=dict(getattr(facts, "env", None) or {}),
                   run_id=summary.run_id, workload=summary.workload, slos=summary.slos, capacity_tps=cap.output_tps,
                   capacity_interval=cap.interval, capacity_open=cap.open,
+                  climb_to=math.ceil(cap.bracket[1] if cap.bracket[1] is not None else cap.load) or None,
                   tuned=bool(tuning is not None and tuning.configs))
 
 

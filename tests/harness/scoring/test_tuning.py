@@ -117,6 +117,12 @@ def test_the_gain_is_none_inside_the_noise_and_a_ratio_with_its_interval_outside
     small = gain(_cap(103.0, 6.0, 1), _cap(100.0, 6.0, 2))
     assert small.none and small.text().startswith("none (1.03×")
     assert gain(None, _cap(100.0, 3.0, 2)).ratio is None
+    # defaults whose interval reaches 0 (SGLang-CPU's in issue 27's run): the gain's upper end is ∞, said so
+    zero_lo = _cap(100.0, 3.0, 2)
+    zero_lo.draws[:60] = 0.0  # 10 % of its bootstrap draws met the SLO at no load
+    unbounded = gain(_cap(140.0, 30.0, 1), zero_lo)
+    assert unbounded.none and unbounded.interval[1] == float("inf")
+    assert "–∞]" in unbounded.text() and "inf" not in unbounded.text()
     noisy_worse = gain(_cap(97.0, 6.0, 1), _cap(100.0, 6.0, 2))
     assert noisy_worse.none and noisy_worse.text().startswith("none (0.97× [") and noisy_worse.text().endswith(
         "; the configuration chosen measured below the defaults when both were climbed again (within the noise))")

