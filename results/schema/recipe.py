@@ -35,5 +35,5 @@ class Recipe(Artefact):
     capacity_tps: float | None = None
     capacity_interval: tuple[Bound, Bound] | None = None
     capacity_open: bool = False
-    climb_to: int | None = None
+    climb_to: int | None = Field(default=None, ge=1)
     tuned: bool = False

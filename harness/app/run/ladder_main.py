@@ -52,9 +52,11 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
                       f"SLO breaks or throughput stops rising, then bisected; {cfg.ladder_budget_s:g} s of measuring "
                       f"per engine{search}", highlight=False)
         spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
-        if spec.min_load > 1:
-            console.print(f"The recipe's capacity was read at up to {spec.min_load} in flight: this ladder climbs at least "
-                          "that far whatever its budget, so the two are read at the same loads.", highlight=False)
+        if cfg.engine_config and (climb_to := recipe_climb_to(cfg.engine_config)) > 1:
+            capped = (f", except that --max-load {cfg.max_load} stops it first: raise --max-load to compare like for like"
+                      if climb_to > cfg.max_load else "")
+            console.print(f"The recipe's capacity was read at up to {climb_to} in flight: this ladder climbs at least that "
+                          f"far whatever its budget, so the two are read at the same loads{capped}.", highlight=False)
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
                         target_tps=cfg.target_load)
         if cfg.tune_s > 0:
