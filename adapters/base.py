@@ -42,19 +42,36 @@ class Knob:
     """One setting of an engine's search space (``bench run --tune``): ``key`` is its engine arg
     (``--engine-arg ENGINE:key=value``, turned into the engine's flag by its adapter), ``values``
     the ones tried (as on the command line; the engine's default is tried anyway, as "defaults"),
-    ``what`` one line on what it moves. Precision never is a knob: the search keeps the baseline's."""
+    ``what`` one line on what it moves. ``precision``: the values lower the precision of the
+    weights or the KV cache below the baseline's (a bf16 dtype, an fp8 KV cache, q8_0 weights):
+    the search tries them only when the user allows it (``--tune-lower-precision``), and a
+    configuration holding one must pass the output-fidelity gate, at the floor for other numerics
+    (``--fidelity-floor``), before it is measured (:mod:`harness.app.run.tune`)."""
 
     key: str
     values: tuple[str, ...]
     what: str = ""
+    precision: bool = False
 
 
-def search_space_of(adapter: Any, hardware_kind: str) -> tuple[Knob, ...]:
+def search_space_of(adapter: Any, hardware_kind: str, lower_precision: bool = False) -> tuple[Knob, ...]:
     """The knobs ``adapter`` declares for ``hardware_kind`` (``adapter.search_space``: a dict of
-    hardware kind → knobs; ``"gpu"`` stands for every GPU kind); () when it declares none."""
+    hardware kind → knobs; ``"gpu"`` stands for every GPU kind); () when it declares none. The
+    knobs that lower precision (``Knob.precision``) only with ``lower_precision``."""
     spaces = getattr(adapter, "search_space", None) or {}
     gpu = hardware_kind in ("nvidia", "amd")
-    return tuple(spaces.get(hardware_kind) or (spaces.get("gpu") if gpu else None) or ())
+    knobs = spaces.get(hardware_kind) or (spaces.get("gpu") if gpu else None) or ()
+    return tuple(k for k in knobs if lower_precision or not k.precision)
+
+
+def lowered_precision(adapter: Any, engine_args: dict[str, str]) -> str:
+    """The engine args among ``engine_args`` that lower precision below the baseline's: each a
+    value a precision knob of ``adapter``'s search space declares (any hardware), as
+    ``"key=value, ..."``; "" when none does (a baseline value such as ``dtype=float32`` is not one).
+    What the harness knows of a configuration's numerics without asking the engine."""
+    spaces = getattr(adapter, "search_space", None) or {}
+    lowered = {(k.key, v) for knobs in spaces.values() for k in knobs if k.precision for v in k.values}
+    return ", ".join(f"{k}={v}" for k, v in engine_args.items() if (k, str(v)) in lowered)
 
 
 PROBE_CAUSES = ("hardware", "not_installed", "unavailable")

@@ -124,9 +124,11 @@ class LlamaCppAdapter(ServerAdapter):
     adapter_keys = ("outtype",)
     outtype = "f32"
     stop_grace_s = 10.0
-    search_space = {  # bench run --tune (adapters.base.Knob); the GGUF type stays the baseline's
+    search_space = {  # bench run --tune (adapters.base.Knob); the GGUF type only with --tune-lower-precision
         "cpu": (Knob("parallel", ("8", "4", "16"), "slots (its max_num_seqs); each gets --ctx-size / slots tokens"),
-                Knob("batch_size", ("512", "8192"), "tokens per step (logical batch)")),
+                Knob("batch_size", ("512", "8192"), "tokens per step (logical batch)"),
+                Knob("outtype", ("q8_0",), "q8_0 GGUF weights (the baseline is f32)", precision=True),
+                Knob("cache_type_k", ("q8_0",), "a q8_0 K cache (the baseline is f32)", precision=True)),
     }
 
     def __init__(self, hardware: str | None = None) -> None:
@@ -227,6 +229,7 @@ class LlamaCppQ8Adapter(LlamaCppAdapter):
     name = f"{ENGINE}_q8_0"
     display_name = "llama.cpp llama-server (q8_0 GGUF, other numerics)"
     outtype = "q8_0"
+    search_space = {"cpu": tuple(k for k in LlamaCppAdapter.search_space["cpu"] if k.key != "outtype")}  # q8_0 already
 
 
 # ------------------------------------------------------------------------------------------

@@ -183,9 +183,11 @@ class OpenVinoAdapter(ServerAdapter):
                                 quantization=("int8", "int4"), api="shim", complexity=3)
     adapter_keys = ("weight_format",)
     stop_grace_s = 10.0
-    search_space = {  # bench run --tune (adapters.base.Knob); the weight format stays the baseline's
+    search_space = {  # bench run --tune (adapters.base.Knob); the weight format only with --tune-lower-precision
         "cpu": (Knob("max_num_seqs", ("32", "8", "128"), "sequences batched at once"),
-                Knob("max_num_batched_tokens", ("1024", "256", "4096"), "tokens per step (the split-fuse chunk)")),
+                Knob("max_num_batched_tokens", ("1024", "256", "4096"), "tokens per step (the split-fuse chunk)"),
+                Knob("weight_format", ("int8",), "int8 weights (the baseline is fp32)", precision=True),
+                Knob("kv_cache_precision", ("u8",), "a u8 KV cache (the baseline is f32)", precision=True)),
     }
 
     def __init__(self, hardware: str | None = None) -> None:

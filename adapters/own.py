@@ -39,7 +39,7 @@ class OwnAdapter(ServerAdapter):
         complexity=1,
     )
     stop_grace_s = 10.0
-    search_space = {  # bench run --tune (adapters.base.Knob); precision stays the baseline's
+    search_space = {  # bench run --tune (adapters.base.Knob); precision only with --tune-lower-precision
         "cpu": (Knob("max_num_seqs", ("32", "8", "128"), "sequences batched at once: throughput against each token's time"),
                 Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding"),
                 Knob("max_num_batched_tokens", ("2048", "256"), "tokens per step (the prefill chunk): TTFT against TPOT")),
@@ -47,7 +47,8 @@ class OwnAdapter(ServerAdapter):
                 Knob("max_num_batched_tokens", ("2048", "8192"), "tokens per step (the prefill chunk)"),
                 Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding"),
                 Knob("cuda_graphs", ("false",), "CUDA graphs off (eager decode steps)"),
-                Knob("block_size", ("32",), "KV cache block size (tokens)")),
+                Knob("block_size", ("32",), "KV cache block size (tokens)"),
+                Knob("dtype", ("bfloat16",), "weights and KV cache in bf16 (the baseline is fp32)", precision=True)),
     }
 
     def probe(self) -> ProbeResult:

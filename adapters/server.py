@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult, lowered_precision
 from adapters.process import ServerProcess, find_free_port
 from results.model_geometry import kv_bytes_per_token as geometry_kv_bytes_per_token
 from results.model_geometry import read_model_summary
@@ -215,6 +215,9 @@ class ServerAdapter:
                 "processes": server.processes,  # live processes in the server's group once healthy
                 **plan.extra_config,
             }
+            lowered = lowered_precision(self, config.engine_args)
+            if lowered and str(effective.get("numerics") or "reference") == "reference":
+                effective["numerics"] = f"lower precision ({lowered})"  # the fidelity gate's floor for other numerics
             yield Endpoint(
                 base_url=base,
                 model_name=plan.model_name,

@@ -54,13 +54,14 @@ class SglangAdapter(ServerAdapter):
         complexity=2,
     )
     stop_grace_s = 20.0
-    search_space = {  # bench run --tune (adapters.base.Knob); precision stays the baseline's
+    search_space = {  # bench run --tune (adapters.base.Knob); precision only with --tune-lower-precision
         "cpu": (Knob("max_running_requests", ("32", "8", "128"), "sequences batched at once (its max_num_seqs)"),
                 Knob("chunked_prefill_size", ("2048", "512", "8192"), "the prefill chunk (tokens)")),
         "gpu": (Knob("max_running_requests", ("64", "256", "512"), "sequences batched at once (its max_num_seqs)"),
                 Knob("chunked_prefill_size", ("2048", "8192"), "the prefill chunk (tokens)"),
                 Knob("disable_cuda_graph", ("true",), "CUDA graphs off"),
-                Knob("schedule_conservativeness", ("0.5", "2.0"), "how much KV it reserves for running sequences")),
+                Knob("schedule_conservativeness", ("0.5", "2.0"), "how much KV it reserves for running sequences"),
+                Knob("kv_cache_dtype", ("fp8_e5m2",), "an fp8 KV cache (half the bytes per token)", precision=True)),
     }
 
     def __init__(self, hardware: str | None = None) -> None:

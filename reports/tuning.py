@@ -20,6 +20,14 @@ def _cap(cap: CapacityAtSLO | None) -> str:
     return shown + (f" [{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" if cap.interval else "")
 
 
+def _numerics(numerics: str) -> str:
+    """How a configuration's numerics are shown beside its knobs: "" at the reference's precision,
+    "lower precision" when the knobs say what it lowers, else the engine's word ("q8_0 weights")."""
+    if numerics == "reference":
+        return ""
+    return "lower precision" if numerics.startswith("lower precision") else numerics
+
+
 def tuning_rows(s: LadderSummary) -> list[dict[str, Any]]:
     """One row per engine of the search: configuration chosen, tuned capacity (the main job's),
     the defaults' capacity (their climb as the main job climbs; the main job's own when the
@@ -37,15 +45,19 @@ def tuning_rows(s: LadderSummary) -> list[dict[str, Any]]:
                   f"{chosen.label if chosen else '?'} ({t.chosen})")
         default = main if t.chosen == t.configs[0].id else t.defaults  # the defaults kept: the main job climbed them
         rejected = sum(c.status == "rejected" for c in t.configs)
+        unfaithful = sum(c.status == "unfaithful" for c in t.configs)
+        dropped = ", ".join(x for x in (f"{rejected} rejected" if rejected else "",
+                                        f"{unfaithful} below the fidelity floor" if unfaithful else "") if x)
+        lowered = f" ({_numerics(chosen.numerics)})" if chosen is not None and _numerics(chosen.numerics) else ""
         rows.append({
-            "engine": name, "chosen": picked,
+            "engine": name, "chosen": picked + lowered,
             "tuned": _cap(main.capacity if main else None),
             "defaults": _cap(default.capacity if default else None),
             "gain": t.gain_text or "–",
-            "tried": f"{len(t.configs)}" + (f" ({rejected} rejected)" if rejected else ""),
+            "tried": f"{len(t.configs)}" + (f" ({dropped})" if dropped else ""),
             "seconds": f"{t.used_s:,.0f} (budget {t.budget_s:,.0f})" + (
                 f" + {t.defaults_s:,.0f} defaults' climb" if t.defaults_id else ""),
-            "note": t.method})
+            "note": t.method + (" (lower precision allowed, gated by fidelity)" if t.lower_precision else "")})
     return rows
 
 
@@ -56,7 +68,8 @@ def tried_rows(s: LadderSummary) -> list[dict[str, Any]]:
     for name, t in s.tuning.items():
         for c in t.configs:
             status = c.status + (" ★ chosen" if c.id == t.chosen else "")
-            rows.append({"engine": name, "id": c.id, "config": c.label,
+            numerics = f" ({_numerics(c.numerics)})" if _numerics(c.numerics) else ""
+            rows.append({"engine": name, "id": c.id, "config": c.label + numerics,
                          "status": status + (f": {c.reason[:140]}" if c.reason else ""), "rungs": str(c.rungs),
                          "capacity": _cap(c.ladder.capacity if c.ladder else None), "seconds": f"{c.measuring_s:,.0f}"})
     return rows
@@ -69,7 +82,9 @@ def gain_line(engine: str, tuning: EngineTuning) -> str:
         return f"{engine}: not tuned — {tuning.note}"
     chosen = tuning.config(tuning.chosen)
     rejected = [c for c in tuning.configs if c.status == "rejected"]
-    rej = f"; {len(rejected)} rejected by the engine" if rejected else ""
+    unfaithful = [c for c in tuning.configs if c.status == "unfaithful"]
+    rej = (f"; {len(rejected)} rejected by the engine" if rejected else "") + (
+        f"; {len(unfaithful)} of lower precision below the fidelity floor" if unfaithful else "")
     n = len(tuning.configs)
     spent = f"{n} configurations, {tuning.used_s:,.0f} s of measuring{rej}"
     if tuning.interrupted:
@@ -77,6 +92,8 @@ def gain_line(engine: str, tuning: EngineTuning) -> str:
         return (f"{engine}: not tuned — the search was interrupted by {tuning.interrupted} before it chose "
                 f"({done} of {spent})")
     what = chosen.label if chosen is not None else "?"
+    if chosen is not None and _numerics(chosen.numerics):
+        what += f" ({_numerics(chosen.numerics)}: its fidelity passed the floor for other numerics)"
     g = "gain over its defaults " + (tuning.gain_text or "not measured")
     return f"{engine}: tuned {what} ({tuning.chosen}), {g}; {spent}"
 

@@ -231,15 +231,16 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
 
 
 def _tuned(summary: LadderSummary, name: str) -> str:
-    """`` (tuned: max_num_seqs=32)`` when ``--tune`` chose the winner's configuration, `` (at its
-    defaults, ...)`` when the search kept them ("" without a search)."""
+    """`` (tuned: max_num_seqs=32)`` when ``--tune`` chose the winner's configuration (`` (tuned:
+    dtype=bfloat16, lower precision)`` when it lowers precision), `` (at its defaults, ...)`` when
+    the search kept them ("" without a search)."""
     t = summary.tuning.get(name)
     chosen = t.config(t.chosen) if t is not None and t.configs else None
     if chosen is None:
         return ""
     if chosen is t.configs[0]:  # type: ignore[union-attr]
         return f" (at its defaults, the best of {len(t.configs)} configurations tried)"  # type: ignore[union-attr]
-    return f" (tuned: {chosen.label})"
+    return f" (tuned: {chosen.label}{', lower precision' if chosen.numerics != 'reference' else ''})"
 
 
 def _fidelity_gated(d: Decision, summary: LadderSummary, cap: CapacityAtSLO) -> str:

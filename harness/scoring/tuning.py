@@ -22,6 +22,11 @@ limit: with a small budget the knobs' main effects are tried before their intera
 **A configuration the engine rejects** (it fails to start, or its server refuses the flag) is
 reported with the engine's own line and dropped: never retried (:class:`Rejected`).
 
+**A configuration that lowers precision** (``--tune-lower-precision``; a bf16 dtype, an fp8 KV
+cache, q8_0 weights) answers the output-fidelity check before it is measured; below the floor
+(``--fidelity-floor``) it is reported with its figures and dropped, never chosen
+(:class:`Unfaithful`): capacity bought with wrong answers is no capacity.
+
 The gain tuning gave (:func:`gain`) is the ratio of the chosen configuration's capacity over the
 defaults', both climbed as the main job climbs (like with like: same budget, same loads, afresh;
 :mod:`harness.app.run.tune`; the search's first rung is too short to be more than a lower bound
@@ -50,6 +55,11 @@ Config = dict[str, str]
 
 class Rejected(Exception):
     """The engine refused a configuration (a knob value it does not accept): reported, not retried."""
+
+
+class Unfaithful(Exception):
+    """A configuration that lowers precision failed the output-fidelity gate (its line is the
+    message): reported, not measured, never chosen."""
 
 
 def grid(space: dict[str, Sequence[str]]) -> list[Config]:
@@ -94,8 +104,9 @@ class Tried:
     """One configuration's course through the search: ``config``; its point estimate after each
     rung it ran (output tokens/s per device at the SLO); ``seconds`` of measuring spent on it;
     ``status`` (``measured``, ``rejected``: the engine refused it, ``failed``: it crashed or
-    measured nothing, ``interrupted``: the search was stopped (Ctrl-C, SIGTERM) while it measured
-    or before its turn) with ``reason``."""
+    measured nothing, ``unfaithful``: it lowers precision and failed the output-fidelity gate,
+    ``interrupted``: the search was stopped (Ctrl-C, SIGTERM) while it measured or before its
+    turn) with ``reason``."""
 
     config: Config
     estimates: list[float] = field(default_factory=list)
@@ -119,8 +130,8 @@ def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Eva
                        tried: list[Tried] | None = None) -> tuple[list[Tried], int]:
     """Search ``configs`` within ``budget_s`` (module docstring). Returns every configuration's
     course (``tried``, filled in place when given: what was measured survives an interrupt) and
-    the index of the best (:func:`best_of`). A configuration that was rejected or failed leaves
-    the search at once. ``on_result(i, tried)`` is told after each evaluation (progress). A
+    the index of the best (:func:`best_of`). A configuration that was rejected, failed or was
+    unfaithful (below the fidelity floor) leaves the search at once. ``on_result(i, tried)`` is told after each evaluation (progress). A
     KeyboardInterrupt passes through once the configuration it stopped is marked ``interrupted``
     (with the seconds it spent: the exception's ``spent_s``) and so is every one not measured yet."""
     tried = tried if tried is not None else []
@@ -141,6 +152,8 @@ def successive_halving(configs: Sequence[Config], budget_s: float, evaluate: Eva
                 raise
             except Rejected as exc:
                 tried[i].status, tried[i].reason = "rejected", str(exc)
+            except Unfaithful as exc:
+                tried[i].status, tried[i].reason = "unfaithful", str(exc)
             except Exception as exc:  # noqa: BLE001 - a failed configuration is reported, the search goes on
                 tried[i].status, tried[i].reason = "failed", str(exc) or type(exc).__name__
             else:

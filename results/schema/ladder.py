@@ -133,7 +133,10 @@ class TunedConfig(Artefact):
     ``engine_args`` (what it ran with: the run's own engine args and the knobs the search set; {}
     = the engine's defaults), ``label`` (the knobs the search set, or "defaults"), ``status`` (``measured``;
     ``rejected``: the engine refused it, with the engine's line in ``reason``; ``failed``;
-    ``interrupted``: the search was stopped while it measured or before its turn),
+    ``unfaithful``: it lowers precision and its answers fell below the fidelity floor, the check's
+    line in ``reason``; ``interrupted``: the search was stopped while it measured or before its turn),
+    ``numerics`` ("reference": the baseline's precision; else what it lowers, e.g. "lower
+    precision (dtype=bfloat16)", ``--tune-lower-precision``),
     ``rungs`` of the search it reached, ``measuring_s`` spent on it, its ``ladder`` (points and
     capacity at the SLO, judged as the main job's are) and ``command`` (the command line it ran)."""
 
@@ -146,6 +149,7 @@ class TunedConfig(Artefact):
     measuring_s: float = 0.0
     ladder: EngineLadder | None = None
     command: str = ""
+    numerics: str = "reference"
 
 
 class EngineTuning(Artefact):
@@ -161,7 +165,9 @@ class EngineTuning(Artefact):
     climbs: ``defaults`` (that ladder, the out-of-the-box capacity the gain is over), its records'
     engine name ``defaults_id`` (``vllm#defaults``), ``defaults_s`` of measuring (outside the
     search's budget) and ``defaults_reason`` when that climb failed. ``interrupted``: who stopped
-    the search before it chose (then ``chosen`` is "" and the gain not measured)."""
+    the search before it chose (then ``chosen`` is "" and the gain not measured).
+    ``lower_precision``: the user allowed configurations of lower precision
+    (``--tune-lower-precision``), each gated by the output-fidelity check."""
 
     space: dict[str, list[str]] = Field(default_factory=dict)
     method: str = ""
@@ -180,6 +186,7 @@ class EngineTuning(Artefact):
     defaults_s: float = 0.0
     defaults_reason: str = ""
     interrupted: str = ""  # who stopped the search before it chose (Ctrl-C, SIGTERM); then chosen is ""
+    lower_precision: bool = False
 
     def config(self, config_id: str) -> TunedConfig | None:
         return next((c for c in self.configs if c.id == config_id), None)

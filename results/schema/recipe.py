@@ -21,7 +21,9 @@ class Recipe(Artefact):
     load its ladder reached to read that capacity (the first failing load, else the capacity's):
     a re-run climbs at least that far whatever its ``--ladder-budget``, so the two capacities are
     read at the same loads; ``tuned``: a configuration search chose it (else the engine's
-    defaults or the user's flags)."""
+    defaults or the user's flags); ``numerics``: "reference" (the precision of the fidelity
+    reference, fp32) or what the configuration lowers (e.g. "lower precision (dtype=bfloat16)",
+    "q8_0 weights"): its fidelity passed the floor for other numerics, not the strict one."""
 
     schema_version: str = SCHEMA_VERSION
     engine: str
@@ -37,3 +39,4 @@ class Recipe(Artefact):
     capacity_open: bool = False
     climb_to: int | None = Field(default=None, ge=1)
     tuned: bool = False
+    numerics: str = "reference"

@@ -137,3 +137,51 @@ def test_a_search_interrupted_keeps_what_it_measured_and_chooses_nothing(tmp_pat
     assert "the defaults were the best" not in res.output
     assert "vllm: not tuned — the search was interrupted by the user (Ctrl-C) before it chose (2 of 4 configurations" in \
         res.output.replace("\n", " ")
+
+
+def test_lower_precision_is_chosen_only_past_the_fidelity_floor(tmp_path, monkeypatch):
+    """--tune-lower-precision on the precision-only scripted engine (tests/fake_servers/
+    tunable_engine.py: PrecisionEngine): int4 fits the most sequences but answers wrong at every
+    4th token, so it is dropped at its fidelity check, before any measuring; fp8 (0.95 agreement:
+    under the strict floor, over the floor for other numerics) is measured and chosen, the main job
+    holds it to the same floor, and the verdict and the recipe say it lowers precision."""
+    from harness.app.run import orchestrator
+    from tests.fake_servers.fidelity_server import synthetic_reference
+    from tests.fake_servers.tunable_engine import PrecisionEngine
+
+    ref = synthetic_reference(prompts=8, tokens=32, near_tie_every=7, eos_prompts=(2,))
+    (tmp_path / "ref.json").write_text(ref.model_dump_json())
+    monkeypatch.setattr(orchestrator, "run_reference", lambda *args, **kwargs: ref)
+    real = registry.get_adapter
+    monkeypatch.setattr(registry, "get_adapter", lambda name, hardware=None: PrecisionEngine("vllm", tmp_path / "ref.json")
+                        if name == "vllm" else real(name, hardware))
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm", *ARGS, "--fidelity-prompts", "8", "--fidelity-tokens", "32",
+                                   "--tune", "6", "--tune-configs", "3", "--tune-lower-precision", "-o", str(tmp_path),
+                                   "--run-id", "low"])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "low"
+    ladder = LadderSummary.model_validate_json((run / "ladder.json").read_text())
+    tuning = ladder.tuning["vllm"]
+    assert tuning.lower_precision and tuning.space == {"kv_dtype": ["int4", "fp8"]}
+    defaults, int4, fp8 = tuning.configs
+    assert int4.engine_args == {"kv_dtype": "int4"} and int4.status == "unfaithful" and int4.rungs == 0
+    assert int4.reason.startswith("fidelity 0.7") and "below the floor 0.9" in int4.reason
+    assert int4.ladder is None and int4.measuring_s == 0  # dropped before any measuring
+    assert int4.numerics == fp8.numerics.replace("fp8", "int4") == "lower precision (kv_dtype=int4)"
+    assert defaults.numerics == "reference" and defaults.status == fp8.status == "measured"
+    assert tuning.chosen == fp8.id and fp8.engine_args == {"kv_dtype": "fp8"}
+    main = ladder.engines["vllm"]  # the main job's fidelity check: the floor for other numerics, passed
+    assert main.fidelity.passed and main.fidelity.floor == 0.9 and main.fidelity.agreement_outside_near_ties < 0.97
+    assert main.excluded == "" and main.capacity.output_tps > 0
+    assert ladder.decision.sentence.startswith("vllm (tuned: kv_dtype=fp8, lower precision) sustains"), \
+        ladder.decision.sentence
+    said = " ".join(res.output.split())
+    assert "lower precision allowed (--tune-lower-precision): kv_dtype=int4; kv_dtype=fp8 answer the output-fidelity " \
+           "check first (floor 0.9)" in said
+    assert f"{int4.id} (kv_dtype=int4): lower precision below the fidelity floor: not measured, never chosen (fidelity 0.7" in said
+    assert "1 of lower precision below the fidelity floor" in said
+    recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
+    assert recipe.engine_args == {"kv_dtype": "fp8"} and recipe.numerics == "lower precision (kv_dtype=fp8)"
+    md = (run / "report.md").read_text()
+    assert "unfaithful: fidelity 0.7" in md and "| kv_dtype=fp8 (lower precision) |" in md
+    assert "vllm: tuned kv_dtype=fp8 (lower precision: its fidelity passed the floor for other numerics) (vllm#" in said

@@ -130,7 +130,7 @@ class RunSettings(BaseModel):
     cli_order: ClassVar[tuple[str, ...]] = (
         "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
         "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--ladder-budget",
-        "--max-load", "--target-load", "--tune", "--tune-configs", "--engine-config", "--output-dir",
+        "--max-load", "--target-load", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config", "--output-dir",
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
         "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
@@ -198,6 +198,7 @@ class RunSettings(BaseModel):
     # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
     tune_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", help=tune_help())] = 0.0
     tune_configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
+    tune_lower_precision: Annotated[bool, Cli("--tune-lower-precision", help="Let --tune try the engines' lower-precision settings too (a bf16 dtype, an fp8 KV cache, q8_0 or int8 weights: each engine's in --tune's help). A configuration that lowers precision answers the output-fidelity check on its first start, before it is measured, and is dropped below --fidelity-floor (reported with its figures, never chosen); the main job holds the chosen configuration to the same floor, and its recipe says its numerics. Needs the fidelity check (not --fidelity-prompts 0).")] = False
     engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again (--engine defaults to the recipe's, and must name it when given); --engine-arg and --threads given on the command line win over the recipe's.")] = None
 
     @property
@@ -365,6 +366,11 @@ class RunSettings(BaseModel):
                              "measures anything; give e.g. --tune 180 (0 = no search)")
         if self.tune_configs != fields["tune_configs"].default and not self.tune_s:
             raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
+        if self.tune_lower_precision and not self.tune_s:
+            raise ValueError("--tune-lower-precision lets --tune try lower precision: add --tune SECONDS or drop it")
+        if self.tune_lower_precision and not self.fidelity_prompts:
+            raise ValueError("--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop "
+                             "--fidelity-prompts 0 (or --tune-lower-precision)")
         given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
                  if name in fields and getattr(self, name) != fields[name].default]
         if given and not self.ladder:

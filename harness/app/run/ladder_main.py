@@ -60,7 +60,7 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
                         target_tps=cfg.target_load)
         if cfg.tune_s > 0:
-            tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, orch.kind)
+            tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, orch.kind, lower_precision=cfg.tune_lower_precision)
             plans, interrupted = tuner.run(plans)
             engines = [EngineClimb(p) for p in plans]
             executor.end()

@@ -40,7 +40,8 @@ class LadderSpec:
     point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices``,
     ``start_load`` (the first load: the client workers, each of which needs a session in flight),
     ``min_load`` (the main job's climb measures every doubling below it whatever ``budget_s``:
-    ``--engine-config``, the recipe's ``climb_to``)."""
+    ``--engine-config``, the recipe's ``climb_to``), ``fidelity_gate`` (no climb unless the
+    session's output-fidelity check passed: a configuration of lower precision in the search)."""
 
     trial: TrialSpec
     workload: WorkloadOptions
@@ -55,6 +56,7 @@ class LadderSpec:
     devices: int = 1
     start_load: int = 1
     min_load: int = 1
+    fidelity_gate: bool = False
 
     def point_options(self, load: int, seed: int) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
@@ -191,6 +193,9 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
     out.effective, out.equivalence, out.measurements = session.effective, session.equivalence, points.done
     out.fidelity, out.accuracy = session.fidelity, session.accuracy
+    if spec.fidelity_gate and (out.fidelity is None or out.fidelity.passed is not True):
+        out.stopped = "fidelity"  # below the floor, or not checked: its capacity would not count
+        return
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))

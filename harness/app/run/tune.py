@@ -11,6 +11,15 @@ points bracketing the boundary). Each configuration runs as its own engine, name
 trial bodies and executor as the main job (so the trials run on Ray too). A configuration the
 engine refuses (it does not start) is reported with its line and never retried.
 
+Precision stays the baseline's unless the user allows lower (``--tune-lower-precision``): then the
+adapters' precision knobs (:class:`adapters.base.Knob` ``precision``: a bf16 dtype, an fp8 KV
+cache, q8_0 weights) join the space, and a configuration holding one answers the output-fidelity
+check on its first start, before its ladder (``LadderSpec.fidelity_gate``), at the floor for other
+numerics (``--fidelity-floor``: the harness knows from the engine args that its numerics differ,
+:func:`adapters.base.lowered_precision`); below it, the configuration is reported with the check's
+figures and never measured nor chosen (:class:`harness.scoring.tuning.Unfaithful`). The main job's
+own fidelity check then holds the chosen configuration to the same floor.
+
 The main job then climbs each engine at its chosen configuration, under the engine's own name:
 the verdict compares tuned against tuned. When the search chose other than the defaults, the
 defaults climb once more before it, afresh, as the main job climbs (same budget, same loads,
@@ -35,18 +44,19 @@ from typing import Any, Sequence
 
 from rich.markup import escape
 
-from adapters.base import EngineError, search_space_of
+from adapters.base import EngineError, lowered_precision, search_space_of
 from results.schema import EngineLadder, EngineTuning, LadderSummary, Recipe, RequestRecord, TunedConfig
 
 from harness.app.core.executor import Trial
 from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
+from harness.app.core.trial import fidelity_line
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
 from harness.scoring.decision import judge, ladder_points, sentence
 from harness.scoring.frontier import capacity_of
-from harness.scoring.tuning import (Config, Rejected, Tried, candidates, gain, label, rungs, successive_halving,
-                                    upper_envelope)
+from harness.scoring.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
+                                    successive_halving, upper_envelope)
 
 ENDPOINT_NOTE = ("an endpoint the harness does not start: only client-side knobs apply, and its load ladder already "
                  "sweeps the one that matters (concurrency); engine-side knobs need an engine the harness starts")
@@ -86,10 +96,13 @@ class Search:
 class Tuner:
     """Searches every engine's configurations with ``job`` (its spec, executor, writer, console)
     within ``budget_s`` seconds of measuring per engine and at most ``max_configs``
-    configurations each, on ``hardware_kind``."""
+    configurations each, on ``hardware_kind``; ``lower_precision``: the precision knobs too, each
+    configuration holding one gated by the output-fidelity check (module docstring)."""
 
-    def __init__(self, job: LadderJob, budget_s: float, max_configs: int, hardware_kind: str) -> None:
+    def __init__(self, job: LadderJob, budget_s: float, max_configs: int, hardware_kind: str,
+                 lower_precision: bool = False) -> None:
         self.job, self.budget_s, self.max_configs, self.kind = job, budget_s, max_configs, hardware_kind
+        self.lower_precision = lower_precision
         self.searches: dict[str, Search] = {}
 
     def run(self, plans: list[EnginePlan]) -> tuple[list[EnginePlan], str]:
@@ -148,14 +161,16 @@ class Tuner:
 
     def judge(self, summary: LadderSummary, records: Sequence[RequestRecord]) -> None:
         """Store every engine's search in ``summary.tuning`` (:func:`judge_tuning`)."""
-        summary.tuning = judge_tuning(self.searches, self.job, summary, records, self.budget_s)
+        summary.tuning = judge_tuning(self.searches, self.job, summary, records, self.budget_s, self.lower_precision)
         if summary.decision is not None:  # the verdict names the winner's configuration
             summary.decision.sentence = sentence(summary.decision, summary, self.job.spec.slos)
 
     def _search_of(self, plan: EnginePlan) -> Search:
         if not plan.starts_process:
             return Search(plan.name, note=ENDPOINT_NOTE)
-        knobs = search_space_of(plan.adapter, self.kind)
+        # lower precision needs the fidelity gate: without a reference (no check) its knobs stay out
+        lower = self.lower_precision and getattr(self.job.spec.trial, "fidelity", None) is not None
+        knobs = search_space_of(plan.adapter, self.kind, lower_precision=lower)
         if not knobs:
             return Search(plan.name, note=NO_SPACE_NOTE)
         space = {k.key: list(k.values) for k in knobs}
@@ -171,10 +186,17 @@ class Tuner:
         console.print(f"[bold]{escape(plan.name)}[/]: configuration search, {n} configurations by {_method(n)} "
                       f"({plan_text} of measuring; every ladder measures its first 3 points whatever its share, so a "
                       "short budget runs over) …")
+        lowered = [label(c) for c in search.configs if lowered_precision(plan.adapter, c)]
+        if lowered:
+            floor = getattr(self.job.spec.trial, "fidelity_floor", None)
+            console.print(f"  lower precision allowed (--tune-lower-precision): {escape('; '.join(lowered))} answer the "
+                          f"output-fidelity check first (floor {floor:g}), and are dropped below it", highlight=False)
 
         def told(i: int, t: Tried) -> None:
             what = {"measured": _at_slo(search.variants[i], self.job.spec),
-                    "rejected": f"rejected by the engine, not tried again ({t.reason[:160]})"}.get(t.status, f"{t.status}: {t.reason[:160]}")
+                    "rejected": f"rejected by the engine, not tried again ({t.reason[:160]})",
+                    "unfaithful": f"lower precision below the fidelity floor: not measured, never chosen ({t.reason[:200]})",
+                    }.get(t.status, f"{t.status}: {t.reason[:160]}")
             console.print(f"  {search.variants[i].name} ({label(t.config)}): {what}", markup=False, highlight=False)
 
         _, search.chosen = successive_halving(search.configs, self.budget_s, partial(self._evaluate, search), told,
@@ -185,8 +207,10 @@ class Tuner:
     def _evaluate(self, search: Search, i: int, rung: int, seconds: float) -> tuple[float, float]:
         """Configuration ``i``'s rung ``rung`` with ``seconds`` of measuring (module docstring)."""
         job, v = self.job, search.variants[i]
-        spec = replace(job.spec, budget_s=seconds, min_load=1,
-                       trial=replace(job.spec.trial, equivalence=False, fidelity=None, accuracy=None, feature_probes=False))
+        gated = rung == 0 and bool(lowered_precision(v.plan.adapter, search.configs[i]))  # checked before measured
+        spec = replace(job.spec, budget_s=seconds, min_load=1, fidelity_gate=gated,
+                       trial=replace(job.spec.trial, equivalence=False, accuracy=None, feature_probes=False,
+                                     fidelity=job.spec.trial.fidelity if gated else None))
         if rung == 0:
             body: Any = partial(climb_ladder, spec=spec, tokenizer=job.tokenizer, manifest=job.writer.manifest)
         elif _open(v, spec):
@@ -211,6 +235,9 @@ class Tuner:
             if rung == 0 and i > 0:  # the defaults start; this configuration does not: the engine refused it
                 raise Rejected(line) from exc
             raise
+        if gated and isinstance(out, LadderOutcome) and out.stopped == "fidelity":  # below the floor, or not checked
+            v.failure = fidelity_line(out.fidelity) if out.fidelity is not None else "fidelity not checked"
+            raise Unfaithful(v.failure)
         new = out.measurements if isinstance(out, LadderOutcome) else list(out)
         if isinstance(out, LadderOutcome):
             if v.outcome is None:
@@ -225,10 +252,11 @@ class Tuner:
 
 
 def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSummary,
-                 records: Sequence[RequestRecord], budget_s: float) -> dict[str, EngineTuning]:
+                 records: Sequence[RequestRecord], budget_s: float,
+                 lower_precision: bool = False) -> dict[str, EngineTuning]:
     """Each engine's search as stored (module docstring): every configuration's ladder judged
     like the main job's (same SLOs, bound and seed), the chosen one, the gain; ``budget_s``: the
-    search's budget per engine."""
+    search's budget per engine; ``lower_precision``: ``--tune-lower-precision`` was given."""
     out = {}
     for name, search in searches.items():
         if not search.configs:
@@ -244,11 +272,14 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
         for v, t in zip(search.variants, search.tried or [Tried(c) for c in search.configs]):
             facts = job.writer.manifest.engines.get(v.name)
             what = label(t.config) if t.config or not base else f"the run's settings ({label(base)})"
+            lowered = lowered_precision(v.plan.adapter, dict(v.plan.launch.engine_args))
             configs.append(TunedConfig(id=v.name, engine_args=dict(v.plan.launch.engine_args), label=what,
                                        status=t.status, reason=t.reason,
                                        rungs=len(t.estimates), measuring_s=round(t.seconds, 2),
-                                       ladder=ladders.engines.get(v.name), command=getattr(facts, "command", None) or ""))
-        tuning = EngineTuning(space=search.space, method=_method(len(search.configs)),
+                                       ladder=ladders.engines.get(v.name), command=getattr(facts, "command", None) or "",
+                                       numerics=str(getattr(facts, "numerics", None)
+                                                    or (f"lower precision ({lowered})" if lowered else "reference"))))
+        tuning = EngineTuning(space=search.space, method=_method(len(search.configs)), lower_precision=lower_precision,
                               budget_s=budget_s, configs=configs, interrupted=search.interrupted,
                               chosen="" if search.interrupted else search.variants[search.chosen].name)
         tuning.used_s = round(sum(c.measuring_s for c in configs), 2)
@@ -319,7 +350,8 @@ def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
                   run_id=summary.run_id, workload=summary.workload, slos=summary.slos, capacity_tps=cap.output_tps,
                   capacity_interval=cap.interval, capacity_open=cap.open,
                   climb_to=math.ceil(cap.bracket[1] if cap.bracket[1] is not None else cap.load) or None,
-                  tuned=bool(tuning is not None and tuning.configs))
+                  tuned=bool(tuning is not None and tuning.configs),
+                  numerics=str(getattr(facts, "numerics", None) or "reference"))
 
 
 __all__ = ["ENDPOINT_NOTE", "NO_SPACE_NOTE", "Search", "Tuner", "judge_tuning", "recipe", "tuned_plan",

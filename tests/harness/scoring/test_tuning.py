@@ -13,7 +13,7 @@ from harness.app.run import testbed
 from harness.loadgen.simulated import SimEngine, true_capacity
 from harness.metrics import parse_slos
 from harness.scoring.frontier import Capacity
-from harness.scoring.tuning import Rejected, best_of, candidates, gain, grid, label, rungs, successive_halving, upper_envelope
+from harness.scoring.tuning import Rejected, Unfaithful, best_of, candidates, gain, grid, label, rungs, successive_halving, upper_envelope
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
 OUTPUT_TOKENS = 32
@@ -101,6 +101,23 @@ def test_a_rejection_leaves_the_search_at_once() -> None:
     tried, best = successive_halving([{}, {"foo": "1"}, {"k": "2"}], 30.0, evaluate)
     assert tried[1].status == "rejected" and tried[1].reason == "unknown flag --foo"
     assert best == 2
+
+
+def test_a_configuration_below_the_fidelity_floor_is_never_measured_again_nor_chosen() -> None:
+    """The configuration of lower precision would measure the most (9.0) but failed its fidelity
+    check at rung 0: it leaves the search, and the best faithful one is chosen."""
+    seen: list[tuple[int, int]] = []
+
+    def evaluate(i: int, rung: int, seconds: float) -> tuple[float, float]:
+        seen.append((i, rung))
+        if i == 2:
+            raise Unfaithful("fidelity 0.750 [0.689, 0.802] … — below the floor 0.90")
+        return [1.0, 2.0, 9.0, 1.5][i], 1.0
+
+    tried, best = successive_halving([{}, {"k": "2"}, {"kv": "int4"}, {"k": "3"}], 40.0, evaluate)
+    assert tried[2].status == "unfaithful" and tried[2].reason.endswith("below the floor 0.90")
+    assert tried[2].estimates == [] and tried[2].seconds == 0.0
+    assert (2, 1) not in seen and best == 1
 
 
 def _cap(tps: float, spread: float, seed: int) -> Capacity:

@@ -44,12 +44,20 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
     assert "vllm: max_num_seqs 32|8|128, max_num_batched_tokens 2048|512|8192" in text
     assert "sglang: max_running_requests 32|8|128" in text and "llamacpp: parallel 8|4|16" in text
     assert "On a GPU: own:" in text and "enforce_eager true" in text and "cuda_graphs false" in text
+    # precision knobs only under --tune-lower-precision, listed apart from the others
+    plain, lower = text.split("With --tune-lower-precision also")
+    assert "bfloat16" not in plain and "fp8" not in plain and "outtype" not in plain and "cache_type_k" not in plain
+    assert "on a CPU vllm: dtype bfloat16; llamacpp: outtype q8_0, cache_type_k q8_0" in lower
+    assert "on a GPU own: dtype bfloat16; vllm: kv_cache_dtype fp8; sglang: kv_cache_dtype fp8_e5m2" in lower
 
 
 @pytest.mark.parametrize("values, message", [
     ({"engine_config": ""}, "--engine-config is empty"),
     ({"tune_s": float("inf")}, "finite number"),
     ({"tune_configs": 3}, "--tune-configs sets how many configurations --tune tries: add --tune SECONDS"),
+    ({"tune_lower_precision": True}, "--tune-lower-precision lets --tune try lower precision: add --tune SECONDS"),
+    ({"tune_lower_precision": True, "tune_s": 60, "fidelity_prompts": 0},
+     "--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop --fidelity-prompts 0"),
 ])
 def test_bad_tuning_options_are_one_line(tmp_path, values, message) -> None:
     with pytest.raises(ValueError, match=message):

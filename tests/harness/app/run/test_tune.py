@@ -20,9 +20,9 @@ def _plan(adapter) -> EnginePlan:
     return EnginePlan(adapter.name, adapter, {}, ProbeResult(True, "ok"), launch, "cpu")
 
 
-def _tuner(max_configs: int = 4) -> Tuner:
-    job = SimpleNamespace(spec=SimpleNamespace(workload=SimpleNamespace(seed=0)))
-    return Tuner(job, 120.0, max_configs, "cpu")  # type: ignore[arg-type]
+def _tuner(max_configs: int = 4, lower_precision: bool = False, fidelity: object = None) -> Tuner:
+    job = SimpleNamespace(spec=SimpleNamespace(workload=SimpleNamespace(seed=0), trial=SimpleNamespace(fidelity=fidelity)))
+    return Tuner(job, 120.0, max_configs, "cpu", lower_precision=lower_precision)  # type: ignore[arg-type]
 
 
 def test_an_endpoint_takes_client_side_knobs_only() -> None:
@@ -80,3 +80,34 @@ def test_a_recipes_rerun_climbs_at_least_to_where_its_capacity_was_read() -> Non
     plain, rerun = ladder(1), ladder(16)
     assert [r.load for r in plain.rungs] == [1, 2, 4] and plain.stopped == "budget"
     assert [r.load for r in rerun.rungs] == [1, 2, 4, 8, 16] and rerun.stopped == "budget"
+
+
+def test_precision_is_searched_only_when_allowed_and_gated() -> None:
+    """An engine whose only knob lowers precision: at its defaults without --tune-lower-precision,
+    and also with it when no fidelity reference can gate it; searched with both."""
+    from tests.fake_servers.tunable_engine import PrecisionEngine
+
+    plan = _plan(PrecisionEngine("vllm", Path("ref.json")))
+    assert _tuner()._search_of(plan).note == NO_SPACE_NOTE
+    assert _tuner(lower_precision=True)._search_of(plan).note == NO_SPACE_NOTE  # no reference: nothing to gate it
+    search = _tuner(lower_precision=True, fidelity=object())._search_of(plan)
+    assert search.space == {"kv_dtype": ["int4", "fp8"]} and search.configs == [{}, {"kv_dtype": "int4"}, {"kv_dtype": "fp8"}]
+
+
+def test_the_harness_knows_which_engine_args_lower_precision() -> None:
+    """What the fidelity gate's floor rests on: the adapters' precision knobs, not the engine's word."""
+    from adapters.base import lowered_precision, search_space_of
+    from adapters.llamacpp_adapter import LlamaCppAdapter, LlamaCppQ8Adapter
+    from adapters.own import OwnAdapter
+    from adapters.vllm_adapter import VllmAdapter
+
+    vllm = VllmAdapter(hardware="cpu")
+    assert lowered_precision(vllm, {"dtype": "bfloat16", "max_num_seqs": "32"}) == "dtype=bfloat16"
+    assert lowered_precision(vllm, {"dtype": "float32"}) == "" and lowered_precision(vllm, {}) == ""
+    assert lowered_precision(vllm, {"kv_cache_dtype": "fp8"}) == "kv_cache_dtype=fp8"  # a GPU knob, known anywhere
+    assert lowered_precision(LlamaCppAdapter(hardware="cpu"), {"outtype": "q8_0", "cache_type_k": "q8_0"}) == \
+        "outtype=q8_0, cache_type_k=q8_0"
+    assert [k.key for k in search_space_of(vllm, "cpu")] == ["max_num_seqs", "max_num_batched_tokens"]
+    assert [k.key for k in search_space_of(vllm, "cpu", lower_precision=True)][-1] == "dtype"
+    assert [k.key for k in search_space_of(OwnAdapter(), "nvidia", lower_precision=True)][-1] == "dtype"
+    assert "outtype" not in [k.key for k in search_space_of(LlamaCppQ8Adapter(hardware="cpu"), "cpu", True)]  # q8_0 already
