@@ -20,6 +20,8 @@ tokenizer without that property (or real text) converges too, or fails loudly.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -31,12 +33,48 @@ _WORD_RE = re.compile(r"^ [A-Za-z]{2,}$")
 _MAX_FIT_ROUNDS = 32
 
 
+class _WordIdsMemo:
+    """A bounded memo of :attr:`TokenKit.word_ids` by the tokenizer's content (its class, vocabulary
+    and special ids) and the exclusions: a pure function of those, about a second to compute on a
+    49k vocabulary, that a run used to compute once per kit (the workload's, then each engine's
+    ladder) and a process once per run. Like :func:`functools.lru_cache`, but keyed by content
+    rather than by the tokenizer object (each run loads its own)."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size, self.lock, self.items = size, threading.Lock(), OrderedDict()
+
+    def get(self, key: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = compute()
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+
+_WORD_IDS = _WordIdsMemo()
+
+
+def _fingerprint(tok: Any, special: frozenset[int]) -> tuple | None:
+    """What :attr:`TokenKit.word_ids` depends on: the tokenizer's class, its vocabulary (piece →
+    id, added tokens included) and the ids left out; None for a tokenizer that cannot list its
+    vocabulary (then nothing is memoised)."""
+    if not callable(getattr(tok, "get_vocab", None)):
+        return None
+    return type(tok).__name__, len(tok), hash(frozenset(tok.get_vocab().items())), special
+
+
 class TokenKit:
     """A tokenizer plus the helpers workloads need to build token-exact requests.
 
     ``tokenizer``: a Hugging Face tokenizer (``AutoTokenizer.from_pretrained(model_dir)``).
     ``exclude_token_ids``: ids never drawn for synthetic text (e.g. ids an engine treats
-    specially). The word vocabulary is computed lazily, once per kit (about a second).
+    specially). The word vocabulary is computed lazily, once per tokenizer content (about a
+    second; :class:`_WordIdsMemo`).
     """
 
     def __init__(self, tokenizer: Any, exclude_token_ids: Iterable[int] = ()) -> None:
@@ -94,20 +132,12 @@ class TokenKit:
         """Ids of the word tokens (space + >= 2 ASCII letters, round-trip stable), ascending."""
         if self._word_ids is None:
             tok = self.tokenizer
-            vocab = len(tok)
             special = set(getattr(tok, "all_special_ids", []) or [])
             special |= set(getattr(tok, "added_tokens_decoder", {}) or {})
             special |= self.exclude_token_ids
-            pieces = tok.batch_decode([[i] for i in range(vocab)], clean_up_tokenization_spaces=False)
-            cand = [i for i, p in enumerate(pieces) if i not in special and _WORD_RE.match(p)]
-            enc = tok([pieces[i] for i in cand], add_special_tokens=False)["input_ids"]
-            ids = [i for i, e in zip(cand, enc) if list(e) == [i]]
-            if len(ids) < 256:
-                raise WorkloadError(
-                    f"the tokenizer has only {len(ids)} stable word tokens (need >= 256): "
-                    "use a byte-level BPE tokenizer (GPT-2/Llama-3/SmolLM style)"
-                )
-            self._word_ids = np.asarray(ids, dtype=np.int64)
+            key = _fingerprint(tok, frozenset(special))
+            compute = lambda: _word_ids(tok, frozenset(special))  # noqa: E731
+            self._word_ids = compute() if key is None else _WORD_IDS.get(key, compute)
         return self._word_ids
 
     def random_words(self, rng: np.random.Generator, n: int) -> list[int]:
@@ -190,6 +220,23 @@ class TokenKit:
             prompt = self.chat_text(messages)
             return prompt, None, self.completion_ids(prompt)
         raise WorkloadError(f"unknown api {api!r}: use 'chat' or 'completions'")
+
+
+def _word_ids(tok: Any, special: frozenset[int]) -> np.ndarray:
+    """:attr:`TokenKit.word_ids` computed (every piece of the vocabulary decoded and re-encoded).
+    Raises :class:`WorkloadError` below 256 stable word tokens."""
+    pieces = tok.batch_decode([[i] for i in range(len(tok))], clean_up_tokenization_spaces=False)
+    cand = [i for i, p in enumerate(pieces) if i not in special and _WORD_RE.match(p)]
+    enc = tok([pieces[i] for i in cand], add_special_tokens=False)["input_ids"]
+    ids = [i for i, e in zip(cand, enc) if list(e) == [i]]
+    if len(ids) < 256:
+        raise WorkloadError(
+            f"the tokenizer has only {len(ids)} stable word tokens (need >= 256): "
+            "use a byte-level BPE tokenizer (GPT-2/Llama-3/SmolLM style)"
+        )
+    array = np.asarray(ids, dtype=np.int64)
+    array.flags.writeable = False  # shared by every kit of an equal tokenizer
+    return array
 
 
 def as_kit(tokenizer: Any, exclude_token_ids: Iterable[int] | None = None) -> TokenKit:

@@ -374,3 +374,40 @@ def test_workload_options_are_validated_once_with_one_line_errors_naming_the_fla
         parse_options(name="random", input_length=3)
     with pytest.raises(WorkloadError, match="--input-len does not apply to the agentic workload"):
         build_workload(parse_options(name="agentic", input_len=8), kit)
+
+
+def test_the_word_vocabulary_is_computed_once_per_tokenizer_content(tok, monkeypatch):
+    """Each run loads its own tokenizer and builds several kits (its workload, each engine's
+    ladder): the word tokens (about a second to find) are shared by content, never by accident."""
+    from transformers import AutoTokenizer
+
+    import workloads.tokens as tokens
+
+    calls = []
+    real = tokens._word_ids
+    monkeypatch.setattr(tokens, "_WORD_IDS", tokens._WordIdsMemo())
+    monkeypatch.setattr(tokens, "_word_ids", lambda t, special: calls.append(len(special)) or real(t, special))
+    first = TokenKit(tok).word_ids
+    again = TokenKit(AutoTokenizer.from_pretrained(str(resolve_model(None)))).word_ids  # a fresh load, equal content
+    assert calls == [calls[0]] and again is first and not first.flags.writeable
+    fewer = TokenKit(tok, exclude_token_ids=[int(first[0])]).word_ids  # other exclusions: computed apart
+    assert len(calls) == 2 and len(fewer) == len(first) - 1 and int(first[0]) not in set(fewer.tolist())
+
+    class NoVocab:  # a tokenizer that cannot list its vocabulary is never memoised
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            if name == "get_vocab":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __call__(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
+
+    TokenKit(NoVocab(tok)).word_ids
+    TokenKit(NoVocab(tok)).word_ids
+    assert len(calls) == 4

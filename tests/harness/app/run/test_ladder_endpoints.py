@@ -168,7 +168,8 @@ def test_an_open_runner_up_climbs_on_so_the_verdict_is_decided(tmp_path):
     quick, slow = ladder.engines["quick"], ladder.engines["slow"]
     assert [p.load for p in quick.points] == [1, 2, 4] and quick.capacity.open
     loads = [p.load for p in slow.points]
-    assert loads[:4] == [1, 2, 4, 8] and not slow.capacity.open  # a failing point brackets it now
+    # a failing point at 8 brackets it now (and, budget allowing, a bisection between 4 and 8 narrows it)
+    assert loads[:3] == [1, 2, 4] and 8 in loads and set(loads) <= {1, 2, 4, 5, 6, 7, 8} and not slow.capacity.open
     assert "slow: its ladder stopped before any SLO broke and it is the runner-up" in res.output
     d = ladder.decision
     assert not d.undecided and d.winner == "quick" and d.runner_up == "slow"
