@@ -176,8 +176,8 @@ def test_lower_precision_is_chosen_only_past_the_fidelity_floor(tmp_path, monkey
     assert ladder.decision.sentence.startswith("vllm (tuned: kv_dtype=fp8, lower precision) sustains"), \
         ladder.decision.sentence
     said = " ".join(res.output.split())
-    assert "lower precision allowed (--tune-lower-precision): kv_dtype=int4; kv_dtype=fp8 answer the output-fidelity " \
-           "check first (floor 0.9)" in said
+    assert "lower precision allowed (--tune-lower-precision): kv_dtype=int4; kv_dtype=fp8; each answers the " \
+           "output-fidelity check before it is measured, and is dropped below the floor 0.9" in said
     assert f"{int4.id} (kv_dtype=int4): lower precision below the fidelity floor: not measured, never chosen (fidelity 0.7" in said
     assert "1 of lower precision below the fidelity floor" in said
     recipe = Recipe.model_validate_json((run / "recipe.json").read_text())

@@ -189,8 +189,9 @@ class Tuner:
         lowered = [label(c) for c in search.configs if lowered_precision(plan.adapter, c)]
         if lowered:
             floor = getattr(self.job.spec.trial, "fidelity_floor", None)
-            console.print(f"  lower precision allowed (--tune-lower-precision): {escape('; '.join(lowered))} answer the "
-                          f"output-fidelity check first (floor {floor:g}), and are dropped below it", highlight=False)
+            console.print(f"  lower precision allowed (--tune-lower-precision): {escape('; '.join(lowered))}; each "
+                          f"answers the output-fidelity check before it is measured, and is dropped below the floor "
+                          f"{floor:g}", highlight=False)
 
         def told(i: int, t: Tried) -> None:
             what = {"measured": _at_slo(search.variants[i], self.job.spec),
