@@ -46,12 +46,15 @@ class Knob:
     weights or the KV cache below the baseline's (a bf16 dtype, an fp8 KV cache, q8_0 weights):
     the search tries them only when the user allows it (``--tune-lower-precision``), and a
     configuration holding one must pass the output-fidelity gate, at the floor for other numerics
-    (``--fidelity-floor``), before it is measured (:mod:`harness.app.run.tune`)."""
+    (``--fidelity-floor``), before it is measured (:mod:`harness.app.run.tune`). ``lowered``: other
+    values of a precision knob that lower precision too (aliases, variants: ``float16``,
+    ``fp8_e4m3``), not tried, but known as lower precision when the user sets them by hand."""
 
     key: str
     values: tuple[str, ...]
     what: str = ""
     precision: bool = False
+    lowered: tuple[str, ...] = ()
 
 
 def search_space_of(adapter: Any, hardware_kind: str, lower_precision: bool = False) -> tuple[Knob, ...]:
@@ -66,11 +69,11 @@ def search_space_of(adapter: Any, hardware_kind: str, lower_precision: bool = Fa
 
 def lowered_precision(adapter: Any, engine_args: dict[str, str]) -> str:
     """The engine args among ``engine_args`` that lower precision below the baseline's: each a
-    value a precision knob of ``adapter``'s search space declares (any hardware), as
+    value a precision knob of ``adapter``'s search space declares (tried or ``lowered``; any hardware), as
     ``"key=value, ..."``; "" when none does (a baseline value such as ``dtype=float32`` is not one).
     What the harness knows of a configuration's numerics without asking the engine."""
     spaces = getattr(adapter, "search_space", None) or {}
-    lowered = {(k.key, v) for knobs in spaces.values() for k in knobs if k.precision for v in k.values}
+    lowered = {(k.key, v) for knobs in spaces.values() for k in knobs if k.precision for v in (*k.values, *k.lowered)}
     return ", ".join(f"{k}={v}" for k, v in engine_args.items() if (k, str(v)) in lowered)
 
 

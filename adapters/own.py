@@ -48,7 +48,8 @@ class OwnAdapter(ServerAdapter):
                 Knob("speculative", ("ngram",), "n-gram (prompt lookup) speculative decoding"),
                 Knob("cuda_graphs", ("false",), "CUDA graphs off (eager decode steps)"),
                 Knob("block_size", ("32",), "KV cache block size (tokens)"),
-                Knob("dtype", ("bfloat16",), "weights and KV cache in bf16 (the baseline is fp32)", precision=True)),
+                Knob("dtype", ("bfloat16",), "weights and KV cache in bf16 (the baseline is fp32)", precision=True,
+                     lowered=("float16",))),
     }
 
     def probe(self) -> ProbeResult:

@@ -61,7 +61,8 @@ class SglangAdapter(ServerAdapter):
                 Knob("chunked_prefill_size", ("2048", "8192"), "the prefill chunk (tokens)"),
                 Knob("disable_cuda_graph", ("true",), "CUDA graphs off"),
                 Knob("schedule_conservativeness", ("0.5", "2.0"), "how much KV it reserves for running sequences"),
-                Knob("kv_cache_dtype", ("fp8_e5m2",), "an fp8 KV cache (half the bytes per token)", precision=True)),
+                Knob("kv_cache_dtype", ("fp8_e5m2",), "an fp8 KV cache (half the bytes per token)", precision=True,
+                     lowered=("fp8_e4m3",))),
     }
 
     def __init__(self, hardware: str | None = None) -> None:

@@ -68,12 +68,13 @@ class VllmAdapter(ServerAdapter):
         "cpu": (Knob("max_num_seqs", ("32", "8", "128"), "sequences batched at once: throughput against each token's time"),
                 Knob("max_num_batched_tokens", ("2048", "512", "8192"), "tokens per step (the chunked-prefill budget)"),
                 Knob("dtype", ("bfloat16",), "bf16 weights and KV cache (the CPU baseline is fp32; fast with AVX512-BF16)",
-                     precision=True)),
+                     precision=True, lowered=("float16", "half"))),
         "gpu": (Knob("max_num_seqs", ("64", "256", "512"), "sequences batched at once"),
                 Knob("max_num_batched_tokens", ("2048", "8192", "16384"), "tokens per step (the chunked-prefill budget)"),
                 Knob("enforce_eager", ("true",), "CUDA graphs off (eager)"),
                 Knob("block_size", ("32",), "KV cache block size (tokens)"),
-                Knob("kv_cache_dtype", ("fp8",), "an fp8 KV cache (half the bytes per token)", precision=True)),
+                Knob("kv_cache_dtype", ("fp8",), "an fp8 KV cache (half the bytes per token)", precision=True,
+                     lowered=("fp8_e4m3", "fp8_e5m2"))),
     }
 
     def __init__(self, hardware: str | None = None) -> None:

@@ -47,7 +47,7 @@ def tuning_rows(s: LadderSummary) -> list[dict[str, Any]]:
         rejected = sum(c.status == "rejected" for c in t.configs)
         unfaithful = sum(c.status == "unfaithful" for c in t.configs)
         dropped = ", ".join(x for x in (f"{rejected} rejected" if rejected else "",
-                                        f"{unfaithful} below the fidelity floor" if unfaithful else "") if x)
+                                        f"{unfaithful} failed the fidelity gate" if unfaithful else "") if x)
         lowered = f" ({_numerics(chosen.numerics)})" if chosen is not None and _numerics(chosen.numerics) else ""
         rows.append({
             "engine": name, "chosen": picked + lowered,
@@ -70,7 +70,7 @@ def tried_rows(s: LadderSummary) -> list[dict[str, Any]]:
             status = c.status + (" ★ chosen" if c.id == t.chosen else "")
             numerics = f" ({_numerics(c.numerics)})" if _numerics(c.numerics) else ""
             rows.append({"engine": name, "id": c.id, "config": c.label + numerics,
-                         "status": status + (f": {c.reason[:140]}" if c.reason else ""), "rungs": str(c.rungs),
+                         "status": status + (f": {c.reason[:240]}" if c.reason else ""), "rungs": str(c.rungs),
                          "capacity": _cap(c.ladder.capacity if c.ladder else None), "seconds": f"{c.measuring_s:,.0f}"})
     return rows
 
@@ -84,7 +84,7 @@ def gain_line(engine: str, tuning: EngineTuning) -> str:
     rejected = [c for c in tuning.configs if c.status == "rejected"]
     unfaithful = [c for c in tuning.configs if c.status == "unfaithful"]
     rej = (f"; {len(rejected)} rejected by the engine" if rejected else "") + (
-        f"; {len(unfaithful)} of lower precision below the fidelity floor" if unfaithful else "")
+        f"; {len(unfaithful)} of lower precision failed the fidelity gate" if unfaithful else "")
     n = len(tuning.configs)
     spent = f"{n} configurations, {tuning.used_s:,.0f} s of measuring{rej}"
     if tuning.interrupted:
@@ -93,7 +93,7 @@ def gain_line(engine: str, tuning: EngineTuning) -> str:
                 f"({done} of {spent})")
     what = chosen.label if chosen is not None else "?"
     if chosen is not None and _numerics(chosen.numerics):
-        what += f" ({_numerics(chosen.numerics)}: its fidelity passed the floor for other numerics)"
+        what += f" ({_numerics(chosen.numerics)}: its fidelity check faces the floor for other numerics)"
     g = "gain over its defaults " + (tuning.gain_text or "not measured")
     return f"{engine}: tuned {what} ({tuning.chosen}), {g}; {spent}"
 

@@ -23,7 +23,7 @@ class Recipe(Artefact):
     read at the same loads; ``tuned``: a configuration search chose it (else the engine's
     defaults or the user's flags); ``numerics``: "reference" (the precision of the fidelity
     reference, fp32) or what the configuration lowers (e.g. "lower precision (dtype=bfloat16)",
-    "q8_0 weights"): its fidelity passed the floor for other numerics, not the strict one."""
+    "q8_0 weights"): its fidelity check (when one ran) faced the floor for other numerics, not the strict one."""
 
     schema_version: str = SCHEMA_VERSION
     engine: str

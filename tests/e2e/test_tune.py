@@ -176,12 +176,14 @@ def test_lower_precision_is_chosen_only_past_the_fidelity_floor(tmp_path, monkey
     assert ladder.decision.sentence.startswith("vllm (tuned: kv_dtype=fp8, lower precision) sustains"), \
         ladder.decision.sentence
     said = " ".join(res.output.split())
-    assert "lower precision allowed (--tune-lower-precision): kv_dtype=int4; kv_dtype=fp8; each answers the " \
-           "output-fidelity check before it is measured, and is dropped below the floor 0.9" in said
-    assert f"{int4.id} (kv_dtype=int4): lower precision below the fidelity floor: not measured, never chosen (fidelity 0.7" in said
-    assert "1 of lower precision below the fidelity floor" in said
+    assert "lower precision (--tune-lower-precision or the run's engine args): kv_dtype=int4; kv_dtype=fp8; each " \
+           "answers the output-fidelity check before it is measured, and is dropped unless it passes the floor 0.9" in said
+    assert f"{int4.id} (kv_dtype=int4): lower precision that did not pass the fidelity gate: not measured, never chosen " \
+           "(fidelity 0.7" in said
+    assert "1 of lower precision failed the fidelity gate" in said
     recipe = Recipe.model_validate_json((run / "recipe.json").read_text())
     assert recipe.engine_args == {"kv_dtype": "fp8"} and recipe.numerics == "lower precision (kv_dtype=fp8)"
     md = (run / "report.md").read_text()
     assert "unfaithful: fidelity 0.7" in md and "| kv_dtype=fp8 (lower precision) |" in md
-    assert "vllm: tuned kv_dtype=fp8 (lower precision: its fidelity passed the floor for other numerics) (vllm#" in said
+    assert "vllm: tuned kv_dtype=fp8 (lower precision: its fidelity check faces the floor for other numerics) (vllm#" in said
+    assert "below the floor 0.90 |" in md  # the reason is not cut before the floor

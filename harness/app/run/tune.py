@@ -171,6 +171,8 @@ class Tuner:
         # lower precision needs the fidelity gate: without a reference (no check) its knobs stay out
         lower = self.lower_precision and getattr(self.job.spec.trial, "fidelity", None) is not None
         knobs = search_space_of(plan.adapter, self.kind, lower_precision=lower)
+        if lower:  # the precision knobs first: the single-knob changes reach them within a small --tune-configs
+            knobs = tuple(sorted(knobs, key=lambda k: not k.precision))
         if not knobs:
             return Search(plan.name, note=NO_SPACE_NOTE)
         space = {k.key: list(k.values) for k in knobs}
@@ -186,17 +188,30 @@ class Tuner:
         console.print(f"[bold]{escape(plan.name)}[/]: configuration search, {n} configurations by {_method(n)} "
                       f"({plan_text} of measuring; every ladder measures its first 3 points whatever its share, so a "
                       "short budget runs over) …")
-        lowered = [label(c) for c in search.configs if lowered_precision(plan.adapter, c)]
+        args = lambda c: {**plan.launch.engine_args, **c}  # noqa: E731 - what the configuration runs with
+        lowered = [label(c) or "defaults" for c in search.configs if lowered_precision(plan.adapter, args(c))]
+        floor = getattr(self.job.spec.trial, "fidelity_floor", None)
         if lowered:
-            floor = getattr(self.job.spec.trial, "fidelity_floor", None)
-            console.print(f"  lower precision allowed (--tune-lower-precision): {escape('; '.join(lowered))}; each "
-                          f"answers the output-fidelity check before it is measured, and is dropped below the floor "
-                          f"{floor:g}", highlight=False)
+            console.print(f"  lower precision (--tune-lower-precision or the run's engine args): "
+                          f"{escape('; '.join(lowered))}; each answers the output-fidelity check before it is measured, "
+                          f"and is dropped unless it passes the floor {floor:g}", highlight=False)
+        if self.lower_precision:
+            declared = [f"{k.key}={v}" for k in search_space_of(plan.adapter, self.kind, lower_precision=True)
+                        if k.precision for v in k.values]
+            tried = {f"{k}={v}" for c in search.configs for k, v in c.items()}
+            left = [d for d in declared if d not in tried]
+            if not declared:
+                console.print(f"  {escape(plan.name)}: no lower-precision setting on this hardware; its precision stays "
+                              "the baseline's", highlight=False)
+            elif left:
+                console.print(f"  {escape(plan.name)}: lower precision not tried within --tune-configs "
+                              f"{self.max_configs}: {escape(', '.join(left))} (raise --tune-configs)", highlight=False)
 
         def told(i: int, t: Tried) -> None:
             what = {"measured": _at_slo(search.variants[i], self.job.spec),
                     "rejected": f"rejected by the engine, not tried again ({t.reason[:160]})",
-                    "unfaithful": f"lower precision below the fidelity floor: not measured, never chosen ({t.reason[:200]})",
+                    "unfaithful": f"lower precision that did not pass the fidelity gate: not measured, never chosen "
+                                  f"({t.reason[:200]})",
                     }.get(t.status, f"{t.status}: {t.reason[:160]}")
             console.print(f"  {search.variants[i].name} ({label(t.config)}): {what}", markup=False, highlight=False)
 
@@ -208,7 +223,7 @@ class Tuner:
     def _evaluate(self, search: Search, i: int, rung: int, seconds: float) -> tuple[float, float]:
         """Configuration ``i``'s rung ``rung`` with ``seconds`` of measuring (module docstring)."""
         job, v = self.job, search.variants[i]
-        gated = rung == 0 and bool(lowered_precision(v.plan.adapter, search.configs[i]))  # checked before measured
+        gated = rung == 0 and bool(lowered_precision(v.plan.adapter, v.plan.launch.engine_args))  # checked before measured
         spec = replace(job.spec, budget_s=seconds, min_load=1, fidelity_gate=gated,
                        trial=replace(job.spec.trial, equivalence=False, accuracy=None, feature_probes=False,
                                      fidelity=job.spec.trial.fidelity if gated else None))

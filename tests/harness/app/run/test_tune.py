@@ -105,9 +105,22 @@ def test_the_harness_knows_which_engine_args_lower_precision() -> None:
     assert lowered_precision(vllm, {"dtype": "bfloat16", "max_num_seqs": "32"}) == "dtype=bfloat16"
     assert lowered_precision(vllm, {"dtype": "float32"}) == "" and lowered_precision(vllm, {}) == ""
     assert lowered_precision(vllm, {"kv_cache_dtype": "fp8"}) == "kv_cache_dtype=fp8"  # a GPU knob, known anywhere
+    assert lowered_precision(vllm, {"dtype": "half", "kv_cache_dtype": "fp8_e4m3"}) == "dtype=half, kv_cache_dtype=fp8_e4m3"
+    assert lowered_precision(OwnAdapter(), {"dtype": "float16"}) == "dtype=float16"  # known, though never tried
     assert lowered_precision(LlamaCppAdapter(hardware="cpu"), {"outtype": "q8_0", "cache_type_k": "q8_0"}) == \
         "outtype=q8_0, cache_type_k=q8_0"
     assert [k.key for k in search_space_of(vllm, "cpu")] == ["max_num_seqs", "max_num_batched_tokens"]
     assert [k.key for k in search_space_of(vllm, "cpu", lower_precision=True)][-1] == "dtype"
     assert [k.key for k in search_space_of(OwnAdapter(), "nvidia", lower_precision=True)][-1] == "dtype"
     assert "outtype" not in [k.key for k in search_space_of(LlamaCppQ8Adapter(hardware="cpu"), "cpu", True)]  # q8_0 already
+
+
+def test_with_lower_precision_its_knobs_come_first_so_a_small_search_reaches_them() -> None:
+    """vLLM on a GPU declares its fp8 KV cache last: with --tune-lower-precision it is the first
+    single-knob change, so the default --tune-configs 4 tries it (a review found it first at the 6th)."""
+    from adapters.vllm_adapter import VllmAdapter
+
+    tuner = _tuner(lower_precision=True, fidelity=object())
+    tuner.kind = "nvidia"
+    search = tuner._search_of(_plan(VllmAdapter(hardware="nvidia")))
+    assert search.configs[:2] == [{}, {"kv_cache_dtype": "fp8"}] and len(search.configs) == 4
