@@ -7,7 +7,10 @@ further token, where ``active = min(concurrency, slots)`` sequences share the en
 step slows as the batch grows, and every slot configured costs ``slot_overhead`` of each step,
 busy or not, as a static reservation does; so its capacity at an SLO peaks at one slot count).
 ``jitter`` is the sigma of a lognormal factor on each request's times (run-to-run noise);
-``fail_every`` > 0 makes every k-th request fail (a half-dead engine at 2); ``crash_at`` makes
+``fail_every`` > 0 makes every k-th request fail (a half-dead engine at 2), ``fail_rate`` each
+request fail with that probability (an engine with a true failure rate); ``burst_ms`` delays the
+first token of every request sent at the very start (the synchronised first turns, a burst of
+prefills: an engine worse there alone, identical in steady state); ``crash_at`` makes
 the engine die once that many requests are in flight (every later request fails, as after a
 crash); ``startup_s``, ``processes`` and ``peak_memory_bytes`` are its tie-breaker facts.
 
@@ -21,7 +24,9 @@ steady state, from which the capacity at an SLO follows analytically (:func:`tru
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -42,6 +47,8 @@ class SimEngine:
     slot_overhead: float = 0.0
     jitter: float = 0.0
     fail_every: int = 0
+    fail_rate: float = 0.0
+    burst_ms: float = 0.0
     crash_at: int | None = None
     startup_s: float = 10.0
     processes: int = 1
@@ -69,6 +76,8 @@ def simulate(engine: SimEngine, concurrency: int, requests: int, output_tokens: 
         send = heapq.heappop(clients)
         factor = float(rng.lognormal(0.0, engine.jitter)) if engine.jitter else 1.0
         failed = crashed or (engine.fail_every > 0 and (i + 1) % engine.fail_every == 0)
+        if engine.fail_rate > 0:
+            failed = failed or bool(rng.random() < engine.fail_rate)
         record = RequestRecord(request_id=f"{name}-{i}", engine=engine.name, workload="sim", scheduled_ns=int(send * NS_PER_MS),
                                send_ns=int(send * NS_PER_MS), max_tokens=output_tokens)
         if failed:
@@ -76,7 +85,7 @@ def simulate(engine: SimEngine, concurrency: int, requests: int, output_tokens: 
             record.success, record.error_class, record.end_ns = False, "http_500", int(end * NS_PER_MS)
         else:
             start = max(send, heapq.heappop(free))
-            first = start + engine.prefill_ms * factor
+            first = start + engine.prefill_ms * factor + (engine.burst_ms if send == 0.0 else 0.0)
             chunks = [first + k * tpot * factor for k in range(output_tokens)]
             end = chunks[-1]
             heapq.heappush(free, end)
@@ -100,23 +109,30 @@ class Steady:
     tpot_ms: float
 
 
-def truth(engine: SimEngine, concurrency: float, output_tokens: int) -> Steady:
+def truth(engine: SimEngine, concurrency: float, output_tokens: int, percentile: float | None = None) -> Steady:
     """The model's steady state at a (continuous) ``concurrency`` of closed-loop clients: with
     ``active = min(C, slots)`` requests served and the rest queued FIFO, a request occupies its
     slot for ``D = prefill + (n − 1) × tpot`` ms and waits ``(C − active) / active × D`` before
-    it (Little's law on the queue)."""
+    it (Little's law on the queue). With ``percentile`` (e.g. 90), TPOT and TTFT are that
+    percentile over requests instead of the noise-free values: each request's times carry a
+    lognormal factor of sigma ``jitter``, whose q-quantile is ``exp(z_q × jitter)`` (the queue's
+    wait is kept at its mean: exact below ``slots``, an approximation above)."""
     tpot = engine.tpot_at(concurrency)
     duration = engine.prefill_ms + (output_tokens - 1) * tpot
     active = min(concurrency, engine.slots)
     wait = max(0.0, concurrency - active) / active * duration
-    return Steady(output_tps=active * output_tokens / (duration / 1000.0), ttft_ms=wait + engine.prefill_ms, tpot_ms=tpot)
+    q = math.exp(NormalDist().inv_cdf(percentile / 100.0) * engine.jitter) if percentile is not None else 1.0
+    return Steady(output_tps=active * output_tokens / (duration / 1000.0), ttft_ms=wait + engine.prefill_ms * q,
+                  tpot_ms=tpot * q)
 
 
-def true_capacity(engine: SimEngine, output_tokens: int, ttft_ms: float, tpot_ms: float, max_load: float = 256.0) -> float:
-    """The output tokens/s at the highest concurrency whose steady-state TTFT and TPOT meet the
-    thresholds (bisection on the continuous concurrency; 0 when even 1 client misses them)."""
+def true_capacity(engine: SimEngine, output_tokens: int, ttft_ms: float, tpot_ms: float, max_load: float = 256.0,
+                  percentile: float = 90.0) -> float:
+    """The output tokens/s at the highest concurrency whose steady-state TTFT and TPOT, at
+    ``percentile`` over requests (the SLOs' p90 by default; :func:`truth`), meet the thresholds
+    (bisection on the continuous concurrency; 0 when even 1 client misses them)."""
     def ok(c: float) -> bool:
-        s = truth(engine, c, output_tokens)
+        s = truth(engine, c, output_tokens, percentile)
         return s.ttft_ms <= ttft_ms and s.tpot_ms <= tpot_ms
 
     if not ok(1.0):

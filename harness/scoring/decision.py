@@ -18,7 +18,7 @@ from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
 
 from .formatting import METRIC_LABELS
-from .frontier import Capacity, PointSample, Requests, capacity_of
+from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream
 from .ranking import REFERENCE_ENGINES
 from .verdict import Candidate, Verdict, decide
 
@@ -141,7 +141,7 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     candidates = []
     for name, ladder in summary.engines.items():
         points = ladder_points(name, ladder, records, summary.devices, agentic)
-        cap = capacity_of(points, slos, summary.max_failure_rate, seed=seed) if points else None
+        cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
         if cap is not None and ladder.stopped == "saturated":
             cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
         if cap is not None:
@@ -156,6 +156,8 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     summary.decision = Decision(
         winner=verdict.winner, runner_up=verdict.runner_up, ratio=verdict.ratio, ratio_interval=verdict.ratio_interval,
         tie=verdict.tie, tie_breaker=verdict.tie_breaker, undecided=verdict.undecided, interrupted=interrupted,
+        outcome=verdict.outcome, leader=verdict.leader, equivalence_interval=verdict.equivalence_interval,
+        unsettled=verdict.unsettled,
         ranking=verdict.ranking, yardsticks=verdict.yardsticks,
         excluded={n: r for n, r in verdict.excluded.items()}, slos={s.key: s.threshold_ms for s in slos},
         slos_default=summary.slos_default, unit="sessions" if agentic else "requests",
@@ -192,18 +194,31 @@ def slos_text(slos: Sequence[SLO]) -> str:
 
 
 def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
-    """The verdict in one sentence (about 300 characters): the winner, its capacity at the SLO,
-    the ratio over the runner-up with its interval (or the tie and what broke it), the
-    deciding constraint; "undecided …" when the runner-up's ladder stopped before an SLO broke;
-    "no engine …" when none is eligible. An interrupted run says so first."""
+    """The verdict in one sentence (about 300 characters), by outcome
+    (:mod:`harness.scoring.verdict`): *separated*: the winner, its capacity at the SLO, the ratio
+    over the runner-up with its 95 % interval, the deciding constraint; *equivalent*: the winner
+    and what broke the tie; *not separated*: who leads, that it is not separated, and how to
+    measure more; *undecided*: who leads and every engine whose ladder stopped before an SLO
+    broke; "no engine …" when none is eligible. An interrupted run says so first."""
     lead = f"Interrupted by {d.interrupted}, on what was measured: " if d.interrupted else ""
     where = f"at {slos_text(slos)}{' (default SLOs)' if d.slos_default else ''}"
+    leader = d.leader or (d.ranking[0] if d.ranking else "")
     if d.undecided:
-        best, other = summary.engines[d.ranking[0]].capacity, summary.engines[d.undecided].capacity
-        assert best is not None and other is not None
-        return _fit(f"{lead}Undecided {where}: {d.ranking[0]} leads with {_tps(best)} output tok/s per device, but "
-                    f"{d.undecided}'s ladder stopped at {_tps(other)} before any SLO broke; raise --ladder-budget "
-                    "(or --max-load) to find its limit.")
+        best = summary.engines[leader].capacity
+        assert best is not None
+        unsettled = d.unsettled or [d.undecided]
+        stops = ", ".join(f"{n} at {_tps(summary.engines[n].capacity)}" for n in unsettled
+                          if summary.engines[n].capacity is not None)
+        whose = "ladder" if len(unsettled) == 1 else "ladders"
+        return _fit(f"{lead}Undecided {where}: {leader} leads with {_tps(best)} output tok/s per device, but the "
+                    f"{whose} of {stops} stopped before any SLO broke, so {'it' if len(unsettled) == 1 else 'they'} "
+                    "could lead; raise --ladder-budget (or --max-load) to find the limit.")
+    if not d.winner and d.outcome == "not_separated":
+        best = summary.engines[leader].capacity
+        assert best is not None
+        return _fit(f"{lead}Not separated {where}: {leader} leads with {_tps(best)} output tok/s per device, "
+                    f"{_ratio(d, best)} {d.runner_up}'s, neither clearly ahead (by more than 5 %) nor equivalent "
+                    "(within 5 %); measure more: raise --ladder-budget or --repeats.")
     if not d.winner:
         if not d.excluded and d.yardsticks:
             return _fit(f"{lead}No production engine was measured; the reference engine {', '.join(d.yardsticks)} "
@@ -218,16 +233,24 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
             f"({_tps(cap)} output tok/s per device) {where}")
     if not d.runner_up:
         return _fit(f"{head}; the only engine eligible{_fidelity_gated(d, summary, cap)}; {d.binding}.")
-    lo, hi = d.ratio_interval or (math.nan, math.nan)
-    if cap.open:  # the leader's capacity is a lower bound: so is its ratio over the runner-up
-        ratio = f"≥ {lo:.2f}×" if d.ratio_interval else "≥ ?"
-    else:
-        ratio = f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]".replace("inf]", "∞]") if d.ratio is not None else "?"
     gated = _fidelity_gated(d, summary, cap)
     if d.tie:
-        return _fit(f"{head}: a tie with {d.runner_up} ({ratio}, within the noise or 5 %), decided by {d.tie_breaker}"
-                    f"{gated}.")
-    return _fit(f"{head}, {ratio} {d.runner_up}'s{gated}; {d.binding}.")
+        best = summary.engines[leader].capacity
+        assert best is not None
+        lo, hi = d.equivalence_interval or (math.nan, math.nan)
+        return _fit(f"{head}: equivalent to {d.runner_up} ({_ratio(d, best)}; 90 % interval {lo:.2f}–{hi:.2f}, "
+                    f"inside ±5 %), decided by {d.tie_breaker}{gated}.")
+    return _fit(f"{head}, {_ratio(d, cap)} {d.runner_up}'s{gated}; {d.binding}.")
+
+
+def _ratio(d: Decision, leader: CapacityAtSLO) -> str:
+    """``1.65× [1.38–1.91]`` (the ratio and its 95 % interval); ``≥ …`` when the leader's capacity
+    is a lower bound (so is the ratio)."""
+    if d.ratio is None:
+        return "?"
+    lo, hi = d.ratio_interval or (math.nan, math.nan)
+    ge = "≥ " if leader.open else ""
+    return f"{ge}{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}]".replace("inf]", "∞]")
 
 
 def _tuned(summary: LadderSummary, name: str) -> str:
@@ -269,4 +292,6 @@ def verdict_of(summary: LadderSummary) -> Verdict:
     """The stored decision as a :class:`Verdict` (for callers that print it)."""
     d = summary.decision or Decision()
     return Verdict(winner=d.winner, runner_up=d.runner_up, ratio=d.ratio, ratio_interval=d.ratio_interval, tie=d.tie,
-                   tie_breaker=d.tie_breaker, ranking=d.ranking, yardsticks=d.yardsticks, excluded=d.excluded)
+                   tie_breaker=d.tie_breaker, undecided=d.undecided, outcome=d.outcome or "none",  # type: ignore[arg-type]
+                   leader=d.leader, equivalence_interval=d.equivalence_interval, unsettled=list(d.unsettled),
+                   ranking=d.ranking, yardsticks=d.yardsticks, excluded=d.excluded)

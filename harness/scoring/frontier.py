@@ -8,7 +8,12 @@ concurrencies (``load``: requests in flight; agentic: sessions in flight), each 
 more measurements (repeats) of fresh prompts.
 
 **One point** (:class:`PointSample`, pooled over its repeats) **passes** when its failures stay
-within the bound and every SLO holds at its percentile: the point's *margin*
+within the bound and every SLO holds at its percentile. The failure bound is judged with an
+interval, not on the raw fraction: a point fails by errors only when the one-sided 95 % Wilson
+lower bound of its failure rate is above ``max_failure_rate`` (Wilson 1927; with about 12
+requests a point, one failure is 8 % of them, and an engine whose true failure rate is 1 % would
+trip a raw 5 % bound at about one point in nine; it trips this one at one in several thousand).
+A failure still counts against the SLOs (below). The point's *margin*
 ``m = max over SLOs of value / threshold`` is at most 1 (``value``: the SLO's percentile of its
 metric, numpy linear; failed requests count as +inf for TTFT and E2E latency, the DistServe
 error-adjusted rule, so a failure can only make it worse).
@@ -23,16 +28,28 @@ interpolated (the boundary is the passing point). Without a failing point the ca
 the highest load measured sustained, marked open (``≥``: the ladder stopped before the SLO
 broke). When the lowest point fails the capacity is 0.
 
-**The interval** (:func:`capacity_interval`): a two-stage bootstrap (Davison & Hinkley 1997,
-§3.8): per draw, each point's repeats are resampled, then its requests within them; the
-capacity is recomputed from the resampled points. The 2.5 and 97.5 percentiles of the draws
-give the 95 % interval; the draws themselves give ratios between engines
-(:mod:`harness.scoring.verdict`).
+**The interval** (:func:`capacity_draws`): a two-stage cluster bootstrap (Davison & Hinkley
+1997, §3.8, strategy 2): per draw, each point's measurements (fresh starts, where repeated) are
+resampled, then the *sessions* within each (the clusters: the turns of one agentic session share
+its history and its slot, so they are not independent; a single-turn request is a cluster of its
+own); the capacity is recomputed from the resampled points. A point's throughput is not a sum
+of independent requests' tokens (a closed loop keeps the engine busy whatever a request's size),
+so resampling requests' tokens over a fixed window would add noise the measurement does not have;
+each draw instead scales the picked measurement's throughput by its resampled *service rate*
+(output tokens per ms of the judged requests' time in the engine, a ratio of sums: by Little's
+law a closed loop's throughput moves with it). Latency percentiles and failures are resampled
+as they are. The 2.5 and 97.5 percentiles of the
+draws give the 95 % interval; the draws themselves give ratios between engines
+(:mod:`harness.scoring.verdict`). Every engine draws from its own random stream
+(:func:`engine_stream`): with one shared seed, two ladders of the same shape draw the same
+indices, and the ratio of their capacities comes out far too narrow (an engine truly 6 % faster,
+one point of 36 requests: 1.060 [1.060–1.060] with a shared seed, [0.97–1.16] with two streams).
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -43,6 +60,82 @@ from harness.metrics.request import e2el_ms, itls_ms, tpot_ms, ttft_ms
 from results.schema import RequestRecord
 
 RESAMPLES = 600  # bootstrap draws per capacity (~20 ms for a 7-point ladder of 50 requests)
+ERROR_BOUND_Z = 1.6448536269514722  # one-sided 95 %: a point fails by errors when the Wilson lower bound is above the bound
+
+
+def failure_lower_bound(failed: np.ndarray | float, n: np.ndarray | float) -> np.ndarray:
+    """The one-sided 95 % Wilson score lower bound of a failure rate ``failed / n`` (Wilson
+    1927, JASA 22: the score interval's lower end, never below 0); vectorised; 1.0 where ``n`` is
+    0 (no request answered: nothing was served)."""
+    k, m = np.asarray(failed, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    z2 = ERROR_BOUND_Z ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = k / m
+        center = (p + z2 / (2 * m)) / (1 + z2 / m)
+        half = ERROR_BOUND_Z * np.sqrt(p * (1 - p) / m + z2 / (4 * m * m)) / (1 + z2 / m)
+        low = np.maximum(0.0, center - half)
+    return np.where(m > 0, low, 1.0)
+
+
+def too_many_failures(failed: int, n: int, max_failure_rate: float) -> bool:
+    """Whether ``failed`` of ``n`` requests exceed the bound ``max_failure_rate`` beyond the
+    noise: the one-sided 95 % Wilson lower bound of the rate is above it (module docstring)."""
+    return bool(failure_lower_bound(failed, n) > max_failure_rate)
+
+
+def engine_stream(seed: int, name: str) -> int:
+    """The seed of ``name``'s own bootstrap stream in a run seeded ``seed``: independent
+    streams per engine (module docstring), reproducible from the run's seed and the name."""
+    return int(np.random.SeedSequence([seed & 0xFFFFFFFF, zlib.crc32(name.encode())]).generate_state(1)[0])
+
+
+STEADY_MIN_JUDGED = 8  # fewer requests than this in the steady state: judge the whole measurement
+
+
+def steady_window(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
+    """The steady state of one closed-loop measurement (ns on the records' clock), or None when
+    it holds fewer than :data:`STEADY_MIN_JUDGED` requests or under half of them. It opens at
+    the first completion: until then every session in flight is in its first turn, sent at once
+    (the synchronised start, a burst of prefills that steady state never sees); it closes at the
+    first session to end after the last session was admitted: until then every session that
+    ended was replaced, so the load held, and from then on it drains. A request is judged when
+    it was sent inside the window; throughput counts the tokens emitted inside it over its length.
+    A session is the records' ``session_id`` (a single-turn request is a session of its own)."""
+    ends = [r.end_ns for r in records if r.end_ns is not None]
+    sends = [r.send_ns for r in records if r.send_ns is not None]
+    if not ends or not sends:
+        return None
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for r in records:
+        key = r.session_id or r.request_id
+        if r.send_ns is not None:
+            first[key] = min(first.get(key, r.send_ns), r.send_ns)
+        if r.end_ns is not None:
+            last[key] = max(last.get(key, r.end_ns), r.end_ns)
+    opens = min(ends)
+    admitted = max(first.values()) if first else max(sends)
+    after = [t for t in last.values() if t >= admitted]
+    closes = min(after) if after else max(ends)
+    if closes <= opens:
+        return None
+    judged = sum(1 for r in records if r.send_ns is not None and opens <= r.send_ns <= closes)
+    if judged < STEADY_MIN_JUDGED or 2 * judged < len(records):
+        return None
+    return opens, closes
+
+
+def _tokens_within(r: RequestRecord, lo: float, hi: float) -> float:
+    """The output tokens ``r`` emitted between ``lo`` and ``hi`` (ns): its token-bearing chunks
+    there, each carrying an equal share of its tokens (all of them for an unbounded window)."""
+    tokens = float(r.output_tokens or 0)
+    if math.isinf(lo) and math.isinf(hi):
+        return tokens
+    chunks = r.chunk_times_ns or [t for t in (r.first_token_ns, r.last_token_ns) if t is not None]
+    if not chunks:
+        return 0.0
+    inside = sum(1 for t in chunks if lo <= t <= hi)
+    return tokens * inside / len(chunks)
 
 
 @dataclass(frozen=True)
@@ -50,7 +143,14 @@ class Requests:
     """One measurement's requests as arrays (times in ms; NaN where a value does not exist):
     ``ok`` success; ``ttft``, ``e2el`` (NaN for a failed request, counted +inf in SLOs);
     ``tpot`` (NaN below 2 output tokens); ``tokens`` output tokens of successful requests (0
-    otherwise); ``itl`` each request's inter-token gaps. ``duration_s``: the measured phase (s)."""
+    otherwise); ``itl`` each request's inter-token gaps; ``cluster`` the index (0 … k−1, in order
+    of first appearance) of the session each request belongs to (its own for a single-turn
+    request): what the bootstrap resamples; ``done`` 1.0 for a request that succeeded within the
+    window (the request rate). ``duration_s``: the window judged (s: the steady state,
+    :func:`steady_window`, else the whole measured phase); ``span_s``: the whole measured phase
+    (s; sessions/s of an agentic point count over it); ``steady``: whether the window is the
+    steady state. Latencies are NaN outside the steady state (a request sent in the
+    synchronised start or the drain is not judged), tokens count those emitted inside it."""
 
     ok: np.ndarray
     ttft: np.ndarray
@@ -59,43 +159,87 @@ class Requests:
     tokens: np.ndarray
     itl: tuple[np.ndarray, ...]
     duration_s: float
+    cluster: np.ndarray | None = None  # None: every request a cluster of its own
+    done: np.ndarray | None = None  # None: every successful request
+    out: np.ndarray | None = None  # each successful request's output tokens (None: ``tokens``)
+    span_s: float | None = None  # None: duration_s
+    steady: bool = False
 
     @classmethod
-    def of(cls, records: Sequence[RequestRecord], duration_s: float) -> "Requests":
+    def of(cls, records: Sequence[RequestRecord], duration_s: float, *, steady: bool = True) -> "Requests":
         """From one measurement's measured records (incomplete ones, cut by a drain bound, are
         left out, as in :func:`harness.metrics.compute_metrics`, and so are requests a Ctrl-C
-        cut: the client's doing, not the engine's)."""
+        cut: the client's doing, not the engine's), judged on their steady state
+        (:func:`steady_window`; ``steady=False``, or a window too short to judge: every request
+        over ``duration_s``)."""
         rs = [r for r in records if r.phase == "measured" and r.error_class not in ("incomplete", "interrupted")]
 
         def arr(values: list[float | None]) -> np.ndarray:
             return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
 
+        window = steady_window(rs) if steady else None
+        lo, hi = window if window is not None else (-math.inf, math.inf)
+        judged = [window is None or (r.send_ns is not None and lo <= r.send_ns <= hi) for r in rs]
         ok = np.array([r.success for r in rs], dtype=bool)
-        return cls(ok=ok, ttft=arr([ttft_ms(r) if r.success else None for r in rs]),
-                   tpot=arr([tpot_ms(r) if r.success else None for r in rs]),
-                   e2el=arr([e2el_ms(r) if r.success else None for r in rs]),
-                   tokens=np.array([(r.output_tokens or 0) if r.success else 0 for r in rs], dtype=np.float64),
-                   itl=tuple(np.asarray(itls_ms(r), dtype=np.float64) if r.success else np.empty(0) for r in rs),
-                   duration_s=float(duration_s))
+        ids: dict[str, int] = {}
+        cluster = np.array([ids.setdefault(r.session_id or r.request_id, len(ids)) for r in rs], dtype=np.int64)
+        seen = [r.success and j for r, j in zip(rs, judged)]
+        return cls(ok=ok, cluster=cluster, ttft=arr([ttft_ms(r) if s else None for r, s in zip(rs, seen)]),
+                   tpot=arr([tpot_ms(r) if s else None for r, s in zip(rs, seen)]),
+                   e2el=arr([e2el_ms(r) if s else None for r, s in zip(rs, seen)]),
+                   tokens=np.array([_tokens_within(r, lo, hi) if r.success else 0.0 for r in rs], dtype=np.float64),
+                   itl=tuple(np.asarray(itls_ms(r), dtype=np.float64) if s else np.empty(0) for r, s in zip(rs, seen)),
+                   duration_s=(hi - lo) / 1e9 if window is not None else float(duration_s),
+                   done=np.array([r.success and r.end_ns is not None and lo <= r.end_ns <= hi for r in rs], dtype=np.float64),
+                   span_s=float(duration_s), steady=window is not None,
+                   out=np.array([(r.output_tokens or 0) if r.success else 0 for r in rs], dtype=np.float64))
 
     @property
     def n(self) -> int:
         return int(self.ok.size)
 
+    def clusters(self) -> list[np.ndarray]:
+        """The request indices of each cluster (session), in cluster order."""
+        if self.cluster is None:
+            return [np.array([i]) for i in range(self.n)]
+        order = np.argsort(self.cluster, kind="stable")
+        return np.split(order, np.flatnonzero(np.diff(self.cluster[order])) + 1) if self.n else []
+
     def take(self, idx: np.ndarray) -> "Requests":
-        """The requests at ``idx`` (a bootstrap resample), over the same duration."""
+        """The requests at ``idx`` (a bootstrap resample), over the same duration; each copy of a
+        request keeps its cluster id (a resample's clusters are not told apart: only the
+        bootstrap reads them, before it takes)."""
         return Requests(self.ok[idx], self.ttft[idx], self.tpot[idx], self.e2el[idx], self.tokens[idx],
-                        tuple(self.itl[i] for i in idx), self.duration_s)
+                        tuple(self.itl[i] for i in idx), self.duration_s,
+                        self.cluster[idx] if self.cluster is not None else None, self.completions()[idx],
+                        self.span_s, self.steady, self.tokens_out()[idx])
+
+    def tokens_out(self) -> np.ndarray:
+        """Each successful request's whole output tokens (``tokens`` counts those inside the window)."""
+        return self.out if self.out is not None else self.tokens
+
+    def completions(self) -> np.ndarray:
+        """1.0 per request that succeeded within the window judged (the request rate's count)."""
+        return self.done if self.done is not None else self.ok.astype(np.float64)
+
+    @property
+    def span(self) -> float:
+        return self.span_s if self.span_s is not None else self.duration_s
 
 
 def pool(parts: Sequence[Requests]) -> Requests:
     """Several measurements of one point as one: requests concatenated, durations summed."""
     if len(parts) == 1:
         return parts[0]
+    offsets = np.cumsum([0] + [p.n for p in parts[:-1]])  # clusters of different measurements stay apart
+    cluster = np.concatenate([(p.cluster if p.cluster is not None else np.arange(p.n)) + off
+                              for p, off in zip(parts, offsets)]).astype(np.int64)
     return Requests(np.concatenate([p.ok for p in parts]), np.concatenate([p.ttft for p in parts]),
                     np.concatenate([p.tpot for p in parts]), np.concatenate([p.e2el for p in parts]),
                     np.concatenate([p.tokens for p in parts]), tuple(g for p in parts for g in p.itl),
-                    sum(p.duration_s for p in parts))
+                    sum(p.duration_s for p in parts), cluster, np.concatenate([p.completions() for p in parts]),
+                    sum(p.span for p in parts), all(p.steady for p in parts),
+                    np.concatenate([p.tokens_out() for p in parts]))
 
 
 @dataclass(frozen=True)
@@ -166,12 +310,13 @@ def point_stats(load: float, req: Requests, slos: Sequence[SLO], max_failure_rat
     values = {s.key: slo_value(req, s) for s in slos}
     ratios = {k: (v / s.threshold_ms if not math.isnan(v) else 0.0) for (k, v), s in zip(values.items(), slos)}
     margin = max(ratios.values(), default=0.0)
-    failure_rate = float((~req.ok).sum() / req.n) if req.n else 1.0
-    errors = failure_rate > max_failure_rate or req.n == 0
+    failed = int((~req.ok).sum())
+    failure_rate = failed / req.n if req.n else 1.0
+    errors = req.n == 0 or too_many_failures(failed, req.n, max_failure_rate)
     binding = "errors" if errors and margin <= 1 else max(ratios, key=lambda k: ratios[k], default="")
     d = req.duration_s if req.duration_s > 0 else math.nan
     tpot = req.tpot[~np.isnan(req.tpot)]
-    completed = sessions if sessions is not None else int(req.ok.sum())
+    completed = sessions / (req.span / d) if sessions is not None and req.span > 0 else float(req.completions().sum())
     return PointStats(load=load, margin=margin, values=values, failure_rate=failure_rate,
                       passed=not errors and margin <= 1.0, output_tps=float(req.tokens.sum() / d / devices),
                       request_rate=float(completed / d), per_user_tps=float(1000.0 / np.median(tpot)) if tpot.size else None,
@@ -252,47 +397,88 @@ def capacity_draws(points: Sequence[PointSample], slos: Sequence[SLO], max_failu
 
 def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, resamples: int,
                  rng: np.random.Generator) -> list[PointStats]:
-    """``resamples`` two-stage bootstrap draws of one point's stats: its repeats resampled,
-    then the requests within each (vectorised; a point whose repeats differ in size, or an ITL
-    SLO, is drawn one by one)."""
-    sizes = {r.n for r in p.repeats}
-    if len(sizes) != 1 or any(s.metric == "itl" for s in slos) or 0 in sizes:
+    """``resamples`` two-stage cluster-bootstrap draws of one point's stats (module docstring):
+    its measurements resampled, then the sessions (clusters) within each, vectorised: each draw
+    is a row of request indices padded with a sentinel (a request that counts nowhere). An ITL
+    SLO, or a point with an empty measurement, is drawn one by one."""
+    if any(s.metric == "itl" for s in slos) or any(r.n == 0 for r in p.repeats):
         return [_point_draw(p, slos, max_failure_rate, rng) for _ in range(resamples)]
-    n, reps = sizes.pop(), len(p.repeats)
-    picks = rng.integers(0, reps, (resamples, reps))
-    idx = (picks[:, :, None] * n + rng.integers(0, n, (resamples, reps, n))).reshape(resamples, reps * n)
+    reps = len(p.repeats)
     pooled = p.pooled()
+    sentinel = pooled.n
+    offsets = np.cumsum([0] + [r.n for r in p.repeats[:-1]])
+    # per measurement: a (clusters × widest cluster) matrix of pooled request indices, sentinel-padded
+    tables = []
+    for r, off in zip(p.repeats, offsets):
+        groups = r.clusters()
+        width = max(g.size for g in groups)
+        table = np.full((len(groups), width), sentinel, dtype=np.int64)
+        for i, g in enumerate(groups):
+            table[i, :g.size] = g + off
+        tables.append(table)
+    span = max(t.size for t in tables)
+    picks = rng.integers(0, reps, (resamples, reps))  # stage 1: which measurements
+    idx = np.full((resamples, reps, span), sentinel, dtype=np.int64)
+    for m, table in enumerate(tables):  # stage 2: that measurement's clusters, for every slot that picked it
+        rows = table[rng.integers(0, table.shape[0], (resamples, reps, table.shape[0]))].reshape(resamples, reps, -1)
+        chosen = picks == m
+        idx[:, :, :table.size][chosen] = rows[chosen]
+    pad = lambda a, v: np.append(a, v)  # noqa: E731  (the sentinel's value)
+    # throughput: each picked measurement's own, scaled by its resampled service rate (module docstring)
+    served = np.where(np.isnan(pooled.e2el), 0.0, pooled.tokens_out())
+    busy = np.nan_to_num(pooled.e2el, nan=0.0)
+    own_rate = np.array([_service_rate(served[off:off + r.n], busy[off:off + r.n]) for r, off in zip(p.repeats, offsets)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        drawn_rate = pad(served, 0.0)[idx].sum(axis=2) / pad(busy, 0.0)[idx].sum(axis=2)
+        factor = np.where(np.isfinite(drawn_rate) & (own_rate[picks] > 0), drawn_rate / own_rate[picks], 1.0)
+    window_tokens = np.array([r.tokens.sum() for r in p.repeats])[picks]
+    window_done = np.array([r.completions().sum() for r in p.repeats])[picks]
+    idx = idx.reshape(resamples, reps * span)
+    valid = idx != sentinel
     durations = np.array([r.duration_s for r in p.repeats])[picks].sum(axis=1)
-    ok = pooled.ok[idx]
-    failure_rate = (~ok).mean(axis=1)
+    spans = np.array([r.span for r in p.repeats])[picks].sum(axis=1)
+    failed = (~pad(pooled.ok, True)[idx]).sum(axis=1)
+    answered = valid.sum(axis=1)
+    errors = failure_lower_bound(failed, answered) > max_failure_rate
     ratios = {}
     for slo in slos:
         base = {"ttft": pooled.ttft, "e2el": pooled.e2el, "tpot": pooled.tpot}[slo.metric]
         if slo.metric != "tpot":  # a failed request counts as +inf (error-adjusted)
             base = np.where(pooled.ok, base, np.inf)
-        ratios[slo.key] = _row_percentiles(base[idx], slo.percentile) / slo.threshold_ms
+        ratios[slo.key] = _row_percentiles(pad(base, np.nan)[idx], slo.percentile) / slo.threshold_ms
     keys = list(ratios)
     stacked = np.nan_to_num(np.vstack([ratios[k] for k in keys]), nan=0.0) if keys else np.zeros((1, resamples))
     margin = stacked.max(axis=0)
     top = stacked.argmax(axis=0)
-    tps = pooled.tokens[idx].sum(axis=1) / durations / p.devices
-    done = (np.array(p.sessions)[picks].sum(axis=1) if p.sessions is not None else ok.sum(axis=1))
-    rate = done / durations
+    tps = (window_tokens * factor).sum(axis=1) / durations / p.devices
+    rate = ((np.array(p.sessions)[picks] * factor).sum(axis=1) / spans if p.sessions is not None
+            else (window_done * factor).sum(axis=1) / durations)
     out = []
     for b in range(resamples):
-        errors = failure_rate[b] > max_failure_rate
-        out.append(PointStats(load=p.load, margin=float(margin[b]), values={}, failure_rate=float(failure_rate[b]),
-                              passed=bool(not errors and margin[b] <= 1.0), output_tps=float(tps[b]),
+        out.append(PointStats(load=p.load, margin=float(margin[b]), values={},
+                              failure_rate=float(failed[b] / answered[b]) if answered[b] else 1.0,
+                              passed=bool(not errors[b] and margin[b] <= 1.0), output_tps=float(tps[b]),
                               request_rate=float(rate[b]), per_user_tps=None,
-                              binding="errors" if errors and margin[b] <= 1 else (keys[top[b]] if keys else "")))
+                              binding="errors" if errors[b] and margin[b] <= 1 else (keys[top[b]] if keys else "")))
     return out
 
 
+def _service_rate(tokens: np.ndarray, busy_ms: np.ndarray) -> float:
+    """Output tokens per ms of a request's time in the engine, over judged successful requests
+    (a ratio of sums; 0 when none)."""
+    total = float(busy_ms.sum())
+    return float(tokens.sum()) / total if total > 0 else 0.0
+
+
 def _point_draw(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, rng: np.random.Generator) -> PointStats:
-    """One two-stage bootstrap draw of one point's stats, the slow way."""
+    """One two-stage cluster-bootstrap draw of one point's stats, the slow way."""
     picks = rng.integers(0, len(p.repeats), len(p.repeats))
-    parts = [p.repeats[i].take(rng.integers(0, p.repeats[i].n, p.repeats[i].n)) if p.repeats[i].n else p.repeats[i]
-             for i in picks]
+    parts = []
+    for i in picks:
+        r = p.repeats[i]
+        groups = r.clusters()
+        parts.append(r.take(np.concatenate([groups[j] for j in rng.integers(0, len(groups), len(groups))]))
+                     if groups else r)
     sessions = sum(p.sessions[i] for i in picks) if p.sessions is not None else None
     return point_stats(p.load, pool(parts), slos, max_failure_rate, p.devices, sessions)
 

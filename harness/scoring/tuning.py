@@ -31,9 +31,12 @@ The gain tuning gave (:func:`gain`) is the ratio of the chosen configuration's c
 defaults', both climbed as the main job climbs (like with like: same budget, same loads, afresh;
 :mod:`harness.app.run.tune`; the search's first rung is too short to be more than a lower bound
 on a slow engine's defaults), with the percentile
-interval of the ratio of their bootstrap draws (:func:`harness.scoring.verdict.ratio_interval`);
-an interval reaching down to ``1 + EQUIVALENCE_MARGIN`` is **no gain** (inside the noise, or under
-5 %), and a ratio of lower bounds says so. The tuned capacity the verdict uses is the main job's,
+interval of the ratio of their bootstrap draws (:func:`harness.scoring.verdict.ratio_interval`),
+read with the verdict's three outcomes (:func:`harness.scoring.verdict.outcome_of`): a gain only
+when *separated* (the 95 % interval's lower end above ``1 + EQUIVALENCE_MARGIN``); **no gain**
+when *equivalent* (the 90 % interval inside the 5 % margin); **none shown** when neither (not
+separated from the defaults: the noise hides whether it helped); and a ratio of lower bounds
+says so. The tuned capacity the verdict uses is the main job's,
 measured afresh at the chosen configuration: the search's best estimate is biased upwards by the
 choice itself (the winner's curse), a fresh measurement is not.
 """
@@ -47,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .frontier import Capacity
-from .verdict import EQUIVALENCE_MARGIN, ratio_interval
+from .verdict import EQUIVALENCE_CONFIDENCE, EQUIVALENCE_MARGIN, outcome_of, ratio_interval
 
 Config = dict[str, str]
 """One configuration: engine arg key → value (``{}`` = the engine's defaults)."""
@@ -186,7 +189,8 @@ def best_of(tried: Sequence[Tried]) -> int:
 @dataclass(frozen=True)
 class Gain:
     """What tuning gave an engine: ``ratio`` chosen / defaults capacity, its 95 % ``interval``
-    (None without draws), ``none`` when it is inside the noise or under 5 %, ``bound``: "≥" when
+    (None without draws), ``none`` when it is not *separated* (``outcome``: the verdict's
+    "separated", "equivalent" or "not_separated", :func:`~harness.scoring.verdict.outcome_of`), ``bound``: "≥" when
     the ratio is a lower bound (the chosen configuration's ladder stopped before an SLO broke,
     the defaults' did not), "≤" when it is an upper bound (the other way round), "≈" when both
     are lower bounds (then it is no measure of the gain), "" when both capacities are known;
@@ -197,9 +201,11 @@ class Gain:
     none: bool
     bound: str = ""
     defaults_best: bool = False
+    outcome: str = ""
 
     def text(self) -> str:
-        """``1.32× [1.12–1.51]``, ``≥ 1.32× [...]``, ``none (1.02× [0.93–1.10], within the noise or 5 %)``,
+        """``1.32× [1.12–1.51]``, ``≥ 1.32× [...]``, ``none (1.02× [0.98–1.04], equivalent within 5 %)``,
+        ``none shown (1.08× [0.93–1.25], not separated from the defaults)``,
         ``none shown (≤ 1.30× [...]: an upper bound, ...)``, ``none (0.80× [...]; the configuration chosen
         measured below the defaults when both were climbed again: ...)``, ``none: the defaults were the
         best configuration tried``, ``unknown: both ladders stopped ...`` (no ratio shown)."""
@@ -218,7 +224,11 @@ class Gain:
             return f"none shown ({shown}: an upper bound, the defaults' ladder stopped before an SLO broke{below})"
         if below:
             return f"none ({shown}{below})"
-        return f"none ({shown}, within the noise or 5 %)" if self.none else shown
+        if not self.none:
+            return shown
+        if self.outcome == "equivalent":
+            return f"none ({shown}, equivalent within 5 %)"
+        return f"none shown ({shown}, not separated from the defaults: inside the noise)"
 
 
 def gain(chosen: Capacity | None, default: Capacity | None, defaults_best: bool = False) -> Gain:
@@ -232,9 +242,9 @@ def gain(chosen: Capacity | None, default: Capacity | None, defaults_best: bool 
     ratio = chosen.output_tps / default.output_tps
     interval = ratio_interval(chosen, default)
     bound = {(True, False): "≥", (False, True): "≤", (True, True): "≈"}.get((chosen.open, default.open), "")
-    low = interval[0] if interval is not None else ratio
-    none = bound in ("≤", "≈") or low <= 1 + EQUIVALENCE_MARGIN
-    return Gain(ratio, interval, none, bound)
+    outcome = outcome_of(interval, ratio_interval(chosen, default, EQUIVALENCE_CONFIDENCE))
+    none = bound in ("≤", "≈") or outcome != "separated"
+    return Gain(ratio, interval, none, bound, outcome=outcome)
 
 
 def upper_envelope(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

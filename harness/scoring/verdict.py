@@ -6,31 +6,37 @@ or misses the SLO at the lowest load of its ladder (:class:`Candidate.excluded`)
 own limits never exclude an engine (they mark its figures instead).
 
 Among the rest the **capacity at the SLO** decides (:mod:`harness.scoring.frontier`): the
-production engine with the highest capacity wins; the ratio of its capacity over the
-runner-up's carries a 95 % interval from the two engines' independent bootstrap draws
-(percentile interval of the ratio of draws). An interval that reaches down to 1 +
-:data:`EQUIVALENCE_MARGIN` (1.05) is a **tie**, said as such: the difference is inside the noise,
-or too small (under 5 %) to choose an engine by (a margin of practical equivalence, as in
-equivalence testing: Schuirmann 1987). Why 5 %: on the decision test bed (benchmarks/decision_bed.py)
-engines 3 % apart are then called a tie in 40 of 40 seeded trials at the bed's usual noise and 39 of
-40 at twice it (with a 3 % margin: 36 of 40), while one 15 % better still wins all 40 at both. The
-bootstrap interval covers the requests' noise, not where the ladder happened to bracket the boundary,
-so it runs a little narrow; the margin absorbs that. Only then do the tie-breakers speak, in order: start-up time (10 % apart or more), server
-processes, verified features, peak memory (10 % apart or more); when none separates them, the
-higher point estimate stands. The reference engine (a yardstick) is ranked on the same scale
-and never recommended.
+production engine with the highest capacity leads; the ratio of its capacity over the
+runner-up's carries intervals from the two engines' independent bootstrap draws (each engine
+its own random stream; percentile intervals of the ratio of draws). Three outcomes, as an
+equivalence test reads them (Schuirmann 1987, two one-sided tests; margin
+:data:`EQUIVALENCE_MARGIN`, 5 %: capacities closer than that are no basis for a choice):
+
+- **separated**: the 95 % interval's lower end is above 1 + margin. The leader wins.
+- **equivalent**: the 90 % interval (TOST at the 5 % level) lies wholly inside
+  [1 / (1 + margin), 1 + margin]. Only then do the tie-breakers speak, in order: start-up time
+  (10 % apart or more), server processes, verified features, peak memory (10 % apart or more);
+  when none separates them, the higher point estimate stands. A leader whose capacity is a
+  lower bound (``open``) never loses on a tie-breaker: it may be the better engine.
+- **not separated**: neither. No winner and no tie-breaker: "X leads, not separated from Y";
+  the run measures more where its budget allows.
+
+An interval from 1.04 to 1.38 is *not separated* (it was a "tie" before, and the tie-breakers
+could pick the engine that is probably 20 % slower).
 
 A capacity whose ladder stopped before an SLO broke (budget, highest load: ``open``) is a lower
-bound. A leader with an open capacity still wins over a runner-up whose capacity is known (the
-ratio is then a lower bound too); a runner-up with an open capacity may truly be the better
-engine, so the verdict is then **undecided**, and says which ladder to climb further.
+bound. A leader with an open capacity can still be separated from a runner-up whose capacity is
+known (the ratio is then a lower bound too). Any other production engine with an open capacity
+may truly be the best (its ladder has not found its limit), so while one is left the verdict is
+**undecided**, and names every such engine (``unsettled``), not only the runner-up. The
+reference engine (a yardstick) is ranked on the same scale and never recommended.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -38,6 +44,10 @@ from .frontier import Capacity
 
 TIE_BREAK_BAND = 0.10  # start-up time and memory break a tie only when 10 % or more apart
 EQUIVALENCE_MARGIN = 0.05  # capacities closer than 5 % are not a basis for a choice
+SEPARATION_CONFIDENCE = 0.95  # separated: this interval's lower end above 1 + margin
+EQUIVALENCE_CONFIDENCE = 0.90  # equivalent: this interval inside the margin (TOST at 5 %: a 1 - 2α interval)
+
+Outcome = Literal["separated", "equivalent", "not_separated", "undecided", "single", "none"]
 
 
 @dataclass
@@ -59,10 +69,14 @@ class Candidate:
 
 @dataclass
 class Verdict:
-    """The decision: ``winner`` ("" = none eligible), ``runner_up``, ``ratio`` (winner ÷
-    runner-up capacity) and its 95 % ``ratio_interval``, ``tie`` (the interval reaches 1.05),
-    ``tie_breaker`` (what decided a tie: a sentence, "" when none was needed), ``ranking``
-    (eligible production engines, best first), ``yardsticks``, ``excluded`` (name → reason)."""
+    """The decision (module docstring): ``outcome``; ``winner`` ("" = none: nothing eligible,
+    not separated, or undecided); ``leader`` (the highest capacity among production engines,
+    winner or not); ``runner_up``; ``ratio`` (leader ÷ runner-up capacity) with its 95 %
+    ``ratio_interval`` and the 90 % ``equivalence_interval``; ``tie`` (outcome equivalent);
+    ``tie_breaker`` (what decided an equivalence: a sentence, "" when none was needed);
+    ``undecided`` (the first of ``unsettled``: the open engines that could still lead);
+    ``ranking`` (eligible production engines, best first), ``yardsticks``, ``excluded`` (name →
+    reason)."""
 
     winner: str = ""
     runner_up: str = ""
@@ -71,6 +85,10 @@ class Verdict:
     tie: bool = False
     tie_breaker: str = ""
     undecided: str = ""
+    outcome: Outcome = "none"
+    leader: str = ""
+    equivalence_interval: tuple[float, float] | None = None
+    unsettled: list[str] = field(default_factory=list)
     ranking: list[str] = field(default_factory=list)
     yardsticks: list[str] = field(default_factory=list)
     excluded: dict[str, str] = field(default_factory=dict)
@@ -78,8 +96,10 @@ class Verdict:
 
 def ratio_interval(a: Capacity, b: Capacity, confidence: float = 0.95) -> tuple[float, float] | None:
     """The percentile interval of ``a / b`` over the two engines' bootstrap draws (paired by
-    index, drawn independently; a draw where ``b``'s capacity is 0 gives an infinite ratio);
-    None without draws. Order statistics (``inverted_cdf``), so an infinite end stays infinite."""
+    index; each engine's draws come from its own random stream,
+    :func:`harness.scoring.frontier.engine_stream`, so pairing by index pairs independent draws;
+    a draw where ``b``'s capacity is 0 gives an infinite ratio); None without draws. Order
+    statistics (``inverted_cdf``), so an infinite end stays infinite."""
     n = min(a.draws.size, b.draws.size)
     if n == 0:
         return None
@@ -117,6 +137,17 @@ def break_tie(a: Candidate, b: Candidate) -> tuple[Candidate, str]:
     return a, "the higher point estimate (no tie-breaker separates them)"
 
 
+def outcome_of(interval: tuple[float, float] | None, equivalence: tuple[float, float] | None,
+               margin: float = EQUIVALENCE_MARGIN) -> Outcome:
+    """*separated*, *equivalent* or *not_separated* from the ratio's 95 % ``interval`` and its 90 %
+    ``equivalence`` interval (module docstring); not separated without intervals."""
+    if interval is not None and interval[0] > 1.0 + margin:
+        return "separated"
+    if equivalence is not None and equivalence[0] >= 1.0 / (1.0 + margin) and equivalence[1] <= 1.0 + margin:
+        return "equivalent"
+    return "not_separated"
+
+
 def decide(candidates: Sequence[Candidate]) -> Verdict:
     """The verdict over ``candidates`` (module docstring)."""
     v = Verdict(excluded={c.name: c.excluded for c in candidates if c.excluded})
@@ -130,20 +161,28 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     if not production:
         return v
     best = production[0]
+    v.leader = best.name
     if len(production) == 1:
-        v.winner = best.name
+        v.winner, v.outcome = best.name, "single"
         return v
     second = production[1]
     assert best.capacity is not None and second.capacity is not None
+    v.runner_up = second.name
     v.ratio = best.capacity.output_tps / second.capacity.output_tps if second.capacity.output_tps > 0 else math.inf
-    v.ratio_interval = ratio_interval(best.capacity, second.capacity)
-    if second.capacity.open:  # its ladder stopped before an SLO broke: it may be better than it looks
-        v.runner_up, v.undecided = second.name, second.name
+    v.ratio_interval = ratio_interval(best.capacity, second.capacity, SEPARATION_CONFIDENCE)
+    v.equivalence_interval = ratio_interval(best.capacity, second.capacity, EQUIVALENCE_CONFIDENCE)
+    v.unsettled = [c.name for c in production[1:] if c.capacity is not None and c.capacity.open]
+    if v.unsettled:  # an open engine may truly be the best: no winner until its ladder finds its limit
+        v.undecided, v.outcome = v.unsettled[0], "undecided"
         return v
-    v.tie = v.ratio_interval is None or v.ratio_interval[0] <= 1.0 + EQUIVALENCE_MARGIN
-    if v.tie:
-        chosen, why = break_tie(best, second)
-        v.winner, v.runner_up, v.tie_breaker = chosen.name, (second if chosen is best else best).name, why
-    else:
-        v.winner, v.runner_up = best.name, second.name
+    v.outcome = outcome_of(v.ratio_interval, v.equivalence_interval)
+    if v.outcome == "separated":
+        v.winner = best.name
+    elif v.outcome == "equivalent":
+        v.tie = True
+        if best.capacity.open:  # a lower bound never loses on a tie-breaker
+            v.winner, v.tie_breaker = best.name, f"{best.name}'s capacity is a lower bound, so no tie-breaker speaks"
+        else:
+            chosen, why = break_tie(best, second)
+            v.winner, v.runner_up, v.tie_breaker = chosen.name, (second if chosen is best else best).name, why
     return v

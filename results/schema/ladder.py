@@ -100,10 +100,13 @@ class EngineLadder(Artefact):
 
 class Decision(Artefact):
     """The verdict (``harness.scoring.verdict``): ``winner`` ("" = none), ``runner_up``,
-    ``ratio`` of their capacities with its 95 % ``ratio_interval``, ``tie`` (the interval
-    reaches 1.05: within the noise or the 5 % equivalence margin) and the ``tie_breaker`` that
-    then decided, ``undecided`` (the runner-up whose ladder stopped before an SLO broke, so it
-    may be better than the leader: then there is no winner), ``interrupted`` (who stopped the
+    ``ratio`` of their capacities with its 95 % ``ratio_interval`` and 90 %
+    ``equivalence_interval``, the ``outcome`` (``harness.scoring.verdict``: *separated*,
+    *equivalent*, *not_separated*, *undecided*, *single*, *none*), the ``leader`` (highest
+    capacity, winner or not), ``tie`` (equivalent: the 90 % interval inside the 5 % margin) and
+    the ``tie_breaker`` that then decided, ``undecided`` (the first of ``unsettled``: engines
+    whose ladder stopped before an SLO broke, so they may be better than the leader: then there
+    is no winner), ``interrupted`` (who stopped the
     run before it finished: the verdict rests on what was measured), ``binding`` (the winner's
     deciding constraint), ``sentence`` (the verdict in one sentence), ``ranking`` (eligible production engines, best first), ``yardsticks``,
     ``excluded`` (engine → one line), the ``slos`` that decided (key → ms) and whether they were
@@ -116,6 +119,10 @@ class Decision(Artefact):
     tie: bool = False
     tie_breaker: str = ""
     undecided: str = ""
+    outcome: str = ""  # separated | equivalent | not_separated | undecided | single | none ("" = written before)
+    leader: str = ""
+    equivalence_interval: tuple[Bound, Bound] | None = None
+    unsettled: list[str] = Field(default_factory=list)
     interrupted: str = ""
     binding: str = ""
     sentence: str = ""

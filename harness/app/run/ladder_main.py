@@ -74,6 +74,8 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
             interrupted = job.settle(engines)
         if not interrupted:
             interrupted = job.decisive_repeats(engines)
+        if not interrupted:  # a bracket point that passes once its repeats are pooled: that ladder climbs on
+            interrupted = job.settle(engines)
     finally:
         executor.end()
     if job is None:

@@ -3,9 +3,10 @@
 1. **Climb** (:func:`harness.app.run.ladder_trial.climb_ladder`, one trial per engine, in run
    order): each engine warms up and climbs its ladder within its share of the budget; its
    engine is then frozen and kept when every engine fits in memory at once.
-2. **Settle an open runner-up** (:meth:`LadderJob.settle`): the runner-up by point estimate
-   whose ladder stopped for the budget before any SLO broke could be the better engine (the
-   verdict would be undecided), so it climbs on, once, with another budget, from where it stopped.
+2. **Settle the open engines** (:meth:`LadderJob.settle`): any production engine below the
+   leader by point estimate whose ladder stopped for the budget before any SLO broke could be the
+   better engine (the verdict would be undecided, naming it), so each climbs on, once, with
+   another budget, from where it stopped, best first.
 3. **Decisive repeats**: the two best production engines by point estimate have the two points
    that bracket their SLO boundary measured ``boundary_repeats`` more times each, the engines
    interleaved (A B, A B, ...: a drifting machine favours neither), fresh prompts each time.
@@ -67,6 +68,7 @@ class LadderJob:
         self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
         self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps
         self.t0 = time.monotonic()
+        self.settled: set[str] = set()  # engines that climbed on once (settle): never twice in a run
 
     # -- phase 1 -------------------------------------------------------------------------------
     def climb(self, engines: list[EngineClimb]) -> str:
@@ -98,18 +100,19 @@ class LadderJob:
 
     # -- phase 2 -------------------------------------------------------------------------------
     def settle(self, engines: list[EngineClimb]) -> str:
-        """The runner-up by point estimate whose ladder stopped (budget or point count) before
-        any SLO broke could be the better engine, which would leave the verdict undecided: it
-        climbs on, once, with another budget, from where it stopped (then the next runner-up, if
-        the order changed). Returns who interrupted it."""
-        extended: set[str] = set()
+        """Every production engine below the leader by point estimate whose ladder stopped
+        (budget or point count) before any SLO broke could be the better engine, which would
+        leave the verdict undecided (:mod:`harness.scoring.verdict`: every open engine counts, not
+        only the runner-up): each climbs on, once, with another budget, from where it stopped,
+        the best placed first (the order is read again after each). Returns who interrupted it."""
         while True:
             ranked = self._ranked(engines)
-            if len(ranked) < 2 or ranked[1].name in extended or not _open(ranked[1], self.spec):
+            engine = next((e for e in ranked[1:] if e.name not in self.settled and _open(e, self.spec)), None)
+            if engine is None:
                 return ""
-            engine = ranked[1]
-            extended.add(engine.name)
-            self.console.print(f"{escape(engine.name)}: its ladder stopped before any SLO broke and it is the runner-up "
+            self.settled.add(engine.name)
+            place = "the runner-up" if engine is ranked[1] else f"placed {ranked.index(engine) + 1}"
+            self.console.print(f"{escape(engine.name)}: its ladder stopped before any SLO broke and it is {place} "
                                f"(it could lead): climbing on for another {self.spec.budget_s:g} s …", highlight=False)
             body = partial(extend_ladder, spec=self.spec, tokenizer=self.tokenizer, previous=list(engine.measurements))
             trial = Trial((engine.name, 100), engine.plan, body, keep=True)
@@ -308,8 +311,10 @@ def _estimate(e: EngineClimb, spec: LadderSpec) -> float:
 
 
 def _open(e: EngineClimb, spec: LadderSpec) -> bool:
-    """Its ladder stopped for the budget or the point count before any point failed."""
-    if e.outcome is None or e.outcome.stopped not in ("budget", "max_points"):
+    """No point of its ladder fails (all its measurements pooled) and it can climb on: it did not
+    saturate, reach --max-load or crash (a bracket point that failed in the climb and passes once
+    the decisive repeats are pooled with it counts: the ladder climbs on from there)."""
+    if e.outcome is None or e.outcome.stopped in ("saturated", "max_load", "crashed", "fidelity", ""):
         return False
     samples = _samples(e, spec)
     return bool(samples) and capacity_of(samples, spec.slos, spec.max_failure_rate, resamples=0).open

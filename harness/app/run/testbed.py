@@ -10,7 +10,7 @@ from typing import Sequence
 from adapters.base import EngineError
 from harness.loadgen.simulated import SimEngine, simulate
 from harness.metrics import SLO
-from harness.scoring.frontier import Requests
+from harness.scoring.frontier import Requests, engine_stream
 from harness.scoring.tuning import Rejected, Tried, successive_halving
 from harness.scoring.verdict import Candidate
 
@@ -22,25 +22,33 @@ def faster(engine: SimEngine, name: str, factor: float) -> SimEngine:
     return dataclasses.replace(engine, name=name, prefill_ms=engine.prefill_ms / factor, tpot_ms=engine.tpot_ms / factor)
 
 
-def climb(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, repeats: int = 2) -> Ladder:
+def climb(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, repeats: int = 2, *,
+          max_points: int = 8, max_load: int = 64, steady: bool = True) -> Ladder:
     """``engine``'s ladder as the main job climbs it: at least 16 requests per point and 4 per unit
     of load, then ``repeats`` more measurements of the two points bracketing the boundary. An
-    engine with ``crash_at`` dies (EngineError) at that load and stays dead."""
+    engine with ``crash_at`` dies (EngineError) at that load and stays dead. The simulation's
+    seed is ``trial``'s alone: two engines climbed in one trial see the same noise, in the same
+    order (identical completion order). ``max_points``/``max_load`` cut the ladder (an open
+    capacity); ``steady=False`` judges whole measurements (the rule before steady-state windows)."""
     def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
         if engine.crash_at is not None and load >= engine.crash_at:
             raise EngineError(f"{engine.name}: the server exited unexpectedly (code -9)")
         records, duration = simulate(engine, load, max(16, 4 * load), output_tokens, seed=trial * 100_003 + seed)
-        return Requests.of(records, duration), None
+        return Requests.of(records, duration, steady=steady), None
 
-    ladder = Ladder(measure, slos)
+    ladder = Ladder(measure, slos, max_points=max_points, max_load=max_load)
     ladder.climb()
     ladder.repeat_boundary(repeats)
     return ladder
 
 
-def candidate(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int) -> Candidate:
-    """The engine as the verdict sees it after its climb in ``trial``, with its tie-breakers."""
-    return Candidate(engine.name, climb(engine, trial, slos, output_tokens).capacity(seed=trial),
+def candidate(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, *, max_points: int = 8,
+              max_load: int = 64, excluded: str = "") -> Candidate:
+    """The engine as the verdict sees it after its climb in ``trial``, with its tie-breakers; its
+    bootstrap draws from its own stream (:func:`harness.scoring.frontier.engine_stream`), as the
+    main job's do; ``excluded``: a gate's line decided elsewhere."""
+    ladder = climb(engine, trial, slos, output_tokens, max_points=max_points, max_load=max_load)
+    return Candidate(engine.name, ladder.capacity(seed=engine_stream(trial, engine.name)), excluded=excluded,
                      startup_s=engine.startup_s, processes=engine.processes, peak_memory_bytes=engine.peak_memory_bytes)
 
 

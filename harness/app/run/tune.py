@@ -54,7 +54,7 @@ from harness.app.core.trial import fidelity_line
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
 from harness.scoring.decision import judge, ladder_points, sentence
-from harness.scoring.frontier import capacity_of
+from harness.scoring.frontier import capacity_of, engine_stream
 from harness.scoring.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
                                     successive_halving, upper_envelope)
 
@@ -345,7 +345,7 @@ def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestR
     points = ladder_points(name, ladder, records, summary.devices, summary.workload == "agentic")
     if not points:
         return None
-    cap = capacity_of(points, job.spec.slos, summary.max_failure_rate, seed=summary.seed)
+    cap = capacity_of(points, job.spec.slos, summary.max_failure_rate, seed=engine_stream(summary.seed, name))
     if ladder.stopped == "saturated":
         cap.open = False
     return cap

@@ -131,8 +131,11 @@ def test_the_gain_is_none_inside_the_noise_and_a_ratio_with_its_interval_outside
     assert abs(big.ratio - 1.3) < 1e-9 and not big.none
     assert big.interval[0] > 1.2 and big.interval[1] < 1.4
     assert big.text().startswith("1.30× [")
-    small = gain(_cap(103.0, 6.0, 1), _cap(100.0, 6.0, 2))
-    assert small.none and small.text().startswith("none (1.03×")
+    small = gain(_cap(103.0, 6.0, 1), _cap(100.0, 6.0, 2))  # [0.88-1.20]: neither a gain nor shown to be none
+    assert small.none and small.outcome == "not_separated"
+    assert small.text().startswith("none shown (1.03×") and "not separated from the defaults" in small.text()
+    same = gain(_cap(101.0, 0.5, 1), _cap(100.0, 0.5, 2))  # its 90 % interval inside the 5 % margin: equivalent
+    assert same.none and same.outcome == "equivalent" and same.text().startswith("none (1.01×")
     assert gain(None, _cap(100.0, 3.0, 2)).ratio is None
     # defaults whose interval reaches 0 (SGLang-CPU's in issue 27's run): the gain's upper end is ∞, said so
     zero_lo = _cap(100.0, 3.0, 2)
