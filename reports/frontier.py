@@ -2,7 +2,9 @@
 ``ladder.json`` only (:class:`results.schema.LadderSummary`).
 
 **The frontier** (``frontier.png``, the InferenceX view): one curve per engine through its
-ladder points in load order, x = tokens/s per user (interactivity: 1000 / median TPOT), y =
+ladder points in load order, x = tokens/s per user (interactivity: 1000 / TPOT at the percentile
+the TPOT SLO judges, so a point left of the SLO line is one that failed it; MLPerf Endpoints'
+1000 / TPOT p90), y =
 output tokens/s per device; a point that failed the SLO is drawn hollow. The TPOT SLO is a
 vertical line at 1000 / threshold: everything left of it is too slow for a user. Each engine's
 capacity at the SLO is a large marker with its 95 % interval as a vertical whisker; the
@@ -67,7 +69,10 @@ def frontier_png(s: LadderSummary) -> bytes | None:
     if tpot:
         ax.axvline(1000.0 / tpot, color="crimson", linestyle=":", linewidth=2.0,
                    label=f"TPOT SLO ({1000.0 / tpot:.3g} tok/s per user; slower to its left)")
-    ax.set_xlabel("interactivity: tokens/s per user (1000 / median TPOT)")
+    tpot_key = next((k for k in s.slos if k.startswith("tpot_p")), "")
+    judged = tpot_key.partition("_p")[2].replace("_", ".") if tpot_key else ""
+    ax.set_xlabel(f"interactivity: tokens/s per user (1000 / {'p' + judged if judged else 'median'} TPOT"
+                  f"{', the percentile the SLO judges' if judged else ''})")
     ys = [p.output_tps for e in curves.values() for p in e.points if p.output_tps > 0]
     log = bool(ys) and max(ys) > LOG_SPREAD * min(ys)  # engines 10x apart: a linear axis flattens the slow ones
     if log:
@@ -135,10 +140,20 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
                    if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
             "devices": _devices(cap) if ok else "–",
             "gates": _short(e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value)),
-            "stopped": e.stopped + ("; client-limited at " + ", ".join(str(p.load) for p in e.points if p.client_limited)
+            "stopped": _stopped(e) + ("; client-limited at " + ", ".join(str(p.load) for p in e.points if p.client_limited)
                                     + " (more --client-workers)" if any(p.client_limited for p in e.points) else ""),
         })
     return rows
+
+
+def _stopped(e: EngineLadder) -> str:
+    """Why the ladder stopped, in words that match the capacity: ``budget`` only for a lower
+    bound; an SLO that broke first, with the bisection the budget cut short, reads
+    ``slo (bisection cut by budget)``."""
+    cap = e.capacity
+    if cap is not None and not cap.open and cap.bracket[1] is not None and e.stopped in ("budget", "max_points"):
+        return f"slo (bisection cut by {'budget' if e.stopped == 'budget' else 'the point count'})"
+    return e.stopped
 
 
 def _interval(cap: Any) -> str:

@@ -18,7 +18,7 @@ from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
 
 from .formatting import METRIC_LABELS
-from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream
+from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream, point_stats
 from .ranking import REFERENCE_ENGINES
 from .verdict import Candidate, Verdict, decide
 
@@ -139,8 +139,9 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     points above it are marked client-limited, never held against the engine."""
     agentic = summary.workload == "agentic"
     candidates = []
+    samples: dict[str, list[PointSample]] = {}
     for name, ladder in summary.engines.items():
-        points = ladder_points(name, ladder, records, summary.devices, agentic)
+        points = samples[name] = ladder_points(name, ladder, records, summary.devices, agentic)
         cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
         if cap is not None and ladder.stopped == "saturated":
             cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
@@ -149,7 +150,8 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
             _fill_points(ladder, cap, client_rps)
         ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate)
         candidates.append(Candidate(name, cap, excluded=ladder.excluded, reference=name in REFERENCE_ENGINES,
-                                    startup_s=ladder.startup_s, processes=ladder.processes,
+                                    startup_s=ladder.startup_s, startup_alone=ladder.startup_alone is not False,
+                                    processes=ladder.processes,
                                     verified_features=ladder.verified_features, peak_memory_bytes=ladder.peak_memory_bytes))
     verdict = decide(candidates)
     caps = {c.name: c.capacity for c in candidates}
@@ -161,21 +163,46 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
         ranking=verdict.ranking, yardsticks=verdict.yardsticks,
         excluded={n: r for n, r in verdict.excluded.items()}, slos={s.key: s.threshold_ms for s in slos},
         slos_default=summary.slos_default, unit="sessions" if agentic else "requests",
-        binding=_binding(caps.get(verdict.winner), summary, verdict.winner))
+        binding=_binding(caps.get(verdict.winner), summary, verdict.winner, samples.get(verdict.winner, []), slos))
     summary.decision.sentence = sentence(summary.decision, summary, slos)
     return summary
 
 
-def _binding(cap: Capacity | None, summary: LadderSummary, name: str) -> str:
-    """The winner's deciding constraint, as a clause of the verdict."""
+def _binding(cap: Capacity | None, summary: LadderSummary, name: str, points: Sequence[PointSample] = (),
+             slos: Sequence[SLO] = ()) -> str:
+    """The winner's deciding constraint, as a clause of the verdict; a claim that no SLO broke is
+    made only when no measurement up to there broke one judged alone (else it says how many did,
+    and that the pooled percentiles held)."""
     if cap is None:
         return ""
     ladder = summary.engines.get(name)
+    top = int(cap.bracket[0] or 0)
+    broke = _broken(points, slos, summary.max_failure_rate, top) if cap.open or (ladder and ladder.stopped == "saturated") else {}
+    held = ""
+    if broke:
+        n = sum(len(p.repeats) for p in points if p.load <= top)
+        held = (f"; {sum(broke.values())} of {n} measurements up to there broke "
+                f"{', '.join(slo_words(k) for k in broke)} judged alone (the pooled percentiles held)")
     if ladder is not None and ladder.stopped == "saturated":
-        return "its throughput stopped rising before any SLO broke"
+        return ("its throughput stopped rising before the pooled SLOs broke" if broke else
+                "its throughput stopped rising before any SLO broke") + held
     if cap.open:
-        return f"no SLO broke up to {int(cap.bracket[0] or 0)} in flight (a lower bound)"
+        return (f"the pooled SLOs held up to {top} in flight (a lower bound)" if broke else
+                f"no SLO broke up to {top} in flight (a lower bound)") + held
     return f"{slo_words(cap.binding)} binds"
+
+
+def _broken(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_rate: float, top: int) -> dict[str, int]:
+    """How many measurements at loads up to ``top`` failed when judged alone, by what broke."""
+    out: dict[str, int] = {}
+    for p in points:
+        if p.load > top:
+            continue
+        for i, req in enumerate(p.repeats):
+            st = point_stats(p.load, req, slos, max_failure_rate, p.devices, p.sessions[i] if p.sessions else None)
+            if not st.passed:
+                out[st.binding] = out.get(st.binding, 0) + 1
+    return out
 
 
 def slo_words(key: str) -> str:
@@ -229,8 +256,9 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     assert cap is not None
     ge = "≥ " if cap.open else ""
     unit = ("sessions" if d.unit == "sessions" else "requests") if round(cap.load, 3) != 1 else d.unit.rstrip("s")
+    once = ", 1 run" if d.runner_up and cap.measurements < 2 else ""  # its points were measured once: no run-to-run noise
     head = (f"{lead}{d.winner}{_tuned(summary, d.winner)} sustains {ge}{cap.load:.3g} {unit} in flight "
-            f"({_tps(cap)} output tok/s per device) {where}")
+            f"({_tps(cap)} output tok/s per device{once}) {where}")
     if not d.runner_up:
         return _fit(f"{head}; the only engine eligible{_fidelity_gated(d, summary, cap)}; {d.binding}.")
     gated = _fidelity_gated(d, summary, cap)

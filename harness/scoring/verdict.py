@@ -54,7 +54,8 @@ Outcome = Literal["separated", "equivalent", "not_separated", "undecided", "sing
 class Candidate:
     """One engine before the decision: ``capacity`` (None when it has no ladder), ``excluded``
     (the gate's one-line reason, "" = eligible), ``reference`` (a yardstick), and the
-    tie-breakers: ``startup_s`` (s), ``processes``, ``verified_features`` (count),
+    tie-breakers: ``startup_s`` (s; it breaks a tie only when both were measured alone,
+    ``startup_alone``: a start beside other engines' on a shared machine measures the crowd), ``processes``, ``verified_features`` (count),
     ``peak_memory_bytes``."""
 
     name: str
@@ -62,6 +63,7 @@ class Candidate:
     excluded: str = ""
     reference: bool = False
     startup_s: float | None = None
+    startup_alone: bool = True  # measured with no other engine starting: only then does start-up time break a tie
     processes: int | None = None
     verified_features: int | None = None
     peak_memory_bytes: float | None = None
@@ -121,7 +123,7 @@ def _apart(a: float | None, b: float | None, band: float) -> bool:
 def break_tie(a: Candidate, b: Candidate) -> tuple[Candidate, str]:
     """The engine the tie-breakers pick between ``a`` and ``b`` (capacities tied) and why; ``a``
     (the higher point estimate) when none separates them."""
-    if _apart(a.startup_s, b.startup_s, TIE_BREAK_BAND):
+    if a.startup_alone and b.startup_alone and _apart(a.startup_s, b.startup_s, TIE_BREAK_BAND):
         first, other = (a, b) if (a.startup_s or 0) < (b.startup_s or 0) else (b, a)
         return first, f"start-up time ({first.startup_s:.0f} s vs {other.startup_s:.0f} s)"
     if a.processes is not None and b.processes is not None and a.processes != b.processes:

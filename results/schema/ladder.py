@@ -92,6 +92,7 @@ class EngineLadder(Artefact):
     reference: bool = False
     display_name: str | None = None
     startup_s: float | None = None
+    startup_alone: bool | None = None  # startup_s was measured with no other engine starting (None: older run)
     processes: int | None = None
     verified_features: int | None = None
     peak_memory_bytes: float | None = None

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,10 +37,10 @@ from harness.app.core.executor import Trial, TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.ladder_trial import (LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, extend_ladder,
-                                          measure_points)
+                                          measure_points, stats_line)
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.decision import judge
-from harness.scoring.frontier import PointSample, capacity_of
+from harness.scoring.frontier import PointSample, capacity_of, point_stats
 from harness.scoring.ranking import REFERENCE_ENGINES
 
 
@@ -69,6 +70,7 @@ class LadderJob:
         self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps
         self.t0 = time.monotonic()
         self.settled: set[str] = set()  # engines that climbed on once (settle): never twice in a run
+        self.repeat_trials: dict[str, int] = {}  # each engine's decisive re-climbs so far (their trial keys: 1, 2, …)
 
     # -- phase 1 -------------------------------------------------------------------------------
     def climb(self, engines: list[EngineClimb]) -> str:
@@ -150,22 +152,41 @@ class LadderJob:
         start's own interval was about ±6 %), and the decisive points are measured as the climb
         and a re-run measure them, after the loads below (a fresh engine measured at the boundary
         at once read 15-25 % lower: 29.3 and 26.6 tok/s at 4 sessions in flight against 35.7 climbed
-        and 36.0 in a re-run). Returns who interrupted it."""
-        ranked = self._ranked(engines)
-        top = [e for e in ranked[:2] if any(load is not None for load in _bracket(e, self.spec))]
-        for e in engines:
-            if e not in top:
-                self.executor.release(e.name)
-        if len(top) < 2 or self.boundary_repeats < 1:
-            return ""
-        self.console.print(f"Decisive points: {' and '.join(e.name for e in top)}, each ladder climbed again up to its "
-                           f"boundary {self.boundary_repeats} more time(s), interleaved, each time on a fresh start of "
-                           "the engine …")
+        and 36.0 in a re-run). Returns who interrupted it.
+
+        Once the repeats are pooled the order may change: the new top two's engines that were
+        not repeated yet are then repeated too (once), so no engine measured once wins over
+        engines whose repeats regressed."""
+        repeated: set[str] = set()
+        for again in (False, True):
+            ranked = self._ranked(engines)
+            top = [e for e in ranked[:2] if any(load is not None for load in _bracket(e, self.spec))]
+            for e in engines:
+                if e not in top:
+                    self.executor.release(e.name)
+            todo = [e for e in top if e.name not in repeated]
+            if len(top) < 2 or self.boundary_repeats < 1 or not todo:
+                return ""
+            what = ("The repeats changed the order: " if again else "Decisive points: ") + " and ".join(e.name for e in todo)
+            self.console.print(f"{what}, each ladder climbed again up to its boundary {self.boundary_repeats} more "
+                               "time(s), interleaved, each time on a fresh start of the engine …")
+            repeated |= {e.name for e in todo}
+            interrupted = self._repeat(todo)
+            if interrupted:
+                return interrupted
+            for engine in todo:  # every measurement was printed judged alone: now what the decision reads, pooled
+                self._pooled_lines(engine)
+        return ""
+
+    def _repeat(self, top: list[EngineClimb]) -> str:
+        """``boundary_repeats`` fresh-start re-climbs of each engine of ``top``, interleaved;
+        returns who interrupted them ("" = nobody)."""
         for k in range(self.boundary_repeats):
             for engine in top:
                 points = self._reclimb_points(engine)
                 body = partial(measure_points, spec=self.spec, tokenizer=self.tokenizer, points=points)
-                trial = Trial((engine.name, 1 + k), engine.plan, body, keep=True)
+                self.repeat_trials[engine.name] = self.repeat_trials.get(engine.name, 0) + 1
+                trial = Trial((engine.name, self.repeat_trials[engine.name]), engine.plan, body, keep=True)
                 self.executor.release(engine.name)  # a fresh start (docstring): the spread between starts
                 self.executor.hold([engine.plan])
                 self.executor.submit([trial])
@@ -178,6 +199,17 @@ class LadderJob:
                     self._failed(engine, exc)
                     return ""
         return ""
+
+    def _pooled_lines(self, engine: EngineClimb) -> None:
+        """The engine's bracketing points' verdicts over all their measurements pooled (what the
+        capacity is read from), one console line each."""
+        passing, failing = _bracket(engine, self.spec)
+        for sample in _samples(engine, self.spec):
+            if sample.load in (passing, failing) and len(sample.repeats) > 1:
+                st = point_stats(sample.load, sample.pooled(), self.spec.slos, self.spec.max_failure_rate,
+                                 self.spec.devices, sum(sample.sessions) if sample.sessions is not None else None)
+                self.console.print(f"  {engine.name} {stats_line(int(sample.load), st)} ({len(sample.repeats)} "
+                                   "measurements pooled: what the decision reads)", markup=False, highlight=False)
 
     def _reclimb_points(self, engine: EngineClimb) -> list[tuple[int, int, int, int]]:
         """(index, load, seed, repeat) of one more measurement of every point up to the boundary
@@ -257,7 +289,9 @@ class LadderJob:
         return EngineLadder(status=status, reason=e.failure, stopped=o.stopped if o else "", crash=o.crash if o else "",
                             crashed_at=o.crashed_at if o else None, points=sorted(points, key=lambda p: p.load),
                             reference=e.name in REFERENCE_ENGINES, display_name=o.display_name if o else None,
-                            startup_s=round(o.startup_s, 2) if o else None, processes=o.processes if o else None,
+                            startup_s=_startup(e), startup_alone=_startup(e) is not None and (
+                                any(m.startup_alone_s for m in e.measurements) or bool(o and not o.parallel)),
+                            processes=o.processes if o else None,
                             verified_features=_verified(o) if o else None,
                             peak_memory_bytes=o.peak_memory_bytes if o else None, fidelity=o.fidelity if o else None)
 
@@ -283,11 +317,28 @@ class LadderJob:
         summary = summarise([r for r in mine if r.probe == at.index], condition)
         base["resources"] = combine_repeats([m.resources for m in e.measurements if m.index == at.index and m.resources])
         why = ladder.excluded and f"excluded: {ladder.excluded}"
-        where = f"metrics of its ladder point at {at.load} in flight ({'its capacity' if at.passed else 'its lowest load'})"
+        if not at.passed:
+            role = "its lowest load, which failed"
+        elif cap is not None and cap.open:
+            role = "the highest load measured; its capacity is at least this"
+        else:
+            role = (f"the highest load that passed, below its capacity at {cap.load:.3g} in flight"  # type: ignore[union-attr]
+                    if cap is not None else "")
+        where = f"metrics of its ladder point at {at.load} in flight ({role})"
         return EngineResult(status=EngineStatus.OK if ladder.status is EngineStatus.OK else ladder.status,
                             reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,
                             repeats=summary.repeats if len(summary.repeats) > 1 else [], intervals=summary.intervals,
                             **base)
+
+
+def _startup(e: EngineClimb) -> float | None:
+    """The engine's start-up time (s): the median of its starts alone (the decisive re-climbs' fresh
+    starts: no other engine starting, no one-time preparation such as an IR export left), else its
+    first start (parallel with the others when the run started them together)."""
+    alone = [m.startup_alone_s for m in e.measurements if m.startup_alone_s]
+    if alone:
+        return round(statistics.median(dict.fromkeys(alone)), 2)  # one value per start, not per measurement
+    return round(e.outcome.startup_s, 2) if e.outcome is not None else None
 
 
 def _verified(o: LadderOutcome) -> int | None:

@@ -28,7 +28,7 @@ from harness.app.core.startup import EngineStarter
 from harness.app.core.trial import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
-from harness.scoring.frontier import Requests
+from harness.scoring.frontier import PointStats, Requests, point_stats
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class PointMeasurement:
     metrics: Metrics
     wall_s: float
     resources: ResourceUse | None = None
+    startup_alone_s: float | None = None  # the engine's start before it, when started alone (a decisive re-climb)
 
 
 @dataclass
@@ -257,6 +258,9 @@ def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSi
         with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
                           repeat=1) as session:
             _again(plan, session, sink, console, spec, tokenizer, points, done)
+            if not session.parallel:  # a start alone: the tie-breaker's start-up time (no other engine starting)
+                for m in done:
+                    m.startup_alone_s = session.startup_s
     except KeyboardInterrupt as exc:  # the measurements finished before it go up with it
         exc.ladder_measurements = done  # type: ignore[attr-defined]
         raise
@@ -271,19 +275,26 @@ def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     for _, load, seed, repeat in points:
         measurer(load, seed, repeat)
         m = done[-1]
-        console.print(f"  {plan.name} load {load} (measurement {repeat + 1}): {m.metrics.output_throughput or 0:,.1f} "
-                      "tok/s", markup=False, highlight=False)
+        own = point_stats(float(load), m.requests, spec.slos, spec.max_failure_rate, spec.devices, m.sessions)
+        console.print(f"  {plan.name} {stats_line(load, own)} (measurement {repeat + 1}, judged alone)", markup=False,
+                      highlight=False)
 
 
 def point_line(rung: Rung) -> str:
-    """``load 8: 182 tok/s, 21 tok/s/user, TTFT p90 812 ms, TPOT p90 45 ms ✓`` for the console."""
-    s = rung.stats
-    if s is None:
+    """``load 8: 182 tok/s, 21 tok/s/user, TTFT p90 812 ms, TPOT p90 45 ms ✓`` for the console
+    (pooled over its measurements, said after it when more than one)."""
+    if rung.stats is None:
         return f"load {rung.load}: not measured"
+    reps = f" ({len(rung.measurements)} measurements pooled)" if len(rung.measurements) > 1 else ""
+    return stats_line(rung.load, rung.stats) + reps
+
+
+def stats_line(load: int, s: PointStats) -> str:
+    """``load 8: 182 tok/s, 21 tok/s/user, TTFT p90 812 ms, TPOT p90 45 ms ✓``: one point's
+    figures and its SLO verdict."""
     values = ", ".join(f"{k.replace('_p', ' p').upper().replace(' P', ' p')} " + ("∞" if not math.isfinite(v) else f"{v:,.0f} ms")
                        for k, v in s.values.items() if not math.isnan(v))
     user = f", {s.per_user_tps:,.1f} tok/s/user" if s.per_user_tps else ""
     errors = f", {s.failure_rate:.0%} failed" if s.failure_rate else ""
     mark = "✓" if s.passed else "✗"
-    reps = f" ({len(rung.measurements)} measurements)" if len(rung.measurements) > 1 else ""
-    return f"load {rung.load}: {s.output_tps:,.1f} tok/s{user}, {values}{errors} {mark}{reps}"
+    return f"load {load}: {s.output_tps:,.1f} tok/s{user}, {values}{errors} {mark}"
