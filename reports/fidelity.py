@@ -14,28 +14,40 @@ def _pct(iv: Any) -> str:
     return f"[{iv.low:.1%}, {iv.high:.1%}]" if iv is not None else ""
 
 
-def _row(name: str, r: FidelityResult) -> dict[str, str]:
+def _gate(r: FidelityResult, allow_unchecked: bool) -> str:
+    """The gate's cell: ``pass``; ``excluded (floor 0.99)``; a check that does not vouch for the
+    engine (an error, too few prompts answered): ``excluded: fidelity not checked (…)``, or with
+    ``--allow-unchecked`` ``competes (--allow-unchecked): fidelity not checked (…)``."""
+    if r.passed is False:
+        return f"excluded (floor {r.floor:.2f})"
+    if why := r.unchecked():
+        return (f"competes (--allow-unchecked): {why}" if allow_unchecked else f"excluded: {why}")[:160]
+    return "pass" if r.passed else "—"
+
+
+def _row(name: str, r: FidelityResult, allow_unchecked: bool = False) -> dict[str, str]:
     if r.error is not None or r.agreement_outside_near_ties is None:
         return {"engine": name, "agreement": "—", "interval": "", "positions": "—", "divergences": "—",
                 "exact": "—", "first": "—", "logprobs": "—", "numerics": r.numerics,
-                "gate": f"not checked: {r.error or 'no position checked'}"[:160]}
+                "gate": _gate(r, allow_unchecked)}
     firsts = [d for d in r.first_divergence if d is not None]
     lp = "no logprobs"
     if r.logprobs and r.logprob_error_max is not None:
         lp = f"max |Δ| {r.logprob_error_max:.2g} nats, top-k TV {r.topk_tv_mean or 0:.2g}"
-    gate = "pass" if r.passed else f"excluded (floor {r.floor:.2f})"
     return {"engine": name, "agreement": f"{r.agreement_outside_near_ties:.1%}", "interval": _pct(r.agreement_interval),
             "positions": f"{r.positions:,}", "divergences": f"{r.divergences} ({r.near_tie_divergences} at near-ties)",
-            "exact": f"{r.exact_matches}/{r.prompts} {_pct(r.exact_match_interval)}",
+            "exact": f"{r.exact_matches}/{r.prompts} {_pct(r.exact_match_interval)}"
+                     + (f" ({r.prompts_answered} answered)" if r.prompts_answered is not None
+                        and r.prompts_answered < r.prompts else ""),
             "first": f"{statistics.median(firsts):g}" if firsts else "never", "logprobs": lp,
-            "numerics": r.numerics, "gate": gate if r.passed is not None else "—"}
+            "numerics": r.numerics, "gate": _gate(r, allow_unchecked)}
 
 
 def fidelity_context(check: FidelityCheck | None) -> dict[str, Any] | None:
     """The table's rows and its caption's facts (None when the run has no fidelity check)."""
     if check is None:
         return None
-    return {"rows": [_row(n, r) for n, r in check.engines.items()], "prompts": check.prompts,
+    return {"rows": [_row(n, r, check.allow_unchecked) for n, r in check.engines.items()], "prompts": check.prompts,
             "max_tokens": check.max_tokens, "source": check.source, "epsilon": f"{check.epsilon:g}",
             "strict": f"{check.strict_floor:.2f}", "other": f"{check.other_floor:.2f}"}
 

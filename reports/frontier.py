@@ -139,7 +139,7 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
             "usd": f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g}"  # type: ignore[union-attr]
                    if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
             "devices": _devices(cap) if ok else "–",
-            "gates": _short(e.excluded or ("passed" if e.status.value == "ok" else e.reason or e.status.value)),
+            "gates": _short(e.excluded or _passed(e)),
             "stopped": _stopped(e) + ("; client-limited at " + ", ".join(str(p.load) for p in e.points if p.client_limited)
                                     + " (more --client-workers)" if any(p.client_limited for p in e.points) else ""),
         })
@@ -154,6 +154,15 @@ def _stopped(e: EngineLadder) -> str:
     if cap is not None and not cap.open and cap.bracket[1] is not None and e.stopped in ("budget", "max_points"):
         return f"slo (bisection cut by {'budget' if e.stopped == 'budget' else 'the point count'})"
     return e.stopped
+
+
+def _passed(e: Any) -> str:
+    """The gates' cell of an engine none excluded: ``passed``, or ``passed (--allow-unchecked):
+    fidelity not checked (…)`` when that flag let an engine whose check did not vouch for it compete."""
+    if e.status.value != "ok":
+        return e.reason or e.status.value
+    why = e.fidelity.unchecked() if e.fidelity is not None and e.fidelity.passed is not False else ""
+    return f"passed (--allow-unchecked): {why}" if why else "passed"
 
 
 def _interval(cap: Any) -> str:

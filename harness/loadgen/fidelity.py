@@ -37,7 +37,7 @@ def _body(endpoint: Any, ref: ReferencePrompt, start: int, prompt_format: str, l
     if prompt_format == "token_ids":
         prompt: Any = ref.prompt_token_ids + ref.tokens[:start]
     else:
-        prompt = ref.prompt + "".join(ref.pieces[:start])
+        prompt = ref.prompt + ref.resume_text(start)  # decoded, not per-token pieces: whole characters
     body = {"model": endpoint.model_name, "prompt": prompt, "max_tokens": len(ref.tokens) - start,
             "temperature": 0.0, "stream": False}
     if logprobs is not None:

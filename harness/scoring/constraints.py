@@ -36,7 +36,8 @@ QUANTIZATION_FORMATS = ("fp8", "int8", "int4", "awq", "gptq", "fp4", "nvfp4", "m
 
 Elimination = tuple[str, str]
 """(stage, one-line reason); stage ∈ "not measured" | "reliability" (:mod:`.reliability`) | "validity" (:mod:`.validity`) | "hardware" |
-"fidelity" (outputs below the floor: ``harness.metrics.fidelity``) | "feature" | "memory" | "slo"."""
+"fidelity" (outputs below the floor, or the check asked for but not run or on under 90 % of its prompts without
+``--allow-unchecked``: ``harness.metrics.fidelity``) | "feature" | "memory" | "slo"."""
 
 _HARDWARE_WORDS = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "cpu": "a CPU"}
 
@@ -105,8 +106,10 @@ def before_slos(
                 "hardware", f"FP8 needs compute capability ≥ {minimum} (Ada/Hopper or newer); {hardware.name} {has}"
             )
             continue
-        if failed := [f for f in engine.fidelity if f.passed is False]:
-            eliminated[name] = ("fidelity", failed[0].reason())
+        # below the floor, or checked but not vouched for (an error, too few prompts) without --allow-unchecked
+        allowed = engine.unchecked_allowed + [False] * (len(engine.fidelity) - len(engine.unchecked_allowed))
+        if failed := [why for f, allow in zip(engine.fidelity, allowed) if (why := f.exclusion(allow))]:
+            eliminated[name] = ("fidelity", failed[0])
             continue
         if required and (lacking := unmet_features(engine, required)):
             eliminated[name] = ("feature", lacking)

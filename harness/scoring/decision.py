@@ -106,10 +106,14 @@ def _fill_points(ladder: EngineLadder, cap: Capacity, client_rps: float | None =
         point.client_limited = bool(client_rps and requests_per_s and requests_per_s > client_rps)
 
 
-def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate: float) -> str:
+def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate: float, *,
+         allow_unchecked: bool = False) -> str:
     """The one-line reason ``name`` is excluded ("" = it is not): did not start or measure,
-    crashed under load, failed above the bound, missed the SLO at the lowest load, or its outputs
-    fell below the fidelity floor (``harness.metrics.fidelity``; not checked: no gate)."""
+    crashed under load, failed above the bound, missed the SLO at the lowest load, its outputs
+    fell below the fidelity floor (``harness.metrics.fidelity``), or its fidelity check was asked
+    for (``ladder.fidelity`` is not None) but could not run or covered fewer than 90 % of the
+    prompts, unless ``allow_unchecked`` (``--allow-unchecked``; :meth:`FidelityResult.exclusion`).
+    No check asked for (``--fidelity-prompts 0``): no fidelity gate."""
     if ladder.status is EngineStatus.SKIPPED or ladder.status is EngineStatus.NOT_MEASURED:
         return ladder.reason or ladder.status.value
     if ladder.crash:
@@ -124,8 +128,8 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
         return f"misses the SLO at the lowest load ({int(lowest.load)} in flight: {shown})"
     if ladder.status is not EngineStatus.OK:
         return ladder.reason or "failed"
-    if ladder.fidelity is not None and ladder.fidelity.passed is False:
-        return ladder.fidelity.reason()
+    if ladder.fidelity is not None and (why := ladder.fidelity.exclusion(allow_unchecked)):
+        return why
     return ""
 
 
@@ -148,7 +152,8 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps)
             _fill_points(ladder, cap, client_rps)
-        ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate)
+        ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate,
+                                                                allow_unchecked=summary.allow_unchecked)
         candidates.append(Candidate(name, cap, excluded=ladder.excluded, reference=name in REFERENCE_ENGINES,
                                     startup_s=ladder.startup_s, startup_alone=ladder.startup_alone is not False,
                                     processes=ladder.processes,
@@ -295,16 +300,24 @@ def _tuned(summary: LadderSummary, name: str) -> str:
 
 
 def _fidelity_gated(d: Decision, summary: LadderSummary, cap: CapacityAtSLO) -> str:
-    """A clause naming the fidelity gate when it decided: an engine it excluded measured more
-    than the winner ("" when none did)."""
+    """A clause naming the fidelity gate when it decided: an engine it excluded (below the floor,
+    or not checked) measured more than the winner; else, when ``--allow-unchecked`` let a winner
+    whose check did not vouch for it compete, that it was not checked ("" when neither)."""
     for name in d.excluded:
         other = summary.engines.get(name)
-        if other is None or other.fidelity is None or other.fidelity.passed is not False or other.capacity is None:
+        if other is None or other.fidelity is None or other.capacity is None:
             continue
-        if other.capacity.output_tps > cap.output_tps:
-            f = other.fidelity
+        f = other.fidelity
+        if other.capacity.output_tps <= cap.output_tps or d.excluded[name] != f.exclusion(summary.allow_unchecked):
+            continue  # measured less, or excluded by another gate
+        if f.passed is False:
             return (f"; the fidelity gate decided: {name} measured {_tps(other.capacity)} tok/s but its outputs agree "
                     f"with the reference at only {f.agreement_outside_near_ties:.3f} (floor {f.floor:.2f})")
+        return (f"; the fidelity gate decided: {name} measured {_tps(other.capacity)} tok/s but its {f.unchecked()} "
+                "(--allow-unchecked lets it compete)")
+    winner = summary.engines.get(d.winner)
+    if winner is not None and winner.fidelity is not None and (why := winner.fidelity.unchecked()):
+        return f"; {d.winner}'s {why} (--allow-unchecked)"
     return ""
 
 

@@ -187,6 +187,7 @@ class EngineRuns:
     operations: list[OperationalRecord] = field(default_factory=list)  # one per run where it was measured
     feature_probes: list[dict[str, FeatureProbe]] = field(default_factory=list)  # one per run that probed it
     fidelity: list[FidelityResult] = field(default_factory=list)  # one per run that checked its outputs
+    unchecked_allowed: list[bool] = field(default_factory=list)  # per entry of ``fidelity``: its run's --allow-unchecked
 
     def conditions(self) -> list[Condition]:
         """The measured conditions, by offered rate (then workload name)."""
@@ -236,6 +237,7 @@ def _add_result(engines: dict[str, EngineRuns], run: Run, facts: RunFacts, name:
         engine.feature_probes.append(dict(result.feature_probes))
     if run.fidelity is not None and name in run.fidelity.engines:
         engine.fidelity.append(run.fidelity.engines[name])
+        engine.unchecked_allowed.append(run.fidelity.allow_unchecked)
     if status == "ok" and result.metrics is not None and result.metrics.requests_completed:
         engine.measurements.extend(_measurements(facts, result, run.records_for(name)))
         engine.operations.append(_operational(run.run_id, result, run.manifest.engines.get(name) or EngineFacts()))

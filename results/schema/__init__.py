@@ -74,6 +74,7 @@ from .fidelity import (
     AccuracyCheck,
     AccuracyItem,
     AccuracyResult,
+    COVERAGE_FLOOR,
     DEFAULT_OTHER_FLOOR,
     FIDELITY_FILE,
     NEAR_TIE_EPSILON,
@@ -118,7 +119,7 @@ __all__ = [
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
     "EngineTuning", "RECIPE_FILE", "Recipe",
     "Timeline",
-    "FIDELITY_FILE", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
+    "FIDELITY_FILE", "COVERAGE_FLOOR", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
     "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",
     "ACCURACY_FILE", "AccuracyItem", "AccuracyResult", "AccuracyCheck",
 ]

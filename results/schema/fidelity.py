@@ -33,6 +33,22 @@ STRICT_FLOOR = 0.99
 # The floor for configurations of other numerics (a quantised KV cache or weights), unless the
 # user sets ``--fidelity-floor``.
 DEFAULT_OTHER_FLOOR = 0.90
+# The share of the reference's prompts an engine must answer for its check to vouch for it: a
+# check that covered fewer (the engine refused or failed the rest) is "not checked", which the
+# gate excludes unless the user passes ``--allow-unchecked``.
+COVERAGE_FLOOR = 0.90
+
+
+def _common(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    if b.startswith(a):
+        return len(a)
+    i = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        i += 1
+    return i
 
 
 class ReferencePrompt(Artefact):
@@ -40,8 +56,12 @@ class ReferencePrompt(Artefact):
     ``prompt_token_ids`` (its tokens, sent instead of the text where the engine takes token ids),
     ``tokens`` (the reference's greedy continuation, at most ``max_tokens``; ``eos`` when it
     ended on the end-of-sequence token, which is then the last entry), ``pieces`` (each token's
-    text, ``decode([id])``), ``top`` (per position, the reference's top-k ``[token text,
-    logprob]`` pairs, descending) and ``gap`` (per position, top-1 minus top-2 logprob, nats)."""
+    text, ``decode([id])``), ``texts`` (per position ``k``, the decoded text of the whole
+    continuation up to and including it, ``decode(tokens[:k + 1])``: a character whose bytes span
+    two tokens is whole only there, while each of its tokens' own piece is a replacement
+    character; empty in references written before it, whose joined pieces stand in), ``top``
+    (per position, the reference's top-k ``[token text, logprob]`` pairs, descending) and ``gap``
+    (per position, top-1 minus top-2 logprob, nats)."""
 
     prompt: str
     prompt_token_ids: list[int]
@@ -50,6 +70,25 @@ class ReferencePrompt(Artefact):
     top: list[list[tuple[str, float]]]
     gap: list[float]
     eos: bool = False
+    texts: list[str] = Field(default_factory=list)
+
+    def decoded(self) -> list[str]:
+        """The decoded prefixes ``D``: ``D[k]`` is the text of the reference's first ``k`` tokens
+        (``D[0] = ""``), from ``texts`` where stored, else the pieces joined."""
+        if len(self.texts) == len(self.tokens):
+            return ["", *self.texts]
+        out, acc = [""], ""
+        for piece in self.pieces:
+            acc += piece
+            out.append(acc)
+        return out
+
+    def resume_text(self, start: int) -> str:
+        """The text of the reference's first ``start`` tokens as a text prompt resumes it: the
+        decoded prefix, less a character still incomplete there (its bytes continue in the next
+        token; the engine writes it whole)."""
+        decoded = self.decoded()
+        return decoded[start][:_common(decoded[start], decoded[-1])]
 
     def follow(self, start: int, text: str, finish_reason: str | None) -> tuple[int, bool]:
         """How far an engine's greedy ``text``, generated after the prompt and the reference's
@@ -57,23 +96,45 @@ class ReferencePrompt(Artefact):
         ``start .. end - 1`` agree; when ``diverged``, the engine's token at ``end`` was another
         (an end of text with ``finish_reason`` ``"stop"`` is an end-of-sequence token); else
         ``end`` is where the text ran out before a verdict (``end == len(tokens)``: all agree).
-        Compared on token boundaries of the reference's pieces, so a different segmentation of
-        the same text is no divergence."""
-        pos, k, n = 0, start, len(self.tokens)
-        while k < n:
-            rest = text[pos:]
-            if self.eos and k == n - 1:  # the reference stops here
-                return (k + 1, False) if rest == "" and finish_reason == "stop" else (k, True)
-            piece = self.pieces[k]
-            if piece and rest.startswith(piece):
-                pos, k = pos + len(piece), k + 1
-            elif not piece:  # a token with no text (skipped on output): cannot be seen
-                k += 1
-            elif rest == "" and finish_reason != "stop":
-                return k, False  # ran out of tokens with the text still agreeing
-            else:
-                return k, True
-        return n, False
+
+        Compared on **decoded prefixes** (:meth:`decoded`), never on per-token pieces: position
+        ``k`` agrees when the reference's text of positions ``start .. k`` is a prefix of
+        ``text``, so a different segmentation of the same text is no divergence, and a
+        multibyte character whose bytes span several tokens (each token's own piece a
+        replacement character) is judged once it is whole: its tokens agree together, or the
+        divergence is charged to the first of them. A character the reference leaves incomplete
+        at its very end is judged by the text before it."""
+        decoded, n = self.decoded(), len(self.tokens)
+        final = decoded[n]
+        whole = len(final.rstrip("\ufffd"))  # past it, a character the reference leaves incomplete at its end
+        cut = _common(decoded[start], final)  # the resumed prefix's whole characters
+
+        def ref(k: int) -> str:  # the reference's text of positions start .. k - 1
+            return decoded[k][cut:]
+
+        verified, said = start, ""  # positions start .. verified - 1 agree; said: their text
+        for k in range(start, n):
+            if self.eos and k == n - 1:  # the reference stops here (its token has no text)
+                want = ref(k)
+                if text == want and finish_reason == "stop":
+                    return n, False
+                if text.startswith(want):  # all before agree; the engine wrote on, or stopped elsewhere
+                    return k, True
+                break  # a disagreement among the positions before, still unverified
+            if k < n - 1 and (len(decoded[k + 1]) > whole or not final.startswith(decoded[k + 1])):
+                continue  # a character still incomplete after this token: judged once it is whole
+            want = ref(k + 1)
+            if text.startswith(want[len(said):], len(said)):  # ``said`` is a prefix of ``want``
+                verified, said = k + 1, want
+                continue
+            if k == n - 1 and want.endswith("\ufffd") and text == want.rstrip("\ufffd"):
+                return n, False  # the reference ends inside a character the engine held back
+            break
+        else:
+            return n, False
+        if text == said and finish_reason != "stop":
+            return verified, False  # ran out of tokens with the text still agreeing
+        return verified, True
 
 
 class FidelityReference(Artefact):
@@ -128,17 +189,23 @@ class FidelityResult(Artefact):
     the engine's greedy token was another; ``near_tie_divergences``: those among them at a
     near-tie (reference top-2 gap < ``epsilon`` nats); ``near_tie_positions``: all near-tie
     positions checked; ``top1_agreement``: 1 − divergences / positions;
-    ``agreement_outside_near_ties`` (with its Wilson 95 % ``agreement_interval``): 1 − (divergences
-    − near-tie divergences) / (positions − near-tie positions), what the gate reads;
-    ``exact_matches``: prompts whose free-running greedy output equals the reference's
-    (``exact_match_interval``: Wilson 95 %); ``first_divergence``: per prompt, the first position
-    where the free-running output left the reference (None: never); ``unchecked_positions``:
-    positions never reached (errors, or past :data:`harness.loadgen.fidelity.MAX_RESUMES`);
+    ``agreement_outside_near_ties`` (with its 95 % ``agreement_interval``, a cluster bootstrap
+    over prompts: ``harness.metrics.fidelity``): 1 − (divergences − near-tie divergences) /
+    (positions − near-tie positions), what the gate reads; ``prompt_tallies``: per prompt, its
+    positions outside near-ties and its agreements among them (what the interval resamples;
+    empty in results written before it); ``exact_matches``: prompts whose free-running greedy
+    output equals the reference's (``exact_match_interval``: Wilson 95 %);
+    ``first_divergence``: per prompt, the first position where the free-running output left the
+    reference (None: never); ``unchecked_positions``: positions never reached (errors, or past
+    :data:`harness.loadgen.fidelity.MAX_RESUMES`); ``prompts_answered``: prompts the engine
+    answered without an error with at least one position checked (the check's coverage is
+    ``prompts_answered / prompts``; None in results written before it: coverage unknown);
     ``logprob_error_max``: max |engine − reference| logprob of the reference's token where both
     are known (nats); ``topk_tv_mean``: mean total-variation distance between the two top-k
     distributions (each truncated to its top-k and renormalised); ``floor`` and ``passed``: the
-    gate (passed when the interval's upper bound reaches the floor); ``error``: the check could
-    not run (the gate then does not apply)."""
+    agreement's gate (passed when the interval's upper bound reaches the floor); ``error``: the
+    check could not run. Whether the engine may compete is :meth:`exclusion`: below the floor,
+    or not checked (an error, or fewer than :data:`COVERAGE_FLOOR` of the prompts answered)."""
 
     prompts: int = 0
     max_tokens: int = 0
@@ -150,9 +217,11 @@ class FidelityResult(Artefact):
     top1_agreement: float | None = None
     agreement_outside_near_ties: float | None = None
     agreement_interval: Interval | None = None
+    prompt_tallies: list[tuple[int, int]] = Field(default_factory=list)
     exact_matches: int = 0
     exact_match_interval: Interval | None = None
     first_divergence: list[int | None] = Field(default_factory=list)
+    prompts_answered: int | None = None
     logprobs: bool = False
     logprob_error_max: float | None = None
     topk_tv_mean: float | None = None
@@ -162,6 +231,40 @@ class FidelityResult(Artefact):
     floor: float = STRICT_FLOOR
     passed: bool | None = None
     error: str | None = None
+
+    @property
+    def coverage(self) -> float | None:
+        """The share of the reference's prompts answered (None: not recorded, or no prompts)."""
+        if self.prompts_answered is None or self.prompts <= 0:
+            return None
+        return self.prompts_answered / self.prompts
+
+    def unchecked(self) -> str:
+        """Why this check does not vouch for the engine, in one line ("" when it does): it could
+        not run (``"fidelity not checked (ContentTypeError: …)"``), or it answered fewer than
+        :data:`COVERAGE_FLOOR` of the prompts (``"fidelity checked on 1 of 32 prompts (< 90 %)"``)."""
+        if self.error is not None:
+            first = (self.error.strip().splitlines() or [""])[0]
+            first = first if len(first) <= 50 else first[:49] + "…"  # one line, short enough for a table cell
+            return f"fidelity not checked ({first})"
+        if self.agreement_outside_near_ties is None:
+            what = "every position checked was a near-tie" if self.positions else "no position checked"
+            return f"fidelity not checked ({what})"
+        coverage = self.coverage
+        if coverage is not None and coverage < COVERAGE_FLOOR:
+            return (f"fidelity checked on {self.prompts_answered} of {self.prompts} prompts "
+                    f"(< {COVERAGE_FLOOR * 100:.0f} %)")
+        return ""
+
+    def exclusion(self, allow_unchecked: bool = False) -> str:
+        """The gate's one line ("" = the engine may compete): below the floor (:meth:`reason`),
+        or not checked (:meth:`unchecked`) unless ``allow_unchecked`` (``--allow-unchecked``)."""
+        if self.passed is False:
+            return self.reason()
+        why = self.unchecked()
+        if why and not allow_unchecked:
+            return f"{why}; --allow-unchecked lets it compete"
+        return ""
 
     def reason(self) -> str:
         """The gate's one line: ``"fidelity 0.87 [0.85, 0.88] top-1 agreement outside near-ties
@@ -176,7 +279,8 @@ class FidelityResult(Artefact):
 
 
 class FidelityCheck(Artefact):
-    """``fidelity.json``: the reference's description and each engine's :class:`FidelityResult`."""
+    """``fidelity.json``: the reference's description, each engine's :class:`FidelityResult` and
+    ``allow_unchecked`` (``--allow-unchecked``: an engine whose check could not run competes)."""
 
     reference_key: str
     source: str = "transformers fp32 greedy"
@@ -185,6 +289,7 @@ class FidelityCheck(Artefact):
     epsilon: float = NEAR_TIE_EPSILON
     strict_floor: float = STRICT_FLOOR
     other_floor: float = DEFAULT_OTHER_FLOOR
+    allow_unchecked: bool = False
     engines: dict[str, FidelityResult] = Field(default_factory=dict)
 
 

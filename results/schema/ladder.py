@@ -206,8 +206,10 @@ class LadderSummary(Artefact):
     device), ``budget_per_engine_s`` (s of measuring per engine), ``boundary_repeats`` (extra
     measurements of the decisive points), ``seed`` (measurement m of an engine draws seed + m),
     ``engines`` (name → :class:`EngineLadder`), ``decision``, ``target_load`` (``--target-load``:
-    the load to size for, with its unit), ``wall_s`` and ``tuning`` (``--tune``: each engine's
-    configuration search, :class:`EngineTuning`; the ``engines`` are then the tuned ones)."""
+    the load to size for, with its unit), ``wall_s``, ``tuning`` (``--tune``: each engine's
+    configuration search, :class:`EngineTuning`; the ``engines`` are then the tuned ones) and
+    ``allow_unchecked`` (``--allow-unchecked``: an engine whose output-fidelity check could not
+    run, or covered too few prompts, competes; else the gate excludes it)."""
 
     schema_version: str = SCHEMA_VERSION
     run_id: str
@@ -224,3 +226,4 @@ class LadderSummary(Artefact):
     target_load: dict[str, Any] | None = None
     wall_s: float | None = None
     tuning: dict[str, EngineTuning] = Field(default_factory=dict)  # bench run --tune: engine → its search
+    allow_unchecked: bool = False

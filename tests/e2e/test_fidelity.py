@@ -55,6 +55,59 @@ def test_a_fast_engine_with_wrong_outputs_never_wins(tmp_path, monkeypatch):
     assert "## Output fidelity" in report and "| fastwrong |" in report.split("## Output fidelity")[1]
 
 
+def test_an_endpoint_that_cannot_answer_the_check_is_excluded_unless_allowed(tmp_path, monkeypatch):
+    """'streamonly' answers every completion with a stream (a paced server without a fidelity
+    script), so the check's non-streaming requests get no JSON back: its check cannot run. It has
+    twice the slots of 'faithful' (which answers the reference exactly) and measures more, but a
+    check that could not run does not pass: it is excluded with one line, in the verdict and the
+    capacity table's gates column. With --allow-unchecked it competes, and wins, and every place
+    still says its fidelity was not checked."""
+    from harness.app.run import orchestrator
+
+    ref = synthetic_reference(prompts=8, tokens=16, near_tie_every=7, eos_prompts=())
+    (tmp_path / "ref.json").write_text(ref.model_dump_json())
+    monkeypatch.setattr(orchestrator, "run_reference", lambda *args, **kwargs: ref)
+    outcomes = {}
+    for urls in _servers({"streamonly": ["--slots", "4"],
+                          "faithful": ["--slots", "2", "--fidelity", str(tmp_path / "ref.json")]}):
+        for run_id, flags in (("strict", []), ("allowed", ["--allow-unchecked"])):
+            res = CliRunner().invoke(app, ["run", "--endpoint", f"streamonly={urls['streamonly']}", "--endpoint",
+                                           f"faithful={urls['faithful']}", *ARGS, "--fidelity-prompts", "8",
+                                           "--fidelity-tokens", "16", "--ladder-budget", "6", "-o", str(tmp_path),
+                                           "--run-id", run_id, *flags])
+            outcomes[run_id] = res
+    for run_id, res in outcomes.items():
+        assert res.exit_code == 0, res.output
+        said = " ".join(res.output.split())
+        assert "streamonly: fidelity not checked — ContentTypeError" in said
+        assert "faithful: fidelity 1.000" in said and "8/8 exact" in said
+    strict = load_run(tmp_path / "strict")
+    stream, good = strict.ladder.engines["streamonly"], strict.ladder.engines["faithful"]
+    assert stream.fidelity.error.startswith("ContentTypeError") and stream.fidelity.prompts_answered == 0
+    assert stream.capacity.output_tps > 1.3 * good.capacity.output_tps  # it measured more
+    assert stream.excluded.startswith("fidelity not checked (ContentTypeError") and \
+        stream.excluded.endswith("; --allow-unchecked lets it compete")
+    d = strict.ladder.decision
+    assert d.winner == "faithful" and d.excluded == {"streamonly": stream.excluded}
+    assert "the fidelity gate decided: streamonly measured" in d.sentence
+    said = " ".join(outcomes["strict"].output.split())
+    assert "│ fidelity not checked (ContentTypeError" in said.replace("║", "│")  # the capacity table's gates column
+    report = (tmp_path / "strict" / "report.md").read_text()
+    assert "excluded: fidelity not checked (ContentTypeError" in report.split("## Output fidelity")[1]
+    assert FidelityCheck.model_validate_json((tmp_path / "strict" / FIDELITY_FILE).read_text()).allow_unchecked is False
+
+    allowed = load_run(tmp_path / "allowed")
+    stream = allowed.ladder.engines["streamonly"]
+    assert allowed.ladder.allow_unchecked and stream.excluded == "" and stream.fidelity.passed is None
+    d = allowed.ladder.decision
+    assert d.winner == "streamonly" and d.excluded == {}
+    assert "; streamonly's fidelity not checked (ContentTypeError" in d.sentence and "(--allow-unchecked)" in d.sentence
+    said = " ".join(outcomes["allowed"].output.split())
+    assert "passed (--allow-unchecked): fidelity not checked" in said
+    report = (tmp_path / "allowed" / "report.md").read_text()
+    assert "competes (--allow-unchecked): fidelity not checked (ContentTypeError" in report
+
+
 def test_task_accuracy_through_the_same_client(tmp_path):
     """--accuracy: each endpoint answers the user's set through the one client; the scores, their
     intervals and the report's table come out of one run (one load point here)."""

@@ -35,7 +35,7 @@ def _locate(reference: FidelityReference, prompt: Any) -> tuple[ReferencePrompt,
         elif isinstance(prompt, str) and prompt.startswith(ref.prompt):
             rest = prompt[len(ref.prompt):]
             for start in range(len(ref.tokens) + 1):
-                if "".join(ref.pieces[:start]) == rest:
+                if ref.resume_text(start) == rest:
                     return ref, start
     return None
 

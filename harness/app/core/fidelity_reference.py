@@ -4,7 +4,8 @@
 the same options, a seed of its own; each session's first request, chat messages rendered with the model's chat template, duplicates and prompts over
 :data:`MAX_PROMPT_TOKENS` left out); :func:`reference_for` generates each prompt's greedy
 continuation one prompt at a time (no padding, so nothing but the prompt shapes the logits) and
-keeps, per position, the top-k log-softmax of the raw fp32 logits and the top-1 − top-2 gap.
+keeps, per position, the top-k log-softmax of the raw fp32 logits, the top-1 − top-2 gap and the
+decoded text of the continuation so far (what the engines' text is compared with).
 The result is cached by content hash (the model folder's files, the prompts, the token count,
 k) under ``<cache>/fidelity/``, so a model is run once whatever the number of runs.
 """
@@ -21,7 +22,7 @@ from results.schema import FidelityReference, ReferencePrompt
 
 MAX_PROMPT_TOKENS = 1536  # longer prompts are left out (the check is about numerics, not context)
 TOP_K = 5  # logprobs kept per position (and asked of the engines)
-REFERENCE_VERSION = "2"  # bump when what the reference stores changes meaning
+REFERENCE_VERSION = "3"  # bump when what the reference stores changes meaning (3: decoded prefixes, ``texts``)
 SEED_OFFSET = 1_000_003  # the fidelity prompts' seed, apart from every ladder point's (base seed + k)
 
 
@@ -62,7 +63,7 @@ def _greedy(model: Any, tokenizer: Any, ids: list[int], max_tokens: int, top_k: 
     import torch
 
     eos = set(_eos_ids(model, tokenizer))
-    tokens, pieces, top, gap = [], [], [], []
+    tokens, pieces, texts, top, gap = [], [], [], [], []
     past, inp = None, torch.tensor([ids])
     with torch.no_grad():
         for _ in range(max_tokens):
@@ -73,13 +74,21 @@ def _greedy(model: Any, tokenizer: Any, ids: list[int], max_tokens: int, top_k: 
             tok = int(logprobs.argmax())  # the first maximal index, as the engines' argmax
             tokens.append(tok)
             pieces.append(tokenizer.decode([tok], skip_special_tokens=True))  # as engines print text
+            texts.append(decoded_prefix(tokenizer, tokens))
             top.append([(tokenizer.decode([int(i)]), float(v)) for v, i in zip(values[:top_k], indices[:top_k])])
             gap.append(float(values[0] - values[1]))
             if tok in eos:
                 break
             inp = torch.tensor([[tok]])
-    return ReferencePrompt(prompt="", prompt_token_ids=ids, tokens=tokens, pieces=pieces, top=top, gap=gap,
+    return ReferencePrompt(prompt="", prompt_token_ids=ids, tokens=tokens, pieces=pieces, texts=texts, top=top, gap=gap,
                            eos=tokens[-1] in eos if tokens else False)
+
+
+def decoded_prefix(tokenizer: Any, tokens: Sequence[int]) -> str:
+    """The text of ``tokens`` decoded at once, as engines print a completion (special tokens
+    skipped, no clean-up of spaces): a character whose bytes span two tokens is whole here, where
+    each token decoded alone is a replacement character."""
+    return tokenizer.decode(list(tokens), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

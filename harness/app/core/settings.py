@@ -134,7 +134,8 @@ class RunSettings(BaseModel):
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
         "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
-        "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--accuracy",
+        "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--allow-unchecked",
+        "--accuracy",
         "--no-calibration", "--client-workers", "--no-feature-probes",
         "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
         "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
@@ -160,9 +161,10 @@ class RunSettings(BaseModel):
     parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
     check_equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True
     # output fidelity against transformers fp32 (harness/loadgen/fidelity.py, harness/metrics/fidelity.py)
-    fidelity_prompts: Annotated[int, Field(ge=0, le=512), Cli("--fidelity-prompts", range=True, envvar="BENCH_FIDELITY_PROMPTS", help="Prompts of the output-fidelity check (0 = skip it): drawn from the run's own workload, each answered greedily by every engine after its warm-up, outside the measured phase, and compared token by token with Hugging Face transformers at fp32 on the same weights (run once per model, cached), resumed on the reference's prefix after each divergence. An engine below the fidelity floor is excluded from the recommendation.")] = 32
+    fidelity_prompts: Annotated[int, Field(ge=0, le=512), Cli("--fidelity-prompts", range=True, envvar="BENCH_FIDELITY_PROMPTS", help="Prompts of the output-fidelity check (0 = skip it): drawn from the run's own workload, each answered greedily by every engine after its warm-up, outside the measured phase, and compared token by token with Hugging Face transformers at fp32 on the same weights (run once per model, cached), resumed on the reference's prefix after each divergence. An engine below the fidelity floor is excluded from the recommendation, and so is one whose check could not run or answered fewer than 90 % of the prompts (--allow-unchecked lets it compete).")] = 32
     fidelity_tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, help="Greedy tokens per prompt of the output-fidelity check.")] = 64
-    fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
+    fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties (a bootstrap interval that resamples the prompts) must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
+    allow_unchecked: Annotated[bool, Cli("--allow-unchecked", help="Let an engine whose output-fidelity check could not run (it refused or failed the check's requests) or answered fewer than 90 % of its prompts compete; the verdict and the capacity table still say its fidelity was not checked. Without it such an engine is excluded with one line why. Never lets a lower-precision configuration --tune tries through: that one must pass its check.")] = False
     accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample: workloads/data/accuracy_sample/sample.jsonl.")] = None
     calibrate: Annotated[bool, Cli("--no-calibration", invert=True, help="Skip the client calibration against a null server.")] = True
     # client processes measuring each engine (harness/loadgen/workers.py)
@@ -335,6 +337,9 @@ class RunSettings(BaseModel):
             if self.workload.prompt_salt is None:  # a deployment's warm prefix cache must serve none of the prompts
                 self.workload = self.workload.model_copy(update={"prompt_salt": "auto"})
         checks.check_endpoint(self.engines, self.base_url, self.tokenizer, bool(self.endpoints))
+        if self.allow_unchecked and not self.fidelity_prompts:
+            raise ValueError("--allow-unchecked lets an engine whose output-fidelity check could not run compete, and "
+                             "--fidelity-prompts 0 runs no check: drop one or the other")
         self._check_ladder_options()
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:

@@ -28,6 +28,7 @@ from rich.markup import escape
 from adapters.base import Endpoint
 from adapters.resources import install_facts
 from results.schema import (
+    COVERAGE_FLOOR,
     DEFAULT_OTHER_FLOOR,
     AccuracyItem,
     AccuracyResult,
@@ -184,15 +185,22 @@ def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Any) -> Ac
 
 def fidelity_line(r: FidelityResult) -> str:
     """``"fidelity 1.000 [0.998, 1.000] top-1 agreement outside near-ties (2,048 positions, 3
-    near-tie flips), 30/32 exact"`` or why it was not checked."""
+    near-tie flips), 30/32 exact"`` (``, on 20 of 32 prompts answered`` when some were not; ``—
+    below the floor 0.99`` or ``— not checked: fewer than 90 % of the prompts answered``) or why
+    it was not checked."""
     if r.error is not None or r.agreement_outside_near_ties is None:
-        return f"fidelity not checked — {r.error or 'no position checked'}"
+        what = r.error or ("every position checked was a near-tie" if r.positions else "no position checked")
+        return f"fidelity not checked — {what}"
     iv = r.agreement_interval
     spread = f" [{iv.low:.3f}, {iv.high:.3f}]" if iv is not None else ""
     verdict = "" if r.passed is not False else f" — below the floor {r.floor:.2f}"
+    if not verdict and r.unchecked():
+        verdict = f" — not checked: fewer than {COVERAGE_FLOOR * 100:.0f} % of the prompts answered"
+    covered = (f", on {r.prompts_answered} of {r.prompts} prompts answered"
+               if r.prompts_answered is not None and r.prompts_answered < r.prompts else "")
     return (f"fidelity {r.agreement_outside_near_ties:.3f}{spread} top-1 agreement with transformers fp32 outside "
             f"near-ties ({r.positions:,} positions, {r.near_tie_divergences} near-tie flips), {r.exact_matches}/"
-            f"{r.prompts} exact{verdict}")
+            f"{r.prompts} exact{covered}{verdict}")
 
 
 async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: bool) -> list[str] | None:

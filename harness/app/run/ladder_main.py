@@ -34,7 +34,8 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
     return LadderSpec(trial=spec, workload=cfg.workload.model_copy(update={"seed": cfg.workload.seed or 0}),
                       slos=tuple(slos), max_failure_rate=cfg.max_failure_rate, budget_s=cfg.ladder_budget_s,
                       max_load=cfg.max_load, turns_per_session=max(1.0, turns), start_load=cfg.client_workers,
-                      min_load=min(recipe_climb_to(cfg.engine_config), cfg.max_load) if cfg.engine_config else 1)
+                      min_load=min(recipe_climb_to(cfg.engine_config), cfg.max_load) if cfg.engine_config else 1,
+                      allow_unchecked=cfg.allow_unchecked)
 
 
 def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:

@@ -135,11 +135,13 @@ class LadderJob:
                 engine.outcome.crash, engine.outcome.crashed_at = more.crash, more.crashed_at
 
     def _ranked(self, engines: list[EngineClimb]) -> list[EngineClimb]:
-        """The production engines that measured and stand (not crashed, not below the fidelity
-        floor: no budget is spent on an engine the gate excludes), best point estimate first."""
+        """The production engines that measured and stand (not crashed, not excluded by the
+        fidelity gate, below the floor or not checked: no budget is spent on an engine the gate
+        excludes), best point estimate first."""
         return sorted((e for e in engines if e.outcome is not None and not e.failure and not e.outcome.crash
                        and e.name not in REFERENCE_ENGINES
-                       and not (e.outcome.fidelity is not None and e.outcome.fidelity.passed is False)),
+                       and not (e.outcome.fidelity is not None
+                                and e.outcome.fidelity.exclusion(self.spec.allow_unchecked))),
                       key=lambda e: -_estimate(e, self.spec))
 
     def decisive_repeats(self, engines: list[EngineClimb]) -> str:
@@ -246,7 +248,7 @@ class LadderJob:
         s = LadderSummary(run_id=run_id, workload=workload, slos={x.key: x.threshold_ms for x in self.spec.slos},
                           slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
                           budget_per_engine_s=self.spec.budget_s, boundary_repeats=self.boundary_repeats,
-                          seed=self.spec.workload.seed or 0,
+                          seed=self.spec.workload.seed or 0, allow_unchecked=self.spec.allow_unchecked,
                           target_load={"output_tps": self.target_tps} if self.target_tps else None)
         condition = Condition(tuple(self.spec.slos))
         for e in engines:

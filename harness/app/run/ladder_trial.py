@@ -41,7 +41,10 @@ class LadderSpec:
     ``start_load`` (the first load: the client workers, each of which needs a session in flight),
     ``min_load`` (the main job's climb measures every doubling below it whatever ``budget_s``:
     ``--engine-config``, the recipe's ``climb_to``), ``fidelity_gate`` (no climb unless the
-    session's output-fidelity check passed: a configuration of lower precision in the search)."""
+    session's output-fidelity check ran, covered the prompts and passed: a configuration of lower
+    precision in the search, whatever ``--allow-unchecked``), ``allow_unchecked`` (the main job's
+    ``--allow-unchecked``: an engine whose check could not run is not left out of the decisive
+    repeats)."""
 
     trial: TrialSpec
     workload: WorkloadOptions
@@ -57,6 +60,7 @@ class LadderSpec:
     start_load: int = 1
     min_load: int = 1
     fidelity_gate: bool = False
+    allow_unchecked: bool = False
 
     def point_options(self, load: int, seed: int) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
@@ -187,6 +191,14 @@ def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink
     return out
 
 
+def refused(fidelity: FidelityResult | None) -> bool:
+    """Whether a configuration gated by its fidelity check (``LadderSpec.fidelity_gate``) is
+    refused before it is measured: no result, below the floor, or not checked (the check could
+    not run, or answered fewer than 90 % of the prompts: :meth:`FidelityResult.unchecked`).
+    ``--allow-unchecked`` does not apply: a configuration that lowers precision must pass."""
+    return fidelity is None or fidelity.passed is not True or bool(fidelity.unchecked())
+
+
 def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
            manifest: Manifest, out: LadderOutcome) -> None:
     """The ladder on the live engine of ``session``, filling ``out`` as it goes."""
@@ -194,7 +206,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     out.startup_s, out.parallel, out.display_name = session.startup_s, session.parallel, session.endpoint.display_name
     out.effective, out.equivalence, out.measurements = session.effective, session.equivalence, points.done
     out.fidelity, out.accuracy = session.fidelity, session.accuracy
-    if spec.fidelity_gate and (out.fidelity is None or out.fidelity.passed is not True):
+    if spec.fidelity_gate and refused(out.fidelity):
         out.stopped = "fidelity"  # below the floor, or not checked: its capacity would not count
         return
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,

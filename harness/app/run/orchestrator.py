@@ -308,7 +308,8 @@ class Orchestrator:
             )
         writer.summary.parity = self.parity.audit(writer.summary)
         if state.fidelity_reference is not None:
-            writer.write_fidelity(fidelity_check(state.fidelity_reference, state.fidelity, self.cfg.fidelity_floor))
+            writer.write_fidelity(fidelity_check(state.fidelity_reference, state.fidelity, self.cfg.fidelity_floor,
+                                                 allow_unchecked=self.cfg.allow_unchecked))
         if self.cfg.accuracy and state.accuracy:
             writer.write_accuracy(AccuracyCheck(source=str(self.cfg.accuracy), items=len(accuracy_items(self.cfg.accuracy)),
                                                 engines=state.accuracy))

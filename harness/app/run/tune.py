@@ -252,7 +252,9 @@ class Tuner:
                 raise Rejected(line) from exc
             raise
         if gated and isinstance(out, LadderOutcome) and out.stopped == "fidelity":  # below the floor, or not checked
-            v.failure = fidelity_line(out.fidelity) if out.fidelity is not None else "fidelity not checked"
+            f = out.fidelity
+            v.failure = ((f.unchecked() if f.passed is not False else "") or fidelity_line(f)) if f is not None \
+                else "fidelity not checked"
             raise Unfaithful(v.failure)
         new = out.measurements if isinstance(out, LadderOutcome) else list(out)
         if isinstance(out, LadderOutcome):
@@ -280,6 +282,7 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
             continue
         ladders = LadderSummary(run_id=summary.run_id, workload=summary.workload, slos=summary.slos,
                                 max_failure_rate=summary.max_failure_rate, devices=summary.devices, seed=summary.seed,
+                                allow_unchecked=summary.allow_unchecked,
                                 engines={v.name: job._engine_ladder(v) for v in [*search.variants, search.defaults]
                                          if v is not None and v.measurements})
         judge(ladders, records, job.spec.slos, seed=summary.seed)

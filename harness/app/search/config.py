@@ -60,7 +60,7 @@ class SearchSettings(RunSettings):
         "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes", "--hardware", "--preset",
         "--price-per-hour", "--setup-engines", "--parity", "--executor", "--ray-address", "--ray-resources",
         "--ladder-budget", "--max-load", "--target-load", "--endpoint", "--fidelity-prompts", "--fidelity-tokens",
-        "--fidelity-floor", "--accuracy", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config")
+        "--fidelity-floor", "--allow-unchecked", "--accuracy", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config")
 
     # Per-command overrides: where an option means something else for a search, its field is
     # redeclared here with the search's text, default or bounds.

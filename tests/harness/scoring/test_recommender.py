@@ -332,3 +332,29 @@ def test_an_engine_below_the_fidelity_floor_is_eliminated_before_the_slos(tmp_pa
     rec = recommend([load_run(run.run_dir)], hardware=CPU)
     assert rec.winner == "sglang" and rec.elimination_stage["transformers"] == "fidelity"
     assert rec.eliminated["transformers"].startswith("fidelity 0.840 [0.790, 0.880] top-1 agreement outside near-ties")
+
+
+def test_an_engine_whose_fidelity_check_could_not_run_is_eliminated_unless_allowed(tmp_path: Path) -> None:
+    """One load point: the faster engine's fidelity check could not run (its endpoint answered
+    the check's requests with a stream), so it is eliminated with that line, as the ladder's gate
+    does; with --allow-unchecked (fidelity.json's ``allow_unchecked``) it competes, and wins."""
+    from results.schema import FIDELITY_FILE, FidelityCheck, FidelityResult, Interval
+    from results.store import load_run
+
+    run = two_engine_run(tmp_path, sgl=(150.0, 30.0, 10), tf=(100.0, 20.0, 10))
+    errored = FidelityResult(prompts=8, error="ContentTypeError: unexpected mimetype: text/event-stream",
+                             prompts_answered=0)
+    good = FidelityResult(prompts=8, positions=256, agreement_outside_near_ties=1.0, passed=True, prompts_answered=8,
+                          agreement_interval=Interval(point=1.0, low=0.985, high=1.0, n=8))
+    for allow, winner in ((False, "sglang"), (True, "transformers")):
+        check = FidelityCheck(reference_key="k", prompts=8, max_tokens=32, allow_unchecked=allow,
+                              engines={"transformers": errored, "sglang": good})
+        (run.run_dir / FIDELITY_FILE).write_text(check.model_dump_json())
+        rec = recommend([load_run(run.run_dir)], hardware=CPU)
+        assert rec.winner == winner
+        if not allow:
+            assert rec.elimination_stage["transformers"] == "fidelity"
+            assert rec.eliminated["transformers"] == ("fidelity not checked (ContentTypeError: unexpected mimetype: "
+                                                      "text/event…); --allow-unchecked lets it compete")
+        else:
+            assert "transformers" not in rec.eliminated

@@ -128,6 +128,10 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
          "local engines tokenize with --model"),
         ("run-tokenizer-mixed", ["run", "--engine", "own,openai", "--base-url", NOWHERE, "--tokenizer",
                                  str(f["empty"]), "-o", out], "--engine openai run alone"),
+        ("run-allow-unchecked-without-check", [*R, "--allow-unchecked", "--fidelity-prompts", "0"],
+         "--allow-unchecked lets an engine whose output-fidelity check could not run compete, and --fidelity-prompts 0 "
+         "runs no check: drop one or the other"),
+        ("search-allow-unchecked", [*S, "--allow-unchecked"], "No such option: --allow-unchecked"),
         ("run-engine-unknown", ["run", "--engine", "nosuch", "-o", out], "unknown engine 'nosuch'"),
         ("run-engine-mii", ["run", "--engine", "deepspeed-mii", "-o", out], "unknown engine 'deepspeed-mii'"),
         ("run-engine-empty", ["run", "--engine", " , ", "-o", out], "--engine is empty"),

@@ -43,6 +43,11 @@ def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, t
     generated = out[0, len(first.prompt_token_ids):].tolist()
     assert first.tokens == generated[:len(first.tokens)] and "Paris" in "".join(first.pieces)
     assert all(len(t) == 5 and t[0][1] >= t[1][1] for t in first.top) and all(g >= 0 for g in first.gap)
+    # per position, the whole continuation so far decoded at once (what the engines' text is compared with)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    assert first.texts == [tok.decode(first.tokens[:k + 1], skip_special_tokens=True) for k in range(len(first.tokens))]
     # the same prompts again come from the cache (the same key), without loading the model
     again = reference_for(model_dir, [(r.prompt, r.prompt_token_ids) for r in reference.prompts], max_tokens=24,
                           cache_root=tmp_path)
@@ -69,11 +74,19 @@ def test_workload_prompts_are_the_sessions_first_requests(model_dir) -> None:
     assert chosen[0][1] == tok(chosen[0][0], add_special_tokens=False)["input_ids"]
 
 
-def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, reference, tmp_path) -> None:
+def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, tmp_path) -> None:
     """One MLP matrix of layer 3 with noise of about twice its weights' own scale: the engine runs,
-    fast as ever, and computes something else (the unperturbed engine passes: test_engines_fidelity)."""
+    fast as ever, and computes something else (the unperturbed engine passes: test_engines_fidelity).
+
+    Checked at the run's default 64 tokens per prompt: the agreement's interval resamples the
+    prompts (its positions cluster by prompt), and at 24 tokens half of the 6 prompts never left
+    the reference, 4 real divergences in the other three, so a resample of the prompts reached
+    0.993 and the upper bound was above the floor (the Wilson interval over positions, which took
+    them as independent, said 0.989); at 64 tokens every prompt leaves it and the clustered upper
+    bound is about 0.98."""
     import torch
     from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
 
     from adapters.registry import get_adapter
 
@@ -84,9 +97,14 @@ def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, ref
     generator = torch.Generator().manual_seed(0)
     weights[name] = weights[name] + 0.05 * torch.randn(weights[name].shape, generator=generator)
     save_file(weights, str(bent / "model.safetensors"), metadata={"format": "pt"})
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    reference = reference_for(model_dir, [(p, tok(p)["input_ids"]) for p in PROMPTS], max_tokens=64,
+                              cache_root=tmp_path / "cache")
     check, missing = check_fidelity_of([get_adapter("own", "cpu")], bent, tmp_path / "run", reference)
     assert missing == {}
     broken = check.engines["own"]
+    assert broken.agreement_interval.method.startswith("cluster bootstrap percentile, 6 prompts")
+    assert broken.prompts_answered == 6 and broken.exclusion() == broken.reason()
     assert broken.prompt_format == "token_ids" and broken.logprobs and broken.floor == STRICT_FLOOR
     assert broken.passed is False and broken.divergences > broken.near_tie_divergences
     assert broken.agreement_interval.high < STRICT_FLOOR and broken.reason().startswith("fidelity 0.")

@@ -124,3 +124,20 @@ def test_with_lower_precision_its_knobs_come_first_so_a_small_search_reaches_the
     tuner.kind = "nvidia"
     search = tuner._search_of(_plan(VllmAdapter(hardware="nvidia")))
     assert search.configs[:2] == [{}, {"kv_cache_dtype": "fp8"}] and len(search.configs) == 4
+
+
+def test_a_lower_precision_configuration_whose_check_did_not_vouch_for_it_is_refused() -> None:
+    """The search's own fidelity gate (``LadderSpec.fidelity_gate``) is the main job's, and more:
+    below the floor, a check that could not run, or one on fewer than 90 % of the prompts refuses
+    the configuration before it is measured, --allow-unchecked or not."""
+    from harness.app.run.ladder_trial import refused
+    from results.schema import FidelityResult, Interval
+
+    def checked(answered: int) -> FidelityResult:
+        return FidelityResult(prompts=32, positions=64 * answered, agreement_outside_near_ties=1.0, passed=True,
+                              agreement_interval=Interval(point=1.0, low=0.99, high=1.0, n=answered),
+                              prompts_answered=answered)
+
+    assert refused(None) and refused(FidelityResult(prompts=32, error="ContentTypeError: text/plain"))
+    assert refused(checked(1)) and refused(checked(28)) and not refused(checked(29)) and not refused(checked(32))
+    assert refused(checked(32).model_copy(update={"passed": False}))
