@@ -79,6 +79,30 @@ def lowered_precision(adapter: Any, engine_args: dict[str, str]) -> str:
 
 PROBE_CAUSES = ("hardware", "not_installed", "unavailable")
 
+# engine-arg keys that multiply the devices one deployment uses (vLLM, SGLang, TensorRT-LLM spellings)
+PARALLEL_KEYS = (("tensor_parallel_size", "tensor-parallel-size", "tp", "tp_size", "tp-size"),
+                 ("pipeline_parallel_size", "pipeline-parallel-size", "pp", "pp_size", "pp-size"),
+                 ("data_parallel_size", "data-parallel-size", "dp", "dp_size", "dp-size"))
+
+
+def devices_of(engine_args: dict[str, str]) -> int:
+    """The devices one deployment of an engine launched with ``engine_args`` uses: tensor ×
+    pipeline × data parallel sizes (1 each when not set). Raises ValueError (one line) for a size
+    that is not a whole number ≥ 1."""
+    total = 1
+    for keys in PARALLEL_KEYS:
+        key = next((k for k in keys if k in engine_args), None)
+        if key is None:
+            continue
+        try:
+            size = int(str(engine_args[key]).strip())
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise ValueError(f"engine arg {key}={engine_args[key]!r} must be a whole number of devices >= 1")
+        total *= size
+    return total
+
 
 @dataclass(frozen=True)
 class ProbeResult:
@@ -114,6 +138,12 @@ class LaunchConfig:
     cancel: threading.Event | None = None  # set = abandon a start-up in progress (parallel start)
     probe: ProbeResult | None = None
     log_name: str | None = None  # the server log's name (default: the engine's); a tuning configuration's own
+    devices: int | None = None  # devices one deployment uses, as told (--devices NAME=N); None: from engine_args
+
+    @property
+    def deployment_devices(self) -> int:
+        """The devices one deployment uses: ``devices`` when told, else :func:`devices_of` the engine args."""
+        return self.devices if self.devices else devices_of(self.engine_args)
 
 
 @dataclass

@@ -77,8 +77,7 @@ def frontier_png(s: LadderSummary) -> bytes | None:
     log = bool(ys) and max(ys) > LOG_SPREAD * min(ys)  # engines 10x apart: a linear axis flattens the slow ones
     if log:
         ax.set_yscale("log")
-    ax.set_ylabel(f"output tokens/s per device ({s.devices} device{'s' if s.devices > 1 else ''})"
-                  + (", log scale" if log else ""))
+    ax.set_ylabel("output tokens/s per device (each engine's own devices)" + (", log scale" if log else ""))
     ax.set_title(f"Throughput vs interactivity, {s.workload}: points labelled by load (in flight), hollow = failed the SLO;\n"
                  "★ winner, ◆ capacity at the SLO with its 95 % interval (hollow: a lower bound, the ladder stopped first)",
                  fontsize=9)
@@ -131,7 +130,8 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
         ok = cap is not None and not cap.never_met
         ge = "≥ " if ok and cap.open else ""  # type: ignore[union-attr]
         rows.append({
-            "engine": name + (" ★" if d and name == d.winner else "") + (" (yardstick)" if e.reference else ""),
+            "engine": name + (" ★" if d and name == d.winner else "") + (" (yardstick)" if e.reference else "")
+                      + (f" ({e.devices} devices)" if e.devices and e.devices > 1 else ""),
             "capacity": f"{ge}{cap.output_tps:,.1f}" if ok else ("0" if cap is not None else "–"),  # type: ignore[union-attr]
             "interval": _interval(cap) if ok else "–",
             "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]

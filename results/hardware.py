@@ -272,6 +272,16 @@ def run_price(hardware: HardwareFacts | Mapping[str, Any] | None) -> tuple[float
     return profile.deployment_price_per_hour, f"{profile.price_source}{devices}"
 
 
+def device_price(hardware: HardwareFacts | Mapping[str, Any] | None) -> tuple[float, str] | None:
+    """``(USD per device-hour, source)`` of the hardware a run recorded: the price of one of its
+    devices (an engine's cost counts the devices it used, not every device the host has); None
+    when it recorded no price."""
+    profile = profile_from_manifest(hardware)
+    if profile is None or profile.price_per_hour is None:
+        return None
+    return profile.price_per_hour, f"{profile.price_source} per device"
+
+
 def named_profile(name: str, num_devices: int | None = None) -> HardwareProfile:
     """A named profile of :data:`PROFILES` (case-insensitive; ``"CPU"`` filled in for this
     machine, :func:`cpu_profile`), optionally with another device count.

@@ -79,9 +79,13 @@ def ladder_points(engine: str, ladder: EngineLadder, records: Sequence[RequestRe
     return out
 
 
-def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | None) -> CapacityAtSLO:
+def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | None, devices: int = 1) -> CapacityAtSLO:
+    """The stored capacity: ``price_per_hour`` is USD per device-hour (the capacity is per device, so
+    $/1M = price / per-device tok/s); ``devices``: what one deployment uses, so the devices a target
+    needs are whole deployments of them."""
     usd = cost_per_million_tokens(price_per_hour, cap.output_tps) if price_per_hour is not None else None
-    needed = math.ceil(target_tps / cap.output_tps) if target_tps and cap.output_tps > 0 else None
+    deployments = math.ceil(target_tps / (cap.output_tps * devices)) if target_tps and cap.output_tps > 0 else None
+    needed = deployments * devices if deployments is not None else None
     return CapacityAtSLO(output_tps=cap.output_tps, interval=cap.interval, request_rate=cap.request_rate, load=cap.load,
                          bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
                          measurements=cap.measurements,
@@ -137,7 +141,7 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
           price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, str] | None = None,
           client_rps: float | None = None, interrupted: str = "", seed: int = 0) -> LadderSummary:
     """Fill each engine's capacity and the decision of ``summary`` (in place; also returned)
-    from ``records``; ``extra_gates``: exclusions decided elsewhere (memory fit, a required
+    from ``records``; ``price_per_hour``: USD per device-hour (``results.hardware.device_price``); ``extra_gates``: exclusions decided elsewhere (memory fit, a required
     feature), engine → one line; ``client_rps``: the request rate the client can send without
     limiting the load (half its calibrated maximum, times its workers; None = not calibrated):
     points above it are marked client-limited, never held against the engine."""
@@ -145,12 +149,12 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     candidates = []
     samples: dict[str, list[PointSample]] = {}
     for name, ladder in summary.engines.items():
-        points = samples[name] = ladder_points(name, ladder, records, summary.devices, agentic)
+        points = samples[name] = ladder_points(name, ladder, records, ladder.devices or summary.devices, agentic)
         cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
         if cap is not None and ladder.stopped == "saturated":
             cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
         if cap is not None:
-            ladder.capacity = _stored(cap, price_per_hour, target_tps)
+            ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)
         ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate,
                                                                 allow_unchecked=summary.allow_unchecked)

@@ -91,6 +91,7 @@ class EngineLadder(Artefact):
     excluded: str = ""
     reference: bool = False
     display_name: str | None = None
+    devices: int | None = None  # devices one deployment of it used (its launch's parallel sizes, --devices); None: the run's
     startup_s: float | None = None
     startup_alone: bool | None = None  # startup_s was measured with no other engine starting (None: older run)
     processes: int | None = None

@@ -119,3 +119,41 @@ def test_points_the_client_may_have_limited_are_marked_not_held_against_the_engi
     assert ladder.decision.winner == "fast"
     row = next(r for r in capacity_rows(ladder) if r["engine"].startswith("fast"))
     assert f"client-limited at {', '.join(map(str, marked))} (more --client-workers)" in row["stopped"]
+
+
+def test_every_figure_of_an_engine_is_the_same_wherever_it_is_printed(tmp_path: Path) -> None:
+    """One run's outputs read back: each engine's capacity, interval and load in ladder.json, the
+    report's capacity table, the console's verdict table and (the winner's) the verdict sentence,
+    with the ratio and its interval, all one figure."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from harness.app.cli.verdict import print_verdict
+    from results.store import load_run
+
+    run_dir = ladder_run(tmp_path)
+    md_path, _ = write_run_reports(run_dir)
+    md = md_path.read_text()
+    stored = json.loads((run_dir / LADDER_FILE).read_text())
+    ladder = load_run(run_dir).ladder
+    out = io.StringIO()
+    print_verdict(ladder, Console(file=out, width=250, color_system=None))
+    console = out.getvalue()
+    for name, e in ladder.engines.items():
+        cap = e.capacity
+        assert cap is not None and stored["engines"][name]["capacity"]["output_tps"] == cap.output_tps
+        lo, hi = cap.interval
+        figures = [f"{cap.output_tps:,.1f}", f"[{lo:,.1f}–{hi:,.1f}]", f"{cap.load:.3g}"]
+        md_row = next(line for line in md.splitlines() if line.startswith(f"| {name}"))
+        console_row = next(line for line in console.splitlines() if "│" in line and line.strip("│ ").startswith(name))
+        for fig in figures:
+            assert fig in md_row, (name, fig, md_row)
+            assert fig in console_row, (name, fig, console_row)
+    d = ladder.decision
+    win = ladder.engines[d.winner].capacity
+    assert f"({win.output_tps:,.0f} output tok/s per device" in d.sentence and f"{win.load:.3g} " in d.sentence
+    lo, hi = d.ratio_interval
+    assert f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}] {d.runner_up}'s" in d.sentence
+    assert d.sentence in md and d.sentence in " ".join(console.split())

@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 from adapters.resources import combine_repeats
-from results.hardware import run_price
+from results.hardware import device_price
 from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
                             RequestRecord)
 from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
@@ -209,7 +209,7 @@ class LadderJob:
         for sample in _samples(engine, self.spec):
             if sample.load in (passing, failing) and len(sample.repeats) > 1:
                 st = point_stats(sample.load, sample.pooled(), self.spec.slos, self.spec.max_failure_rate,
-                                 self.spec.devices, sum(sample.sessions) if sample.sessions is not None else None)
+                                 sample.devices, sum(sample.sessions) if sample.sessions is not None else None)
                 self.console.print(f"  {engine.name} {stats_line(int(sample.load), st)} ({len(sample.repeats)} "
                                    "measurements pooled: what the decision reads)", markup=False, highlight=False)
 
@@ -258,7 +258,7 @@ class LadderJob:
                 if point_records := [r for r in mine if r.probe == point.index]:
                     point.metrics = summarise(point_records, condition, intervals=False).pooled
         s.engines.update(skipped)
-        price = run_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
+        price = device_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
         judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps,
               client_rps=self._client_rps(), interrupted=interrupted)
         for e in engines:
@@ -291,7 +291,7 @@ class LadderJob:
         return EngineLadder(status=status, reason=e.failure, stopped=o.stopped if o else "", crash=o.crash if o else "",
                             crashed_at=o.crashed_at if o else None, points=sorted(points, key=lambda p: p.load),
                             reference=e.name in REFERENCE_ENGINES, display_name=o.display_name if o else None,
-                            startup_s=_startup(e), startup_alone=_startup(e) is not None and (
+                            devices=e.plan.launch.deployment_devices, startup_s=_startup(e), startup_alone=_startup(e) is not None and (
                                 any(m.startup_alone_s for m in e.measurements) or bool(o and not o.parallel)),
                             processes=o.processes if o else None,
                             verified_features=_verified(o) if o else None,
@@ -353,7 +353,7 @@ def _samples(e: EngineClimb, spec: LadderSpec) -> list[PointSample]:
     by: dict[int, list[PointMeasurement]] = {}
     for m in e.measurements:
         by.setdefault(m.index, []).append(m)
-    return [PointSample(float(ms[0].load), tuple(m.requests for m in ms), spec.devices,
+    return [PointSample(float(ms[0].load), tuple(m.requests for m in ms), e.plan.launch.deployment_devices,
                         tuple(m.sessions or 0 for m in ms) if ms[0].sessions is not None else None) for ms in by.values()]
 
 

@@ -37,7 +37,8 @@ class LadderSpec:
     ``workload`` (the base options; ``seed`` the base seed), ``slos`` judged,
     ``max_failure_rate``, ``budget_s`` (s of measuring per engine), ``max_load``,
     ``max_points``, ``rounds`` (sessions per unit of load per point), ``min_requests`` (per
-    point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices``,
+    point), ``turns_per_session`` (the base workload's, to size agentic points), ``devices`` (the
+    run's default; each engine's own come from its launch, ``LaunchConfig.deployment_devices``),
     ``start_load`` (the first load: the client workers, each of which needs a session in flight),
     ``min_load`` (the main job's climb measures every doubling below it whatever ``budget_s``:
     ``--engine-config``, the recipe's ``climb_to``), ``fidelity_gate`` (no climb unless the
@@ -209,7 +210,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     if spec.fidelity_gate and refused(out.fidelity):
         out.stopped = "fidelity"  # below the floor, or not checked: its capacity would not count
         return
-    ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
+    ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
     console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
@@ -243,7 +244,7 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
                           repeat=1) as session:
             points = _Points(plan, session, sink, spec, tokenizer, indices)
             out.measurements = points.done
-            ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=spec.devices,
+            ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                             max_load=spec.max_load, max_points=len(indices) + spec.max_points, budget_s=spec.budget_s,
                             on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False,
                                                                 highlight=False))
@@ -287,7 +288,8 @@ def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     for _, load, seed, repeat in points:
         measurer(load, seed, repeat)
         m = done[-1]
-        own = point_stats(float(load), m.requests, spec.slos, spec.max_failure_rate, spec.devices, m.sessions)
+        own = point_stats(float(load), m.requests, spec.slos, spec.max_failure_rate, plan.launch.deployment_devices,
+                          m.sessions)
         console.print(f"  {plan.name} {stats_line(load, own)} (measurement {repeat + 1}, judged alone)", markup=False,
                       highlight=False)
 

@@ -16,7 +16,7 @@ run goes on; Ctrl-C (or SIGTERM) stops the current engine, marks it ``failed``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,7 @@ class Orchestrator:
                 continue
             launch = launch_config(self.cfg, self.parity.engine_args(adapter.name), state.model_dir,
                                    state.writer.run_dir, state.threads)
+            launch = replace(launch, devices=self.cfg.devices.get(adapter.name))
             plan = plan_engine(adapter, launch, kind)
             if plan.available:
                 plans.append(plan)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.hardware import get_profile
-from results.hardware import run_price
+from results.hardware import device_price
 from results.hardware import profile_from_manifest
 from harness.metrics.derive import complete_metrics
 from harness.metrics.timeline import timelines
@@ -154,7 +154,7 @@ def regate_ladder(run: Run, rec: Recommendation) -> None:
     if not gates:
         return
     slos = parse_slos(",".join(f"{k}={v}" for k, v in ladder.slos.items()))
-    price = run_price(run.manifest.hardware)
+    price = device_price(run.manifest.hardware)
     target = (ladder.target_load or {}).get("output_tps")
     judge(ladder, run.records, slos, price_per_hour=price[0] if price else None, target_tps=target, extra_gates=gates)
     write_model_atomic(run.run_dir / LADDER_FILE, ladder)

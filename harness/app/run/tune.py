@@ -345,7 +345,7 @@ def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestR
     """``name``'s capacity with its bootstrap draws (None without points)."""
     if ladder is None:
         return None
-    points = ladder_points(name, ladder, records, summary.devices, summary.workload == "agentic")
+    points = ladder_points(name, ladder, records, ladder.devices or summary.devices, summary.workload == "agentic")
     if not points:
         return None
     cap = capacity_of(points, job.spec.slos, summary.max_failure_rate, seed=engine_stream(summary.seed, name))

@@ -211,3 +211,36 @@ def test_start_up_time_breaks_a_tie_only_between_starts_made_alone() -> None:
     a.startup_alone = False
     chosen, why = break_tie(a, b)
     assert chosen.name == "a" and why.startswith("fewer server processes")  # the crowded start is not compared
+
+
+def test_devices_come_from_the_launch_and_divide_throughput_and_cost() -> None:
+    from adapters.base import LaunchConfig, devices_of
+    from harness.scoring.decision import judge
+    from results.schema import EngineLadder, EngineStatus, LadderPoint, LadderSummary
+    from pathlib import Path
+
+    assert devices_of({}) == 1 and devices_of({"tensor_parallel_size": "4", "pipeline_parallel_size": "2"}) == 8
+    assert devices_of({"tp": "2", "dp": "3"}) == 6
+    with pytest.raises(ValueError, match="whole number of devices"):
+        devices_of({"tp": "0"})
+    launch = LaunchConfig(model_dir=Path("."), run_dir=Path("."), engine_args={"tp": "4"})
+    assert launch.deployment_devices == 4
+    assert LaunchConfig(model_dir=Path("."), run_dir=Path("."), devices=8).deployment_devices == 8  # --devices NAME=8
+
+    slos = parse_slos("tpot_p90=1000")
+    records = []
+    for name in ("one", "four"):
+        for i in range(12):
+            r = rec(i, i * 1000.0, i * 1000 + 10, i * 1000 + 310)
+            r.request_id, r.engine, r.probe = f"{name}-{i}", name, 0
+            records.append(r)
+    summary = LadderSummary(run_id="r", workload="random", slos={s.key: s.threshold_ms for s in slos})
+    for name, devices in (("one", 1), ("four", 4)):
+        summary.engines[name] = EngineLadder(status=EngineStatus.OK, stopped="max_load", devices=devices,
+                                             points=[LadderPoint(index=0, load=1, seeds=[0], wall_s=12.0)])
+    judge(summary, records, slos, price_per_hour=2.0, target_tps=100.0)
+    one, four = summary.engines["one"].capacity, summary.engines["four"].capacity
+    assert four.output_tps == pytest.approx(one.output_tps / 4)  # the same serving, on four devices: per device
+    assert four.usd_per_1m_output_tokens == pytest.approx(4 * one.usd_per_1m_output_tokens)  # $2 per device-hour
+    assert one.usd_per_1m_output_tokens == pytest.approx(2.0 / (one.output_tps * 3600) * 1e6)
+    assert four.devices_needed % 4 == 0  # whole deployments of four

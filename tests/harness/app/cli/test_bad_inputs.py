@@ -132,6 +132,11 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
          "--allow-unchecked lets an engine whose output-fidelity check could not run compete, and --fidelity-prompts 0 "
          "runs no check: drop one or the other"),
         ("search-allow-unchecked", [*S, "--allow-unchecked"], "No such option: --allow-unchecked"),
+        ("run-devices-shape", [*R, "--devices", "prod"], "--devices 'prod' is not NAME=N, e.g. --devices prod=8"),
+        ("run-devices-zero", [*R, "--devices", "openai=0"], "--devices openai: '0' is not a whole number of devices >= 1"),
+        ("run-devices-unknown", [*R, "--devices", "nosuch=2"], "--devices nosuch: no engine or --endpoint of that name"),
+        ("run-devices-bad-tp", [*R, "--engine-arg", "vllm:tensor_parallel_size=two"],
+         "--engine-arg vllm: engine arg tensor_parallel_size='two' must be a whole number of devices >= 1"),
         ("run-engine-unknown", ["run", "--engine", "nosuch", "-o", out], "unknown engine 'nosuch'"),
         ("run-engine-mii", ["run", "--engine", "deepspeed-mii", "-o", out], "unknown engine 'deepspeed-mii'"),
         ("run-engine-empty", ["run", "--engine", " , ", "-o", out], "--engine is empty"),
