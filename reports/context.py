@@ -150,6 +150,11 @@ def _resource_note(runs: list[Run]) -> str:
 def interval_note(runs: list[Run]) -> str:
     """What the brackets of the summary table are, from the runs' repeat counts."""
     repeats = sorted({r.summary.repeats for r in runs})
+    several = sorted(n for r in runs for n, e in r.summary.engines.items() if len(e.repeats) > 1)
+    if repeats == [1] and several:  # a ladder run: the decisive engines' points were measured on fresh starts
+        return (f"Brackets: 95 % intervals; {', '.join(several)}: over the measurements of the point shown (fresh "
+                "starts; two-stage bootstrap, run-to-run noise included); the others: over the requests of one "
+                "measurement (no run-to-run noise; rates have none).")
     if repeats == [1]:
         return ("Brackets: 95 % bootstrap intervals over the requests of one repeat; rates have none and "
                 "run-to-run noise was not measured (bench run --repeats 2 or more measures it).")

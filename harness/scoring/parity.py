@@ -14,7 +14,10 @@ notes; nothing is eliminated for one):
 - on a GPU only, eager mode next to CUDA graphs (a CPU has no CUDA graphs: never a flag there);
 - ``max_num_seqs`` differing by more than :data:`SEQS_RATIO` × (``max / min > 2``): under
   saturation the engine admitting more sequences at once trades tail latency for throughput, so
-  p99 TTFT/TPOT at high load compare different admission policies, not engines.
+  p99 TTFT/TPOT at high load compare different admission policies, not engines;
+- an engine whose measured mean CPU exceeds 1.5 × the threads it was given (``threads`` row;
+  :func:`cpu_over_threads`, from the resources sampled while it was measured): it used more
+  cores than its rivals, and on a small machine the client's core too.
 
 A value an engine did not report (None) never raises a flag; the row shows "not reported".
 """
@@ -161,7 +164,37 @@ def audit_summary(summary: RunSummary, hardware: str | None, mode: str = "report
     """The audit of a run's measured engines (status ok, settings read); None when none has any."""
     engines = {name: e.effective for name, e in summary.engines.items()
                if e.status is EngineStatus.OK and e.effective is not None}
-    return audit(engines, hardware, mode, strict) if engines else None
+    if not engines:
+        return None
+    out = audit(engines, hardware, mode, strict)
+    over = cpu_over_threads(summary)
+    if over:
+        out.flags.append(ParityFlag(setting="threads", engines=list(over), reason="; ".join(over.values())))
+        row = next((r for r in out.rows if r.setting == "threads"), None)
+        if row is not None:
+            row.unfair = True
+    return out
+
+
+CPU_OVER_THREADS = 1.5  # an engine's mean CPU above 1.5x the threads it was given: it used more cores than the others
+
+
+def cpu_over_threads(summary: RunSummary) -> dict[str, str]:
+    """Engines whose measured mean CPU (cores, the sampled process group) exceeds
+    :data:`CPU_OVER_THREADS` times the threads the harness gave them, with the reason: more
+    cores than its rivals (and, on a small machine, the client's own core)."""
+    out = {}
+    for name, e in summary.engines.items():
+        use, eff = e.resources, e.effective
+        threads = eff.threads if eff is not None else None
+        if use is None or use.mean_cpu_percent is None or not threads:
+            continue
+        cores = use.mean_cpu_percent / 100.0
+        if cores > CPU_OVER_THREADS * threads:
+            out[name] = (f"{name} used {cores:.1f} cores on average with {threads} thread(s) given (its other "
+                         "threads or processes): it had more CPU than the engines held to their threads, and shared "
+                         "the client's core")
+    return out
 
 
 def parity_notes(runs: Sequence[Run]) -> list[str]:
@@ -177,4 +210,5 @@ def parity_notes(runs: Sequence[Run]) -> list[str]:
     return notes
 
 
-__all__ = ["KV_TOLERANCE", "SEQS_RATIO", "audit", "audit_summary", "parity_notes"]
+__all__ = ["CPU_OVER_THREADS", "KV_TOLERANCE", "SEQS_RATIO", "audit", "audit_summary", "cpu_over_threads",
+           "parity_notes"]

@@ -54,6 +54,11 @@ def _basis_line(summary: RunSummary) -> str:
                 "bootstrap (repeats, then requests), around the value over all requests; rates: the value over the "
                 f"summed measured time, bracketed by the per-repeat values ({rates}); CV: run-to-run coefficient of "
                 "variation of output throughput.")
+    several = sorted(n for n, e in summary.engines.items() if len(e.repeats) > 1)
+    if several:  # a ladder run: the decisive engines' points were measured on several fresh starts
+        return (f"[brackets]: 95% intervals; {', '.join(several)}: over the {len(summary.engines[several[0]].repeats)} "
+                "measurements of the point shown (fresh starts: two-stage bootstrap, run-to-run noise included); the "
+                "others: over the requests of one measurement (no run-to-run noise; rates have none).")
     return ("[brackets]: 95% intervals over the requests of one repeat (bootstrap); rates have none and "
             "run-to-run noise was not measured: use --repeats 2 or more.")
 
