@@ -147,6 +147,24 @@ def _resource_note(runs: list[Run]) -> str:
             + (f" GPU: {'; '.join(gpu)}." if gpu else ""))
 
 
+def _judged_ttft(runs: list[Run]) -> str:
+    """``p90`` when the runs' SLOs judge TTFT at p90 (a ladder run's), else ``p99``."""
+    keys = {k for r in runs for k in ((r.ladder.slos if r.ladder is not None else {}) or r.summary.slos or {})}
+    pct = sorted({k.partition("_")[2] for k in keys if k.startswith("ttft_p")})
+    return pct[0] if len(pct) == 1 and pct[0] in ("p50", "p90", "p95", "p99") else "p99"
+
+
+def _plot_label(run: Run, name: str, label: str) -> str:
+    """``vllm at 4 in flight`` for a ladder run (its metrics are those of one ladder point: the
+    highest that passed below its capacity, else its lowest), so plots that compare engines say
+    that each is shown at its own load; ``label`` otherwise."""
+    ladder = run.ladder.engines.get(name) if run.ladder is not None else None
+    if ladder is None or ladder.capacity is None or not ladder.points:
+        return label
+    load = ladder.capacity.bracket[0] if ladder.capacity.bracket[0] is not None else min(p.load for p in ladder.points)
+    return f"{label} at {load:g} in flight"
+
+
 def interval_note(runs: list[Run]) -> str:
     """What the brackets of the summary table are, from the runs' repeat counts."""
     repeats = sorted({r.summary.repeats for r in runs})
@@ -223,6 +241,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
     cdf: dict[str, dict[str, list[float]]] = {}
     tl_points: list[tuple[str, float, float]] = []
     turn_series: dict[str, dict[int, float]] = {}
+    tl_pct = _judged_ttft(runs)  # the throughput-latency chart's y: the TTFT percentile the SLO judges (p99 without one)
     for run in runs:
         for name, entry in run.summary.engines.items():
             label = _label(run, name, compare)
@@ -244,11 +263,12 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                          "version": entry.version or NOT_RECORDED, "cells": _summary_cells(m, entry.intervals)})
             resource_rows.append({"label": label, **_resource_cells(entry, run.manifest.engines.get(name) or EngineFacts())})
             series = m.samples_ms.model_dump() if m.samples_ms is not None else {}
+            at = _plot_label(run, name, label)  # a ladder run: each engine's metrics come from one of its points
             if any(series.values()):
-                cdf[label] = series
-            x, y = m.output_throughput, m.ttft_ms.p99
+                cdf[at] = series
+            x, y = m.output_throughput, getattr(m.ttft_ms, tl_pct, None)
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-                tl_points.append((label, float(x), float(y)))
+                tl_points.append((at, float(x), float(y)))
             em = entry.engine_metrics
             inp = m.total_input_tokens
             cached = m.cached_tokens
@@ -270,7 +290,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                 })
             turns = {int(t): row for t, row in (m.per_turn or {}).items() if row.ttft_ms_p50 is not None}
             if len(turns) >= 2:
-                turn_series[label] = {t: float(row.ttft_ms_p50) for t, row in turns.items()}
+                turn_series[at] = {t: float(row.ttft_ms_p50) for t, row in turns.items()}
                 for t in sorted(turns):
                     row = turns[t]
                     turn_rows.append({"label": label, "turn": t, "n": row.requests,
@@ -320,5 +340,6 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "feature_rows": feature_rows,
         "feature_details": feature_details,
         "definitions_differ": definition_sections(runs),  # imported runs: metrics under another tool's definition
-        "plot_data": {"cdf": cdf, "throughput_latency": tl_points, "per_turn": turn_series},
+        "plot_data": {"cdf": cdf, "throughput_latency": tl_points, "per_turn": turn_series,
+                      "throughput_latency_label": f"{tl_pct} TTFT (ms)"},
     }

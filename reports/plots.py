@@ -49,6 +49,8 @@ def cdf_grid(series: dict[str, dict[str, list[float]]], panels: Sequence[tuple[s
     for i, (key, title) in enumerate(panels):
         ax = fig.add_subplot(rows, 2, i + 1)
         drawn = False
+        pooled = [v for data in series.values() for v in (data.get(key) or [])]
+        right = float(np.percentile(pooled, 99)) if len(pooled) >= 100 else None  # one outlier must not squeeze it
         for label, data in series.items():
             vals = data.get(key) or []
             if not vals:
@@ -57,6 +59,9 @@ def cdf_grid(series: dict[str, dict[str, list[float]]], panels: Sequence[tuple[s
             x, y = np.concatenate([x[:1], x]), np.concatenate([[0.0], y])  # start the step at 0
             ax.step(x, y, where="post", label=f"{label} (n={len(vals)})", linewidth=1.6)
             drawn = True
+        if right is not None and right > 0 and max(pooled) > 1.5 * right:
+            ax.set_xlim(left=min(0.0, min(pooled)), right=right * 1.05)
+            title = f"{title}; x cut at the p99 of all ({right:,.0f}), longest {max(pooled):,.0f}"
         ax.set_xlabel(title)
         ax.set_ylabel("fraction ≤ x")
         ax.set_ylim(0, 1.02)
@@ -84,13 +89,13 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def throughput_latency(points: list[tuple[str, float, float]], y_label: str = "p99 TTFT (ms)") -> bytes:
     """Scatter of (label, output tokens/s, latency in ms) with the Pareto frontier drawn as a
-    dashed line when there are at least two points."""
+    dashed line when it holds at least two points."""
     fig = _figure(8, 4.8)
     ax = fig.add_subplot(1, 1, 1)
     for label, x, y in points:
         ax.scatter([x], [y], s=50, label=label, zorder=3)
-    if len(points) >= 2:
-        front = pareto_frontier([(x, y) for _, x, y in points])
+    front = pareto_frontier([(x, y) for _, x, y in points]) if len(points) >= 2 else []
+    if len(front) >= 2:  # a frontier of one point is no line: not in the legend either
         ax.plot([points[i][1] for i in front], [points[i][2] for i in front], "k--", linewidth=1,
                 label="Pareto frontier", zorder=2)
     ax.set_xlabel("output throughput (tokens/s)")
@@ -108,6 +113,9 @@ def per_turn(series: dict[str, dict[int, float]], y_label: str = "median TTFT (m
     for label, by_turn in series.items():
         turns = sorted(by_turn)
         ax.plot(turns, [by_turn[t] for t in turns], marker="o", label=label)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
     ax.set_xlabel("turn (turn_id)")
     ax.set_ylabel(y_label)
     ax.grid(True, alpha=0.3)

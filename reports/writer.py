@@ -64,7 +64,8 @@ def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
     if plot_data["cdf"]:
         out["cdf"] = plots.cdf_grid(plot_data["cdf"], CDF_PANELS)
     if plot_data["throughput_latency"]:
-        out["throughput_latency"] = plots.throughput_latency(plot_data["throughput_latency"])
+        out["throughput_latency"] = plots.throughput_latency(plot_data["throughput_latency"],
+                                                             plot_data.get("throughput_latency_label", "p99 TTFT (ms)"))
     if plot_data["per_turn"]:
         out["per_turn"] = plots.per_turn(plot_data["per_turn"])
     return out
