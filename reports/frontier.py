@@ -146,6 +146,17 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
     return rows
 
 
+YARDSTICK_NOTE = ("(yardstick): the reference engine of this repository (own_engine/), on the chart and in the table "
+                  "as a yardstick on the same scale, never recommended: it is built to be read and to measure "
+                  "mechanisms, not run as a production server.")
+
+
+def yardstick_note(s: LadderSummary) -> str:
+    """One line under the capacity table explaining the yardstick, where one was measured ("" else)."""
+    names = [n for n, e in s.engines.items() if e.reference and e.capacity is not None]
+    return f"{', '.join(names)} {YARDSTICK_NOTE}" if names else ""
+
+
 def _stopped(e: EngineLadder) -> str:
     """Why the ladder stopped, in words that match the capacity: ``budget`` only for a lower
     bound; an SLO that broke first, with the bisection the budget cut short, reads

@@ -157,3 +157,6 @@ def test_every_figure_of_an_engine_is_the_same_wherever_it_is_printed(tmp_path: 
     lo, hi = d.ratio_interval
     assert f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}] {d.runner_up}'s" in d.sentence
     assert d.sentence in md and d.sentence in " ".join(console.split())
+    # the yardstick is explained where it appears, not 400 lines later
+    assert "own (yardstick): the reference engine of this repository" in md
+    assert "own (yardstick): the reference engine of this repository" in " ".join(console.split())

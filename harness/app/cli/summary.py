@@ -67,8 +67,8 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
     """The table and the lines to print under it (interval basis, engines' reasons, feature probes)."""
     table = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
     incomplete = any(e.metrics is not None and e.metrics.requests_incomplete for e in summary.engines.values())
-    cols = ["engine", "status", "ok/fail/inc" if incomplete else "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-            "E2E p99", "goodput"]
+    cols = ["engine", "status", "ok/fail/inc" if incomplete else "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p90",
+            "TTFT p99", "TPOT p50", "TPOT p90", "TPOT p99", "E2E p99", "goodput"]
     if summary.repeats > 1:
         cols.append("CV")
     for col in cols:
@@ -100,8 +100,10 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             f"{m.requests_completed}/{m.requests_failed}" + (f"/{m.requests_incomplete}" if incomplete else ""),
             with_interval(m.request_throughput, ci("request_throughput"), 2),
             with_interval(m.output_throughput, ci("output_throughput")),
-            with_interval(m.ttft_ms.p50, ci("ttft_ms.p50")), with_interval(m.ttft_ms.p99, ci("ttft_ms.p99")),
-            with_interval(m.tpot_ms.p50, ci("tpot_ms.p50")), with_interval(m.tpot_ms.p99, ci("tpot_ms.p99")),
+            with_interval(m.ttft_ms.p50, ci("ttft_ms.p50")), with_interval(m.ttft_ms.p90, ci("ttft_ms.p90")),
+            with_interval(m.ttft_ms.p99, ci("ttft_ms.p99")),
+            with_interval(m.tpot_ms.p50, ci("tpot_ms.p50")), with_interval(m.tpot_ms.p90, ci("tpot_ms.p90")),
+            with_interval(m.tpot_ms.p99, ci("tpot_ms.p99")),
             with_interval(m.e2el_ms.p99, ci("e2el_ms.p99")),
             with_interval(m.goodput.request_goodput if m.goodput else None, ci("goodput.request_goodput"), 2),
         ]

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from reports.frontier import capacity_rows
+from reports.frontier import capacity_rows, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, LadderSummary
 
@@ -34,6 +34,8 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["usd"],
                   *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
+    if note := yardstick_note(ladder):
+        console.print(note, markup=False, highlight=False)
     for name, tuning in ladder.tuning.items():
         console.print(escape(gain_line(name, tuning)), highlight=False)
     if run_dir is not None and (run_dir / RECIPE_FILE).exists():
