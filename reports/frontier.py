@@ -151,6 +151,14 @@ YARDSTICK_NOTE = ("(yardstick): the reference engine of this repository (own_eng
                   "mechanisms, not run as a production server.")
 
 
+def caveats(summary: Any) -> list[str]:
+    """The parity audit's unfair flags of a run (``RunSummary.parity``), one line each, for under
+    the verdict: a difference that changes what was measured belongs beside the answer, not only in
+    the parity section (e.g. prefix caching on for some engines only)."""
+    parity = getattr(summary, "parity", None)
+    return [f"Caveat (configuration parity): {flag.reason}" for flag in (parity.flags if parity is not None else [])]
+
+
 def yardstick_note(s: LadderSummary) -> str:
     """One line under the capacity table explaining the yardstick, where one was measured ("" else)."""
     names = [n for n, e in s.engines.items() if e.reference and e.capacity is not None]

@@ -22,7 +22,7 @@ from results.store import Run
 from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
-from .frontier import capacity_rows, frontier_png, yardstick_note
+from .frontier import capacity_rows, caveats, frontier_png, yardstick_note
 from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
 
@@ -45,12 +45,13 @@ def _environment() -> Environment:
     return env
 
 
-def decision_context(ladder: LadderSummary) -> dict[str, Any]:
+def decision_context(ladder: LadderSummary, notes: list[str] | None = None) -> dict[str, Any]:
     """What the report's first screen shows: the verdict sentence, the deciding SLOs, the
     capacity table's rows, the exclusions."""
     d = ladder.decision
     return {"sentence": d.sentence if d else "No decision was made.", "winner": d.winner if d else "",
             "tie": bool(d and d.tie), "rows": capacity_rows(ladder), "yardstick_note": yardstick_note(ladder),
+            "caveats": list(notes or []),
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",
             "excluded": dict(d.excluded) if d else {},
@@ -86,7 +87,7 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     pngs = render_plots(ctx.pop("plot_data"))
     pngs.update(timeline_plots(runs, timelines, _label))
     ladder = runs[0].ladder if len(runs) == 1 else None
-    ctx["decision"] = decision_context(ladder) if ladder is not None else None
+    ctx["decision"] = decision_context(ladder, caveats(runs[0].summary)) if ladder is not None else None
     ctx["fidelity"] = fidelity_context(runs[0].fidelity) if len(runs) == 1 else None
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:

@@ -160,3 +160,30 @@ def test_every_figure_of_an_engine_is_the_same_wherever_it_is_printed(tmp_path: 
     # the yardstick is explained where it appears, not 400 lines later
     assert "own (yardstick): the reference engine of this repository" in md
     assert "own (yardstick): the reference engine of this repository" in " ".join(console.split())
+
+
+def test_the_parity_audits_unfair_flags_stand_under_the_verdict(tmp_path: Path) -> None:
+    """A difference that changes what was measured (prefix caching on for one engine only) is said
+    beside the answer, in the report and on the console, not only in the parity section."""
+    import io
+
+    from rich.console import Console
+
+    from harness.app.cli.verdict import print_verdict
+    from reports.frontier import caveats
+    from results.schema import ParityAudit, ParityFlag, RunSummary
+    from results.store import load_run
+
+    run_dir = ladder_run(tmp_path)
+    run = load_run(run_dir)
+    flag = ParityFlag(setting="prefix_caching", engines=["fast", "slow"], reason="prefix caching on for fast, off for slow")
+    run.summary.parity = ParityAudit(mode="report", engines=["fast", "slow"], flags=[flag])
+    write_model_atomic(run_dir / "summary.json", run.summary)
+    assert caveats(run.summary) == ["Caveat (configuration parity): prefix caching on for fast, off for slow"]
+    assert caveats(RunSummary(run_id="x", workload="w")) == []
+    md = write_run_reports(run_dir)[0].read_text()
+    verdict_block = md[md.index("## Verdict"):md.index("report-plots/frontier.png")]
+    assert "Caveat (configuration parity): prefix caching on for fast, off for slow" in verdict_block
+    out = io.StringIO()
+    print_verdict(run.ladder, Console(file=out, width=200, color_system=None), notes=caveats(run.summary))
+    assert "Caveat (configuration parity): prefix caching on" in out.getvalue()

@@ -64,7 +64,9 @@ def results_show(
     if r.ladder is not None:  # the answer first, as bench run printed it
         from harness.app.cli.verdict import print_verdict
 
-        print_verdict(r.ladder, console, r.run_dir)
+        from reports.frontier import caveats
+
+        print_verdict(r.ladder, console, r.run_dir, caveats(r.summary))
         console.rule("Details")
     print_summary(r.summary, console)
 

@@ -8,6 +8,7 @@ from harness.app.cli import report as cli_report
 from harness.app.cli.common import exit_if_interrupted, fail, guarded, make_console, print_outputs, reuse_run_folder
 from harness.app.cli.options import command_from
 from harness.app.cli.verdict import print_verdict
+from reports.frontier import caveats
 from harness.app.core.settings import RunSettings
 
 console = make_console()
@@ -23,7 +24,7 @@ def run(settings: RunSettings) -> None:
     reuse_run_folder(settings.output_dir, settings.run_id)
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())
     if result.ladder is not None:  # the answer first: the verdict and the capacity table, then the details
-        print_verdict(result.ladder, console, result.run_dir)
+        print_verdict(result.ladder, console, result.run_dir, caveats(result.summary))
         if settings.engine_config:  # a recipe measured again: against the capacity it stored
             _print_recipe_check(settings.engine_config, result.ladder)
         console.rule("Details")

@@ -6,7 +6,7 @@ the verdict sentence, the capacity table (the same rows as the report's,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich.markup import escape
 from rich.table import Table
@@ -16,12 +16,15 @@ from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, LadderSummary
 
 
-def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = None) -> None:
+def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = None, notes: Sequence[str] = ()) -> None:
     """The verdict, then one compact table, the tuning's gain lines and the recipe's file when
-    ``--tune`` ran, then where the frontier chart is."""
+    ``--tune`` ran, then where the frontier chart is; ``notes``: caveats printed under the verdict
+    (:func:`reports.frontier.caveats`)."""
     d = ladder.decision
     console.rule("Verdict")
     console.print(f"[bold]{escape(d.sentence if d else 'No decision was made.')}[/]", highlight=False)
+    for line in notes:  # caveats beside the answer (configuration parity's unfair flags)
+        console.print(line, markup=False, highlight=False)
     unit = "sessions" if d is not None and d.unit == "sessions" else "requests"
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
     target = (ladder.target_load or {}).get("output_tps")

@@ -171,6 +171,10 @@ def run_reference(model_dir: Path, options: Any, tokenizer: Any, prompts: int, m
         console.print("[yellow]fidelity check skipped[/]: the workload has no prompt short enough "
                       f"(≤ {MAX_PROMPT_TOKENS} tokens)")
         return None
+    if len(chosen) < prompts:
+        console.print(f"Fidelity check on {len(chosen)} prompts, not the {prompts} asked (--fidelity-prompts): the "
+                      f"workload has only {len(chosen)} distinct first turns of at most {MAX_PROMPT_TOKENS} tokens",
+                      highlight=False)
     try:
         return reference_for(model_dir, chosen, max_tokens=max_tokens, console=console)
     except (OSError, ValueError, RuntimeError, ImportError) as exc:

@@ -124,7 +124,7 @@ def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink
     :class:`EngineError` of a failed start; the engine is stopped on exit."""
     name, first = plan.name, repeat == 0
     resuming = starter.holds(name) and not starter.failed(name) and starter.slots > 1
-    what = ("resuming" if resuming else "starting") if plan.starts_process else "connecting"
+    what = ("thawing its started server" if resuming else "starting") if plan.starts_process else "connecting"
     console.print(f"[bold]{escape(name)}[/]: {what} …")
     with starter.take(name) as (ep, startup_s):
         parallel = starter.parallel(name)

@@ -170,8 +170,9 @@ class LadderJob:
             if len(top) < 2 or self.boundary_repeats < 1 or not todo:
                 return ""
             what = ("The repeats changed the order: " if again else "Decisive points: ") + " and ".join(e.name for e in todo)
-            self.console.print(f"{what}, each ladder climbed again up to its boundary {self.boundary_repeats} more "
-                               "time(s), interleaved, each time on a fresh start of the engine …")
+            times = "once more" if self.boundary_repeats == 1 else f"{self.boundary_repeats} more times"
+            self.console.print(f"{what}, each ladder climbed again up to its boundary {times}, interleaved, each time "
+                               "on a fresh start of the engine …")
             repeated |= {e.name for e in todo}
             interrupted = self._repeat(todo)
             if interrupted:

@@ -125,7 +125,7 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
             assert len(p.seeds) == 3 and len(set(p.seeds)) == 3  # fresh prompts each
         assert len({s for p in e.points for s in p.seeds}) == 6
         repeats = res.output.split("Decisive points: ", 1)[1]
-        assert repeats.count(f"{name}: starting") == 2 and f"{name}: resuming" not in repeats  # 2 fresh starts
+        assert repeats.count(f"{name}: starting") == 2 and f"{name}: thawing its started server" not in repeats  # 2 fresh starts
 
 
 def test_ctrl_c_mid_ladder_keeps_the_points_and_says_so(slotted, tmp_path, monkeypatch):
