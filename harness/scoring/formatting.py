@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, TYPE_CHECKING, Sequence
 
 from harness.metrics import SLO
 
@@ -16,6 +16,24 @@ METRIC_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E latency", "itl": "
 def rate_text(value: float) -> str:
     """A rate for a sentence: 2 decimals (``0.5`` → ``"0.50"``), 2 significant digits below 0.1."""
     return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+
+
+def in_flight(records: Sequence[Any]) -> int:
+    """The most sessions (a single-turn request is its own) in flight at once over ``records``,
+    each from its first send to its last end: a closed loop's load; 0 without times, or when every
+    session was in flight at once (a burst with no rate limit, not a closed loop)."""
+    spans: dict[str, list[int]] = {}
+    for r in records:
+        if r.send_ns is None or r.end_ns is None:
+            continue
+        span = spans.setdefault(r.session_id or r.request_id, [r.send_ns, r.end_ns])
+        span[0], span[1] = min(span[0], r.send_ns), max(span[1], r.end_ns)
+    events = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most if most < len(spans) else 0
 
 
 def condition_label(condition: tuple[str, float], repeats: Sequence[Measurement] | None = None) -> str:
@@ -35,6 +53,11 @@ def condition_label(condition: tuple[str, float], repeats: Sequence[Measurement]
     workload, rate = condition
     unit = "sessions/s" if workload == "agentic" else "req/s"
     if not math.isfinite(rate):
+        loads = sorted({n for m in repeats or [] if (n := in_flight(m.records))})
+        what = "sessions" if workload == "agentic" else "requests"
+        if loads:  # a closed loop (a ladder point): the load is what was in flight, not a rate
+            shown = f"{loads[0]}" if len(loads) == 1 else f"{loads[0]}–{loads[-1]}"
+            return f"{workload} at {shown} {what} in flight (closed loop)"
         return f"{workload} at max load (no rate limit)"
     if repeats is None:
         return f"{workload} at {rate:.3g} {unit}"

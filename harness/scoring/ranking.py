@@ -1,7 +1,8 @@
 """The soft score over the engines that survive the hard constraints, and the ranking.
 
-Every criterion is normalized to [0, 1] relative to the best survivor with its direction
-explicit — higher-better ``x / max(x)`` (throughput, goodput), lower-better ``min(x) / x``
+Every criterion is normalized relative to the best production survivor (1; not the yardstick,
+which would squeeze every production engine's score: a yardstick better than every production
+engine scores above 1) with its direction explicit — higher-better ``x / max(x)`` (throughput, goodput), lower-better ``min(x) / x``
 (latencies); ``hardware_fit`` is the memory headroom ``1 − required / usable``; ``complexity``
 is measured (time to healthy, process count; :mod:`.operational`); ``features`` score 0 until a
 probe verifies them; ``cost`` is USD per 1M output tokens on the target, lower-better (:mod:`.cost`). Score = Σ wᵢ·sᵢ / Σ wᵢ. No criterion reads what an adapter declares about
@@ -18,6 +19,7 @@ higher output throughput, then lower p99 TTFT, then engine name.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,18 +89,22 @@ class Outcome:
         return production[0] if production else None
 
 
-def normalize(values: dict[str, float | None], higher_better: bool) -> dict[str, float]:
-    """Ratio to the best survivor: higher-better x/max, lower-better min/x; missing → 0."""
+def normalize(values: dict[str, float | None], higher_better: bool, basis: Sequence[str] | None = None) -> dict[str, float]:
+    """Ratio to the best of ``basis`` (default: every survivor): higher-better x/max, lower-better
+    min/x (the basis's best scores 1; an engine outside the basis that beats it, above 1); missing →
+    0. The basis is the production survivors: the reference engine, a yardstick, must not set the
+    scale that squeezes every production engine's score."""
     present = {name: value for name, value in values.items() if value is not None and math.isfinite(value)}
     normalized: dict[str, float] = {}
     if not present:
         return {name: 1.0 for name in values}
+    scale = {n: v for n, v in present.items() if basis is None or n in basis} or present
     if higher_better:
-        best = max(present.values())
+        best = max(scale.values())
         for name in values:
             normalized[name] = 0.0 if name not in present else (1.0 if best <= 0 else max(0.0, present[name]) / best)
     else:
-        best = min(present.values())
+        best = min(scale.values())
         for name in values:
             if name not in present:
                 normalized[name] = 0.0
@@ -116,8 +122,9 @@ def _components(
     complexity notes."""
     throughput_keys = ["output_throughput"] + (["goodput"] if slos else [])
     latency_keys = [f"slo:{slo.key}" for slo in slos] if slos else ["ttft_p99_ms", "tpot_p99_ms"]
-    throughput_scores = [normalize({name: raw[name].get(key) for name in survivors}, True) for key in throughput_keys]
-    latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False) for key in latency_keys]
+    basis = [n for n in survivors if n not in REFERENCE_ENGINES and not ctx.engines[n].imported_from]
+    throughput_scores = [normalize({name: raw[name].get(key) for name in survivors}, True, basis) for key in throughput_keys]
+    latency_scores = [normalize({name: raw[name].get(key) for name in survivors}, False, basis) for key in latency_keys]
     facts = {name: operational_facts(ctx.engines[name].operations) for name in survivors}
     complexity, notes = complexity_scores(facts)
     features = features_scores(ctx.engines, survivors)

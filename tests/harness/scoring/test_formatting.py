@@ -44,3 +44,21 @@ def test_condition_label_gives_the_requested_and_the_achieved_load(tmp_path: Pat
     assert condition_label(burst.condition, [burst]) == "chat at max load (no rate limit)"
     single = measured("s", make_records("own", 1, ttft_ms=50.0, tpot_ms=5.0), 2.0)
     assert condition_label(single.condition, [single]) == "chat at 2.00 req/s requested, achieved not measured"
+
+
+def test_a_closed_loop_point_is_labelled_by_its_load_not_as_max_load() -> None:
+    from harness.scoring.formatting import condition_label, in_flight
+    from tests.helpers import make_records
+
+    # 8 requests, 2 in flight at a time (each client sends its next when its last ends): a closed loop at 2
+    records = make_records("own", 8, ttft_ms=50.0, tpot_ms=5.0, interval_s=0.0)
+    for i, r in enumerate(records):
+        start = (i // 2) * 1_000_000_000 + (i % 2) * 1000
+        r.send_ns, r.scheduled_ns, r.end_ns = start, start, start + 900_000_000
+    assert in_flight(records) == 2
+
+    class M:
+        def __init__(self, recs):
+            self.records, self.achieved_rate = recs, None
+
+    assert condition_label(("agentic", float("inf")), [M(records)]) == "agentic at 2 sessions in flight (closed loop)"
