@@ -46,7 +46,8 @@ MANIFEST_SECTIONS = [
     ("Hardware", ["hardware"]),
     ("Model", ["model"]),
     ("Workload (incl. seed and scale)", ["workload"]),
-    ("Workload statistics", ["workload_stats"]),
+    ("Workload statistics (the base workload; on a ladder run each point draws its own, of this shape and size per load)",
+     ["workload_stats"]),
     ("Client calibration", ["client_calibration"]),
     ("Engine configurations", ["engines"]),
     ("Threads", ["threads"]),
@@ -87,7 +88,7 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
         elif pattern == "rate":
             off, ach, valid = m.offered_rate, m.achieved_rate, m.rate_valid
             flag = "" if valid is None else (" ✓" if valid else " ✗ (outside ±5 %)")
-            cells[key] = f"{fmt(off, '{:g}') if off else 'max load'} / {fmt(ach, '{:.2f}')}{flag}"
+            cells[key] = f"{fmt(off, '{:g}') if off else 'no rate limit'} / {fmt(ach, '{:.2f}')} req/s{flag}"
         else:
             cells[key] = fmt(metric_value(m, path), pattern)
             ci = intervals.get(path)

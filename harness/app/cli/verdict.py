@@ -29,7 +29,7 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
     target = (ladder.target_load or {}).get("output_tps")
     cols = [("engine", False), ("output tok/s per device", True), ("95% interval", True), (f"{unit} in flight", True),
-            ("rate", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
+            ("rate (closed loop)", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
         [("gates", False)]
     for col, right in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")

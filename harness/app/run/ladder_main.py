@@ -100,6 +100,8 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
     for name, ladder in state.ladder.engines.items():
         if ladder.status.value == "ok":
             orch.parity.attach(name, writer.summary.engines[name])
+        if (entry := writer.summary.engines.get(name)) is not None and entry.metrics is not None:
+            orch.validity(name, entry.metrics, writer)  # token drift and rates: the ladder's too
     writer.write_summary()
     return interrupted
 

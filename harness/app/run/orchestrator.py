@@ -284,6 +284,12 @@ class Orchestrator:
         if result.status is not EngineStatus.OK:
             self.console.print(f"[red]{name}[/]: failed — {escape(result.reason)}")
             return
+        self.validity(name, metrics, writer)
+
+    def validity(self, name: str, metrics: Any, writer: RunWriter) -> None:
+        """``name``'s validity facts in the manifest (rates, token counts against our tokenizer's)
+        and a warning when the server's token counts drift from ours: the one-load-point path and
+        the ladder's (there, over the metrics of the point its summary shows)."""
         drift = metrics.token_drift
         writer.manifest.validity[name] = Validity(
             offered_rate=metrics.offered_rate, requested_rate=metrics.requested_rate,

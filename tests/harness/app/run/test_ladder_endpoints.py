@@ -76,6 +76,8 @@ def test_three_endpoints_are_ranked_by_their_capacity(slotted, tmp_path):
     caps = {n: e.capacity.output_tps for n, e in run.ladder.engines.items()}
     assert caps["four"] > 1.5 * caps["two"] > 1.5 * 1.5 * caps["one"] > 0
     assert all(e.excluded == "" and not e.reference for e in run.ladder.engines.values())
+    # the ladder path writes each engine's validity facts too (token counts against our tokenizer's)
+    assert set(run.manifest.validity) == {"one", "two", "four"}
     # the prompts were salted (an endpoint's warm prefix cache serves none of them) and the verdict comes first
     assert run.manifest.workload["prompt_salt"]
     assert res.output.index("Verdict") < res.output.index("Details")
