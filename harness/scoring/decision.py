@@ -88,7 +88,7 @@ def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | Non
     needed = deployments * devices if deployments is not None else None
     return CapacityAtSLO(output_tps=cap.output_tps, interval=cap.interval, request_rate=cap.request_rate, load=cap.load,
                          bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
-                         measurements=cap.measurements,
+                         measurements=cap.measurements, lowest_fails=cap.lowest_fails,
                          usd_per_1m_output_tokens=usd, devices_needed=needed,
                          usd_per_hour=needed * price_per_hour if needed is not None and price_per_hour is not None else None)
 

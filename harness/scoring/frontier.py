@@ -167,6 +167,7 @@ class Capacity:
     draws: np.ndarray = field(default_factory=lambda: np.empty(0))
     points: list[PointStats] = field(default_factory=list)
     measurements: int = 1  # the fewest measurements of the points it rests on (1 = no run-to-run noise in its interval)
+    lowest_fails: float = 0.0  # the share of draws whose lowest point fails (capacity 0): why an interval reaches 0
 
 
 def capacity_from(stats: Sequence[PointStats]) -> Capacity:
@@ -202,6 +203,7 @@ def capacity_of(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_
         cap.draws = capacity_draws(points, slos, max_failure_rate, resamples=resamples, seed=seed)
         lo, hi = np.percentile(cap.draws, [2.5, 97.5])
         cap.interval = (float(lo), float(hi))
+        cap.lowest_fails = float(np.mean(cap.draws == 0.0))
     return cap
 
 

@@ -71,6 +71,7 @@ class CapacityAtSLO(Artefact):
     devices_needed: int | None = None
     usd_per_hour: float | None = None
     measurements: int = 1
+    lowest_fails: float = 0.0  # the share of bootstrap draws in which even the lowest load fails (interval down to 0)
 
 
 class EngineLadder(Artefact):

@@ -244,3 +244,18 @@ def test_devices_come_from_the_launch_and_divide_throughput_and_cost() -> None:
     assert four.usd_per_1m_output_tokens == pytest.approx(4 * one.usd_per_1m_output_tokens)  # $2 per device-hour
     assert one.usd_per_1m_output_tokens == pytest.approx(2.0 / (one.output_tps * 3600) * 1e6)
     assert four.devices_needed % 4 == 0  # whole deployments of four
+
+
+def test_an_interval_reaching_zero_says_the_lowest_load_fails_in_some_resamples() -> None:
+    from reports.frontier import _interval
+
+    # load 1 passes p90 TTFT <= 1000 ms by 1 %, load 2 fails: many resamples fail load 1 (capacity 0)
+    ttfts = [100.0] * 9 + [980.0, 1000.0, 1600.0]  # p90 = 998 ms
+    low = [rec(i, i * 3000.0, i * 3000 + t, i * 3000 + t + 200) for i, t in enumerate(ttfts)]
+    high = [rec(i, i * 3000.0, i * 3000 + 2000, i * 3000 + 2200) for i in range(12)]
+    pts = [PointSample(1.0, (Requests.of(low, 36.0, steady=False),)),
+           PointSample(2.0, (Requests.of(high, 36.0, steady=False),))]
+    cap = capacity_of(pts, parse_slos("ttft_p90=1000"), seed=0)
+    assert not cap.never_met and cap.interval is not None and cap.interval[0] == 0.0
+    assert 0.025 <= cap.lowest_fails < 1.0
+    assert _interval(cap).endswith(f"(1 run) (its lowest load fails in {cap.lowest_fails:.0%} of resamples)")
