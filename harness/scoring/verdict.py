@@ -183,7 +183,8 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     elif v.outcome == "equivalent":
         v.tie = True
         if best.capacity.open:  # a lower bound never loses on a tie-breaker
-            v.winner, v.tie_breaker = best.name, f"{best.name}'s capacity is a lower bound, so no tie-breaker speaks"
+            v.winner, v.tie_breaker = best.name, ("the leader's lower bound (its capacity is at least this, so no "
+                                                  "tie-breaker speaks against it)")
         else:
             chosen, why = break_tie(best, second)
             v.winner, v.runner_up, v.tie_breaker = chosen.name, (second if chosen is best else best).name, why
