@@ -26,21 +26,48 @@ def timeline_plot(series: dict[str, Timeline]) -> bytes:
     fig = _figure(8, 7.5)
     panels = [("requests in flight", "in_flight"), ("output tokens/s", "output_tps"), ("TTFT p50 (ms)", "ttft_p50_ms")]
     axes = [fig.add_subplot(3, 1, i + 1) for i in range(3)]
+    ttfts: list[float] = []
     for label, line in series.items():
         x = [(i + 0.5) * line.bucket_s for i in range(len(line.in_flight))]
+        idle = _idle(line.in_flight)
         for ax, (_, key) in zip(axes, panels):
-            y = getattr(line, key)
-            ax.plot(x, [float("nan") if v is None else v for v in y], marker="." if len(x) < 40 else None,
-                    label=label)
+            y = [float("nan") if v is None or i in idle else v for i, v in enumerate(getattr(line, key))]
+            ax.plot(x, y, marker="." if len(x) < 40 else None, label=label)
+            if key == "ttft_p50_ms":
+                ttfts += [v for v in y if v == v]
     for ax, (title, _) in zip(axes, panels):
         ax.set_ylabel(title)
         ax.grid(True, alpha=0.3)
-    axes[-1].set_xlabel("seconds since the first measured send")
-    widths = sorted({line.bucket_s for line in series.values()})
-    axes[0].set_title(f"measured phase over time ({'/'.join(f'{w:g}' for w in widths)} s buckets)", fontsize=10)
+    if len(ttfts) >= 20:  # one slow bucket must not flatten the rest: cut at 1.2x the 98th percentile
+        top = sorted(ttfts)[int(0.98 * (len(ttfts) - 1))] * 1.2
+        if max(ttfts) > 1.5 * top:
+            axes[2].set_ylim(0, top)
+            axes[2].set_ylabel(f"TTFT p50 (ms; cut at {top:,.0f})")
+    axes[-1].set_xlabel("seconds since the first measured send (gaps: the engine idle between its measurements)")
+    widths = ", ".join(f"{label} {line.bucket_s:g} s" for label, line in series.items())
+    axes[0].set_title(f"measured phase over time (bucket widths: {widths})", fontsize=10)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return _png(fig)
+
+
+IDLE_BUCKETS = 10  # this many empty buckets in a row are a gap (the engine waiting for its next measurement)
+
+
+def _idle(in_flight: Sequence[float | None]) -> set[int]:
+    """The buckets of runs of at least :data:`IDLE_BUCKETS` with nothing in flight: not drawn, so a
+    ladder measured in several sittings (a climb, then a climb-on minutes later) reads as gaps,
+    not as a stall."""
+    out: set[int] = set()
+    run: list[int] = []
+    for i, v in enumerate([*in_flight, 1]):
+        if i < len(in_flight) and not v:
+            run.append(i)
+            continue
+        if len(run) >= IDLE_BUCKETS:
+            out.update(run)
+        run = []
+    return out
 
 
 def gantt_eligible(records_by_label: dict[str, Sequence[RequestRecord]]) -> bool:

@@ -187,3 +187,16 @@ def test_the_parity_audits_unfair_flags_stand_under_the_verdict(tmp_path: Path) 
     out = io.StringIO()
     print_verdict(run.ladder, Console(file=out, width=200, color_system=None), notes=caveats(run.summary))
     assert "Caveat (configuration parity): prefix caching on" in out.getvalue()
+
+
+def test_the_timeline_skips_idle_gaps_and_names_each_bucket_width() -> None:
+    """A ladder measured in two sittings (a climb, a climb-on minutes later) reads as a gap, not a stall."""
+    from reports.timeline import IDLE_BUCKETS, _idle, timeline_plot
+    from results.schema import Timeline
+
+    busy, gap = [2.0] * 5, [0.0] * (IDLE_BUCKETS + 3)
+    assert _idle(busy + gap + busy) == set(range(5, 5 + IDLE_BUCKETS + 3))
+    assert _idle(busy + [0.0] * (IDLE_BUCKETS - 1) + busy) == set()  # a short lull is drawn
+    line = Timeline(bucket_s=1.0, in_flight=busy + gap + busy, output_tps=[10.0] * 23,
+                    ttft_p50_ms=[100.0] * 23, completed=[1] * 23, failed=[0] * 23)
+    assert timeline_plot({"vllm": line})[:8] == b"\x89PNG\r\n\x1a\n"
