@@ -180,8 +180,8 @@ class Requests:
         bootstrap reads them, before it takes)."""
         return Requests(self.ok[idx], self.ttft[idx], self.tpot[idx], self.e2el[idx], self.tokens[idx],
                         tuple(self.itl[i] for i in idx), self.duration_s,
-                        self.cluster[idx] if self.cluster is not None else None, self.completions()[idx],
-                        self.span_s, self.steady, self.tokens_out()[idx])
+                        cluster=self.cluster[idx] if self.cluster is not None else None, done=self.completions()[idx],
+                        out=self.tokens_out()[idx], span_s=self.span_s, steady=self.steady)
 
     def tokens_out(self) -> np.ndarray:
         """Each successful request's whole output tokens (``tokens`` counts those inside the window)."""
@@ -206,6 +206,6 @@ def pool(parts: Sequence[Requests]) -> Requests:
     return Requests(np.concatenate([p.ok for p in parts]), np.concatenate([p.ttft for p in parts]),
                     np.concatenate([p.tpot for p in parts]), np.concatenate([p.e2el for p in parts]),
                     np.concatenate([p.tokens for p in parts]), tuple(g for p in parts for g in p.itl),
-                    sum(p.duration_s for p in parts), cluster, np.concatenate([p.completions() for p in parts]),
-                    sum(p.span for p in parts), all(p.steady for p in parts),
-                    np.concatenate([p.tokens_out() for p in parts]))
+                    sum(p.duration_s for p in parts), cluster=cluster,
+                    done=np.concatenate([p.completions() for p in parts]), span_s=sum(p.span for p in parts),
+                    steady=all(p.steady for p in parts), out=np.concatenate([p.tokens_out() for p in parts]))

@@ -259,3 +259,20 @@ def test_an_interval_reaching_zero_says_the_lowest_load_fails_in_some_resamples(
     assert not cap.never_met and cap.interval is not None and cap.interval[0] == 0.0
     assert 0.025 <= cap.lowest_fails < 1.0
     assert _interval(cap).endswith(f"(1 run) (its lowest load fails in {cap.lowest_fails:.0%} of resamples)")
+
+
+def test_pooling_and_taking_keep_every_field_in_its_place() -> None:
+    from harness.scoring.samples import pool
+
+    a = Requests.of(closed_loop(clients=3, per_client=6), 2.0)
+    b = Requests.of(closed_loop(clients=3, per_client=6, service_ms=120.0), 2.5)
+    both = pool([a, b])
+    assert both.span == pytest.approx(4.5) and both.duration_s == pytest.approx(a.duration_s + b.duration_s)
+    assert both.steady and both.n == a.n + b.n
+    assert np.array_equal(both.tokens_out(), np.concatenate([a.tokens_out(), b.tokens_out()]))
+    assert np.array_equal(both.completions(), np.concatenate([a.completions(), b.completions()]))
+    taken = both.take(np.array([0, 1, a.n]))
+    assert taken.span == both.span and taken.steady and np.array_equal(taken.tokens_out(), both.tokens_out()[[0, 1, a.n]])
+    # an agentic point's sessions/s counts over the whole measured phases (s), not the window
+    st = point_stats(3, both, parse_slos("tpot_p90=1000"), 0.05, sessions=18)
+    assert st.request_rate == pytest.approx(18 / 4.5)
