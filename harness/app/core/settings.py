@@ -153,7 +153,7 @@ class RunSettings(BaseModel):
         "--max-load", "--target-load", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config", "--output-dir",
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
-        "--prompt-salt", "--endpoint", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
+        "--prompt-salt", "--endpoint", "--devices", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
         "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--allow-unchecked",
         "--accuracy",
         "--no-calibration", "--client-workers", "--no-feature-probes",
