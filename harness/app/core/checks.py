@@ -183,3 +183,40 @@ def check_run_id(run_id: Optional[str]) -> Optional[str]:
     if run_id is not None and (not run_id.strip() or run_id in (".", "..") or "/" in run_id or "\\" in run_id):
         raise ValueError(f"--run-id {run_id!r} must be a plain folder name (no '/', not empty)")
     return run_id
+
+
+def parse_devices(items: list[str]) -> dict[str, int]:
+    """``--devices NAME=N`` items → {name: devices} (N a whole number ≥ 1, each name once);
+    ValueError (one line) otherwise."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, count = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"--devices {item!r} is not NAME=N, e.g. --devices prod=8")
+        try:
+            n = int(count.strip())
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"--devices {name}: {count.strip()!r} is not a whole number of devices >= 1, e.g. --devices {name}=8")
+        if name in out:
+            raise ValueError(f"--devices {name!r} is given twice: name each engine once")
+        out[name] = n
+    return out
+
+
+def check_devices(devices: dict[str, int], endpoints: dict[str, str], engine_args: dict[str, dict[str, str]]) -> None:
+    """``--devices`` names an engine or an ``--endpoint`` of the run, and every engine's parallel
+    sizes in ``--engine-arg`` read as device counts; ValueError (one line) otherwise."""
+    from adapters.base import devices_of
+    from adapters.registry import ENGINE_NAMES
+
+    for name in devices:
+        if name not in endpoints and name not in ENGINE_NAMES:
+            raise ValueError(f"--devices {name}: no engine or --endpoint of that name in this run")
+    for name, args in engine_args.items():
+        try:
+            devices_of(args)
+        except ValueError as exc:
+            raise ValueError(f"--engine-arg {name}: {exc}") from None

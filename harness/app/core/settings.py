@@ -70,26 +70,6 @@ def _endpoints(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _devices(items: list[str]) -> dict[str, int]:
-    """``--devices NAME=N`` items → {name: devices} (N a whole number ≥ 1, each name once)."""
-    out: dict[str, int] = {}
-    for item in items:
-        name, sep, count = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ValueError(f"--devices {item!r} is not NAME=N, e.g. --devices prod=8")
-        try:
-            n = int(count.strip())
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"--devices {name}: {count.strip()!r} is not a whole number of devices >= 1, e.g. --devices {name}=8")
-        if name in out:
-            raise ValueError(f"--devices {name!r} is given twice: name each engine once")
-        out[name] = n
-    return out
-
-
 def _accuracy_set(text: Optional[str]) -> Optional[str]:
     """``--accuracy FILE``: the path, once the file reads as an accuracy set (else its one-line error)."""
     if not text:
@@ -212,7 +192,7 @@ class RunSettings(BaseModel):
     ray_resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=_ray_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
 
     # deployments that already run, compared as engines the harness does not start
-    devices: Annotated[dict[str, int], Cli("--devices", type=list[str], parse=_devices, default=[], help="The devices (GPUs) one deployment of an engine or --endpoint uses, NAME=N (repeatable), e.g. --devices prod=8: throughput is per device and cost counts these devices. A started engine's come from its launch (tensor x pipeline x data parallel sizes in --engine-arg); an endpoint's are 1 unless told.")] = Field(default_factory=dict)
+    devices: Annotated[dict[str, int], Cli("--devices", type=list[str], parse=checks.parse_devices, default=[], help="The devices (GPUs) one deployment of an engine or --endpoint uses, NAME=N (repeatable), e.g. --devices prod=8: throughput is per device and cost counts these devices. A started engine's come from its launch (tensor x pipeline x data parallel sizes in --engine-arg); an endpoint's are 1 unless told.")] = Field(default_factory=dict)
     endpoints: Annotated[dict[str, str], Cli("--endpoint", type=list[str], parse=_endpoints, default=[], help="An OpenAI-compatible deployment that already runs, NAME=URL (repeatable), e.g. --endpoint prod=http://10.0.0.5:8000 --endpoint canary=http://10.0.0.6:8000: each is compared as an engine the harness does not start (--model: the served model name, --tokenizer: its folder, as for --engine openai); with --endpoint, --engine adds local engines (default none). The run's prompts are salted (--prompt-salt auto) so an endpoint's warm prefix cache serves none of them.")] = Field(default_factory=dict)
     # the load ladder (the main job when no load point is asked for; harness/app/run/ladder_main.py)
     ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
@@ -344,20 +324,6 @@ class RunSettings(BaseModel):
         checks.check_price(price)
         return price
 
-    def _check_devices(self) -> None:
-        """``--devices`` names an engine of the run or an endpoint; engine args' parallel sizes read."""
-        from adapters.base import devices_of
-        from adapters.registry import ENGINE_NAMES
-
-        for name in self.devices:
-            if name not in self.endpoints and name not in ENGINE_NAMES:
-                raise ValueError(f"--devices {name}: no engine or --endpoint of that name in this run")
-        for name, args in self.engine_args.items():
-            try:
-                devices_of(args)
-            except ValueError as exc:
-                raise ValueError(f"--engine-arg {name}: {exc}") from None
-
     # -- how values combine, then the machine ----------------------------------------------------
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> RunSettings:
@@ -375,7 +341,7 @@ class RunSettings(BaseModel):
         if self.allow_unchecked and not self.fidelity_prompts:
             raise ValueError("--allow-unchecked lets an engine whose output-fidelity check could not run compete, and "
                              "--fidelity-prompts 0 runs no check: drop one or the other")
-        self._check_devices()
+        checks.check_devices(self.devices, self.endpoints, self.engine_args)
         self._check_ladder_options()
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:
