@@ -1,10 +1,11 @@
 """Engines ranked by their capacity under SLOs (``bench search``), and the deciding sentence.
 
-An engine's capacity is the highest offered load (requests/s, session starts/s or in-flight
-requests) at which every SLO still held, found by bracketing and bisection
-(``harness.app.search.capacity``; the method of vLLM's ``vllm bench sweep serve_sla`` and AIPerf's
-goodput search). The search leaves a bracket ``[p, f)``: ``p`` passed, ``f`` (the lowest
-failing load above it) failed, so the true threshold lies in between. The bracket is the
+An engine's capacity is the offered load (requests/s, session starts/s or in-flight requests)
+at which every SLO just holds, found by bracketing and bisection (``harness.app.search.capacity``;
+the method of vLLM's ``vllm bench sweep serve_sla`` and AIPerf's goodput search). The search
+leaves a bracket ``[p, f)``: ``p`` passed, ``f`` (the lowest failing load above it) failed, so
+the true threshold lies in between; the capacity is read inside it where the SLO margin crosses
+1 (``harness.scoring.frontier.capacity_from``, the estimator ``bench run``'s ladder uses). The bracket is the
 resolution of the measurement: two engines whose brackets overlap cannot be told apart by
 this search and are **tied** (said so in the sentence); a search that stopped before any
 failing load was found (budget, probe limit, ``--high``) has the open bracket ``[p, inf)``
@@ -28,8 +29,9 @@ from results.schema import CapacityRank, CapacityRecommendation, EngineSearch, E
 from .formatting import slo_text
 from .ranking import REFERENCE_ENGINES
 
-METHOD = ("capacity = the highest offered load at which every SLO held, by bracketing (doubling) and bisection "
-          "to the stated tolerance (vLLM `vllm bench sweep serve_sla`, AIPerf goodput search); a saturated probe "
+METHOD = ("capacity = the offered load at which the SLO margin crosses 1, read between the last passing and the "
+          "first failing probe (the decision core bench run's ladder uses), found by bracketing (doubling) and "
+          "bisection to the stated tolerance (vLLM `vllm bench sweep serve_sla`, AIPerf goodput search); a saturated probe "
           "(achieved rate below the offered one beyond 5 %) counts as a fail; engines whose [passing, failing) "
           "brackets overlap are tied; the reference engine is a yardstick, never the recommendation")
 
@@ -50,9 +52,9 @@ def overlaps(a: EngineSearch, b: EngineSearch) -> bool:
 
 
 def capacity_text(e: EngineSearch) -> str:
-    """``"3.1"``, ``"4"`` (integer search), ``"≥ 2"`` (open bracket), ``"0"``."""
+    """``"3.1"``, ``"4.43"`` (read between two probes), ``"≥ 2"`` (open bracket), ``"0"``."""
     c = e.capacity
-    num = f"{c:g}" if e.integer or float(c).is_integer() else f"{c:.3g}"
+    num = f"{c:g}" if float(c).is_integer() else f"{c:.3g}"
     return f"≥ {num}" if c > 0 and interval(e)[1] == math.inf else num
 
 

@@ -13,12 +13,12 @@ import math
 from typing import Sequence
 
 from harness.metrics import SLO
-from harness.metrics.request import NS_PER_S
 from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
 
 from .formatting import METRIC_LABELS
 from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream, point_stats
+from .samples import measured_span_s
 from .ranking import REFERENCE_ENGINES
 from .verdict import Candidate, Verdict, decide
 
@@ -46,13 +46,6 @@ def default_slos(hardware_kind: str, workload: str) -> list[SLO]:
     return parse_slos(DEFAULT_SLOS.get((kind, workload), DEFAULT_SLOS[kind, ""]))
 
 
-def _duration_s(records: Sequence[RequestRecord]) -> float:
-    """First send → last completion of one measurement (s), as :func:`compute_metrics` does."""
-    sends = [r.send_ns for r in records if r.send_ns is not None]
-    ends = [r.end_ns for r in records if r.end_ns is not None and r.error_class != "incomplete"]
-    return max(0.0, (max(ends) - min(sends)) / NS_PER_S) if sends and ends else 0.0
-
-
 def _sessions(records: Sequence[RequestRecord]) -> int:
     by: dict[str, bool] = {}
     for r in records:
@@ -74,7 +67,7 @@ def ladder_points(engine: str, ladder: EngineLadder, records: Sequence[RequestRe
         groups = [mine[k] for k in sorted(mine) if k[0] == point.index and k[1] < max(1, len(point.seeds))]
         if not groups:
             continue
-        out.append(PointSample(float(point.load), tuple(Requests.of(g, _duration_s(g)) for g in groups), devices,
+        out.append(PointSample(float(point.load), tuple(Requests.of(g, measured_span_s(g)) for g in groups), devices,
                                tuple(_sessions(g) for g in groups) if agentic else None))
     return out
 

@@ -20,8 +20,11 @@ load is where the margin crosses 1, by linear interpolation between ``(L_i, m_i)
 ``(L_j, m_j)`` (monotone between the two measured points; never extrapolated beyond them), and
 the capacity is the output throughput (and request rate) there, by the same interpolation, but
 never below what the passing point sustained (past saturation a failing point can serve less):
-all its numbers come from the two points that bracket the boundary. A failure by errors alone is not
-interpolated (the boundary is the passing point). Without a failing point the capacity is what
+all its numbers come from the two points that bracket the boundary. A failure by errors alone (or by
+saturation: a ``bench search`` rate probe whose offered rate was never achieved) is not
+interpolated (the boundary is the passing point). ``bench search`` reads its capacity on its own
+axis (offered rate, or concurrency) with the same judge and estimator
+(``harness.app.search.capacity.judge_probe`` and ``probe_capacity``). Without a failing point the capacity is what
 the highest load measured sustained, marked open (``≥``: the ladder stopped before the SLO
 broke). When the lowest point fails the capacity is 0.
 
@@ -183,7 +186,7 @@ def capacity_from(stats: Sequence[PointStats]) -> Capacity:
         return Capacity(top.output_tps, top.request_rate, top.load, (top.load, None), open=True, points=list(pts))
     a, b = pts[j - 1], pts[j]
     t = 0.0
-    if b.binding != "errors" and math.isfinite(b.margin) and b.margin > a.margin:
+    if b.binding not in ("errors", "saturated") and math.isfinite(b.margin) and b.margin > a.margin:
         t = min(1.0, max(0.0, (1.0 - a.margin) / (b.margin - a.margin)))
     # never below what the passing point sustained: past saturation the failing point's throughput can be lower
     return Capacity(max(a.output_tps, a.output_tps + t * (b.output_tps - a.output_tps)),

@@ -94,6 +94,14 @@ def steady_window(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
     return opens, closes
 
 
+def measured_span_s(records: Sequence[RequestRecord]) -> float:
+    """First send → last completion of one measurement (s), as :func:`harness.metrics.compute_metrics`
+    does (incomplete requests' ends left out); 0.0 without sends or ends."""
+    sends = [r.send_ns for r in records if r.send_ns is not None]
+    ends = [r.end_ns for r in records if r.end_ns is not None and r.error_class != "incomplete"]
+    return max(0.0, (max(ends) - min(sends)) / 1e9) if sends and ends else 0.0
+
+
 def _tokens_within(r: RequestRecord, lo: float, hi: float) -> float:
     """The output tokens ``r`` emitted between ``lo`` and ``hi`` (ns): its token-bearing chunks
     there, each carrying an equal share of its tokens (all of them for an unbounded window)."""

@@ -33,6 +33,8 @@ class LoadProbe(Artefact):
     values: dict[str, float | None] = Field(default_factory=dict)
     reason: str = ""
     duration_s: float | None = None
+    margin: float | None = None  # max over SLOs of value / threshold (None = infinite, or an older run)
+    binding: str = ""  # the SLO key with the largest ratio, "errors" or "saturated"
 
     @property
     def passed(self) -> bool:

@@ -18,7 +18,7 @@ console = make_console()
 
 
 def search(settings: SearchSettings) -> None:
-    """Find each engine's capacity: the highest load at which every SLO still holds (bracket, then bisect)."""
+    """Find each engine's capacity: the load at which every SLO just holds (bracket, bisect, read where the SLO margin crosses 1)."""
     from harness.app.search.orchestrator import SearchOrchestrator
 
     reuse_run_folder(settings.output_dir, settings.run_id)

@@ -13,9 +13,11 @@ AIPerf's search for the highest goodput under SLOs; goodput as in DistServe, Zho
 2. bracket: double the load until a probe fails (at most up to ``high``; if ``high`` itself
    passes, the capacity is at least ``high``: stopped ``"high_reached"``);
 3. bisect between the last passing load ``p`` and the first failing load ``f`` (midpoint)
-   until ``(f - p) / p <= tolerance``; the capacity is ``p``, so the true threshold lies in
-   ``[p, f)`` and ``p`` is within ``tolerance`` of it (relative), if pass/fail is monotonic
-   in the load (bisection assumes it; a noisy probe can mislead it like any bisection).
+   until ``(f - p) / p <= tolerance``; the true threshold lies in ``[p, f)``, if pass/fail is
+   monotonic in the load (bisection assumes it; a noisy probe can mislead it like any
+   bisection), and the capacity is read inside it where the SLO margin crosses 1
+   (:func:`probe_capacity`: the decision core's estimator, the one ``bench run``'s ladder uses;
+   ``p`` when the probes carry no margin or ``f`` failed by errors or saturation).
 
 A probe *passes* only when it meets every SLO and is not saturated: a saturated probe (the
 achieved arrival rate fell short of the offered one beyond the validity band) counts as a
@@ -40,8 +42,10 @@ from typing import Callable, Literal, Sequence
 
 from pydantic import Field
 
-from harness.metrics import SLO, slo_percentile_value
-from harness.metrics.failures import MAX_FAILURE_RATE, failure_rate, failure_text
+from harness.metrics import SLO
+from harness.metrics.failures import MAX_FAILURE_RATE, failure_text
+from harness.scoring.frontier import Capacity, PointStats, capacity_from, point_stats
+from harness.scoring.samples import Requests, pool, too_many_failures
 from results.schema import Artefact, LoadProbe, Metrics
 
 DOWN_FACTOR = 16.0  # a search whose first load fails halves it down to low / 16 (integer: down to 1)
@@ -52,7 +56,9 @@ StopReason = Literal["converged", "budget", "max_probes", "never_met", "high_rea
 class CapacityResult(Artefact):
     """The outcome of :func:`search_capacity` (stored as JSON in the run folder).
 
-    ``capacity``: the highest passing load (the caller's unit), 0.0 when none passed;
+    ``capacity``: the load where the SLO margin crosses 1 inside the bracket (the caller's
+    unit; :func:`probe_capacity`), the highest passing load when no failing one was found, 0.0
+    when none passed;
     ``stopped``: why the search ended (``converged``, ``budget``, ``max_probes``,
     ``never_met``, ``high_reached``); ``bracket``: (highest passing load, lowest failing
     load above it), either None when not found; ``probes``: every probe in the order run;
@@ -73,6 +79,11 @@ class CapacityResult(Artefact):
     max_probes: int
     integer: bool = False
     unit: str = ""
+
+
+def _num(x: float) -> str:
+    """A capacity read between two loads: 3 significant digits (``4.43``, ``12.7``)."""
+    return f"{x:.3g}"
 
 
 def _fmt(x: float | None) -> str:
@@ -167,6 +178,11 @@ class _Search:
         return r
 
     def done(self, stopped: StopReason, capacity: float, p: float | None, f: float | None, message: str) -> CapacityResult:
+        """The result; with a passing and a failing load, the capacity is read between them by
+        the decision core's estimator (:func:`probe_capacity`)."""
+        if p is not None and f is not None and capacity > 0:
+            capacity = probe_capacity(self.probes).load
+            message = message.replace("{capacity}", _num(capacity))
         return CapacityResult(
             capacity=capacity, stopped=stopped, bracket=(p, f), probes=self.probes, message=message,
             elapsed_s=self.clock() - self.t0, low=self.low, high=self.high, tolerance=self.tolerance,
@@ -183,7 +199,8 @@ class _Search:
         if p is None:
             return self.done(stopped, 0.0, None, f, f"no probe passed before {cause}")
         above = f", fails at {_fmt(f)}" if f is not None else ", no failing load found yet"
-        return self.done(stopped, p, p, f, f"capacity at least {p:g}{self.sp} (passes at {p:g}{above}); "
+        at = "{capacity}" if f is not None else f"{p:g}"
+        return self.done(stopped, p, p, f, f"capacity at least {at}{self.sp} (passes at {p:g}{above}); "
                                            f"stopped early: {cause}")
 
     def run(self) -> CapacityResult:
@@ -247,112 +264,105 @@ class _Search:
             else:
                 f = self.f = mid
         return self.done("converged", p, p, f,
-                         f"capacity {p:g}{self.sp}: passes at {p:g}, fails at {f:g} ({(f - p) / p:.1%} apart; "
-                         f"tolerance {self.tolerance:.0%}{', integer loads' if self.integer else ''})")
+                         f"capacity {{capacity}}{self.sp}: passes at {p:g}, fails at {f:g} ({(f - p) / p:.1%} apart; "
+                         f"tolerance {self.tolerance:.0%}{', integer loads' if self.integer else ''}; read between "
+                         f"them where the SLO margin crosses 1)")
 
 
 # ------------------------------------------------------------------------------------------
-# judging one probe from its metrics
+# judging one probe: the decision core's judge of a point, plus the rate axis's saturation
 
 
 def _ms(v: float) -> str:
     return f"{v:.1f} ms"
 
 
-def slo_values(metrics: Metrics, slos: Sequence[SLO]) -> dict[str, float | None]:
-    """Each SLO's judged value (ms) by key (``"ttft_p99"``): its percentile of the metric,
-    error-adjusted for ttft/e2el when requests failed (:func:`harness.metrics.slo_percentile_value`);
-    None = infinite, or no value."""
-    return {s.key: slo_percentile_value(metrics, s) for s in slos}
-
-
 COMPLETION_BAND = 0.10  # saturated when completions fall this far below the offered rate
 
 
-def probe_verdict(
-    metrics: Metrics,
-    slos: Sequence[SLO],
-    offered: float | None,
-    validity_band: float = 0.05,
-    completed: float | None = None,
-    max_failure_rate: float = MAX_FAILURE_RATE,
-) -> tuple[bool, bool, str]:
-    """``(meets_slo, saturated, reason)`` for one probe's metrics.
-
-    Each SLO is judged at its percentile (:func:`harness.metrics.slo_percentile_value`, ms):
-    it holds when the value is ``<= threshold_ms``. A None value is infinite for ttft/e2el
-    when requests failed (the percentile landed on a failure: the SLO fails); a tpot/itl
-    SLO without any value (1-token replies only) cannot be violated. A probe where no
-    request completed never meets the SLOs, nor one that failed more than
-    ``max_failure_rate`` of its requests (:mod:`harness.metrics.failures`: a load the engine
-    serves by failing requests is not capacity). No SLOs at all: trivially met.
-
-    ``offered``: the offered arrival rate (req/s, or first turns/s for sessions); the probe is
-    *saturated* when ``metrics.achieved_rate`` (first-turn sends/s) is below
-    ``offered * (1 - validity_band)``. None (a concurrency probe: no arrival-rate target)
-    skips the check, as does a probe whose achieved rate could not be measured (< 2 sends).
-    ``completed``: the probe's completion rate (``harness.metrics.completion_rate``, req/s); it
-    is also *saturated* when that is below ``offered * (1 - COMPLETION_BAND)``: the client kept
-    the schedule but the engine did not keep pace (a short probe can meet a TTFT SLO while
-    requests pile up; the wider 10 % band leaves room for the drain of the last requests).
-    """
-    parts: list[str] = []
-    meets = True
-    if metrics.requests_completed == 0:
-        meets = False
-        fails = ", ".join(f"{k} {v}" for k, v in sorted(metrics.failures_by_class.items())) or "none sent"
-        parts.append(f"no request completed ({fails})")
-    else:
-        if (share := failure_rate([metrics])) is not None and share > max_failure_rate:
-            meets = False
-            parts.append(failure_text([metrics], bound=max_failure_rate))
-        for slo in slos:
-            v = slo_percentile_value(metrics, slo)
-            limit = _ms(slo.threshold_ms)
-            if v is None:
-                if slo.metric in ("ttft", "e2el") and metrics.requests_failed:
-                    meets = False
-                    parts.append(f"{slo.key} infinite (lands on one of {metrics.requests_failed} failed requests) > {limit}")
-                elif slo.metric in ("tpot", "itl"):
-                    parts.append(f"{slo.key} has no value (1-token replies) - cannot be violated")
-                else:
-                    meets = False
-                    parts.append(f"{slo.key} has no value")
-            elif v > slo.threshold_ms:
-                meets = False
-                parts.append(f"{slo.key} {_ms(v)} > {limit}")
-            else:
-                parts.append(f"{slo.key} {_ms(v)} <= {limit}")
-        if not slos:
-            parts.append("no SLO given")
-    saturated = False
-    achieved = metrics.achieved_rate
-    if offered is not None and not math.isinf(offered):
-        if achieved is None:
-            parts.append("achieved rate not measured (fewer than 2 requests sent)")
-        elif achieved < offered * (1 - validity_band):
-            saturated = True
-            parts.append(f"saturated: achieved {achieved:.3g} req/s < offered {offered:.3g} req/s "
-                         f"- {validity_band:.0%}")
-        if completed is not None and completed < offered * (1 - COMPLETION_BAND):
-            saturated = True
-            parts.append(f"saturated: the engine completed {completed:.3g} req/s of the {offered:.3g} offered "
-                         f"(more than {COMPLETION_BAND:.0%} short: requests pile up)")
-    return meets, saturated, "; ".join(parts)
-
-
-def probe_result(
+def judge_probe(
     load: float,
-    metrics: Metrics,
+    repeats: Sequence[Requests],
     slos: Sequence[SLO],
-    offered: float | None,
-    validity_band: float = 0.05,
+    metrics: Metrics,
+    *,
+    offered: float | None = None,
     completed: float | None = None,
+    validity_band: float = 0.05,
     max_failure_rate: float = MAX_FAILURE_RATE,
 ) -> LoadProbe:
-    """A :class:`LoadProbe` at ``load`` from one probe's metrics: :func:`probe_verdict`
-    plus :func:`slo_values` and the achieved rate. ``offered``: as in :func:`probe_verdict`
-    (the rate for a rate search, None for a concurrency search)."""
-    meets, saturated, reason = probe_verdict(metrics, slos, offered, validity_band, completed, max_failure_rate)
+    """One probe judged by the decision core's judge of a point
+    (:func:`harness.scoring.frontier.point_stats`, the one ``bench run``'s ladder uses): its
+    ``repeats`` (one :class:`Requests` per measurement, pooled) pass when the failures stay within
+    ``max_failure_rate`` beyond the noise (the Wilson bound, :mod:`harness.scoring.samples`) and
+    every SLO holds at its percentile over the steady state (failed requests count +inf for TTFT
+    and E2E latency); a probe where no request completed never passes. ``metrics``: the probe's
+    pooled summary, read for the achieved arrival rate and the failures' words only.
+
+    ``offered``: the offered arrival rate (req/s, or first turns/s for sessions; None for a
+    concurrency probe: no rate target). The probe is *saturated* (a fail: the load it is labelled
+    with was never offered) when ``metrics.achieved_rate`` is below ``offered * (1 -
+    validity_band)``, or when ``completed`` (its completion rate, req/s) is below ``offered * (1 -
+    COMPLETION_BAND)``: the client kept the schedule but the engine did not keep pace. The
+    stored ``margin`` (max over SLOs of value / threshold; None = infinite) and ``binding`` (the
+    SLO key with the largest ratio, ``"errors"`` or ``"saturated"``) let the capacity be read
+    between the bracketing probes (:func:`probe_capacity`)."""
+    pooled = pool(list(repeats))
+    stats = point_stats(load, pooled, slos, max_failure_rate)
+    parts: list[str] = []
+    if metrics.requests_completed == 0:
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(metrics.failures_by_class.items())) or "none sent"
+        parts.append(f"no request completed ({fails})")
+    elif too_many_failures(int((~pooled.ok).sum()), pooled.n, max_failure_rate):
+        parts.append(failure_text([metrics], bound=max_failure_rate))
+    for slo in slos if metrics.requests_completed else ():
+        v = stats.values[slo.key]
+        if math.isnan(v):
+            parts.append(f"{slo.key} has no value (1-token replies) - cannot be violated")
+        elif math.isinf(v):
+            parts.append(f"{slo.key} infinite (lands on one of {metrics.requests_failed} failed requests) "
+                         f"> {_ms(slo.threshold_ms)}")
+        else:
+            parts.append(f"{slo.key} {_ms(v)} {'>' if v > slo.threshold_ms else '<='} {_ms(slo.threshold_ms)}")
+    if not slos:
+        parts.append("no SLO given")
+    meets = stats.passed and metrics.requests_completed > 0
+    saturated = _saturated(offered, metrics.achieved_rate, completed, validity_band, parts)
+    binding = "saturated" if saturated and meets else stats.binding
     return LoadProbe(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
-                       values=slo_values(metrics, slos), reason=reason)
+                     values={k: (v if math.isfinite(v) else None) for k, v in stats.values.items()},
+                     reason="; ".join(parts), margin=stats.margin if math.isfinite(stats.margin) else None,
+                     binding=binding)
+
+
+def _saturated(offered: float | None, achieved: float | None, completed: float | None, validity_band: float,
+               parts: list[str]) -> bool:
+    """Whether a rate probe fell short of its offered rate (:func:`judge_probe`); its words go to ``parts``."""
+    if offered is None or math.isinf(offered):
+        return False
+    saturated = False
+    if achieved is None:
+        parts.append("achieved rate not measured (fewer than 2 requests sent)")
+    elif achieved < offered * (1 - validity_band):
+        saturated = True
+        parts.append(f"saturated: achieved {achieved:.3g} req/s < offered {offered:.3g} req/s - {validity_band:.0%}")
+    if completed is not None and completed < offered * (1 - COMPLETION_BAND):
+        saturated = True
+        parts.append(f"saturated: the engine completed {completed:.3g} req/s of the {offered:.3g} offered "
+                     f"(more than {COMPLETION_BAND:.0%} short: requests pile up)")
+    return saturated
+
+
+def probe_capacity(probes: Sequence[LoadProbe]) -> Capacity:
+    """The capacity on the search's axis, read from its probes by the decision core's estimator
+    (:func:`harness.scoring.frontier.capacity_from`, the one ``bench run``'s ladder uses): the
+    first failing probe above the lowest and the passing one below it bracket the boundary, whose
+    load is where the margin crosses 1 by linear interpolation between them (a failure by errors
+    or saturation is not interpolated: the boundary is the passing load). ``Capacity.load`` is
+    the capacity; ``request_rate`` the achieved rate there (rate probes). Raises ValueError for
+    no probe."""
+    stats = [PointStats(load=p.load, margin=math.inf if p.margin is None else p.margin, values={}, failure_rate=0.0,
+                        passed=p.passed, output_tps=0.0, request_rate=p.achieved or 0.0, per_user_tps=None,
+                        binding=p.binding or ("saturated" if p.saturated else ""))
+             for p in probes]
+    return capacity_from(stats)

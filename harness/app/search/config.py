@@ -22,7 +22,7 @@ DEFAULT_SLOS = {"cpu": "ttft_p99=2000,tpot_p99=200", "gpu": "ttft_p99=500,tpot_p
 DEFAULT_PROBE_REQUESTS = 24  # requests per probe of a single-turn workload without --num-requests
 MAX_REPEATS = 10  # ``--repeats`` per probe at most
 
-SLO_HELP = ("SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50'; the capacity is the highest load at which all of them hold. "
+SLO_HELP = ("SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50'; the capacity is the load at which all of them just hold. "
             "Default on a CPU machine: ttft_p99=2000,tpot_p99=200 (defaults for the reference 2-core CPU machine and "
             "the embedded 135M model: a 2 s first-token wait, 5 tokens/s ~ reading speed); on a GPU: "
             "ttft_p99=500,tpot_p99=50. The SLOs used are printed and stored.")

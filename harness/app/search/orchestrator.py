@@ -20,9 +20,13 @@ Each probe is one measured condition:
 - each measured with the shared :class:`Runner` (a fixed request count per measurement: keep
   probes short), metrics by :func:`compute_metrics`, pooled over the N repeats
   (:func:`harness.metrics.repeats.pooled_metrics`: a p99 rests on N times the requests) and
-  judged on the pooled metrics by :func:`probe_result`: it passes only when every SLO holds at
-  its percentile and it is not saturated (achieved arrival rate below the offered one beyond
-  5 %, rate searches only) - a saturated probe is a fail, so the search turns down at once;
+  judged on its pooled requests by :func:`harness.app.search.capacity.judge_probe` (the judge of
+  a point ``bench run``'s ladder uses: steady state, the error bound's interval): it passes
+  only when every SLO holds at its percentile and it is not saturated (achieved arrival rate
+  below the offered one beyond 5 %, rate searches only) - a saturated probe is a fail, so the
+  search turns down at once; the capacity is read between the last passing and the first
+  failing probe where the SLO margin crosses 1 (:func:`harness.app.search.capacity.probe_capacity`,
+  the ladder's estimator);
   each repeat's own verdict, metrics and the headline intervals are stored with the probe;
 - its records go to the run folder's ``requests.jsonl`` with ``probe = i`` and ``repeat = k``
   (written when each repeat ends, after the re-tokenization pass; a Ctrl-C keeps the requests
@@ -277,10 +281,10 @@ class SearchOrchestrator:
         summary.engines[name] = entry
         if status is EngineStatus.OK:
             self.console.print(f"[bold]{name}[/]: {escape(entry.message)}")
-        at = next((p for p in probes if p.passed and p.load == entry.capacity), probes[0] if probes else None)
+        at = next((p for p in probes if p.passed and p.load == entry.bracket[0]), probes[0] if probes else None)
         pooled = f", pooled over its {self.cfg.repeats} repeats" if self.cfg.repeats > 1 else ""
         where = (f"metrics of probe {at.index} at {load_text(at.load, self.cfg.search_var)} {self.unit}"
-                 f"{' (the found capacity)' if at.passed else ' (the lowest load; it failed)'}{pooled}") if at else "no probe ran"
+                 f"{' (the passing load the capacity is read from)' if at.passed else ' (the lowest load; it failed)'}{pooled}") if at else "no probe ran"
         why = reason or f"capacity search: {entry.message}"
         writer.set_engine(name, EngineResult(
             status=status, reason=f"{why}; {where}; every probe in {SEARCH_FILE}", metrics=at.metrics if at else None,

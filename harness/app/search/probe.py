@@ -11,10 +11,13 @@ running engine, one after the other:
   ``bench run`` uses: client workers, resource sampling, engine counters), its records stamped
   with ``repeat = k`` and ``probe = i`` and written to ``requests.jsonl`` as each request ends
   (a Ctrl-C keeps the requests that finished), their token recounts beside them;
-- **the verdict is judged on the pooled metrics** of the N repeats, from the one summary
-  (:func:`harness.metrics.summarise.summarise`: percentiles over every request of every
-  repeat, so a p99 rests on N times the requests; rates over the summed measured time; the
-  achieved arrival rate is the repeats' median) by :func:`probe_result`; each repeat's own
+- **the verdict is judged on the pooled requests** of the N repeats by the decision core's judge
+  of a point (:func:`harness.app.search.capacity.judge_probe`, which calls
+  :func:`harness.scoring.frontier.point_stats`, the one ``bench run``'s ladder uses: each
+  repeat's steady state, the error bound with its Wilson interval, percentiles over every judged
+  request of every repeat, so a p99 rests on N times the requests); the achieved arrival rate
+  (the repeats' median) and the stored metrics come from the one summary
+  (:func:`harness.metrics.summarise.summarise`); each repeat's own
   verdict is stored too (``repeat_passed``), with its metrics (``repeats``, empty for N = 1)
   and the headline numbers' 95 % intervals (over repeats for N >= 2, else over the requests
   of the one repeat).
@@ -32,11 +35,12 @@ from results.schema import RequestRecord, ResourceUse, SearchProbe
 from workloads.options import WorkloadOptions
 
 from harness.app.core.measure import MeasureOptions, measure
-from harness.app.search.capacity import LoadProbe, probe_result
+from harness.app.search.capacity import LoadProbe, judge_probe
 from harness.metrics import SLO, completion_rate
 from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
+from harness.scoring.samples import Requests, measured_span_s
 
 
 def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
@@ -100,6 +104,7 @@ class ProbeMeasurer:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
         c, n, index = self.cfg, self.repeats, len(probes)
         records: list[RequestRecord] = []
+        by_repeat: list[list[RequestRecord]] = []
         used: list[ResourceUse] = []
         counters: dict[str, Any] = {}
         completed: list[float | None] = []  # each repeat's completion rate (req/s)
@@ -116,6 +121,7 @@ class ProbeMeasurer:
                 offered.append(workload.offered_rate)
             requested = workload.requested_rate
             records.extend(measured.records)
+            by_repeat.append(list(measured.records))
             completed.append(completion_rate(measured.records))
             if measured.resources is not None:
                 used.append(with_output_tokens(measured.resources, measured.metrics.total_output_tokens))
@@ -123,12 +129,14 @@ class ProbeMeasurer:
         duration = time.monotonic() - t0
         offered_rate = statistics.median(offered) if offered else None
         summary = summarise(records, Condition(tuple(self.slos), offered_rate, requested, seed=seeds[0]))
-        verdicts = [probe_result(load, m, self.slos, self._judged_rate(offered_rate), completed=done,
-                                 max_failure_rate=self.max_failure_rate)
-                    for m, done in zip(summary.repeats, completed)]
+        samples = [Requests.of(g, measured_span_s(g)) for g in by_repeat]
+        judged = self._judged_rate(offered_rate)
+        verdicts = [judge_probe(load, [r], self.slos, m, offered=judged, completed=done,
+                                max_failure_rate=self.max_failure_rate)
+                    for r, m, done in zip(samples, summary.repeats or [summary.pooled], completed)]
         rates = [rate for rate in completed if rate is not None]
-        pr = probe_result(load, summary.pooled, self.slos, self._judged_rate(offered_rate),
-                          completed=statistics.median(rates) if rates else None, max_failure_rate=self.max_failure_rate)
+        pr = judge_probe(load, samples, self.slos, summary.pooled, offered=judged,
+                         completed=statistics.median(rates) if rates else None, max_failure_rate=self.max_failure_rate)
         probes.append(SearchProbe(
             index=index, seed=seeds[0], seeds=seeds if n > 1 else [], metrics=summary.pooled,
             repeats=summary.repeats if n > 1 else [], repeat_passed=[v.passed for v in verdicts],

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.app.search.capacity import probe_verdict
+from harness.app.search.capacity import judge_probe
+from harness.scoring.samples import Requests, measured_span_s
 from harness.metrics import compute_metrics, parse_slos
 from harness.metrics.failures import failure_rate, failure_text
 from harness.scoring import ScorerError, recommend
@@ -77,11 +78,13 @@ def test_every_engine_failing_leaves_no_winner(tmp_path: Path) -> None:
 
 
 def test_a_capacity_probe_that_fails_requests_does_not_pass() -> None:
-    metrics = compute_metrics(half_dead(n=20, fail=4), offered_rate=4.0)
-    meets, saturated, reason = probe_verdict(metrics, parse_slos("ttft_p99=5000"), offered=None)
-    assert (meets, saturated) == (False, False)
-    assert reason.startswith("4 of 20 requests failed (20%, above the 5% bound)")
-    meets, _, _ = probe_verdict(metrics, parse_slos("ttft_p99=5000"), offered=None, max_failure_rate=0.25)
-    assert meets is False  # the error-adjusted p99 still lands on a failure
-    ok = compute_metrics(half_dead(n=20, fail=0), offered_rate=4.0)
-    assert probe_verdict(ok, parse_slos("ttft_p99=5000"), offered=None)[0] is True
+    def judged(records, bound=0.05):
+        metrics = compute_metrics(records, offered_rate=4.0)
+        return judge_probe(1.0, [Requests.of(records, measured_span_s(records))], parse_slos("ttft_p99=5000"), metrics,
+                           max_failure_rate=bound)
+
+    pr = judged(half_dead(n=20, fail=4))  # 20 %: the Wilson lower bound (8 %) is above 5 %
+    assert (pr.meets_slo, pr.saturated) == (False, False)
+    assert pr.reason.startswith("4 of 20 requests failed (20%, above the 5% bound)")
+    assert judged(half_dead(n=20, fail=4), bound=0.25).meets_slo is False  # the error-adjusted p99 lands on a failure
+    assert judged(half_dead(n=20, fail=0)).meets_slo is True

@@ -187,3 +187,45 @@ def test_an_endpoint_that_is_not_reachable_is_said_once_and_nothing_is_built_for
     assert "Fidelity reference" not in res.output
     verdict = load_run(tmp_path / "dead").ladder.decision.sentence
     assert "No engine to recommend" in verdict and "e: http://127.0.0.1:" in verdict and "e: e:" not in verdict
+
+
+def test_bench_run_and_bench_search_read_one_engines_capacity_alike(monkeypatch, tmp_path):
+    """One scripted engine measured by ``bench run`` (its ladder, concurrency axis) and by
+    ``bench search --search-var concurrency`` gives the same capacity: both judge points with the
+    one judge (``harness.scoring.frontier.point_stats``) and read the capacity with the one
+    estimator (``capacity_from``). One slot, a request holds it 30 + 7 x 10 = 100 ms: at c in
+    flight the last waits for c - 1 others, so TTFT p90 is about 30 + 100 (c - 1) ms, and a
+    180 ms SLO passes at 2 (130 ms, margin 0.72) and breaks at 3 (230 ms, 1.28): both brackets
+    are [2, 3), the capacity about 2.5 where the margin crosses 1."""
+    import adapters.registry as registry
+    from contextlib import contextmanager
+
+    from adapters.base import Capabilities, Endpoint, ProbeResult
+    from results.schema import SearchSummary
+
+    slo = "ttft_p90=180"
+    for urls in _servers({"one": ["--slots", "1"]}):
+        run = CliRunner().invoke(app, ["run", "--endpoint", f"one={urls['one']}", *ARGS[:8], "--slo", slo,
+                                       *ARGS[10:], "--ladder-budget", "30", "-o", str(tmp_path), "--run-id", "run"])
+
+        class Served:  # the same server as an engine adapter, for bench search (which takes no endpoints)
+            name, capabilities = "vllm", Capabilities(hardware=("cpu",))
+
+            def probe(self) -> ProbeResult:
+                return ProbeResult(True, "scripted", "0")
+
+            @contextmanager
+            def launch(self, config):
+                yield Endpoint(base_url=urls["one"], model_name="paced", display_name="one (paced server)")
+
+        monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: Served())
+        search = CliRunner().invoke(app, ["search", "--engine", "vllm", "--workload", "random", "--input-len", "8",
+                                          "--output-len", "8", "--num-requests", "8", "--slo", slo, "--search-var", "concurrency",
+                                          "--warmup", "1", "--budget", "60", "-o", str(tmp_path), "--run-id", "search"])
+    assert run.exit_code == 0, run.output
+    assert search.exit_code == 0, search.output
+    ran = load_run(tmp_path / "run").ladder.engines["one"].capacity
+    found = SearchSummary.model_validate_json((tmp_path / "search" / "search.json").read_text()).engines["vllm"]
+    assert ran.bracket == (2, 3) and found.bracket == (2.0, 3.0), (ran, found.message)
+    assert 2 <= ran.load < 3 and 2 <= found.capacity < 3
+    assert abs(ran.load - found.capacity) <= 0.3, (ran.load, found.capacity)

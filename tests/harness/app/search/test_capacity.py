@@ -34,9 +34,12 @@ import math
 
 import pytest
 
-from harness.app.search.capacity import CapacityResult, LoadProbe, probe_result, probe_verdict, search_capacity
+import numpy as np
+
+from harness.app.search.capacity import CapacityResult, LoadProbe, judge_probe, probe_capacity, search_capacity
 from harness.metrics import SLO, compute_metrics
-from results.schema import Distribution, ErrorAdjusted, Metrics
+from harness.scoring.samples import Requests, measured_span_s
+from results.schema import Metrics
 
 
 class FakeClock:
@@ -211,34 +214,65 @@ def test_search_finds_the_dd_c_rate_capacity():
 # judging a probe from Metrics
 
 
-def _metrics(ttft_p99: float | None, *, failed: int = 0, achieved: float | None = None, adj_p99=None) -> Metrics:
-    return Metrics(
-        requests_sent=10 + failed, requests_completed=10, requests_failed=failed, duration_s=1.0,
-        ttft_ms=Distribution(p99=ttft_p99), tpot_ms=Distribution(p99=8.0),
-        error_adjusted=ErrorAdjusted(ttft_ms=Distribution(p99=adj_p99)),
-        failures_by_class={"timeout": failed} if failed else {},
-        achieved_rate=achieved,
-    )
+def _requests(ttft: list[float], tpot: float = 8.0, failed: int = 0) -> Requests:
+    """Requests with these TTFTs (ms), one TPOT, and ``failed`` failures, over 1 s."""
+    n = len(ttft) + failed
+    nan = [math.nan] * failed
+    return Requests(ok=np.array([True] * len(ttft) + [False] * failed, dtype=bool), ttft=np.array(ttft + nan),
+                    tpot=np.array([tpot] * len(ttft) + nan), e2el=np.array([t + 100 for t in ttft] + nan),
+                    tokens=np.array([10.0] * len(ttft) + [0.0] * failed), itl=tuple(np.empty(0) for _ in range(n)),
+                    duration_s=1.0)
 
 
-def test_probe_verdict_per_slo_and_saturation():
+def _metrics(*, completed: int = 10, failed: int = 0, achieved: float | None = None) -> Metrics:
+    return Metrics(requests_sent=completed + failed, requests_completed=completed, requests_failed=failed,
+                   duration_s=1.0, failures_by_class={"timeout": failed} if failed else {}, achieved_rate=achieved)
+
+
+def test_a_probe_is_judged_by_the_decision_cores_judge_of_a_point():
     slos = [SLO("ttft", 60.0), SLO("tpot", 10.0)]
-    assert probe_verdict(_metrics(40.0, achieved=2.0), slos, offered=2.0) == (
-        True, False, "ttft_p99 40.0 ms <= 60.0 ms; tpot_p99 8.0 ms <= 10.0 ms")
-    meets, sat, reason = probe_verdict(_metrics(75.0, achieved=2.0), slos, offered=2.0)
-    assert (meets, sat) == (False, False) and "ttft_p99 75.0 ms > 60.0 ms" in reason
-    # achieved 1.85 < 2 * 0.95 = 1.9: saturated; 1.95 is inside the band
-    meets, sat, reason = probe_verdict(_metrics(40.0, achieved=1.85), slos, offered=2.0)
-    assert (meets, sat) == (True, True) and "saturated" in reason
-    assert probe_verdict(_metrics(40.0, achieved=1.95), slos, offered=2.0)[1] is False
+    fast = [30.0 + i for i in range(11)]  # p99 by numpy's linear rule: 39.9 ms
+    pr = judge_probe(2.0, [_requests(fast)], slos, _metrics(achieved=2.0), offered=2.0)
+    assert (pr.meets_slo, pr.saturated, pr.passed) == (True, False, True)
+    assert pr.reason == "ttft_p99 39.9 ms <= 60.0 ms; tpot_p99 8.0 ms <= 10.0 ms"
+    assert pr.values == pytest.approx({"ttft_p99": 39.9, "tpot_p99": 8.0}) and pr.margin == pytest.approx(0.8)
+    assert pr.binding == "tpot_p99" and pr.achieved == 2.0
+    slow = judge_probe(2.0, [_requests([t + 40 for t in fast])], slos, _metrics(achieved=2.0), offered=2.0)
+    assert not slow.meets_slo and "ttft_p99 79.9 ms > 60.0 ms" in slow.reason and slow.binding == "ttft_p99"
+    # achieved 1.85 < 2 * 0.95 = 1.9: saturated (a fail, not interpolated); 1.95 is inside the band
+    sat = judge_probe(2.0, [_requests(fast)], slos, _metrics(achieved=1.85), offered=2.0)
+    assert (sat.meets_slo, sat.saturated, sat.passed, sat.binding) == (True, True, False, "saturated")
+    assert judge_probe(2.0, [_requests(fast)], slos, _metrics(achieved=1.95), offered=2.0).saturated is False
     # a concurrency probe has no rate target: no saturation check
-    assert probe_verdict(_metrics(40.0, achieved=0.1), slos, offered=None)[1] is False
-    # a failed request the p99 lands on is infinite latency
-    meets, _, reason = probe_verdict(_metrics(40.0, failed=1, adj_p99=None), slos, offered=None)
-    assert meets is False and "infinite" in reason
-    pr = probe_result(3.0, _metrics(40.0, achieved=2.9), slos, offered=3.0)
-    assert pr.passed and pr.values == {"ttft_p99": 40.0, "tpot_p99": 8.0} and pr.achieved == 2.9
-    assert probe_verdict(Metrics(), slos, offered=None)[0] is False
+    assert judge_probe(2.0, [_requests(fast)], slos, _metrics(achieved=0.1)).saturated is False
+    # a failed request the p99 lands on is infinite latency (error-adjusted)
+    lands = judge_probe(2.0, [_requests(fast, failed=1)], slos, _metrics(failed=1))
+    assert not lands.meets_slo and "infinite" in lands.reason and lands.margin is None
+    assert lands.values["ttft_p99"] is None
+    assert not judge_probe(2.0, [_requests([])], slos, _metrics(completed=0)).meets_slo
+    # two repeats are pooled: a p99 over both
+    pooled = judge_probe(2.0, [_requests(fast), _requests([t + 40 for t in fast])], slos, _metrics(achieved=2.0))
+    assert not pooled.meets_slo and pooled.values["ttft_p99"] == pytest.approx(79.79)  # 22 values: 79 + 0.79
+
+
+def test_the_capacity_is_read_where_the_margin_crosses_one():
+    probes = [LoadProbe(load=1, meets_slo=True, margin=0.2), LoadProbe(load=2, meets_slo=True, margin=0.6),
+              LoadProbe(load=4, meets_slo=False, margin=1.4, binding="ttft_p99")]
+    cap = probe_capacity(probes)
+    assert cap.load == pytest.approx(3.0) and cap.bracket == (2, 4) and not cap.open  # 2 + 2 x (0.4 / 0.8)
+    # a failure by saturation or errors is not interpolated: the boundary is the passing load
+    for why in ("saturated", "errors"):
+        probes[-1] = LoadProbe(load=4, meets_slo=why != "errors", saturated=why == "saturated", margin=0.9, binding=why)
+        assert probe_capacity(probes).load == 2.0
+    # an older stored probe (no margin): the passing load
+    assert probe_capacity([LoadProbe(load=1, meets_slo=True), LoadProbe(load=2, meets_slo=False)]).load == 1.0
+    # the search reports it, and says where it was read
+    margins = {1: 0.2, 2: 0.6, 4: 1.4, 3: 1.1}
+    res = search_capacity(lambda load: LoadProbe(load=load, meets_slo=margins[load] <= 1, margin=margins[load],
+                                                 binding="ttft_p99"), low=1, high=None, budget_s=1e9, integer=True,
+                          clock=FakeClock())
+    assert res.bracket == (2.0, 3.0) and res.capacity == pytest.approx(2 + 0.4 / 0.5)
+    assert res.message.startswith("capacity 2.8: passes at 2, fails at 3")
 
 
 # ------------------------------------------------------------------------------------------
@@ -277,14 +311,14 @@ def test_concurrency_search_finds_the_servers_slots(kit):
             assert len(records) == N and all(r.success for r in records)
             assert all(r.output_tokens == T for r in records)
             metrics = compute_metrics(records, slos, offered_rate=None)
-            pr = probe_result(c, metrics, slos, offered=None)
+            pr = judge_probe(c, [Requests.of(records, measured_span_s(records))], slos, metrics)
             seen.append((c, pr.values["ttft_p99"]))
             return pr
 
         res = search_capacity(measure, low=1, high=32, budget_s=120, integer=True, unit="concurrent requests")
 
     assert res.stopped == "converged", res.message
-    assert res.capacity == slots and res.bracket == (4.0, 5.0), seen
+    assert slots <= res.capacity < slots + 1 and res.bracket == (4.0, 5.0), seen
     assert [pr.load for pr in res.probes] == [1, 2, 4, 8, 6, 5]
     service_ms = prefill_ms + (T - 1) * per_token_ms  # S = 170 ms
     for pr in res.probes:  # lower bounds only: a slow machine can only add to them
@@ -309,7 +343,9 @@ def test_a_probe_whose_completions_fall_behind_the_offered_rate_is_saturated():
     assert completion_rate(records) == pytest.approx(1.0)
     metrics = compute_metrics(records, [], 4.0)
     assert metrics.achieved_rate == pytest.approx(4.0)  # the client kept the schedule
-    meets, saturated, reason = probe_verdict(metrics, [], 4.0, completed=completion_rate(records))
-    assert meets and saturated and "the engine completed 1 req/s of the 4 offered" in reason
+    pr = judge_probe(4.0, [Requests.of(records, measured_span_s(records))], [], metrics, offered=4.0,
+                     completed=completion_rate(records))
+    assert pr.meets_slo and pr.saturated and "the engine completed 1 req/s of the 4 offered" in pr.reason
     # a stable probe: completions keep pace within 10 %
-    assert not probe_verdict(metrics, [], 4.0, completed=3.7)[1]
+    assert not judge_probe(4.0, [Requests.of(records, measured_span_s(records))], [], metrics, offered=4.0,
+                           completed=3.7).saturated

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from contextlib import contextmanager
 
 import pytest
@@ -71,9 +72,12 @@ def test_concurrency_search_finds_each_servers_slots(servers, tmp_path, monkeypa
     run = tmp_path / "conc"
     s = SearchSummary.model_validate_json((run / "search.json").read_text())
     own, vllm = s.engines["own"], s.engines["vllm"]
-    assert own.stopped == "converged" and own.capacity == 4 and own.bracket == (4.0, 5.0), own.message
+    # the capacity is read between the last passing and the first failing probe, where the SLO margin crosses 1
+    assert own.stopped == "converged" and 4 <= own.capacity < 5 and own.bracket == (4.0, 5.0), own.message
+    margins = {p.load: p.margin for p in own.probes}
+    assert own.capacity == pytest.approx(4 + (1 - margins[4]) / (margins[5] - margins[4]))
     assert [p.load for p in own.probes] == [1, 2, 4, 8, 6, 5]
-    assert vllm.capacity == 2 and vllm.bracket == (2.0, 3.0) and [p.load for p in vllm.probes] == [1, 2, 4, 3]
+    assert 2 <= vllm.capacity < 3 and vllm.bracket == (2.0, 3.0) and [p.load for p in vllm.probes] == [1, 2, 4, 3]
     assert [p.seed for p in own.probes] == list(range(6))  # probe i: seed 0 + i
     # each probe sends at least 4 requests per in-flight slot (probe_requests), else the 12 asked
     assert all(p.metrics is not None and p.metrics.requests_completed == max(12, 4 * int(p.load)) for p in own.probes)
@@ -82,7 +86,8 @@ def test_concurrency_search_finds_each_servers_slots(servers, tmp_path, monkeypa
     assert own.elapsed_s <= 60.0 and s.wall_s > 0
     rec = s.capacity_recommendation
     assert rec is not None and rec.recommended == "vllm"  # own has more, but is the yardstick
-    assert rec.sentence.startswith("vllm sustains 2 concurrent requests at p99 TTFT ≤ 150 ms; own 4 (yardstick)")
+    assert re.match(r"vllm sustains 2\.\d+ concurrent requests at p99 TTFT ≤ 150 ms; own 4\.\d+ \(yardstick\)", rec.sentence), \
+        rec.sentence
     assert [r.engine for r in rec.ranking] == ["own", "vllm"] and rec.tie_groups == []
     # every probe's requests are stored, labelled with their probe; warm-up apart
     records = read_records(run / "requests.jsonl")
@@ -119,7 +124,7 @@ def test_repeats_pool_each_probe_and_draw_fresh_seeds(servers, tmp_path, monkeyp
     s = SearchSummary.model_validate_json((tmp_path / "reps" / "search.json").read_text())
     own = s.engines["own"]
     assert s.repeats == 2 and s.requests_per_probe == 12
-    assert own.stopped == "converged" and own.capacity == 4 and own.bracket == (4.0, 5.0), own.message
+    assert own.stopped == "converged" and 4 <= own.capacity < 5 and own.bracket == (4.0, 5.0), own.message
     assert [p.load for p in own.probes] == [2, 4, 8, 6, 5]
     for p in own.probes:  # pooled over both repeats, each repeat's metrics and verdict kept
         assert len(p.repeats) == 2 and len(p.repeat_passed) == 2
