@@ -494,3 +494,92 @@ def test_the_checker_catches_a_misplaced_test(tmp_path: Path) -> None:
         "tests/own_engine/: no __init__.py (every test folder is a package)",
         "tests/own_engine/server/: no __init__.py (every test folder is a package)",
     ]
+
+
+# ------------------------------------------------------------------------------------------
+# issue 38: one decision core: one judge of a point, one capacity estimator, one gates list
+
+CORE = "harness/scoring/frontier.py"
+SLO_COMPARISONS_ELSEWHERE = {
+    "harness/metrics/slo.py": "the per-request goodput rule (DistServe): a request, not a point",
+    "harness/scoring/constraints.py": "the weighted lens's SLO stage on one-point runs (decided=True on a ladder run)",
+    "harness/scoring/sensitivity.py": "the weighted lens's what-if on one-point runs",
+    "harness/scoring/explanation.py": "the weighted lens's words on one-point runs",
+    "harness/scoring/repeats.py": "which SLOs a stored goodput was counted under (not a judgement)",
+}
+
+
+def _slo_comparisons(tree: ast.AST) -> list[int]:
+    """Lines where a value is compared with, or divided by, an SLO's ``threshold_ms``."""
+    found = []
+    for node in ast.walk(tree):
+        judged = isinstance(node, ast.Compare) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div))
+        if judged and any(isinstance(n, ast.Attribute) and n.attr == "threshold_ms" for n in ast.walk(node)):
+            found.append(node.lineno)
+    return found
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """The module's own functions (methods of the lens's classes are its business)."""
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_one_judge_of_a_point_and_one_capacity_estimator() -> None:
+    """A point's SLOs are judged, and a capacity read, in one module (``harness/scoring/frontier.py``)
+    that ``bench run``'s ladder and ``bench search`` both call; the weighted lens keeps its own
+    SLO stage for one-point runs only (the allow-list says why each other comparison exists)."""
+    trees = {p.relative_to(ROOT).as_posix(): ast.parse(p.read_text(encoding="utf-8"))
+             for p in (ROOT / "harness").rglob("*.py")}
+    strays = {path: lines for path, tree in trees.items() if path != CORE and path not in SLO_COMPARISONS_ELSEWHERE
+              and (lines := _slo_comparisons(tree))}
+    assert strays == {}, "an SLO judged outside the decision core: call harness.scoring.frontier.point_stats / slo_holds"
+    core = {"point_stats", "slo_value", "slo_holds", "capacity_from", "capacity_of"}
+    twins = {path: sorted(core & _defined(tree)) for path, tree in trees.items() if path != CORE and core & _defined(tree)}
+    assert twins == {}
+    for user in ("harness/app/run/ladder.py", "harness/app/search/capacity.py"):  # both jobs take the core's judge
+        imported = {a.name for n in ast.walk(trees[user]) if isinstance(n, ast.ImportFrom)
+                    and n.module == "harness.scoring.frontier" for a in n.names}
+        assert "point_stats" in imported, user
+    search = trees["harness/app/search/capacity.py"]
+    assert "capacity_from" in {a.name for n in ast.walk(search) if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
+def _stage_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants used as an elimination's stage: the first of a 2-tuple returned or
+    stored, and what a ``stage`` name is compared with."""
+    out = []
+    for node in ast.walk(tree):
+        values = [node.value] if isinstance(node, (ast.Return, ast.Assign)) and node.value is not None else []
+        for v in values:
+            if isinstance(v, ast.Tuple) and len(v.elts) == 2 and isinstance(v.elts[0], ast.Constant) \
+                    and isinstance(v.elts[0].value, str):
+                out.append((node.lineno, v.elts[0].value))
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "stage":
+            for c in node.comparators:
+                for k in ast.walk(c):
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                        out.append((node.lineno, k.value))
+    return out
+
+
+def test_one_gates_list() -> None:
+    """Every stage an engine can be excluded at, by the ladder decision or the weighted lens,
+    is a gate of ``harness.scoring.gates.GATES`` (or the lens's one-point ``validity``)."""
+    from harness.scoring.gates import LENS_ONLY_STAGES, STAGES
+
+    modules = ["harness/scoring/decision.py", "harness/scoring/constraints.py", "harness/scoring/reliability.py",
+               "harness/scoring/validity.py", "harness/scoring/recommender.py", "harness/scoring/explanation.py",
+               "harness/app/run/reporting.py"]
+    unknown = {}
+    for path in modules:
+        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+        if bad := [(line, s) for line, s in _stage_literals(tree) if s not in STAGES + LENS_ONLY_STAGES]:
+            unknown[path] = bad
+    assert unknown == {}
+    assert len(set(STAGES)) == len(STAGES) == 7
+
+
+def test_the_core_checkers_catch_a_second_judge(tmp_path) -> None:
+    tree = ast.parse("def judge(v, slo):\n    return v <= slo.threshold_ms\n")
+    assert _slo_comparisons(tree) == [2]
+    assert _stage_literals(ast.parse("def g():\n    return 'latency', 'too slow'\n")) == [(2, "latency")]

@@ -144,10 +144,14 @@ class SloVerdict:
 
 
 def judge_slos(
-    engines: dict[str, EngineRuns], eliminated_before: dict[str, Elimination], slos: Sequence[SLO]
+    engines: dict[str, EngineRuns], eliminated_before: dict[str, Elimination], slos: Sequence[SLO], *,
+    decided: bool = False,
 ) -> SloVerdict:
     """Apply ``slos`` to every engine not in ``eliminated_before``. An engine meeting them at
-    no condition is eliminated with the misses at its lowest-load condition."""
+    no condition is eliminated with the misses at its lowest-load condition. ``decided``: the
+    SLOs were judged by the decision core already (a ladder run, :mod:`.gates`: its eliminations
+    are in ``eliminated_before``, and each engine's one condition is the point it passed at), so
+    no condition is held against them here; the values are still read for the report."""
     eliminated = dict(eliminated_before)
     verdict = SloVerdict([], eliminated, {}, {})
     for name, engine in engines.items():
@@ -164,7 +168,7 @@ def judge_slos(
                 f"p{slo.percentile:g} {METRIC_LABELS[slo.metric]} "
                 f"{format_ms(values[slo.key])} > {slo.threshold_ms:g} ms"
                 for slo in slos
-                if values[slo.key] > slo.threshold_ms
+                if values[slo.key] > slo.threshold_ms and not decided
             ]
             if misses:
                 misses_at[condition] = misses

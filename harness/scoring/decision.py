@@ -17,6 +17,7 @@ from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
 
 from .formatting import METRIC_LABELS
+from .gates import first
 from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream, point_stats
 from .samples import measured_span_s
 from .ranking import REFERENCE_ENGINES
@@ -104,38 +105,42 @@ def _fill_points(ladder: EngineLadder, cap: Capacity, client_rps: float | None =
 
 
 def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate: float, *,
-         allow_unchecked: bool = False) -> str:
-    """The one-line reason ``name`` is excluded ("" = it is not): did not start or measure,
-    crashed under load, failed above the bound, missed the SLO at the lowest load, its outputs
-    fell below the fidelity floor (``harness.metrics.fidelity``), or its fidelity check was asked
-    for (``ladder.fidelity`` is not None) but could not run or covered fewer than 90 % of the
-    prompts, unless ``allow_unchecked`` (``--allow-unchecked``; :meth:`FidelityResult.exclusion`).
-    No check asked for (``--fidelity-prompts 0``): no fidelity gate."""
+         allow_unchecked: bool = False) -> tuple[str, str] | None:
+    """The measured gates of :data:`harness.scoring.gates.GATES` on one ladder: ``(stage,
+    one-line reason)`` of the first ``name`` fails, None when it passes them: did not start or
+    measure, or crashed under load (``not measured``); failed above the bound at the lowest load
+    (``reliability``); missed the SLO at the lowest load (``slo``); its outputs fell below the
+    fidelity floor (``harness.metrics.fidelity``), or its fidelity check was asked for
+    (``ladder.fidelity`` is not None) but could not run or covered fewer than 90 % of the
+    prompts, unless ``allow_unchecked`` (``--allow-unchecked``; :meth:`FidelityResult.exclusion`)
+    (``fidelity``). No check asked for (``--fidelity-prompts 0``): no fidelity gate."""
     if ladder.status is EngineStatus.SKIPPED or ladder.status is EngineStatus.NOT_MEASURED:
-        return ladder.reason or ladder.status.value
+        return "not measured", ladder.reason or ladder.status.value
     if ladder.crash:
-        return f"crashed under load ({ladder.crashed_at} in flight): {ladder.crash}"[:300]
+        return "not measured", f"crashed under load ({ladder.crashed_at} in flight): {ladder.crash}"[:300]
     if cap is None:
-        return ladder.reason or "no ladder point was measured"
+        return "not measured", ladder.reason or "no ladder point was measured"
     if cap.never_met:
         lowest = cap.points[0]
         if lowest.binding == "errors":
-            return f"failed {lowest.failure_rate:.0%} of its requests at the lowest load (bound {max_failure_rate:.0%})"
+            return "reliability", (f"failed {lowest.failure_rate:.0%} of its requests at the lowest load "
+                                   f"(bound {max_failure_rate:.0%})")
         shown = ", ".join(f"{k} {'∞' if not math.isfinite(v) else f'{v:,.0f}'} ms" for k, v in lowest.values.items())
-        return f"misses the SLO at the lowest load ({int(lowest.load)} in flight: {shown})"
+        return "slo", f"misses the SLO at the lowest load ({int(lowest.load)} in flight: {shown})"
     if ladder.status is not EngineStatus.OK:
-        return ladder.reason or "failed"
+        return "not measured", ladder.reason or "failed"
     if ladder.fidelity is not None and (why := ladder.fidelity.exclusion(allow_unchecked)):
-        return why
-    return ""
+        return "fidelity", why
+    return None
 
 
 def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
-          price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, str] | None = None,
+          price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, tuple[str, str]] | None = None,
           client_rps: float | None = None, interrupted: str = "", seed: int = 0) -> LadderSummary:
     """Fill each engine's capacity and the decision of ``summary`` (in place; also returned)
-    from ``records``; ``price_per_hour``: USD per device-hour (``results.hardware.device_price``); ``extra_gates``: exclusions decided elsewhere (memory fit, a required
-    feature), engine → one line; ``client_rps``: the request rate the client can send without
+    from ``records``; ``price_per_hour``: USD per device-hour (``results.hardware.device_price``); ``extra_gates``: exclusions decided elsewhere (the
+    declared gates of :data:`harness.scoring.gates.GATES`: hardware, a required feature, memory
+    fit), engine → (stage, one line); an engine failing several gates is excluded by the earliest; ``client_rps``: the request rate the client can send without
     limiting the load (half its calibrated maximum, times its workers; None = not calibrated):
     points above it are marked client-limited, never held against the engine."""
     agentic = summary.workload == "agentic"
@@ -149,8 +154,9 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)
-        ladder.excluded = (extra_gates or {}).get(name) or gate(name, ladder, cap, summary.max_failure_rate,
-                                                                allow_unchecked=summary.allow_unchecked)
+        found = first((extra_gates or {}).get(name), gate(name, ladder, cap, summary.max_failure_rate,
+                                                           allow_unchecked=summary.allow_unchecked))
+        ladder.excluded_stage, ladder.excluded = found if found is not None else ("", "")
         candidates.append(Candidate(name, cap, excluded=ladder.excluded, reference=name in REFERENCE_ENGINES,
                                     startup_s=ladder.startup_s, startup_alone=ladder.startup_alone is not False,
                                     processes=ladder.processes,

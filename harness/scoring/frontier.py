@@ -59,7 +59,7 @@ from harness.metrics import SLO
 from .samples import Requests, engine_stream, failure_lower_bound, pool, too_many_failures
 
 __all__ = ["Capacity", "PointSample", "PointStats", "Requests", "capacity_draws", "capacity_from", "capacity_of",
-           "engine_stream", "point_stats", "pool", "slo_value"]
+           "engine_stream", "point_stats", "pool", "slo_holds", "slo_value"]
 
 RESAMPLES = 600  # bootstrap draws per capacity (~20 ms for a 7-point ladder of 50 requests)
 
@@ -124,6 +124,13 @@ def slo_value(req: Requests, slo: SLO) -> float:
         return _percentile(req.tpot, slo.percentile)
     gaps = np.concatenate(req.itl) if req.itl else np.empty(0)
     return _percentile(gaps, slo.percentile)
+
+
+def slo_holds(value: float, slo: SLO) -> bool:
+    """Whether an SLO's judged value (ms, :func:`slo_value`) holds: at most the threshold; a
+    value that does not exist (NaN: 1-token replies have no TPOT) cannot break it, an infinite
+    one (a failure) always does. The one place a point's SLO is compared with its threshold."""
+    return math.isnan(value) or value <= slo.threshold_ms
 
 
 def point_stats(load: float, req: Requests, slos: Sequence[SLO], max_failure_rate: float, devices: int = 1,

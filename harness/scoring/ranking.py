@@ -53,6 +53,7 @@ class ScoringContext:
     weights: dict[str, float]
     eliminated_before_slos: dict[str, Elimination]
     memory_fits: dict[str, MemoryFit]
+    slos_decided: bool = False  # a ladder run: the decision core judged the SLOs (harness.scoring.gates); the lens does not
 
 
 @dataclass
@@ -146,7 +147,7 @@ def _components(
 def evaluate(ctx: ScoringContext, slos: list[SLO], *, raw_override: dict[str, RawMetrics] | None = None) -> Outcome:
     """SLO stage, then score and rank the survivors (``raw_override``: engine → raw metrics to
     use instead of the medians, for the noise check)."""
-    verdict = judge_slos(ctx.engines, ctx.eliminated_before_slos, slos)
+    verdict = judge_slos(ctx.engines, ctx.eliminated_before_slos, slos, decided=ctx.slos_decided)
     survivors, judged_at = verdict.survivors, verdict.judged_at
     raw: dict[str, RawMetrics] = {}
     for name in survivors:

@@ -12,6 +12,7 @@ from results.store import Run
 
 from .constraints import before_slos, collect_required_features, needs_fp8
 from .errors import ScorerError
+from .gates import MEASURED_STAGES, first
 from .parity import parity_notes
 from .explanation import deciding_constraint, excluded_clause, yardstick_sentence
 from .gather import Gathered, RunFacts, gather
@@ -60,7 +61,7 @@ def recommend(
     if slos is None:
         slos = _stored_slos(gathered.runs[0])
     required = collect_required_features(required_features, gathered.runs)
-    ctx, outcome, validity = _judge(gathered, hardware, resolved_weights, list(slos), required, dtype_bytes,
+    ctx, outcome, validity = _judge(runs, gathered, hardware, resolved_weights, list(slos), required, dtype_bytes,
                                     memory_utilization, max_failure_rate)
 
     workloads = sorted({measurement.run.workload for engine in gathered.engines.values()
@@ -118,29 +119,44 @@ def _checked_weights(runs: list[Run], preset: str, weights: dict[str, float] | N
     return resolved_weights
 
 
+def ladder_gates(runs: Sequence[Run]) -> dict[str, tuple[str, str]] | None:
+    """The measured gates' eliminations of a ladder run (engine → (stage, reason), :mod:`.gates`),
+    None unless ``runs`` is one run decided on load ladders. A stage an older run did not store
+    reads ``not measured``."""
+    if len(runs) != 1 or runs[0].ladder is None:
+        return None
+    return {name: (e.excluded_stage or "not measured", e.excluded) for name, e in runs[0].ladder.engines.items()
+            if e.excluded and (e.excluded_stage or "not measured") in MEASURED_STAGES}
+
+
 def _judge(
-    gathered: Gathered, hardware: HardwareProfile, weights: dict[str, float], slos: list[SLO], required: list[str],
+    runs: Sequence[Run], gathered: Gathered, hardware: HardwareProfile, weights: dict[str, float], slos: list[SLO], required: list[str],
     dtype_bytes: int | None, memory_utilization: float, max_failure_rate: float,
 ) -> tuple[ScoringContext, Outcome, ValidityVerdict]:
     """The gates in order (reliability, validity, then hardware, features and memory fit), then
     the SLOs and the score (:func:`.ranking.evaluate`): the later stages see only the engines
     and conditions the earlier ones keep."""
-    unreliable = judge_reliability(gathered.engines, max_failure_rate)
     validity = judge_validity(gathered.engines, gathered.runs)
-    for name, elimination in unreliable.items():
-        validity.eliminated[name] = elimination
-        validity.left_out.pop(name, None)
+    decided = ladder_gates(runs)
+    if decided is not None:  # a ladder run: its measured gates are the ladder's (.gates), never judged twice
+        validity = ValidityVerdict(engines=dict(gathered.engines), eliminated=dict(decided), left_out={},
+                                   notes=validity.notes)
+    else:
+        for name, elimination in judge_reliability(gathered.engines, max_failure_rate).items():
+            validity.eliminated[name] = elimination
+            validity.left_out.pop(name, None)
     eliminated_later, memory_fits = before_slos(
-        {name: engine for name, engine in validity.engines.items() if name not in validity.eliminated},
+        {name: engine for name, engine in validity.engines.items() if name not in validity.eliminated
+         or decided is not None},
         hardware,
         required,
         fp8_needed=needs_fp8(required, dtype_bytes, gathered.runs),
         dtype_bytes=dtype_bytes,
         memory_utilization=memory_utilization,
     )
-    eliminated = {name: validity.eliminated.get(name) or eliminated_later[name] for name in gathered.engines
-                  if name in validity.eliminated or name in eliminated_later}
-    ctx = ScoringContext(validity.engines, hardware, weights, eliminated, memory_fits)
+    eliminated = {name: found for name in gathered.engines
+                  if (found := first(validity.eliminated.get(name), eliminated_later.get(name))) is not None}
+    ctx = ScoringContext(validity.engines, hardware, weights, eliminated, memory_fits, slos_decided=decided is not None)
     outcome = evaluate(ctx, slos)
     _mark_left_out(outcome, validity)
     return ctx, outcome, validity

@@ -94,6 +94,24 @@ def steady_window(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
     return opens, closes
 
 
+def judged_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The records the judge reads of one point: per measurement (``repeat``), the measured
+    requests sent inside its steady state (:func:`steady_window`; all of them when it is too
+    short to judge), and every failure wherever it fell (a failure counts against the SLOs and
+    the error bound wherever it happened, as in :meth:`Requests.of`). Summarised, they give the
+    point's latency percentiles exactly as the judge reads them."""
+    by: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.phase == "measured":
+            by.setdefault(r.repeat, []).append(r)
+    out: list[RequestRecord] = []
+    for k in sorted(by):
+        window = steady_window(by[k])
+        lo, hi = window if window is not None else (-math.inf, math.inf)
+        out += [r for r in by[k] if not r.success or (r.send_ns is not None and lo <= r.send_ns <= hi)]
+    return out
+
+
 def measured_span_s(records: Sequence[RequestRecord]) -> float:
     """First send → last completion of one measurement (s), as :func:`harness.metrics.compute_metrics`
     does (incomplete requests' ends left out); 0.0 without sends or ends."""

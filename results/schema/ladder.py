@@ -90,6 +90,7 @@ class EngineLadder(Artefact):
     points: list[LadderPoint] = Field(default_factory=list)
     capacity: CapacityAtSLO | None = None
     excluded: str = ""
+    excluded_stage: str = ""  # the gate that excluded it (harness.scoring.gates.GATES); "" = eligible, or an older run
     reference: bool = False
     display_name: str | None = None
     devices: int | None = None  # devices one deployment of it used (its launch's parallel sizes, --devices); None: the run's

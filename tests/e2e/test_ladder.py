@@ -43,3 +43,18 @@ def test_bench_run_climbs_ladders_and_decides_on_capacity(tmp_path):
     summary = json.loads((tmp_path / "ladder" / "summary.json").read_text())
     assert summary["slos"] == {"ttft_p90": 4000.0, "tpot_p90": 200.0}
     assert all(summary["engines"][n]["metrics"]["requests_completed"] > 0 for n in ("own", "transformers"))
+    # one gates list: the weighted lens excludes exactly the engines the ladder excluded, at the same stage
+    rec = run.recommendation
+    assert rec is not None
+    assert rec.elimination_stage == {n: e.excluded_stage for n, e in ladder.engines.items() if e.excluded}
+    # one figure per point: summary.json's throughput at an engine's capacity point is the judge's, and so
+    # is its judged percentile (the same steady-state requests)
+    for name, e in ladder.engines.items():
+        if e.capacity is None or e.capacity.never_met:
+            continue
+        at = next(p for p in e.points if p.load == e.capacity.bracket[0])
+        m = summary["engines"][name]["metrics"]
+        assert m["output_throughput"] == pytest.approx(at.output_tps)
+        assert m["tpot_ms"]["p90"] == pytest.approx(at.values["tpot_p90"])
+        row = next((r for r in rec.ranking if r.engine == name), None)
+        assert row is None or row.metrics["output_throughput"] == pytest.approx(at.output_tps)

@@ -41,6 +41,7 @@ from harness.app.run.ladder_trial import (LadderOutcome, LadderSpec, PointMeasur
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.decision import judge
 from harness.scoring.frontier import PointSample, capacity_of, point_stats
+from harness.scoring.samples import judged_records
 from harness.scoring.ranking import REFERENCE_ENGINES
 
 
@@ -300,8 +301,10 @@ class LadderJob:
 
     def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
         """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest
-        passing load below its boundary; its lowest load when none passed), the ladder's points
-        with its pooled metrics and intervals."""
+        passing load below its boundary; its lowest load when none passed), over the requests the
+        judge reads (:func:`harness.scoring.samples.judged_records`: each measurement's steady
+        state) and with the judge's output throughput (the point's ``output_tps`` times its
+        devices), so Details, the weighted lens and the ladder print one figure for the point."""
         condition = Condition(tuple(self.spec.slos))
         mine = [r for r in records if r.engine == e.name and r.phase == "measured"]
         cap = ladder.capacity
@@ -317,7 +320,10 @@ class LadderJob:
         if at is None:
             return EngineResult(status=ladder.status if ladder.status is not EngineStatus.OK else EngineStatus.FAILED,
                                 reason=e.failure or ladder.excluded or "no ladder point was measured", **base)
-        summary = summarise([r for r in mine if r.probe == at.index], condition)
+        # the point as the judge reads it: its steady state, its throughput the judge's (one figure per point)
+        summary = summarise(judged_records([r for r in mine if r.probe == at.index]), condition)
+        summary.pooled.output_throughput = at.output_tps * (ladder.devices or self.spec.devices)
+        summary.intervals.pop("output_throughput", None)
         base["resources"] = combine_repeats([m.resources for m in e.measurements if m.index == at.index and m.resources])
         why = ladder.excluded and f"excluded: {ladder.excluded}"
         if not at.passed:
@@ -327,7 +333,7 @@ class LadderJob:
         else:
             role = (f"the highest load that passed, below its capacity at {cap.load:.3g} in flight"  # type: ignore[union-attr]
                     if cap is not None else "")
-        where = f"metrics of its ladder point at {at.load} in flight ({role})"
+        where = f"metrics of its ladder point at {at.load} in flight ({role}), over its steady state"
         base["cost"] = _capacity_cost(cap, device_price(self.writer.manifest.hardware))
         return EngineResult(status=EngineStatus.OK if ladder.status is EngineStatus.OK else ladder.status,
                             reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,

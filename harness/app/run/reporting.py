@@ -133,24 +133,20 @@ def score_and_report(run_dir: Path, cfg: Any) -> Recommendation:
     return rec
 
 
-LADDER_GATE_STAGES = ("hardware", "feature", "memory")
-"""The scorer's gates the ladder decision also applies: the target hardware, a required feature,
-the memory fit (the others, reliability and the SLO, the ladder judges itself; validity's client
-checks never exclude an engine from it)."""
-
-
 def regate_ladder(run: Run, rec: Recommendation) -> None:
-    """Decide ``run``'s ladders again with the scorer's hardware, feature and memory gates
-    (engine → its one-line reason) and store ``ladder.json``; nothing changes without one."""
+    """Decide ``run``'s ladders again with the scorer's declared gates (hardware, a required
+    feature, the memory fit: :data:`harness.scoring.gates.DECLARED_STAGES`; the measured ones the
+    ladder judges itself) and store ``ladder.json``; nothing changes without one."""
     from harness.metrics import parse_slos
     from harness.scoring.decision import judge
+    from harness.scoring.gates import DECLARED_STAGES
     from results.schema import LADDER_FILE
     from results.store import write_model_atomic
 
     ladder = run.ladder
     assert ladder is not None
-    gates = {name: rec.eliminated[name] for name, stage in rec.elimination_stage.items()
-             if stage in LADDER_GATE_STAGES and name in ladder.engines}
+    gates = {name: (stage, rec.eliminated[name]) for name, stage in rec.elimination_stage.items()
+             if stage in DECLARED_STAGES and name in ladder.engines}
     if not gates:
         return
     slos = parse_slos(",".join(f"{k}={v}" for k, v in ladder.slos.items()))

@@ -44,7 +44,7 @@ from pydantic import Field
 
 from harness.metrics import SLO
 from harness.metrics.failures import MAX_FAILURE_RATE, failure_text
-from harness.scoring.frontier import Capacity, PointStats, capacity_from, point_stats
+from harness.scoring.frontier import Capacity, PointStats, capacity_from, point_stats, slo_holds
 from harness.scoring.samples import Requests, pool, too_many_failures
 from results.schema import Artefact, LoadProbe, Metrics
 
@@ -323,7 +323,7 @@ def judge_probe(
             parts.append(f"{slo.key} infinite (lands on one of {metrics.requests_failed} failed requests) "
                          f"> {_ms(slo.threshold_ms)}")
         else:
-            parts.append(f"{slo.key} {_ms(v)} {'>' if v > slo.threshold_ms else '<='} {_ms(slo.threshold_ms)}")
+            parts.append(f"{slo.key} {_ms(v)} {'<=' if slo_holds(v, slo) else '>'} {_ms(slo.threshold_ms)}")
     if not slos:
         parts.append("no SLO given")
     meets = stats.passed and metrics.requests_completed > 0

@@ -104,14 +104,16 @@ def test_low_coverage_excludes_and_full_coverage_passes(measured) -> None:
 def test_the_gate_itself() -> None:
     ok = EngineLadder(status=EngineStatus.OK)
     cap = type("Cap", (), {"never_met": False})()  # a capacity that met the SLO: gate() reads only ``never_met``
-    assert gate("e", ok, cap, 0.05) == ""  # no check asked for
+    assert gate("e", ok, cap, 0.05) is None  # no check asked for
     errored = ok.model_copy(update={"fidelity": FidelityResult(prompts=8, error="Refused: HTTP 404")})
-    assert gate("e", errored, cap, 0.05) == "fidelity not checked (Refused: HTTP 404); --allow-unchecked lets it compete"
-    assert gate("e", errored, cap, 0.05, allow_unchecked=True) == ""
+    assert gate("e", errored, cap, 0.05) == (
+        "fidelity", "fidelity not checked (Refused: HTTP 404); --allow-unchecked lets it compete")
+    assert gate("e", errored, cap, 0.05, allow_unchecked=True) is None
     below = ok.model_copy(update={"fidelity": FidelityResult(
         prompts=8, positions=256, agreement_outside_near_ties=0.8, passed=False, prompts_answered=8,
         agreement_interval=Interval(point=0.8, low=0.75, high=0.85, n=8), first_divergence=[3] * 8)})
-    assert gate("e", below, cap, 0.05, allow_unchecked=True).startswith("fidelity 0.800 [0.750, 0.850]")
+    stage, why = gate("e", below, cap, 0.05, allow_unchecked=True)
+    assert stage == "fidelity" and why.startswith("fidelity 0.800 [0.750, 0.850]")
 
 
 def test_an_old_ladder_json_still_loads() -> None:

@@ -13,7 +13,7 @@ import pytest
 from harness.loadgen.simulated import SimEngine, simulate
 from harness.metrics import parse_slos
 from harness.scoring.frontier import PointSample, capacity_from, capacity_of, point_stats
-from harness.scoring.samples import (Requests, engine_stream, failure_lower_bound, steady_window,
+from harness.scoring.samples import (Requests, engine_stream, failure_lower_bound, judged_records, steady_window,
                                      too_many_failures)
 from harness.scoring.verdict import ratio_interval
 from results.schema import RequestRecord
@@ -71,6 +71,29 @@ def test_a_burst_only_on_the_synchronised_start_leaves_the_judged_ttft_alone() -
     steady = point_stats(4, Requests.of(bursty, 1.0), slo, 0.05)
     assert steady.values["ttft_p90"] == pytest.approx(20.0) and steady.passed
     assert point_stats(4, Requests.of(calm, 1.0), slo, 0.05).values["ttft_p90"] == pytest.approx(20.0)
+
+
+def test_the_judged_records_summarise_to_the_judges_percentiles() -> None:
+    from harness.metrics import compute_metrics
+
+    first, second = closed_loop(4, 6, first_extra_ms=900.0), closed_loop(4, 5, service_ms=120.0)
+    for r in second:
+        r.repeat, r.request_id = 1, "b" + r.request_id
+    failed = rec(99, 5.0, 0.0, 0.0, ok=False)  # a failure in the synchronised start still counts
+    records = first + [failed] + second
+    kept = judged_records(records)
+    assert failed in kept and len(kept) < len(records)
+    slos = parse_slos("ttft_p90=5000,tpot_p90=500")
+    judged = point_stats(4, pool_of(first + [failed], second), slos, 0.5)
+    m = compute_metrics(kept, slos)
+    assert m.error_adjusted.distribution("ttft").percentile("p90") == pytest.approx(judged.values["ttft_p90"])
+    assert m.tpot_ms.p90 == pytest.approx(judged.values["tpot_p90"])
+
+
+def pool_of(*measurements: list[RequestRecord]) -> Requests:
+    from harness.scoring.samples import pool
+
+    return pool([Requests.of(m, 1.0) for m in measurements])
 
 
 def test_a_measurement_too_short_for_a_steady_state_is_judged_whole() -> None:
