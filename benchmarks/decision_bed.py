@@ -37,6 +37,7 @@ from harness.app.run.testbed import faster  # noqa: E402
 from harness.loadgen.simulated import SimEngine, true_capacity  # noqa: E402
 from harness.metrics import parse_slos  # noqa: E402
 from harness.scoring.frontier import engine_stream  # noqa: E402
+from harness.scoring.samples import too_many_failures  # noqa: E402
 from harness.scoring.verdict import Candidate, decide, ratio_interval  # noqa: E402
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
@@ -142,6 +143,17 @@ def truths(base: SimEngine, trials: int) -> None:
         raw += (~lowest.ok).mean() > 0.05  # the raw fraction against the bound, as before
     print(f"| a true 1 % failure rate (bound 5 %) | excluded in {pct(excluded, trials)} | the raw fraction over the "
           f"lowest point's 16 requests above 5 %: excluded in {pct(raw, trials)} |")
+    # 5b. a true 20 % failure rate: points sized for the error bound
+    failing = dataclasses.replace(base, name="failing", fail_rate=0.20)
+    caught = once = 0
+    for t in range(trials):
+        v = decide([candidate(failing, 2 * t), candidate(base, 2 * t + 1)])
+        caught += "failing" in v.excluded
+        first = testbed.climb(failing, 2 * t, SLOS, OUTPUT_TOKENS, 0, max_points=1).rungs[0].measurements[0]
+        once += too_many_failures(int((~first.ok).sum()), first.n, 0.05)  # one measurement, Wilson-judged
+    print(f"| a true 20 % failure rate (bound 5 %) | excluded in {pct(caught, trials)} (a point whose failures leave "
+          f"the bound undecided measured again, twice at most) | one measurement a point: excluded in "
+          f"{pct(once, trials)} |")
     # 6. worse only on the synchronised start
     bursty = dataclasses.replace(base, name="bursty", burst_ms=1500.0)
     sep_either = eq = 0

@@ -46,6 +46,27 @@ def failure_lower_bound(failed: np.ndarray | float, n: np.ndarray | float) -> np
     return np.where(m > 0, low, 1.0)
 
 
+def failure_upper_bound(failed: float, n: float) -> float:
+    """The one-sided 95 % Wilson score upper bound of a failure rate ``failed / n`` (the score
+    interval's upper end, never above 1); 1.0 when ``n`` is 0."""
+    if n <= 0:
+        return 1.0
+    z2, p = ERROR_BOUND_Z ** 2, failed / n
+    center = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = ERROR_BOUND_Z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return min(1.0, center + half)
+
+
+def errors_undecided(failed: int, n: int, max_failure_rate: float) -> bool:
+    """Whether a point's failures leave the error bound undecided: some request failed, yet the
+    Wilson interval of the rate holds the bound (its lower end at or below it, its upper end
+    above): too few requests to tell a fluke from an engine that fails above the bound. The
+    ladder measures such a point again (:data:`harness.app.run.ladder.ERROR_EXTRA` times at
+    most): points sized for the error bound."""
+    return failed > 0 and not too_many_failures(failed, n, max_failure_rate) \
+        and failure_upper_bound(failed, n) > max_failure_rate
+
+
 def too_many_failures(failed: int, n: int, max_failure_rate: float) -> bool:
     """Whether ``failed`` of ``n`` requests exceed the bound ``max_failure_rate`` beyond the
     noise: the one-sided 95 % Wilson lower bound of the rate is above it (module docstring)."""

@@ -105,14 +105,18 @@ class EngineTurns:
                             **base)
 
 
-def engine_cost(price: tuple[float, str] | None, output_tps: float | None, interval: Interval | None) -> Cost | None:
-    """USD per 1M output tokens at ``price`` (USD/h, source) and the measured output throughput
-    (tokens/s); ``low``/``high`` from the throughput interval's high/low end. None without a
-    price or a throughput."""
+def engine_cost(price: tuple[float, str] | None, output_tps: float | None,
+                interval: Interval | tuple[float, float] | None) -> Cost | None:
+    """USD per 1M output tokens at ``price`` (USD per device-hour, source) and the measured output
+    throughput (tokens/s per device); ``low``/``high`` from the throughput interval's high/low end
+    (an :class:`Interval`, or a capacity's ``(low, high)`` tokens/s). The one cost function of a
+    run: the one-point path's and the ladder's capacity (``ladder_run``), so the resources table and
+    the capacity table print one figure. None without a price or a throughput."""
     point = cost_per_million_tokens(price[0], output_tps) if price else None
     if price is None or point is None or output_tps is None:
         return None
-    low = cost_per_million_tokens(price[0], interval.high) if interval else None
-    high = cost_per_million_tokens(price[0], interval.low) if interval else None
+    lo_tps, hi_tps = (interval.low, interval.high) if isinstance(interval, Interval) else (interval or (None, None))
+    low = cost_per_million_tokens(price[0], hi_tps) if hi_tps is not None else None
+    high = cost_per_million_tokens(price[0], lo_tps) if lo_tps is not None else None
     return Cost(usd_per_hour=price[0], price_source=price[1], output_tokens_per_s=output_tps,
                 usd_per_1m_output_tokens=point, low=point if low is None else low, high=point if high is None else high)

@@ -28,10 +28,12 @@ from typing import Callable, Literal, Sequence
 from adapters.base import EngineError
 from harness.metrics import SLO
 from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
+from harness.scoring.samples import errors_undecided
 
 PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
 MIN_POINTS = 3  # points every climb measures whatever the budget (1, 2, 4: enough to see a saturation)
 MAX_LOAD = 64  # concurrency ladders stop here unless told otherwise
+ERROR_EXTRA = 2  # measurements a point whose failures leave the error bound undecided gets at most
 
 Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", ""]
 
@@ -148,7 +150,22 @@ class Ladder:
         if not self._guarded(rung):
             return None
         self.rungs.append(rung)
+        self._sized_for_errors(rung)
         return rung
+
+    def _sized_for_errors(self, rung: Rung) -> None:
+        """Points sized for the error bound: while some of ``rung``'s requests failed but too few
+        to tell a fluke from an engine failing above the bound
+        (:func:`harness.scoring.samples.errors_undecided`), measure it again, :data:`ERROR_EXTRA`
+        times at most and while the budget allows (at 12 requests a point, one failure leaves
+        the bound undecided; pooled with more, a 1 % engine clears it and a 20 % one trips it)."""
+        for _ in range(ERROR_EXTRA):
+            pooled = rung.sample(self.devices).pooled()
+            failed = int((~pooled.ok).sum())
+            if not errors_undecided(failed, pooled.n, self.max_failure_rate) or not self._affordable():
+                return
+            if not self._guarded(rung):
+                return
 
     def _guarded(self, rung: Rung) -> bool:
         """Measure ``rung`` once more; False (``stopped`` = "crashed", the points before kept)

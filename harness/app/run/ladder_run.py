@@ -28,14 +28,15 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 from adapters.resources import combine_repeats
-from results.hardware import cost_per_million_tokens, device_price
-from results.schema import (LADDER_FILE, Cost, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
+from results.hardware import device_price
+from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
                             RequestRecord)
 from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
 
 from harness.app.core.executor import Trial, TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
+from harness.app.run.engine_turns import engine_cost
 from harness.app.run.ladder_trial import (LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, extend_ladder,
                                           measure_points, stats_line)
 from harness.metrics.summarise import Condition, summarise
@@ -334,25 +335,12 @@ class LadderJob:
             role = (f"the highest load that passed, below its capacity at {cap.load:.3g} in flight"  # type: ignore[union-attr]
                     if cap is not None else "")
         where = f"metrics of its ladder point at {at.load} in flight ({role}), over its steady state"
-        base["cost"] = _capacity_cost(cap, device_price(self.writer.manifest.hardware))
+        if cap is not None and not cap.never_met:  # the capacity table's figure (USD per device-hour / per-device tok/s)
+            base["cost"] = engine_cost(device_price(self.writer.manifest.hardware), cap.output_tps, cap.interval)
         return EngineResult(status=EngineStatus.OK if ladder.status is EngineStatus.OK else ladder.status,
                             reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,
                             repeats=summary.repeats if len(summary.repeats) > 1 else [], intervals=summary.intervals,
                             **base)
-
-
-def _capacity_cost(cap: Any, price: tuple[float, str] | None) -> Cost | None:
-    """The engine's cost at its capacity (USD per 1M output tokens at the price per device-hour
-    and the per-device capacity, its interval's ends the other way round): the figure the
-    capacity table prints, so the resources table prints the same one."""
-    if cap is None or cap.never_met or price is None or cap.usd_per_1m_output_tokens is None:
-        return None
-    lo, hi = cap.interval if cap.interval is not None else (cap.output_tps, cap.output_tps)
-    low, high = cost_per_million_tokens(price[0], hi), cost_per_million_tokens(price[0], lo)
-    point = cap.usd_per_1m_output_tokens
-    return Cost(usd_per_hour=price[0], price_source=price[1], output_tokens_per_s=cap.output_tps,
-                usd_per_1m_output_tokens=point, low=low if low is not None else point,
-                high=high if high is not None else point)
 
 
 def _startup(e: EngineClimb) -> float | None:

@@ -109,6 +109,22 @@ def test_a_true_1_percent_failure_rate_is_not_excluded() -> None:
     assert excluded <= 0.05 * TRIALS
 
 
+def test_points_are_sized_for_the_error_bound() -> None:
+    """A point whose failures leave the bound undecided is measured again (ladder.ERROR_EXTRA): an
+    engine truly failing 20 % of its requests is excluded in nearly every trial, and a point with
+    no failure is measured once."""
+    from harness.app.run.ladder import ERROR_EXTRA
+
+    failing = dataclasses.replace(BASE, name="failing", fail_rate=0.20)
+    verdicts = [decide([candidate(failing, 2 * t), candidate(BASE, 2 * t + 1)]) for t in range(TRIALS)]
+    assert sum("failing" in v.excluded for v in verdicts) >= 0.9 * TRIALS
+    healthy = testbed.climb(BASE, 0, SLOS, OUTPUT_TOKENS, 0, max_points=1).rungs[0]  # no decisive repeats
+    assert len(healthy.measurements) == 1
+    sized = [testbed.climb(failing, t, SLOS, OUTPUT_TOKENS, 0, max_points=1).rungs[0] for t in range(TRIALS)]
+    assert all(1 <= len(r.measurements) <= 1 + ERROR_EXTRA for r in sized)
+    assert any(len(r.measurements) > 1 for r in sized)  # some first measurements were undecided
+
+
 def test_an_engine_worse_only_on_the_synchronised_start_is_not_separated_from_its_twin() -> None:
     bursty = dataclasses.replace(BASE, name="bursty", burst_ms=1500.0)  # +1.5 s TTFT for the requests sent at once
     verdicts = [decide([candidate(bursty, t), candidate(BASE, t)]) for t in range(TRIALS // 2)]  # the same noise
