@@ -544,6 +544,27 @@ def test_one_judge_of_a_point_and_one_capacity_estimator() -> None:
     assert "capacity_from" in {a.name for n in ast.walk(search) if isinstance(n, ast.ImportFrom) for a in n.names}
 
 
+def test_one_typed_slo_and_one_default_table() -> None:
+    """SLOs travel as :class:`harness.metrics.SLO`; stored, as ``slo_table`` writes them and
+    ``slos_of`` reads them back (no dict built by hand, no table joined into a string and parsed
+    again); the default SLOs live in one table (``harness.scoring.decision.DEFAULT_SLOS``)."""
+    by_hand, reparsed, tables = [], [], []
+    for p in (ROOT / "harness").rglob("*.py"):
+        path = p.relative_to(ROOT).as_posix()
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.DictComp) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "threshold_ms" and path != "harness/metrics/slo.py":
+                by_hand.append(f"{path}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "parse_slos" \
+                    and node.args and isinstance(node.args[0], ast.Call) and getattr(node.args[0].func, "attr", "") == "join":
+                reparsed.append(f"{path}:{node.lineno}")
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DEFAULT_SLOS" for t in node.targets):
+                tables.append(path)
+    assert by_hand == [] and reparsed == []
+    assert tables == ["harness/scoring/decision.py"]
+
+
 def _stage_literals(tree: ast.AST) -> list[tuple[int, str]]:
     """String constants used as an elimination's stage: the first of a 2-tuple returned or
     stored, and what a ``stage`` name is compared with."""

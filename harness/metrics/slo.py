@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from results.pairs import parse_pairs
 from results.schema import Metrics, RequestRecord
@@ -71,6 +71,21 @@ def parse_slos(text: str | None) -> list[SLO]:
             raise SLOError(f"SLO {slo.key} is given twice: keep one value")
         out.append(slo)
     return out
+
+def slo_table(slos: Sequence[SLO]) -> dict[str, float]:
+    """How SLOs are stored in every artefact (manifest, summary, ladder, search, recommendation):
+    key → threshold (ms), ``{"ttft_p90": 4000.0}``. :func:`slos_of` reads it back."""
+    return {s.key: s.threshold_ms for s in slos}
+
+
+def slos_of(table: Mapping[str, float] | None) -> list[SLO]:
+    """The :class:`SLO` objects of a stored table (:func:`slo_table`; None or empty = none).
+    Raises :class:`SLOError` for a key or threshold :func:`parse_slos` would refuse."""
+    out: list[SLO] = []
+    for key, threshold in (table or {}).items():
+        out += parse_slos(f"{key}={threshold!r}")
+    return out
+
 
 def meets_slos(r: RequestRecord, slos: Sequence[SLO]) -> bool:
     """DistServe per-request rule: success and every SLO met by this request's own value."""

@@ -16,7 +16,7 @@ from .request import (NS_PER_MS, NS_PER_S, connect_ms, e2el_from_scheduled_ms, e
 from .failures import server_message
 from workloads.base import RunTiming, count_aborted
 
-from .slo import SLO, meets_slos
+from .slo import SLO, meets_slos, slo_table
 from .stats import distribution, error_adjusted_distribution
 
 RATE_TOLERANCE = 0.05  # achieved vs offered arrival rate flag (±5 %)
@@ -363,7 +363,7 @@ def _goodput(m: _Measured, slos: Sequence[SLO]) -> dict[str, Any]:
         "request_goodput": m.per_s(good),
         "good_requests": good,
         "slo_attainment": good / len(m.measured) if m.measured else None,
-        "slos": {s.key: s.threshold_ms for s in slos},
+        "slos": slo_table(slos),
     }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from harness.metrics import SLO
+from harness.metrics import SLO, slo_table
 from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
 
@@ -169,7 +169,7 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
         outcome=verdict.outcome, leader=verdict.leader, equivalence_interval=verdict.equivalence_interval,
         unsettled=verdict.unsettled,
         ranking=verdict.ranking, yardsticks=verdict.yardsticks,
-        excluded={n: r for n, r in verdict.excluded.items()}, slos={s.key: s.threshold_ms for s in slos},
+        excluded={n: r for n, r in verdict.excluded.items()}, slos=slo_table(slos),
         slos_default=summary.slos_default, unit="sessions" if agentic else "requests",
         binding=_binding(caps.get(verdict.winner), summary, verdict.winner, samples.get(verdict.winner, []), slos))
     summary.decision.sentence = sentence(summary.decision, summary, slos)

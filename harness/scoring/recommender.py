@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from harness.metrics import SLO, parse_slos
+from harness.metrics import SLO, slo_table, slos_of
 from harness.metrics.failures import MAX_FAILURE_RATE
 from results.hardware import HardwareProfile
 from results.recommendation import DEFAULT_MEMORY_UTILIZATION, MemoryFit, Recommendation, WeightFlip
@@ -87,7 +87,7 @@ def recommend(
         weights=resolved_weights,
         preset=preset,
         hardware=hardware.to_dict(),
-        slos={slo.key: slo.threshold_ms for slo in slos},
+        slos=slo_table(slos),
         required_features=required,
         memory_fit=ctx.memory_fits,
         workloads=workloads,
@@ -218,7 +218,7 @@ def _stored_slos(first_run: RunFacts) -> list[SLO]:
     """The SLOs stored in the first run's summary; none when there are none or they do not parse."""
     stored = first_run.slos
     try:
-        return parse_slos(",".join(f"{key}={threshold}" for key, threshold in stored.items())) if stored else []
+        return slos_of(stored)
     except ValueError:
         return []
 

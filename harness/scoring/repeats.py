@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from harness.metrics import SLO, meets_slos
+from harness.metrics import SLO, meets_slos, slo_table
 
 from .gather import Measurement
 
@@ -44,7 +44,7 @@ def goodput(measurement: Measurement, slos: Sequence[SLO]) -> float | None:
     measured = [record for record in measurement.records if record.phase == "measured"]
     if measured and measurement.duration_s > 0:
         return sum(1 for record in measured if meets_slos(record, slos)) / measurement.duration_s
-    if measurement.stored_goodput_slos == {slo.key: slo.threshold_ms for slo in slos}:
+    if measurement.stored_goodput_slos == slo_table(slos):
         return measurement.stored_request_goodput
     return None
 

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.hardware import get_profile
-from harness.metrics import SLOError, parse_slos
+from harness.metrics import SLOError, parse_slos, slo_table
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.hardware import HardwareProfile, profile_from_manifest
 from results.recommendation import write_recommendation
@@ -205,7 +205,7 @@ def _ladder_verdict(run: Any, slos: Any, target: Any) -> None:
     from harness.scoring.decision import judge
 
     ladder = run.ladder.model_copy(deep=True)
-    ladder.slos, ladder.slos_default = {s.key: s.threshold_ms for s in slos}, False
+    ladder.slos, ladder.slos_default = slo_table(slos), False
     judge(ladder, run.records, slos, price_per_hour=target.price_per_hour,
           target_tps=(ladder.target_load or {}).get("output_tps"))
     console = make_console()

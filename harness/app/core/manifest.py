@@ -13,7 +13,7 @@ from typing import Sequence
 
 from adapters.hardware import detect_hardware
 from harness import __version__
-from harness.metrics import SLO
+from harness.metrics import SLO, slo_table
 from results.schema import Manifest, ModelSummary, WorkloadStats
 from workloads.base import Workload
 
@@ -60,6 +60,6 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     manifest.workload_stats = WorkloadStats.model_validate({**workload.stats, **rates})
     manifest.condition = condition_of(workload).facts()  # a killed run is summarised later with the same inputs
     manifest.seed = workload.spec.get("seed", seed)
-    manifest.slos = {s.key: s.threshold_ms for s in slos}
+    manifest.slos = slo_table(slos)
     manifest.threads = {"engine": threads, "client": 1}
     manifest.metric_definitions = (metrics_module.__doc__ or "").strip()

@@ -19,6 +19,7 @@ from harness.app.core.trial import trial_spec
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
 from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
+from harness.metrics import slo_table
 from harness.scoring.decision import default_slos, slos_text
 
 
@@ -81,7 +82,7 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         executor.end()
     if job is None:
         return interrupted
-    writer.summary.slos = {s.key: s.threshold_ms for s in slos}
+    writer.summary.slos = slo_table(slos)
     planned = {p.name for p in plans}  # the others were recorded before measuring (skipped, failed to install)
     skipped = {n: skipped_ladder(n, r) for n, r in writer.summary.engines.items() if n not in planned}
     state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.slos,

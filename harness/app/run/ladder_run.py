@@ -39,6 +39,7 @@ from harness.app.core.signals import interrupt_cause
 from harness.app.run.engine_turns import engine_cost
 from harness.app.run.ladder_trial import (LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, extend_ladder,
                                           measure_points, stats_line)
+from harness.metrics import slo_table
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.decision import judge
 from harness.scoring.frontier import PointSample, capacity_of, point_stats
@@ -248,7 +249,7 @@ class LadderJob:
         measured engine's ``summary.json`` entry; ``then(summary, records)`` adds to it before it
         is written (``--tune``: each engine's search, :func:`harness.app.run.tune.judge_tuning`)."""
         records = read_records(self.writer.run_dir / REQUESTS_FILE)
-        s = LadderSummary(run_id=run_id, workload=workload, slos={x.key: x.threshold_ms for x in self.spec.slos},
+        s = LadderSummary(run_id=run_id, workload=workload, slos=slo_table(self.spec.slos),
                           slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
                           budget_per_engine_s=self.spec.budget_s, boundary_repeats=self.boundary_repeats,
                           seed=self.spec.workload.seed or 0, allow_unchecked=self.spec.allow_unchecked,

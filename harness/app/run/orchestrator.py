@@ -42,6 +42,7 @@ from harness.app.core.trial import TrialOutcome, accuracy_items, run_trial, tria
 from harness.app.core.warm_cache import warn_if_cache_may_be_warm
 from harness.app.run.engine_turns import EngineTurns
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs
+from harness.metrics import slo_table
 from harness.metrics.fidelity import fidelity_check
 from harness.metrics.summarise import Condition
 
@@ -143,7 +144,7 @@ class Orchestrator:
         state = _State(RunWriter(Path(c.output_dir) / run_id, run_id, c.workload.name), resolve_model(c.model),
                        c.threads or default_threads(), equivalence={})
         writer = state.writer
-        writer.summary.slos = {s.key: s.threshold_ms for s in c.slos}
+        writer.summary.slos = slo_table(c.slos)
         writer.summary.repeats = c.repeats
         self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         if c.engine_config:  # --engine-config: say what the recipe set (the command line's own flags won over it)

@@ -33,7 +33,7 @@ from results.store import (
     write_model_atomic,
 )
 
-from harness.metrics import parse_slos
+from harness.metrics import slos_of
 from harness.metrics.summarise import Condition, summarise
 
 KILLED = "the run was killed while this engine was measured (no summary was written); summarised afterwards " \
@@ -68,7 +68,7 @@ def rebuild(run_dir: Path | str) -> tuple[RunSummary, list[str]]:
     except UnsummarisedRun:
         run, records = None, read_records(run_dir / REQUESTS_FILE)
         summary = RunSummary(run_id=run_dir.name, workload=_workload_name(run_dir, records))
-    slos = parse_slos(",".join(f"{k}={v}" for k, v in summary.slos.items())) if summary.slos else []
+    slos = slos_of(summary.slos)
     condition = _condition(run, slos)
     names = unsummarised_engines(run_dir, summary, records)
     for name in names:

@@ -137,7 +137,7 @@ def regate_ladder(run: Run, rec: Recommendation) -> None:
     """Decide ``run``'s ladders again with the scorer's declared gates (hardware, a required
     feature, the memory fit: :data:`harness.scoring.gates.DECLARED_STAGES`; the measured ones the
     ladder judges itself) and store ``ladder.json``; nothing changes without one."""
-    from harness.metrics import parse_slos
+    from harness.metrics import slos_of
     from harness.scoring.decision import judge
     from harness.scoring.gates import DECLARED_STAGES
     from results.schema import LADDER_FILE
@@ -149,7 +149,7 @@ def regate_ladder(run: Run, rec: Recommendation) -> None:
              if stage in DECLARED_STAGES and name in ladder.engines}
     if not gates:
         return
-    slos = parse_slos(",".join(f"{k}={v}" for k, v in ladder.slos.items()))
+    slos = slos_of(ladder.slos)
     price = device_price(run.manifest.hardware)
     target = (ladder.target_load or {}).get("output_tps")
     judge(ladder, run.records, slos, price_per_hour=price[0] if price else None, target_tps=target, extra_gates=gates)

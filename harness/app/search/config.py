@@ -15,17 +15,14 @@ from harness.app.core.settings import WORKLOAD_OPTIONS, RunSettings
 from harness.metrics import SLO, parse_slos
 
 SEARCH_VARS = ("rate", "concurrency")
-# Default SLOs by hardware kind. CPU (the 2-core reference machine, SmolLM2-135M): p99 TTFT
-# 2 s, about the wait a chat user tolerates before the first word, and p99 TPOT 200 ms = 5
-# tokens/s, about reading speed. GPU: the tighter pair production serving is judged by.
-DEFAULT_SLOS = {"cpu": "ttft_p99=2000,tpot_p99=200", "gpu": "ttft_p99=500,tpot_p99=50"}
 DEFAULT_PROBE_REQUESTS = 24  # requests per probe of a single-turn workload without --num-requests
 MAX_REPEATS = 10  # ``--repeats`` per probe at most
 
-SLO_HELP = ("SLOs in ms, e.g. 'ttft_p99=500,tpot_p99=50'; the capacity is the load at which all of them just hold. "
-            "Default on a CPU machine: ttft_p99=2000,tpot_p99=200 (defaults for the reference 2-core CPU machine and "
-            "the embedded 135M model: a 2 s first-token wait, 5 tokens/s ~ reading speed); on a GPU: "
-            "ttft_p99=500,tpot_p99=50. The SLOs used are printed and stored.")
+SLO_HELP = ("SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50'; the capacity is the load at which all of them just hold. "
+            "Default: bench run's (one table, harness.scoring.decision.DEFAULT_SLOS): on a CPU machine "
+            "ttft_p90=2000,tpot_p90=200 (agentic: ttft_p90=4000; the reference 2-core CPU machine and the embedded "
+            "135M model: a 2 s first-token wait, 5 tokens/s ~ reading speed); on a GPU ttft_p90=500,tpot_p90=50 "
+            "(agentic: ttft_p90=1500). The SLOs used are printed and stored.")
 
 
 def _search_slos(text: Optional[str]) -> list[SLO]:
@@ -40,7 +37,7 @@ def _search_slos(text: Optional[str]) -> list[SLO]:
 class SearchSettings(RunSettings):
     """Everything ``bench search`` was asked for: ``bench run``'s settings (model, engines,
     threads, timeouts ... same options, same text) and the search's. ``slos`` empty = the
-    defaults for the detected hardware (:data:`DEFAULT_SLOS`); ``low``/``high`` in the search
+    defaults for the detected hardware (:func:`default_slos`: bench run's table); ``low``/``high`` in the search
     variable's unit (``high`` None = unbounded for a rate, the probe's request count for a
     concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines;
     ``repeats``: measurements per probe, back to back (1 .. :data:`MAX_REPEATS`)."""
@@ -154,6 +151,9 @@ def search_unit(search_var: str, workload: str) -> str:
     return "sessions/s" if workload == "agentic" else "req/s"
 
 
-def default_slos(hardware_kind: str) -> list[SLO]:
-    """The default SLO pair for ``hardware_kind`` (``cpu``; anything else counts as a GPU)."""
-    return parse_slos(DEFAULT_SLOS["cpu" if hardware_kind == "cpu" else "gpu"])
+def default_slos(hardware_kind: str, workload: str = "") -> list[SLO]:
+    """The default SLOs for ``hardware_kind`` (``cpu``; anything else counts as a GPU) and
+    ``workload``: bench run's, from its one table (:func:`harness.scoring.decision.default_slos`)."""
+    from harness.scoring.decision import default_slos as deciding
+
+    return deciding(hardware_kind, workload)

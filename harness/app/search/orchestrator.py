@@ -76,7 +76,7 @@ from harness.app.core.trial import TrialSpec, open_session
 from harness.app.search.capacity import CapacityResult, search_capacity
 from harness.app.search.config import SearchSettings, default_slos, search_unit
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
-from harness.metrics import SLO
+from harness.metrics import SLO, slo_table
 from harness.scoring.capacity_ranking import rank_capacity
 from harness.scoring.formatting import slo_text
 
@@ -112,7 +112,7 @@ class SearchOrchestrator:
         t_start = time.monotonic()
         kind = detect_kind()  # once: the adapters, the start slots and the default SLOs use it
         slos_default = not c.slos
-        slos = self.slos = c.slos or default_slos(kind)
+        slos = self.slos = c.slos or default_slos(kind, c.workload.name)
         self.prober = ProbeMeasurer(c, slos, self.unit, self.console)
         run = c.run_config(probe_options(c.workload, c.search_var, c.low, 0), slos)  # the first probe's workload
         self.spec = TrialSpec(measure=self.prober.options, warmup=run.warmup, warmup_seed=(run.workload.seed or 0) + 7919,
@@ -121,7 +121,7 @@ class SearchOrchestrator:
         run_id = run.run_id or new_run_id(f"search-{c.workload.name}")
         threads = run.threads or default_threads()
         writer = RunWriter(Path(run.output_dir) / run_id, run_id, c.workload.name)
-        writer.summary.slos = {s.key: s.threshold_ms for s in slos}
+        writer.summary.slos = slo_table(slos)
         writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
         self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
