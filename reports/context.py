@@ -279,7 +279,9 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
             acc = em.get("spec_acceptance_rate", em.get("spec_decode_acceptance_rate"))
             acc_len = em.get("spec_mean_accepted_length", em.get("spec_mean_acceptance_length"))
             preempt, kv_use = em.get("num_preemptions"), em.get("kv_cache_usage")
-            if any(v is not None for v in (hit, acc, acc_len, preempt, kv_use)) or cached:
+            caching = entry.effective.prefix_caching if entry.effective is not None else None
+            if any(v is not None for v in (hit, acc, acc_len, preempt, kv_use)) or cached or caching:
+                # an engine running with prefix caching gets a row even when it reports no counter of it
                 engine_stats.append({
                     "label": label,
                     "prefix_cache_hit_rate": fmt(hit, "{:.1%}"),
@@ -289,7 +291,8 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                     "num_preemptions": fmt(preempt, "{:,.0f}"),
                     "kv_cache_usage": fmt(kv_use, "{:.1%}"),
                     # engine counters: deltas over the measured phase, or cumulative in older runs
-                    "scope": em.get("prefix_cache_hit_rate_scope") or em.get("counters_scope") or "since engine start",
+                    "scope": (em.get("prefix_cache_hit_rate_scope") or em.get("counters_scope") or "since engine start")
+                    if em else "prefix caching on; the engine reports no counter of it",
                 })
             turns = {int(t): row for t, row in (m.per_turn or {}).items() if row.ttft_ms_p50 is not None}
             if len(turns) >= 2:

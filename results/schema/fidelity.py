@@ -143,6 +143,7 @@ class FidelityReference(Artefact):
 
     key: str
     source: str = "transformers fp32 greedy"
+    model: str = ""  # the folder whose weights it ran ("" = not recorded)
     max_tokens: int
     top_k: int
     prompts: list[ReferencePrompt]

@@ -30,7 +30,8 @@ def agentic_run(root: Path, run_id: str = "20261129-193500-agentic", ttft_scale:
     engines = {
         "own": ok_entry(r_own, OWN_CAPS, display_name="own (reference engine)",
                         engine_metrics={"prefix_cache_hit_rate": 0.62, "spec_acceptance_rate": 0.75}),
-        "transformers": ok_entry(r_tf, CPU_ONLY),
+        # prefix caching on, no counter of it reported: still a row in the prefix-caching table (review item 24)
+        "transformers": {**ok_entry(r_tf, CPU_ONLY), "effective": {"prefix_caching": True}},
         "tensorrt_llm": skipped("tensorrt_llm: needs an NVIDIA GPU, none found"),
         "vllm": skipped("server exited with code 1 during startup", "failed",
                         log_tail="Traceback (most recent call last):\nImportError: libcuda.so.1 <b>bold</b>"),
@@ -54,6 +55,7 @@ def test_report_content(tmp_path: Path) -> None:
     # per-turn table: own's median TTFT by turn
     assert "| own | 0 | 4 | 120.0 | 120.0 |" in md and "| own | 2 | 4 | 40.0 | 40.0 |" in md
     assert "| own | 62.0% | 0.0% | 75.0% | — | — | — |" in md
+    assert "| transformers | — | 0.0% | — | — | — | — | prefix caching on; the engine reports no counter of it |" in md
     # skipped/failed engines are listed with reasons, never with numbers
     assert "| 20261129-193500-agentic | tensorrt_llm | skipped | tensorrt_llm: needs an NVIDIA GPU, none found |" in md
     summary = md.split("## Summary per engine")[1].split("##")[0]

@@ -13,6 +13,7 @@ k) under ``<cache>/fidelity/``, so a model is run once whatever the number of ru
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -65,10 +66,13 @@ def _greedy(model: Any, tokenizer: Any, ids: list[int], max_tokens: int, top_k: 
     eos = set(_eos_ids(model, tokenizer))
     tokens, pieces, texts, top, gap = [], [], [], [], []
     past, inp = None, torch.tensor([ids])
+    # the KV cache's keyword: ``cache`` from transformers 5.2x on (``past_key_values`` warns, and goes in 5.40)
+    new_api = "cache" in inspect.signature(model.forward).parameters
     with torch.no_grad():
         for _ in range(max_tokens):
-            out = model(input_ids=inp, past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            kv = {} if past is None else ({"cache": past} if new_api else {"past_key_values": past})
+            out = model(input_ids=inp, use_cache=True, **kv)
+            past = getattr(out, "cache", None) if new_api else out.past_key_values
             logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [vocab]
             values, indices = logprobs.topk(max(2, top_k))
             tok = int(logprobs.argmax())  # the first maximal index, as the engines' argmax
@@ -176,7 +180,8 @@ def run_reference(model_dir: Path, options: Any, tokenizer: Any, prompts: int, m
                       f"workload has only {len(chosen)} distinct first turns of at most {MAX_PROMPT_TOKENS} tokens",
                       highlight=False)
     try:
-        return reference_for(model_dir, chosen, max_tokens=max_tokens, console=console)
+        ref = reference_for(model_dir, chosen, max_tokens=max_tokens, console=console)
+        return ref.model_copy(update={"model": Path(model_dir).name})  # whose weights it ran (a cached one too)
     except (OSError, ValueError, RuntimeError, ImportError) as exc:
         console.print(f"[yellow]fidelity check skipped[/]: transformers could not make the reference here — "
                       f"{type(exc).__name__}: {str(exc)[:200]} (--fidelity-prompts 0 skips it)")

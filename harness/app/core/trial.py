@@ -33,6 +33,7 @@ from results.schema import (
     AccuracyItem,
     AccuracyResult,
     EffectiveSettings,
+    EngineAnswers,
     EngineFacts,
     FeatureProbe,
     FidelityReference,
@@ -57,8 +58,10 @@ class TrialSpec:
     features after the first measurement), ``repeats`` (planned, for labels), ``hardware`` (the
     kind detected, for reading effective settings), ``read_effective`` (read them at all),
     ``fidelity`` (the reference the first session's fidelity check compares with; None = no
-    check), ``fidelity_floor`` (the floor for other numerics) and ``accuracy`` (the user's
-    task-accuracy set, answered in the first session; empty = none)."""
+    check), ``fidelity_floor`` (the floor for other numerics), ``accuracy`` (the user's
+    task-accuracy set, answered in the first session; empty = none) and ``model_declared`` (the
+    user named, with ``--tokenizer``, the folder of the model an endpoint serves: its outputs are
+    compared with that folder's reference; :func:`foreign_model`)."""
 
     measure: MeasureOptions
     warmup: int = 2
@@ -71,6 +74,7 @@ class TrialSpec:
     fidelity: FidelityReference | None = None
     fidelity_floor: float = DEFAULT_OTHER_FLOOR
     accuracy: tuple[AccuracyItem, ...] = ()
+    model_declared: bool = False  # --tokenizer named the folder of the model an endpoint serves
 
 
 @dataclass
@@ -154,10 +158,29 @@ def check_fidelity(name: str, endpoint: Endpoint, spec: TrialSpec, console: Any)
 
     assert spec.fidelity is not None
     numerics = str(endpoint.effective_config.get("numerics") or "reference")
-    answers = asyncio.run(ask(endpoint, spec.fidelity, numerics=numerics, timeout_s=spec.measure.request_timeout_s))
+    if why := foreign_model(endpoint, spec.fidelity, spec.model_declared):  # never another model's reference
+        answers = EngineAnswers(numerics=numerics, error=why)
+    else:
+        answers = asyncio.run(ask(endpoint, spec.fidelity, numerics=numerics, timeout_s=spec.measure.request_timeout_s))
     result = compare(spec.fidelity, answers, other_floor=spec.fidelity_floor)
     console.print(f"  {escape(name)}: {escape(fidelity_line(result))}", highlight=False)
     return result
+
+
+def foreign_model(endpoint: Endpoint, reference: FidelityReference, declared: bool) -> str:
+    """Why an endpoint's outputs cannot be compared with ``reference`` ("" when they can): it is
+    a deployment this harness did not start (``--endpoint``, ``--engine openai``) serving a model
+    whose name is not the reference's folder (``reference.model``, the weights transformers ran),
+    and the user did not name that folder as its model (``--tokenizer``, ``declared``). Its
+    outputs are then compared with no other model's: the check does not run, and says why."""
+    if endpoint.effective_config.get("engine") != "openai" or declared or not reference.model:
+        return ""
+    served = endpoint.model_name.rstrip("/").rsplit("/", 1)[-1]
+    if served.lower() == reference.model.lower():
+        return ""
+    return (f"it serves {endpoint.model_name!r}, not {reference.model} (the weights of the reference, transformers "
+            "fp32): its outputs are compared with no other model's; pass --tokenizer FOLDER of the served model, "
+            "weights included, to check it")
 
 
 def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Any) -> AccuracyResult:
@@ -262,7 +285,8 @@ def trial_spec(cfg: Any, hardware_kind: str, **override: Any) -> TrialSpec:
     fields: dict[str, Any] = dict(measure=options, warmup=cfg.warmup, warmup_seed=(cfg.workload.seed or 0) + 7919,
                                   equivalence=cfg.check_equivalence, feature_probes=cfg.feature_probes,
                                   repeats=cfg.repeats, hardware=hardware_kind,
-                                  fidelity_floor=cfg.fidelity_floor, accuracy=accuracy_items(cfg.accuracy))
+                                  fidelity_floor=cfg.fidelity_floor, accuracy=accuracy_items(cfg.accuracy),
+                                  model_declared=getattr(cfg, "tokenizer", None) is not None)
     return TrialSpec(**{**fields, **override})
 
 

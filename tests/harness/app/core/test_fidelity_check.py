@@ -108,3 +108,37 @@ def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, tmp
     assert broken.prompt_format == "token_ids" and broken.logprobs and broken.floor == STRICT_FLOOR
     assert broken.passed is False and broken.divergences > broken.near_tie_divergences
     assert broken.agreement_interval.high < STRICT_FLOOR and broken.reason().startswith("fidelity 0.")
+
+
+def test_an_endpoint_serving_another_model_is_compared_with_no_reference() -> None:
+    """An --endpoint serving a model other than the folder the reference ran is not checked against
+    it (a Llama-8B deployment compared with SmolLM2's outputs would fall below any floor): the check
+    says why and how to check it, and the gate reads "not checked" (excluded unless --allow-unchecked).
+    The same endpoint with the folder named (--tokenizer), or serving the folder's name, is checked."""
+    import io
+
+    from rich.console import Console
+
+    from adapters.base import Endpoint
+    from harness.app.core.trial import TrialSpec, check_fidelity, foreign_model
+    from harness.app.core.measure import MeasureOptions
+    from tests.fake_servers.fidelity_server import synthetic_reference
+
+    ref = synthetic_reference().model_copy(update={"model": "SmolLM2-135M-Instruct"})
+    llama = Endpoint(base_url="http://127.0.0.1:9", model_name="meta-llama/Llama-3.1-8B-Instruct",
+                     effective_config={"engine": "openai"}, display_name="prod")
+    why = foreign_model(llama, ref, declared=False)
+    assert why.startswith("it serves 'meta-llama/Llama-3.1-8B-Instruct', not SmolLM2-135M-Instruct")
+    assert "--tokenizer FOLDER" in why
+    assert foreign_model(llama, ref, declared=True) == ""  # the user named the served model's folder
+    same = Endpoint(base_url="http://127.0.0.1:9", model_name="HuggingFaceTB/smollm2-135m-instruct",
+                    effective_config={"engine": "openai"}, display_name="prod")
+    assert foreign_model(same, ref, declared=False) == ""
+    started = Endpoint(base_url="http://127.0.0.1:9", model_name="anything", effective_config={"engine": "vllm"}, display_name="vllm")
+    assert foreign_model(started, ref, declared=False) == ""  # an engine we started runs the folder's weights
+    out = io.StringIO()
+    result = check_fidelity("prod", llama, TrialSpec(MeasureOptions(), fidelity=ref), Console(file=out, width=400))
+    assert result.error == why and result.passed is None  # nothing was asked of the endpoint (port 9 is closed)
+    assert result.exclusion(False).startswith("fidelity not checked (it serves 'meta-llama/Llama-3.1-8B-Instruct'")
+    assert result.exclusion(True) == ""
+    assert "prod: fidelity not checked" in out.getvalue()
