@@ -33,6 +33,7 @@ from results.schema import EngineFacts, EngineResult, EngineStatus, FeatureProbe
 from results.store import Run
 
 from .operational import OperationalRecord
+from .samples import judged_records
 
 Condition = tuple[str, float]
 """(workload name, offered rate in requests/s — sessions/s for agentic; math.inf = no rate limit)."""
@@ -312,7 +313,14 @@ def _capabilities(declared: dict[str, Any]) -> DeclaredCapabilities:
 def _measurements(run: RunFacts, result: EngineResult, records: list[RequestRecord]) -> list[Measurement]:
     """One engine's measurements in one run: one per repeat when the run has ≥ 2 (each repeat's
     metrics with its own records; a repeat where every request failed stays in, as a repeat
-    that misses every SLO), else the run's metrics."""
+    that misses every SLO), else the run's metrics. A ladder run's engine is one measurement:
+    its point's pooled metrics (those ``summary.json`` holds, the judge's figures) with the
+    records the judge read there (``harness.scoring.samples.judged_records``), so the weighted
+    lens prints the figures the verdict and Details print."""
+    if result.ladder_point is not None:  # a ladder run: its point as the judge read it, pooled (one figure)
+        assert result.metrics is not None
+        point = judged_records([r for r in records if r.probe == result.ladder_point])
+        return [_measurement(run, result.metrics, result.engine_metrics, point)]
     if len(result.repeats) < 2:
         assert result.metrics is not None  # the caller measured it
         return [_measurement(run, result.metrics, result.engine_metrics, records)]

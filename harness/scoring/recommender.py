@@ -165,7 +165,10 @@ def _judge(
 def _deciding_line(outcome: Outcome, ctx: ScoringContext, preset: str, ties: TieCheck) -> str:
     """The deciding constraint; with a winner it also names the engines the reliability and
     validity gates left out."""
-    deciding = deciding_constraint(outcome, ctx, preset, tie_clause(outcome, ties))
+    clause = tie_clause(outcome, ties)
+    if ctx.slos_decided and ties.repeats < 2 and clause:  # a ladder run: --repeats is not how its noise is measured
+        clause = "no tie check in this lens: the verdict's capacity intervals carry the noise"
+    deciding = deciding_constraint(outcome, ctx, preset, clause)
     if outcome.winner is not None:
         invalid = [part for part in excluded_clause(outcome, ("reliability", "validity")) if part not in deciding]
         deciding = "; ".join([deciding, *invalid])

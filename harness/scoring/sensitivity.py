@@ -152,8 +152,9 @@ def noise_sensitivity(outcome: Outcome, ctx: ScoringContext) -> list[str]:
         len(ctx.engines[name].at(ctx.engines[name].conditions()[0])) > 1 for name in slo_eliminated
     ):
         if ctx.slos_decided:  # a ladder run: the lens reads each engine's passing point, measured once here
-            return ["each engine's point in this lens was measured once: its run-to-run noise is not in this score "
-                    "(the verdict's capacity intervals hold the fresh starts of the points that were measured again)"]
+            return ["this lens reads each engine's point pooled over its measurements, so it has no spread of its own "
+                    "to test: the verdict's capacity intervals carry the noise (fresh starts included where the point "
+                    "was measured again)"]
         return ["no repeats of the same engine and workload: run-to-run noise was not measured; "
                 "repeat the run to check whether it could flip the ranking"]
     lines = []

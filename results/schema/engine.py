@@ -150,6 +150,7 @@ class EngineResult(Artefact):
     engine_metrics: dict[str, Any] = Field(default_factory=dict)  # the engine's own /metrics counters
     wall_s: float | None = None
     startup_s: float | None = None
+    ladder_point: int | None = None  # a ladder run: the point (LadderPoint.index) ``metrics`` were read at, over its steady state
     startup_parallel: bool | None = None
     effective: EffectiveSettings | None = None  # what the engine reported it runs with (None = not read: an older run)
     log_tail: str = ""

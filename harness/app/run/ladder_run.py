@@ -341,7 +341,7 @@ class LadderJob:
         return EngineResult(status=EngineStatus.OK if ladder.status is EngineStatus.OK else ladder.status,
                             reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,
                             repeats=summary.repeats if len(summary.repeats) > 1 else [], intervals=summary.intervals,
-                            **base)
+                            ladder_point=at.index, **base)
 
 
 def _startup(e: EngineClimb) -> float | None:

@@ -128,6 +128,13 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
         assert len({s for p in e.points for s in p.seeds}) == 6
         repeats = res.output.split("Decisive points: ", 1)[1]
         assert repeats.count(f"{name}: starting") == 2 and f"{name}: thawing its started server" not in repeats  # 2 fresh starts
+    # one figure for a point measured three times: summary.json's, the weighted lens's and the ladder's
+    run = load_run(tmp_path / "decisive")
+    for name, e in ladder.engines.items():
+        at = next(p for p in e.points if p.index == run.summary.engines[name].ladder_point)
+        assert run.summary.engines[name].metrics.output_throughput == pytest.approx(at.output_tps)
+        row = next(r for r in run.recommendation.ranking if r.engine == name)
+        assert row.metrics["output_throughput"] == pytest.approx(at.output_tps) and row.repeats == 1
 
 
 def test_ctrl_c_mid_ladder_keeps_the_points_and_says_so(slotted, tmp_path, monkeypatch):
