@@ -139,6 +139,7 @@ class Recommendation(BaseModel):
     message: str = ""
     yardstick: str = ""
     score_repeats: int = 0
+    on_ladder: bool = False  # the run was decided on load ladders: this is the weighted lens on the ladder's points
     tie_groups: list[list[str]] = Field(default_factory=list)
     tied_with_winner: list[str] = Field(default_factory=list)
     noise_could_flip: bool | None = None

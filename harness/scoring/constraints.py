@@ -156,6 +156,9 @@ def judge_slos(
     verdict = SloVerdict([], eliminated, {}, {})
     for name, engine in engines.items():
         if name in eliminated:
+            if decided and eliminated[name][0] == "slo" and engine.measurements:  # the ladder's: its lowest point's values
+                lowest = engine.conditions()[0]
+                verdict.slo_values[name] = {slo.key: median_slo_value(engine.at(lowest), slo) for slo in slos}
             continue
         conditions = engine.conditions()
         passing: list[Condition] = []

@@ -22,11 +22,11 @@ def in_flight(records: Sequence[Any]) -> int:
     """The most sessions (a single-turn request is its own) in flight at once over ``records``,
     each from its first send to its last end: a closed loop's load; 0 without times, or when every
     session was in flight at once (a burst with no rate limit, not a closed loop)."""
-    spans: dict[str, list[int]] = {}
+    spans: dict[tuple[int, str], list[int]] = {}
     for r in records:
         if r.send_ns is None or r.end_ns is None:
-            continue
-        span = spans.setdefault(r.session_id or r.request_id, [r.send_ns, r.end_ns])
+            continue  # ids repeat across the measurements of one point: a session is one measurement's
+        span = spans.setdefault((r.repeat, r.session_id or r.request_id), [r.send_ns, r.end_ns])
         span[0], span[1] = min(span[0], r.send_ns), max(span[1], r.end_ns)
     events = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()], key=lambda e: (e[0], e[1]))
     most = now = 0

@@ -33,7 +33,6 @@ from results.schema import EngineFacts, EngineResult, EngineStatus, FeatureProbe
 from results.store import Run
 
 from .operational import OperationalRecord
-from .samples import judged_records
 
 Condition = tuple[str, float]
 """(workload name, offered rate in requests/s — sessions/s for agentic; math.inf = no rate limit)."""
@@ -315,11 +314,11 @@ def _measurements(run: RunFacts, result: EngineResult, records: list[RequestReco
     metrics with its own records; a repeat where every request failed stays in, as a repeat
     that misses every SLO), else the run's metrics. A ladder run's engine is one measurement:
     its point's pooled metrics (those ``summary.json`` holds, the judge's figures) with the
-    records the judge read there (``harness.scoring.samples.judged_records``), so the weighted
-    lens prints the figures the verdict and Details print."""
+    point's records (its load in flight labels the condition), so the weighted lens prints the
+    figures the verdict and Details print."""
     if result.ladder_point is not None:  # a ladder run: its point as the judge read it, pooled (one figure)
         assert result.metrics is not None
-        point = judged_records([r for r in records if r.probe == result.ladder_point])
+        point = [r for r in records if r.probe == result.ladder_point]  # its records: the load it was measured at
         return [_measurement(run, result.metrics, result.engine_metrics, point)]
     if len(result.repeats) < 2:
         assert result.metrics is not None  # the caller measured it

@@ -98,6 +98,7 @@ def recommend(
         message=message,
         yardstick=yardstick,
         score_repeats=ties.repeats,
+        on_ladder=ctx.slos_decided,
         tie_groups=ties.groups,
         tied_with_winner=ties.tied_with_winner,
         noise_could_flip=ties.could_flip,

@@ -142,15 +142,17 @@ def measured_span_s(records: Sequence[RequestRecord]) -> float:
 
 
 def _tokens_within(r: RequestRecord, lo: float, hi: float) -> float:
-    """The output tokens ``r`` emitted between ``lo`` and ``hi`` (ns): its token-bearing chunks
-    there, each carrying an equal share of its tokens (all of them for an unbounded window)."""
+    """The output tokens ``r`` emitted in ``(lo, hi]`` (ns): its token-bearing chunks there, each
+    carrying an equal share of its tokens (all of them for an unbounded window). The window opens
+    at a completion, whose last chunk is not counted: N completions over N intervals between
+    them, not N + 1 (a review measured a one-slot server at 10.7 req/s whose ceiling is 10)."""
     tokens = float(r.output_tokens or 0)
     if math.isinf(lo) and math.isinf(hi):
         return tokens
     chunks = r.chunk_times_ns or [t for t in (r.first_token_ns, r.last_token_ns) if t is not None]
     if not chunks:
         return 0.0
-    inside = sum(1 for t in chunks if lo <= t <= hi)
+    inside = sum(1 for t in chunks if lo < t <= hi)
     return tokens * inside / len(chunks)
 
 
@@ -206,7 +208,7 @@ class Requests:
                    tokens=np.array([_tokens_within(r, lo, hi) if r.success else 0.0 for r in rs], dtype=np.float64),
                    itl=tuple(np.asarray(itls_ms(r), dtype=np.float64) if s else np.empty(0) for r, s in zip(rs, seen)),
                    duration_s=(hi - lo) / 1e9 if window is not None else float(duration_s),
-                   done=np.array([r.success and r.end_ns is not None and lo <= r.end_ns <= hi for r in rs], dtype=np.float64),
+                   done=np.array([r.success and r.end_ns is not None and lo < r.end_ns <= hi for r in rs], dtype=np.float64),
                    span_s=float(duration_s), steady=window is not None,
                    out=np.array([(r.output_tokens or 0) if r.success else 0 for r in rs], dtype=np.float64))
 

@@ -113,7 +113,10 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
                           _ms(r.metrics.get("tpot_p99_ms")), _usd(r.metrics.get("cost_per_1m_output_tokens")),
                           r.condition)
         console.print(table)
-        if rec.score_repeats < 2:
+        if rec.score_repeats < 2 and rec.on_ladder:
+            console.print("[dim]score intervals: none (this lens reads each engine's ladder point pooled; the "
+                          "verdict's capacity intervals carry the noise)[/dim]")
+        elif rec.score_repeats < 2:
             console.print("[dim]score intervals: none (one repeat: run-to-run noise not measured; use --repeats 2+)[/dim]")
         else:
             console.print(f"[dim]score: of the median metrics over repeats; per-repeat score: the median of the "

@@ -178,9 +178,11 @@ def foreign_model(endpoint: Endpoint, reference: FidelityReference, declared: bo
     served = endpoint.model_name.rstrip("/").rsplit("/", 1)[-1]
     if served.lower() == reference.model.lower():
         return ""
-    return (f"it serves {endpoint.model_name!r}, not {reference.model} (the weights of the reference, transformers "
-            "fp32): its outputs are compared with no other model's; pass --tokenizer FOLDER of the served model, "
-            "weights included, to check it")
+    short = served if len(served) <= 24 else served[:23] + "…"
+    # the first line is what the gate cell shows (short); the rest, the console and the fidelity table
+    return (f"serves another model ({short})\nit serves {endpoint.model_name!r}, not {reference.model} (the weights "
+            "of the reference, transformers fp32): its outputs are compared with no other model's; pass --tokenizer "
+            "FOLDER of the served model, weights included, to check it")
 
 
 def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Any) -> AccuracyResult:
@@ -212,7 +214,8 @@ def fidelity_line(r: FidelityResult) -> str:
     below the floor 0.99`` or ``— not checked: fewer than 90 % of the prompts answered``) or why
     it was not checked."""
     if r.error is not None or r.agreement_outside_near_ties is None:
-        what = r.error or ("every position checked was a near-tie" if r.positions else "no position checked")
+        what = (r.error or ("every position checked was a near-tie" if r.positions else "no position checked")) \
+            .replace("\n", ": ")  # a short first line and its details, on one console line
         return f"fidelity not checked — {what}"
     iv = r.agreement_interval
     spread = f" [{iv.low:.3f}, {iv.high:.3f}]" if iv is not None else ""

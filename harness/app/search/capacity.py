@@ -199,8 +199,10 @@ class _Search:
         if p is None:
             return self.done(stopped, 0.0, None, f, f"no probe passed before {cause}")
         above = f", fails at {_fmt(f)}" if f is not None else ", no failing load found yet"
-        at = "{capacity}" if f is not None else f"{p:g}"
-        return self.done(stopped, p, p, f, f"capacity at least {at}{self.sp} (passes at {p:g}{above}); "
+        if f is not None:  # bracketed: the capacity is read inside it, a bracket wider than the tolerance
+            return self.done(stopped, p, p, f, f"capacity {{capacity}}{self.sp} (passes at {p:g}{above}; the bracket "
+                                               f"is wider than the tolerance); stopped early: {cause}")
+        return self.done(stopped, p, p, f, f"capacity at least {p:g}{self.sp} (passes at {p:g}{above}); "
                                            f"stopped early: {cause}")
 
     def run(self) -> CapacityResult:
@@ -328,7 +330,7 @@ def judge_probe(
         parts.append("no SLO given")
     meets = stats.passed and metrics.requests_completed > 0
     saturated = _saturated(offered, metrics.achieved_rate, completed, validity_band, parts)
-    binding = "saturated" if saturated and meets else stats.binding
+    binding = "saturated" if saturated else stats.binding  # a load never offered: its margin is not read between
     return LoadProbe(load=load, meets_slo=meets, saturated=saturated, achieved=metrics.achieved_rate,
                      values={k: (v if math.isfinite(v) else None) for k, v in stats.values.items()},
                      reason="; ".join(parts), margin=stats.margin if math.isfinite(stats.margin) else None,
