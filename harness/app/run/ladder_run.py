@@ -325,6 +325,8 @@ class LadderJob:
         # the point as the judge reads it: its steady state, its throughput the judge's (one figure per point)
         summary = summarise(judged_records([r for r in mine if r.probe == at.index]), condition)
         summary.pooled.output_throughput = at.output_tps * (ladder.devices or self.spec.devices)
+        if self.spec.workload.name != "agentic":  # requests/s: the point's (an agentic point's rate is sessions/s)
+            summary.pooled.request_throughput = at.request_rate
         summary.intervals.pop("output_throughput", None)
         base["resources"] = combine_repeats([m.resources for m in e.measurements if m.index == at.index and m.resources])
         why = ladder.excluded and f"excluded: {ladder.excluded}"

@@ -133,6 +133,7 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
     for name, e in ladder.engines.items():
         at = next(p for p in e.points if p.index == run.summary.engines[name].ladder_point)
         assert run.summary.engines[name].metrics.output_throughput == pytest.approx(at.output_tps)
+        assert run.summary.engines[name].metrics.request_throughput == pytest.approx(at.request_rate)  # requests/s
         row = next(r for r in run.recommendation.ranking if r.engine == name)
         assert row.metrics["output_throughput"] == pytest.approx(at.output_tps) and row.repeats == 1
         assert row.condition == f"random at {at.load} requests in flight (closed loop)"
