@@ -79,6 +79,37 @@ def pairs(base: SimEngine, trials: int) -> None:
               f"{pct(counts['und'], trials)} | {pct(counts['wrong'], trials)} |")
 
 
+def allocation(base: SimEngine, trials: int) -> None:
+    """Today's equal budgets (every engine's full ladder, bisected, and its bracket points measured
+    twice more) beside the allocation (harness/scoring/allocation.py: doubling, then measuring
+    where the verdict is uncertain), on the same pairs and seeds; measuring time on the simulated
+    clock (the sum of the measurements' durations)."""
+    print("| better by | equal budgets: right winner / separated and wrong | time (s, median) | allocation: right "
+          "winner / separated and wrong | time (s, median) | time ratio (median [min..max]) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for p in (0, 3, 8, 10, 15, 20, 30, 50):
+        better = faster(base, "better", 1 + p / 100)
+        right = [0, 0]
+        wrong = [0, 0]
+        times: list[list[float]] = [[], []]
+        ratios = []
+        for t in range(trials):
+            clock = [0.0]
+            v0 = decide([testbed.candidate(better, 2 * t, SLOS, OUTPUT_TOKENS, clock=clock),
+                         testbed.candidate(base, 2 * t + 1, SLOS, OUTPUT_TOKENS, clock=clock)])
+            times[0].append(clock[0])
+            clock = [0.0]
+            v1, _ = testbed.race([better, base], [2 * t, 2 * t + 1], SLOS, OUTPUT_TOKENS, clock=clock)
+            times[1].append(clock[0])
+            ratios.append(times[1][-1] / times[0][-1])
+            for k, v in enumerate((v0, v1)):
+                right[k] += p > 0 and v.winner == "better"
+                wrong[k] += v.outcome == "separated" and (p == 0 or v.winner == "base")
+        cells = [f"{pct(right[k], trials) if p else '–'} / {pct(wrong[k], trials)} | {statistics.median(times[k]):,.0f}"
+                 for k in (0, 1)]
+        print(f"| {p} % | {cells[0]} | {cells[1]} | {statistics.median(ratios):.2f} [{min(ratios):.2f}..{max(ratios):.2f}] |")
+
+
 def truths(base: SimEngine, trials: int) -> None:
     print("| truth | what the decision did | today's rule |")
     print("|---|---|---|")
@@ -199,6 +230,8 @@ def main() -> None:
     print(f"Decision test bed: {args.trials} seeded trials per row, jitter {args.jitter:g}, "
           f"SLOs p90 TTFT <= 1 s, p90 TPOT <= 60 ms\n")
     pairs(base, args.trials)
+    print()
+    allocation(base, args.trials)
     print()
     truths(base, args.trials)
     print()

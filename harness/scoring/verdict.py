@@ -28,8 +28,11 @@ A capacity whose ladder stopped before an SLO broke (budget, highest load: ``ope
 bound. A leader with an open capacity can still be separated from a runner-up whose capacity is
 known (the ratio is then a lower bound too). Any other production engine with an open capacity
 may truly be the best (its ladder has not found its limit), so while one is left the verdict is
-**undecided**, and names every such engine (``unsettled``), not only the runner-up. The
-reference engine (a yardstick) is ranked on the same scale and never recommended.
+**undecided**, and names every such engine (``unsettled``), not only the runner-up, unless its
+ceiling is below the leader's floor (:mod:`harness.scoring.race`: the closed-system model bounds
+what its ladder can still reach): such an engine is out of the race, and an open runner-up out of
+it leaves the leader *separated*. The reference engine (a yardstick) is ranked on the same scale
+and never recommended.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from .frontier import Capacity
+from .race import ceiling, floor
 
 TIE_BREAK_BAND = 0.10  # start-up time and memory break a tie only when 10 % or more apart
 EQUIVALENCE_MARGIN = 0.05  # capacities closer than 5 % are not a basis for a choice
@@ -173,11 +177,13 @@ def decide(candidates: Sequence[Candidate]) -> Verdict:
     v.ratio = best.capacity.output_tps / second.capacity.output_tps if second.capacity.output_tps > 0 else math.inf
     v.ratio_interval = ratio_interval(best.capacity, second.capacity, SEPARATION_CONFIDENCE)
     v.equivalence_interval = ratio_interval(best.capacity, second.capacity, EQUIVALENCE_CONFIDENCE)
-    v.unsettled = [c.name for c in production[1:] if c.capacity is not None and c.capacity.open]
+    bar = floor(best.capacity)  # an open engine whose ceiling is below the leader's floor cannot lead (race)
+    v.unsettled = [c.name for c in production[1:] if c.capacity is not None and c.capacity.open
+                   and ceiling(c.capacity) >= bar]
     if v.unsettled:  # an open engine may truly be the best: no winner until its ladder finds its limit
         v.undecided, v.outcome = v.unsettled[0], "undecided"
         return v
-    v.outcome = outcome_of(v.ratio_interval, v.equivalence_interval)
+    v.outcome = "separated" if second.capacity.open else outcome_of(v.ratio_interval, v.equivalence_interval)
     if v.outcome == "separated":
         v.winner = best.name
     elif v.outcome == "equivalent":

@@ -100,6 +100,7 @@ class EngineLadder(Artefact):
     verified_features: int | None = None
     peak_memory_bytes: float | None = None
     fidelity: FidelityResult | None = None  # the output-fidelity check (None: not checked)
+    race: str = ""  # why the main job measured it no more: out of the race (harness.scoring.race); "" = it was not
 
 
 class Decision(Artefact):

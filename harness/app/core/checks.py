@@ -40,6 +40,28 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
     return v
 
 
+def parse_duration(text: str | float, option: str = "--time-budget") -> float:
+    """A duration in seconds from ``900``, ``900s``, ``15m``, ``1.5h`` or ``1h30m``; raises
+    ValueError naming ``option`` for anything else or a value not above 0 (``inf``: no bound)."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        import re
+
+        raw = text.strip().lower()
+        parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", raw)
+        if raw == "inf":
+            value = math.inf
+        elif not raw or parts is None or not any(parts.groups()):
+            raise ValueError(f"{option} {text!r} is not a duration: give seconds (900) or with a unit (900s, 15m, 1h)")
+        else:
+            h, m, sec = (float(g) if g else 0.0 for g in parts.groups())
+            value = 3600 * h + 60 * m + sec
+    if not value > 0:
+        raise ValueError(f"{option} must be above 0 s, got {text!r}")
+    return value
+
+
 def check_positive(name: str, v: Optional[int | float]) -> None:
     """None, or a number > 0 that is not infinite (NaN fails too)."""
     if v is not None and (not v > 0 or math.isinf(v)):

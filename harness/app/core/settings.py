@@ -129,7 +129,7 @@ class RunSettings(BaseModel):
     # the options' order in --help (flags; an option not listed follows in field order)
     cli_order: ClassVar[tuple[str, ...]] = (
         "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--ladder-budget",
+        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--time-budget", "--ladder-budget",
         "--max-load", "--target-load", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config", "--output-dir",
         "--run-id", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
         "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
@@ -196,6 +196,7 @@ class RunSettings(BaseModel):
     endpoints: Annotated[dict[str, str], Cli("--endpoint", type=list[str], parse=_endpoints, default=[], help="An OpenAI-compatible deployment that already runs, NAME=URL (repeatable), e.g. --endpoint prod=http://10.0.0.5:8000 --endpoint canary=http://10.0.0.6:8000: each is compared as an engine the harness does not start (--model: the served model name, --tokenizer: its folder, as for --engine openai); with --endpoint, --engine adds local engines (default none). The run's prompts are salted (--prompt-salt auto) so an endpoint's warm prefix cache serves none of them.")] = Field(default_factory=dict)
     # the load ladder (the main job when no load point is asked for; harness/app/run/ladder_main.py)
     ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
+    time_budget_s: Annotated[float, Cli("--time-budget", type=str, parse=checks.parse_duration, help="The whole main job's time (900, 900s, 15m, 1h; inf = no bound): the engines' starts, checks, ladders and the measuring that decides between them. Every engine climbs its ladder once (its share, at most --ladder-budget); then the measuring goes where the verdict is uncertain (an engine that cannot reach the leader is measured no more) until the verdict is decided or the time is spent.")] = 900.0
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
     # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
@@ -378,7 +379,7 @@ class RunSettings(BaseModel):
         if self.tune_lower_precision and not self.fidelity_prompts:
             raise ValueError("--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop "
                              "--fidelity-prompts 0 (or --tune-lower-precision)")
-        given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
+        given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
                  if name in fields and getattr(self, name) != fields[name].default]
         if given and not self.ladder:
             raise ValueError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to load ladders, and this run "

@@ -21,6 +21,7 @@ two points that bracket the boundary (the decisive ones) for the interval.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
@@ -28,6 +29,7 @@ from typing import Callable, Literal, Sequence
 from adapters.base import EngineError
 from harness.metrics import SLO
 from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
+from harness.scoring.race import reach_of
 from harness.scoring.samples import errors_undecided
 
 PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
@@ -178,9 +180,23 @@ class Ladder:
         return True
 
     # -- the climb -----------------------------------------------------------------------------
-    def climb(self, start: int = 1) -> Stopped:
+    def _next_load(self, load: int, aim: bool) -> int:
+        """The load after ``load``: twice it; with ``aim``, no further than the load by which the
+        SLO must have broken if the margin is convex in the load
+        (:func:`harness.scoring.race.reach_of`: a failing point near the boundary is cheaper and
+        brackets it tighter than one at twice the load)."""
+        nxt = min(load * 2, self.max_load)
+        if aim:
+            passed = sorted((r.stats for r in self.rungs if r.stats is not None and r.stats.passed), key=lambda s: s.load)
+            reach = reach_of(passed)
+            if math.isfinite(reach):
+                nxt = min(nxt, max(load + 1, math.ceil(reach - 1e-9)))
+        return nxt
+
+    def climb(self, start: int = 1, bisect: bool = True) -> Stopped:
         """Double from ``start`` until a point fails or the engine saturates, then bisect the
-        boundary; returns why the climb stopped (also in ``stopped``)."""
+        boundary (``bisect``; the main job leaves it to its allocation,
+        :mod:`harness.scoring.allocation`); returns why the climb stopped (also in ``stopped``)."""
         load, passed = start, []
         while True:
             rung = self.point(load)
@@ -197,8 +213,9 @@ class Ladder:
             if load >= self.max_load:
                 self.stopped = "max_load"
                 return self.stopped
-            load = min(load * 2, self.max_load)
-        self._bisect()
+            load = self._next_load(load, aim=not bisect)
+        if bisect:
+            self._bisect()
         return self.stopped
 
     def bracket(self) -> tuple[Rung | None, Rung | None]:
@@ -209,12 +226,16 @@ class Ladder:
         return (below[-1] if below else None), fail
 
     def _bisect(self) -> None:
-        while True:
-            p, f = self.bracket()
-            if p is None or f is None or f.load - p.load <= 1:
-                return
-            if self.point((p.load + f.load) // 2) is None:
-                return
+        while self.bisect_once():
+            pass
+
+    def bisect_once(self) -> bool:
+        """Measure the point halfway between the bracket's loads; False when there is none (no
+        bracket, or its loads are adjacent) or it could not be measured."""
+        p, f = self.bracket()
+        if p is None or f is None or f.load - p.load <= 1:
+            return False
+        return self.point((p.load + f.load) // 2) is not None
 
     def repeat_boundary(self, times: int = 1) -> int:
         """Measure the two points bracketing the boundary ``times`` more times each (fresh

@@ -9,6 +9,7 @@ A run asks for one load point instead (no ladder) when ``--request-rate``, ``--m
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +17,7 @@ from harness.app.core.executor import TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.tune_options import recipe_climb_to
 from harness.app.core.trial import trial_spec
+from harness.app.run.allocate import Allocation
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
 from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
@@ -39,9 +41,27 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
                       allow_unchecked=cfg.allow_unchecked)
 
 
+FIRST_SHARE = 0.5  # of the time left when the ladders start: the engines' first climbs, in equal shares
+MIN_FIRST_S = 20.0  # a first climb gets at least this much measuring (its first points whatever it gets)
+
+
+def first_climb_budget(cfg: Any, deadline: float, engines: int) -> float:
+    """Seconds of measuring for each engine's first climb: an equal share of :data:`FIRST_SHARE`
+    of the time left before ``deadline``, at least :data:`MIN_FIRST_S`, at most ``--ladder-budget``."""
+    share = FIRST_SHARE * max(0.0, deadline - time.monotonic()) / max(1, engines)
+    return min(cfg.ladder_budget_s, max(MIN_FIRST_S, share))
+
+
+def _duration(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "no bound"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
 def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
     """The main job over ``plans`` (module docstring); returns who interrupted it ("" = nobody)."""
     cfg, writer, console = orch.cfg, state.writer, orch.console
+    deadline = time.monotonic() + cfg.time_budget_s
     tuner = None
     executor.begin([] if cfg.tune_s > 0 else plans)  # tuning first: the engines start at their chosen configuration
     interrupted, engines, job = "", [EngineClimb(p) for p in plans], None
@@ -50,16 +70,19 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         slos = list(cfg.slos) or default_slos(orch.kind, cfg.workload.name)
         note = "" if cfg.slos else " (the defaults for this workload and hardware; --slo sets yours)"
         search = f", after a configuration search of {cfg.tune_s:g} s per engine (--tune)" if cfg.tune_s > 0 else ""
+        share = first_climb_budget(cfg, deadline, len(plans))
         console.print(f"Load ladders under {slos_text(slos)}{note}: closed-loop concurrency from 1, doubling until an "
-                      f"SLO breaks or throughput stops rising, then bisected; {cfg.ladder_budget_s:g} s of measuring "
-                      f"per engine{search}", highlight=False)
+                      f"SLO breaks or throughput stops rising; {share:.0f} s of measuring per engine first{search}, then "
+                      f"the measuring goes where the verdict is uncertain (boundaries bisected, bracket points repeated "
+                      f"on fresh starts), within a time budget of {_duration(cfg.time_budget_s)} for the whole job "
+                      f"({_duration(max(0.0, deadline - time.monotonic()))} left)", highlight=False)
         spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
         if cfg.engine_config and (climb_to := recipe_climb_to(cfg.engine_config)) > 1:
             capped = (f", except that --max-load {cfg.max_load} stops it first: raise --max-load to compare like for like"
                       if climb_to > cfg.max_load else "")
             console.print(f"The recipe's capacity was read at up to {climb_to} in flight: this ladder climbs at least that "
                           f"far whatever its budget, so the two are read at the same loads{capped}.", highlight=False)
-        job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(2, cfg.repeats),
+        job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(3, cfg.repeats),
                         target_tps=cfg.target_load)
         if cfg.tune_s > 0:
             tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, orch.kind, lower_precision=cfg.tune_lower_precision)
@@ -71,13 +94,9 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
             for e in engines if interrupted else []:
                 e.failure = "not measured: the run was interrupted during the configuration search"
         if not interrupted:
-            interrupted = job.climb(engines)
+            interrupted = job.climb(engines, first_climb_budget(cfg, deadline, len(engines)))
         if not interrupted:
-            interrupted = job.settle(engines)
-        if not interrupted:
-            interrupted = job.decisive_repeats(engines)
-        if not interrupted:  # a bracket point that passes once its repeats are pooled: that ladder climbs on
-            interrupted = job.settle(engines)
+            interrupted = Allocation(job, deadline, max_repeats=job.boundary_repeats).run(engines)
     finally:
         executor.end()
     if job is None:

@@ -1,16 +1,15 @@
-"""``bench run``'s main job: every engine's load ladder, the decisive repeats, the decision.
+"""``bench run``'s main job: every engine's load ladder, the allocation, the decision.
 
 1. **Climb** (:func:`harness.app.run.ladder_trial.climb_ladder`, one trial per engine, in run
-   order): each engine warms up and climbs its ladder within its share of the budget; its
-   engine is then frozen and kept when every engine fits in memory at once.
-2. **Settle the open engines** (:meth:`LadderJob.settle`): any production engine below the
-   leader by point estimate whose ladder stopped for the budget before any SLO broke could be the
-   better engine (the verdict would be undecided, naming it), so each climbs on, once, with
-   another budget, from where it stopped, best first.
-3. **Decisive repeats**: the two best production engines by point estimate have the two points
-   that bracket their SLO boundary measured ``boundary_repeats`` more times each, the engines
-   interleaved (A B, A B, ...: a drifting machine favours neither), fresh prompts each time.
-4. **Decide** (:func:`harness.scoring.decision.judge`) from the stored records: capacities at the
+   order): each engine warms up and climbs its ladder within its share of the time budget,
+   doubling until an SLO breaks (no bisection, no fidelity check yet); its engine is then frozen
+   and kept when every engine fits in memory at once.
+2. **Allocate** (:mod:`harness.app.run.allocate`): the measuring goes where the verdict is
+   uncertain (:mod:`harness.scoring.allocation`): engines that cannot reach the leader are
+   measured no more; the others are checked for output fidelity, climb on, have their boundary
+   bisected or their bracket points repeated on fresh starts, until the verdict is decided or
+   the time budget is spent.
+3. **Decide** (:func:`harness.scoring.decision.judge`) from the stored records: capacities at the
    SLO with their intervals, the gates, the verdict; written to ``ladder.json``. Each engine's
    ``summary.json`` entry holds the metrics of its capacity point (the passing point below its
    boundary), so the weighted view (``bench recommend``) and the older reports still read it.
@@ -20,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Sequence
 
@@ -37,8 +36,7 @@ from harness.app.core.executor import Trial, TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.engine_turns import engine_cost
-from harness.app.run.ladder_trial import (LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, extend_ladder,
-                                          measure_points, stats_line)
+from harness.app.run.ladder_trial import LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, stats_line
 from harness.metrics import slo_table
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.decision import judge
@@ -72,13 +70,18 @@ class LadderJob:
         self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
         self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps
         self.t0 = time.monotonic()
-        self.settled: set[str] = set()  # engines that climbed on once (settle): never twice in a run
-        self.repeat_trials: dict[str, int] = {}  # each engine's decisive re-climbs so far (their trial keys: 1, 2, …)
+        self.repeat_trials: dict[str, int] = {}  # each engine's fresh-start repeats so far (their trial keys: 1, 2, …)
+        self.race_notes: dict[str, str] = {}  # engine → why the allocation measured it no more (out of the race)
 
     # -- phase 1 -------------------------------------------------------------------------------
-    def climb(self, engines: list[EngineClimb]) -> str:
-        """Every engine's climb, in order; returns who interrupted it ("" = nobody)."""
-        body = partial(climb_ladder, spec=self.spec, tokenizer=self.tokenizer, manifest=self.writer.manifest)
+    def climb(self, engines: list[EngineClimb], budget_s: float | None = None) -> str:
+        """Every engine's first climb, in order, each within ``budget_s`` (None: the spec's):
+        doubling until an SLO breaks, no bisection and no fidelity check (the allocation spends
+        both where they decide, :mod:`harness.app.run.allocate`); returns who interrupted it
+        ("" = nobody)."""
+        first = replace(self.spec, trial=replace(self.spec.trial, fidelity=None), bisect=False,
+                        budget_s=self.spec.budget_s if budget_s is None else budget_s)
+        body = partial(climb_ladder, spec=first, tokenizer=self.tokenizer, manifest=self.writer.manifest)
         trials = {e.name: Trial((e.name, 0), e.plan, body, keep=True) for e in engines}
         self.executor.submit(list(trials.values()))
         for i, engine in enumerate(engines):
@@ -103,40 +106,6 @@ class LadderJob:
             self.console.print(exc.log_tail[-2000:], markup=False, highlight=False)
         engine.failure, engine.log_tail = str(exc), exc.log_tail
 
-    # -- phase 2 -------------------------------------------------------------------------------
-    def settle(self, engines: list[EngineClimb]) -> str:
-        """Every production engine below the leader by point estimate whose ladder stopped
-        (budget or point count) before any SLO broke could be the better engine, which would
-        leave the verdict undecided (:mod:`harness.scoring.verdict`: every open engine counts, not
-        only the runner-up): each climbs on, once, with another budget, from where it stopped,
-        the best placed first (the order is read again after each). Returns who interrupted it."""
-        while True:
-            ranked = self._ranked(engines)
-            engine = next((e for e in ranked[1:] if e.name not in self.settled and _open(e, self.spec)), None)
-            if engine is None:
-                return ""
-            self.settled.add(engine.name)
-            place = "the runner-up" if engine is ranked[1] else f"placed {ranked.index(engine) + 1}"
-            self.console.print(f"{escape(engine.name)}: its ladder stopped before any SLO broke and it is {place} "
-                               f"(it could lead): climbing on for another {self.spec.budget_s:g} s …", highlight=False)
-            body = partial(extend_ladder, spec=self.spec, tokenizer=self.tokenizer, previous=list(engine.measurements))
-            trial = Trial((engine.name, 100), engine.plan, body, keep=True)
-            self.executor.hold([engine.plan])
-            self.executor.submit([trial])
-            try:
-                more: LadderOutcome = self.executor.result(trial, self.writer)
-            except KeyboardInterrupt as exc:
-                engine.measurements += getattr(exc, "ladder_measurements", [])
-                return interrupt_cause(exc)
-            except EngineError as exc:
-                self._failed(engine, exc)
-                return ""
-            engine.measurements += more.measurements
-            assert engine.outcome is not None
-            engine.outcome.stopped = more.stopped
-            if more.crash:
-                engine.outcome.crash, engine.outcome.crashed_at = more.crash, more.crashed_at
-
     def _ranked(self, engines: list[EngineClimb]) -> list[EngineClimb]:
         """The production engines that measured and stand (not crashed, not excluded by the
         fidelity gate, below the floor or not checked: no budget is spent on an engine the gate
@@ -146,65 +115,6 @@ class LadderJob:
                        and not (e.outcome.fidelity is not None
                                 and e.outcome.fidelity.exclusion(self.spec.allow_unchecked))),
                       key=lambda e: -_estimate(e, self.spec))
-
-    def decisive_repeats(self, engines: list[EngineClimb]) -> str:
-        """Measure the top two production engines' bracketing points ``boundary_repeats``
-        more times each, interleaved; the others are stopped first. Each repeat climbs again, on a
-        fresh start of its engine (stopped, started again, warmed up), every point of its ladder up
-        to the boundary, in load order (:meth:`_reclimb_points`): the capacity's interval then holds
-        the spread between starts of one configuration, the spread a re-run of the winner's recipe
-        meets (on the 2-core machine vLLM-CPU's capacity read 66-81 tok/s over starts, while one
-        start's own interval was about ±6 %), and the decisive points are measured as the climb
-        and a re-run measure them, after the loads below (a fresh engine measured at the boundary
-        at once read 15-25 % lower: 29.3 and 26.6 tok/s at 4 sessions in flight against 35.7 climbed
-        and 36.0 in a re-run). Returns who interrupted it.
-
-        Once the repeats are pooled the order may change: the new top two's engines that were
-        not repeated yet are then repeated too (once), so no engine measured once wins over
-        engines whose repeats regressed."""
-        repeated: set[str] = set()
-        for again in (False, True):
-            ranked = self._ranked(engines)
-            top = [e for e in ranked[:2] if any(load is not None for load in _bracket(e, self.spec))]
-            for e in engines:
-                if e not in top:
-                    self.executor.release(e.name)
-            todo = [e for e in top if e.name not in repeated]
-            if len(top) < 2 or self.boundary_repeats < 1 or not todo:
-                return ""
-            what = ("The repeats changed the order: " if again else "Decisive points: ") + " and ".join(e.name for e in todo)
-            times = "once more" if self.boundary_repeats == 1 else f"{self.boundary_repeats} more times"
-            self.console.print(f"{what}, each ladder climbed again up to its boundary {times}, interleaved, each time "
-                               "on a fresh start of the engine …")
-            repeated |= {e.name for e in todo}
-            interrupted = self._repeat(todo)
-            if interrupted:
-                return interrupted
-            for engine in todo:  # every measurement was printed judged alone: now what the decision reads, pooled
-                self._pooled_lines(engine)
-        return ""
-
-    def _repeat(self, top: list[EngineClimb]) -> str:
-        """``boundary_repeats`` fresh-start re-climbs of each engine of ``top``, interleaved;
-        returns who interrupted them ("" = nobody)."""
-        for k in range(self.boundary_repeats):
-            for engine in top:
-                points = self._reclimb_points(engine)
-                body = partial(measure_points, spec=self.spec, tokenizer=self.tokenizer, points=points)
-                self.repeat_trials[engine.name] = self.repeat_trials.get(engine.name, 0) + 1
-                trial = Trial((engine.name, self.repeat_trials[engine.name]), engine.plan, body, keep=True)
-                self.executor.release(engine.name)  # a fresh start (docstring): the spread between starts
-                self.executor.hold([engine.plan])
-                self.executor.submit([trial])
-                try:
-                    engine.measurements += self.executor.result(trial, self.writer)
-                except KeyboardInterrupt as exc:
-                    engine.measurements += getattr(exc, "ladder_measurements", [])  # the ones that finished
-                    return interrupt_cause(exc)
-                except EngineError as exc:
-                    self._failed(engine, exc)
-                    return ""
-        return ""
 
     def _pooled_lines(self, engine: EngineClimb) -> None:
         """The engine's bracketing points' verdicts over all their measurements pooled (what the
@@ -216,15 +126,6 @@ class LadderJob:
                                  sample.devices, sum(sample.sessions) if sample.sessions is not None else None)
                 self.console.print(f"  {engine.name} {stats_line(int(sample.load), st)} ({len(sample.repeats)} "
                                    "measurements pooled: what the decision reads)", markup=False, highlight=False)
-
-    def _reclimb_points(self, engine: EngineClimb) -> list[tuple[int, int, int, int]]:
-        """(index, load, seed, repeat) of one more measurement of every point up to the boundary
-        (the failing bracket point, else the passing one), by load: fresh seeds continue the
-        engine's count."""
-        passing, failing = _bracket(engine, self.spec)
-        top = failing if failing is not None else passing
-        loads = sorted({m.load for m in engine.measurements if top is not None and m.load <= top})
-        return self._points_at(engine, loads)
 
     def _points_at(self, engine: EngineClimb, loads: Sequence[int]) -> list[tuple[int, int, int, int]]:
         """(index, load, seed, repeat) of one more measurement at each of ``loads`` (measured before)."""
@@ -299,7 +200,8 @@ class LadderJob:
                                 any(m.startup_alone_s for m in e.measurements) or bool(o and not o.parallel)),
                             processes=o.processes if o else None,
                             verified_features=_verified(o) if o else None,
-                            peak_memory_bytes=o.peak_memory_bytes if o else None, fidelity=o.fidelity if o else None)
+                            peak_memory_bytes=o.peak_memory_bytes if o else None, fidelity=o.fidelity if o else None,
+                            race=self.race_notes.get(e.name, ""))
 
     def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
         """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest

@@ -45,7 +45,8 @@ class LadderSpec:
     session's output-fidelity check ran, covered the prompts and passed: a configuration of lower
     precision in the search, whatever ``--allow-unchecked``), ``allow_unchecked`` (the main job's
     ``--allow-unchecked``: an engine whose check could not run is not left out of the decisive
-    repeats)."""
+    repeats), ``bisect`` (a climb bisects the boundary it found; False: the main job's first
+    climbs, whose bisections :mod:`harness.scoring.allocation` spends where they decide)."""
 
     trial: TrialSpec
     workload: WorkloadOptions
@@ -62,6 +63,7 @@ class LadderSpec:
     min_load: int = 1
     fidelity_gate: bool = False
     allow_unchecked: bool = False
+    bisect: bool = True  # a climb bisects its boundary (the main job leaves it to its allocation)
 
     def point_options(self, load: int, seed: int) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
@@ -214,7 +216,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
     console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
-    ladder.climb(start=spec.start_load)
+    ladder.climb(start=spec.start_load, bisect=spec.bisect)
     if ladder.crash:
         console.print(f"  [red]{plan.name}[/]: died at {ladder.crashed_at} in flight — {ladder.crash}", highlight=False)
     out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
@@ -249,7 +251,7 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
                             on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False,
                                                                 highlight=False))
             ladder.resume([(m.load, m.seed, m.requests, m.sessions) for m in previous])
-            ladder.climb(start=min(2 * top, spec.max_load))
+            ladder.climb(start=min(2 * top, spec.max_load), bisect=spec.bisect)
             out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
     except EngineError as exc:
         if not out.measurements:
@@ -259,6 +261,16 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
         exc.ladder_measurements = out.measurements  # type: ignore[attr-defined]
         raise
     return out
+
+
+def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
+               tokenizer: Any) -> FidelityResult | None:
+    """The output-fidelity check alone (a trial body): the engine's session opened with
+    ``spec.trial``'s fidelity reference, nothing measured (the main job checks the engines
+    still in the race after their first climbs: :mod:`harness.app.run.allocate`)."""
+    trial = replace(spec.trial, equivalence=False, read_effective=False, accuracy=())
+    with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name) as session:
+        return session.fidelity
 
 
 def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,

@@ -10,9 +10,11 @@ from typing import Sequence
 from adapters.base import EngineError
 from harness.loadgen.simulated import SimEngine, simulate
 from harness.metrics import SLO
+from harness.scoring.allocation import Ladders, next_steps
 from harness.scoring.frontier import Requests, engine_stream
+from harness.scoring.race import standings
 from harness.scoring.tuning import Rejected, Tried, successive_halving
-from harness.scoring.verdict import Candidate
+from harness.scoring.verdict import Candidate, Verdict, decide
 
 from .ladder import Ladder
 
@@ -22,32 +24,39 @@ def faster(engine: SimEngine, name: str, factor: float) -> SimEngine:
     return dataclasses.replace(engine, name=name, prefill_ms=engine.prefill_ms / factor, tpot_ms=engine.tpot_ms / factor)
 
 
+def _measure(engine: SimEngine, trial: int, output_tokens: int, steady: bool = True,
+             clock: list[float] | None = None):  # noqa: ANN202  (a Ladder's measure callback)
+    def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
+        if engine.crash_at is not None and load >= engine.crash_at:
+            raise EngineError(f"{engine.name}: the server exited unexpectedly (code -9)")
+        records, duration = simulate(engine, load, max(16, 4 * load), output_tokens, seed=trial * 100_003 + seed)
+        if clock is not None:
+            clock[0] += duration
+        return Requests.of(records, duration, steady=steady), None
+    return measure
+
+
 def climb(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, repeats: int = 2, *,
-          max_points: int = 8, max_load: int = 64, steady: bool = True) -> Ladder:
+          max_points: int = 8, max_load: int = 64, steady: bool = True, clock: list[float] | None = None) -> Ladder:
     """``engine``'s ladder as the main job climbs it: at least 16 requests per point and 4 per unit
     of load, then ``repeats`` more measurements of the two points bracketing the boundary. An
     engine with ``crash_at`` dies (EngineError) at that load and stays dead. The simulation's
     seed is ``trial``'s alone: two engines climbed in one trial see the same noise, in the same
     order (identical completion order). ``max_points``/``max_load`` cut the ladder (an open
-    capacity); ``steady=False`` judges whole measurements (the rule before steady-state windows)."""
-    def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
-        if engine.crash_at is not None and load >= engine.crash_at:
-            raise EngineError(f"{engine.name}: the server exited unexpectedly (code -9)")
-        records, duration = simulate(engine, load, max(16, 4 * load), output_tokens, seed=trial * 100_003 + seed)
-        return Requests.of(records, duration, steady=steady), None
-
-    ladder = Ladder(measure, slos, max_points=max_points, max_load=max_load)
+    capacity); ``steady=False`` judges whole measurements (the rule before steady-state windows);
+    ``clock[0]`` (given) is advanced by each measurement's simulated duration (s)."""
+    ladder = Ladder(_measure(engine, trial, output_tokens, steady, clock), slos, max_points=max_points, max_load=max_load)
     ladder.climb()
     ladder.repeat_boundary(repeats)
     return ladder
 
 
 def candidate(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, *, max_points: int = 8,
-              max_load: int = 64, excluded: str = "") -> Candidate:
+              max_load: int = 64, excluded: str = "", clock: list[float] | None = None) -> Candidate:
     """The engine as the verdict sees it after its climb in ``trial``, with its tie-breakers; its
     bootstrap draws from its own stream (:func:`harness.scoring.frontier.engine_stream`), as the
     main job's do; ``excluded``: a gate's line decided elsewhere."""
-    ladder = climb(engine, trial, slos, output_tokens, max_points=max_points, max_load=max_load)
+    ladder = climb(engine, trial, slos, output_tokens, max_points=max_points, max_load=max_load, clock=clock)
     return Candidate(engine.name, ladder.capacity(seed=engine_stream(trial, engine.name)), excluded=excluded,
                      startup_s=engine.startup_s, processes=engine.processes, peak_memory_bytes=engine.peak_memory_bytes)
 
@@ -94,3 +103,52 @@ def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], out
 
     tried, best = successive_halving([{"slots": str(e.slots)} for e in configs], budget_s, evaluate)
     return tried, best, calls
+
+
+def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO], output_tokens: int, *,
+         max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None) -> tuple[Verdict, dict[str, Ladder]]:
+    """The main job's allocation on scripted engines (:mod:`harness.scoring.allocation`, the rule
+    ``bench run`` follows): each engine's first climb doubles until an SLO breaks (no bisection),
+    then the steps the rule asks for (climb on, bisect, repeat the bracket points) until it asks
+    for none. ``trials``: each engine's simulation seed (as :func:`candidate`'s); ``clock[0]``
+    (given) adds up the simulated measuring time (s). Returns the verdict and the ladders."""
+    ladders = {e.name: Ladder(_measure(e, t, output_tokens, clock=clock), slos, max_points=8, max_load=max_load)
+               for e, t in zip(engines, trials)}
+    seeds = {e.name: engine_stream(t, e.name) for e, t in zip(engines, trials)}
+    for ladder in ladders.values():
+        ladder.climb(bisect=False)
+    climbs = {n: 0 for n in ladders}
+    repeats = {n: 0 for n in ladders}
+    while True:
+        verdict, caps = _judged(ladders, seeds)
+        info = Ladders(gap={n: _gap(c) for n, c in caps.items()}, passing={n: c.bracket[0] or 0 for n, c in caps.items()},
+                       climbable={n: ladders[n].stopped in ("budget", "max_points") and c.open for n, c in caps.items()},
+                       climbs=climbs, repeats=repeats)
+        steps = next_steps(standings(caps, max_load), verdict, info, max_repeats=max_repeats, repeat_leader=False)
+        if not steps:
+            return verdict, ladders
+        for step in steps:
+            ladder = ladders[step.engine]
+            if step.action == "climb":
+                climbs[step.engine] += 1
+                ladder.max_points += 8
+                ladder.climb(start=min(2 * max(r.load for r in ladder.rungs), max_load), bisect=False)
+            elif step.action == "bisect":
+                ladder.max_points += 1
+                if not ladder.bisect_once():
+                    return verdict, ladders
+            else:
+                repeats[step.engine] += 1
+                ladder.repeat_boundary(1)
+
+
+def _judged(ladders: dict[str, Ladder], seeds: dict[str, int]):  # noqa: ANN202
+    """(verdict, capacities) over the ladders measured so far (the engines that measured any point)."""
+    caps = {n: c for n, ladder in ladders.items() if (c := ladder.capacity(resamples=300, seed=seeds[n])) is not None
+            and not c.never_met and ladder.stopped != "crashed"}
+    return decide([Candidate(n, c) for n, c in caps.items()]), caps
+
+
+def _gap(cap) -> float:  # noqa: ANN001
+    p, f = cap.bracket
+    return float(f - p) if p is not None and f is not None else 0.0

@@ -56,7 +56,7 @@ class SearchSettings(RunSettings):
         "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps", "--prompt-salt", "--tokenizer",
         "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes", "--hardware", "--preset",
         "--price-per-hour", "--setup-engines", "--parity", "--executor", "--ray-address", "--ray-resources",
-        "--ladder-budget", "--max-load", "--target-load", "--endpoint", "--devices", "--fidelity-prompts", "--fidelity-tokens",
+        "--ladder-budget", "--time-budget", "--max-load", "--target-load", "--endpoint", "--devices", "--fidelity-prompts", "--fidelity-tokens",
         "--fidelity-floor", "--allow-unchecked", "--accuracy", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config")
 
     # Per-command overrides: where an option means something else for a search, its field is

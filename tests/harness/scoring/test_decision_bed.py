@@ -25,6 +25,7 @@ from harness.app.run.testbed import faster
 from harness.loadgen.simulated import SimEngine, true_capacity
 from harness.metrics import parse_slos
 from harness.scoring.frontier import engine_stream
+from harness.scoring.race import ceiling, floor
 from harness.scoring.verdict import Candidate, decide
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
@@ -162,10 +163,11 @@ def test_the_interval_holds_the_point_estimate(jitter: float) -> None:
 
 
 def test_a_runner_up_whose_ladder_stopped_first_leaves_the_verdict_undecided() -> None:
-    # the runner-up's capacity is a lower bound (its ladder hit --max-load before an SLO broke): it may be the better
-    # engine, so there is no winner; a leader whose own capacity is a lower bound still wins over a known runner-up
-    leader, runner = candidate(faster(BASE, "leader", 1.3), 0), candidate(BASE, 1)
-    runner.capacity.open = True
+    # the runner-up's capacity is a lower bound (its ladder stopped at 4 in flight before an SLO broke) and what it
+    # measured does not bound it below the leader (harness/scoring/race.py): it may be the better engine, so there is
+    # no winner; a leader whose own capacity is a lower bound still wins over a known runner-up
+    leader, runner = candidate(faster(BASE, "leader", 1.3), 0), candidate(BASE, 1, max_points=3)
+    assert runner.capacity.open and ceiling(runner.capacity) > floor(leader.capacity)
     v = decide([leader, runner])
     assert v.winner == "" and v.undecided == "base" and v.unsettled == ["base"] and v.ranking == ["leader", "base"]
     leader, runner = candidate(faster(BASE, "leader", 1.3), 0), candidate(BASE, 1)

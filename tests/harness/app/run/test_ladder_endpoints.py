@@ -105,10 +105,11 @@ def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_pa
 
 @pytest.mark.parametrize("start", [[], ["--sequential-start"]])
 def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp_path, monkeypatch):
-    """The two best engines climb again up to their boundary twice more each, interleaved, each
-    time on a fresh start of the engine (so the interval holds the spread between starts, and the
-    boundary is measured after the loads below, as a climb and a re-run measure it), whether the
-    engines were kept frozen since their climb (all fit at once) or not (--sequential-start)."""
+    """Two identical engines, both open at --max-load 2 (nothing separates them): the allocation
+    repeats their bracket points three times each (its most), interleaved, each time on a fresh
+    start of the engine (so the interval holds the spread between starts) after a ramp (the load
+    at half the boundary, pooled with that point), whether the engines were kept frozen since
+    their climb (all fit at once) or not (--sequential-start)."""
     import adapters.registry as registry
     from tests.fake_servers.ray_engines import PacedEngine
 
@@ -123,11 +124,11 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
     for name in ("transformers", "vllm"):
         e = ladder.engines[name]
         assert [p.load for p in e.points] == [1, 2] and e.stopped == "max_load"
-        for p in e.points:  # every point up to the boundary (2 in flight, the highest allowed): 1 + 2 more
-            assert len(p.seeds) == 3 and len(set(p.seeds)) == 3  # fresh prompts each
-        assert len({s for p in e.points for s in p.seeds}) == 6
-        repeats = res.output.split("Decisive points: ", 1)[1]
-        assert repeats.count(f"{name}: starting") == 2 and f"{name}: thawing its started server" not in repeats  # 2 fresh starts
+        for p in e.points:  # the ramp (1) and the bracket point (2 in flight, the highest allowed): 1 + 3 more
+            assert len(p.seeds) == 4 and len(set(p.seeds)) == 4  # fresh prompts each
+        assert len({s for p in e.points for s in p.seeds}) == 8
+        repeats = res.output.split(f"{name}: repeat — ", 1)[1]
+        assert repeats.count(f"{name}: starting") == 3 and f"{name}: thawing its started server" not in repeats  # 3 fresh starts
     # one figure for a point measured three times: summary.json's, the weighted lens's and the ladder's
     run = load_run(tmp_path / "decisive")
     for name, e in ladder.engines.items():
@@ -169,7 +170,7 @@ def test_an_open_runner_up_climbs_on_so_the_verdict_is_decided(tmp_path):
     any SLO broke; 'quick' streams twice as fast with 4 times the slots, so 'slow' is the runner-up
     and open: it could lead, and the verdict would be undecided. A slow request holds its slot 10 +
     7 x 10 = 80 ms: at 4 in flight one waits for one other (TTFT 90 ms, under the 150 ms SLO), at 8
-    for up to three (240 ms). The job climbs it on from 8, where the SLO breaks, and the verdict is
+    for up to three (240 ms). The allocation climbs it on from 8, where the SLO breaks, and the verdict is
     decided."""
     for urls in _servers({"quick": ["--slots", "8", "--itl-ms", "5"], "slow": ["--slots", "2", "--ttft-ms", "10"]}):
         res = CliRunner().invoke(app, ["run", "--endpoint", f"quick={urls['quick']}", "--endpoint",
@@ -178,11 +179,11 @@ def test_an_open_runner_up_climbs_on_so_the_verdict_is_decided(tmp_path):
     assert res.exit_code == 0, res.output
     ladder = load_run(tmp_path / "settle").ladder
     quick, slow = ladder.engines["quick"], ladder.engines["slow"]
-    assert [p.load for p in quick.points] == [1, 2, 4] and quick.capacity.open
+    assert [p.load for p in quick.points][:3] == [1, 2, 4]
     loads = [p.load for p in slow.points]
     # a failing point at 8 brackets it now (and, budget allowing, a bisection between 4 and 8 narrows it)
     assert loads[:3] == [1, 2, 4] and 8 in loads and set(loads) <= {1, 2, 4, 5, 6, 7, 8} and not slow.capacity.open
-    assert "slow: its ladder stopped before any SLO broke and it is the runner-up" in res.output
+    assert "slow: climb — its ladder stopped before any SLO broke and it could still lead quick" in res.output
     d = ladder.decision
     assert not d.undecided and d.winner == "quick" and d.runner_up == "slow"
 

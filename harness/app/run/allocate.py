@@ -1,0 +1,217 @@
+"""The main job after every engine's first climb: the allocation rule
+(:mod:`harness.scoring.allocation`) on live engines, within the job's time budget.
+
+Each round judges what was measured so far (every engine's capacity with its interval,
+:mod:`harness.scoring.race` for who can still win, :mod:`harness.scoring.verdict` for the
+verdict), says once of each engine that falls out of the race why ("transformers cannot reach
+openvino's 93.1 tok/s (at most 41.2): stopped after 2 points"), checks the output fidelity of
+each engine still in it that was not checked (the first climbs skip the check: an engine that
+cannot win needs none), then runs the steps the rule asks for, each as a trial on the executor:
+
+- **climb**: the ladder climbs on from twice its highest load (its kept engine);
+- **bisect**: one point halfway between the bracket's loads (its kept engine);
+- **repeat**: a fresh start of the engine (the spread between starts goes into the interval),
+  a short ramp (one measurement of the highest load measured at or below half the bracket's
+  passing load, pooled with that point's), then the bracket points once each.
+
+It stops when the rule asks for nothing more, or when the next step would not finish within
+the time budget (said in one line, with the time left).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from rich.markup import escape
+
+from adapters.base import EngineError
+
+from harness.app.core.executor import Trial
+from harness.app.core.signals import interrupt_cause
+from harness.app.run.ladder_run import EngineClimb, LadderJob, _samples
+from harness.app.run.ladder_trial import LadderOutcome, check_only, extend_ladder, measure_points
+from harness.scoring.allocation import Ladders, Step, next_steps
+from harness.scoring.frontier import Capacity, capacity_of, engine_stream
+from harness.scoring.race import Standing, standings
+from harness.scoring.verdict import Candidate, Verdict, decide
+
+RESAMPLES = 300  # bootstrap draws per judgement between steps (the final decision draws its own)
+MIN_CLIMB_S = 20.0  # a climb-on step gets at least this much measuring
+
+
+class Allocation:
+    """The allocation over ``job``'s engines until ``deadline`` (``time.monotonic()``), with at
+    most ``max_repeats`` repeats of a pair's bracket points."""
+
+    def __init__(self, job: LadderJob, deadline: float, max_repeats: int = 3) -> None:
+        self.job, self.deadline, self.max_repeats = job, deadline, max_repeats
+        self.climbs: dict[str, int] = {}
+        self.repeats: dict[str, int] = {}
+        self.said: set[str] = set()
+        self.checked: set[str] = set()
+
+    @property
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self, engines: list[EngineClimb]) -> str:
+        """Judge, check, step, until done (module docstring); returns who interrupted it ("" = nobody)."""
+        by_name = {e.name: e for e in engines}
+        while True:
+            race, verdict, caps = self.judge(engines)
+            self._say_out(race, by_name)
+            unchecked = [by_name[s.name] for s in race if not s.out and self._needs_check(by_name[s.name])]
+            if unchecked:
+                interrupted = self._check(unchecked)
+                if interrupted:
+                    return interrupted
+                continue
+            steps = next_steps(race, verdict, self._ladders(engines, caps), max_repeats=self.max_repeats)
+            if not steps:
+                return ""
+            cost = sum(self._cost(by_name[s.engine], s) for s in steps)
+            if cost > self.left_s:
+                what = " and ".join(f"{s.action} {s.engine}" for s in steps)
+                self.job.console.print(f"Time budget: {max(0.0, self.left_s):.0f} s left, and the next step ({what}) "
+                                       f"needs about {cost:.0f} s: the verdict rests on what was measured "
+                                       "(--time-budget gives more).", highlight=False)
+                return ""
+            for step in steps:
+                interrupted = self._do(by_name[step.engine], step)
+                if interrupted:
+                    return interrupted
+            if steps[0].action == "repeat":
+                for step in steps:
+                    self.job._pooled_lines(by_name[step.engine])
+
+    # -- judging -----------------------------------------------------------------------------------
+    def judge(self, engines: list[EngineClimb]) -> tuple[list[Standing], Verdict, dict[str, Capacity]]:
+        """The race, the verdict and the capacities over the production engines standing."""
+        caps: dict[str, Capacity] = {}
+        for e in self.job._ranked(engines):
+            samples = _samples(e, self.job.spec)
+            cap = capacity_of(samples, self.job.spec.slos, self.job.spec.max_failure_rate, resamples=RESAMPLES,
+                              seed=engine_stream(0, e.name)) if samples else None
+            if cap is not None and not cap.never_met and cap.output_tps > 0:
+                caps[e.name] = cap
+        verdict = decide([Candidate(n, c) for n, c in caps.items()])
+        return standings(caps, self.job.spec.max_load), verdict, caps
+
+    def _ladders(self, engines: list[EngineClimb], caps: dict[str, Capacity]) -> Ladders:
+        gap, passing, climbable = {}, {}, {}
+        for e in engines:
+            cap = caps.get(e.name)
+            if cap is None or e.outcome is None:
+                continue
+            p, f = cap.bracket
+            gap[e.name] = float(f - p) if p is not None and f is not None else 0.0
+            passing[e.name] = float(p or 0)
+            top = max((m.load for m in e.measurements), default=0)
+            climbable[e.name] = cap.open and e.outcome.stopped in ("budget", "max_points") and top < self.job.spec.max_load
+        return Ladders(gap=gap, passing=passing, climbable=climbable, climbs=self.climbs, repeats=self.repeats)
+
+    def _say_out(self, race: list[Standing], by_name: dict[str, EngineClimb]) -> None:
+        for s in race:
+            if s.out and s.name not in self.said:
+                self.said.add(s.name)
+                self.job.executor.release(s.name)  # its memory back for the engines still measured
+                n = len({m.load for m in by_name[s.name].measurements})
+                self.job.console.print(f"{escape(s.name)} {s.out}: stopped after {n} point{'s' if n != 1 else ''}",
+                                       highlight=False)
+                self.job.race_notes[s.name] = f"{s.out}: stopped after {n} point{'s' if n != 1 else ''}"
+
+    # -- the fidelity check of the engines still in the race -----------------------------------------
+    def _needs_check(self, e: EngineClimb) -> bool:
+        return (self.job.spec.trial.fidelity is not None and e.name not in self.checked and e.outcome is not None
+                and e.outcome.fidelity is None)
+
+    def _check(self, engines: list[EngineClimb]) -> str:
+        for e in engines:
+            self.checked.add(e.name)
+            self.job.console.print(f"{escape(e.name)}: still in the race, so its output fidelity is checked …",
+                                   highlight=False)
+            trial = Trial((e.name, 200), e.plan, partial(check_only, spec=self.job.spec, tokenizer=self.job.tokenizer),
+                          keep=True)
+            interrupted = self._submit(e, trial, fresh=False, add=lambda got, e=e: setattr(e.outcome, "fidelity", got))
+            if interrupted:
+                return interrupted
+        return ""
+
+    # -- the steps ------------------------------------------------------------------------------------
+    def _cost(self, e: EngineClimb, step: Step) -> float:
+        """About how long ``step`` takes (s): a climb its budget; a bisection the bracket's failing
+        point's last measurement; a repeat a start plus its points' last measurements."""
+        walls = {m.load: m.wall_s for m in e.measurements}
+        if step.action == "climb":
+            return min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2))
+        points = self._repeat_points(e) if step.action == "repeat" else []
+        if step.action == "bisect":
+            return max(walls.values(), default=0.0) if not e.measurements else walls.get(self._bracket(e)[1] or 0, 0.0)
+        start = e.outcome.startup_s if e.outcome is not None else 0.0
+        return start + sum(walls.get(load, 0.0) for _, load, _, _ in points)
+
+    def _bracket(self, e: EngineClimb) -> tuple[int | None, int | None]:
+        from harness.app.run.ladder_run import _bracket
+
+        return _bracket(e, self.job.spec)
+
+    def _repeat_points(self, e: EngineClimb) -> list[tuple[int, int, int, int]]:
+        p, f = self._bracket(e)
+        loads = sorted({m.load for m in e.measurements})
+        ramp = [x for x in loads if p is not None and p >= 2 and x <= p / 2][-1:]
+        return self.job._points_at(e, ramp + [x for x in (p, f) if x is not None])
+
+    def _do(self, e: EngineClimb, step: Step) -> str:
+        self.job.console.print(f"{escape(e.name)}: {step.action} — {escape(step.why)} ({max(0.0, self.left_s):.0f} s "
+                               "of the time budget left) …", highlight=False)
+        if step.action == "climb":
+            self.climbs[e.name] = self.climbs.get(e.name, 0) + 1
+            spec = replace(self.job.spec, budget_s=min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2)))
+            body = partial(extend_ladder, spec=spec, tokenizer=self.job.tokenizer, previous=list(e.measurements))
+            trial = Trial((e.name, 100 + self.climbs[e.name]), e.plan, body, keep=True)
+            return self._submit(e, trial, fresh=False, add=lambda more: self._climbed(e, more))
+        if step.action == "bisect":
+            p, f = self._bracket(e)
+            if p is None or f is None:
+                return ""
+            index = max(m.index for m in e.measurements) + 1
+            seed = (self.job.spec.workload.seed or 0) + len(e.measurements)
+            body = partial(measure_points, spec=self.job.spec, tokenizer=self.job.tokenizer,
+                           points=[(index, (p + f) // 2, seed, 0)])
+            trial = Trial((e.name, 300 + index), e.plan, body, keep=True)
+            return self._submit(e, trial, fresh=False, add=lambda got: e.measurements.extend(got))
+        self.repeats[e.name] = self.repeats.get(e.name, 0) + 1
+        self.job.repeat_trials[e.name] = self.job.repeat_trials.get(e.name, 0) + 1
+        body = partial(measure_points, spec=self.job.spec, tokenizer=self.job.tokenizer, points=self._repeat_points(e))
+        trial = Trial((e.name, self.job.repeat_trials[e.name]), e.plan, body, keep=True)
+        return self._submit(e, trial, fresh=True, add=lambda got: e.measurements.extend(got))
+
+    def _climbed(self, e: EngineClimb, more: LadderOutcome) -> None:
+        e.measurements += more.measurements
+        assert e.outcome is not None
+        e.outcome.stopped = more.stopped
+        if more.crash:
+            e.outcome.crash, e.outcome.crashed_at = more.crash, more.crashed_at
+
+    def _submit(self, e: EngineClimb, trial: Trial, *, fresh: bool, add: Any) -> str:
+        """Run ``trial`` on ``e``'s engine (``fresh``: stopped and started again first) and hand
+        its result to ``add``; returns who interrupted it ("" = nobody)."""
+        ex = self.job.executor
+        if fresh:
+            ex.release(e.name)
+        ex.hold([e.plan])
+        ex.submit([trial])
+        try:
+            add(ex.result(trial, self.job.writer))
+        except KeyboardInterrupt as exc:
+            e.measurements += getattr(exc, "ladder_measurements", [])
+            outcome = getattr(exc, "ladder_outcome", None)
+            if outcome is not None:
+                e.measurements += outcome.measurements
+            return interrupt_cause(exc)
+        except EngineError as exc:
+            self.job._failed(e, exc)
+        return ""
