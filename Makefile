@@ -5,7 +5,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-BENCH_ARGS ?= --engine all --workload agentic --ladder-budget 75 --no-feature-probes
+BENCH_ARGS ?= --engine all --workload agentic --time-budget 15m --no-feature-probes
 
 .PHONY: setup model bench test clean
 

@@ -165,6 +165,18 @@ def yardstick_note(s: LadderSummary) -> str:
     return f"{', '.join(names)} {YARDSTICK_NOTE}" if names else ""
 
 
+def race_note(s: LadderSummary) -> str:
+    """One line under the capacity table naming the engines the main job measured no more
+    because they could not reach the leader (``EngineLadder.race``), "" when none."""
+    out = [f"{n} {e.race}" for n, e in s.engines.items() if e.race]
+    if not out:
+        return ""
+    asked = any(e.fidelity is not None for e in s.engines.values())  # the run checked fidelity at all
+    checked = asked and any(e.fidelity is None and e.race for e in s.engines.values())
+    why = " (their output fidelity was not checked: an engine that cannot win needs none)" if checked else ""
+    return f"Out of the race, measured no more{why}: " + "; ".join(out) + "."
+
+
 def _stopped(e: EngineLadder) -> str:
     """Why the ladder stopped, in words that match the capacity: ``budget`` only for a lower
     bound; an SLO that broke first, with the bisection the budget cut short, reads

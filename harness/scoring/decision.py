@@ -20,6 +20,7 @@ from .formatting import METRIC_LABELS
 from .gates import first
 from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream, point_stats
 from .samples import measured_span_s
+from .race import ceiling, floor
 from .ranking import REFERENCE_ENGINES
 from .verdict import Candidate, Verdict, decide
 
@@ -80,7 +81,9 @@ def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | Non
     usd = cost_per_million_tokens(price_per_hour, cap.output_tps) if price_per_hour is not None else None
     deployments = math.ceil(target_tps / (cap.output_tps * devices)) if target_tps and cap.output_tps > 0 else None
     needed = deployments * devices if deployments is not None else None
+    top = ceiling(cap)
     return CapacityAtSLO(output_tps=cap.output_tps, interval=cap.interval, request_rate=cap.request_rate, load=cap.load,
+                         floor=floor(cap), ceiling=top if math.isfinite(top) else None,
                          bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
                          measurements=cap.measurements, lowest_fails=cap.lowest_fails,
                          usd_per_1m_output_tokens=usd, devices_needed=needed,
@@ -276,6 +279,10 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
         lo, hi = d.equivalence_interval or (math.nan, math.nan)
         return _fit(f"{head}: equivalent to {d.runner_up} ({_ratio(d, best)}; 90 % interval {lo:.2f}–{hi:.2f}, "
                     f"inside ±5 %), decided by {d.tie_breaker}{gated}.")
+    second = summary.engines[d.runner_up].capacity
+    if second is not None and second.open and second.ceiling is not None and cap.floor:  # out of the race
+        return _fit(f"{head}; {d.runner_up} cannot reach it (its ladder stopped at {_tps(second)}, at most "
+                    f"{second.ceiling:,.1f} tok/s against a floor of {cap.floor:,.1f}){gated}; {d.binding}.")
     return _fit(f"{head}, {_ratio(d, cap)} {d.runner_up}'s{gated}; {d.binding}.")
 
 

@@ -72,6 +72,8 @@ class CapacityAtSLO(Artefact):
     usd_per_hour: float | None = None
     measurements: int = 1
     lowest_fails: float = 0.0  # the share of bootstrap draws in which even the lowest load fails (interval down to 0)
+    floor: float | None = None  # tok/s per device it is at least, and ceiling: at most (None: nothing bounds it), as
+    ceiling: float | None = None  # the race reads them (harness.scoring.race); None in older runs
 
 
 class EngineLadder(Artefact):

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from reports.frontier import capacity_rows, yardstick_note
+from reports.frontier import capacity_rows, race_note, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, LadderSummary
 
@@ -38,6 +38,8 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
                   *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
     if note := yardstick_note(ladder):
+        console.print(note, markup=False, highlight=False)
+    if note := race_note(ladder):
         console.print(note, markup=False, highlight=False)
     for name, tuning in ladder.tuning.items():
         console.print(escape(gain_line(name, tuning)), highlight=False)

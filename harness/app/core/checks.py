@@ -62,6 +62,19 @@ def parse_duration(text: str | float, option: str = "--time-budget") -> float:
     return value
 
 
+def spec_values(path: Path | None) -> dict[str, Any]:
+    """A ``--workload-spec`` file's raw values ({} without one, or one that does not read: its
+    error is the workload check's to say)."""
+    if path is None:
+        return {}
+    from workloads.spec import WorkloadError, load_spec_file
+
+    try:
+        return load_spec_file(path)
+    except WorkloadError:
+        return {}
+
+
 def check_positive(name: str, v: Optional[int | float]) -> None:
     """None, or a number > 0 that is not infinite (NaN fails too)."""
     if v is not None and (not v > 0 or math.isinf(v)):

@@ -151,7 +151,7 @@ class RunSettings(BaseModel):
     slos: Annotated[list[SLO], Cli("--slo", type=str, parse=parse_slos, help="SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50' (a bare 'ttft=500' means p99); the verdict's capacity, goodput and the recommendation use them. Default (one table, shared with bench search): on a CPU ttft_p90=2000,tpot_p90=200 (agentic ttft_p90=4000), on a GPU ttft_p90=500,tpot_p90=50 (agentic ttft_p90=1500).")] = Field(default_factory=list)
     model: Annotated[Optional[str], Cli("--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name.")] = None
     # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
-    repeats: Annotated[int, Field(ge=1, le=20), Cli("--repeats", range=True, help="At one load point (--request-rate, --max-concurrency, --duration): measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise. With load ladders (the default): the decisive points (the two best engines' SLO boundary) are measured max(2, N) more times, interleaved.")] = 1
+    repeats: Annotated[int, Field(ge=1, le=20), Cli("--repeats", range=True, help="At one load point (--request-rate, --max-concurrency, --duration): measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise. With load ladders (the default): the bracket points of a leader and runner-up not yet separated are measured again up to max(3, N) times each, interleaved, on fresh starts.")] = 1
     output_dir: Annotated[Path, Cli("--output-dir", "-o", help="Where run folders are written.")] = Path("results")
     run_id: Annotated[Optional[str], Cli("--run-id", help="Run folder name (default: timestamp-workload; bench search: timestamp-search-workload).")] = None
     base_url: Annotated[Optional[str], Cli("--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY; credentials in the URL are masked in every file and message).")] = None
@@ -195,7 +195,7 @@ class RunSettings(BaseModel):
     devices: Annotated[dict[str, int], Cli("--devices", type=list[str], parse=checks.parse_devices, default=[], help="The devices (GPUs) one deployment of an engine or --endpoint uses, NAME=N (repeatable), e.g. --devices prod=8: throughput is per device and cost counts these devices. A started engine's come from its launch (tensor x pipeline x data parallel sizes in --engine-arg); an endpoint's are 1 unless told.")] = Field(default_factory=dict)
     endpoints: Annotated[dict[str, str], Cli("--endpoint", type=list[str], parse=_endpoints, default=[], help="An OpenAI-compatible deployment that already runs, NAME=URL (repeatable), e.g. --endpoint prod=http://10.0.0.5:8000 --endpoint canary=http://10.0.0.6:8000: each is compared as an engine the harness does not start (--model: the served model name, --tokenizer: its folder, as for --engine openai); with --endpoint, --engine adds local engines (default none). The run's prompts are salted (--prompt-salt auto) so an endpoint's warm prefix cache serves none of them.")] = Field(default_factory=dict)
     # the load ladder (the main job when no load point is asked for; harness/app/run/ladder_main.py)
-    ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its load ladder (closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising, then bisected); start-up and warm-up not counted. The main job climbs a ladder unless --request-rate, --max-concurrency, --duration or --ramp-up-strategy asks for one load point.")] = 150.0
+    ladder_budget_s: Annotated[float, Cli("--ladder-budget", help="Seconds of measuring per engine for its first climb of the load ladder at most (its share of --time-budget otherwise): closed-loop concurrency from 1, doubling until an SLO breaks or throughput stops rising; start-up and warm-up not counted. The main job climbs a ladder unless --num-requests, --request-rate, --max-concurrency, --duration or --ramp-up-strategy (on the command line or in --workload-spec) asks for one load point.")] = 150.0
     time_budget_s: Annotated[float, Cli("--time-budget", type=str, parse=checks.parse_duration, help="The whole main job's time (900, 900s, 15m, 1h; inf = no bound): the engines' starts, checks, ladders and the measuring that decides between them. Every engine climbs its ladder once (its share, at most --ladder-budget); then the measuring goes where the verdict is uncertain (an engine that cannot reach the leader is measured no more) until the verdict is decided or the time is spent.")] = 900.0
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
@@ -208,11 +208,12 @@ class RunSettings(BaseModel):
     @property
     def ladder(self) -> bool:
         """Whether the run climbs load ladders (the main job) rather than measuring one load
-        point: no rate, concurrency, duration or ramp was asked for, and the workload does not
-        replay a trace's own arrival times."""
+        point: no request count, rate, concurrency, duration or ramp was asked for (whoever gives
+        one wants that load point), and the workload does not replay a trace's own arrival times."""
         w = self.workload
-        asked = (w.request_rate, w.max_concurrency, w.duration_s, w.ramp_up_strategy)
-        return all(v is None for v in asked) and w.name != "trace"
+        fields = ("num_requests", "request_rate", "max_concurrency", "duration_s", "ramp_up_strategy")
+        spec = checks.spec_values(w.spec_file)
+        return all(getattr(w, f) is None and spec.get(f) is None for f in fields) and w.name != "trace"
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> Any:
@@ -384,7 +385,7 @@ class RunSettings(BaseModel):
         if given and not self.ladder:
             raise ValueError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to load ladders, and this run "
                              "measures one load point "
-                             "(--request-rate, --max-concurrency, --duration or --ramp-up-strategy): drop one or the other")
+                             "(--num-requests, --request-rate, --max-concurrency, --duration or --ramp-up-strategy): drop one or the other")
         if self.ladder and self.client_workers > self.max_load:
             raise ValueError(f"--client-workers {self.client_workers} is above --max-load {self.max_load}: a ladder starts at "
                              "one session in flight per worker; raise --max-load or use fewer workers")

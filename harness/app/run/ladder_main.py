@@ -41,6 +41,7 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
                       allow_unchecked=cfg.allow_unchecked)
 
 
+REPORT_RESERVE_S = 45.0  # of the time budget: the decision from the records, the reports and their plots
 FIRST_SHARE = 0.5  # of the time left when the ladders start: the engines' first climbs, in equal shares
 MIN_FIRST_S = 20.0  # a first climb gets at least this much measuring (its first points whatever it gets)
 
@@ -61,7 +62,7 @@ def _duration(seconds: float) -> str:
 def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
     """The main job over ``plans`` (module docstring); returns who interrupted it ("" = nobody)."""
     cfg, writer, console = orch.cfg, state.writer, orch.console
-    deadline = time.monotonic() + cfg.time_budget_s
+    deadline = time.monotonic() + cfg.time_budget_s - REPORT_RESERVE_S  # the decision and the reports within it too
     tuner = None
     executor.begin([] if cfg.tune_s > 0 else plans)  # tuning first: the engines start at their chosen configuration
     interrupted, engines, job = "", [EngineClimb(p) for p in plans], None

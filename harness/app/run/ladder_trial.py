@@ -215,7 +215,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
-    console.print(f"[bold]{plan.name}[/]: climbing the load ladder …")
+    console.print(f"[bold]{plan.name}[/]: climbing the load ladder (up to {spec.budget_s:.0f} s of measuring) …")
     ladder.climb(start=spec.start_load, bisect=spec.bisect)
     if ladder.crash:
         console.print(f"  [red]{plan.name}[/]: died at {ladder.crashed_at} in flight — {ladder.crash}", highlight=False)

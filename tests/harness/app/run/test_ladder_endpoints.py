@@ -76,6 +76,15 @@ def test_three_endpoints_are_ranked_by_their_capacity(slotted, tmp_path):
     caps = {n: e.capacity.output_tps for n, e in run.ladder.engines.items()}
     assert caps["four"] > 1.5 * caps["two"] > 1.5 * 1.5 * caps["one"] > 0
     assert all(e.excluded == "" and not e.reference for e in run.ladder.engines.values())
+    # the race: once their first climbs bracket them, 'one' and 'two' cannot reach four's floor and are measured no
+    # more (each point once), while the leader's bracket is measured again on a fresh start
+    for name in ("one", "two"):
+        e = run.ladder.engines[name]
+        assert e.race.startswith(f"cannot reach four's ") and all(len(p.seeds) == 1 for p in e.points), e.race
+        assert e.capacity.ceiling < e.capacity.floor * 1.5 < run.ladder.engines["four"].capacity.floor
+    assert "Out of the race, measured no more: " in res.output
+    four = run.ladder.engines["four"]
+    assert max(len(p.seeds) for p in four.points) == 2 and "four: repeat — the leader's bracket" in res.output
     # the ladder path writes each engine's validity facts too (token counts against our tokenizer's)
     assert set(run.manifest.validity) == {"one", "two", "four"}
     # the prompts were salted (an endpoint's warm prefix cache serves none of them) and the verdict comes first
