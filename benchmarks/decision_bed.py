@@ -9,7 +9,11 @@ bootstrap on its own random stream, sessions resampled as clusters).
 
 1. Pairs whose capacities differ by a known factor: how often the better engine is named
    *separated*, the two *equivalent*, *not separated*, or the worse one named (wrong).
-2. The truths of issue 38, each against the analytic model: engines 20 % apart with wide noise;
+2. The allocation (harness/scoring/allocation.py, the rule bench run follows after the first
+   climbs) beside today's equal budgets (every engine's full ladder, bisected, its bracket points
+   measured twice more), on the same pairs and seeds: right winner, wrong separated claims, and
+   the measuring time on the simulated clock.
+3. The truths of issue 38, each against the analytic model: engines 20 % apart with wide noise;
    two engines with identical completion order (coverage of the analytic ratio, shared against
    independent bootstrap streams); an open third engine that is truly best; an open leader near
    a tie that starts slower; an engine with a true 1 % failure rate; an engine worse only on

@@ -167,14 +167,20 @@ def yardstick_note(s: LadderSummary) -> str:
 
 def race_note(s: LadderSummary) -> str:
     """One line under the capacity table naming the engines the main job measured no more
-    because they could not reach the leader (``EngineLadder.race``), "" when none."""
+    because they could not reach the leader (``EngineLadder.race``), and the measured engines
+    whose output fidelity it did not check because the verdict does not rest on them; "" when none."""
     out = [f"{n} {e.race}" for n, e in s.engines.items() if e.race]
-    if not out:
-        return ""
     asked = any(e.fidelity is not None for e in s.engines.values())  # the run checked fidelity at all
     checked = asked and any(e.fidelity is None and e.race for e in s.engines.values())
     why = " (their output fidelity was not checked: an engine that cannot win needs none)" if checked else ""
-    return f"Out of the race, measured no more{why}: " + "; ".join(out) + "."
+    lines = [f"Out of the race, measured no more{why}: " + "; ".join(out) + "."] if out else []
+    spared = [n for n, e in s.engines.items() if asked and e.fidelity is None and not e.race and not e.reference
+              and e.status.value == "ok" and e.points]
+    if spared:
+        lines.append(f"Output fidelity not checked for {', '.join(spared)}: the verdict does not rest on "
+                     f"{'it' if len(spared) == 1 else 'them'} (only the leader's, and a runner-up's not separated "
+                     "from it, is checked).")
+    return " ".join(lines)
 
 
 def _stopped(e: EngineLadder) -> str:

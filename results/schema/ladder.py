@@ -209,8 +209,8 @@ class EngineTuning(Artefact):
 class LadderSummary(Artefact):
     """``ladder.json``: a run whose engines climbed load ladders. ``workload``, ``slos`` (key →
     ms) and whether they were the defaults, ``max_failure_rate``, ``devices`` (throughput is per
-    device), ``budget_per_engine_s`` (s of measuring per engine), ``boundary_repeats`` (extra
-    measurements of the decisive points), ``seed`` (measurement m of an engine draws seed + m),
+    device), ``budget_per_engine_s`` (s of measuring per engine's first climb, at most),
+    ``time_budget_s`` (the whole job's), ``boundary_repeats`` (the most repeats of a bracket point), ``seed`` (measurement m of an engine draws seed + m),
     ``engines`` (name → :class:`EngineLadder`), ``decision``, ``target_load`` (``--target-load``:
     the load to size for, with its unit), ``wall_s``, ``tuning`` (``--tune``: each engine's
     configuration search, :class:`EngineTuning`; the ``engines`` are then the tuned ones) and
@@ -225,6 +225,7 @@ class LadderSummary(Artefact):
     max_failure_rate: float = 0.05
     devices: int = 1
     budget_per_engine_s: float | None = None
+    time_budget_s: float | None = None  # --time-budget: the whole job's (None: an older run)
     boundary_repeats: int = 0
     seed: int = 0
     engines: dict[str, EngineLadder] = Field(default_factory=dict)

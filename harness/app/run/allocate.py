@@ -5,8 +5,10 @@ Each round judges what was measured so far (every engine's capacity with its int
 :mod:`harness.scoring.race` for who can still win, :mod:`harness.scoring.verdict` for the
 verdict), says once of each engine that falls out of the race why ("transformers cannot reach
 openvino's 93.1 tok/s (at most 41.2): stopped after 2 points"), checks the output fidelity of
-each engine still in it that was not checked (the first climbs skip the check: an engine that
-cannot win needs none), then runs the steps the rule asks for, each as a trial on the executor:
+the engines the verdict rests on (the leader, and the runner-up unless separated from it) that
+were not checked (the first climbs skip the check: only an engine that can win needs one; an
+engine below the floor is excluded, and the race is judged again without it), then runs the
+steps the rule asks for, each as a trial on the executor:
 
 - **climb**: the ladder climbs on from twice its highest load (its kept engine);
 - **bisect**: one point halfway between the bracket's loads (its kept engine);
@@ -63,7 +65,7 @@ class Allocation:
         while True:
             race, verdict, caps = self.judge(engines)
             self._say_out(race, by_name)
-            unchecked = [by_name[s.name] for s in race if not s.out and self._needs_check(by_name[s.name])]
+            unchecked = [by_name[s.name] for s in self._deciding(race, verdict) if self._needs_check(by_name[s.name])]
             if unchecked:
                 interrupted = self._check(unchecked)
                 if interrupted:
@@ -124,6 +126,15 @@ class Allocation:
                 self.job.race_notes[s.name] = f"{s.out}: stopped after {n} point{'s' if n != 1 else ''}"
 
     # -- the fidelity check of the engines still in the race -----------------------------------------
+    @staticmethod
+    def _deciding(race: list[Standing], verdict: Verdict) -> list[Standing]:
+        """The engines whose fidelity the verdict rests on now: the leader, and the runner-up
+        unless the leader is separated from it (or it is out of the race)."""
+        if not race:
+            return []
+        rest = [race[1]] if len(race) > 1 and not race[1].out and verdict.outcome not in ("separated", "single") else []
+        return [race[0], *rest]
+
     def _needs_check(self, e: EngineClimb) -> bool:
         return (self.job.spec.trial.fidelity is not None and e.name not in self.checked and e.outcome is not None
                 and e.outcome.fidelity is None)
@@ -169,7 +180,8 @@ class Allocation:
                                "of the time budget left) …", highlight=False)
         if step.action == "climb":
             self.climbs[e.name] = self.climbs.get(e.name, 0) + 1
-            spec = replace(self.job.spec, budget_s=min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2)))
+            spec = replace(self.job.spec, budget_s=min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2)),
+                           bisect=False)  # aimed, and bisected by the rule's own steps
             body = partial(extend_ladder, spec=spec, tokenizer=self.job.tokenizer, previous=list(e.measurements))
             trial = Trial((e.name, 100 + self.climbs[e.name]), e.plan, body, keep=True)
             return self._submit(e, trial, fresh=False, add=lambda more: self._climbed(e, more))

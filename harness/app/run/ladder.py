@@ -180,7 +180,7 @@ class Ladder:
         return True
 
     # -- the climb -----------------------------------------------------------------------------
-    def _next_load(self, load: int, aim: bool) -> int:
+    def next_load(self, load: int, aim: bool) -> int:
         """The load after ``load``: twice it; with ``aim``, no further than the load by which the
         SLO must have broken if the margin is convex in the load
         (:func:`harness.scoring.race.reach_of`: a failing point near the boundary is cheaper and
@@ -213,7 +213,7 @@ class Ladder:
             if load >= self.max_load:
                 self.stopped = "max_load"
                 return self.stopped
-            load = self._next_load(load, aim=not bisect)
+            load = self.next_load(load, aim=not bisect)
         if bisect:
             self._bisect()
         return self.stopped

@@ -41,7 +41,7 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
                       allow_unchecked=cfg.allow_unchecked)
 
 
-REPORT_RESERVE_S = 45.0  # of the time budget: the decision from the records, the reports and their plots
+REPORT_RESERVE_S = 15.0  # of the time budget: the decision from the records, the reports and their plots (~7 s)
 FIRST_SHARE = 0.5  # of the time left when the ladders start: the engines' first climbs, in equal shares
 MIN_FIRST_S = 20.0  # a first climb gets at least this much measuring (its first points whatever it gets)
 
@@ -67,7 +67,7 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
     executor.begin([] if cfg.tune_s > 0 else plans)  # tuning first: the engines start at their chosen configuration
     interrupted, engines, job = "", [EngineClimb(p) for p in plans], None
     try:
-        orch._build_workload(executor, state, plans)
+        orch.prepare_workload(executor, state, plans)
         slos = list(cfg.slos) or default_slos(orch.kind, cfg.workload.name)
         note = "" if cfg.slos else " (the defaults for this workload and hardware; --slo sets yours)"
         search = f", after a configuration search of {cfg.tune_s:g} s per engine (--tune)" if cfg.tune_s > 0 else ""
@@ -84,7 +84,7 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
             console.print(f"The recipe's capacity was read at up to {climb_to} in flight: this ladder climbs at least that "
                           f"far whatever its budget, so the two are read at the same loads{capped}.", highlight=False)
         job = LadderJob(spec, executor, writer, console, tokenizer=state.tokenizer, boundary_repeats=max(3, cfg.repeats),
-                        target_tps=cfg.target_load)
+                        target_tps=cfg.target_load, time_budget_s=cfg.time_budget_s)
         if cfg.tune_s > 0:
             tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, orch.kind, lower_precision=cfg.tune_lower_precision)
             plans, interrupted = tuner.run(plans)

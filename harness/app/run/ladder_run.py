@@ -66,9 +66,11 @@ class LadderJob:
     round), writing to ``writer``; ``spec`` says how ladders are climbed."""
 
     def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Any, *, tokenizer: Any,
-                 boundary_repeats: int = 2, target_tps: float | None = None) -> None:
+                 boundary_repeats: int = 2, target_tps: float | None = None, time_budget_s: float | None = None) -> None:
         self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
         self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps
+        self.time_budget_s = time_budget_s
+        self.first_budget_s = spec.budget_s  # each engine's first climb's (climb)
         self.t0 = time.monotonic()
         self.repeat_trials: dict[str, int] = {}  # each engine's fresh-start repeats so far (their trial keys: 1, 2, …)
         self.race_notes: dict[str, str] = {}  # engine → why the allocation measured it no more (out of the race)
@@ -81,6 +83,7 @@ class LadderJob:
         ("" = nobody)."""
         first = replace(self.spec, trial=replace(self.spec.trial, fidelity=None), bisect=False,
                         budget_s=self.spec.budget_s if budget_s is None else budget_s)
+        self.first_budget_s = first.budget_s
         body = partial(climb_ladder, spec=first, tokenizer=self.tokenizer, manifest=self.writer.manifest)
         trials = {e.name: Trial((e.name, 0), e.plan, body, keep=True) for e in engines}
         self.executor.submit(list(trials.values()))
@@ -152,7 +155,8 @@ class LadderJob:
         records = read_records(self.writer.run_dir / REQUESTS_FILE)
         s = LadderSummary(run_id=run_id, workload=workload, slos=slo_table(self.spec.slos),
                           slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
-                          budget_per_engine_s=self.spec.budget_s, boundary_repeats=self.boundary_repeats,
+                          budget_per_engine_s=round(self.first_budget_s, 1), boundary_repeats=self.boundary_repeats,
+                          time_budget_s=self.time_budget_s if self.time_budget_s != float("inf") else None,
                           seed=self.spec.workload.seed or 0, allow_unchecked=self.spec.allow_unchecked,
                           target_load={"output_tps": self.target_tps} if self.target_tps else None)
         condition = Condition(tuple(self.spec.slos))

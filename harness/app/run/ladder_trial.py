@@ -233,7 +233,8 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
                   tokenizer: Any, previous: Sequence[PointMeasurement]) -> LadderOutcome:
     """More of engine ``plan``'s climb (a trial body): its ladder rebuilt from ``previous`` (its
     measurements so far, judged again, not measured again), climbed on from twice its highest
-    load, then bisected, within another ``spec.budget_s``. ``measurements`` of the outcome are
+    load (not past where the SLO must break when ``spec.bisect`` is off: the main job's climbs),
+    then bisected when ``spec.bisect`` is on, within another ``spec.budget_s``. ``measurements`` of the outcome are
     the new ones; ``stopped`` why this climb stopped; a crash keeps what it measured."""
     out = LadderOutcome(stopped="max_load")
     top = max(m.load for m in previous)
@@ -251,7 +252,7 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
                             on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False,
                                                                 highlight=False))
             ladder.resume([(m.load, m.seed, m.requests, m.sessions) for m in previous])
-            ladder.climb(start=min(2 * top, spec.max_load), bisect=spec.bisect)
+            ladder.climb(start=ladder.next_load(top, aim=not spec.bisect), bisect=spec.bisect)
             out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
     except EngineError as exc:
         if not out.measurements:

@@ -186,7 +186,7 @@ class Orchestrator:
             executor.begin([t.plan for t in live], quiet=repeat > 0)
             try:
                 if state.workload is None:  # built while the engines start (loading the tokenizer takes ~5 s)
-                    self._build_workload(executor, state, [t.plan for t in live])
+                    self.prepare_workload(executor, state, [t.plan for t in live])
                     state.trials = self._trials(list(turns.values()), state)
                     executor.submit(list(state.trials.values()))
                 for i, engine in enumerate(live):
@@ -209,7 +209,7 @@ class Orchestrator:
                 trials[engine.name, repeat] = Trial((engine.name, repeat), engine.plan, body)
         return trials
 
-    def _build_workload(self, executor: TrialExecutor, state: _State, plans: list[EnginePlan]) -> None:
+    def prepare_workload(self, executor: TrialExecutor, state: _State, plans: list[EnginePlan]) -> None:
         """Tokenizer, workload, condition and manifest (:mod:`harness.app.core.prepare`), and the
         fidelity reference when an engine is left to check against it (none is built when every
         engine was skipped, e.g. an endpoint that is not reachable)."""

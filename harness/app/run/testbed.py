@@ -132,7 +132,7 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
             if step.action == "climb":
                 climbs[step.engine] += 1
                 ladder.max_points += 8
-                ladder.climb(start=min(2 * max(r.load for r in ladder.rungs), max_load), bisect=False)
+                ladder.climb(start=ladder.next_load(max(r.load for r in ladder.rungs), aim=True), bisect=False)
             elif step.action == "bisect":
                 ladder.max_points += 1
                 if not ladder.bisect_once():

@@ -74,8 +74,8 @@ def test_the_aimed_climb_measures_near_the_projected_boundary_not_at_twice_the_l
     ladder = Ladder(measure, SLOS)
     for load, m in margins.items():
         ladder.rungs.append(Rung(index=len(ladder.rungs), load=load, stats=pt(load, 10 * load, m)))
-    assert ladder._next_load(4, aim=False) == 8
-    assert ladder._next_load(4, aim=True) == 7  # the margin reaches 1 by 7 at the latest
+    assert ladder.next_load(4, aim=False) == 8
+    assert ladder.next_load(4, aim=True) == 7  # the margin reaches 1 by 7 at the latest
 
 
 def test_a_hopeless_scripted_engine_is_dropped_after_its_first_climb():

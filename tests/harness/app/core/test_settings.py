@@ -153,3 +153,22 @@ def test_one_reader_of_key_value_lists() -> None:
     assert next(pairs) == ("a", "1")  # lazily: the first bad item is reported when reached
     with pytest.raises(ValueError, match="no value: 'b'"):
         next(pairs)
+
+
+def test_a_request_count_or_rate_asks_for_that_load_point_from_the_command_line_or_a_spec_file(tmp_path: Path) -> None:
+    """Issue 39: `--num-requests 8` ran an 11-minute ladder and a spec file with `request_rate: 200`
+    and `num_requests: 20` a 192-request one; whoever gives a count or a rate wants that load point."""
+    spec = tmp_path / "chat.yaml"
+    spec.write_text("kind: chat\nrequest_rate: 200\nnum_requests: 20\n")
+    assert RunSettings(engines=["own"], workload=WorkloadOptions(name="chat")).ladder
+    assert not RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", num_requests=8)).ladder
+    assert not RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", spec_file=spec)).ladder
+    (tmp_path / "lengths.yaml").write_text("kind: random\ninput_len: 64\n")  # lengths only: still a ladder
+    assert RunSettings(engines=["own"], workload=WorkloadOptions(name="random", spec_file=tmp_path / "lengths.yaml")).ladder
+
+
+def test_the_time_budget_reads_the_units_people_write() -> None:
+    from harness.app.core.checks import parse_duration
+
+    assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", "1h30m")] == [900, 900, 900, 5400, 5400]
+    assert RunSettings.from_cli({"engines": "own", "time_budget_s": "15m"}).time_budget_s == 900
