@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from results.recounts import TokenRecount, recount_of
 from results.schema import INCOMPLETE, RequestRecord
+from results.schema.records import STOPPED_PHASE
 from workloads.base import FollowUp, Reply, RequestSpec, RunTiming, Session, Workload
 
 from harness.loadgen.client import EndpointTarget, StreamText, new_session, stream_texts
@@ -74,13 +75,18 @@ class RunnerOptions:
     ``repeat``: the repeat index stamped on every record (``bench run --repeats``);
     ``max_sessions``: cap on sessions in flight (closed-loop users: a session holds its place
     from its first turn's send to its last turn's end, think times included, and the next
-    session starts when one ends; its first turn is scheduled then; None = no cap)."""
+    session starts when one ends; its first turn is scheduled then; None = no cap);
+    ``stop_when``: told of each measured record as it ends; once it answers True the phase stops
+    (sessions not started are not sent, requests in flight are cancelled and stored with phase
+    :data:`~results.schema.records.STOPPED_PHASE`, never in metrics): a load-ladder point whose
+    SLO verdict can no longer change (:class:`harness.scoring.samples.SloWatch`)."""
 
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0
     keep_text: bool = False
     repeat: int = 0
     max_sessions: int | None = None
+    stop_when: Callable[[RequestRecord], bool] | None = None  # told of each measured record; True: stop the phase
 
 
 class _Tokenizer:
@@ -160,6 +166,8 @@ class Runner:
         self._texts: dict[tuple[str, str], tuple[RequestSpec, str]] = {}  # kept for recount()
         self._clock: _Clock | None = None  # set by measure() for a duration-based workload
         self._drained = False  # the drain bound ran out: cancelled requests are incomplete
+        self._stopped = False  # stop_when answered True: the phase stopped early
+        self._stop: asyncio.Event | None = None
 
     def _late(self, phase: str) -> bool:
         """A measured request of a duration-based run whose time is up: not sent."""
@@ -221,6 +229,8 @@ class Runner:
         except asyncio.CancelledError:
             if sent:  # in flight at an interrupt or the drain bound: stored before it propagates
                 self._settle(record)
+                if self._stopped:  # the phase stopped early (stop_when): cut, not failed
+                    record.phase = STOPPED_PHASE
                 self.records.append(record)
                 self.on_record(record)
             raise
@@ -233,6 +243,9 @@ class Runner:
         self.on_record(record)
         if self.on_progress is not None:
             self.on_progress(record)
+        stop = self.options.stop_when
+        if stop is not None and self._stop is not None and record.phase == "measured" and stop(record):
+            self._stop.set()
         return record, reply
 
     def recount(self) -> list[TokenRecount]:
@@ -317,12 +330,37 @@ class Runner:
                 self._clock = None if timing is None else _Clock.starting(t0_ns + int(timing.start_offset_s * 1e9), timing)
                 self._drained = False
                 users = asyncio.Semaphore(self.options.max_sessions) if self.options.max_sessions else None
+                self._stopped, self._stop = False, asyncio.Event()
                 jobs = asyncio.gather(*(self._session(http, s, t0_ns, gate, users) for s in workload.sessions))
-                if self._clock is None:
+                if self._clock is None and self.options.stop_when is not None:
+                    await self._unless_stopped(jobs)
+                elif self._clock is None:
                     await jobs
                 else:
                     await self._until(jobs, self._clock.drain_end_ns)
         return [r for r in self.records if r.phase == "measured"]
+
+    async def _unless_stopped(self, jobs: asyncio.Future) -> None:
+        """Await ``jobs`` unless ``stop_when`` answers True first: then cancel what is left
+        (stored as stopped, not failed); an interrupt meanwhile propagates as usual."""
+        assert self._stop is not None
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({jobs, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            jobs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await jobs
+            raise
+        finally:
+            stopper.cancel()
+        if jobs in done:
+            jobs.result()
+            return
+        self._stopped = True
+        jobs.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await jobs
 
     async def _until(self, jobs: asyncio.Future, deadline_ns: int) -> None:
         """Await ``jobs`` until ``deadline_ns``, then cancel what is left as incomplete; an

@@ -15,6 +15,7 @@ from typing import Sequence
 from harness.metrics import SLO, slo_table
 from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
+from results.schema.records import STOPPED_PHASE
 
 from .formatting import METRIC_LABELS
 from .gates import first
@@ -48,11 +49,12 @@ def default_slos(hardware_kind: str, workload: str) -> list[SLO]:
     return parse_slos(DEFAULT_SLOS.get((kind, workload), DEFAULT_SLOS[kind, ""]))
 
 
-def _sessions(records: Sequence[RequestRecord]) -> int:
+def _sessions(records: Sequence[RequestRecord], cut: set[str] | frozenset[str] = frozenset()) -> int:
+    """Sessions whose every turn succeeded and none was cut (a point stopped early)."""
     by: dict[str, bool] = {}
     for r in records:
         key = r.session_id or r.request_id
-        by[key] = by.get(key, True) and r.success
+        by[key] = by.get(key, True) and r.success and key not in cut
     return sum(by.values())
 
 
@@ -61,16 +63,19 @@ def ladder_points(engine: str, ladder: EngineLadder, records: Sequence[RequestRe
     """An engine's ladder points as measured: its measured records by point (``probe``) and
     measurement (``repeat``)."""
     mine: dict[tuple[int, int], list[RequestRecord]] = {}
+    cut: dict[tuple[int, int], set[str]] = {}  # sessions with a turn cut when the point stopped early
     for r in records:
         if r.engine == engine and r.phase == "measured" and r.probe is not None:
             mine.setdefault((r.probe, r.repeat), []).append(r)
+        elif r.engine == engine and r.phase == STOPPED_PHASE and r.probe is not None:
+            cut.setdefault((r.probe, r.repeat), set()).add(r.session_id or r.request_id)
     out = []
     for point in ladder.points:  # the measurements the ladder lists (an interrupted one is not a measurement)
-        groups = [mine[k] for k in sorted(mine) if k[0] == point.index and k[1] < max(1, len(point.seeds))]
-        if not groups:
+        keys = [k for k in sorted(mine) if k[0] == point.index and k[1] < max(1, len(point.seeds))]
+        if not keys:
             continue
-        out.append(PointSample(float(point.load), tuple(Requests.of(g, measured_span_s(g)) for g in groups), devices,
-                               tuple(_sessions(g) for g in groups) if agentic else None))
+        out.append(PointSample(float(point.load), tuple(Requests.of(mine[k], measured_span_s(mine[k])) for k in keys),
+                               devices, tuple(_sessions(mine[k], cut.get(k, set())) for k in keys) if agentic else None))
     return out
 
 

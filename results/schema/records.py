@@ -15,6 +15,9 @@ INCOMPLETE = "incomplete"
 """``RequestRecord.error_class`` of a request a duration-based run cancelled when its drain bound
 ran out (``harness.loadgen.runner``): neither ok nor failed, so the metrics count it apart
 (``Metrics.requests_incomplete``) and keep it out of latencies and the failure rate."""
+STOPPED_PHASE = "stopped"
+"""Phase of a request cut in flight when its load-ladder point stopped early, its SLO verdict
+settled (``RunnerOptions.stop_when``): stored, never in metrics (cut, not failed)."""
 WINDOW_PHASES = ("warmup_window", "cooldown_window")
 """Phases of measured requests sent in a duration-based run's warm-up / cool-down window: stored,
 never in metrics (like ``"warmup"``), counted in ``Metrics.run_window``."""

@@ -35,6 +35,7 @@ from adapters.base import Endpoint
 from adapters.resources import ResourceSampler
 from results.recounts import TokenRecount
 from results.schema import ClientWorker, EngineFacts, Metrics, RequestRecord, ResourceUse
+from results.schema.records import STOPPED_PHASE
 from workloads.base import Workload
 
 from harness.loadgen.client import EndpointTarget
@@ -63,7 +64,9 @@ class MeasureOptions:
     ``max_concurrency``: a cap on requests in flight over the workload's own (None = the
     workload's); ``client_workers``: client processes (1 = this one); ``ignore_eos``: send
     ``ignore_eos`` where the endpoint takes it; ``max_sessions``: sessions in flight, closed
-    loop (a load ladder's point; None = the workload's own arrivals)."""
+    loop (a load ladder's point; None = the workload's own arrivals); ``stop_when``: told of each
+    measured record as it ends, True stops the phase early (one client process only:
+    ``RunnerOptions.stop_when``)."""
 
     slos: tuple[SLO, ...] = ()
     request_timeout_s: float = 600.0
@@ -71,6 +74,7 @@ class MeasureOptions:
     client_workers: int = 1
     ignore_eos: bool = True
     max_sessions: int | None = None
+    stop_when: Callable[[RequestRecord], bool] | None = None  # True: the point's verdict is settled, stop it
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Measurement:
     wall_s: float
     resources: ResourceUse | None = None
     engine_metrics: dict[str, Any] = field(default_factory=dict)
+    cut: list[RequestRecord] = field(default_factory=list)  # cut in flight when the phase stopped early (stop_when)
 
 
 def target_of(endpoint: Endpoint, ignore_eos: bool) -> EndpointTarget:
@@ -111,7 +116,8 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
 
     runner = Runner(target_of(endpoint, options.ignore_eos), engine, workload.name, stamped, tokenizer,
                     RunnerOptions(options.max_concurrency, options.request_timeout_s, repeat=repeat,
-                                  max_sessions=options.max_sessions),
+                                  max_sessions=options.max_sessions,
+                                  stop_when=options.stop_when if options.client_workers == 1 else None),
                     on_progress=on_progress)
     measurer = client_measurer(runner, options.client_workers, sink.add_client_workers)
     before = scrape(endpoint.metrics_url)  # the engine's counters then count the measured phase only
@@ -126,7 +132,8 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
     measured = [r for r in runner.records if counted(r)]
     metrics = repeat_metrics(measured, condition_of(workload, options.slos))
     return Measurement(engine=engine, repeat=repeat, probe=probe, records=measured, metrics=metrics, wall_s=wall,
-                       resources=sampler.result, engine_metrics=counters)
+                       resources=sampler.result, engine_metrics=counters,
+                       cut=[r for r in runner.records if r.phase == STOPPED_PHASE])
 
 
 def condition_of(workload: Workload, slos: Sequence[SLO] = (), seed: int = 0) -> Condition:

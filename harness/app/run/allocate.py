@@ -81,10 +81,14 @@ class Allocation:
                                        f"needs about {cost:.0f} s: the verdict rests on what was measured "
                                        "(--time-budget gives more).", highlight=False)
                 return ""
+            before = sum(len(e.measurements) for e in engines), sum(bool(e.failure) for e in engines)
             for step in steps:
                 interrupted = self._do(by_name[step.engine], step)
                 if interrupted:
                     return interrupted
+            after = sum(len(e.measurements) for e in engines), sum(bool(e.failure) for e in engines)
+            if after == before and all(s.action != "climb" for s in steps):
+                return ""  # nothing measured and nobody failed (the step found nothing to do): the rule would ask again
             if steps[0].action == "repeat":
                 for step in steps:
                     self.job._pooled_lines(by_name[step.engine])
@@ -129,10 +133,11 @@ class Allocation:
     @staticmethod
     def _deciding(race: list[Standing], verdict: Verdict) -> list[Standing]:
         """The engines whose fidelity the verdict rests on now: the leader, and the runner-up
-        unless the leader is separated from it (or it is out of the race)."""
+        while the two are not separated or equivalent (a tie, or a climb, may turn on it; an open
+        runner-up climbs first: it may fall out of the race)."""
         if not race:
             return []
-        rest = [race[1]] if len(race) > 1 and not race[1].out and verdict.outcome not in ("separated", "single") else []
+        rest = [race[1]] if len(race) > 1 and not race[1].out and verdict.outcome in ("not_separated", "equivalent") else []
         return [race[0], *rest]
 
     def _needs_check(self, e: EngineClimb) -> bool:
@@ -153,11 +158,13 @@ class Allocation:
 
     # -- the steps ------------------------------------------------------------------------------------
     def _cost(self, e: EngineClimb, step: Step) -> float:
-        """About how long ``step`` takes (s): a climb its budget; a bisection the bracket's failing
+        """About how long ``step`` takes (s): a climb one point 1.5 times as long as its highest
+        (the next load is at most twice it; time grows with it); a bisection the bracket's failing
         point's last measurement; a repeat a start plus its points' last measurements."""
         walls = {m.load: m.wall_s for m in e.measurements}
-        if step.action == "climb":
-            return min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2))
+        if step.action == "climb":  # its first point runs whatever the budget: about 1.5 times its highest one
+            top = max(e.measurements, key=lambda m: m.load, default=None)
+            return max(MIN_CLIMB_S, 1.5 * top.wall_s if top is not None else 0.0)
         points = self._repeat_points(e) if step.action == "repeat" else []
         if step.action == "bisect":
             return max(walls.values(), default=0.0) if not e.measurements else walls.get(self._bracket(e)[1] or 0, 0.0)

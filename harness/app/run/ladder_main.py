@@ -42,7 +42,7 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
 
 
 REPORT_RESERVE_S = 15.0  # of the time budget: the decision from the records, the reports and their plots (~7 s)
-FIRST_SHARE = 0.5  # of the time left when the ladders start: the engines' first climbs, in equal shares
+FIRST_SHARE = 0.4  # of the time left when the ladders start: the engines' first climbs, in equal shares
 MIN_FIRST_S = 20.0  # a first climb gets at least this much measuring (its first points whatever it gets)
 
 

@@ -29,6 +29,7 @@ from harness.app.core.trial import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
 from harness.scoring.frontier import PointStats, Requests, point_stats
+from harness.scoring.samples import SloWatch
 
 
 @dataclass(frozen=True)
@@ -127,21 +128,27 @@ class _Points:
         self.done: list[PointMeasurement] = []
         self.peak_memory: float | None = None
         self.processes: int | None = None
+        self.stopped: dict[int, str] = {}  # load -> why its last measurement stopped early ("" = it did not)
 
     def __call__(self, load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
         from workloads.registry import build_workload
 
         index = self.indices.setdefault(load, len(self.indices))
-        workload = build_workload(self.spec.point_options(load, seed), self.kit, with_stats=False)
-        options = replace(self.spec.trial.measure, max_sessions=load, max_concurrency=None)
+        point = self.spec.point_options(load, seed)
+        workload = build_workload(point, self.kit, with_stats=False)
+        # the main job's climbs (no bisection) stop a point its SLOs already failed (SloWatch); repeats never
+        watch = SloWatch(self.spec.slos, point.num_requests or 0) if not self.spec.bisect and repeat == 0 else None
+        options = replace(self.spec.trial.measure, max_sessions=load, max_concurrency=None, stop_when=watch)
         t0 = time.monotonic()
         m = measure(self.plan.name, self.session.endpoint, workload, repeat, self.sink, tokenizer=self.tokenizer,
                     options=options, probe=index)
         if m.metrics.requests_failed and "connection" in m.metrics.failures_by_class and not answers(self.session.endpoint):
             raise EngineError(f"{self.plan.name} stopped answering during the point at {load} in flight "
                               f"({m.metrics.requests_failed} of its requests failed: connection refused)")
+        self.stopped[load] = (f" (stopped after {len(m.records)} of {point.num_requests} requests: its SLO had "
+                              "failed whatever the rest did)") if m.cut or (watch is not None and watch.fired) else ""
         requests = Requests.of(m.records, m.metrics.duration_s)
-        sessions = _sessions_done(m.records) if self.spec.workload.name == "agentic" else None
+        sessions = _sessions_done(m.records, m.cut) if self.spec.workload.name == "agentic" else None
         used = with_output_tokens(m.resources, m.metrics.total_output_tokens) if m.resources is not None else None
         self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0,
                                           used))
@@ -164,12 +171,15 @@ def answers(endpoint: Any, timeout_s: float = 5.0) -> bool:
         return getattr(exc, "code", None) is not None  # an HTTP error is an answer; a refused connection is not
 
 
-def _sessions_done(records: Sequence[RequestRecord]) -> int:
-    """Sessions whose every measured turn succeeded (an agentic point's completed sessions)."""
+def _sessions_done(records: Sequence[RequestRecord], cut: Sequence[RequestRecord] = ()) -> int:
+    """Sessions whose every measured turn succeeded and none was ``cut`` (a point stopped early
+    cancels turns in flight): an agentic point's completed sessions."""
     by: dict[str, bool] = {}
     for r in records:
         if r.phase == "measured":
             by[r.session_id or r.request_id] = by.get(r.session_id or r.request_id, True) and r.success
+    for r in cut:
+        by[r.session_id or r.request_id] = False
     return sum(by.values())
 
 
@@ -214,7 +224,8 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
         return
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
-                    on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False, highlight=False))
+                    on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}{points.stopped.get(rung.load, '')}",
+                                                        markup=False, highlight=False))
     console.print(f"[bold]{plan.name}[/]: climbing the load ladder (up to {spec.budget_s:.0f} s of measuring) …")
     ladder.climb(start=spec.start_load, bisect=spec.bisect)
     if ladder.crash:
@@ -249,8 +260,9 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
             out.measurements = points.done
             ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                             max_load=spec.max_load, max_points=len(indices) + spec.max_points, budget_s=spec.budget_s,
-                            on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}", markup=False,
-                                                                highlight=False))
+                            on_point=lambda rung: console.print(
+                                f"  {plan.name} {point_line(rung)}{points.stopped.get(rung.load, '')}", markup=False,
+                                highlight=False))
             ladder.resume([(m.load, m.seed, m.requests, m.sessions) for m in previous])
             ladder.climb(start=ladder.next_load(top, aim=not spec.bisect), bisect=spec.bisect)
             out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
