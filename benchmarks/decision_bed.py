@@ -85,33 +85,39 @@ def pairs(base: SimEngine, trials: int) -> None:
 
 def allocation(base: SimEngine, trials: int) -> None:
     """Today's equal budgets (every engine's full ladder, bisected, and its bracket points measured
-    twice more) beside the allocation (harness/scoring/allocation.py: doubling, then measuring
-    where the verdict is uncertain), on the same pairs and seeds; measuring time on the simulated
-    clock (the sum of the measurements' durations)."""
+    twice more) beside the allocation (harness/scoring/allocation.py: the first climbs aimed, not
+    bisected, then measuring where the verdict is uncertain), on the same pairs and seeds; measuring
+    time on the simulated clock (the sum of the measurements' durations), with and without the
+    leader's one fresh-start repeat (its interval's spread between starts; bench run makes it
+    when its time budget allows)."""
     print("| better by | equal budgets: right winner / separated and wrong | time (s, median) | allocation: right "
-          "winner / separated and wrong | time (s, median) | time ratio (median [min..max]) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "winner / separated and wrong | time (s, median) | time ratio (median [min..max]) | without the leader's "
+          "repeat: time ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for p in (0, 3, 8, 10, 15, 20, 30, 50):
         better = faster(base, "better", 1 + p / 100)
-        right = [0, 0]
-        wrong = [0, 0]
-        times: list[list[float]] = [[], []]
-        ratios = []
+        right, wrong = [0, 0], [0, 0]
+        times: list[list[float]] = [[], [], []]
         for t in range(trials):
             clock = [0.0]
             v0 = decide([testbed.candidate(better, 2 * t, SLOS, OUTPUT_TOKENS, clock=clock),
                          testbed.candidate(base, 2 * t + 1, SLOS, OUTPUT_TOKENS, clock=clock)])
             times[0].append(clock[0])
-            clock = [0.0]
-            v1, _ = testbed.race([better, base], [2 * t, 2 * t + 1], SLOS, OUTPUT_TOKENS, clock=clock)
-            times[1].append(clock[0])
-            ratios.append(times[1][-1] / times[0][-1])
-            for k, v in enumerate((v0, v1)):
+            verdicts = [v0]
+            for k, leader in ((1, True), (2, False)):
+                clock = [0.0]
+                v, _ = testbed.race([better, base], [2 * t, 2 * t + 1], SLOS, OUTPUT_TOKENS, clock=clock,
+                                    repeat_leader=leader)
+                times[k].append(clock[0])
+                verdicts.append(v)
+            for k, v in enumerate(verdicts[:2]):
                 right[k] += p > 0 and v.winner == "better"
                 wrong[k] += v.outcome == "separated" and (p == 0 or v.winner == "base")
+        ratios = [[b / a for a, b in zip(times[0], times[k])] for k in (1, 2)]
         cells = [f"{pct(right[k], trials) if p else '–'} / {pct(wrong[k], trials)} | {statistics.median(times[k]):,.0f}"
                  for k in (0, 1)]
-        print(f"| {p} % | {cells[0]} | {cells[1]} | {statistics.median(ratios):.2f} [{min(ratios):.2f}..{max(ratios):.2f}] |")
+        spread = [f"{statistics.median(r):.2f} [{min(r):.2f}..{max(r):.2f}]" for r in ratios]
+        print(f"| {p} % | {cells[0]} | {cells[1]} | {spread[0]} | {spread[1]} |")
 
 
 def truths(base: SimEngine, trials: int) -> None:

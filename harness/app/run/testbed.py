@@ -106,12 +106,15 @@ def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], out
 
 
 def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO], output_tokens: int, *,
-         max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None) -> tuple[Verdict, dict[str, Ladder]]:
+         max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None,
+         repeat_leader: bool = True) -> tuple[Verdict, dict[str, Ladder]]:
     """The main job's allocation on scripted engines (:mod:`harness.scoring.allocation`, the rule
     ``bench run`` follows): each engine's first climb doubles until an SLO breaks (no bisection),
     then the steps the rule asks for (climb on, bisect, repeat the bracket points) until it asks
     for none. ``trials``: each engine's simulation seed (as :func:`candidate`'s); ``clock[0]``
-    (given) adds up the simulated measuring time (s). Returns the verdict and the ladders."""
+    (given) adds up the simulated measuring time (s); ``repeat_leader=False`` leaves out the
+    leader's one fresh-start repeat once separated (its interval's spread between starts, which a
+    simulated engine does not have). Returns the verdict and the ladders."""
     ladders = {e.name: Ladder(_measure(e, t, output_tokens, clock=clock), slos, max_points=8, max_load=max_load)
                for e, t in zip(engines, trials)}
     seeds = {e.name: engine_stream(t, e.name) for e, t in zip(engines, trials)}
@@ -124,7 +127,7 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
         info = Ladders(gap={n: _gap(c) for n, c in caps.items()}, passing={n: c.bracket[0] or 0 for n, c in caps.items()},
                        climbable={n: ladders[n].stopped in ("budget", "max_points") and c.open for n, c in caps.items()},
                        climbs=climbs, repeats=repeats)
-        steps = next_steps(standings(caps, max_load), verdict, info, max_repeats=max_repeats, repeat_leader=False)
+        steps = next_steps(standings(caps, max_load), verdict, info, max_repeats=max_repeats, repeat_leader=repeat_leader)
         if not steps:
             return verdict, ladders
         for step in steps:
