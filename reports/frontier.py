@@ -175,7 +175,7 @@ def race_note(s: LadderSummary) -> str:
     why = " (their output fidelity was not checked: an engine that cannot win needs none)" if checked else ""
     lines = [f"Out of the race, measured no more{why}: " + "; ".join(out) + "."] if out else []
     spared = [n for n, e in s.engines.items() if asked and e.fidelity is None and not e.race and not e.reference
-              and e.status.value == "ok" and e.points]
+              and not e.excluded and e.status.value == "ok" and e.points]
     if spared:
         lines.append(f"Output fidelity not checked for {', '.join(spared)}: the verdict does not rest on "
                      f"{'it' if len(spared) == 1 else 'them'} (only the leader's, and a runner-up's not separated "
