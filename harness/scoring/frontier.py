@@ -50,13 +50,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from harness.metrics import SLO
 
 from .samples import Requests, engine_stream, failure_lower_bound, pool, too_many_failures
+from harness.metrics.request import e2el_ms, tpot_ms, ttft_ms
+from results.schema import RequestRecord
 
 __all__ = ["Capacity", "PointSample", "PointStats", "Requests", "capacity_draws", "capacity_from", "capacity_of",
            "engine_stream", "point_stats", "pool", "slo_holds", "slo_value"]
@@ -331,3 +333,41 @@ def _row_percentiles(rows: np.ndarray, q: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         out = np.where(np.isinf(b), np.inf, a + (b - a) * (pos - lo))
     return np.where(m == 0, np.nan, out)
+
+
+class SloWatch:
+    """Whether a load-ladder point has failed its SLOs whatever its remaining requests do, told
+    of each measured record as it ends (``RunnerOptions.stop_when``: the point then stops, and
+    the measuring goes to points that can still decide something).
+
+    A request counts against an SLO when it is judged (sent after the first completion opened
+    the steady state, :func:`steady_window`) and its value is above the threshold (a failed
+    request counts for TTFT and E2E latency, +inf in the error-adjusted percentile). Once more
+    than ``(1 - p / 100) × planned + 1`` requests count against one SLO, its p-th percentile
+    over all ``planned`` requests is above the threshold however the rest turn out: the point
+    has failed. The judge still reads what was measured (:func:`harness.scoring.frontier.point_stats`).
+    ``planned``: the point's request count; ``slos``: the SLOs judged."""
+
+    def __init__(self, slos: Sequence[SLO], planned: int) -> None:
+        self.slos, self.planned = list(slos), planned
+        self.opens: int | None = None  # the first completion (ns)
+        self.over: dict[str, int] = {s.key: 0 for s in self.slos}
+        self.fired = False  # it answered True
+
+    def __call__(self, r: RequestRecord) -> bool:
+        if self.opens is None:  # records are told as they end: the first is the first completion
+            self.opens = r.end_ns
+            return False
+        if r.send_ns is None or r.send_ns < self.opens:
+            return False
+        for slo in self.slos:
+            value = _VALUE[slo.metric](r) if r.success and slo.metric in _VALUE else None
+            against = (not r.success and slo.metric in ("ttft", "e2el")) if value is None else not slo_holds(value, slo)
+            self.over[slo.key] += against
+            if 100 * self.over[slo.key] > (100 - slo.percentile) * self.planned + 100:  # (1 - p/100) N + 1, exactly
+                self.fired = True
+                return True
+        return False
+
+
+_VALUE: dict[str, Callable[[RequestRecord], float | None]] = {"ttft": ttft_ms, "e2el": e2el_ms, "tpot": tpot_ms}

@@ -61,7 +61,8 @@ def test_an_endpoint_that_cannot_answer_the_check_is_excluded_unless_allowed(tmp
     twice the slots of 'faithful' (which answers the reference exactly) and measures more, but a
     check that could not run does not pass: it is excluded with one line, in the verdict and the
     capacity table's gates column. With --allow-unchecked it competes, and wins, and every place
-    still says its fidelity was not checked."""
+    still says its fidelity was not checked (faithful's is then not needed: the verdict does not
+    rest on a runner-up separated from the winner)."""
     from harness.app.run import orchestrator
 
     ref = synthetic_reference(prompts=8, tokens=16, near_tie_every=7, eos_prompts=())
@@ -80,7 +81,14 @@ def test_an_endpoint_that_cannot_answer_the_check_is_excluded_unless_allowed(tmp
         assert res.exit_code == 0, res.output
         said = " ".join(res.output.split())
         assert "streamonly: fidelity not checked — ContentTypeError" in said
-        assert "faithful: fidelity 1.000" in said and "8/8 exact" in said
+    # the check goes to the engines the verdict rests on: strict, streamonly is excluded and faithful leads (checked);
+    # allowed, streamonly leads separated from faithful, whose check the verdict does not need (said so)
+    strict_said = " ".join(outcomes["strict"].output.split())
+    assert "faithful: fidelity 1.000" in strict_said and "8/8 exact" in strict_said
+    allowed_said = " ".join(outcomes["allowed"].output.split())
+    assert "faithful: fidelity 1.000" not in allowed_said
+    assert ("faithful cannot reach streamonly's" in allowed_said
+            or "Output fidelity not checked for faithful: the verdict does not rest on it" in allowed_said)
     strict = load_run(tmp_path / "strict")
     stream, good = strict.ladder.engines["streamonly"], strict.ladder.engines["faithful"]
     assert stream.fidelity.error.startswith("ContentTypeError") and stream.fidelity.prompts_answered == 0

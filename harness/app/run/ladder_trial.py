@@ -28,8 +28,7 @@ from harness.app.core.startup import EngineStarter
 from harness.app.core.trial import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
-from harness.scoring.frontier import PointStats, Requests, point_stats
-from harness.scoring.samples import SloWatch
+from harness.scoring.frontier import PointStats, Requests, SloWatch, point_stats
 
 
 @dataclass(frozen=True)

@@ -328,7 +328,7 @@ def test_ladders_on_ray_give_the_local_ladders(local_ray, monkeypatch, tmp_path)
     decisive repeats trials too; the same ladder.json a local run writes (same loads climbed,
     capacities within the pacing noise)."""
     _paced(monkeypatch, tmp_path)
-    ladder = [a for a in ARGS if a not in ("--request-rate", "inf")] + [
+    ladder = [a for a in ARGS if a not in ("--request-rate", "inf", "--num-requests", "6")] + [
         "--engine", "own,transformers", "--ladder-budget", "30", "--max-load", "4", "--slo", "ttft_p90=2000,tpot_p90=200"]
     res = CliRunner().invoke(app, ["run", *ladder, "-o", str(tmp_path), "--run-id", "local-ladder"])
     assert res.exit_code == 0, res.output
