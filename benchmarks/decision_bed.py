@@ -9,8 +9,8 @@ bootstrap on its own random stream, sessions resampled as clusters).
 
 1. Pairs whose capacities differ by a known factor: how often the better engine is named
    *separated*, the two *equivalent*, *not separated*, or the worse one named (wrong).
-2. The allocation (harness/scoring/allocation.py, the rule bench run follows after the first
-   climbs) beside today's equal budgets (every engine's full ladder, bisected, its bracket points
+2. The allocation (harness/scoring/allocation.py, the rule bench run follows after the
+   engines' low ends) beside today's equal budgets (every engine's full ladder, bisected, its bracket points
    measured twice more), on the same pairs and seeds: right winner, wrong separated claims, and
    the measuring time on the simulated clock.
 3. The truths of issue 38, each against the analytic model: engines 20 % apart with wide noise;
@@ -85,8 +85,10 @@ def pairs(base: SimEngine, trials: int) -> None:
 
 def allocation(base: SimEngine, trials: int) -> None:
     """Today's equal budgets (every engine's full ladder, bisected, and its bracket points measured
-    twice more) beside the allocation (harness/scoring/allocation.py: the first climbs aimed, not
-    bisected, then measuring where the verdict is uncertain), on the same pairs and seeds; measuring
+    twice more) beside the allocation (harness/scoring/allocation.py: each engine's low end, the
+    first point brief; then the leader's climb, the others' while they could still lead, aimed and
+    stopped once out of the race or once a point's SLO has failed; then bisections and repeats
+    where the verdict is uncertain), on the same pairs and seeds; measuring
     time on the simulated clock (the sum of the measurements' durations), with and without the
     leader's one fresh-start repeat (its interval's spread between starts; bench run makes it
     when its time budget allows)."""

@@ -186,7 +186,10 @@ def race_note(s: LadderSummary) -> str:
 def _stopped(e: EngineLadder) -> str:
     """Why the ladder stopped, in words that match the capacity: ``budget`` only for a lower
     bound; an SLO that broke first, with the bisection the budget cut short, reads
-    ``slo (bisection cut by budget)``."""
+    ``slo (bisection cut by budget)``; an engine the main job measured no more because it could
+    not reach the leader (``EngineLadder.race``) reads ``out of the race``."""
+    if e.race or e.stopped == "race":
+        return "out of the race"
     cap = e.capacity
     if cap is not None and not cap.open and cap.bracket[1] is not None and e.stopped in ("budget", "max_points"):
         return f"slo (bisection cut by {'budget' if e.stopped == 'budget' else 'the point count'})"

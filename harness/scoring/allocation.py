@@ -2,13 +2,16 @@
 first climb (:mod:`harness.app.run.ladder_run` on live engines, :mod:`harness.app.run.testbed`
 on scripted ones: the same rule).
 
-The first climb doubles the load until an SLO breaks (no bisection yet). Then, in rounds, the
-measuring goes where the verdict is uncertain (:mod:`harness.scoring.race` bounds each engine;
+Each engine's first climb measures its low end (1 and 2 in flight; no bisection yet). Then, in
+rounds, the measuring goes where the verdict is uncertain (:mod:`harness.scoring.race` bounds each engine;
 :mod:`harness.scoring.verdict` decides), one step at a time:
 
 1. an engine **out of the race** (its ceiling below the leader's floor) is measured no more;
-2. while an open engine that could still lead is left (the verdict is *undecided*), the best
-   placed of them **climbs** on (doubling from its highest load, then the boundary bisected);
+2. while an open engine that could still lead is left (the verdict is *undecided*), an open
+   leader **climbs** on first (its climb raises the bar the others must reach: the one step
+   that can put them out of the race, and one the leader needs whoever it stays ahead of), then
+   the best placed of the others (doubling from its highest load, aimed at its projected
+   boundary);
 3. while the leader and the runner-up are *not separated*: whichever of them has a bracket wider
    than one load **bisects** it (the wider first); when both are bisected, both are **repeated**
    (their bracket points measured once more each, on a fresh start, the pair interleaved), at
@@ -59,7 +62,7 @@ class Ladders:
     repeats: Mapping[str, int]
 
 
-def next_steps(race: list[Standing], verdict: Verdict, ladders: Ladders, *, max_climbs: int = 2,
+def next_steps(race: list[Standing], verdict: Verdict, ladders: Ladders, *, max_climbs: int = 3,
                max_repeats: int = 3, repeat_leader: bool = True) -> list[Step]:
     """The next steps (module docstring): one, or the leader and runner-up's interleaved pair of
     repeats; [] when nothing is left to measure."""
@@ -68,6 +71,9 @@ def next_steps(race: list[Standing], verdict: Verdict, ladders: Ladders, *, max_
     leader = race[0]
     can_climb = lambda s: ladders.climbable.get(s.name, False) and ladders.climbs.get(s.name, 0) < max_climbs  # noqa: E731
     if verdict.outcome == "undecided":
+        if leader.open and can_climb(leader):
+            return [Step(leader.name, "climb", "the leader's capacity is not found yet, and an open engine could still "
+                                               "pass it: its climb raises the bar the others must reach")]
         for s in race[1:]:
             if not s.out and s.open and can_climb(s):
                 return [Step(s.name, "climb", f"its ladder stopped before any SLO broke and it could still lead "

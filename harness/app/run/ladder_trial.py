@@ -46,7 +46,8 @@ class LadderSpec:
     precision in the search, whatever ``--allow-unchecked``), ``allow_unchecked`` (the main job's
     ``--allow-unchecked``: an engine whose check could not run is not left out of the decisive
     repeats), ``bisect`` (a climb bisects the boundary it found; False: the main job's first
-    climbs, whose bisections :mod:`harness.scoring.allocation` spends where they decide)."""
+    climbs, whose bisections :mod:`harness.scoring.allocation` spends where they decide, and
+    whose low end is measured briefly first: :attr:`harness.app.run.ladder.Ladder.brief`)."""
 
     trial: TrialSpec
     workload: WorkloadOptions
@@ -64,12 +65,15 @@ class LadderSpec:
     fidelity_gate: bool = False
     allow_unchecked: bool = False
     bisect: bool = True  # a climb bisects its boundary (the main job leaves it to its allocation)
+    bar: float = 0.0  # a climb-on stops once the engine's ceiling is below this (the leader's floor; Ladder.bar)
 
-    def point_options(self, load: int, seed: int) -> WorkloadOptions:
+    def point_options(self, load: int, seed: int, brief: bool = False) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
-        once, enough requests for a steady state (module docstring)."""
-        sessions = max(self.rounds * load, self.min_requests / max(self.turns_per_session, 1.0))
-        requests = max(self.min_requests, math.ceil(sessions * self.turns_per_session))
+        once, enough requests for a steady state (module docstring); ``brief``: half as many
+        (the low end's first measurement, :attr:`harness.app.run.ladder.Ladder.brief`)."""
+        least = math.ceil(self.min_requests / 2) if brief else self.min_requests
+        sessions = max((self.rounds / (2 if brief else 1)) * load, least / max(self.turns_per_session, 1.0))
+        requests = max(least, math.ceil(sessions * self.turns_per_session))
         return self.workload.model_copy(update={"seed": seed, "num_requests": requests, "request_rate": math.inf,
                                                 "max_concurrency": None})
 
@@ -129,11 +133,15 @@ class _Points:
         self.processes: int | None = None
         self.stopped: dict[int, str] = {}  # load -> why its last measurement stopped early ("" = it did not)
 
-    def __call__(self, load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
+    def brief(self, load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
+        """One measurement at ``load`` with half the requests (the ladder's brief low end)."""
+        return self(load, seed, repeat, brief=True)
+
+    def __call__(self, load: int, seed: int, repeat: int, brief: bool = False) -> tuple[Requests, int | None]:
         from workloads.registry import build_workload
 
         index = self.indices.setdefault(load, len(self.indices))
-        point = self.spec.point_options(load, seed)
+        point = self.spec.point_options(load, seed, brief)
         workload = build_workload(point, self.kit, with_stats=False)
         # the main job's climbs (no bisection) stop a point its SLOs already failed (SloWatch); repeats never
         watch = SloWatch(self.spec.slos, point.num_requests or 0) if not self.spec.bisect and repeat == 0 else None
@@ -223,9 +231,13 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
         return
     ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                     max_load=spec.max_load, max_points=spec.max_points, budget_s=spec.budget_s, min_load=spec.min_load,
+                    brief=None if spec.bisect else points.brief,  # the main job's first climbs: a brief low end
                     on_point=lambda rung: console.print(f"  {plan.name} {point_line(rung)}{points.stopped.get(rung.load, '')}",
                                                         markup=False, highlight=False))
-    console.print(f"[bold]{plan.name}[/]: climbing the load ladder (up to {spec.budget_s:.0f} s of measuring) …")
+    if spec.max_points <= 2:  # the main job's first climb of a production engine (ladder_run.LOW_END_POINTS)
+        console.print(f"[bold]{plan.name}[/]: measuring the low end of its load ladder ({spec.max_points} points) …")
+    else:
+        console.print(f"[bold]{plan.name}[/]: climbing the load ladder (up to {spec.budget_s:.0f} s of measuring) …")
     ladder.climb(start=spec.start_load, bisect=spec.bisect)
     if ladder.crash:
         console.print(f"  [red]{plan.name}[/]: died at {ladder.crashed_at} in flight — {ladder.crash}", highlight=False)
@@ -244,7 +256,8 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
     """More of engine ``plan``'s climb (a trial body): its ladder rebuilt from ``previous`` (its
     measurements so far, judged again, not measured again), climbed on from twice its highest
     load (not past where the SLO must break when ``spec.bisect`` is off: the main job's climbs),
-    then bisected when ``spec.bisect`` is on, within another ``spec.budget_s``. ``measurements`` of the outcome are
+    then bisected when ``spec.bisect`` is on, within another ``spec.budget_s``; it stops early
+    once the engine's ceiling is below ``spec.bar`` (out of the race, ``Ladder.bar``). ``measurements`` of the outcome are
     the new ones; ``stopped`` why this climb stopped; a crash keeps what it measured."""
     out = LadderOutcome(stopped="max_load")
     top = max(m.load for m in previous)
@@ -259,7 +272,7 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
             out.measurements = points.done
             ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                             max_load=spec.max_load, max_points=len(indices) + spec.max_points, budget_s=spec.budget_s,
-                            on_point=lambda rung: console.print(
+                            bar=spec.bar, on_point=lambda rung: console.print(
                                 f"  {plan.name} {point_line(rung)}{points.stopped.get(rung.load, '')}", markup=False,
                                 highlight=False))
             ladder.resume([(m.load, m.seed, m.requests, m.sessions) for m in previous])

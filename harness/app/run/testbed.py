@@ -11,12 +11,13 @@ from adapters.base import EngineError
 from harness.loadgen.simulated import SimEngine, simulate
 from harness.metrics import SLO
 from harness.scoring.allocation import Ladders, next_steps
-from harness.scoring.frontier import Requests, engine_stream
+from harness.scoring.frontier import Requests, SloWatch, engine_stream
 from harness.scoring.race import standings
 from harness.scoring.tuning import Rejected, Tried, successive_halving
 from harness.scoring.verdict import Candidate, Verdict, decide
 
 from .ladder import Ladder
+from .ladder_run import LOW_END_POINTS
 
 
 def faster(engine: SimEngine, name: str, factor: float) -> SimEngine:
@@ -25,11 +26,22 @@ def faster(engine: SimEngine, name: str, factor: float) -> SimEngine:
 
 
 def _measure(engine: SimEngine, trial: int, output_tokens: int, steady: bool = True,
-             clock: list[float] | None = None):  # noqa: ANN202  (a Ladder's measure callback)
+             clock: list[float] | None = None, watch: Sequence[SLO] = (), brief: bool = False):  # noqa: ANN202
+    """A Ladder's measure callback on ``engine``: at least 16 requests, 4 per unit of load
+    (``brief``: half as many, the main job's brief low end). ``watch``: the SLOs of the main
+    job's climbs, whose first measurement of a point stops once they have failed whatever its
+    remaining requests do (:class:`~harness.scoring.frontier.SloWatch`: the requests in flight
+    then are cut, and the clock stops at that completion)."""
     def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
         if engine.crash_at is not None and load >= engine.crash_at:
             raise EngineError(f"{engine.name}: the server exited unexpectedly (code -9)")
-        records, duration = simulate(engine, load, max(16, 4 * load), output_tokens, seed=trial * 100_003 + seed)
+        n = max(16, 4 * load) // (2 if brief else 1)
+        records, duration = simulate(engine, load, n, output_tokens, seed=trial * 100_003 + seed)
+        if watch and repeat == 0:
+            slo_watch = SloWatch(watch, n)
+            stop = next((r.end_ns for r in sorted(records, key=lambda r: r.end_ns) if slo_watch(r)), None)
+            if stop is not None:
+                records, duration = [r for r in records if r.end_ns <= stop], stop / 1e9
         if clock is not None:
             clock[0] += duration
         return Requests.of(records, duration, steady=steady), None
@@ -109,13 +121,17 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
          max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None,
          repeat_leader: bool = True) -> tuple[Verdict, dict[str, Ladder]]:
     """The main job's allocation on scripted engines (:mod:`harness.scoring.allocation`, the rule
-    ``bench run`` follows): each engine's first climb doubles until an SLO breaks (no bisection),
-    then the steps the rule asks for (climb on, bisect, repeat the bracket points) until it asks
-    for none. ``trials``: each engine's simulation seed (as :func:`candidate`'s); ``clock[0]``
-    (given) adds up the simulated measuring time (s); ``repeat_leader=False`` leaves out the
+    ``bench run`` follows): each engine's low end first (:data:`LOW_END_POINTS` points, the first
+    brief, a failed one measured again in full), then the steps the rule asks for (climb on,
+    bisect, repeat the bracket points) until it asks for none; the climbs' points stop once their
+    SLO has failed (:class:`~harness.scoring.frontier.SloWatch`), as bench run's do. ``trials``:
+    each engine's simulation seed (as :func:`candidate`'s); ``clock[0]`` (given) adds up the
+    simulated measuring time (s); ``repeat_leader=False`` leaves out the
     leader's one fresh-start repeat once separated (its interval's spread between starts, which a
     simulated engine does not have). Returns the verdict and the ladders."""
-    ladders = {e.name: Ladder(_measure(e, t, output_tokens, clock=clock), slos, max_points=8, max_load=max_load)
+    watching = list(slos)  # the climbs' points stop once failed (SloWatch); emptied while bisecting, as bench run's
+    ladders = {e.name: Ladder(_measure(e, t, output_tokens, clock=clock, watch=watching), slos, max_points=LOW_END_POINTS,
+                              max_load=max_load, brief=_measure(e, t, output_tokens, clock=clock, watch=watching, brief=True))
                for e, t in zip(engines, trials)}
     seeds = {e.name: engine_stream(t, e.name) for e, t in zip(engines, trials)}
     for ladder in ladders.values():
@@ -135,10 +151,16 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
             if step.action == "climb":
                 climbs[step.engine] += 1
                 ladder.max_points += 8
+                race = standings(caps, max_load)  # an engine other than the leader stops below the leader's floor
+                ladder.bar = race[0].floor if race and race[0].name != step.engine else 0.0
                 ladder.climb(start=ladder.next_load(max(r.load for r in ladder.rungs), aim=True), bisect=False)
+                ladder.bar = 0.0
             elif step.action == "bisect":
                 ladder.max_points += 1
-                if not ladder.bisect_once():
+                watching.clear()
+                bisected = ladder.bisect_once()
+                watching.extend(slos)
+                if not bisected:
                     return verdict, ladders
             else:
                 repeats[step.engine] += 1

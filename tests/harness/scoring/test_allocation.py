@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from harness.app.run import testbed
@@ -14,7 +15,7 @@ from harness.app.run.testbed import faster
 from harness.loadgen.simulated import SimEngine
 from harness.metrics import parse_slos
 from harness.scoring.allocation import Ladders, next_steps
-from harness.scoring.frontier import PointStats, capacity_from
+from harness.scoring.frontier import PointStats, Requests, capacity_from
 from harness.scoring.race import RACE_MARGIN, ceiling, floor, reach_of, standings
 from harness.scoring.verdict import Candidate, Verdict, decide
 
@@ -36,9 +37,10 @@ def test_an_open_ladders_ceiling_follows_the_closed_system_model():
     assert ceiling(cap) == pytest.approx(60 * (1 + RACE_MARGIN))
     assert ceiling(cap, max_load=5) == pytest.approx((30 + 10 * 1) * (1 + RACE_MARGIN))  # the ladder stops at 5
     assert floor(cap) == 30  # what its highest point sustained
-    # nothing bounds it: one point, or a margin that did not rise
+    # nothing bounds it: one point, the low end alone (two), or a margin that did not rise
     assert ceiling(capacity_from([pt(1, 10, 0.2)])) == math.inf
-    assert ceiling(capacity_from([pt(1, 10, 0.5), pt(2, 18, 0.4)])) == math.inf
+    assert ceiling(capacity_from([pt(1, 10, 0.2), pt(2, 18, 0.4)])) == math.inf
+    assert ceiling(capacity_from([pt(1, 10, 0.5), pt(2, 18, 0.45), pt(4, 30, 0.4)])) == math.inf
 
 
 def test_a_closed_ladders_bounds_are_its_bracket():
@@ -78,23 +80,78 @@ def test_the_aimed_climb_measures_near_the_projected_boundary_not_at_twice_the_l
     assert ladder.next_load(4, aim=True) == 7  # the margin reaches 1 by 7 at the latest
 
 
-def test_a_hopeless_scripted_engine_is_dropped_after_its_first_climb():
-    """An engine with a third of the leader's capacity: its first climb (doubling until its SLO
-    breaks) is all it gets: no bisection, no repeat; the leader is decided and measured on."""
+def test_a_hopeless_scripted_engine_is_dropped_after_its_first_points():
+    """An engine with a third of the leader's capacity: its low end (1 and 2 in flight), then,
+    once the leader has climbed and raised the bar, one more point (the margin's secant needs
+    three), after which its ceiling is below the leader's floor: out, never bisected or repeated;
+    the leader is decided and measured on."""
     leader, hopeless = faster(BASE, "leader", 3.0), dataclass_replace(BASE, "hopeless")
     for t in range(3):
         v, ladders = testbed.race([leader, hopeless], [2 * t, 2 * t + 1], SLOS, 32)
         assert v.winner == "leader" and v.outcome == "separated", v
         rungs = ladders["hopeless"].rungs
-        loads = [r.load for r in rungs]
-        # its first climb only: loads rising until the one that broke its SLO (never bisected), each measured once
-        assert loads == sorted(loads) and not rungs[-1].stats.passed and all(r.stats.passed for r in rungs[:-1]), loads
+        assert [r.load for r in rungs] == [1, 2, 4] and all(r.stats.passed for r in rungs)
         assert all(len(r.measurements) == 1 for r in rungs)
+        assert ladders["hopeless"].stopped == "race"
         race = standings({n: c for n, lad in ladders.items() if (c := lad.capacity(resamples=300)) is not None})
         assert next(s for s in race if s.name == "hopeless").out.startswith("cannot reach leader's")
         lead = ladders["leader"]
         p, f = lead.bracket()
         assert p is not None and f is not None and f.load - p.load <= max(1, 0.25 * p.load)  # its boundary narrowed
+
+
+def test_an_open_leader_climbs_before_the_engines_that_could_pass_it():
+    lead = capacity_from([pt(1, 40, 0.1), pt(2, 80, 0.2)])  # open, nothing bounds it yet
+    other = capacity_from([pt(1, 30, 0.2), pt(2, 50, 0.3)])
+    race = standings({"lead": lead, "other": other})
+    v = decide([Candidate("lead", lead), Candidate("other", other)])
+    assert v.outcome == "undecided"
+    info = Ladders(gap={}, passing={"lead": 2, "other": 2}, climbable={"lead": True, "other": True}, climbs={}, repeats={})
+    assert [(s.engine, s.action) for s in next_steps(race, v, info)] == [("lead", "climb")]
+    info = Ladders(gap={}, passing={"lead": 2, "other": 2}, climbable={"lead": True, "other": True},
+                   climbs={"lead": 3}, repeats={})  # the leader has climbed all it may: the other's turn
+    assert [(s.engine, s.action) for s in next_steps(race, v, info)] == [("other", "climb")]
+
+
+def test_the_low_end_is_measured_briefly_and_in_full_when_it_fails():
+    """The main job's first climb measures its lowest point with the brief callback; a brief low
+    end that fails is measured again in full (pooled: the gate never rests on a brief one)."""
+    calls: list[tuple[str, int]] = []
+
+    def measurer(kind: str, failing: bool):  # noqa: ANN202
+        def measure(load: int, seed: int, repeat: int):  # noqa: ANN202
+            calls.append((kind, load))
+            n = 8 if kind == "brief" else 16
+            ttft = 2000.0 if failing and load == 1 else 100.0
+            return requests_of([ttft] * n), None
+        return measure
+
+    for failing, expected in ((False, [("brief", 1), ("full", 2)]), (True, [("brief", 1), ("full", 1)])):
+        calls.clear()
+        ladder = Ladder(measurer("full", failing), parse_slos("ttft_p90=1000"), max_points=2,
+                        brief=measurer("brief", failing))
+        ladder.climb(bisect=False)
+        assert calls == expected, calls
+        assert len(ladder.rungs[0].measurements) == (2 if failing else 1)
+
+
+def test_a_climb_stops_once_its_ceiling_is_below_the_bar():
+    """``Ladder.bar``: the climb of an engine other than the leader stops after the point that put
+    its ceiling below the leader's floor, not at its boundary. Margins 0.2, 0.4, 0.6 at 1, 2, 4
+    reach 1 by 7 at the latest, and 10 tok/s per unit of load bounds it by (40 + 10 x 3) x 1.15 =
+    80.5 tok/s: a bar of 81 stops it there; one of 80 lets it climb to its boundary (aimed at 7,
+    then 9, where its SLO breaks)."""
+    margins = {1: 0.2, 2: 0.4, 4: 0.6, 7: 0.85}
+    measured: list[int] = []
+
+    def measure(load: int, seed: int, repeat: int):  # noqa: ANN202
+        measured.append(load)
+        return requests_of([1000.0 * margins.get(load, 1.3)] * 16, tps=10 * load), None
+
+    for bar, loads, why in ((81.0, [1, 2, 4], "race"), (80.0, [1, 2, 4, 7, 9], "slo"), (0.0, [1, 2, 4, 7, 9], "slo")):
+        measured.clear()
+        ladder = Ladder(measure, parse_slos("ttft_p90=1000"), bar=bar)
+        assert ladder.climb(bisect=False) == why and measured == loads, (bar, measured)
 
 
 def test_an_engine_just_under_the_leader_is_measured_until_separated_or_equivalent():
@@ -113,6 +170,23 @@ def test_an_engine_just_under_the_leader_is_measured_until_separated_or_equivale
             assert all(sum(len(r.measurements) - 1 for r in lad.rungs) == 3 * 2 for lad in ladders.values())
 
 
+def test_engines_15_percent_apart_are_decided_in_under_half_the_equal_budgets_time():
+    """The must-show of issue 39 on the simulated clock (benchmarks/decision_bed.py prints the
+    table): the allocation names the right winner, separated, in less than half the measuring
+    time of equal budgets (every engine's full ladder, bisected, its bracket measured twice more),
+    the leader's fresh-start repeat included."""
+    better = faster(BASE, "better", 1.15)
+    ratios = []
+    for t in range(4):
+        equal, allocated = [0.0], [0.0]
+        testbed.candidate(better, 2 * t, SLOS, 32, clock=equal)
+        testbed.candidate(BASE, 2 * t + 1, SLOS, 32, clock=equal)
+        v, _ = testbed.race([better, BASE], [2 * t, 2 * t + 1], SLOS, 32, clock=allocated)
+        assert v.outcome == "separated" and v.winner == "better", v
+        ratios.append(allocated[0] / equal[0])
+    assert sorted(ratios)[len(ratios) // 2] < 0.5, ratios
+
+
 def test_the_rule_spends_nothing_once_the_leaders_capacity_is_found():
     lead = capacity_from([pt(1, 40, 0.1), pt(2, 80, 0.5), pt(3, 100, 1.2)])
     other = capacity_from([pt(1, 10, 0.5), pt(2, 12, 1.4)])
@@ -123,6 +197,15 @@ def test_the_rule_spends_nothing_once_the_leaders_capacity_is_found():
     assert next_steps(race, v, info) == []
     steps = next_steps(race, v, Ladders(gap={"lead": 1}, passing={"lead": 2}, climbable={}, climbs={}, repeats={}))
     assert [(s.engine, s.action) for s in steps] == [("lead", "repeat")]  # its spread between starts, once
+
+
+def requests_of(ttft_ms: list[float], tps: float = 10.0) -> Requests:
+    """One measurement of ``len(ttft_ms)`` successful requests over 1 s: those TTFTs (ms), 20 ms
+    TPOT, ``tps`` output tokens in all."""
+    n = len(ttft_ms)
+    ttft = np.array(ttft_ms, dtype=float)
+    return Requests(ok=np.ones(n, bool), ttft=ttft, tpot=np.full(n, 20.0), e2el=ttft + 200.0, tokens=np.full(n, tps / n),
+                    itl=tuple(np.array([20.0]) for _ in range(n)), duration_s=1.0)
 
 
 def dataclass_replace(engine: SimEngine, name: str) -> SimEngine:
