@@ -1,7 +1,8 @@
 """Does a fresh start's short ramp read the boundary as a full climb does? (issue 39, item 3)
 
-The main job's repeats (harness/app/run/allocate.py) start the engine again, measure one ramp
-point at no more than half the bracket's passing load, then the bracket points: no climb from 1.
+The main job's repeats (harness/app/run/allocate.py) start the engine again, ramp it up without
+judging (its warm-up at the bracket's passing load; until 2026-12-06 one measured point at half
+that load, pooled with it), then measure the bracket points: no climb from 1.
 The reason the earlier design re-climbed from 1 was a fresh engine measured cold at the
 boundary reading 15-25 % low. This script reads stored runs (no measuring): for every point an
 engine measured in a climb (its first measurement) and again after a fresh start and the ramp
@@ -9,7 +10,9 @@ engine measured in a climb (its first measurement) and again after a fresh start
 end's full re-measurement and a point re-measured for its failures are at load 1 or failed),
 it prints each measurement's output tok/s and SLO margin (max over the run's SLOs of the
 measured percentile / threshold; > 1 fails), the repeat / climb ratio of both, and the median
-and range of the ratios over all such points.
+and range of the ratios over all such points. The figures are each measurement's whole-phase
+metrics (ladder.json keeps those per measurement; the judge's steady-state window is kept only
+pooled), so they differ a little from the console's per-measurement lines.
 
     python benchmarks/ramp_bias.py results/RUN_ID [results/RUN_ID ...]
 

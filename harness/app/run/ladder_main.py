@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.app.core.executor import TrialExecutor
 from harness.app.core.plan import EnginePlan
@@ -23,6 +23,28 @@ from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
 from harness.metrics import slo_table
 from harness.scoring.decision import default_slos, slos_text
+
+
+if TYPE_CHECKING:
+    from harness.app.core.parity_run import ParityRun
+    from harness.app.core.settings import RunSettings
+    from results.store import RunWriter
+
+
+class RunContext(Protocol):
+    """What the main job reads of the run it is part of (the run orchestrator,
+    :class:`harness.app.run.orchestrator.Orchestrator`): its settings ``cfg``, its ``console``,
+    the hardware ``kind`` ("cpu", "cuda"), the ``parity`` audit, the workload step and the
+    validity facts of a measured engine."""
+
+    cfg: "RunSettings"
+    console: Any
+    kind: str
+    parity: "ParityRun"
+
+    def prepare_workload(self, executor: TrialExecutor, state: Any, plans: list[EnginePlan]) -> None: ...
+
+    def validity(self, name: str, metrics: Any, writer: "RunWriter") -> None: ...
 
 
 def ladder_spec(cfg: Any, kind: str, workload: Any, slos: list[Any], fidelity: Any = None) -> LadderSpec:
@@ -59,7 +81,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def climb_all(orch: Any, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
+def climb_all(orch: RunContext, executor: TrialExecutor, plans: list[EnginePlan], state: Any) -> str:
     """The main job over ``plans`` (module docstring); returns who interrupted it ("" = nobody)."""
     cfg, writer, console = orch.cfg, state.writer, orch.console
     deadline = time.monotonic() + cfg.time_budget_s - REPORT_RESERVE_S  # the decision and the reports within it too
