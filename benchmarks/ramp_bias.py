@@ -1,8 +1,8 @@
 """Does a fresh start's short ramp read the boundary as a full climb does? (issue 39, item 3)
 
-The main job's repeats (harness/app/run/allocate.py) start the engine again, ramp it up without
-judging (its warm-up at the bracket's passing load; until 2026-12-06 one measured point at half
-that load, pooled with it), then measure the bracket points: no climb from 1.
+The main job's repeats (harness/app/run/allocate.py) start the engine again, measure one ramp
+point at no more than half the bracket's passing load (pooled with that point), then the bracket
+points: no climb from 1.
 The reason the earlier design re-climbed from 1 was a fresh engine measured cold at the
 boundary reading 15-25 % low. This script reads stored runs (no measuring): for every point an
 engine measured in a climb (its first measurement) and again after a fresh start and the ramp

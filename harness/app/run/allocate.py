@@ -15,11 +15,12 @@ steps the rule asks for, each as a trial on the executor:
   the leader's floor (out of the race after that point, not after the whole climb);
 - **bisect**: one point halfway between the bracket's loads (its kept engine);
 - **repeat**: a fresh start of the engine (the spread between starts goes into the interval),
-  a ramp that is not judged (its warm-up sent at the bracket's passing load, as many requests
-  at once as that load: phase ``warmup``, never in a point), then the bracket points once each.
-  The ramp was first one measured point at half the boundary, pooled with that point: on
-  make bench's fresh openvino starts it read 0.60-0.63 of the climb's throughput there
-  (benchmarks/ramp_bias.py), so it was not a warm engine's figure and no point's to hold.
+  a short ramp (one measurement of the highest load measured at or below half the bracket's
+  passing load, pooled with that point's), then the bracket points once each. The ramp is
+  cold: on make bench's fresh openvino starts it read 0.60-0.63 of the climb's throughput at
+  that load, and the bracket points after it 0.93-1.20 (benchmarks/ramp_bias.py); a warm-up of
+  synthetic prompts at the passing load instead left the first bracket point cold (0.64), so
+  the ramp stays a measured point of the workload's own prompts.
 
 It stops when the rule asks for nothing more, or when the next step would not finish within
 the time budget (said in one line, with the time left).
@@ -166,8 +167,7 @@ class Allocation:
     def _cost(self, e: EngineClimb, step: Step) -> float:
         """About how long ``step`` takes (s): a climb one point 1.5 times as long as its highest
         (the next load is at most twice it; time grows with it); a bisection the bracket's failing
-        point's last measurement; a repeat a start plus its points' last measurements (its ramp,
-        one round of requests at the passing load, inside the start's margin)."""
+        point's last measurement; a repeat a start plus its points' last measurements."""
         walls = {m.load: m.wall_s for m in e.measurements}
         if step.action == "climb":  # its first point runs whatever the budget: about 1.5 times its highest one
             top = max(e.measurements, key=lambda m: m.load, default=None)
@@ -185,7 +185,9 @@ class Allocation:
 
     def _repeat_points(self, e: EngineClimb) -> list[tuple[int, int, int, int]]:
         p, f = self._bracket(e)
-        return self.job._points_at(e, [x for x in (p, f) if x is not None])
+        loads = sorted({m.load for m in e.measurements})
+        ramp = [x for x in loads if p is not None and p >= 2 and x <= p / 2][-1:]
+        return self.job._points_at(e, ramp + [x for x in (p, f) if x is not None])
 
     def _do(self, e: EngineClimb, step: Step, bar: float = 0.0) -> str:
         self.job.console.print(f"{escape(e.name)}: {step.action} — {escape(step.why)} ({max(0.0, self.left_s):.0f} s "
@@ -209,9 +211,7 @@ class Allocation:
             return self._submit(e, trial, fresh=False, add=lambda got: e.measurements.extend(got))
         self.repeats[e.name] = self.repeats.get(e.name, 0) + 1
         self.job.repeat_trials[e.name] = self.job.repeat_trials.get(e.name, 0) + 1
-        p, _ = self._bracket(e)
-        ramp = replace(self.job.spec, trial=replace(self.job.spec.trial, warmup=max(self.job.spec.trial.warmup, p or 0)))
-        body = partial(measure_points, spec=ramp, tokenizer=self.job.tokenizer, points=self._repeat_points(e))
+        body = partial(measure_points, spec=self.job.spec, tokenizer=self.job.tokenizer, points=self._repeat_points(e))
         trial = Trial((e.name, self.job.repeat_trials[e.name]), e.plan, body, keep=True)
         return self._submit(e, trial, fresh=True, add=lambda got: e.measurements.extend(got))
 
