@@ -421,6 +421,18 @@ def test_the_checker_catches_an_arrow_up_or_across_app_jobs() -> None:
     assert any("_arch_probe_across imports harness.app.run.engine_turns" in v for v in found), found
 
 
+def test_the_run_modes_read_the_typed_context_not_the_orchestrator() -> None:
+    """Issue 39: a mode (one load point, ladder, tuned ladder) measures over the run's public
+    context (harness.app.run.context); only the CLI holds the orchestrator, nothing reaches back
+    into it."""
+    graph = import_graph()
+    upward = sorted(src for src, targets in graph.items() if "harness.app.run.orchestrator" in targets
+                    and src != "harness.app.cli.run")
+    assert upward == []
+    modes = ("harness.app.run.point_mode", "harness.app.run.ladder_mode")
+    assert all("harness.app.run.context" in graph[m] for m in modes)
+
+
 # ------------------------------------------------------------------------------------------
 # tests/ mirrors the source folders (issue 25)
 

@@ -17,7 +17,7 @@ from tests.harness.app.run.test_ladder_endpoints import ARGS, _servers
 
 
 def test_a_fast_engine_with_wrong_outputs_never_wins(tmp_path, monkeypatch):
-    from harness.app.run import orchestrator
+    from harness.app.run import context
 
     ref = synthetic_reference(prompts=8, tokens=32, near_tie_every=7, eos_prompts=(2,))
     (tmp_path / "ref.json").write_text(ref.model_dump_json())
@@ -26,7 +26,7 @@ def test_a_fast_engine_with_wrong_outputs_never_wins(tmp_path, monkeypatch):
         assert prompts == 8 and max_tokens == 32  # the run's --fidelity-prompts / --fidelity-tokens
         return ref
 
-    monkeypatch.setattr(orchestrator, "run_reference", reference)
+    monkeypatch.setattr(context, "run_reference", reference)
     script = ["--fidelity", str(tmp_path / "ref.json")]
     for urls in _servers({"fastwrong": ["--slots", "4", *script, "--flip-every", "4"],
                           "neartie": ["--slots", "2", "--itl-ms", "14", *script, "--flip-near-ties"]}):
@@ -64,11 +64,11 @@ def test_an_endpoint_that_cannot_answer_the_check_is_excluded_unless_allowed(tmp
     capacity table's gates column. With --allow-unchecked it competes, and wins, and every place
     still says its fidelity was not checked (faithful's is then not needed: the verdict does not
     rest on a runner-up separated from the winner)."""
-    from harness.app.run import orchestrator
+    from harness.app.run import context
 
     ref = synthetic_reference(prompts=8, tokens=16, near_tie_every=7, eos_prompts=())
     (tmp_path / "ref.json").write_text(ref.model_dump_json())
-    monkeypatch.setattr(orchestrator, "run_reference", lambda *args, **kwargs: ref)
+    monkeypatch.setattr(context, "run_reference", lambda *args, **kwargs: ref)
     outcomes = {}
     for urls in _servers({"streamonly": ["--slots", "4"],
                           "faithful": ["--slots", "2", "--itl-ms", "14", "--fidelity", str(tmp_path / "ref.json")]}):

@@ -145,13 +145,13 @@ def test_lower_precision_is_chosen_only_past_the_fidelity_floor(tmp_path, monkey
     4th token, so it is dropped at its fidelity check, before any measuring; fp8 (0.95 agreement:
     under the strict floor, over the floor for other numerics) is measured and chosen, the main job
     holds it to the same floor, and the verdict and the recipe say it lowers precision."""
-    from harness.app.run import orchestrator
+    from harness.app.run import context
     from tests.fake_servers.fidelity_server import synthetic_reference
     from tests.fake_servers.tunable_engine import PrecisionEngine
 
     ref = synthetic_reference(prompts=8, tokens=32, near_tie_every=7, eos_prompts=(2,))
     (tmp_path / "ref.json").write_text(ref.model_dump_json())
-    monkeypatch.setattr(orchestrator, "run_reference", lambda *args, **kwargs: ref)
+    monkeypatch.setattr(context, "run_reference", lambda *args, **kwargs: ref)
     real = registry.get_adapter
     monkeypatch.setattr(registry, "get_adapter", lambda name, hardware=None: PrecisionEngine("vllm", tmp_path / "ref.json")
                         if name == "vllm" else real(name, hardware))

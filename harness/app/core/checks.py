@@ -40,9 +40,11 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
     return v
 
 
-def parse_duration(text: str | float, option: str = "--time-budget") -> float:
-    """A duration in seconds from ``900``, ``900s``, ``15m``, ``1.5h`` or ``1h30m``; raises
-    ValueError naming ``option`` for anything else or a value not above 0 (``inf``: no bound)."""
+def parse_duration(text: str | float, option: str = "--time-budget", zero: bool = False) -> float:
+    """A duration in seconds from ``900``, ``900s``, ``15m``, ``1.5h`` or ``1h30m`` (the one
+    vocabulary of ``bench run``'s budgets: ``--time-budget``, ``--ladder-budget``, ``--tune``);
+    raises ValueError naming ``option`` for anything else or a value not above 0 (``zero``: 0
+    allowed, meaning none; ``inf``: no bound)."""
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -57,9 +59,14 @@ def parse_duration(text: str | float, option: str = "--time-budget") -> float:
         else:
             h, m, sec = (float(g) if g else 0.0 for g in parts.groups())
             value = 3600 * h + 60 * m + sec
-    if not value > 0:
-        raise ValueError(f"{option} must be above 0 s, got {text!r}")
+    if not (value > 0 or (zero and value == 0)):
+        raise ValueError(f"{option} must be {'0 or more' if zero else 'above 0 s'}, got {text!r}")
     return value
+
+
+def duration_of(option: str, zero: bool = False) -> Any:
+    """The parser of ``option``'s duration (:func:`parse_duration`), for a settings field."""
+    return lambda text: parse_duration(text, option, zero=zero)
 
 
 def spec_values(path: Path | None) -> dict[str, Any]:

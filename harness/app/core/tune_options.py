@@ -66,7 +66,8 @@ def tune_help() -> str:
                 out.append(f"{name}: " + ", ".join(f"{k.key} {'|'.join(k.values)}" for k in knobs))
         return "; ".join(out) or "none"
 
-    return ("Seconds of measuring per engine for a configuration search before the main job (0 = none): the defaults, "
+    return ("Measuring per engine for a configuration search before the main job (180, 180s, 3m; 0 = none; within "
+            "--time-budget): the defaults, "
             "each knob changed alone, then combinations (up to --tune-configs), searched by successive halving on "
             "short load ladders, the objective being the capacity at the SLO; each engine then climbs its ladder at "
             "the configuration found (and its defaults the same way, when the search moved off them), the verdict "

@@ -1,4 +1,5 @@
-"""The main job after every engine's first climb: the allocation rule
+"""The main job's one scheduler: every engine's low end first (its first climb,
+:meth:`harness.app.run.ladder_run.LadderJob.climb`), then the allocation rule
 (:mod:`harness.scoring.allocation`) on live engines, within the job's time budget.
 
 Each round judges what was measured so far (every engine's capacity with its interval,
@@ -65,8 +66,13 @@ class Allocation:
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
 
-    def run(self, engines: list[EngineClimb]) -> str:
-        """Judge, check, step, until done (module docstring); returns who interrupted it ("" = nobody)."""
+    def run(self, engines: list[EngineClimb], first_budget_s: float | None = None) -> str:
+        """Every engine's first climb (the yardstick's within ``first_budget_s`` of measuring,
+        None: the spec's budget), then judge, check, step, until done (module docstring); returns
+        who interrupted it ("" = nobody)."""
+        interrupted = self.job.climb(engines, first_budget_s)
+        if interrupted:
+            return interrupted
         by_name = {e.name: e for e in engines}
         while True:
             race, verdict, caps = self.judge(engines)

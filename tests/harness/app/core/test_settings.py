@@ -172,3 +172,16 @@ def test_the_time_budget_reads_the_units_people_write() -> None:
 
     assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", "1h30m")] == [900, 900, 900, 5400, 5400]
     assert RunSettings.from_cli({"engines": "own", "time_budget_s": "15m"}).time_budget_s == 900
+
+
+def test_every_budget_reads_one_duration_vocabulary() -> None:
+    """--time-budget, --ladder-budget and --tune read the same durations; --tune 0 is no search."""
+    cfg = RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2m30s", "tune_s": "3m", "time_budget_s": "1h"})
+    assert (cfg.time_budget_s, cfg.ladder_budget_s, cfg.tune_s) == (3600, 150, 180)
+    assert RunSettings.from_cli({"engines": "own", "tune_s": "0"}).tune_s == 0
+    with pytest.raises(ValueError, match="--ladder-budget '2x' is not a duration"):
+        RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2x"})
+    with pytest.raises(ValueError, match="--ladder-budget must be above 0 s"):
+        RunSettings.from_cli({"engines": "own", "ladder_budget_s": "0"})
+    with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
+        RunSettings.from_cli({"engines": "own", "tune_s": "-5"})
