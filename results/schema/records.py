@@ -18,6 +18,10 @@ ran out (``harness.loadgen.runner``): neither ok nor failed, so the metrics coun
 STOPPED_PHASE = "stopped"
 """Phase of a request cut in flight when its load-ladder point stopped early, its SLO verdict
 settled (``RunnerOptions.stop_when``): stored, never in metrics (cut, not failed)."""
+RAMP_PHASE = "ramp"
+"""Phase of a request of a fresh start's ramp (the main job's repeat of a bracket, after an
+engine restart: one pass at half the boundary on the workload's own prompts before the bracket
+points are measured again, ``harness.app.run.allocate``): stored, never in metrics."""
 WINDOW_PHASES = ("warmup_window", "cooldown_window")
 """Phases of measured requests sent in a duration-based run's warm-up / cool-down window: stored,
 never in metrics (like ``"warmup"``), counted in ``Metrics.run_window``."""

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from adapters.resources import with_output_tokens
 from adapters.base import EngineError
+from results.schema.records import RAMP_PHASE
 from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
@@ -133,6 +134,17 @@ class _Points:
         self.processes: int | None = None
         self.stopped: dict[int, str] = {}  # load -> why its last measurement stopped early ("" = it did not)
 
+    def ramp(self, load: int, seed: int) -> Metrics:
+        """A fresh start's ramp: one pass of the point at ``load`` (the workload's own prompts,
+        as measured), its records stored with phase :data:`RAMP_PHASE`, judged nowhere; returns
+        its metrics for the console line."""
+        from workloads.registry import build_workload
+
+        workload = build_workload(self.spec.point_options(load, seed), self.kit, with_stats=False)
+        options = replace(self.spec.trial.measure, max_sessions=load, max_concurrency=None, stop_when=None)
+        return measure(self.plan.name, self.session.endpoint, workload, 0, _RampSink(self.sink), tokenizer=self.tokenizer,
+                       options=options).metrics
+
     def brief(self, load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
         """One measurement at ``load`` with half the requests (the ladder's brief low end)."""
         return self(load, seed, repeat, brief=True)
@@ -163,6 +175,20 @@ class _Points:
             self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
             self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None
         return requests, sessions
+
+
+class _RampSink:
+    """A measurement sink storing copies of its records with phase :data:`RAMP_PHASE` (the
+    runner's own keep theirs, so the ramp's metrics can be said)."""
+
+    def __init__(self, sink: MeasurementSink) -> None:
+        self.sink = sink
+
+    def add_record(self, record: RequestRecord) -> None:
+        self.sink.add_record(record.model_copy(update={"phase": RAMP_PHASE}))
+
+    def __getattr__(self, name: str) -> Any:  # recounts, client workers, engine facts: as they are
+        return getattr(self.sink, name)
 
 
 def answers(endpoint: Any, timeout_s: float = 5.0) -> bool:
@@ -299,14 +325,22 @@ def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, 
 
 
 def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                   tokenizer: Any, points: Sequence[tuple[int, int, int, int]]) -> list[PointMeasurement]:
+                   tokenizer: Any, points: Sequence[tuple[int, int, int, int]],
+                   ramp: tuple[int, int] | None = None) -> list[PointMeasurement]:
     """More measurements of given points (a trial body): ``points`` = (index, load, seed,
-    repeat) each; the engine's session is opened without a warm-up when it was kept from its climb."""
+    repeat) each; the engine's session is opened without a warm-up when it was kept from its
+    climb; ``ramp`` = (load, seed): a pass at that load first, stored, not judged
+    (:meth:`_Points.ramp`)."""
     trial = replace(spec.trial, equivalence=False, read_effective=False)
     done: list[PointMeasurement] = []
     try:
         with open_session(plan, starter, trial, sink, console, tokenizer=tokenizer, workload_name=spec.workload.name,
                           repeat=1) as session:
+            if ramp is not None:
+                t0, got = time.monotonic(), _Points(plan, session, sink, spec, tokenizer).ramp(*ramp)
+                console.print(f"  {plan.name} ramp at {ramp[0]} in flight: {got.output_throughput:,.1f} tok/s in "
+                              f"{time.monotonic() - t0:.0f} s (the workload's prompts after the fresh start; stored, not "
+                              "judged)", markup=False, highlight=False)
             _again(plan, session, sink, console, spec, tokenizer, points, done)
             if not session.parallel:  # a start alone: the tie-breaker's start-up time (no other engine starting)
                 for m in done:
