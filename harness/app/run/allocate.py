@@ -41,6 +41,7 @@ from adapters.base import EngineError
 
 from harness.app.core.executor import Trial
 from harness.app.core.signals import interrupt_cause
+from harness.app.run.ladder import BAR_RESAMPLES as RESAMPLES, CLIMBS_ON
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _samples
 from harness.app.run.ladder_trial import LadderOutcome, check_only, extend_ladder, measure_points
 from harness.scoring.allocation import Ladders, Step, next_steps
@@ -48,7 +49,6 @@ from harness.scoring.frontier import Capacity, capacity_of, engine_stream
 from harness.scoring.race import Standing, standings
 from harness.scoring.verdict import Candidate, Verdict, decide
 
-RESAMPLES = 300  # bootstrap draws per judgement between steps (the final decision draws its own)
 MIN_CLIMB_S = 20.0  # a climb-on step gets at least this much measuring
 
 
@@ -130,7 +130,7 @@ class Allocation:
             gap[e.name] = float(f - p) if p is not None and f is not None else 0.0
             passing[e.name] = float(p or 0)
             top = max((m.load for m in e.measurements), default=0)
-            climbable[e.name] = cap.open and e.outcome.stopped in ("budget", "max_points") and top < self.job.spec.max_load
+            climbable[e.name] = cap.open and e.outcome.stopped in CLIMBS_ON and top < self.job.spec.max_load
         return Ladders(gap=gap, passing=passing, climbable=climbable, climbs=self.climbs, repeats=self.repeats)
 
     def _say_out(self, race: list[Standing], by_name: dict[str, EngineClimb]) -> None:

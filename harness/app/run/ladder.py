@@ -38,6 +38,11 @@ MAX_LOAD = 64  # concurrency ladders stop here unless told otherwise
 ERROR_EXTRA = 2  # measurements a point whose failures leave the error bound undecided gets at most
 
 Stopped = Literal["slo", "saturated", "max_load", "budget", "max_points", "crashed", "race", ""]
+CLIMBS_ON: tuple[Stopped, ...] = ("budget", "max_points", "race")
+"""Where an open ladder stopped that a later climb may go on from: its budget, its points, or its
+race bar (:attr:`Ladder.bar`) when the judge between steps (:mod:`harness.app.run.allocate`, with
+its bootstrap interval) still counts it in the race."""
+BAR_RESAMPLES = 300  # bootstrap draws of the bar's check: the allocation's judge's (allocate.RESAMPLES)
 
 Measure = Callable[[int, int, int], tuple[Requests, int | None]]
 """``measure(load, seed, repeat) -> (requests, sessions completed or None)``."""
@@ -220,7 +225,7 @@ class Ladder:
                 self.stopped = "slo"
                 break
             passed.append(rung.stats.output_tps)
-            if self.bar > 0 and (cap := self.capacity(resamples=0)) is not None and ceiling(cap, self.max_load) < self.bar:
+            if self.bar > 0 and self._below_bar():
                 self.stopped = "race"  # it cannot reach the leader whatever its next points do
                 return self.stopped
             if saturated(passed):
@@ -233,6 +238,16 @@ class Ladder:
         if bisect:
             self._bisect()
         return self.stopped
+
+    def _below_bar(self) -> bool:
+        """Whether this engine's ceiling is below :attr:`bar`, as the allocation's judge reads it
+        (its interval's upper end counts: :func:`harness.scoring.race.ceiling`); the point
+        estimate's ceiling, never above that one, is read first and settles most cases."""
+        cap = self.capacity(resamples=0)
+        if cap is None or ceiling(cap, self.max_load) >= self.bar:
+            return False
+        cap = self.capacity(resamples=BAR_RESAMPLES)
+        return cap is not None and ceiling(cap, self.max_load) < self.bar
 
     def bracket(self) -> tuple[Rung | None, Rung | None]:
         """(highest passing point below the first failing one, first failing point)."""

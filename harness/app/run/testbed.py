@@ -16,7 +16,7 @@ from harness.scoring.race import standings
 from harness.scoring.tuning import Rejected, Tried, successive_halving
 from harness.scoring.verdict import Candidate, Verdict, decide
 
-from .ladder import Ladder
+from .ladder import CLIMBS_ON, Ladder
 from .ladder_run import LOW_END_POINTS
 
 
@@ -105,7 +105,7 @@ def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], out
             ladder = ladders[i]
             ladder.rebudget(seconds)
             cap = ladder.capacity(resamples=0)
-            if cap is not None and cap.open and ladder.stopped in ("budget", "max_points"):
+            if cap is not None and cap.open and ladder.stopped in CLIMBS_ON:
                 ladder.max_points += len(ladder.rungs)
                 ladder.climb(start=2 * max(r.load for r in ladder.rungs))
             else:
@@ -141,7 +141,7 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
     while True:
         verdict, caps = _judged(ladders, seeds)
         info = Ladders(gap={n: _gap(c) for n, c in caps.items()}, passing={n: c.bracket[0] or 0 for n, c in caps.items()},
-                       climbable={n: ladders[n].stopped in ("budget", "max_points") and c.open for n, c in caps.items()},
+                       climbable={n: ladders[n].stopped in CLIMBS_ON and c.open for n, c in caps.items()},
                        climbs=climbs, repeats=repeats)
         steps = next_steps(standings(caps, max_load), verdict, info, max_repeats=max_repeats, repeat_leader=repeat_leader)
         if not steps:
