@@ -165,6 +165,36 @@ def write_recommendation(run_dir: Path | str, recommendation: Recommendation) ->
     return path
 
 
+DECISIONS_DIR = "decisions"
+"""The run folder's sub-folder of re-decisions (``bench recommend RUN --slo …``): one folder per
+question, beside the run's own answer, never over it."""
+
+
+def question_name(**asked: Any) -> str:
+    """A folder name for one question from the options that were given (None or "" = not given):
+    ``slo=tpot_p90=150,ttft_p90=2000`` → ``slo-tpot_p90=150,ttft_p90=2000``; "default" when none."""
+    import re
+
+    text = "_".join(f"{k}-{v}" for k, v in asked.items() if v not in (None, ""))
+    return re.sub(r"[^A-Za-z0-9_.,=+-]+", "-", text)[:150] or "default"
+
+
+def write_decision(run_dir: Path | str, name: str, recommendation: Recommendation, ladder: Any = None) -> Path:
+    """Store a re-decision in ``<run_dir>/decisions/<name>/``: its ``recommendation.json`` and,
+    for a ladder run decided again, its ``ladder.json`` (a :class:`results.schema.LadderSummary`);
+    returns the folder. Raises OSError when it cannot be written."""
+    folder = Path(run_dir) / DECISIONS_DIR / name
+    folder.mkdir(parents=True, exist_ok=True)
+    write_recommendation(folder, recommendation)
+    if ladder is not None:
+        from .schema import LADDER_FILE
+
+        tmp = folder / (LADDER_FILE + ".tmp")
+        tmp.write_text(ladder.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / LADDER_FILE)
+    return folder
+
+
 def read_recommendation(run_dir: Path | str) -> Recommendation | None:
     """The stored ``<run_dir>/recommendation.json``, or None when the run has none (e.g.
     folders written before recommendations were stored).

@@ -22,7 +22,7 @@ from adapters.hardware import get_profile
 from harness.metrics import SLOError, parse_slos, slo_table
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.hardware import HardwareProfile, profile_from_manifest
-from results.recommendation import write_recommendation
+from results.recommendation import question_name, write_decision
 from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run
 
@@ -187,32 +187,60 @@ def recommend_cmd(
                         max_failure_rate=max_failure_rate)
     except (SLOError, ScorerError) as exc:
         _fail(str(exc))
-    if len(runs) == 1:  # stored with the run it scores (a multi-run ranking belongs to no one folder)
-        write_recommendation(runs[0].run_dir, rec)
+    ladder = _ladder_decided(runs[0], slos, target) if slos and len(runs) == 1 and runs[0].ladder is not None else None
+    where = None
+    if len(runs) == 1:  # beside the run's own answer, never over it (a multi-run ranking belongs to no one folder)
+        where = write_decision(runs[0].run_dir, question_name(slo=slo, hardware=None if hardware == "detected" else hardware,
+                                                              gpus=gpus, preset=None if preset == "balanced" else preset,
+                                                              weights=weights, feature=",".join(feature or []) or None,
+                                                              max_failure_rate=None if max_failure_rate == 0.05 else max_failure_rate,
+                                                              price_per_hour=price_per_hour), rec, ladder)
     if json_out:
         typer.echo(rec.model_dump_json(indent=2))
     else:
-        if slos and len(runs) == 1 and runs[0].ladder is not None:  # the ladders decide again under these SLOs
-            _ladder_verdict(runs[0], slos, target)
+        if ladder is not None:  # the ladders decided again under these SLOs: the answer first
+            _print_ladder_verdict(ladder, make_console())
         print_recommendation(rec, make_console())
-    if rec.exit_code:
+        if where is not None:
+            make_console().print(f"Stored in {where} (the run's own recommendation.json and ladder.json are unchanged)",
+                                 markup=False, highlight=False, soft_wrap=True)
+    # a ladder run asked other SLOs: its verdict is the answer (1 only when no engine meets them)
+    code = (1 if ladder.decision is None or ladder.decision.outcome == "none" else 0) if ladder is not None else rec.exit_code
+    if code:
         if json_out:
             make_console(stderr=True).print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
-        raise typer.Exit(rec.exit_code)
+        raise typer.Exit(code)
 
 
-def _ladder_verdict(run: Any, slos: Any, target: Any) -> None:
-    """A ladder run's verdict decided again from its records under other SLOs (printed first; the
-    stored ``ladder.json`` keeps the run's own)."""
-    from harness.app.cli.verdict import print_verdict
+def _ladder_decided(run: Any, slos: Any, target: Any) -> Any:
+    """A ladder run's verdict decided again from its records (the decision core,
+    :func:`harness.scoring.decision.judge`) under other SLOs: a copy of its ladder summary; the
+    stored ``ladder.json`` keeps the run's own."""
     from harness.scoring.decision import judge
 
     ladder = run.ladder.model_copy(deep=True)
     ladder.slos, ladder.slos_default = slo_table(slos), False
     judge(ladder, run.records, slos, price_per_hour=target.price_per_hour,
           target_tps=(ladder.target_load or {}).get("output_tps"))
-    console = make_console()
+    return ladder
+
+
+def _print_ladder_verdict(ladder: Any, console: Console) -> None:
+    """The verdict and capacity table as ``bench run`` prints them, then, for each engine whose
+    every measured point meets these SLOs (its capacity is only a lower bound here), how to
+    measure it further."""
+    from harness.app.cli.verdict import print_verdict
+
     print_verdict(ladder, console)
+    slo = ",".join(f"{k}={v:g}" for k, v in ladder.slos.items())
+    for name, e in ladder.engines.items():
+        cap = e.capacity
+        if cap is None or not cap.open or not e.points or e.reference:
+            continue
+        top = max(p.load for p in e.points)
+        console.print(f"{name}: every point measured (up to {top:g} in flight) meets these SLOs, so the stored ladder "
+                      f"cannot say where it stops: bench run --engine {name} --slo {slo} --max-load {int(top) * 4} "
+                      "measures it further", markup=False, highlight=False, soft_wrap=True)
     console.rule("Weighted score (a secondary view)")
 
 

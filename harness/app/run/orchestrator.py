@@ -15,6 +15,7 @@ engine it started whatever happens.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace, dataclass
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,9 @@ class Orchestrator:
 
         c = self.cfg
         run_id = c.run_id or new_run_id(c.workload.name)
-        state = RunState(RunWriter(Path(c.output_dir) / run_id, run_id, c.workload.name), resolve_model(c.model),
-                       c.threads or default_threads(), equivalence={})
+        model_dir = resolve_model(c.model)  # a bad --model fails here, before a run folder exists
+        state = RunState(RunWriter(Path(c.output_dir) / run_id, run_id, c.workload.name), model_dir,
+                         c.threads or default_threads(), equivalence={})
         writer = state.writer
         writer.summary.slos = slo_table(c.slos)
         writer.summary.repeats = c.repeats
@@ -128,6 +130,12 @@ class Orchestrator:
         adapters += endpoint_adapters(c.endpoints)
         self.parity.plan(adapters, state.model_dir, kind)
         plans = self._plans(adapters, kind, state)
+        if not plans:  # nothing can be measured: no run folder is left for `bench results list` to show
+            reasons = "; ".join(f"{n}: {e.reason}" for n, e in writer.summary.engines.items())
+            writer.close()
+            shutil.rmtree(writer.run_dir, ignore_errors=True)
+            raise EngineError(" ".join(f"no engine can run here, so nothing was measured and no run folder is kept "
+                                       f"({reasons})".split()))
         executor = self._executor(kind)
         ctx = RunContext(c, self.console, kind, self.parity, executor, state, self._workload)
         try:

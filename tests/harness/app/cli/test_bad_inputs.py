@@ -297,6 +297,31 @@ def test_bad_input_is_one_line_and_exit_2(name: str, built: dict[str, tuple[list
     assert needle in res.stderr.splitlines()[0], res.stderr
 
 
+def test_a_bad_model_leaves_no_run_folder(tmp_path: Path) -> None:
+    """Issue 41 (review item 19): a run refused on its --model writes nothing that `bench results
+    list` would show."""
+    from harness.app.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "--model", "/nonexistent/model", "-o", str(tmp_path / "out"),
+                                   "--no-calibration"])
+    assert outcome(res) is None, res.output
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_run_with_no_engine_that_can_run_leaves_no_run_folder(tmp_path: Path) -> None:
+    """Issue 41 (review item 20): an --endpoint that is not reachable, and nothing else to
+    measure: one error line naming why (after the skip line), exit 2, no run folder."""
+    from harness.app.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--endpoint", f"prod={NOWHERE}", "--model", "x", "--no-calibration",
+                                   "-o", str(tmp_path / "out")])
+    err = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(err) == 1, res.output
+    assert err[0].startswith("error: no engine can run here, so nothing was measured and no run folder is kept (prod: ")
+    assert "is not reachable" in err[0] and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
 def main() -> None:  # pragma: no cover - the sweep's count, for the closing note
     """``PYTHONPATH=CHECKOUT:. python tests/harness/app/cli/test_bad_inputs.py`` from this project's root
     (the code from CHECKOUT, ``tests.helpers`` from here): cases tried and clean."""

@@ -137,3 +137,45 @@ def test_a_weight_given_twice_is_refused(tmp_path: Path) -> None:
     res = runner.invoke(app, ["recommend", str(run.run_dir), "--weights", "throughput=1,throughput=2"])
     assert res.exit_code == 2
     assert " ".join(res.stderr.split()) == "error: weight throughput is given twice in --weights: give each criterion once"
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "decisions" not in p.relative_to(folder).parts}
+
+
+def test_a_re_decision_leaves_the_run_folder_unchanged_and_stores_its_answer_beside_it(tmp_path: Path) -> None:
+    """Issue 41: ``bench recommend RUN --slo …`` decides the ladders again from the records and
+    stores the answer in decisions/<question>/, never over the run's own files (hashed before
+    and after); what it prints is what it stores."""
+    from results.schema import LadderSummary
+    from results.store import load_run
+    from tests.reports.test_frontier import ladder_run
+
+    run_dir = ladder_run(tmp_path)
+    before = _hashes(run_dir)
+    own = load_run(run_dir).ladder.decision
+    res = runner.invoke(app, ["recommend", str(run_dir), "--hardware", "CPU", "--slo", "ttft_p90=1000,tpot_p90=40"])
+    assert _hashes(run_dir) == before
+    folder = run_dir / "decisions" / "slo-ttft_p90=1000,tpot_p90=40_hardware-CPU"
+    again = LadderSummary.model_validate_json((folder / "ladder.json").read_text()).decision
+    assert (folder / "recommendation.json").is_file() and again.slos == {"ttft_p90": 1000.0, "tpot_p90": 40.0}
+    assert again.sentence != own.sentence and again.winner == "fast"
+    assert again.sentence in " ".join(res.output.split()) or again.sentence[:60] in " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+
+
+def test_a_re_decision_says_which_ladder_to_climb_where_the_stored_one_cannot_answer(tmp_path: Path) -> None:
+    """Under SLOs every measured point meets, the stored ladders only give lower bounds: the
+    verdict says so, and one line per engine says how to measure it further."""
+    from tests.reports.test_frontier import ladder_run
+
+    run_dir = ladder_run(tmp_path)
+    res = runner.invoke(app, ["recommend", str(run_dir), "--hardware", "CPU", "--slo", "ttft_p90=600000,tpot_p90=60000"])
+    text = " ".join(res.output.split())
+    for name in ("fast", "slow"):
+        assert (f"{name}: every point measured (up to 32 in flight) meets these SLOs, so the stored ladder cannot say "
+                f"where it stops: bench run --engine {name} --slo ttft_p90=600000,tpot_p90=60000 --max-load 128") in text
+    assert "own: every point" not in text  # the yardstick is not what is decided
