@@ -1,9 +1,9 @@
 """Does a fresh start's short ramp read the boundary as a full climb does? (issue 39, item 3)
 
-The main job's repeats (harness/app/run/allocate.py) start the engine again, pass once through
-the point at no more than half the bracket's passing load (the ramp: its records stored with
-phase "ramp", judged nowhere; before 2026-12-06 it was measured and pooled with that point), then
-measure the bracket points: no climb from 1.
+The main job's repeats (harness/app/run/allocate.py) start the engine again, pass briefly
+through the bracket's passing load (the ramp: its records stored with phase "ramp", judged
+nowhere; until 2026-12-06 it was a measured point at half the boundary, pooled with that point),
+then measure the bracket points: no climb from 1.
 The reason the earlier design re-climbed from 1 was a fresh engine measured cold at the
 boundary reading 15-25 % low. This script reads stored runs (no measuring): for every point an
 engine measured in a climb (its first measurement) and again after a fresh start and the ramp

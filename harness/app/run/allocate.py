@@ -16,13 +16,13 @@ steps the rule asks for, each as a trial on the executor:
   the leader's floor (out of the race after that point, not after the whole climb);
 - **bisect**: one point halfway between the bracket's loads (its kept engine);
 - **repeat**: a fresh start of the engine (the spread between starts goes into the interval),
-  a short ramp that is not judged (one pass of the workload's own prompts at the highest load
-  measured at or below half the bracket's passing load, its records stored with phase "ramp"),
-  then the bracket points once each. The ramp is cold: on make bench's fresh openvino starts,
-  measured as a point, it read 0.60-0.63 of the climb's throughput at that load, and the bracket
-  points after it 0.93-1.20 (benchmarks/ramp_bias.py), so it is kept out of every figure; a
-  warm-up of synthetic prompts at the passing load instead left the first bracket point cold
-  (0.64), so the ramp stays a pass of the workload's own prompts.
+  a short ramp that is not judged (a brief pass of the workload's own prompts at the bracket's
+  passing load, its records stored with phase "ramp"), then the bracket points once each. A
+  fresh engine is cold: measured as a point at half the boundary, the ramp read 0.60-0.63 of the
+  climb's throughput there, and the first bracket point after it 0.89 in each of make bench's
+  three runs of 2026-12-06 (the second 0.95-1.05); after a ramp at the passing load the first
+  read 0.94 (one run, openvino alone; benchmarks/ramp_bias.py); a warm-up of synthetic prompts
+  left it at 0.64, so the ramp is a pass of the workload's own prompts.
 
 It stops when the rule asks for nothing more, or when the next step would not finish within
 the time budget (said in one line, with the time left).
@@ -183,7 +183,7 @@ class Allocation:
         if step.action == "bisect":
             return max(walls.values(), default=0.0) if not e.measurements else walls.get(self._bracket(e)[1] or 0, 0.0)
         start = e.outcome.startup_s if e.outcome is not None else 0.0
-        return start + walls.get(self._ramp(e) or 0, 0.0) + sum(walls.get(load, 0.0) for _, load, _, _ in points)
+        return start + walls.get(self._ramp(e) or 0, 0.0) / 2 + sum(walls.get(load, 0.0) for _, load, _, _ in points)
 
     def _bracket(self, e: EngineClimb) -> tuple[int | None, int | None]:
         from harness.app.run.ladder_run import _bracket
@@ -195,11 +195,11 @@ class Allocation:
         return self.job._points_at(e, [x for x in (p, f) if x is not None])
 
     def _ramp(self, e: EngineClimb) -> int | None:
-        """The load of a fresh start's ramp: the highest measured at or below half the bracket's
-        passing load (None: the passing load is 1)."""
+        """The load of a fresh start's ramp: the bracket's passing load (the boundary's
+        neighbourhood: a ramp at half of it left the first bracket point after it at 0.89 of its
+        climb's throughput in make bench's three runs of 2026-12-06); None when it has none."""
         p, _ = self._bracket(e)
-        loads = [m.load for m in e.measurements if p is not None and p >= 2 and m.load <= p / 2]
-        return max(loads, default=None)
+        return p if p is not None and p >= 2 else None
 
     def _do(self, e: EngineClimb, step: Step, bar: float = 0.0) -> str:
         self.job.console.print(f"{escape(e.name)}: {step.action} — {escape(step.why)} ({max(0.0, self.left_s):.0f} s "

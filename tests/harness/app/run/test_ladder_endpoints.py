@@ -116,8 +116,8 @@ def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_pa
 def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp_path, monkeypatch):
     """Two identical engines, both open at --max-load 2 (nothing separates them): the allocation
     repeats their bracket points three times each (its most), interleaved, each time on a fresh
-    start of the engine (so the interval holds the spread between starts) after a ramp (a pass at
-    half the boundary, stored with phase "ramp", judged nowhere), whether the engines were kept
+    start of the engine (so the interval holds the spread between starts) after a ramp (a brief pass
+    at the passing load, stored with phase "ramp", judged nowhere), whether the engines were kept
     frozen since their climb (all fit at once) or not (--sequential-start)."""
     import adapters.registry as registry
     from tests.fake_servers.ray_engines import PacedEngine
@@ -134,11 +134,11 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
         e = ladder.engines[name]
         assert [p.load for p in e.points] == [1, 2] and e.stopped == "max_load"
         # the bracket point (2 in flight, the highest allowed): 1 + 3 more, fresh prompts each; the
-        # ramp at 1 is in no point (load 1 keeps its one climb measurement)
+        # ramp (at 2) is in no point
         assert [len(p.seeds) for p in e.points] == [1, 4] and len(set(e.points[1].seeds)) == 4
         repeats = res.output.split(f"{name}: repeat — ", 1)[1]
         assert repeats.count(f"{name}: starting") == 3 and f"{name}: thawing its started server" not in repeats  # 3 fresh starts
-        assert repeats.count(f"{name} ramp at 1 in flight") == 3
+        assert repeats.count(f"{name} ramp at 2 in flight") == 3
         ramps = [r for r in read_records(tmp_path / "decisive" / "requests.jsonl") if r.engine == name and r.phase == "ramp"]
         assert len(ramps) >= 3 and all(r.error_class is None for r in ramps)  # stored, 3 passes, each a point's requests
     # one figure for a point measured three times: summary.json's, the weighted lens's and the ladder's
