@@ -118,7 +118,7 @@ def allocation(base: SimEngine, trials: int) -> None:
         ratios = [[b / a for a, b in zip(times[0], times[k])] for k in (1, 2)]
         cells = [f"{pct(right[k], trials) if p else '–'} / {pct(wrong[k], trials)} | {statistics.median(times[k]):,.0f}"
                  for k in (0, 1)]
-        spread = [f"{statistics.median(r):.2f} [{min(r):.2f}..{max(r):.2f}]" for r in ratios]
+        spread = [f"{statistics.median(r):.3f} [{min(r):.2f}..{max(r):.2f}]" for r in ratios]
         print(f"| {p} % | {cells[0]} | {cells[1]} | {spread[0]} | {spread[1]} |")
 
 

@@ -206,13 +206,14 @@ def test_the_leader_climbs_first_and_an_open_runner_up_stops_once_it_cannot_reac
 def test_an_endpoint_that_is_not_reachable_is_said_once_and_nothing_is_built_for_it(tmp_path):
     """A review found a run against an unreachable endpoint build the fidelity reference (about
     100 s on the 2-core machine) before saying nothing was measured, and its verdict name the
-    endpoint twice ("e: e: http://…")."""
+    endpoint twice ("e: e: http://…"); since issue 41 nothing that cannot be measured leaves a
+    run folder: one error line says why, exit 2."""
     res = CliRunner().invoke(app, ["run", "--endpoint", f"e=http://127.0.0.1:{_port()}", *ARGS, "-o", str(tmp_path),
                                    "--run-id", "dead"])
-    assert res.exit_code == 1, res.output
-    assert "Fidelity reference" not in res.output
-    verdict = load_run(tmp_path / "dead").ladder.decision.sentence
-    assert "No engine to recommend" in verdict and "e: http://127.0.0.1:" in verdict and "e: e:" not in verdict
+    assert res.exit_code == 2, res.output
+    assert "Fidelity reference" not in res.output and not (tmp_path / "dead").exists()
+    err = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: no engine can run here") and err[0].count("e: http://127.0.0.1:") == 1
 
 
 def test_bench_run_and_bench_search_read_one_engines_capacity_alike(monkeypatch, tmp_path):
