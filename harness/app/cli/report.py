@@ -8,6 +8,7 @@ Exit codes: 0 = done; 1 = no engine survives the hard constraints (``recommend``
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Annotated, NoReturn, Optional
 
@@ -183,13 +184,15 @@ def recommend_cmd(
     try:
         slos = parse_slos(slo) if slo is not None else None
         w = parse_weights(weights) if weights is not None else None
-        rec = recommend(runs, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or (),
+        ladder = _ladder_decided(runs[0], slos, target) if slos and len(runs) == 1 and runs[0].ladder is not None else None
+        scored = [dataclasses.replace(runs[0], ladder=ladder)] if ladder is not None else runs  # its gates: these SLOs'
+        rec = recommend(scored, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or (),
                         max_failure_rate=max_failure_rate)
     except (SLOError, ScorerError) as exc:
         _fail(str(exc))
-    ladder = _ladder_decided(runs[0], slos, target) if slos and len(runs) == 1 and runs[0].ladder is not None else None
     where = None
     if len(runs) == 1:  # beside the run's own answer, never over it (a multi-run ranking belongs to no one folder)
+        slo = ",".join(sorted(f"{s.key}={s.threshold_ms:g}" for s in slos)) if slos else None  # one name per question
         where = write_decision(runs[0].run_dir, question_name(slo=slo, hardware=None if hardware == "detected" else hardware,
                                                               gpus=gpus, preset=None if preset == "balanced" else preset,
                                                               weights=weights, feature=",".join(feature or []) or None,

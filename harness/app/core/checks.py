@@ -65,8 +65,14 @@ def parse_duration(text: str | float, option: str = "--time-budget", zero: bool 
 
 
 def duration_of(option: str, zero: bool = False) -> Any:
-    """The parser of ``option``'s duration (:func:`parse_duration`), for a settings field."""
-    return lambda text: parse_duration(text, option, zero=zero)
+    """The parser of ``option``'s finite duration (:func:`parse_duration`; ``inf`` refused in one
+    line: only ``--time-budget`` may be unbounded), for a settings field."""
+    def parse(text: str | float) -> float:
+        value = parse_duration(text, option, zero=zero)
+        if math.isinf(value):
+            raise ValueError(f"{option} needs a finite duration (e.g. 3m); --time-budget inf is what leaves the job unbounded")
+        return value
+    return parse
 
 
 def spec_values(path: Path | None) -> dict[str, Any]:

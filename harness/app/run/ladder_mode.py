@@ -82,7 +82,8 @@ class LadderMode:
     def run(self, ctx: RunContext, plans: list[EnginePlan]) -> str:
         """The main job over ``plans``; returns who interrupted it ("" = nobody)."""
         cfg, state, console, executor = ctx.cfg, ctx.state, ctx.console, ctx.executor
-        deadline = time.monotonic() + cfg.time_budget_s - REPORT_RESERVE_S  # the decision and the reports within it too
+        started = time.monotonic()
+        deadline = started + cfg.time_budget_s - REPORT_RESERVE_S  # the decision and the reports within it too
         executor.begin(self.started(plans))
         interrupted, engines, job = "", [EngineClimb(p) for p in plans], None
         try:
@@ -92,6 +93,7 @@ class LadderMode:
             spec = ladder_spec(cfg, ctx.kind, state.workload, slos, state.fidelity_reference)
             job = LadderJob(spec, executor, state.writer, console, tokenizer=state.tokenizer,
                             boundary_repeats=max(3, cfg.repeats), target_tps=cfg.target_load, time_budget_s=cfg.time_budget_s)
+            job.t0 = started  # ladder.json's wall_s: the whole job, the reference and the search included
             engines, interrupted = self.configure(ctx, job, plans, engines)
             if not interrupted:
                 interrupted = Allocation(job, deadline, max_repeats=job.boundary_repeats).run(
@@ -132,6 +134,10 @@ class LadderMode:
                       f"uncertain (engines that cannot win dropped, the others climbed on, boundaries bisected, bracket "
                       f"points repeated on fresh starts), within a time budget of {_duration(cfg.time_budget_s)} for the "
                       f"whole job ({_duration(max(0.0, deadline - time.monotonic()))} left)", highlight=False)
+        if deadline <= time.monotonic():
+            console.print("Time budget: spent before the ladders (the engines' starts and the fidelity reference took it): "
+                          "each engine's low end is measured anyway, the least a verdict rests on, and nothing more "
+                          "(--time-budget gives more).", highlight=False)
         if cfg.engine_config and (climb_to := recipe_climb_to(cfg.engine_config)) > 1:
             capped = (f", except that --max-load {cfg.max_load} stops it first: raise --max-load to compare like for like"
                       if climb_to > cfg.max_load else "")

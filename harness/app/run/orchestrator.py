@@ -131,7 +131,8 @@ class Orchestrator:
         self.parity.plan(adapters, state.model_dir, kind)
         plans = self._plans(adapters, kind, state)
         if not plans:  # nothing can be measured: no run folder is left for `bench results list` to show
-            reasons = "; ".join(f"{n}: {e.reason}" for n, e in writer.summary.engines.items())
+            reasons = "; ".join(e.reason if e.reason.startswith(f"{n}:") else f"{n}: {e.reason}"
+                                for n, e in writer.summary.engines.items())
             writer.close()
             shutil.rmtree(writer.run_dir, ignore_errors=True)
             raise EngineError(" ".join(f"no engine can run here, so nothing was measured and no run folder is kept "

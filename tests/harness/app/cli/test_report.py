@@ -159,7 +159,7 @@ def test_a_re_decision_leaves_the_run_folder_unchanged_and_stores_its_answer_bes
     own = load_run(run_dir).ladder.decision
     res = runner.invoke(app, ["recommend", str(run_dir), "--hardware", "CPU", "--slo", "ttft_p90=1000,tpot_p90=40"])
     assert _hashes(run_dir) == before
-    folder = run_dir / "decisions" / "slo-ttft_p90=1000,tpot_p90=40_hardware-CPU"
+    folder = run_dir / "decisions" / "slo-tpot_p90=40,ttft_p90=1000_hardware-CPU"  # one name whatever the order
     again = LadderSummary.model_validate_json((folder / "ladder.json").read_text()).decision
     assert (folder / "recommendation.json").is_file() and again.slos == {"ttft_p90": 1000.0, "tpot_p90": 40.0}
     assert again.sentence != own.sentence and again.winner == "fast"
@@ -179,3 +179,4 @@ def test_a_re_decision_says_which_ladder_to_climb_where_the_stored_one_cannot_an
         assert (f"{name}: every point measured (up to 32 in flight) meets these SLOs, so the stored ladder cannot say "
                 f"where it stops: bench run --engine {name} --slo ttft_p90=600000,tpot_p90=60000 --max-load 128") in text
     assert "own: every point" not in text  # the yardstick is not what is decided
+

@@ -183,5 +183,8 @@ def test_every_budget_reads_one_duration_vocabulary() -> None:
         RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2x"})
     with pytest.raises(ValueError, match="--ladder-budget must be above 0 s"):
         RunSettings.from_cli({"engines": "own", "ladder_budget_s": "0"})
+    for option, field in (("--ladder-budget", "ladder_budget_s"), ("--tune", "tune_s")):  # only the job may be unbounded
+        with pytest.raises(ValueError, match=f"{option} needs a finite duration"):
+            RunSettings.from_cli({"engines": "own", field: "inf"})
     with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
         RunSettings.from_cli({"engines": "own", "tune_s": "-5"})
