@@ -47,8 +47,9 @@ def frontier_png(s: LadderSummary) -> bytes | None:
     fig = _figure(9, 5.6)
     ax = fig.add_subplot(1, 1, 1)
     winner = s.decision.winner if s.decision else ""
-    colors = _colors(len(curves))
-    for (name, e), color in zip(curves.items(), colors):
+    colors = engine_colors(s)
+    for name, e in curves.items():
+        color = colors[name]
         pts = [p for p in sorted(e.points, key=lambda p: p.load) if p.per_user_tps]
         xs, ys = [p.per_user_tps for p in pts], [p.output_tps for p in pts]
         label = name + (" (yardstick)" if e.reference else "") + (" — excluded" if e.excluded else "")
@@ -105,6 +106,13 @@ def _tried(ax: Any, s: LadderSummary, name: str, color: Any) -> None:
         ax.plot([x for x, _ in tuning.envelope], [y for _, y in tuning.envelope], "-" if len(tuning.envelope) > 1 else "o",
                 color=color, linewidth=6, markersize=14, alpha=0.18,
                 label=f"{name}: envelope over its {measured} measured configurations (tried ones dotted)")
+
+
+def engine_colors(s: LadderSummary) -> dict[str, Any]:
+    """Each plotted engine's colour, the same on every chart of the run (the frontier's order:
+    the engines with a measured point, as ``ladder.json`` lists them)."""
+    curves = [n for n, e in s.engines.items() if any(p.per_user_tps for p in e.points)]
+    return dict(zip(curves, _colors(len(curves))))
 
 
 def _colors(n: int) -> list[Any]:

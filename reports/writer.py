@@ -23,6 +23,7 @@ from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
 from .frontier import capacity_rows, caveats, frontier_png, race_note, yardstick_note
+from .winner_map import map_lines, winner_map_png
 from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
 
@@ -93,6 +94,10 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:
         pngs["frontier"] = chart
+    winners = runs[0].winner_map if ladder is not None else None
+    ctx["winner_map"] = map_lines(winners) if winners is not None else None
+    if winners is not None and ladder is not None and (chart := winner_map_png(winners, ladder)) is not None:
+        pngs["winner_map"] = chart
 
     plot_dir = out_dir / f"{stem}-plots"
     plot_dir.mkdir(exist_ok=True)

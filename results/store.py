@@ -49,6 +49,8 @@ from .schema import (
     RequestRecord,
     RunSummary,
     SkipCause,
+    WINNER_MAP_FILE,
+    WinnerMap,
 )
 
 REQUESTS_FILE = "requests.jsonl"
@@ -306,6 +308,7 @@ class Run:
     ladder: LadderSummary | None = None  # ``ladder.json``: the load ladders and the decision (None: one load point)
     fidelity: FidelityCheck | None = None  # ``fidelity.json``: outputs against the reference (None: not checked)
     accuracy: AccuracyCheck | None = None  # ``accuracy.json``: the user's task-accuracy set (None: none given)
+    winner_map: WinnerMap | None = None  # ``winner_map.json``: the verdict over a grid of SLOs (None: not made)
 
     @property
     def run_id(self) -> str:
@@ -450,9 +453,11 @@ def load_run(run_dir: Path | str) -> Run:
     fidelity = _validate(FidelityCheck, _read_json(fidelity_path, run_dir), fidelity_path) if fidelity_path.is_file() else None
     accuracy_path = run_dir / ACCURACY_FILE
     accuracy = _validate(AccuracyCheck, _read_json(accuracy_path, run_dir), accuracy_path) if accuracy_path.is_file() else None
+    map_path = run_dir / WINNER_MAP_FILE
+    winners = _validate(WinnerMap, _read_json(map_path, run_dir), map_path) if map_path.is_file() else None
     return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
                recommendation=read_recommendation(run_dir), upgraded_from=upgraded, ladder=ladder, fidelity=fidelity,
-               accuracy=accuracy)
+               accuracy=accuracy, winner_map=winners)
 
 
 def is_run_folder(path: Path) -> bool:

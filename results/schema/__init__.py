@@ -102,6 +102,7 @@ from .search import (
 )
 from .summary import Equivalence, EquivalenceResult, RunSummary
 from .timeline import Timeline
+from .winner_map import WINNER_MAP_FILE, MapCell, WinnerMap
 
 __all__ = [
     "Artefact", "SCHEMA_VERSION", "READABLE_MAJOR_VERSIONS",
@@ -118,7 +119,7 @@ __all__ = [
     "SearchSummary",
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
     "EngineTuning", "RECIPE_FILE", "Recipe",
-    "Timeline",
+    "Timeline", "WINNER_MAP_FILE", "MapCell", "WinnerMap",
     "FIDELITY_FILE", "COVERAGE_FLOOR", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
     "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",
     "ACCURACY_FILE", "AccuracyItem", "AccuracyResult", "AccuracyCheck",

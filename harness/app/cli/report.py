@@ -204,6 +204,13 @@ def recommend_cmd(
         if ladder is not None:  # the ladders decided again under these SLOs: the answer first
             _print_ladder_verdict(ladder, make_console())
         print_recommendation(rec, make_console())
+        if where is not None and ladder is not None:  # where the answer changes around these SLOs
+            from harness.app.cli.verdict import print_map_line
+            from harness.app.run.reporting import store_winner_map
+            from results.schema import WINNER_MAP_FILE
+
+            store_winner_map(runs[0], where, ladder)
+            print_map_line(where / WINNER_MAP_FILE, make_console())
         if where is not None:
             make_console().print(f"Stored in {where} (the run's own recommendation.json and ladder.json are unchanged)",
                                  markup=False, highlight=False, soft_wrap=True)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from reports.frontier import capacity_rows, race_note, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
-from results.schema import RECIPE_FILE, LadderSummary
+from results.schema import RECIPE_FILE, WINNER_MAP_FILE, LadderSummary
 
 
 def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = None, notes: Sequence[str] = ()) -> None:
@@ -49,3 +49,21 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         console.print(f"No {RECIPE_FILE}: {no_recipe_reason(ladder)}.", markup=False, highlight=False)
     if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
         console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)
+    if run_dir is not None and (run_dir / WINNER_MAP_FILE).is_file():
+        print_map_line(run_dir / WINNER_MAP_FILE, console)
+
+
+def print_map_line(path: Path, console: Any) -> None:
+    """The winner map's nearest boundary in one line, and where its chart is (a map that cannot
+    be read is passed over: the verdict above stands without it)."""
+    from pydantic import ValidationError
+
+    from results.schema import WinnerMap
+
+    try:
+        found = WinnerMap.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, ValidationError):
+        return
+    chart = path.parent / "report-plots" / "winner_map.png"
+    console.print(f"Winner map: {found.boundary}" + (f" ({chart})" if chart.exists() else ""), markup=False,
+                  highlight=False, soft_wrap=True)

@@ -19,6 +19,7 @@ from harness.metrics.timeline import timelines
 from harness.scoring import Recommendation, recommend
 from reports import write_reports
 from results.recommendation import write_recommendation
+from results.schema import LadderSummary, WinnerMap
 from results.store import Run, load_run
 
 
@@ -113,8 +114,27 @@ def write_run_reports(
         recommendation = default_recommendation(runs)
         if len(runs) == 1:
             write_recommendation(base.run_dir, recommendation)
+    if len(runs) == 1 and base.ladder is not None and base.ladder.decision is not None:
+        base.winner_map = store_winner_map(base)
     lines = {(run.run_id, name): timelines(run.records_for(name)) for run in runs for name in run.summary.engines}
     return write_reports(runs, recommendation, Path(run_dir), timelines=lines)
+
+
+def store_winner_map(run: Run, folder: Path | None = None, ladder: LadderSummary | None = None) -> WinnerMap:
+    """The winner map around ``ladder``'s SLOs (default: the run's own ladder), decided from the
+    run's records (:func:`harness.scoring.winner_map.winner_map`), written as ``winner_map.json``
+    into ``folder`` (default: the run folder)."""
+    from harness.metrics import slos_of
+    from harness.scoring.winner_map import winner_map
+    from results.schema import WINNER_MAP_FILE
+    from results.store import write_model_atomic
+
+    ladder = ladder or run.ladder
+    assert ladder is not None
+    kind = (run.manifest.hardware.kind if run.manifest.hardware is not None else None) or "cpu"
+    found = winner_map(ladder, run.records, slos_of(ladder.slos), hardware_kind=kind)
+    write_model_atomic((folder or run.run_dir) / WINNER_MAP_FILE, found)
+    return found
 
 
 def score_and_report(run_dir: Path, cfg: Any) -> Recommendation:

@@ -1,0 +1,177 @@
+"""The winner map: the verdict over a grid of SLOs, decided from a run's records (issue 41).
+
+For each cell of a grid of thresholds (a TPOT percentile across, a TTFT percentile down), the
+run's ladders are decided again by the decision core (:func:`harness.scoring.decision.judge`:
+the same capacities, intervals, gates and three outcomes as the run's own verdict), with the
+exclusions the scorer declared (hardware, a required feature, the memory fit) kept. The default
+grid is the user's threshold times :data:`GRID_FACTORS` on each axis; an axis the user set no SLO
+on gets the default SLO's percentile and threshold times the factors, plus a column "no such SLO"
+(``None``) where the user's own question sits.
+
+The nearest boundary (:func:`boundary`): from the user's cell, the first grid step in each of
+the four directions (tighter or looser, on either axis) where the answer changes (another
+winner, or no winner), refined by :data:`REFINE_STEPS` bisections in log-threshold between the
+two grid values; the nearest in log-threshold is named in one line ("tighten p90 TPOT to 140 ms
+and vllm takes over"). The threshold named is one the core decided at, not an interpolation.
+
+Cost: one :func:`judge` per cell (about 0.1–0.2 s on a make bench run of 2,000 records), so a
+7 × 7 map takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from harness.metrics import SLO, slo_table
+from results.schema import LadderSummary, MapCell, RequestRecord, WinnerMap
+
+from .decision import judge, slo_words
+from .gates import DECLARED_STAGES
+
+GRID_FACTORS = (0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
+REFINE_STEPS = 4
+AXES = ("tpot", "ttft")  # across, down
+DEFAULT_PERCENTILE = 90.0
+DEFAULT_THRESHOLDS_MS = {("cpu", "tpot"): 200.0, ("cpu", "ttft"): 4000.0, ("gpu", "tpot"): 50.0, ("gpu", "ttft"): 1500.0}
+
+Key = tuple[str, str]  # (winner, outcome when there is no winner): what the map compares
+
+
+def _key(cell: MapCell) -> Key:
+    return (cell.winner, "" if cell.winner else cell.outcome)
+
+
+def _axis(slos: Sequence[SLO], metric: str, hardware_kind: str, factors: Sequence[float]) -> tuple[SLO, list[float | None]]:
+    """The axis of ``metric``: the user's SLO on it and its thresholds (ms), or, when the user
+    gave none, the default percentile and threshold with ``None`` ("no such SLO") last."""
+    mine = next((s for s in slos if s.metric == metric), None)
+    if mine is not None:
+        return mine, [mine.threshold_ms * f for f in factors]
+    kind = "cpu" if hardware_kind == "cpu" else "gpu"
+    base = SLO(metric, DEFAULT_THRESHOLDS_MS[kind, metric], DEFAULT_PERCENTILE)
+    return base, [base.threshold_ms * f for f in factors] + [None]
+
+
+class _Decider:
+    """Decides one pair of thresholds (a deep copy of the ladder judged; memoised)."""
+
+    def __init__(self, summary: LadderSummary, records: Sequence[RequestRecord], held: list[SLO],
+                 x: SLO, y: SLO, seed: int) -> None:
+        self.summary, self.records, self.held, self.x, self.y, self.seed = summary, records, held, x, y, seed
+        self.gates = {n: (e.excluded_stage, e.excluded) for n, e in summary.engines.items()
+                      if e.excluded and e.excluded_stage in DECLARED_STAGES}
+        self.cache: dict[tuple[float | None, float | None], MapCell] = {}
+
+    def slos(self, x_ms: float | None, y_ms: float | None) -> list[SLO]:
+        out = list(self.held)
+        if y_ms is not None:
+            out.append(SLO(self.y.metric, y_ms, self.y.percentile))
+        if x_ms is not None:
+            out.append(SLO(self.x.metric, x_ms, self.x.percentile))
+        return out
+
+    def __call__(self, x_ms: float | None, y_ms: float | None) -> MapCell:
+        if (x_ms, y_ms) not in self.cache:
+            ladder = self.summary.model_copy(deep=True)
+            judge(ladder, self.records, self.slos(x_ms, y_ms), extra_gates=self.gates, seed=self.seed)
+            d = ladder.decision
+            assert d is not None
+            self.cache[x_ms, y_ms] = MapCell(outcome=d.outcome or "none", winner=d.winner, leader=d.leader,
+                                             runner_up=d.runner_up)
+        return self.cache[x_ms, y_ms]
+
+
+def winner_map(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
+               hardware_kind: str = "cpu", factors: Sequence[float] = GRID_FACTORS, seed: int = 0) -> WinnerMap:
+    """The map of ``summary``'s ladders over a grid around ``slos`` (module docstring); ``summary``
+    is not changed. Raises ValueError when ``factors`` does not hold 1.0 (the user's own cell)."""
+    if 1.0 not in factors:
+        raise ValueError("the grid's factors must include 1.0 (the question's own thresholds)")
+    x, xs = _axis(slos, AXES[0], hardware_kind, factors)
+    y, ys = _axis(slos, AXES[1], hardware_kind, factors)
+    held = [s for s in slos if s.metric not in AXES]
+    decide = _Decider(summary, records, held, x, y, seed)
+    cells = [decide(xv, yv) for yv in ys for xv in xs]
+    out = WinnerMap(x_key=x.key, y_key=y.key, x_ms=xs, y_ms=ys, held=slo_table(held), slos=slo_table(slos),
+                    cells=cells)
+    mine_x = xs.index(None) if x not in slos else list(factors).index(1.0)
+    mine_y = ys.index(None) if y not in slos else list(factors).index(1.0)
+    out.boundary, out.boundary_key, out.boundary_ms = boundary(out, decide, mine_x, mine_y)
+    return out
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1000:.3g} s" if v >= 1000 else f"{v:.3g} ms"
+
+
+def _answer(cell: MapCell) -> str:
+    if cell.winner:
+        return f"{cell.winner} wins"
+    if cell.outcome == "none":
+        return "no engine meets the SLOs"
+    if cell.outcome == "undecided":
+        return f"{cell.leader} leads but is not decided (an open ladder could still lead)"
+    return f"{cell.leader} leads, not separated from {cell.runner_up}"
+
+
+def _takes_over(cell: MapCell) -> str:
+    return f"{cell.winner} takes over" if cell.winner else _answer(cell)
+
+
+def _refine(decide: _Decider, axis: int, same: float, other: float, fixed: float | None) -> tuple[float, MapCell]:
+    """Bisect (log-threshold) between ``same`` (the user's answer) and ``other`` (another one)
+    on ``axis`` (0 = x, 1 = y); the threshold nearest ``same`` found with another answer."""
+    def at(v: float) -> MapCell:
+        return decide(v, fixed) if axis == 0 else decide(fixed, v)
+
+    mine = _key(at(same))
+    for _ in range(REFINE_STEPS):
+        mid = math.sqrt(same * other)
+        if _key(at(mid)) == mine:
+            same = mid
+        else:
+            other = mid
+    return other, at(other)
+
+
+def boundary(m: WinnerMap, decide: _Decider, j0: int, i0: int) -> tuple[str, str | None, float | None]:
+    """The nearest change of answer from cell (``i0``, ``j0``) (module docstring): the line, the
+    SLO key and the threshold (ms) named."""
+    here = m.cell(i0, j0)
+    found: list[tuple[float, str, str, float, MapCell]] = []  # (log distance, verb, key, ms, cell)
+    for axis, values, key, start, fixed in ((0, m.x_ms, m.x_key, j0, m.y_ms[i0]), (1, m.y_ms, m.y_key, i0, m.x_ms[j0])):
+        for step in (-1, 1):
+            k = start + step
+            while 0 <= k < len(values):
+                cell = m.cell(i0, k) if axis == 0 else m.cell(k, j0)
+                if _key(cell) != _key(here):
+                    break
+                k += step
+            if not 0 <= k < len(values):
+                continue
+            same, other = values[k - step], values[k]
+            if same is None or other is None:  # the change is at "no such SLO": no threshold between
+                ms, cell = (other if other is not None else same), cell
+                verb = "drop" if other is None else "set"
+            else:
+                ms, cell = _refine(decide, axis, same, other, fixed)
+                verb = "tighten" if other < same else "loosen"
+            mine = values[start]
+            dist = abs(math.log(ms / mine)) if mine is not None and ms is not None else math.inf
+            found.append((dist, verb, key, ms, cell))
+    if not found:
+        return (f"{_answer(here)} everywhere on the map ({_span(m.x_key, m.x_ms)} × {_span(m.y_key, m.y_ms)})",
+                None, None)
+    dist, verb, key, ms, cell = min(found, key=lambda f: f[0])
+    if verb == "drop":
+        return f"without a {slo_words(key)} SLO, {_takes_over(cell)}", key, None
+    return f"{verb} {slo_words(key)} to {_ms(ms)} and {_takes_over(cell)}", key, ms
+
+
+def _span(key: str, values: Sequence[float | None]) -> str:
+    finite = [v for v in values if v is not None]
+    return f"{slo_words(key)} {_ms(min(finite))}–{_ms(max(finite))}"
+
+
+__all__ = ["GRID_FACTORS", "boundary", "winner_map"]
