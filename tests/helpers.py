@@ -147,3 +147,33 @@ def write_run(
     (d / "manifest.json").write_text(json.dumps(manifest))
     (d / "requests.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records))
     return load_run(d)
+
+
+def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str = "ttft_p90=1000,tpot_p90=60",
+                   loads: tuple[int, ...] = (1, 2, 4, 8, 16, 32), requests: int = 24, seed: int = 0,
+                   workload: str = "random") -> Path:
+    """A run folder ``root/run_id`` whose scripted engines (name → ``SimEngine``) climbed load
+    ladders of ``loads`` (``max(requests, 4 × load)`` requests of 32 output tokens per point,
+    simulated with seeds ``seed + index``), judged at ``slos`` and stored as ``ladder.json``."""
+    from harness.loadgen.simulated import simulate
+    from harness.scoring.decision import judge
+    from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
+    from results.store import RunWriter, read_records, write_model_atomic
+
+    parsed = parse_slos(slos)
+    writer = RunWriter(root / run_id, run_id, workload)
+    summary = LadderSummary(run_id=run_id, workload=workload, slos={s.key: s.threshold_ms for s in parsed})
+    for name, engine in engines.items():
+        points = []
+        for index, load in enumerate(loads):
+            records, duration = simulate(engine, load, max(requests, 4 * load), 32, seed=seed + index)
+            for r in records:
+                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
+                writer.add_record(r)
+            points.append(LadderPoint(index=index, load=load, seeds=[seed + index], wall_s=duration))
+        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0)
+        writer.set_engine(name, EngineResult(status=EngineStatus.OK))
+    writer.close()
+    judge(summary, read_records(root / run_id / "requests.jsonl"), parsed)
+    write_model_atomic(root / run_id / LADDER_FILE, summary)
+    return root / run_id

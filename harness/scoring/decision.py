@@ -142,6 +142,19 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
     return None
 
 
+def engine_capacity(summary: LadderSummary, name: str, records: Sequence[RequestRecord], slos: Sequence[SLO],
+                    seed: int = 0) -> tuple[Capacity | None, list[PointSample]]:
+    """Engine ``name``'s capacity at ``slos`` from its ladder's records (None when it measured no
+    point), with its bootstrap draws from the engine's own random stream
+    (:func:`harness.scoring.frontier.engine_stream` of ``seed``), and the points it was read from."""
+    ladder = summary.engines[name]
+    points = ladder_points(name, ladder, records, ladder.devices or summary.devices, summary.workload == "agentic")
+    cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
+    if cap is not None and ladder.stopped == "saturated":
+        cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
+    return cap, points
+
+
 def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
           price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, tuple[str, str]] | None = None,
           client_rps: float | None = None, interrupted: str = "", seed: int = 0) -> LadderSummary:
@@ -155,10 +168,7 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     candidates = []
     samples: dict[str, list[PointSample]] = {}
     for name, ladder in summary.engines.items():
-        points = samples[name] = ladder_points(name, ladder, records, ladder.devices or summary.devices, agentic)
-        cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
-        if cap is not None and ladder.stopped == "saturated":
-            cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
+        cap, samples[name] = engine_capacity(summary, name, records, slos, seed)
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)

@@ -5,7 +5,7 @@ run's ladders are decided again by the decision core (:func:`harness.scoring.dec
 the same capacities, intervals, gates and three outcomes as the run's own verdict), with the
 exclusions the scorer declared (hardware, a required feature, the memory fit) kept. The default
 grid is the user's threshold times :data:`GRID_FACTORS` on each axis; an axis the user set no SLO
-on gets the default SLO's percentile and threshold times the factors, plus a column "no such SLO"
+on gets the default SLO's percentile and threshold (for the hardware and workload) times the factors, plus a column "no such SLO"
 (``None``) where the user's own question sits.
 
 The nearest boundary (:func:`boundary`): from the user's cell, the first grid step in each of
@@ -26,14 +26,12 @@ from typing import Sequence
 from harness.metrics import SLO, slo_table
 from results.schema import LadderSummary, MapCell, RequestRecord, WinnerMap
 
-from .decision import judge, slo_words
+from .decision import default_slos, judge, slo_words
 from .gates import DECLARED_STAGES
 
 GRID_FACTORS = (0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
 REFINE_STEPS = 4
 AXES = ("tpot", "ttft")  # across, down
-DEFAULT_PERCENTILE = 90.0
-DEFAULT_THRESHOLDS_MS = {("cpu", "tpot"): 200.0, ("cpu", "ttft"): 4000.0, ("gpu", "tpot"): 50.0, ("gpu", "ttft"): 1500.0}
 
 Key = tuple[str, str]  # (winner, outcome when there is no winner): what the map compares
 
@@ -42,14 +40,14 @@ def _key(cell: MapCell) -> Key:
     return (cell.winner, "" if cell.winner else cell.outcome)
 
 
-def _axis(slos: Sequence[SLO], metric: str, hardware_kind: str, factors: Sequence[float]) -> tuple[SLO, list[float | None]]:
+def _axis(slos: Sequence[SLO], metric: str, defaults: Sequence[SLO], factors: Sequence[float]) -> tuple[SLO, list[float | None]]:
     """The axis of ``metric``: the user's SLO on it and its thresholds (ms), or, when the user
-    gave none, the default percentile and threshold with ``None`` ("no such SLO") last."""
+    gave none, the default SLO's (:data:`harness.scoring.decision.DEFAULT_SLOS`) with ``None``
+    ("no such SLO") last."""
     mine = next((s for s in slos if s.metric == metric), None)
     if mine is not None:
         return mine, [mine.threshold_ms * f for f in factors]
-    kind = "cpu" if hardware_kind == "cpu" else "gpu"
-    base = SLO(metric, DEFAULT_THRESHOLDS_MS[kind, metric], DEFAULT_PERCENTILE)
+    base = next(s for s in defaults if s.metric == metric)
     return base, [base.threshold_ms * f for f in factors] + [None]
 
 
@@ -88,8 +86,9 @@ def winner_map(summary: LadderSummary, records: Sequence[RequestRecord], slos: S
     is not changed. Raises ValueError when ``factors`` does not hold 1.0 (the user's own cell)."""
     if 1.0 not in factors:
         raise ValueError("the grid's factors must include 1.0 (the question's own thresholds)")
-    x, xs = _axis(slos, AXES[0], hardware_kind, factors)
-    y, ys = _axis(slos, AXES[1], hardware_kind, factors)
+    defaults = default_slos(hardware_kind, summary.workload)
+    x, xs = _axis(slos, AXES[0], defaults, factors)
+    y, ys = _axis(slos, AXES[1], defaults, factors)
     held = [s for s in slos if s.metric not in AXES]
     decide = _Decider(summary, records, held, x, y, seed)
     cells = [decide(xv, yv) for yv in ys for xv in xs]

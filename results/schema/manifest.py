@@ -14,7 +14,7 @@ from .facts import CalibrationFacts, EngineFacts, HardwareFacts, SearchFacts, Wo
 
 class ModelSummary(Artefact):
     """The served model's architecture facts, read once from ``config.json``
-    (``results.model_geometry.read_model_summary``)."""
+    (``results.model_geometry.read_model_summary``), and its content ``digest``."""
 
     model_config = ConfigDict(protected_namespaces=())
 
@@ -30,6 +30,7 @@ class ModelSummary(Artefact):
     max_position_embeddings: int | None = None
     dtype: str | None = None
     num_params: int | None = None
+    digest: str | None = None  # SHA-256 over the folder's files (results.model_digest): the weights, whatever the path
 
 
 class Validity(Artefact):

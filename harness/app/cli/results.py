@@ -13,10 +13,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.app.cli.common import err_console, fail, make_console
+from harness.app.cli.compare import history_cmd
 from harness.app.cli.summary import print_summary
 
 app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
 console = make_console()
+app.command("history", help="An engine's capacity at one set of SLOs over the stored runs of one workload, oldest "
+            "first, with intervals and whether it moved from the run before.")(history_cmd)
 
 
 @app.command("list")

@@ -161,4 +161,10 @@ def model_summary(folder: Path) -> dict:
                     num_params += n
     except Exception:  # informational only
         num_params = None
-    return read_model_summary(folder, num_params).model_dump()
+    from results.model_digest import model_digest
+
+    try:  # the weights' identity, whatever the folder is called (each file hashed once, remembered by size and mtime)
+        digest: str | None = model_digest(folder, cache_dir() / "digests.json")
+    except OSError:
+        digest = None
+    return read_model_summary(folder, num_params).model_copy(update={"digest": digest}).model_dump()

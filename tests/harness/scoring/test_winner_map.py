@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.loadgen.simulated import SimEngine, simulate
+from harness.loadgen.simulated import SimEngine
 from harness.metrics import parse_slos
 from harness.scoring.decision import judge
 from harness.scoring.winner_map import GRID_FACTORS, winner_map
-from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
-from results.store import RunWriter, read_records, write_model_atomic
+from results.schema import LadderSummary
+
+from tests.helpers import sim_ladder_run
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
 ENGINES = {"nimble": SimEngine("nimble", slots=4, prefill_ms=40, tpot_ms=10, jitter=0.05),
@@ -21,22 +22,7 @@ ENGINES = {"nimble": SimEngine("nimble", slots=4, prefill_ms=40, tpot_ms=10, jit
 
 def crossover_run(root: Path, slos=SLOS) -> Path:
     """A run folder in which ``nimble`` and ``wide`` climbed ladders of 1 … 32 in flight."""
-    writer = RunWriter(root / "cross", "cross", "random")
-    summary = LadderSummary(run_id="cross", workload="random", slos={s.key: s.threshold_ms for s in slos})
-    for name, engine in ENGINES.items():
-        points = []
-        for index, load in enumerate((1, 2, 4, 8, 16, 32)):
-            records, duration = simulate(engine, load, max(24, 4 * load), 32, seed=index)
-            for r in records:
-                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
-                writer.add_record(r)
-            points.append(LadderPoint(index=index, load=load, seeds=[index], wall_s=duration))
-        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0)
-        writer.set_engine(name, EngineResult(status=EngineStatus.OK))
-    writer.close()
-    judge(summary, read_records(root / "cross" / "requests.jsonl"), slos)
-    write_model_atomic(root / "cross" / LADDER_FILE, summary)
-    return root / "cross"
+    return sim_ladder_run(root, "cross", ENGINES, ",".join(f"{s.key}={s.threshold_ms:g}" for s in slos))
 
 
 def _decided(summary: LadderSummary, records, text: str) -> str:

@@ -1,0 +1,176 @@
+"""``bench compare RUN_A RUN_B`` (the regression guard) and ``bench results history ENGINE``
+(an engine's capacity over the stored runs), issue 41.
+
+Both read stored ladders and decide them again from their records at one set of SLOs
+(:mod:`harness.scoring.compare`); nothing is measured and no run folder is written. Exit codes of
+``compare``: 0 = compared (and the gate held), 1 = ``--fail-below`` failed for an engine, 2 = bad
+input (one line).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional, Sequence
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from harness.app.cli.common import err_console, fail, make_console
+from harness.metrics import SLO, SLOError, parse_slos, slo_table, slos_of
+from results.pairs import split_list
+from results.store import ResultsError, Run
+
+
+def _load(ref: str, output_dir: Path) -> Run:
+    from harness.app.run.rebuild import load_or_rebuild
+    from results.store import resolve_run
+
+    try:
+        run = load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: err_console.print(escape(line)))
+    except ResultsError as exc:
+        fail(str(exc))
+    if run.ladder is None:
+        fail(f"run {run.run_id} measured load points, not load ladders: bench compare reads capacities at the SLO; "
+             "compare runs of bench run without -n/--request-rate")
+    return run
+
+
+def _slos(text: Optional[str], a: Run) -> list[SLO]:
+    try:
+        return parse_slos(text) if text else slos_of(a.ladder.slos if a.ladder else {})
+    except SLOError as exc:
+        fail(str(exc))
+
+
+def _capacity(cap) -> str:  # type: ignore[no-untyped-def]
+    """A capacity as the run's capacity table prints it (output tok/s per device, 95 % interval)."""
+    if cap is None:
+        return "–"
+    if cap.never_met or cap.output_tps <= 0:
+        return "0 (misses the SLO at its lowest load)"
+    lo, hi = cap.interval if cap.interval is not None else (float("nan"), float("nan"))
+    return f"{'≥ ' if cap.open else ''}{cap.output_tps:,.1f} [{lo:,.1f}–{hi:,.1f}]"
+
+
+def compare_cmd(
+    run_a: Annotated[str, typer.Argument(help="The run before (a folder, a run id under --output-dir, or 'latest').")],
+    run_b: Annotated[str, typer.Argument(help="The run after (a folder, a run id under --output-dir, or 'latest').")],
+    engine: Annotated[Optional[str], typer.Option(help="Engines to compare, comma-separated (default: every engine "
+                                                       "both runs climbed a ladder for).")] = None,
+    slo: Annotated[Optional[str], typer.Option(help="SLOs in ms both runs are decided at, e.g. ttft_p90=4000,tpot_p90=200 "
+                                                    "(default: run A's).")] = None,
+    fail_below: Annotated[Optional[float], typer.Option(help="Exit 1 when an engine's capacity ratio B/A lies below "
+                                                             "this beyond the noise (its 95 % interval wholly under it), "
+                                                             "e.g. 0.95 for a CI gate.")] = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
+    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Compare each engine's capacity at the SLO between two stored runs (B over A, with its 95 %
+    interval): moved up, moved down, within the noise (the 90 % interval inside ±5 %) or not
+    separated; and list what differed between the runs (engine version and args, harness, model
+    digest, hardware, workload). Nothing is measured."""
+    from harness.scoring.compare import compare, fails
+
+    if fail_below is not None and not 0 < fail_below < float("inf"):
+        fail(f"--fail-below is a capacity ratio B/A > 0 (0.95 = fail on a drop of more than 5 %), got {fail_below:g}")
+    a, b = _load(run_a, output_dir), _load(run_b, output_dir)
+    if a.run_dir.resolve() == b.run_dir.resolve():
+        fail(f"RUN_A and RUN_B are the same run ({a.run_id}): give two runs")
+    if a.summary.workload != b.summary.workload:
+        fail(f"run {a.run_id} replayed {a.summary.workload!r} and run {b.run_id} {b.summary.workload!r}: capacities "
+             "on other workloads are not comparable; compare runs of one workload")
+    slos = _slos(slo, a)
+    names = split_list(engine)
+    try:
+        changes = compare((a.ladder, a.records), (b.ladder, b.records), slos, names)  # type: ignore[arg-type]
+    except KeyError as exc:
+        fail(f"{exc.args[0]}: choose engines both runs measured (--engine), or leave --engine out")
+    if not changes:
+        fail(f"runs {a.run_id} and {b.run_id} have no engine in common: nothing to compare")
+    gated = [c.engine for c in changes if fail_below is not None and fails(c, fail_below)]
+    _print(a, b, changes, slos, gated, fail_below, json_out)
+    if gated:
+        raise typer.Exit(1)
+
+
+def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[str],  # type: ignore[type-arg]
+           fail_below: float | None, json_out: bool) -> None:
+    from harness.scoring.compare import WORDS, ratio_text
+    from harness.scoring.decision import slos_text
+    from results.differences import run_differences, unrecorded
+
+    diffs = run_differences(a.manifest, b.manifest, [c.engine for c in changes])
+    if json_out:
+        typer.echo(json.dumps({"run_a": a.run_id, "run_b": b.run_id, "slos": slo_table(slos),
+                               "engines": [{"engine": c.engine, "ratio": c.ratio, "interval": c.interval,
+                                            "equivalence_interval": c.equivalence, "moved": c.moved, "why": c.why,
+                                            "failed_gate": c.engine in gated} for c in changes],
+                               "differences": diffs}, indent=2))
+        return
+    console = make_console()
+    t = Table(title=f"Capacity at {slos_text(slos)}: run B ({b.run_id}) over run A ({a.run_id})")
+    for col, right in (("engine", False), ("A: output tok/s per device [95%]", True),
+                       ("B: output tok/s per device [95%]", True), ("B / A [95%]", True), ("", False), ("why", False)):
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    for c in changes:
+        t.add_row(escape(c.engine), _capacity(c.before), _capacity(c.after), ratio_text(c), WORDS[c.moved], escape(c.why))
+    console.print(t)
+    console.print("moved: the 95 % interval of B/A lies wholly beyond ±5 %; within the noise: its 90 % interval lies "
+                  "inside ±5 % (two one-sided tests); not separated: neither.", markup=False, highlight=False)
+    console.print("What differed: " + ("; ".join(diffs) if diffs else "nothing recorded differs"), markup=False,
+                  highlight=False, soft_wrap=True)
+    if missing := unrecorded(a.manifest, b.manifest):
+        console.print(f"Not recorded by one of the runs (not compared): {', '.join(missing)}", markup=False)
+    if fail_below is not None:
+        console.print((f"Gate failed (--fail-below {fail_below:g}): {', '.join(gated)}" if gated else
+                       f"Gate held (--fail-below {fail_below:g}): no capacity fell below it beyond the noise"),
+                      markup=False, highlight=False)
+
+
+def history_cmd(
+    engine: Annotated[str, typer.Argument(help="The engine whose capacity to list (as --engine names it).")],
+    workload: Annotated[Optional[str], typer.Option(help="Only runs of this workload (default: the newest run's "
+                                                         "that holds the engine).")] = None,
+    slo: Annotated[Optional[str], typer.Option(help="SLOs in ms every run is decided at (default: the newest "
+                                                    "run's).")] = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the runs are stored.")] = Path("results"),
+) -> None:
+    """List ENGINE's capacity at one set of SLOs over the stored runs of one workload, oldest first,
+    each decided again from its records, with its 95 % interval, its version, and whether it moved
+    from the run before (as bench compare reads it)."""
+    from harness.scoring.compare import WORDS, change
+    from harness.scoring.decision import engine_capacity, slos_text
+    from results.store import list_runs, load_run
+
+    runs = []
+    for path in list_runs(output_dir):  # newest first
+        try:
+            run = load_run(path)
+        except ResultsError:
+            continue  # an unreadable or killed folder is listed by bench results list, not here
+        if run.ladder is not None and engine in run.ladder.engines and run.ladder.engines[engine].points:
+            runs.append(run)
+    if workload is not None:
+        runs = [r for r in runs if r.summary.workload == workload]
+    if not runs:
+        fail(f"no stored run under {output_dir} climbed a ladder for {engine!r}"
+             + (f" on {workload!r}" if workload else "") + ": see bench results list")
+    runs = [r for r in runs if r.summary.workload == runs[0].summary.workload][::-1]  # oldest first
+    slos = _slos(slo, runs[-1])
+    t = Table(title=f"{engine} on {runs[0].summary.workload}: capacity at {slos_text(slos)}, each run decided again")
+    for col, right in (("run", False), ("created", False), ("version", False), ("output tok/s per device [95%]", True),
+                       ("in flight", True), ("vs the run before", False)):
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    before = None
+    for run in runs:
+        cap, _ = engine_capacity(run.ladder, engine, run.records, slos)  # type: ignore[arg-type]
+        drawn = engine_capacity(run.ladder, engine, run.records, slos, 1)[0] if before is not None else None  # type: ignore[arg-type]
+        moved = WORDS[change(engine, before, drawn).moved] if before is not None else ""
+        facts = run.manifest.engines.get(engine)
+        load = "–" if cap is None or cap.never_met else f"{'≥ ' if cap.open else ''}{cap.load:.3g}"
+        t.add_row(escape(run.run_id), escape((run.manifest.created_at or "")[:16]), escape(str(facts.version or "?") if facts else "?"),
+                  _capacity(cap), load, moved)
+        before = cap
+    make_console().print(t)

@@ -1,0 +1,81 @@
+"""``bench compare`` and ``bench results history`` (issue 41) on stored runs of scripted engines:
+the table, the gate's exit code, what differed, the history's order and moves, and bad input in
+one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from harness.app.cli import app
+from tests.harness.scoring.test_compare import SLOWER, X
+from tests.helpers import sim_ladder_run
+
+runner = CliRunner()
+
+
+def _stamp(run_dir: Path, when: str, version: str, **engine: object) -> Path:
+    """Give a scripted run the manifest facts bench run records (when, the engine's version)."""
+    path = run_dir / "manifest.json"
+    m = json.loads(path.read_text())
+    m["created_at"] = when
+    m.setdefault("engines", {})["x"] = {"version": version, **engine}
+    path.write_text(json.dumps(m))
+    return run_dir
+
+
+def _three(tmp_path: Path) -> tuple[Path, Path, Path]:
+    a = _stamp(sim_ladder_run(tmp_path, "a", {"x": X}, requests=64, seed=0), "2026-12-01T10:00:00", "1.0")
+    b = _stamp(sim_ladder_run(tmp_path, "b", {"x": X}, requests=64, seed=100), "2026-12-02T10:00:00", "1.0")
+    c = _stamp(sim_ladder_run(tmp_path, "c", {"x": SLOWER}, requests=64, seed=200), "2026-12-03T10:00:00", "1.1",
+               engine_args={"max_num_seqs": "8"})
+    return a, b, c
+
+
+def test_a_slower_engine_fails_the_gate_and_says_what_differed(tmp_path: Path) -> None:
+    a, _, c = _three(tmp_path)
+    res = runner.invoke(app, ["compare", str(a), str(c), "--fail-below", "0.95"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "moved down" in text and "Gate failed (--fail-below 0.95): x" in text
+    assert "x version: 1.0 → 1.1" in text and "x engine args: {} → {'max_num_seqs': '8'}" in text
+    out = runner.invoke(app, ["compare", str(a), str(c), "--json"])
+    data = json.loads(out.stdout)
+    assert out.exit_code == 0 and data["engines"][0]["moved"] == "moved_down" and 0.76 < data["engines"][0]["ratio"] < 0.9
+
+
+def test_a_re_run_is_within_the_noise_and_passes_the_gate(tmp_path: Path) -> None:
+    a, b, _ = _three(tmp_path)
+    res = runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert "within the noise" in text and "Gate held" in text and "What differed: nothing recorded differs" in text
+
+
+def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) -> None:
+    _three(tmp_path)
+    res = runner.invoke(app, ["results", "history", "x", "--output-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if line.startswith("│")]
+    assert [r.split("│")[1].strip() for r in rows] == ["a", "b", "c"]
+    assert "within the noise" in rows[1] and "moved down" in rows[2] and "1.1" in rows[2]
+
+
+def _one_line(res) -> str:  # type: ignore[no-untyped-def]
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    a, b, _ = _three(tmp_path)
+    assert "same run" in _one_line(runner.invoke(app, ["compare", str(a), str(a)]))
+    assert "--fail-below" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0"]))
+    assert "choose engines both runs measured" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--engine", "nope"]))
+    other = sim_ladder_run(tmp_path, "chat", {"x": X}, workload="chat")
+    assert "not comparable" in _one_line(runner.invoke(app, ["compare", str(a), str(other)]))
+    assert "no stored run" in _one_line(runner.invoke(app, ["results", "history", "nope", "--output-dir", str(tmp_path)]))
+    assert "SLO" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--slo", "ttft=abc"]))
