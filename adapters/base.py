@@ -139,6 +139,8 @@ class LaunchConfig:
     probe: ProbeResult | None = None
     log_name: str | None = None  # the server log's name (default: the engine's); a tuning configuration's own
     devices: int | None = None  # devices one deployment uses, as told (--devices NAME=N); None: from engine_args
+    port: int | None = None  # serve on this port (bench serve); None: a free one the harness picks
+    host: str | None = None  # bind this interface (bench serve); None: 127.0.0.1, loopback only
 
     @property
     def deployment_devices(self) -> int:

@@ -45,6 +45,10 @@ class TransformersStaticAdapter(ServerAdapter):
 
     name = "transformers"
     display_name = "transformers (static batching, generate)"
+    flag_source = PROJECT_ROOT / "adapters" / "shims" / "hf_static_server.py"
+    shim = "adapters.shims.hf_static_server"
+    production_server = ("transformers serve (continuous batching; measured here as transformers_serve) or Hugging Face "
+                         "Text Generation Inference")
     capabilities = Capabilities(hardware=("cpu", "nvidia", "amd"), features=(), api="shim", complexity=1)
     stop_grace_s = 5.0
 

@@ -178,6 +178,10 @@ class OpenVinoAdapter(ServerAdapter):
 
     name = ENGINE
     display_name = "OpenVINO GenAI (ContinuousBatchingPipeline, fp32 IR)"
+    flag_source = PROJECT_ROOT / "adapters" / "shims" / "ov_server.py"
+    shim = "adapters.shims.ov_server"
+    production_server = ("OpenVINO Model Server (OVMS), whose LLM serving runs the same ContinuousBatchingPipeline "
+                         "behind an OpenAI-compatible API")
     capabilities = Capabilities(hardware=("cpu",), features=("paged_kv", "prefix_caching", "chunked_prefill",
                                                                "continuous_batching"),
                                 quantization=("int8", "int4"), api="shim", complexity=3)

@@ -156,6 +156,11 @@ class ServerAdapter:
     display_name: str = "?"
     capabilities: Capabilities = Capabilities(hardware=("cpu",))
     adapter_keys: tuple[str, ...] = ()
+    flag_source: Path | None = None  # this repository's server source, whose flags are read (adapters.flags)
+    # A server of this repository around the engine's library (a shim): its module, and the
+    # production server nearest to what was measured (said beside a verdict and in a recipe).
+    shim: str = ""
+    production_server: str = ""
     stop_grace_s: float = 15.0
     starts_process = True  # the harness starts (and may pause) this engine's server process
 
@@ -164,6 +169,18 @@ class ServerAdapter:
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:  # pragma: no cover
         raise NotImplementedError
+
+    def unknown_args(self, engine_args: dict[str, str]) -> list[str]:
+        """The ``key=value`` engine args whose flag this engine's server does not declare, read from
+        :attr:`flag_source` (:mod:`adapters.flags`); [] when every one is declared, or when the
+        server is not in this repository (the engine checks its flags when it starts)."""
+        if self.flag_source is None:
+            return []
+        from adapters.flags import declared_flags, unknown_flag
+
+        flags, _, _ = split_engine_args(engine_args, self.adapter_keys)
+        known = declared_flags(self.flag_source)
+        return [f"{k}={v}" for k, v in flags.items() if unknown_flag(k, v, known)]
 
     def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:
         """The probe :meth:`launch` checks first (an adapter may consult ``config.engine_args``)."""
@@ -187,15 +204,19 @@ class ServerAdapter:
         probe = config.probe or self.probe_for_launch(config)
         if not probe.available:
             raise EngineError(f"{self.name}: {probe.reason}")
-        port = find_free_port()
+        port = config.port or find_free_port()
         try:
             plan = self.build_command(config, port)
         except ValueError as exc:
             raise EngineError(f"{self.name}: {exc}") from exc
+        health_host = "127.0.0.1"
+        if config.host:  # bench serve: bind where the user asked (every server here takes --host)
+            plan.cmd = [config.host if i and plan.cmd[i - 1] == "--host" else a for i, a in enumerate(plan.cmd)]
+            health_host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
         env = {**os.environ, **plan.env}
         log_path = self.log_path(config)
         server = ServerProcess(
-            plan.cmd, log_path=log_path, port=port, env=env, cwd=plan.cwd,
+            plan.cmd, log_path=log_path, port=port, env=env, cwd=plan.cwd, host=health_host,
             health_paths=plan.health_paths, startup_timeout_s=config.startup_timeout_s,
             stop_grace_s=self.stop_grace_s, name=self.name, cancel=config.cancel,
         )
@@ -211,6 +232,7 @@ class ServerAdapter:
                 "threads": config.threads,
                 "engine_args": dict(config.engine_args),
                 "port": port,
+                **({"shim": self.shim, "production_server": self.production_server} if self.shim else {}),
                 "startup_s": round(server.startup_s or 0.0, 3),
                 "processes": server.processes,  # live processes in the server's group once healthy
                 **plan.extra_config,

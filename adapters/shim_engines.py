@@ -32,6 +32,9 @@ class DeepSpeedAdapter(ServerAdapter):
 
     name = "deepspeed"
     display_name = "deepspeed (CPU init_inference, HF generate underneath)"
+    flag_source = PROJECT_ROOT / "adapters" / "shims" / "ds_server.py"
+    shim = "adapters.shims.ds_server"
+    production_server = "DeepSpeed-MII (DeepSpeed's own serving front end)"
     capabilities = Capabilities(hardware=("cpu", "nvidia"), features=(), api="shim", complexity=2)
     stop_grace_s = 5.0
 
@@ -106,6 +109,9 @@ class OnnxRuntimeGenAIAdapter(ServerAdapter):
 
     name = "onnxruntime"
     display_name = "onnxruntime-genai (Generator, static batches)"
+    flag_source = PROJECT_ROOT / "adapters" / "shims" / "ort_server.py"
+    shim = "adapters.shims.ort_server"
+    production_server = "Foundry Local (Microsoft's OpenAI-compatible server over ONNX Runtime GenAI)"
     capabilities = Capabilities(hardware=("cpu", "nvidia"), features=(), quantization=("int4",), api="shim", complexity=3)
     stop_grace_s = 5.0
 

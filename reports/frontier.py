@@ -167,6 +167,21 @@ def caveats(summary: Any) -> list[str]:
     return [f"Caveat (configuration parity): {flag.reason}" for flag in (parity.flags if parity is not None else [])]
 
 
+def shim_note(s: LadderSummary, manifest: Any) -> str:
+    """One line under the verdict when the engine it names (the winner, else the leader) ran
+    behind a server of this repository around the engine's library (a shim): what ran, and the
+    nearest production server ("" otherwise, or without the manifest's facts)."""
+    d = s.decision
+    name = (d.winner or d.leader) if d is not None else ""
+    facts = manifest.engines.get(name) if manifest is not None and name else None
+    extra = (facts.model_extra or {}) if facts is not None else {}
+    if not extra.get("shim"):
+        return ""
+    return (f"What ran: {name} is {facts.display_name or name} behind this repository's server {extra['shim']} (an "
+            f"OpenAI-compatible shim around the engine's library); the nearest production server: "
+            f"{extra.get('production_server') or 'none known'}. bench serve RECIPE starts it as measured.")
+
+
 def yardstick_note(s: LadderSummary) -> str:
     """One line under the capacity table explaining the yardstick, where one was measured ("" else)."""
     names = [n for n, e in s.engines.items() if e.reference and e.capacity is not None]

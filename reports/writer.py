@@ -22,7 +22,7 @@ from results.store import Run
 from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
-from .frontier import capacity_rows, caveats, frontier_png, race_note, yardstick_note
+from .frontier import capacity_rows, caveats, frontier_png, race_note, shim_note, yardstick_note
 from .winner_map import map_lines, winner_map_png
 from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
@@ -89,7 +89,8 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     pngs = render_plots(ctx.pop("plot_data"))
     pngs.update(timeline_plots(runs, timelines, _label))
     ladder = runs[0].ladder if len(runs) == 1 else None
-    ctx["decision"] = decision_context(ladder, caveats(runs[0].summary)) if ladder is not None else None
+    ctx["decision"] = decision_context(ladder, caveats(runs[0].summary) + [n for n in [shim_note(ladder, runs[0].manifest)] if n]) \
+        if ladder is not None else None
     ctx["fidelity"] = fidelity_context(runs[0].fidelity) if len(runs) == 1 else None
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:

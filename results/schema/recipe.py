@@ -23,7 +23,18 @@ class Recipe(Artefact):
     read at the same loads; ``tuned``: a configuration search chose it (else the engine's
     defaults or the user's flags); ``numerics``: "reference" (the precision of the fidelity
     reference, fp32) or what the configuration lowers (e.g. "lower precision (dtype=bfloat16)",
-    "q8_0 weights"): its fidelity check (when one ran) faced the floor for other numerics, not the strict one."""
+    "q8_0 weights"): its fidelity check (when one ran) faced the floor for other numerics, not the strict one.
+
+    To deploy it without this harness's run folder: ``engine_version``; ``display_name`` (what ran,
+    e.g. "OpenVINO GenAI (ContinuousBatchingPipeline, fp32 IR)"); ``shim`` (the module of this
+    repository's server around the engine's library, "" when the engine's own server ran) and the
+    nearest ``production_server``; ``install`` (commands that build its environment); ``serve``
+    (``bench serve recipe.json --host HOST --port PORT``: the same launch, outside a benchmark);
+    ``command_template`` / ``env_template``: the command line with ``{python}`` (the engine's
+    interpreter), ``{project}`` (this repository), ``{model}``, ``{host}`` and ``{port}`` as
+    parameters; ``model`` (``name``, ``digest``: SHA-256 over the folder's files, ``source``);
+    ``hardware`` (``name``, ``kind``, ``cpu_model``, ``num_devices``); ``harness_version`` and
+    ``git_sha`` (the commit that measured it)."""
 
     schema_version: str = SCHEMA_VERSION
     engine: str
@@ -40,3 +51,16 @@ class Recipe(Artefact):
     climb_to: int | None = Field(default=None, ge=1)
     tuned: bool = False
     numerics: str = "reference"
+    # What it takes to deploy it elsewhere (issue 41): empty in recipes written before
+    engine_version: str | None = None
+    display_name: str = ""
+    shim: str = ""
+    production_server: str = ""
+    install: list[str] = Field(default_factory=list)
+    serve: str = ""
+    command_template: str = ""
+    env_template: dict[str, str] = Field(default_factory=dict)
+    model: dict[str, str | None] = Field(default_factory=dict)
+    hardware: dict[str, str | int | None] = Field(default_factory=dict)
+    harness_version: str | None = None
+    git_sha: str | None = None

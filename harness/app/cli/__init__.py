@@ -17,6 +17,7 @@ from harness.app.cli.common import OneLineErrors, make_console
 from harness.app.cli.compare import compare_cmd
 from harness.app.cli.imports import import_cmd
 from harness.app.cli.run import run_cmd
+from harness.app.cli.serve import serve_cmd
 from harness.app.core.signals import install_handlers
 
 app = typer.Typer(
@@ -37,6 +38,8 @@ app.command("recommend", help="Score stored runs for a target deployment, SLOs a
 app.command("compare", help="Compare each engine's capacity at the SLO between two stored runs (B over A, with its "
             "interval: moved, within the noise or not separated), list what differed, and gate a CI job "
             "(--fail-below).")(compare_cmd)
+app.command("serve", help="Start the engine of a recipe.json as the run measured it, outside a benchmark, on a host "
+            "and port of your choosing, until Ctrl-C.")(serve_cmd)
 app.command("report", help="Write report.md and a self-contained report.html for one run, or compare several.")(cli_report.report_cmd)
 app.command("search", help="Find each engine's capacity: the highest load (rate or concurrency) at which every SLO holds, by bracketing and bisection.")(cli_search.search_cmd)
 app.command("import", help="Read another tool's result file (vllm bench serve, SGLang bench_serving, AIPerf, GuideLLM) into a run, each metric recomputed under our definitions or marked as copied.")(import_cmd)

@@ -25,6 +25,8 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     console.print(f"[bold]{escape(d.sentence if d else 'No decision was made.')}[/]", highlight=False)
     for line in notes:  # caveats beside the answer (configuration parity's unfair flags)
         console.print(line, markup=False, highlight=False)
+    if run_dir is not None and (what := _shim_line(ladder, run_dir)):
+        console.print(what, markup=False, highlight=False, soft_wrap=True)
     unit = "sessions" if d is not None and d.unit == "sessions" else "requests"
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
     target = (ladder.target_load or {}).get("output_tps")
@@ -67,3 +69,17 @@ def print_map_line(path: Path, console: Any) -> None:
     chart = path.parent / "report-plots" / "winner_map.png"
     console.print(f"Winner map: {found.boundary}" + (f" ({chart})" if chart.exists() else ""), markup=False,
                   highlight=False, soft_wrap=True)
+
+
+def _shim_line(ladder: LadderSummary, run_dir: Path) -> str:
+    """:func:`reports.frontier.shim_note` from the run's manifest ("" when it cannot be read)."""
+    from pydantic import ValidationError
+
+    from reports.frontier import shim_note
+    from results.schema import Manifest
+
+    try:
+        manifest = Manifest.model_validate_json((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, ValidationError):
+        return ""
+    return shim_note(ladder, manifest)

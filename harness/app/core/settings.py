@@ -344,6 +344,7 @@ class RunSettings(BaseModel):
             raise ValueError("--allow-unchecked lets an engine whose output-fidelity check could not run compete, and "
                              "--fidelity-prompts 0 runs no check: drop one or the other")
         checks.check_devices(self.devices, self.endpoints, self.engine_args)
+        checks.check_engine_args(self.engines, self.engine_args)
         self._check_ladder_options()
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:

@@ -364,13 +364,15 @@ def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
     cap = ladder.capacity
     tuning = summary.tuning.get(engine)
     args = dict(getattr(facts, "engine_args", None) or {})
-    return Recipe(engine=engine, engine_args=args, threads=getattr(facts, "threads", None),
+    from harness.app.run.deploy import deployable
+
+    return deployable(Recipe(engine=engine, engine_args=args, threads=getattr(facts, "threads", None),
                   command=getattr(facts, "command", None) or "", env=dict(getattr(facts, "env", None) or {}),
                   run_id=summary.run_id, workload=summary.workload, slos=summary.slos, capacity_tps=cap.output_tps,
                   capacity_interval=cap.interval, capacity_open=cap.open,
                   climb_to=math.ceil(cap.bracket[1] if cap.bracket[1] is not None else cap.load) or None,
                   tuned=bool(tuning is not None and tuning.configs),
-                  numerics=str(getattr(facts, "numerics", None) or "reference"))
+                  numerics=str(getattr(facts, "numerics", None) or "reference")), manifest)
 
 
 __all__ = ["ENDPOINT_NOTE", "NO_SPACE_NOTE", "Search", "Tuner", "judge_tuning", "recipe", "tuned_plan",
