@@ -254,9 +254,10 @@ class ResourceSampler:
     ``pgid`` None (an external endpoint) measures nothing: the result says so. PSS is read every
     ``pss_every``-th sample and at both ends. ``reader`` (``(pgid, pss) → GroupSample``) and
     ``gpu`` (NVML on/off) are for tests; a reading that raises ends the sampling with the reason
-    in the result's note, never the run. ``energy``: the run's energy source
-    (:func:`adapters.energy.choose_source`), whose counter is read at every sample into the
-    result's ``energy`` (a source of kind none gives its reason there; None: not asked).
+    in the result's note, never the run. ``meter``: the phase's energy meter
+    (:func:`adapters.energy.open_meter`), read at every sample into the result's ``energy``;
+    ``energy``: the run's source, whose reason the result gives when there is no meter (None:
+    energy not asked for).
     """
 
     def __init__(self, pgid: int | None, *, interval_s: float = INTERVAL_S, pss_every: int = PSS_EVERY,
@@ -275,7 +276,7 @@ class ResourceSampler:
         self._gpu_note = ""
         self._error = ""
         self.energy = energy
-        self._meter = meter  # tests hand one in; else opened at start from ``energy``
+        self._meter = meter  # the phase's adapters.energy meter (None: no counter to read)
 
     def start(self) -> None:
         """Take the first sample and start the thread (nothing for an external endpoint)."""
@@ -283,10 +284,6 @@ class ResourceSampler:
             return
         if self.gpu:
             self._nvml, self._gpu_note = Nvml.open()
-        if self._meter is None and self.energy is not None:
-            from adapters.energy import open_meter
-
-            self._meter = open_meter(self.energy)
         self._sample(pss=True)
         self._thread = threading.Thread(target=self._loop, name=f"resources-{self.pgid}", daemon=True)
         self._thread.start()

@@ -22,6 +22,7 @@ from results.store import Run
 from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
+from .energy import energy_note
 from .frontier import capacity_rows, caveats, frontier_png, race_note, yardstick_note
 from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
@@ -51,7 +52,7 @@ def decision_context(ladder: LadderSummary, notes: list[str] | None = None) -> d
     d = ladder.decision
     return {"sentence": d.sentence if d else "No decision was made.", "winner": d.winner if d else "",
             "tie": bool(d and d.tie), "rows": capacity_rows(ladder), "yardstick_note": yardstick_note(ladder),
-            "race_note": race_note(ladder),
+            "race_note": race_note(ladder), "energy_note": energy_note(ladder),
             "caveats": list(notes or []),
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",

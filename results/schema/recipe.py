@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from .base import SCHEMA_VERSION, Artefact, Bound
+from .energy import EnergyFigures
 
 RECIPE_FILE = "recipe.json"
 
@@ -40,3 +41,5 @@ class Recipe(Artefact):
     climb_to: int | None = Field(default=None, ge=1)
     tuned: bool = False
     numerics: str = "reference"
+    energy: EnergyFigures | None = None  # J per output token at its capacity point (ladder.json's), None figures with the reason when unread
+    energy_provisioned: EnergyFigures | None = None  # the same from --watts (None without it)

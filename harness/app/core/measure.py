@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from adapters.base import Endpoint
+from adapters.energy import open_meter
 from adapters.resources import ResourceSampler
 from results.recounts import TokenRecount
-from results.schema import ClientWorker, EngineFacts, Metrics, RequestRecord, ResourceUse
+from results.schema import ClientWorker, EnergySource, EngineFacts, Metrics, RequestRecord, ResourceUse
 from results.schema.records import STOPPED_PHASE
 from workloads.base import Workload
 
@@ -66,7 +67,8 @@ class MeasureOptions:
     ``ignore_eos`` where the endpoint takes it; ``max_sessions``: sessions in flight, closed
     loop (a load ladder's point; None = the workload's own arrivals); ``stop_when``: told of each
     measured record as it ends, True stops the phase early (one client process only:
-    ``RunnerOptions.stop_when``)."""
+    ``RunnerOptions.stop_when``); ``energy``: the run's energy source, read around the phase
+    (:mod:`adapters.energy`; None: not asked, e.g. ``bench search``)."""
 
     slos: tuple[SLO, ...] = ()
     request_timeout_s: float = 600.0
@@ -75,6 +77,7 @@ class MeasureOptions:
     ignore_eos: bool = True
     max_sessions: int | None = None
     stop_when: Callable[[RequestRecord], bool] | None = None  # True: the point's verdict is settled, stop it
+    energy: EnergySource | None = None
 
 
 @dataclass
@@ -123,7 +126,8 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
     before = scrape(endpoint.metrics_url)  # the engine's counters then count the measured phase only
     t0 = time.monotonic()
     try:
-        with ResourceSampler(endpoint.pgid) as sampler:  # a thread sampling the engine's process group
+        meter = open_meter(options.energy) if endpoint.pgid is not None else None  # the run's counter, this phase
+        with ResourceSampler(endpoint.pgid, energy=options.energy, meter=meter) as sampler:  # a thread sampling the engine's process group
             asyncio.run(measurer.measure(workload))
     finally:  # derived work, after the phase: the finished requests are recounted even when interrupted
         sink.add_recounts(runner.recount())
