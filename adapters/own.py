@@ -32,6 +32,7 @@ class OwnAdapter(ServerAdapter):
 
     name = "own"
     display_name = "own (reference engine)"
+    series_parser = "own"  # its /metrics read into the time series (adapters.prom.SERIES_PARSERS)
     capabilities = Capabilities(
         hardware=("cpu", "nvidia"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding"),

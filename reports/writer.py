@@ -23,6 +23,7 @@ from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
 from .energy import energy_note
+from .series import series_png, why_lines
 from .frontier import capacity_rows, caveats, frontier_png, race_note, yardstick_note
 from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
@@ -52,7 +53,7 @@ def decision_context(ladder: LadderSummary, notes: list[str] | None = None) -> d
     d = ladder.decision
     return {"sentence": d.sentence if d else "No decision was made.", "winner": d.winner if d else "",
             "tie": bool(d and d.tie), "rows": capacity_rows(ladder), "yardstick_note": yardstick_note(ladder),
-            "race_note": race_note(ladder), "energy_note": energy_note(ladder),
+            "race_note": race_note(ladder), "energy_note": energy_note(ladder), "why": why_lines(ladder),
             "caveats": list(notes or []),
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",
@@ -94,6 +95,9 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:
         pngs["frontier"] = chart
+    for name, engine in (ladder.engines.items() if ladder is not None else []):  # each engine's own time series
+        if (chart := series_png(name, engine)) is not None:
+            pngs[f"series-{name}"] = chart
 
     plot_dir = out_dir / f"{stem}-plots"
     plot_dir.mkdir(exist_ok=True)

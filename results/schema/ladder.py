@@ -11,6 +11,7 @@ from pydantic import Field
 from .base import SCHEMA_VERSION, Artefact, Bound
 from .energy import EnergyFigures
 from .engine import EngineStatus
+from .series import EngineSeries
 from .fidelity import FidelityResult
 from .metrics import Metrics
 
@@ -50,6 +51,7 @@ class LadderPoint(Artefact):
     client_limited: bool = False
     energy: EnergyFigures | None = None
     energy_provisioned: EnergyFigures | None = None
+    series: list[EngineSeries] = Field(default_factory=list)  # the engine's /metrics over each measurement (issue 43)
 
 
 class CapacityAtSLO(Artefact):

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from reports.energy import energy_note
+from reports.series import why_lines
 from reports.frontier import capacity_rows, race_note, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, LadderSummary
@@ -40,6 +41,8 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     console.print(t)
     if note := energy_note(ladder):
         console.print(note, markup=False, highlight=False, soft_wrap=True)
+    for line in why_lines(ladder):  # where each capacity ended, as the engine's own series shows it
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if note := yardstick_note(ladder):
         console.print(note, markup=False, highlight=False)
     if note := race_note(ladder):

@@ -212,6 +212,7 @@ class LadderJob:
             points.append(LadderPoint(index=index, load=ms[0].load, seeds=[m.seed for m in ms], wall_s=sum(m.wall_s for m in ms),
                                       repeats=[m.metrics for m in ms] if len(ms) > 1 else []))
             point_figures(points[-1], [m.energy for m in ms], self.writer.manifest.energy)
+            points[-1].series = [m.series for m in ms if m.series is not None]
         status = EngineStatus.OK if o is not None and not e.failure and not o.crash and points else EngineStatus.FAILED
         if o is None and e.failure.startswith("not measured"):
             status = EngineStatus.NOT_MEASURED

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from adapters.resources import with_output_tokens
 from adapters.base import EngineError
 from results.schema.records import RAMP_PHASE
+from results.schema.series import EngineSeries
 from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
@@ -98,6 +99,7 @@ class PointMeasurement:
     resources: ResourceUse | None = None
     startup_alone_s: float | None = None  # the engine's start before it, when started alone (a decisive re-climb)
     energy: EnergySample | None = None  # its energy, tokens and time windows (harness.metrics.energy)
+    series: EngineSeries | None = None  # the engine's own /metrics over it (adapters.engine_series)
 
 
 @dataclass
@@ -172,7 +174,7 @@ class _Points:
         sessions = _sessions_done(m.records, m.cut) if self.spec.workload.name == "agentic" else None
         used = with_output_tokens(m.resources, m.metrics.total_output_tokens) if m.resources is not None else None
         self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0,
-                                          used, energy=energy_sample(m)))
+                                          used, energy=energy_sample(m), series=m.engine_series))
         if m.resources is not None:
             self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
             self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None
