@@ -175,6 +175,9 @@ class Endpoint:
     # sampled for memory/CPU during the measured phase (adapters.resources). None for an
     # endpoint the harness did not start.
     pgid: int | None = None
+    # The adapter's named parser of its /metrics into the time series (adapters.prom.SERIES_PARSERS;
+    # None: no series, e.g. an external endpoint or an engine without Prometheus metrics).
+    series_parser: str | None = None
 
 
 class EngineError(RuntimeError):

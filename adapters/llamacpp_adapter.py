@@ -113,6 +113,7 @@ class LlamaCppAdapter(ServerAdapter):
 
     name = ENGINE
     display_name = "llama.cpp llama-server (f32 GGUF)"
+    series_parser = "llamacpp"  # its /metrics read into the time series (adapters.prom.SERIES_PARSERS)
     capabilities = Capabilities(
         hardware=("cpu",),
         features=("prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",

@@ -33,6 +33,7 @@ class OwnAdapter(ServerAdapter):
     name = "own"
     display_name = "own (reference engine)"
     flag_source = PROJECT_ROOT / "own_engine" / "server" / "cli.py"
+    series_parser = "own"  # its /metrics read into the time series (adapters.prom.SERIES_PARSERS)
     capabilities = Capabilities(
         hardware=("cpu", "nvidia"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding"),

@@ -180,3 +180,37 @@ def common_metrics(engine: str, parsed: dict[str, float]) -> dict[str, float | N
         return dict.fromkeys(COMMON_KEYS)
     result = mapper(parsed)
     return {k: result.get(k) for k in COMMON_KEYS}
+
+
+# ------------------------------------------------------------------------------------------
+# the engine's time series (issue 43): one named parser per engine family, on its adapter
+# (``series_parser``); each maps a parsed page to the raw series keys below (None: not reported)
+
+SERIES_KEYS = ("kv_cache_usage", "running", "waiting", "preemptions_total", "prefix_hits_total", "prefix_queries_total")
+
+
+def _series(kv: tuple[str, ...], running: str, waiting: str, preempt: tuple[str, ...], hits: str | None,
+            queries: str | None) -> Callable[[dict[str, float]], dict[str, float | None]]:
+    def parse(m: dict[str, float]) -> dict[str, float | None]:
+        return {"kv_cache_usage": _finite(_get(m, *kv)), "running": _get(m, running), "waiting": _get(m, waiting),
+                "preemptions_total": _get(m, *preempt) if preempt else None,
+                "prefix_hits_total": _get(m, hits) if hits else None,
+                "prefix_queries_total": _get(m, queries) if queries else None}
+    return parse
+
+
+SERIES_PARSERS: dict[str, Callable[[dict[str, float]], dict[str, float | None]]] = {
+    "vllm": _series(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+                    "vllm:num_requests_running", "vllm:num_requests_waiting", ("vllm:num_preemptions_total",),
+                    "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    "own": _series(("own:kv_cache_usage_perc",), "own:num_requests_running", "own:num_requests_waiting",
+                   ("own:num_preemptions_total",), "own:prefix_cache_hits_total", "own:prefix_cache_queries_total"),
+    "sglang": _series(("sglang:token_usage",), "sglang:num_running_reqs", "sglang:num_queue_reqs",
+                      ("sglang:num_retracted_requests_total", "sglang:num_retracted_reqs"), "sglang:cached_tokens_total",
+                      "sglang:prompt_tokens_total"),
+    # llama-server (--metrics): slots busy and requests deferred; no preemption (a slot keeps its context)
+    "llamacpp": _series(("llamacpp:kv_cache_usage_ratio",), "llamacpp:requests_processing", "llamacpp:requests_deferred",
+                        (), None, None),
+}
+"""Named parsers of the engines' ``/metrics`` into the series' keys (:data:`SERIES_KEYS`): KV-cache
+usage (0..1), running and waiting requests, and the cumulative preemption and prefix-cache counters."""

@@ -42,6 +42,7 @@ import psutil
 
 from adapters.process import group_members
 from results.schema import ResourceUse
+from results.schema.energy import EnergySource, PhaseEnergy
 
 INTERVAL_S = 0.5
 PSS_EVERY = 4  # PSS every 4th sample (2 s): a smaps_rollup read walks the page tables (see above)
@@ -253,11 +254,15 @@ class ResourceSampler:
     ``pgid`` None (an external endpoint) measures nothing: the result says so. PSS is read every
     ``pss_every``-th sample and at both ends. ``reader`` (``(pgid, pss) → GroupSample``) and
     ``gpu`` (NVML on/off) are for tests; a reading that raises ends the sampling with the reason
-    in the result's note, never the run.
+    in the result's note, never the run. ``meter``: the phase's energy meter
+    (:func:`adapters.energy.open_meter`), read at every sample into the result's ``energy``;
+    ``energy``: the run's source, whose reason the result gives when there is no meter (None:
+    energy not asked for).
     """
 
     def __init__(self, pgid: int | None, *, interval_s: float = INTERVAL_S, pss_every: int = PSS_EVERY,
-                 reader: Callable[[int, bool], GroupSample] | None = None, gpu: bool = True) -> None:
+                 reader: Callable[[int, bool], GroupSample] | None = None, gpu: bool = True,
+                 energy: EnergySource | None = None, meter: Any = None) -> None:
         self.pgid = pgid
         self.interval_s = interval_s
         self.pss_every = max(1, pss_every)
@@ -270,6 +275,8 @@ class ResourceSampler:
         self._nvml: Nvml | None = None
         self._gpu_note = ""
         self._error = ""
+        self.energy = energy
+        self._meter = meter  # the phase's adapters.energy meter (None: no counter to read)
 
     def start(self) -> None:
         """Take the first sample and start the thread (nothing for an external endpoint)."""
@@ -291,6 +298,8 @@ class ResourceSampler:
             sample = self.reader(self.pgid, pss)
             if self._nvml is not None:
                 sample.gpu_memory_bytes, sample.gpu_util_percent = self._nvml.sample(sample.cpu_s)
+            if self._meter is not None:
+                self._meter.sample()
             self._acc.add(sample)
         except Exception as exc:  # informational: a failed reading never fails a run
             self._error = f"sampling stopped after {len(self._acc.samples)} samples: {type(exc).__name__}: {exc}"
@@ -300,7 +309,8 @@ class ResourceSampler:
         if self.result is not None:
             return self.result
         if self.pgid is None:
-            self.result = ResourceUse(interval_s=self.interval_s, note=EXTERNAL_NOTE, gpu_note="")
+            self.result = ResourceUse(interval_s=self.interval_s, note=EXTERNAL_NOTE, gpu_note="",
+                                      energy=None if self.energy is None else PhaseEnergy(reason=EXTERNAL_NOTE))
             return self.result
         self._stop.set()
         if self._thread is not None:
@@ -315,7 +325,16 @@ class ResourceSampler:
                 gpu_note = "device-wide: NVML listed none of the group's processes (another PID namespace?)"
             self._nvml.close()
         self.result = self._acc.result(gpu_energy_j=energy, gpu_note=gpu_note, note=self._error)
+        self.result.energy = self._phase_energy()
         return self.result
+
+    def _phase_energy(self) -> PhaseEnergy | None:
+        """The phase's energy from the meter; a source of kind none as its reason; None unasked."""
+        if self._meter is not None:
+            return self._meter.result()
+        if self.energy is not None:
+            return PhaseEnergy(source="none", reason=self.energy.reason or "no energy source")
+        return None
 
     def __enter__(self) -> "ResourceSampler":
         self.start()
@@ -326,11 +345,14 @@ class ResourceSampler:
 
 
 def with_output_tokens(use: ResourceUse, output_tokens: int) -> ResourceUse:
-    """``use`` with ``energy_per_output_token_j`` = energy (J) / ``output_tokens`` (None
-    without energy or tokens)."""
-    if use.gpu_energy_j is None or output_tokens <= 0:
+    """``use`` with ``energy_per_output_token_j`` = energy (J) / ``output_tokens``: the run's
+    measured source (:attr:`ResourceUse.energy`, NVML or RAPL), else the GPUs' NVML counter
+    (None without energy or tokens; never 0 for an unread counter)."""
+    measured = use.energy.energy_j if use.energy is not None else None
+    joules = measured if measured is not None else use.gpu_energy_j
+    if joules is None or output_tokens <= 0:
         return use
-    return use.model_copy(update={"energy_per_output_token_j": use.gpu_energy_j / output_tokens})
+    return use.model_copy(update={"energy_per_output_token_j": joules / output_tokens})
 
 
 def combine_repeats(uses: list[ResourceUse]) -> ResourceUse | None:
@@ -368,8 +390,23 @@ def combine_repeats(uses: list[ResourceUse]) -> ResourceUse | None:
         energy_per_output_token_j=mean("energy_per_output_token_j"),
         gpu_note=next((u.gpu_note for u in uses if u.gpu_note), ""),
         note="; ".join(dict.fromkeys(u.note for u in uses if u.note)),
-        repeats=list(uses),
+        energy=_combined_energy([u.energy for u in uses]), repeats=list(uses),
     )
+
+
+def _combined_energy(phases: list[PhaseEnergy | None]) -> PhaseEnergy | None:
+    """The repeats' energy summed (J and s; no series), None unless every repeat was read; the
+    first reason when one was not."""
+    if any(p is None for p in phases):
+        return None
+    known = [p for p in phases if p is not None]
+    if any(p.energy_j is None or p.duration_s is None for p in known):
+        return known[0].model_copy(update={"energy_j": None, "series": [],
+                                           "reason": next((p.reason for p in known if p.reason), "not read")})
+    watts = [p.sampled_watts for p in known]
+    return PhaseEnergy(source=known[0].source, energy_j=round(sum(p.energy_j for p in known), 6),  # type: ignore[misc]
+                       duration_s=round(sum(p.duration_s for p in known), 6), idle_watts=known[0].idle_watts,  # type: ignore[misc]
+                       sampled_watts=None if None in watts else round(sum(watts) / len(watts), 3))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------

@@ -163,6 +163,7 @@ class ServerAdapter:
     production_server: str = ""
     stop_grace_s: float = 15.0
     starts_process = True  # the harness starts (and may pause) this engine's server process
+    series_parser: str | None = None  # its named /metrics parser for the time series (adapters.prom.SERIES_PARSERS)
 
     def probe(self) -> ProbeResult:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -251,6 +252,7 @@ class ServerAdapter:
                 pause=server.pause,
                 resume=server.resume,
                 pgid=server.pgid,
+                series_parser=self.series_parser,
             )
 
 

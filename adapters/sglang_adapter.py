@@ -45,6 +45,7 @@ class SglangAdapter(ServerAdapter):
 
     name = "sglang"
     display_name = "sglang"
+    series_parser = "sglang"  # its /metrics read into the time series (adapters.prom.SERIES_PARSERS)
     capabilities = Capabilities(
         hardware=("nvidia", "amd", "cpu"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",

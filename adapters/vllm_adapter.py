@@ -55,6 +55,7 @@ class VllmAdapter(ServerAdapter):
 
     name = "vllm"
     display_name = "vllm"
+    series_parser = "vllm"  # its /metrics read into the time series (adapters.prom.SERIES_PARSERS)
     capabilities = Capabilities(
         hardware=("nvidia", "amd", "cpu"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",

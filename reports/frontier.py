@@ -19,6 +19,7 @@ from typing import Any
 
 from results.schema import EngineLadder, LadderSummary
 
+from .energy import energy_cell, energy_usd
 from .plots import _figure, _png
 
 LOG_SPREAD = 10.0  # the throughput axis is logarithmic when the plotted points span more than this factor
@@ -144,8 +145,8 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
             "interval": _interval(cap) if ok else "–",
             "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]
             "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
-            "usd": f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g}"  # type: ignore[union-attr]
-                   if ok and cap.usd_per_1m_output_tokens else "–",  # type: ignore[union-attr]
+            "usd": _usd(cap) if ok else "–",
+            "energy": energy_cell(cap.energy, cap.energy_provisioned) if ok else "–",  # type: ignore[union-attr]
             "devices": _devices(cap) if ok else "–",
             "gates": _short(e.excluded or _passed(e)),
             "stopped": _stopped(e) + ("; client-limited at " + ", ".join(str(p.load) for p in e.points if p.client_limited)
@@ -236,6 +237,13 @@ def _interval(cap: Any) -> str:
     fails = getattr(cap, "lowest_fails", 0.0) or 0.0
     near = f" (its lowest load fails in {fails:.0%} of resamples)" if fails >= 0.025 else ""  # why it reaches 0
     return f"[{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" + (" (1 run)" if cap.measurements < 2 else "") + near
+
+
+def _usd(cap: Any) -> str:
+    """``$0.31 (hour); $0.021 (energy, RAPL)``: $/1M output tokens from the device-hour's price
+    and from --price-per-kwh's, each labelled (– without either)."""
+    hour = f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g} (hour)" if cap.usd_per_1m_output_tokens else ""
+    return "; ".join(x for x in (hour, energy_usd(cap.energy, cap.energy_provisioned)) if x) or "–"
 
 
 def _devices(cap: Any) -> str:

@@ -22,6 +22,8 @@ from results.store import Run
 from . import plots
 from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
+from .energy import energy_note
+from .series import series_png, why_lines
 from .frontier import capacity_rows, caveats, frontier_png, race_note, shim_note, yardstick_note
 from .winner_map import map_lines, winner_map_png
 from .tuning import tried_rows, tuning_rows
@@ -52,7 +54,7 @@ def decision_context(ladder: LadderSummary, notes: list[str] | None = None) -> d
     d = ladder.decision
     return {"sentence": d.sentence if d else "No decision was made.", "winner": d.winner if d else "",
             "tie": bool(d and d.tie), "rows": capacity_rows(ladder), "yardstick_note": yardstick_note(ladder),
-            "race_note": race_note(ladder),
+            "race_note": race_note(ladder), "energy_note": energy_note(ladder), "why": why_lines(ladder),
             "caveats": list(notes or []),
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",
@@ -99,6 +101,9 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     ctx["winner_map"] = map_lines(winners) if winners is not None else None
     if winners is not None and ladder is not None and (chart := winner_map_png(winners, ladder)) is not None:
         pngs["winner_map"] = chart
+    for name, engine in (ladder.engines.items() if ladder is not None else []):  # each engine's own time series
+        if (chart := series_png(name, engine)) is not None:
+            pngs[f"series-{name}"] = chart
 
     plot_dir = out_dir / f"{stem}-plots"
     plot_dir.mkdir(exist_ok=True)

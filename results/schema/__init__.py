@@ -30,6 +30,9 @@ One module per artefact family, every name re-exported here (``from results.sche
   ground-truth reference, :class:`FidelityReference`), :class:`FidelityResult`; the user's task
   accuracy set (:class:`AccuracyItem`) and :class:`AccuracyCheck` (``accuracy.json``)
 - ``timeline``: :class:`Timeline`
+- ``energy``: :class:`EnergySource` (the manifest's: NVML, RAPL or none with its reason),
+  :class:`PhaseEnergy` (one measured phase's), :class:`EnergyFigures` (a load point's J per
+  output token with its interval, measured or provisioned)
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
 them (nanoseconds, monotonic, arbitrary epoch): only differences are meaningful. The
@@ -41,6 +44,7 @@ optional field keeps the version (old runs still load, the field reads as its de
 """
 
 from .base import READABLE_MAJOR_VERSIONS, SCHEMA_VERSION, Artefact
+from .energy import EnergyFigures, EnergySource, PhaseEnergy
 from .engine import (
     FEATURE_PROBES,
     Cost,
@@ -120,6 +124,7 @@ __all__ = [
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
     "EngineTuning", "RECIPE_FILE", "Recipe",
     "Timeline", "WINNER_MAP_FILE", "MapCell", "WinnerMap",
+    "Timeline", "EnergySource", "PhaseEnergy", "EnergyFigures",
     "FIDELITY_FILE", "COVERAGE_FLOOR", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
     "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",
     "ACCURACY_FILE", "AccuracyItem", "AccuracyResult", "AccuracyCheck",

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_serializer, field_validator
 
 from .base import Artefact
+from .energy import PhaseEnergy
 from .metrics import Interval, Metrics
 from .parity import EffectiveSettings
 
@@ -82,6 +83,9 @@ class ResourceUse(Artefact):
     says why they are missing ("no NVIDIA driver / NVML: …"). ``note``: why nothing was measured
     ("not measured (external endpoint)"), or a caveat. With ``--repeats N`` the engine's entry holds
     the peak over repeats and the mean of the repeats' means, each repeat in ``repeats``.
+    ``energy``: the phase's energy by the run's source (NVML or RAPL; its reason when none,
+    :class:`~results.schema.energy.PhaseEnergy`; None: a run from before it was read), which
+    ``energy_per_output_token_j`` then divides.
     """
 
     interval_s: float = 0.5
@@ -104,6 +108,7 @@ class ResourceUse(Artefact):
     energy_per_output_token_j: float | None = None
     gpu_note: str = ""
     note: str = ""
+    energy: PhaseEnergy | None = None
     repeats: list["ResourceUse"] = Field(default_factory=list)
 
 

@@ -9,7 +9,9 @@ from typing import Any
 from pydantic import Field
 
 from .base import SCHEMA_VERSION, Artefact, Bound
+from .energy import EnergyFigures
 from .engine import EngineStatus
+from .series import EngineSeries
 from .fidelity import FidelityResult
 from .metrics import Metrics
 
@@ -28,7 +30,9 @@ class LadderPoint(Artefact):
     sessions/s), ``per_user_tps`` (tokens/s per user: 1000 / median TPOT). ``wall_s``: its
     measurements' wall time (s). ``client_limited``: the client sent its requests faster than
     half its calibrated maximum there, so it may be what limited the load (never held against
-    the engine: measure again with more ``--client-workers``)."""
+    the engine: measure again with more ``--client-workers``). ``energy``: J per output token
+    there with its interval, by the run's energy source (every figure None with the reason when
+    none could be read); ``energy_provisioned``: the same from ``--watts`` (None without it)."""
 
     index: int
     load: int
@@ -45,6 +49,9 @@ class LadderPoint(Artefact):
     per_user_tps: float | None = None
     wall_s: float = 0.0
     client_limited: bool = False
+    energy: EnergyFigures | None = None
+    energy_provisioned: EnergyFigures | None = None
+    series: list[EngineSeries] = Field(default_factory=list)  # the engine's /metrics over each measurement (issue 43)
 
 
 class CapacityAtSLO(Artefact):
@@ -57,7 +64,9 @@ class CapacityAtSLO(Artefact):
     (None without a price), and for ``--target-load`` the ``devices_needed`` and
     ``usd_per_hour`` of serving it (at most, when the capacity is open); ``measurements``: the
     fewest measurements of the points it rests on (1: its interval holds the requests' noise only,
-    not the run-to-run noise)."""
+    not the run-to-run noise). ``energy`` / ``energy_provisioned``: the figures of the point at
+    ``energy_load`` in flight (the highest passing load below the boundary), as
+    :class:`LadderPoint` has them (None: never met, or an older run)."""
 
     output_tps: float
     interval: tuple[Bound, Bound] | None = None
@@ -74,6 +83,9 @@ class CapacityAtSLO(Artefact):
     lowest_fails: float = 0.0  # the share of bootstrap draws in which even the lowest load fails (interval down to 0)
     floor: float | None = None  # tok/s per device it is at least, and ceiling: at most (None: nothing bounds it), as
     ceiling: float | None = None  # the race reads them (harness.scoring.race); None in older runs
+    energy: EnergyFigures | None = None
+    energy_provisioned: EnergyFigures | None = None
+    energy_load: int | None = None
 
 
 class EngineLadder(Artefact):

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from .base import SCHEMA_VERSION, Artefact
+from .energy import EnergySource
 from .facts import CalibrationFacts, EngineFacts, HardwareFacts, SearchFacts, WorkloadStats
 
 
@@ -170,6 +171,7 @@ class Manifest(Artefact):
     metric_definitions: str | None = None
     imported_from: ImportProvenance | None = None  # set by ``bench import`` (None = measured by bench run)
     search: SearchFacts | None = None  # ``bench search`` runs only
+    energy: EnergySource | None = None  # the energy source chosen before the engines started (None: an older run)
     export_error: str | None = None  # set when requests.parquet / summary.csv could not be written
 
     @field_validator("model", mode="before")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from .base import SCHEMA_VERSION, Artefact, Bound
+from .energy import EnergyFigures
 
 RECIPE_FILE = "recipe.json"
 
@@ -64,3 +65,5 @@ class Recipe(Artefact):
     hardware: dict[str, str | int | None] = Field(default_factory=dict)
     harness_version: str | None = None
     git_sha: str | None = None
+    energy: EnergyFigures | None = None  # J per output token at its capacity point (ladder.json's), None figures with the reason when unread
+    energy_provisioned: EnergyFigures | None = None  # the same from --watts (None without it)

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 from rich.markup import escape
 from rich.table import Table
 
+from reports.energy import energy_note
+from reports.series import why_lines
 from reports.frontier import capacity_rows, race_note, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, WINNER_MAP_FILE, LadderSummary
@@ -31,14 +33,18 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
     target = (ladder.target_load or {}).get("output_tps")
     cols = [("engine", False), ("output tok/s per device", True), ("95% interval", True), (f"{unit} in flight", True),
-            ("rate (closed loop)", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
+            ("rate (closed loop)", True), ("J / output token", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
         [("gates", False)]
     for col, right in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in capacity_rows(ladder):
-        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["usd"],
+        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["energy"], r["usd"],
                   *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
+    if note := energy_note(ladder):
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
+    for line in why_lines(ladder):  # where each capacity ended, as the engine's own series shows it
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if note := yardstick_note(ladder):
         console.print(note, markup=False, highlight=False)
     if note := race_note(ladder):

@@ -9,7 +9,9 @@ measurement has:
 2. the workload is replayed by the shared client — one :class:`~harness.loadgen.runner.Runner`,
    or ``client_workers`` processes on one absolute schedule (:mod:`harness.loadgen.workers`) —
    while a thread samples the engine's process group's memory and CPU
-   (:class:`adapters.resources.ResourceSampler`);
+   (:class:`adapters.resources.ResourceSampler`, with the run's energy counter) and another
+   scrapes the engine's ``/metrics`` every second into its time series
+   (:class:`adapters.engine_series.SeriesSampler`);
 3. every record goes to the ``sink`` the moment it ends (the run folder's writer, or a Ray
    trial's mailbox), stamped with its ``repeat`` and ``probe``, so a crash keeps it;
 4. after the phase, off the timing path, each request's tokens are recounted once with the
@@ -32,10 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from adapters.base import Endpoint
+from adapters.energy import open_meter
+from adapters.engine_series import SeriesSampler
 from adapters.resources import ResourceSampler
 from results.recounts import TokenRecount
-from results.schema import ClientWorker, EngineFacts, Metrics, RequestRecord, ResourceUse
+from results.schema import ClientWorker, EnergySource, EngineFacts, Metrics, RequestRecord, ResourceUse
 from results.schema.records import STOPPED_PHASE
+from results.schema.series import EngineSeries
 from workloads.base import Workload
 
 from harness.loadgen.client import EndpointTarget
@@ -66,7 +71,8 @@ class MeasureOptions:
     ``ignore_eos`` where the endpoint takes it; ``max_sessions``: sessions in flight, closed
     loop (a load ladder's point; None = the workload's own arrivals); ``stop_when``: told of each
     measured record as it ends, True stops the phase early (one client process only:
-    ``RunnerOptions.stop_when``)."""
+    ``RunnerOptions.stop_when``); ``energy``: the run's energy source, read around the phase
+    (:mod:`adapters.energy`; None: not asked, e.g. ``bench search``)."""
 
     slos: tuple[SLO, ...] = ()
     request_timeout_s: float = 600.0
@@ -75,6 +81,7 @@ class MeasureOptions:
     ignore_eos: bool = True
     max_sessions: int | None = None
     stop_when: Callable[[RequestRecord], bool] | None = None  # True: the point's verdict is settled, stop it
+    energy: EnergySource | None = None
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Measurement:
     resources: ResourceUse | None = None
     engine_metrics: dict[str, Any] = field(default_factory=dict)
     cut: list[RequestRecord] = field(default_factory=list)  # cut in flight when the phase stopped early (stop_when)
+    engine_series: EngineSeries | None = None  # its /metrics every second (adapters.engine_series)
 
 
 def target_of(endpoint: Endpoint, ignore_eos: bool) -> EndpointTarget:
@@ -123,7 +131,9 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
     before = scrape(endpoint.metrics_url)  # the engine's counters then count the measured phase only
     t0 = time.monotonic()
     try:
-        with ResourceSampler(endpoint.pgid) as sampler:  # a thread sampling the engine's process group
+        meter = open_meter(options.energy) if endpoint.pgid is not None else None  # the run's counter, this phase
+        with ResourceSampler(endpoint.pgid, energy=options.energy, meter=meter) as sampler, \
+                SeriesSampler(endpoint.metrics_url, endpoint.series_parser) as series:  # the engine's own, every 1 s  # a thread sampling the engine's process group
             asyncio.run(measurer.measure(workload))
     finally:  # derived work, after the phase: the finished requests are recounted even when interrupted
         sink.add_recounts(runner.recount())
@@ -132,7 +142,7 @@ def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, si
     measured = [r for r in runner.records if counted(r)]
     metrics = repeat_metrics(measured, condition_of(workload, options.slos))
     return Measurement(engine=engine, repeat=repeat, probe=probe, records=measured, metrics=metrics, wall_s=wall,
-                       resources=sampler.result, engine_metrics=counters,
+                       resources=sampler.result, engine_metrics=counters, engine_series=series.result,
                        cut=[r for r in runner.records if r.phase == STOPPED_PHASE])
 
 

@@ -30,6 +30,7 @@ from results.pairs import split_list
 from workloads.options import WorkloadOptions, parse_options
 
 from harness.app.core import checks
+from harness.app.core.energy_options import EnergyGroup, EnergyOptions
 from harness.app.core.fields import Cli, CliGroup, cli_of
 from harness.app.core.tune_options import tune_help
 from harness.metrics import SLO, parse_slos
@@ -137,7 +138,7 @@ class RunSettings(BaseModel):
         "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--allow-unchecked",
         "--accuracy",
         "--no-calibration", "--client-workers", "--no-feature-probes",
-        "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--setup-engines", "--no-ignore-eos",
+        "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--price-per-kwh", "--watts", "--setup-engines", "--no-ignore-eos",
         "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
 
@@ -184,6 +185,7 @@ class RunSettings(BaseModel):
     # --engine openai: the endpoint's model folder (also in ``model``); None = not given
     tokenizer: Annotated[Optional[str], Cli("--tokenizer", help="--engine openai: the local folder of the model the endpoint serves (config.json + tokenizer, no weights needed): the workload is built with its tokenizer and the manifest and memory fit describe it. Without it token counts come from the server's usage only.")] = None
     # USD per device-hour for the cost; None = the hardware profile's
+    energy: EnergyGroup = Field(default_factory=EnergyOptions)  # --watts, --price-per-kwh
     price_per_hour: Annotated[Optional[float], Cli("--price-per-hour", help="USD per device-hour of the hardware measured on, for the cost per 1M output tokens (default: the hardware profile's on-demand list price; CPU: an assumed $0.0335 per vCPU-hour). Overrides the price of the recommendation's target too.")] = None
     # "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
     executor: Annotated[str, Cli("--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench\\[ray]').")] = "local"

@@ -279,12 +279,13 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
                             fidelity=session.fidelity, accuracy=session.accuracy)
 
 
-def trial_spec(cfg: Any, hardware_kind: str, **override: Any) -> TrialSpec:
+def trial_spec(cfg: Any, hardware_kind: str, energy: Any = None, **override: Any) -> TrialSpec:
     """The :class:`TrialSpec` of a job's settings ``cfg`` (the run settings: SLOs, timeouts,
-    client workers, warm-up, checks) on ``hardware_kind``; ``override`` replaces fields."""
+    client workers, warm-up, checks) on ``hardware_kind``; ``energy``: the run's energy source
+    (``results.schema.EnergySource``, read around every measured phase); ``override`` replaces fields."""
     options = MeasureOptions(slos=tuple(cfg.slos), request_timeout_s=cfg.request_timeout_s,
                              max_concurrency=cfg.workload.max_concurrency, client_workers=cfg.client_workers,
-                             ignore_eos=cfg.ignore_eos)
+                             ignore_eos=cfg.ignore_eos, energy=energy)
     fields: dict[str, Any] = dict(measure=options, warmup=cfg.warmup, warmup_seed=(cfg.workload.seed or 0) + 7919,
                                   equivalence=cfg.check_equivalence, feature_probes=cfg.feature_probes,
                                   repeats=cfg.repeats, hardware=hardware_kind,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from results.schema import FidelityReference, FidelityResult, AccuracyResult, LadderSummary, Validity
+from results.schema import EnergySource, FidelityReference, FidelityResult, AccuracyResult, LadderSummary, Validity
 from results.store import RunWriter
 from workloads.base import Workload
 
@@ -52,6 +52,7 @@ class RunState:
     fidelity_reference: FidelityReference | None = None
     fidelity: dict[str, FidelityResult] = field(default_factory=dict)
     accuracy: dict[str, AccuracyResult] = field(default_factory=dict)
+    energy: EnergySource | None = None  # chosen, and its idle draw measured, before any engine started
 
 
 @dataclass

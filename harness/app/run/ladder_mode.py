@@ -39,11 +39,13 @@ if TYPE_CHECKING:
     from harness.app.core.settings import RunSettings
 
 
-def ladder_spec(cfg: "RunSettings", kind: str, workload: Any, slos: list[Any], fidelity: Any = None) -> LadderSpec:
+def ladder_spec(cfg: "RunSettings", kind: str, workload: Any, slos: list[Any], fidelity: Any = None,
+                energy: Any = None) -> LadderSpec:
     """The ladder settings of run settings ``cfg`` on ``kind`` hardware: the base ``workload``
     (built) sizes agentic points by its turns per session; the budget is per engine; ``fidelity``:
-    the reference each engine's first session checks its outputs against (None = no check)."""
-    spec = trial_spec(cfg, kind, fidelity=fidelity)
+    the reference each engine's first session checks its outputs against (None = no check);
+    ``energy``: the run's energy source (every point's phases read it)."""
+    spec = trial_spec(cfg, kind, energy, fidelity=fidelity)
     spec = replace(spec, measure=replace(spec.measure, slos=tuple(slos), max_concurrency=None))
     stats = workload.stats or {}
     sessions = len(workload.sessions) or 1
@@ -90,7 +92,7 @@ class LadderMode:
             ctx.prepare_workload(plans)
             slos = list(cfg.slos) or default_slos(ctx.kind, cfg.workload.name)
             self._announce(ctx, slos, deadline, len(plans))
-            spec = ladder_spec(cfg, ctx.kind, state.workload, slos, state.fidelity_reference)
+            spec = ladder_spec(cfg, ctx.kind, state.workload, slos, state.fidelity_reference, state.energy)
             job = LadderJob(spec, executor, state.writer, console, tokenizer=state.tokenizer,
                             boundary_repeats=max(3, cfg.repeats), target_tps=cfg.target_load, time_budget_s=cfg.time_budget_s)
             job.t0 = started  # ladder.json's wall_s: the whole job, the reference and the search included

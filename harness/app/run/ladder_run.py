@@ -37,6 +37,7 @@ from harness.app.core.executor import Trial, TrialExecutor
 from harness.app.core.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.engine_turns import engine_cost
+from harness.app.run.ladder_energy import capacity_figures, point_figures
 from harness.app.run.ladder_trial import LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, stats_line
 from harness.metrics import slo_table
 from harness.metrics.summarise import Condition, summarise
@@ -183,6 +184,7 @@ class LadderJob:
         price = device_price(self.writer.manifest.hardware)  # (USD per device-hour, its source) or None
         judge(s, records, self.spec.slos, price_per_hour=price[0] if price else None, target_tps=self.target_tps,
               client_rps=self._client_rps(), interrupted=interrupted)
+        capacity_figures(s)  # each capacity's J per output token: its capacity point's
         for name, (leader, n, said) in self.race_out.items():  # in the decision's figures, as the verdict prints them
             s.engines[name].race = _race_line(s, name, leader, n, said)
         for e in engines:
@@ -209,6 +211,8 @@ class LadderJob:
             ms = [m for m in e.measurements if m.index == index]
             points.append(LadderPoint(index=index, load=ms[0].load, seeds=[m.seed for m in ms], wall_s=sum(m.wall_s for m in ms),
                                       repeats=[m.metrics for m in ms] if len(ms) > 1 else []))
+            point_figures(points[-1], [m.energy for m in ms], self.writer.manifest.energy)
+            points[-1].series = [m.series for m in ms if m.series is not None]
         status = EngineStatus.OK if o is not None and not e.failure and not o.crash and points else EngineStatus.FAILED
         if o is None and e.failure.startswith("not measured"):
             status = EngineStatus.NOT_MEASURED

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from adapters.resources import with_output_tokens
 from adapters.base import EngineError
 from results.schema.records import RAMP_PHASE
+from results.schema.series import EngineSeries
 from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
@@ -29,6 +30,7 @@ from harness.app.core.startup import EngineStarter
 from harness.app.core.trial import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
+from harness.metrics.energy import EnergySample, windows
 from harness.scoring.frontier import PointStats, Requests, SloWatch, point_stats
 
 
@@ -96,6 +98,8 @@ class PointMeasurement:
     wall_s: float
     resources: ResourceUse | None = None
     startup_alone_s: float | None = None  # the engine's start before it, when started alone (a decisive re-climb)
+    energy: EnergySample | None = None  # its energy, tokens and time windows (harness.metrics.energy)
+    series: EngineSeries | None = None  # the engine's own /metrics over it (adapters.engine_series)
 
 
 @dataclass
@@ -170,11 +174,19 @@ class _Points:
         sessions = _sessions_done(m.records, m.cut) if self.spec.workload.name == "agentic" else None
         used = with_output_tokens(m.resources, m.metrics.total_output_tokens) if m.resources is not None else None
         self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0,
-                                          used))
+                                          used, energy=energy_sample(m), series=m.engine_series))
         if m.resources is not None:
             self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
             self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None
         return requests, sessions
+
+
+def energy_sample(m: Any) -> EnergySample:
+    """A measurement's (:class:`harness.app.core.measure.Measurement`) energy, output tokens,
+    duration and time windows, for its point's J per output token."""
+    phase = m.resources.energy if m.resources is not None else None
+    tokens = m.metrics.total_output_tokens
+    return EnergySample(phase, tokens, m.metrics.duration_s, windows(phase, m.records, tokens))
 
 
 class _RampSink:

@@ -23,7 +23,7 @@ from typing import Any
 from rich.markup import escape
 
 from adapters.base import EngineError
-from results.schema import AccuracyCheck, CalibrationFacts, EngineResult, EngineStatus, Equivalence, LadderSummary, RunSummary
+from results.schema import AccuracyCheck, CalibrationFacts, EnergySource, EngineResult, EngineStatus, Equivalence, LadderSummary, RunSummary
 from results.store import RunWriter, new_run_id
 from workloads.base import Workload
 
@@ -86,6 +86,19 @@ class Orchestrator:
         if line := workers_line(c.workload.request_rate, calibration.max_rate_rps, c.client_workers):
             self.console.print(line)  # how many client processes the offered rate needs
 
+    def _energy(self, writer: RunWriter, kind: str) -> EnergySource:
+        """The run's energy source (NVML on NVIDIA, RAPL on a CPU, none with its reason) and the
+        idle draw, measured while nothing runs; recorded in the manifest and said in one line."""
+        from adapters.energy import choose_source, measure_idle
+
+        source = measure_idle(choose_source(gpu=kind == "nvidia"))
+        source = source.model_copy(update={"provisioned_watts": self.cfg.energy.watts,
+                                           "price_per_kwh": self.cfg.energy.price_per_kwh})
+        writer.manifest.energy = source
+        writer.write_manifest()
+        self.console.print(escape(source.line()), highlight=False, soft_wrap=True)
+        return source
+
     def _plans(self, adapters: list[Any], kind: str, state: RunState) -> list[EnginePlan]:
         """The available engines' plans; the others recorded as skipped (or failed to install)."""
         plans = []
@@ -126,6 +139,7 @@ class Orchestrator:
         if c.calibrate:
             self._calibrate(writer)
         kind = self.kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
+        state.energy = self._energy(writer, kind)  # before any engine starts: the idle draw is the machine's own
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         adapters += endpoint_adapters(c.endpoints)
         self.parity.plan(adapters, state.model_dir, kind)

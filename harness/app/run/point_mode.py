@@ -63,7 +63,7 @@ def _trials(ctx: RunContext, engines: list[EngineTurns]) -> dict[tuple[str, int]
     """Every trial of the run, in run order (repeat-major, the order alternating): one
     measurement of the workload per engine and repeat (:func:`run_trial`)."""
     state = ctx.state
-    spec = trial_spec(ctx.cfg, ctx.kind, fidelity=state.fidelity_reference)
+    spec = trial_spec(ctx.cfg, ctx.kind, state.energy, fidelity=state.fidelity_reference)
     trials = {}
     for repeat in range(ctx.cfg.repeats):
         for engine in (reversed(engines) if repeat % 2 else engines):

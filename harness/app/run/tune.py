@@ -372,7 +372,8 @@ def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
                   capacity_interval=cap.interval, capacity_open=cap.open,
                   climb_to=math.ceil(cap.bracket[1] if cap.bracket[1] is not None else cap.load) or None,
                   tuned=bool(tuning is not None and tuning.configs),
-                  numerics=str(getattr(facts, "numerics", None) or "reference")), manifest)
+                  numerics=str(getattr(facts, "numerics", None) or "reference"),
+                  energy=cap.energy, energy_provisioned=cap.energy_provisioned), manifest)
 
 
 __all__ = ["ENDPOINT_NOTE", "NO_SPACE_NOTE", "Search", "Tuner", "judge_tuning", "recipe", "tuned_plan",

@@ -55,7 +55,8 @@ class SearchSettings(RunSettings):
         "--request-rate", "--max-concurrency", "--duration", "--drain-timeout", "--warmup-window", "--cooldown-window",
         "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps", "--prompt-salt", "--tokenizer",
         "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes", "--hardware", "--preset",
-        "--price-per-hour", "--setup-engines", "--parity", "--executor", "--ray-address", "--ray-resources",
+        "--price-per-hour", "--price-per-kwh", "--watts", "--setup-engines", "--parity", "--executor", "--ray-address",
+        "--ray-resources",
         "--ladder-budget", "--time-budget", "--max-load", "--target-load", "--endpoint", "--devices", "--fidelity-prompts", "--fidelity-tokens",
         "--fidelity-floor", "--allow-unchecked", "--accuracy", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config")
 

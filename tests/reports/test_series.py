@@ -1,0 +1,48 @@
+"""reports/series.py: why each capacity ended, read from the engine's own series at its failing
+load, and its chart."""
+
+from __future__ import annotations
+
+from results.schema import CapacityAtSLO, EngineLadder, EngineStatus, LadderPoint
+from results.schema.series import EngineSeries, SeriesSample
+
+from reports.series import series_png, why_line
+
+
+def ladder(samples_at_8: list[SeriesSample]) -> EngineLadder:
+    calm = EngineSeries(parser="vllm", samples=[SeriesSample(t_s=1.0, kv_cache_usage=0.3, running=4, waiting=0, preemptions=0)])
+    return EngineLadder(status=EngineStatus.OK, points=[
+        LadderPoint(index=0, load=4, passed=True, series=[calm]),
+        LadderPoint(index=1, load=8, series=[EngineSeries(parser="vllm", samples=samples_at_8)])],
+        capacity=CapacityAtSLO(output_tps=100.0, load=6.0, bracket=(4, 8), binding="ttft_p90"))
+
+
+def test_kv_cache_full_and_preemptions() -> None:
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.7, running=8, waiting=0, preemptions=5),
+                SeriesSample(t_s=2.0, kv_cache_usage=1.0, running=6, waiting=2, preemptions=23)])
+    assert why_line("vllm", e) == ("vllm: KV cache 100% and 23 preemptions and up to 2 requests waiting beside 8 running "
+                                   "at 8 in flight (where ttft_p90 broke)")
+
+
+def test_queueing_without_memory_pressure() -> None:
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.4, running=4, waiting=4, preemptions=0)])
+    assert why_line("own", e) == "own: up to 4 requests waiting beside 4 running at 8 in flight (where ttft_p90 broke)"
+
+
+def test_compute_bound_when_neither_shows() -> None:
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.2, running=8, waiting=0, preemptions=0)])
+    assert why_line("own", e) == ("own: KV cache at most 20%, no preemption and no request waiting at 8 in flight "
+                                  "(where ttft_p90 broke): compute-bound (every running request's steps got slower)")
+
+
+def test_no_series_or_no_failing_load_says_nothing() -> None:
+    assert why_line("x", ladder([])) == ""
+    open_ended = ladder([SeriesSample(t_s=1.0, kv_cache_usage=1.0)])
+    open_ended.capacity.bracket = (8, None)
+    assert why_line("x", open_ended) == ""
+
+
+def test_the_chart_is_a_png() -> None:
+    png = series_png("vllm", ladder([SeriesSample(t_s=1.0, kv_cache_usage=1.0, running=8, waiting=2, preemptions=3)]))
+    assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert series_png("vllm", ladder([])) is not None  # the point at 4 still has its series
