@@ -236,7 +236,9 @@ class ReplayBuilder:
         ts = self.spec.time_scale
         turns = []
         for i, t in enumerate(s.turns):
-            cut_reply = self.kit.truncate(t.reply, self._max_tokens(t)) if t.reply else ""
+            # offline statistics feed this reply to the next turn: the trace's text, else words of its length
+            cut_reply = (self.kit.truncate(t.reply, self._max_tokens(t)) if t.reply
+                         else self.kit.decode(self.kit.random_words(self.rng, self._max_tokens(t))))
             turns.append(ReplayTurn(append=None if t.hash_ids else self._append(s.turns, i),
                                     blocks=self._hash_blocks(t) if t.hash_ids else None, max_tokens=self._max_tokens(t),
                                     delay_s=(tools[i] or 0.0) / ts, recorded_reply=cut_reply))

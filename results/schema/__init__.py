@@ -30,6 +30,8 @@ One module per artefact family, every name re-exported here (``from results.sche
   ground-truth reference, :class:`FidelityReference`), :class:`FidelityResult`; the user's task
   accuracy set (:class:`AccuracyItem`) and :class:`AccuracyCheck` (``accuracy.json``)
 - ``timeline``: :class:`Timeline`
+- ``replay``: :class:`ReplayCertificate` (``replay.json``: an agentic run's replay-fidelity
+  certificate, sent against the trace per statistic)
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
 them (nanoseconds, monotonic, arbitrary epoch): only differences are meaningful. The
@@ -89,6 +91,7 @@ from .fidelity import (
 )
 from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderPoint, LadderSummary, TunedConfig
 from .recipe import RECIPE_FILE, Recipe
+from .replay import REPLAY_FILE, REPLAY_TOLERANCE, CertificateRow, EngineReplay, ReplayCertificate
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
 from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
 from .search import (
@@ -118,6 +121,7 @@ __all__ = [
     "SearchSummary",
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
     "EngineTuning", "RECIPE_FILE", "Recipe",
+    "REPLAY_FILE", "REPLAY_TOLERANCE", "CertificateRow", "EngineReplay", "ReplayCertificate",
     "Timeline",
     "FIDELITY_FILE", "COVERAGE_FLOOR", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
     "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",
