@@ -258,6 +258,12 @@ class RunWriter:
         """``fidelity.json``: the output-fidelity check of every engine that ran it."""
         write_model_atomic(self.run_dir / FIDELITY_FILE, check)
 
+    def write_replay(self, certificate: Any) -> None:
+        """``replay.json``: the agentic run's replay-fidelity certificate (``ReplayCertificate``)."""
+        from .schema.replay import REPLAY_FILE
+
+        write_model_atomic(self.run_dir / REPLAY_FILE, certificate)
+
     def write_accuracy(self, check: AccuracyCheck) -> None:
         """``accuracy.json``: the user's task-accuracy set, per engine."""
         write_model_atomic(self.run_dir / ACCURACY_FILE, check)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from workloads.agent_replay import build_replay_sessions, trace_note
 from workloads.agentic import build_agentic_sessions
 from workloads.arrivals import count_within, ramp_count_within
 from workloads.base import RequestSpec, RunTiming, Workload
@@ -37,8 +38,13 @@ _DESCRIPTIONS: dict[str, str] = {
     "trace": "replay a production trace with its arrival times: Azure 2023 code/conv, Mooncake (prefix hashes), ServeGen rate windows",
 }
 
+def _agentic(spec: Any, kit: TokenKit) -> list:
+    """The shipped trajectories, or the user's own trace (``--trace``)."""
+    return build_replay_sessions(spec, kit) if spec.trace is not None else build_agentic_sessions(spec, kit)
+
+
 _BUILDERS: dict[str, Callable[[Any, TokenKit], list]] = {
-    "agentic": build_agentic_sessions,
+    "agentic": _agentic,
     "chat": build_chat,
     "rag": build_rag,
     "summarization": build_summarization,
@@ -197,6 +203,8 @@ def build_workload(
     stats = _jsonable(workload_stats(sessions)) if with_stats else {}
     if name == "agentic" and with_stats:
         stats["note"] = "replies are not known offline: statistics use the trace's recorded replies (cut to max_tokens)"
+        if getattr(spec, "trace", None) is not None:
+            stats["note"] = f"{trace_note(spec)}. {stats['note']}"
     return Workload(
         name=name,
         sessions=sessions,

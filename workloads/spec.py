@@ -118,6 +118,14 @@ class AgenticSpec(WorkloadSpec):
     ``output_scale``: a turn's max_tokens = the recorded reply's tokens × output_scale,
     clipped to [min_output_tokens, max_output_tokens].
     ``request_rate`` is the session-start rate (sessions/s).
+    ``trace``: replay this agent trace instead of the shipped trajectories (a file, or
+    ``swe-agent``), read by the ``trace_format`` importer (:mod:`workloads.trace_import`),
+    replayed as :mod:`workloads.agent_replay` says (``scale`` then defaults to 1; tool times
+    and sub-agent starts ÷ ``time_scale``; ``max_turns``, ``branch_*``, ``output_scale``,
+    ``think_time_scale`` and ``trajectories`` do not apply; every session of the trace once
+    unless ``num_sessions`` / ``num_requests`` say otherwise). ``cache_blocks`` ×
+    ``cache_block_tokens``: the LRU prefix cache the replay-fidelity certificate's theoretical
+    hit rate assumes.
     """
 
     kind: Literal["agentic"] = "agentic"
@@ -135,9 +143,17 @@ class AgenticSpec(WorkloadSpec):
     max_output_tokens: int = Field(default=32, ge=1)
     min_message_tokens: int = Field(default=8, ge=1)
     trajectories: list[str] | None = None  # substrings of trajectory names to use (default: all 22)
+    # a trace of the user's own agents (workloads.agent_trace, workloads.agent_replay); None = the shipped set
+    trace: str | None = None
+    trace_format: Literal["auto", "agent", "swe-agent", "mooncake", "otel", "chat-log"] = "auto"
+    time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    cache_blocks: int = Field(default=1024, ge=1)  # the LRU cache of the fidelity certificate's theoretical hit rate
+    cache_block_tokens: int = Field(default=16, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> AgenticSpec:
+        if self.trace is not None and "scale" not in self.model_fields_set:
+            self.__dict__["scale"] = 1.0  # a user's own trace replays at its own lengths unless --scale says otherwise
         if self.min_output_tokens > self.max_output_tokens:
             raise ValueError("min_output_tokens must be <= max_output_tokens")
         if self.branch_fraction > 0 and self.branch_after >= self.max_turns:

@@ -33,6 +33,8 @@ One module per artefact family, every name re-exported here (``from results.sche
 - ``energy``: :class:`EnergySource` (the manifest's: NVML, RAPL or none with its reason),
   :class:`PhaseEnergy` (one measured phase's), :class:`EnergyFigures` (a load point's J per
   output token with its interval, measured or provisioned)
+- ``replay``: :class:`ReplayCertificate` (``replay.json``: an agentic run's replay-fidelity
+  certificate, sent against the trace per statistic)
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
 them (nanoseconds, monotonic, arbitrary epoch): only differences are meaningful. The
@@ -93,6 +95,7 @@ from .fidelity import (
 )
 from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderPoint, LadderSummary, TunedConfig
 from .recipe import RECIPE_FILE, Recipe
+from .replay import REPLAY_FILE, REPLAY_TOLERANCE, CertificateRow, EngineReplay, ReplayCertificate
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
 from .records import INCOMPLETE, WINDOW_PHASES, RequestRecord
 from .search import (
@@ -123,8 +126,8 @@ __all__ = [
     "SearchSummary",
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
     "EngineTuning", "RECIPE_FILE", "Recipe",
-    "Timeline", "WINNER_MAP_FILE", "MapCell", "WinnerMap",
-    "Timeline", "EnergySource", "PhaseEnergy", "EnergyFigures",
+    "Timeline", "WINNER_MAP_FILE", "MapCell", "WinnerMap", "EnergySource", "PhaseEnergy", "EnergyFigures",
+    "REPLAY_FILE", "REPLAY_TOLERANCE", "CertificateRow", "EngineReplay", "ReplayCertificate",
     "FIDELITY_FILE", "COVERAGE_FLOOR", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",
     "AnswerSegment", "EngineAnswer", "EngineAnswers", "FidelityResult", "FidelityCheck",
     "ACCURACY_FILE", "AccuracyItem", "AccuracyResult", "AccuracyCheck",

@@ -33,6 +33,12 @@ class ModelSummary(Artefact):
     num_params: int | None = None
     digest: str | None = None  # SHA-256 over the folder's files (results.model_digest): the weights, whatever the path
 
+    @model_serializer(mode="wrap")
+    def _omit_no_digest(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A manifest written before the digest was kept reads back as it was written (no key)."""
+        out = handler(self)
+        return {k: v for k, v in out.items() if not (k == "digest" and v is None)}
+
 
 class Validity(Artefact):
     """Per engine: was the offered load achieved, and how were tokens counted
@@ -184,5 +190,5 @@ class Manifest(Artefact):
         return {k: v for k, v in handler(self).items() if not (k in _WRITTEN_WHEN_SET and v is None)}
 
 
-_WRITTEN_WHEN_SET = ("search", "export_error")
+_WRITTEN_WHEN_SET = ("search", "export_error", "energy")
 """Manifest keys left out while None: newer than the others, and only some runs have them."""

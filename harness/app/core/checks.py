@@ -186,6 +186,10 @@ def check_workload(options: Any) -> Any:
         _, path, _ = resolve_trace(spec.trace)
         if not path.is_file():
             raise WorkloadError(f"--trace {spec.trace}: no such file {path}: pass a trace name or an existing file")
+    if getattr(spec, "kind", None) == "agentic" and spec.trace is not None:
+        from workloads.trace_import import import_trace
+
+        import_trace(spec.trace, spec.trace_format)  # a bad line fails here (file:line), before a run folder exists
     return spec
 
 

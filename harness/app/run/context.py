@@ -80,6 +80,8 @@ class RunContext:
         state.tokenizer, state.workload = build_or_discard(state.model_dir, self.build_workload, writer, self.executor.close)
         state.condition = condition_of(state.workload, c.slos, seed=c.workload.seed or 0)
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
+        if state.workload.spec.get("trace") and state.workload.stats.get("note"):  # agentic --trace: what is sent
+            self.console.print(f"[dim]{state.workload.stats['note']}[/]", highlight=False)
         state.fidelity_reference = run_reference(state.model_dir, c.workload, state.tokenizer, c.fidelity_prompts,
                                                  c.fidelity_tokens, self.console) if plans else None  # none to check
         warn_if_cache_may_be_warm(self.console, writer.run_dir, writer.manifest.workload, plans)

@@ -161,6 +161,7 @@ class Orchestrator:
                 writer.order_engines([a.name for a in adapters])  # skipped engines in their registry place
         self._audits(state)
         writer.close()
+        self._replay(state)
         result = RunResult(writer.run_dir, writer.summary, interrupted=interrupted, ladder=state.ladder)
         if c.report:
             result.recommendation = self._report(writer.run_dir)
@@ -183,6 +184,15 @@ class Orchestrator:
         if self.cfg.accuracy and state.accuracy:
             writer.write_accuracy(AccuracyCheck(source=str(self.cfg.accuracy), items=len(accuracy_items(self.cfg.accuracy)),
                                                 engines=state.accuracy))
+
+    def _replay(self, state: RunState) -> None:
+        """An agentic run's replay-fidelity certificate (``replay.json``), stored and printed."""
+        from harness.app.run.replay_check import print_certificate, replay_certificate
+
+        cert = replay_certificate(self.cfg, state)
+        if cert is not None and cert.engines:
+            state.writer.write_replay(cert)
+            print_certificate(self.console, cert)
 
     def _ensure_installed(self, adapter: Any, kind: str, writer: RunWriter) -> bool:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is

@@ -27,6 +27,13 @@ SEARCH = ["search", "--engine", "openai", "--base-url", NOWHERE]
 SPECS = {"bad_yaml": "kind: chat\nnum_requests: [1, 2\n", "huge_yaml": "kind: chat\nnum_requests: 1000000000\n",
          "sessions_yaml": "kind: agentic\nnum_sessions: 5000000\n", "list_yaml": "- kind\n- chat\n",
          "kind_yaml": "kind: rag\n", "neg_yaml": "kind: chat\nnum_requests: -3\n"}
+# issue 40: an agent trace of each format whose second line is malformed (one error naming file:2)
+TRACES = {"agent": '{"session_id": "a", "turns": [{"output_tokens": 3}]}\n{"session_id": "b", "turns": []}\n',
+          "mooncake": '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n'
+                      '{"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [1, 2]}\n',
+          "otel": '{"resourceSpans": []}\n{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "x"}]}]}]}\n',
+          "chat-log": '{"conversation_id": "c", "request": {"messages": [{"role": "user", "content": "hi"}]}, '
+                      '"response": {"usage": {"completion_tokens": 3}}}\n{"conversation_id": "c"}\n'}
 
 
 def _paths(root: Path) -> dict[str, Path]:
@@ -35,6 +42,7 @@ def _paths(root: Path) -> dict[str, Path]:
          "binary_yaml": root / "binary.yaml", "tok_no_config": root / "tokenizer-only",
          "tok_broken": root / "broken-tokenizer", "runs": root / "runs"}
     f.update({name: root / f"{name}.yaml" for name in SPECS})
+    f.update({f"trace_{name}": root / f"trace-{name}.jsonl" for name in TRACES})
     return f
 
 
@@ -45,6 +53,8 @@ def make_files(root: Path) -> None:
     f["file"].write_text("not a folder\n")
     for name, text in SPECS.items():
         f[name].write_text(text)
+    for name, text in TRACES.items():
+        f[f"trace_{name}"].write_text(text)
     f["binary_yaml"].write_bytes(b"kind: chat\n\xff\xfe\x00")
     (f["tok_no_config"] / "tokenizer.json").write_text("{}")  # a tokenizer file but no config.json
     (f["tok_broken"] / "config.json").write_text(json.dumps({"model_type": "llama"}))
@@ -66,6 +76,12 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
     R = [*RUN, "-o", out]
     S = [*SEARCH, "-o", out]
     return [
+        # ---- bench run --workload agentic --trace: a malformed line of each format (issue 40)
+        *[(f"run-trace-{name}", [*R, "-w", "agentic", "--trace", str(f[f"trace_{name}"])], f"{f[f'trace_{name}']}:2: ")
+          for name in TRACES],
+        ("run-trace-format", [*R, "-w", "agentic", "--trace", str(f["trace_agent"]), "--trace-format", "csv"],
+         "--trace-format must be one of"),
+        ("run-trace-missing", [*R, "-w", "agentic", "--trace", str(root / "nope.jsonl")], "does not exist"),
         # ---- bench run: numbers (bad, negative, zero, huge, nan, inf)
         ("run-n-text", [*R, "-n", "abc"], "'--num-requests' / '-n'"),
         ("run-n-negative", [*R, "-n", "-5"], "--num-requests must be > 0, got -5"),

@@ -1,0 +1,42 @@
+"""The trace side of the replay-fidelity certificate (workloads/replay_stats.py) on a known trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.app.core.model import resolve_model
+from workloads.options import parse_options
+from workloads.registry import resolve_spec
+from workloads.replay_stats import offered_statistics, trace_sessions
+from workloads.tokens import TokenKit
+
+pytestmark = pytest.mark.slow  # needs the prepared default model folder (tokenizer only)
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "agent_traces"
+
+
+@pytest.fixture(scope="module")
+def kit():
+    from transformers import AutoTokenizer
+
+    return TokenKit(AutoTokenizer.from_pretrained(str(resolve_model(None))))
+
+
+def test_the_otel_fixture_offers_what_its_spans_say(kit):
+    spec = resolve_spec(parse_options(name="agentic", trace=str(FIX / "otel.jsonl"), num_requests=3))
+    full = trace_sessions(spec, kit)  # every session once, whatever -n asked of the run
+    st = offered_statistics(full, 16, 1024)
+    assert st["turns_per_session"] == [5] and st["sub_agents_per_session"] == [1]
+    assert sorted(st["output_tokens"]) == [8, 10, 12, 16, 20]
+    # the planner's pauses 3.0 and 2.5 s, the researcher's 0.5 s (its start is a spawn, not a tool pause)
+    assert sorted(st["tool_s"]) == pytest.approx([0.5, 2.5, 3.0])
+    assert 0 < st["hit_rate_lru"] <= st["hit_rate_infinite"] < 1
+
+
+def test_an_lru_cache_smaller_than_the_shared_prefix_loses_the_hits(kit):
+    spec = resolve_spec(parse_options(name="agentic", trace=str(FIX / "mooncake.jsonl"), scale=0.25))
+    full = trace_sessions(spec, kit)
+    inf = offered_statistics(full, 16, 10_000)
+    one = offered_statistics(full, 16, 1)
+    assert inf["hit_rate_lru"] == inf["hit_rate_infinite"] > 0.3 and one["hit_rate_lru"] == 0.0
