@@ -56,6 +56,7 @@ class EngineClimb:
     measurements: list[PointMeasurement] = field(default_factory=list)
     failure: str = ""
     log_tail: str = ""
+    interrupted: bool = False  # the run was interrupted during its climb (``failure`` says by whom)
 
     @property
     def name(self) -> str:
@@ -109,6 +110,7 @@ class LadderJob:
                 n = len(engine.measurements)
                 kept = f"its {n} measurement{' is' if n == 1 else 's are'} kept" if n else "nothing measured"
                 engine.failure = f"interrupted by {interrupt_cause(exc)} while climbing its ladder; {kept}"
+                engine.interrupted = True
                 for rest in engines[i + 1:]:
                     rest.failure = "not measured: the run was interrupted before its turn"
                 return interrupt_cause(exc)
@@ -212,6 +214,8 @@ class LadderJob:
         status = EngineStatus.OK if o is not None and not e.failure and not o.crash and points else EngineStatus.FAILED
         if o is None and e.failure.startswith("not measured"):
             status = EngineStatus.NOT_MEASURED
+        elif e.interrupted:
+            status = EngineStatus.INTERRUPTED
         return EngineLadder(status=status, reason=e.failure, stopped=o.stopped if o else "", crash=o.crash if o else "",
                             crashed_at=o.crashed_at if o else None, points=sorted(points, key=lambda p: p.load),
                             reference=e.name in REFERENCE_ENGINES, display_name=o.display_name if o else None,
@@ -250,7 +254,7 @@ class LadderJob:
             summary.pooled.request_throughput = at.request_rate
         summary.intervals.pop("output_throughput", None)
         base["resources"] = combine_repeats([m.resources for m in e.measurements if m.index == at.index and m.resources])
-        why = ladder.excluded and f"excluded: {ladder.excluded}"
+        why = ladder.excluded and ladder.excluded != e.failure and f"excluded: {ladder.excluded}"  # said once
         if not at.passed:
             role = "its lowest load, which failed"
         elif cap is not None and cap.open:

@@ -247,7 +247,7 @@ class SearchOrchestrator:
                     integer=c.search_var == "concurrency", first_estimate_s=self._first_estimate(), unit=self.unit)
         except KeyboardInterrupt as exc:
             cause = interrupt_cause(exc)
-            self._record(name, plan, writer, summary, None, probes, info, EngineStatus.FAILED,
+            self._record(name, plan, writer, summary, None, probes, info, EngineStatus.INTERRUPTED,
                          f"interrupted by {cause} after {len(probes)} probes; kept")
             return cause
         except EngineError as exc:
@@ -274,7 +274,7 @@ class SearchOrchestrator:
             fields = result.model_dump(exclude={"probes"})
         else:  # interrupted or crashed mid-search: the passing probes so far give a lower bound
             passing = [p.load for p in probes if p.passed]
-            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if reason.startswith("interrupted") else "failed",
+            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if status is EngineStatus.INTERRUPTED else "failed",
                       "bracket": (max(passing, default=None), None), "message": reason, "unit": self.unit,
                       "low": self.cfg.low, "integer": self.cfg.search_var == "concurrency"}
         entry = EngineSearch(status=status, reason=reason, version=plan.probe.version, probes=probes, **info, **fields)
