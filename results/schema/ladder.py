@@ -75,6 +75,17 @@ class CapacityAtSLO(Artefact):
     floor: float | None = None  # tok/s per device it is at least, and ceiling: at most (None: nothing bounds it), as
     ceiling: float | None = None  # the race reads them (harness.scoring.race); None in older runs
 
+    @property
+    def tps_text(self) -> str:
+        """The capacity as every sentence and table prints it (the verdict, the capacity table, the
+        tuning's lines): output tok/s per device to one decimal, ``≥`` when open."""
+        return f"{'≥ ' if self.open else ''}{self.output_tps:,.1f}"
+
+    @property
+    def load_text(self) -> str:
+        """Its load in flight as the verdict and the capacity table print it (3 significant digits)."""
+        return f"{'≥ ' if self.open else ''}{self.load:.3g}"
+
 
 class EngineLadder(Artefact):
     """One engine's ladder: ``status`` and ``reason`` (as in ``summary.json``), why it stopped
