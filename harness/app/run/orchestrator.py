@@ -112,7 +112,8 @@ class Orchestrator:
 
         c = self.cfg
         run_id = c.run_id or new_run_id(c.workload.name)
-        model_dir = resolve_model(c.model)  # a bad --model fails here, before a run folder exists
+        # a bad --model fails here, before a run folder exists (weights: a local engine serves it)
+        model_dir = resolve_model(c.model, weights=any(e != "openai" for e in c.engines))
         state = RunState(RunWriter(Path(c.output_dir) / run_id, run_id, c.workload.name), model_dir,
                          c.threads or default_threads(), equivalence={})
         writer = state.writer

@@ -117,7 +117,7 @@ class SearchOrchestrator:
         run = c.run_config(probe_options(c.workload, c.search_var, c.low, 0), slos)  # the first probe's workload
         self.spec = TrialSpec(measure=self.prober.options, warmup=run.warmup, warmup_seed=(run.workload.seed or 0) + 7919,
                               hardware=kind, read_effective=False)
-        model_dir = resolve_model(run.model)
+        model_dir = resolve_model(run.model, weights=any(e != "openai" for e in run.engines))
         run_id = run.run_id or new_run_id(f"search-{c.workload.name}")
         threads = run.threads or default_threads()
         writer = RunWriter(Path(run.output_dir) / run_id, run_id, c.workload.name)

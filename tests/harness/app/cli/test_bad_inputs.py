@@ -309,15 +309,34 @@ def test_bad_input_is_one_line_and_exit_2(name: str, built: dict[str, tuple[list
     assert needle in res.stderr.splitlines()[0], res.stderr
 
 
-def test_a_bad_model_leaves_no_run_folder(tmp_path: Path) -> None:
+def _no_weights(tmp_path: Path) -> str:
+    """The default model's folder without its weights: config.json and the tokenizer only."""
+    import shutil
+
+    from harness.app.core.model import resolve_model
+
+    folder = tmp_path / "no-weights"
+    folder.mkdir()
+    for f in resolve_model(None).iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and not f.name.startswith("."):
+            shutil.copy(f, folder / f.name)
+    return str(folder)
+
+
+@pytest.mark.parametrize("model", ["missing", "no-weights"])
+def test_a_bad_model_leaves_no_run_folder(tmp_path: Path, model: str) -> None:
     """Issue 41 (review item 19): a run refused on its --model writes nothing that `bench results
-    list` would show."""
+    list` would show; issue 39's review: a folder with config.json but no weights is refused the
+    same way, before the run folder (it used to start the engines, which failed, and leave it)."""
     from harness.app.cli import app
 
-    res = CliRunner().invoke(app, ["run", "--engine", "own", "--model", "/nonexistent/model", "-o", str(tmp_path / "out"),
+    folder = "/nonexistent/model" if model == "missing" else _no_weights(tmp_path)
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "--model", folder, "-o", str(tmp_path / "out"),
                                    "--no-calibration"])
     assert outcome(res) is None, res.output
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    if model == "no-weights":
+        assert res.stderr.startswith(f"error: --model {folder} has no weights (*.safetensors, *.bin, *.gguf, "), res.stderr
 
 
 def test_a_run_with_no_engine_that_can_run_leaves_no_run_folder(tmp_path: Path) -> None:
