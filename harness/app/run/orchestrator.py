@@ -119,7 +119,6 @@ class Orchestrator:
         writer = state.writer
         writer.summary.slos = slo_table(c.slos)
         writer.summary.repeats = c.repeats
-        self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         if c.engine_config:  # --engine-config: say what the recipe set (the command line's own flags won over it)
             args = " ".join(f"{k}={v}" for e in c.engines for k, v in c.engine_args.get(e, {}).items())
             self.console.print(f"Recipe {escape(str(c.engine_config))}: {escape(','.join(c.engines))} with "

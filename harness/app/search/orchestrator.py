@@ -68,7 +68,7 @@ from results.store import RunWriter, new_run_id, write_model_atomic
 
 from harness.app.core.executor import make_starter
 from harness.app.core.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
-from harness.app.core.prepare import build_or_discard, record_run_facts
+from harness.app.core.prepare import announce, build_or_discard, record_run_facts
 from harness.app.core.settings import default_threads
 from harness.app.core.signals import interrupt_cause
 from harness.app.core.startup import EngineStarter
@@ -123,7 +123,6 @@ class SearchOrchestrator:
         writer = RunWriter(Path(run.output_dir) / run_id, run_id, c.workload.name)
         writer.summary.slos = slo_table(slos)
         writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
-        self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         summary = SearchSummary(run_id=run_id, workload=c.workload.name, search_var=c.search_var, unit=self.unit,
                                 slos=writer.summary.slos, slos_default=slos_default, low=c.low, high=c.high,
@@ -175,6 +174,7 @@ class SearchOrchestrator:
         c = self.cfg
         tokenizer, workload = build_or_discard(model_dir, lambda tok: build_workload(run.workload, tok), writer,
                                                starter.close)
+        announce(self.console, "Search", writer)  # the folder is kept from here on, whatever happens
         record_run_facts(writer, run, model_dir, workload, threads)
         st = workload.stats
         self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))

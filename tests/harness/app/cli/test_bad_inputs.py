@@ -351,6 +351,8 @@ def test_a_run_with_no_engine_that_can_run_leaves_no_run_folder(tmp_path: Path) 
     assert err[0].startswith("error: no engine can run here, so nothing was measured and no run folder is kept (prod: ")
     assert "is not reachable" in err[0] and "Traceback" not in res.output
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    # issue 39's review: nor is the removed folder announced ("Run ID → FOLDER", "Results: FOLDER")
+    assert str(tmp_path / "out") not in res.stdout and "→" not in res.stdout, res.stdout
 
 
 def main() -> None:  # pragma: no cover - the sweep's count, for the closing note

@@ -102,6 +102,7 @@ def test_sigterm_is_reported_as_sigterm_and_exits_143(url, tmp_path, monkeypatch
     res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", url, *ARGS,
                                    "-o", str(tmp_path), "--run-id", "term"])
     assert res.exit_code == 143, res.output
+    assert f"Run term → {tmp_path / 'term'}" in " ".join(res.output.split())  # a folder kept is announced
     e = json.loads((tmp_path / "term" / "summary.json").read_text())["engines"]["openai"]
     assert e["status"] == "interrupted" and e["reason"] == "interrupted by SIGTERM after 5 measured requests; kept"
     assert "interrupted by SIGTERM" in res.output and "Ctrl-C" not in res.output
