@@ -141,9 +141,9 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
         rows.append({
             "engine": name + (" ★" if d and name == d.winner else "") + (" (yardstick)" if e.reference else "")
                       + (f" ({e.devices} devices)" if e.devices and e.devices > 1 else ""),
-            "capacity": f"{ge}{cap.output_tps:,.1f}" if ok else ("0" if cap is not None else "–"),  # type: ignore[union-attr]
+            "capacity": cap.tps_text if ok else ("0" if cap is not None else "–"),  # type: ignore[union-attr]
             "interval": _interval(cap) if ok else "–",
-            "load": f"{ge}{cap.load:.3g}" if ok else "–",  # type: ignore[union-attr]
+            "load": cap.load_text if ok else "–",  # type: ignore[union-attr]
             "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
             "usd": _usd(cap) if ok else "–",
             "energy": energy_cell(cap.energy, cap.energy_provisioned) if ok else "–",  # type: ignore[union-attr]

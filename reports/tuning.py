@@ -16,7 +16,7 @@ def _cap(cap: CapacityAtSLO | None) -> str:
         return "–"
     if cap.never_met:
         return "misses the SLO"
-    shown = f"{'≥ ' if cap.open else ''}{cap.output_tps:,.1f}"
+    shown = cap.tps_text
     return shown + (f" [{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" if cap.interval else "")
 
 

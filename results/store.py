@@ -518,7 +518,8 @@ def resolve_run(ref: str, output_dir: Path | str = "results") -> Path:
     cand = Path(output_dir) / ref
     if is_run_folder(cand):
         return cand
-    raise ResultsError(f"no run {ref!r} (looked for {p} and {cand}); see `bench results list`")
+    places = [str(p)] + ([str(cand)] if cand.absolute() != p.absolute() else [])  # an absolute ref, or -o .: one place
+    raise ResultsError(f"no run {ref!r} (looked for {' and '.join(places)}); see `bench results list`")
 
 
 def export_run(run_dir: Path, summary: RunSummary | None = None) -> list[Path]:

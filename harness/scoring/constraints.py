@@ -68,11 +68,12 @@ def needs_fp8(required: Sequence[str], dtype_bytes: int | None, runs: Sequence[R
 
 
 def not_measured_reason(engine: EngineRuns) -> str:
-    """Why an engine has no measurement: its last non-ok status and reason."""
+    """Why an engine has no measurement: its last non-ok status and reason (the reason alone when it
+    says the status itself: "interrupted by SIGTERM ...")."""
     not_ok = [(status, reason) for status, reason in engine.statuses if status != "ok"]
     if not_ok:
         status, reason = not_ok[-1]
-        return f"not measured ({status}): {reason or 'no reason recorded'}"
+        return reason if reason.startswith(status) else f"not measured ({status}): {reason or 'no reason recorded'}"
     return "not measured: no successful request in any run"
 
 

@@ -280,10 +280,9 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
         return _fit(f"{lead}No engine to recommend {where}: {why or 'none was measured'}.")
     cap = summary.engines[d.winner].capacity
     assert cap is not None
-    ge = "≥ " if cap.open else ""
     unit = ("sessions" if d.unit == "sessions" else "requests") if round(cap.load, 3) != 1 else d.unit.rstrip("s")
     once = ", 1 run" if d.runner_up and cap.measurements < 2 else ""  # its points were measured once: no run-to-run noise
-    head = (f"{lead}{d.winner}{_tuned(summary, d.winner)} sustains {ge}{cap.load:.3g} {unit} in flight "
+    head = (f"{lead}{d.winner}{_tuned(summary, d.winner)} sustains {cap.load_text} {unit} in flight "
             f"({_tps(cap)} output tok/s per device{once}) {where}")
     if not d.runner_up:
         return _fit(f"{head}; the only engine eligible{_fidelity_gated(d, summary, cap)}; {d.binding}.")
@@ -350,7 +349,7 @@ def _fidelity_gated(d: Decision, summary: LadderSummary, cap: CapacityAtSLO) -> 
 
 
 def _tps(cap: CapacityAtSLO) -> str:
-    return f"{'≥ ' if cap.open else ''}{cap.output_tps:,.0f}"
+    return cap.tps_text  # the capacity table's figure (reports.frontier.capacity_rows)
 
 
 def _fit(text: str) -> str:

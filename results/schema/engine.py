@@ -18,7 +18,8 @@ class EngineStatus(str, Enum):
     """How an engine's turn in a run ended."""
 
     OK = "ok"  # measured, at least one request succeeded
-    FAILED = "failed"  # failed to install/start/stay up, interrupted, or no request succeeded
+    FAILED = "failed"  # failed to install/start/stay up, or no request succeeded
+    INTERRUPTED = "interrupted"  # the run was interrupted (Ctrl-C, SIGTERM) during its turn; what it measured is kept
     SKIPPED = "skipped"  # the probe said it cannot run here (reason: why, and the fix)
     NOT_MEASURED = "not_measured"  # runnable, but the run ended (Ctrl-C) before its turn
 

@@ -87,6 +87,17 @@ class CapacityAtSLO(Artefact):
     energy_provisioned: EnergyFigures | None = None
     energy_load: int | None = None
 
+    @property
+    def tps_text(self) -> str:
+        """The capacity as every sentence and table prints it (the verdict, the capacity table, the
+        tuning's lines): output tok/s per device to one decimal, ``≥`` when open."""
+        return f"{'≥ ' if self.open else ''}{self.output_tps:,.1f}"
+
+    @property
+    def load_text(self) -> str:
+        """Its load in flight as the verdict and the capacity table print it (3 significant digits)."""
+        return f"{'≥ ' if self.open else ''}{self.load:.3g}"
+
 
 class EngineLadder(Artefact):
     """One engine's ladder: ``status`` and ``reason`` (as in ``summary.json``), why it stopped

@@ -153,7 +153,7 @@ def test_every_figure_of_an_engine_is_the_same_wherever_it_is_printed(tmp_path: 
             assert fig in console_row, (name, fig, console_row)
     d = ladder.decision
     win = ladder.engines[d.winner].capacity
-    assert f"({win.output_tps:,.0f} output tok/s per device" in d.sentence and f"{win.load:.3g} " in d.sentence
+    assert f"({win.output_tps:,.1f} output tok/s per device" in d.sentence and f"{win.load:.3g} " in d.sentence  # the table's figure
     lo, hi = d.ratio_interval
     assert f"{d.ratio:.2f}× [{lo:.2f}–{hi:.2f}] {d.runner_up}'s" in d.sentence
     assert d.sentence in md and d.sentence in " ".join(console.split())

@@ -75,3 +75,19 @@ def test_a_manifest_that_is_a_folder_is_damage_not_an_empty_manifest(tmp_path: P
     (run.run_dir / "manifest.json").mkdir()
     with pytest.raises(ResultsError, match="manifest.json is not a file; the run folder is damaged"):
         load_run(run.run_dir)
+
+
+def test_a_run_not_found_names_each_place_looked_in_once(tmp_path, monkeypatch) -> None:
+    """Issue 39's review: `bench results show /abs/x` said "looked for /abs/x and /abs/x" (an
+    absolute reference joined to --output-dir is itself), and `-o .` "x and x"."""
+    import pytest
+
+    from results.store import ResultsError, resolve_run
+
+    monkeypatch.chdir(tmp_path)
+    nope = tmp_path / "nope"
+    for ref, out, places in ((str(nope), "results", str(nope)), ("x", ".", "x"), ("./x", ".", "x"),
+                             ("x", "runs", "x and runs/x")):
+        with pytest.raises(ResultsError) as err:
+            resolve_run(ref, out)
+        assert str(err.value) == f"no run {ref!r} (looked for {places}); see `bench results list`"

@@ -112,7 +112,10 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
 
 
 def print_outputs(console: Any, run_dir: Path, files: list[tuple[str, str]]) -> None:
-    """``Results: DIR`` then each of ``files`` ((label, file name)) that the job wrote."""
+    """``Results: DIR`` then each of ``files`` ((label, file name)) that the job wrote (nothing
+    when the folder is not there: a job that measured nothing removes it)."""
+    if not run_dir.is_dir():
+        return
     console.print(f"\nResults: {run_dir}", markup=False)
     for label, name in files:
         if (run_dir / name).exists():

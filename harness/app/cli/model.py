@@ -38,7 +38,7 @@ def model_info(model: Optional[str] = typer.Argument(None, help="Model folder (d
     from harness.app.core.model import ModelError, model_summary, resolve_model
 
     try:
-        s = model_summary(resolve_model(model))
+        s = model_summary(resolve_model(model, weights=False))  # facts of the folder; its weights are counted when there
     except ModelError as exc:
         fail(str(exc))
     console.print_json(json.dumps(s))

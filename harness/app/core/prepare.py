@@ -30,6 +30,14 @@ def build_or_discard(model_dir: Path, build: Callable[[Any], Workload], writer: 
         raise
 
 
+def announce(console: Any, job: str, writer: RunWriter) -> None:
+    """``Run ID → FOLDER``, said once the folder is sure to be kept (after :func:`build_or_discard`:
+    a job that fails before it removes the folder, and must not have named it)."""
+    from rich.markup import escape
+
+    console.print(f"{job} [bold]{escape(writer.run_dir.name)}[/] → {escape(str(writer.run_dir))}")
+
+
 def record_run_facts(writer: RunWriter, cfg: Any, model_dir: Path, workload: Workload, threads: int) -> None:
     """Fill and write the manifest (model, workload, seed, SLOs, threads, hardware; the
     ``--price-per-hour`` of the settings ``cfg`` over the hardware profile's price)."""

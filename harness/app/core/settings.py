@@ -219,10 +219,12 @@ class RunSettings(BaseModel):
         return all(getattr(w, f) is None and spec.get(f) is None for f in fields) and w.name != "trace"
 
     @classmethod
-    def from_cli(cls, values: dict[str, Any]) -> Any:
+    def from_cli(cls, values: dict[str, Any], given: Optional[set[str]] = None) -> Any:
         """The settings from the command line's values (by field; the workload's options as one
-        dict): raw text parsed, every value checked, the machine-dependent checks included."""
-        return cls.model_validate(values, context={"cli": True})
+        dict): raw text parsed, every value checked, the machine-dependent checks included.
+        ``given``: the fields the user typed (default: those in ``values``); an option that
+        applies only to a ladder is refused by whether it was given, never by its value."""
+        return cls.model_validate(values, context={"cli": True, "given": given})
 
     # -- one value at a time --------------------------------------------------------------------
     @model_validator(mode="before")
@@ -348,7 +350,8 @@ class RunSettings(BaseModel):
                              "--fidelity-prompts 0 runs no check: drop one or the other")
         checks.check_devices(self.devices, self.endpoints, self.engine_args)
         checks.check_engine_args(self.engines, self.engine_args)
-        self._check_ladder_options()
+        given = info.context.get("given") if info.context else None  # typed (from_cli), else set explicitly
+        self._check_ladder_options(set(self.model_fields_set if given is None else given))
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:
             raise ValueError(f"--max-concurrency {cap} is smaller than --client-workers {self.client_workers}: each "
@@ -370,24 +373,24 @@ class RunSettings(BaseModel):
                 raise ValueError(str(exc)) from None
         return self
 
-    def _check_ladder_options(self) -> None:
-        """The load ladder's options only with a ladder; a ladder starts at the client workers'
-        count (each needs a session in flight)."""
+    def _check_ladder_options(self, given: set[str]) -> None:
+        """The load ladder's options only with a ladder (``given``: the fields the user gave, at
+        whatever value); a ladder starts at the client workers' count (each needs a session in flight)."""
         fields = type(self).model_fields
         if 0 < self.tune_s < 1:
             raise ValueError(f"--tune {self.tune_s:g} is seconds of measuring per engine for the search: under 1 s no ladder "
                              "measures anything; give e.g. --tune 180 (0 = no search)")
-        if self.tune_configs != fields["tune_configs"].default and not self.tune_s:
+        if "tune_configs" in given and not self.tune_s:
             raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
         if self.tune_lower_precision and not self.tune_s:
             raise ValueError("--tune-lower-precision lets --tune try lower precision: add --tune SECONDS or drop it")
         if self.tune_lower_precision and not self.fidelity_prompts:
             raise ValueError("--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop "
                              "--fidelity-prompts 0 (or --tune-lower-precision)")
-        given = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
-                 if name in fields and getattr(self, name) != fields[name].default]
-        if given and not self.ladder:
-            raise ValueError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to load ladders, and this run "
+        ladder_only = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
+                       if name in fields and name in given]
+        if ladder_only and not self.ladder:
+            raise ValueError(f"{' and '.join(ladder_only)} appl{'ies' if len(ladder_only) == 1 else 'y'} to load ladders, and this run "
                              "measures one load point "
                              "(--num-requests, --request-rate, --max-concurrency, --duration or --ramp-up-strategy): drop one or the other")
         if self.ladder and self.client_workers > self.max_load:

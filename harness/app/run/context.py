@@ -23,7 +23,7 @@ from harness.app.core.executor import Trial, TrialExecutor
 from harness.app.core.fidelity_reference import run_reference
 from harness.app.core.measure import condition_of
 from harness.app.core.plan import EnginePlan
-from harness.app.core.prepare import build_or_discard, record_run_facts
+from harness.app.core.prepare import announce, build_or_discard, record_run_facts
 from harness.app.core.warm_cache import warn_if_cache_may_be_warm
 from harness.metrics.summarise import Condition
 
@@ -78,6 +78,7 @@ class RunContext:
         c, state = self.cfg, self.state
         writer = state.writer
         state.tokenizer, state.workload = build_or_discard(state.model_dir, self.build_workload, writer, self.executor.close)
+        announce(self.console, "Run", writer)  # the folder is kept from here on, whatever happens
         state.condition = condition_of(state.workload, c.slos, seed=c.workload.seed or 0)
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
         if state.workload.spec.get("trace") and state.workload.stats.get("note"):  # agentic --trace: what is sent

@@ -59,12 +59,13 @@ class EngineTurns:
         return combine_repeats([with_output_tokens(t.measurement.resources, t.measurement.metrics.total_output_tokens)
                                 for t in self.trials if t.measurement.resources is not None])
 
-    def fail(self, reason: str, partial: Sequence[RequestRecord], condition: Condition, log_tail: str = "") -> EngineResult:
-        """Mark the engine failed: metrics over its completed repeats and ``partial`` (the
-        measured records of the repeat that failed), None when it measured nothing."""
+    def fail(self, reason: str, partial: Sequence[RequestRecord], condition: Condition, log_tail: str = "",
+             status: EngineStatus = EngineStatus.FAILED) -> EngineResult:
+        """Mark the engine failed (``status``: or interrupted): metrics over its completed repeats
+        and ``partial`` (the measured records of the repeat that failed), None when it measured nothing."""
         records = self._records() + list(partial)
         summary = summarise(records, condition, intervals=False) if any(counted(r) for r in records) else None
-        self.failure = EngineResult(status=EngineStatus.FAILED, reason=reason,
+        self.failure = EngineResult(status=status, reason=reason,
                                     metrics=summary.pooled if summary else None,
                                     repeats=summary.repeats if summary and len(summary.repeats) > 1 else [],
                                     log_tail=log_tail[-4000:], feature_probes=self.feature_probes,

@@ -57,6 +57,7 @@ class EngineClimb:
     measurements: list[PointMeasurement] = field(default_factory=list)
     failure: str = ""
     log_tail: str = ""
+    interrupted: bool = False  # the run was interrupted during its climb (``failure`` says by whom)
 
     @property
     def name(self) -> str:
@@ -110,6 +111,7 @@ class LadderJob:
                 n = len(engine.measurements)
                 kept = f"its {n} measurement{' is' if n == 1 else 's are'} kept" if n else "nothing measured"
                 engine.failure = f"interrupted by {interrupt_cause(exc)} while climbing its ladder; {kept}"
+                engine.interrupted = True
                 for rest in engines[i + 1:]:
                     rest.failure = "not measured: the run was interrupted before its turn"
                 return interrupt_cause(exc)
@@ -216,6 +218,8 @@ class LadderJob:
         status = EngineStatus.OK if o is not None and not e.failure and not o.crash and points else EngineStatus.FAILED
         if o is None and e.failure.startswith("not measured"):
             status = EngineStatus.NOT_MEASURED
+        elif e.interrupted:
+            status = EngineStatus.INTERRUPTED
         return EngineLadder(status=status, reason=e.failure, stopped=o.stopped if o else "", crash=o.crash if o else "",
                             crashed_at=o.crashed_at if o else None, points=sorted(points, key=lambda p: p.load),
                             reference=e.name in REFERENCE_ENGINES, display_name=o.display_name if o else None,
@@ -232,13 +236,7 @@ class LadderJob:
         judge reads (:func:`harness.scoring.samples.judged_records`: each measurement's steady
         state) and with the judge's output throughput (the point's ``output_tps`` times its
         devices), so Details, the weighted lens and the ladder print one figure for the point."""
-        condition = Condition(tuple(self.spec.slos))
-        mine = [r for r in records if r.engine == e.name and r.phase == "measured"]
-        cap = ladder.capacity
-        at = None
-        if cap is not None and ladder.points:
-            load = cap.bracket[0] if cap.bracket[0] is not None else ladder.points[0].load
-            at = next((p for p in ladder.points if p.load == load), ladder.points[0])
+        cap, at = ladder.capacity, shown_point(ladder)
         o = e.outcome
         base: dict[str, Any] = dict(capabilities=e.plan.capabilities, version=e.plan.probe.version,
                                     display_name=o.display_name if o else None, startup_s=ladder.startup_s,
@@ -247,14 +245,10 @@ class LadderJob:
         if at is None:
             return EngineResult(status=ladder.status if ladder.status is not EngineStatus.OK else EngineStatus.FAILED,
                                 reason=e.failure or ladder.excluded or "no ladder point was measured", **base)
-        # the point as the judge reads it: its steady state, its throughput the judge's (one figure per point)
-        summary = summarise(judged_records([r for r in mine if r.probe == at.index]), condition)
-        summary.pooled.output_throughput = at.output_tps * (ladder.devices or self.spec.devices)
-        if self.spec.workload.name != "agentic":  # requests/s: the point's (an agentic point's rate is sessions/s)
-            summary.pooled.request_throughput = at.request_rate
-        summary.intervals.pop("output_throughput", None)
+        summary = point_summary(e.name, at, records, self.spec.slos, ladder.devices or self.spec.devices,
+                                self.spec.workload.name)
         base["resources"] = combine_repeats([m.resources for m in e.measurements if m.index == at.index and m.resources])
-        why = ladder.excluded and f"excluded: {ladder.excluded}"
+        why = ladder.excluded and ladder.excluded != e.failure and f"excluded: {ladder.excluded}"  # said once
         if not at.passed:
             role = "its lowest load, which failed"
         elif cap is not None and cap.open:
@@ -269,6 +263,45 @@ class LadderJob:
                             reason="; ".join(x for x in (e.failure, why, where) if x), metrics=summary.pooled,
                             repeats=summary.repeats if len(summary.repeats) > 1 else [], intervals=summary.intervals,
                             ladder_point=at.index, **base)
+
+
+def shown_point(ladder: EngineLadder) -> LadderPoint | None:
+    """The point an engine's ``summary.json`` entry shows: the highest load that passed, below its
+    boundary (its lowest load when none passed); None without a capacity or points."""
+    cap = ladder.capacity
+    if cap is None or not ladder.points:
+        return None
+    load = cap.bracket[0] if cap.bracket[0] is not None else ladder.points[0].load
+    return next((p for p in ladder.points if p.load == load), ladder.points[0])
+
+
+def point_summary(name: str, at: LadderPoint, records: Sequence[RequestRecord], slos: Sequence[Any], devices: int,
+                  workload: str) -> Any:
+    """Engine ``name``'s point ``at`` summarised as the judge reads it: its steady state, its output
+    throughput the judge's (times ``devices``: one figure per point), a single-turn workload's
+    requests/s the point's (an agentic point's rate is sessions/s)."""
+    mine = [r for r in records if r.engine == name and r.phase == "measured" and r.probe == at.index]
+    summary = summarise(judged_records(mine), Condition(tuple(slos)))
+    summary.pooled.output_throughput = at.output_tps * devices
+    if workload != "agentic":
+        summary.pooled.request_throughput = at.request_rate
+    summary.intervals.pop("output_throughput", None)
+    return summary
+
+
+def repoint(summary: Any, ladder: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[Any]) -> Any:
+    """A copy of a ladder run's ``summary`` whose engines' entries hold the metrics of their capacity
+    point in ``ladder`` (the ladders decided again under other SLOs: ``bench recommend RUN --slo``),
+    so the weighted view scores the points the re-decided verdict reads, not the stored ones."""
+    out = summary.model_copy(deep=True)
+    for name, e in ladder.engines.items():
+        entry, at = out.engines.get(name), shown_point(e)
+        if entry is None or entry.ladder_point is None or entry.metrics is None or at is None:
+            continue
+        s = point_summary(name, at, records, slos, e.devices or ladder.devices, ladder.workload)
+        out.engines[name] = entry.model_copy(update={"metrics": s.pooled, "intervals": s.intervals, "ladder_point": at.index,
+                                                     "repeats": s.repeats if len(s.repeats) > 1 else []})
+    return out
 
 
 def _race_line(s: LadderSummary, name: str, leader: str, points: int, then: str) -> str:

@@ -125,13 +125,13 @@ class Orchestrator:
 
         c = self.cfg
         run_id = c.run_id or new_run_id(c.workload.name)
-        model_dir = resolve_model(c.model)  # a bad --model fails here, before a run folder exists
+        # a bad --model fails here, before a run folder exists (weights: a local engine serves it)
+        model_dir = resolve_model(c.model, weights=any(e != "openai" for e in c.engines))
         state = RunState(RunWriter(Path(c.output_dir) / run_id, run_id, c.workload.name), model_dir,
                          c.threads or default_threads(), equivalence={})
         writer = state.writer
         writer.summary.slos = slo_table(c.slos)
         writer.summary.repeats = c.repeats
-        self.console.print(f"Run [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         if c.engine_config:  # --engine-config: say what the recipe set (the command line's own flags won over it)
             args = " ".join(f"{k}={v}" for e in c.engines for k, v in c.engine_args.get(e, {}).items())
             self.console.print(f"Recipe {escape(str(c.engine_config))}: {escape(','.join(c.engines))} with "

@@ -86,7 +86,7 @@ def _turn(ctx: RunContext, engine: EngineTurns, repeat: int) -> str:
         measured = _read_engine(writer, name, repeat)
         cause = interrupt_cause(exc)
         writer.set_engine(name, engine.fail(f"interrupted by {cause} after {len(measured)} measured requests; kept",
-                                            measured, state.condition))
+                                            measured, state.condition, status=EngineStatus.INTERRUPTED))
         return cause
     except EngineError as exc:  # a crash mid-run keeps what was measured before it (metrics over those requests)
         ctx.console.print(f"[red]{name}[/]: failed — {escape(str(exc))}")

@@ -44,7 +44,7 @@ class SearchSettings(RunSettings):
 
     cli_order = (
         "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--burstiness", "--scale", "--api", "--trace", "--time-scale", "--workload-spec", "--seed", "--slo",
+        "--burstiness", "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed", "--slo",
         "--search-var", "--low", "--high", "--tolerance", "--budget", "--max-probes", "--repeats", "--warmup",
         "--output-dir", "--run-id", "--base-url", "--engine-arg", "--threads", "--request-timeout", "--startup-timeout",
         "--sequential-start", "--max-failure-rate", "--no-ignore-eos")

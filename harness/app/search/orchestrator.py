@@ -68,7 +68,7 @@ from results.store import RunWriter, new_run_id, write_model_atomic
 
 from harness.app.core.executor import make_starter
 from harness.app.core.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
-from harness.app.core.prepare import build_or_discard, record_run_facts
+from harness.app.core.prepare import announce, build_or_discard, record_run_facts
 from harness.app.core.settings import default_threads
 from harness.app.core.signals import interrupt_cause
 from harness.app.core.startup import EngineStarter
@@ -117,13 +117,12 @@ class SearchOrchestrator:
         run = c.run_config(probe_options(c.workload, c.search_var, c.low, 0), slos)  # the first probe's workload
         self.spec = TrialSpec(measure=self.prober.options, warmup=run.warmup, warmup_seed=(run.workload.seed or 0) + 7919,
                               hardware=kind, read_effective=False)
-        model_dir = resolve_model(run.model)
+        model_dir = resolve_model(run.model, weights=any(e != "openai" for e in run.engines))
         run_id = run.run_id or new_run_id(f"search-{c.workload.name}")
         threads = run.threads or default_threads()
         writer = RunWriter(Path(run.output_dir) / run_id, run_id, c.workload.name)
         writer.summary.slos = slo_table(slos)
         writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
-        self.console.print(f"Search [bold]{escape(run_id)}[/] → {escape(str(writer.run_dir))}")
         adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
         summary = SearchSummary(run_id=run_id, workload=c.workload.name, search_var=c.search_var, unit=self.unit,
                                 slos=writer.summary.slos, slos_default=slos_default, low=c.low, high=c.high,
@@ -175,6 +174,7 @@ class SearchOrchestrator:
         c = self.cfg
         tokenizer, workload = build_or_discard(model_dir, lambda tok: build_workload(run.workload, tok), writer,
                                                starter.close)
+        announce(self.console, "Search", writer)  # the folder is kept from here on, whatever happens
         record_run_facts(writer, run, model_dir, workload, threads)
         st = workload.stats
         self.requests_per_probe = int(st.get("requests") or st.get("turns") or len(workload.sessions))
@@ -247,7 +247,7 @@ class SearchOrchestrator:
                     integer=c.search_var == "concurrency", first_estimate_s=self._first_estimate(), unit=self.unit)
         except KeyboardInterrupt as exc:
             cause = interrupt_cause(exc)
-            self._record(name, plan, writer, summary, None, probes, info, EngineStatus.FAILED,
+            self._record(name, plan, writer, summary, None, probes, info, EngineStatus.INTERRUPTED,
                          f"interrupted by {cause} after {len(probes)} probes; kept")
             return cause
         except EngineError as exc:
@@ -274,7 +274,7 @@ class SearchOrchestrator:
             fields = result.model_dump(exclude={"probes"})
         else:  # interrupted or crashed mid-search: the passing probes so far give a lower bound
             passing = [p.load for p in probes if p.passed]
-            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if reason.startswith("interrupted") else "failed",
+            fields = {"capacity": max(passing, default=0.0), "stopped": "interrupted" if status is EngineStatus.INTERRUPTED else "failed",
                       "bracket": (max(passing, default=None), None), "message": reason, "unit": self.unit,
                       "low": self.cfg.low, "integer": self.cfg.search_var == "concurrency"}
         entry = EngineSearch(status=status, reason=reason, version=plan.probe.version, probes=probes, **info, **fields)

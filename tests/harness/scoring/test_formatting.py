@@ -62,3 +62,30 @@ def test_a_closed_loop_point_is_labelled_by_its_load_not_as_max_load() -> None:
             self.records, self.achieved_rate = recs, None
 
     assert condition_label(("agentic", float("inf")), [M(records)]) == "agentic at 2 sessions in flight (closed loop)"
+
+
+def test_the_verdict_and_the_capacity_table_print_one_figure_for_a_capacity() -> None:
+    """Issue 39's review: a capacity of 14.5 tok/s per device read "14" in the verdict (0 decimals,
+    rounded half to even) and 14.5 in the table: the same figure is printed the same way in both."""
+    from harness.metrics import parse_slos
+    from harness.scoring.decision import sentence
+    from reports.frontier import capacity_rows
+    from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary
+
+    slos = parse_slos("ttft_p90=4000")
+    s = LadderSummary(run_id="r", workload="agentic", slos={"ttft_p90": 4000.0})
+    s.engines["a"] = EngineLadder(status=EngineStatus.OK, capacity=CapacityAtSLO(
+        output_tps=14.5, interval=(14.25, 14.75), load=14.5, request_rate=0.5, bracket=(14, 15), binding="ttft_p90"))
+    s.engines["b"] = EngineLadder(status=EngineStatus.OK, capacity=CapacityAtSLO(
+        output_tps=6.5, interval=(6.25, 6.75), load=6.5, request_rate=0.2, bracket=(6, 7), binding="ttft_p90"))
+    d = Decision(winner="a", runner_up="b", leader="a", ratio=2.23, ratio_interval=(2.1, 2.4), outcome="separated",
+                 ranking=["a", "b"], binding="p90 TTFT binds", unit="sessions")
+    s.decision = d
+    said, row = sentence(d, s, slos), capacity_rows(s)[0]
+    assert (row["capacity"], row["load"]) == ("14.5", "14.5")
+    assert said.startswith("a sustains 14.5 sessions in flight (14.5 output tok/s per device, 1 run) at p90 TTFT ≤ 4 s")
+    open_cap = s.engines["a"].capacity.model_copy(update={"open": True})
+    s.engines["a"].capacity = open_cap
+    d.winner, d.undecided, d.unsettled, d.outcome = "", "a", ["a"], "undecided"
+    assert "a leads with ≥ 14.5 output tok/s per device" in sentence(d, s, slos)
+    assert capacity_rows(s)[0]["capacity"] == "≥ 14.5" and capacity_rows(s)[0]["load"] == "≥ 14.5"

@@ -101,6 +101,18 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
         ("run-time-budget-zero", [*R, "--time-budget", "0"], "--time-budget must be above 0 s"),
         ("run-time-budget-one-point", [*R, "-n", "8", "--time-budget", "10m"],
          "--time-budget applies to load ladders, and this run measures one load point (--num-requests"),
+        # given at their default value they are given all the same (what was typed counts, not the value)
+        ("run-time-budget-default-one-point", [*R, "-n", "8", "--time-budget", "900"],
+         "--time-budget applies to load ladders, and this run measures one load point (--num-requests"),
+        ("run-ladder-budget-default-one-point", [*R, "-n", "8", "--ladder-budget", "150"],
+         "--ladder-budget applies to load ladders, and this run measures one load point"),
+        ("run-max-load-default-one-point", [*R, "-n", "8", "--max-load", "64"],
+         "--max-load applies to load ladders, and this run measures one load point"),
+        ("run-tune-zero-one-point", [*R, "-n", "8", "--tune", "0"], "--tune applies to load ladders"),
+        ("run-two-ladder-options-one-point", [*R, "-n", "8", "--max-load", "64", "--ladder-budget", "150"],
+         "--ladder-budget and --max-load apply to load ladders"),
+        ("run-tune-configs-default-no-tune", [*R, "--tune-configs", "4"],
+         "--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it"),
         ("run-rate-negative", [*R, "--request-rate", "-1"], "--request-rate must be > 0"),
         ("run-rate-zero", [*R, "--request-rate", "0"], "--request-rate must be > 0"),
         ("run-rate-text", [*R, "--request-rate", "fast"], "--request-rate must be a number"),
@@ -321,15 +333,34 @@ def test_bad_input_is_one_line_and_exit_2(name: str, built: dict[str, tuple[list
     assert needle in res.stderr.splitlines()[0], res.stderr
 
 
-def test_a_bad_model_leaves_no_run_folder(tmp_path: Path) -> None:
+def _no_weights(tmp_path: Path) -> str:
+    """The default model's folder without its weights: config.json and the tokenizer only."""
+    import shutil
+
+    from harness.app.core.model import resolve_model
+
+    folder = tmp_path / "no-weights"
+    folder.mkdir()
+    for f in resolve_model(None).iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and not f.name.startswith("."):
+            shutil.copy(f, folder / f.name)
+    return str(folder)
+
+
+@pytest.mark.parametrize("model", ["missing", "no-weights"])
+def test_a_bad_model_leaves_no_run_folder(tmp_path: Path, model: str) -> None:
     """Issue 41 (review item 19): a run refused on its --model writes nothing that `bench results
-    list` would show."""
+    list` would show; issue 39's review: a folder with config.json but no weights is refused the
+    same way, before the run folder (it used to start the engines, which failed, and leave it)."""
     from harness.app.cli import app
 
-    res = CliRunner().invoke(app, ["run", "--engine", "own", "--model", "/nonexistent/model", "-o", str(tmp_path / "out"),
+    folder = "/nonexistent/model" if model == "missing" else _no_weights(tmp_path)
+    res = CliRunner().invoke(app, ["run", "--engine", "own", "--model", folder, "-o", str(tmp_path / "out"),
                                    "--no-calibration"])
     assert outcome(res) is None, res.output
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    if model == "no-weights":
+        assert res.stderr.startswith(f"error: --model {folder} has no weights (*.safetensors, *.bin, *.gguf, "), res.stderr
 
 
 def test_a_run_with_no_engine_that_can_run_leaves_no_run_folder(tmp_path: Path) -> None:
@@ -344,6 +375,8 @@ def test_a_run_with_no_engine_that_can_run_leaves_no_run_folder(tmp_path: Path) 
     assert err[0].startswith("error: no engine can run here, so nothing was measured and no run folder is kept (prod: ")
     assert "is not reachable" in err[0] and "Traceback" not in res.output
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    # issue 39's review: nor is the removed folder announced ("Run ID → FOLDER", "Results: FOLDER")
+    assert str(tmp_path / "out") not in res.stdout and "→" not in res.stdout, res.stdout
 
 
 def main() -> None:  # pragma: no cover - the sweep's count, for the closing note

@@ -180,3 +180,78 @@ def test_a_re_decision_says_which_ladder_to_climb_where_the_stored_one_cannot_an
                 f"where it stops: bench run --engine {name} --slo ttft_p90=600000,tpot_p90=60000 --max-load 128") in text
     assert "own: every point" not in text  # the yardstick is not what is decided
 
+
+
+def _ladder_run_with_metrics(root: Path) -> Path:
+    """A run whose two simulated engines climbed load ladders under ttft_p90=1000,tpot_p90=60 ('fast':
+    18 ms per token at one in flight, 'slow': 30 ms), stored as `bench run` stores them: each
+    engine's summary.json entry holds the metrics of its capacity point (``ladder_point``, over
+    the point's steady state), the figures the weighted lens scores."""
+    from harness.loadgen.simulated import SimEngine, simulate
+    from harness.metrics import parse_slos
+    from harness.metrics.summarise import Condition, summarise
+    from harness.scoring.decision import judge
+    from harness.scoring.samples import judged_records
+    from results.schema import EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary, LADDER_FILE
+    from results.store import RunWriter, read_records, write_model_atomic
+
+    slos = parse_slos("ttft_p90=1000,tpot_p90=60")
+    engines = {"fast": SimEngine("fast", slots=16, prefill_ms=60, tpot_ms=18, jitter=0.05),
+               "slow": SimEngine("slow", slots=8, prefill_ms=90, tpot_ms=30, jitter=0.05)}
+    writer = RunWriter(root / "lad", "lad", "random")
+    summary = LadderSummary(run_id="lad", workload="random", slos={s.key: s.threshold_ms for s in slos})
+    for name, engine in engines.items():
+        points = []
+        for index, load in enumerate((1, 2, 4, 8, 16, 32)):
+            records, duration = simulate(engine, load, max(16, 4 * load), 32, seed=index)
+            for r in records:
+                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
+                writer.add_record(r)
+            points.append(LadderPoint(index=index, load=load, seeds=[index], wall_s=duration))
+        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0)
+    writer.close()
+    records = read_records(root / "lad" / "requests.jsonl")
+    judge(summary, records, slos)
+    for name, e in summary.engines.items():  # as harness.app.run.ladder_run stores an engine: its capacity point
+        at = next(p for p in e.points if p.load == e.capacity.bracket[0])
+        point = judged_records([r for r in records if r.engine == name and r.probe == at.index])
+        writer.set_engine(name, EngineResult(status=EngineStatus.OK, metrics=summarise(point, Condition(tuple(slos))).pooled,
+                                             ladder_point=at.index))
+    writer.close()
+    write_model_atomic(root / "lad" / LADDER_FILE, summary)
+    return root / "lad"
+
+
+def test_a_re_decision_scores_the_weighted_view_on_the_re_decided_ladder(tmp_path: Path) -> None:
+    """Issue 39's review (a test owed): under --slo tpot_p90=25, 'slow' (30 ms per token at one in
+    flight) misses the SLO at its lowest load: the re-decided ladder excludes it, while the stored
+    one (tpot_p90=60) has it eligible; 'fast''s capacity point moves from 16 in flight down to 4.
+    The weighted view must follow the re-decided ladder (the lens does not judge the SLOs of a
+    ladder run itself: the ladder's gates are its gates, its points its points), so it no longer
+    ranks 'slow', and scores 'fast' at 4 in flight, not at the stored 16 (whose p90 TPOT breaks 25 ms)."""
+    from results.store import load_run
+
+    run_dir = _ladder_run_with_metrics(tmp_path)
+    stored = load_run(run_dir).ladder
+    assert all(not e.excluded for e in stored.engines.values()) and stored.decision.winner == "fast"
+    res = runner.invoke(app, ["recommend", str(run_dir), "--hardware", "CPU", "--json"])
+    own = json.loads(res.stdout)  # the run's own SLOs: both ranked
+    assert [r["engine"] for r in own["ranking"]] == ["fast", "slow"] and own["eliminated"] == {}
+    assert own["ranking"][0]["condition"] == "random at 16 requests in flight (closed loop)"
+
+    res = runner.invoke(app, ["recommend", str(run_dir), "--hardware", "CPU", "--json", "--slo", "ttft_p90=1000,tpot_p90=25"])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    folder = run_dir / "decisions" / "slo-tpot_p90=25,ttft_p90=1000_hardware-CPU"
+    again = json.loads((folder / "ladder.json").read_text())
+    assert again["engines"]["slow"]["excluded_stage"] == "slo"  # the re-decided ladder excludes it ...
+    slow_line = again["engines"]["slow"]["excluded"]
+    assert slow_line.startswith("misses the SLO at the lowest load (1 in flight: ")
+    assert rec["winner"] == "fast" and [r["engine"] for r in rec["ranking"]] == ["fast"]  # ... and so does the lens
+    assert rec["eliminated"] == {"slow": slow_line} and rec["elimination_stage"] == {"slow": "slo"}
+    assert json.loads((folder / "recommendation.json").read_text())["eliminated"] == {"slow": slow_line}
+    fast, at = rec["ranking"][0], next(p for p in again["engines"]["fast"]["points"] if p["load"] == 4)
+    assert again["engines"]["fast"]["capacity"]["bracket"] == [4.0, 8.0]  # the re-decided capacity point ...
+    assert fast["condition"] == "random at 4 requests in flight (closed loop)"  # ... is the one scored
+    assert fast["metrics"]["output_throughput"] == pytest.approx(at["output_tps"])
+    assert load_run(run_dir).summary.engines["fast"].ladder_point == 4  # the run's own entry unchanged (16 in flight)

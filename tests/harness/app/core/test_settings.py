@@ -167,6 +167,19 @@ def test_a_request_count_or_rate_asks_for_that_load_point_from_the_command_line_
     assert RunSettings(engines=["own"], workload=WorkloadOptions(name="random", spec_file=tmp_path / "lengths.yaml")).ladder
 
 
+def test_a_ladder_option_is_refused_with_one_load_point_when_given_at_whatever_value() -> None:
+    """Issue 39's review: `--max-load 64 -n 8` (64 the default) passed while `--max-load 32 -n 8` was
+    refused: whether it was given is what was typed (from_cli's ``given``) or set in code, never its value."""
+    point = {"engines": "own", "workload": {"name": "chat", "num_requests": "8"}}
+    with pytest.raises(ValueError, match="--max-load applies to load ladders, and this run measures one load point"):
+        RunSettings.from_cli({**point, "max_load": 64}, given={"engines", "workload", "max_load"})
+    assert RunSettings.from_cli({**point, "max_load": 64}, given={"engines", "workload"}).max_load == 64  # its default
+    with pytest.raises(ValidationError, match="--ladder-budget applies to load ladders"):
+        RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", num_requests=8), ladder_budget_s=150)
+    with pytest.raises(ValidationError, match="--tune-configs sets how many configurations --tune tries"):
+        RunSettings(engines=["own"], tune_configs=4)
+
+
 def test_the_time_budget_reads_the_units_people_write() -> None:
     from harness.app.core.checks import parse_duration
 

@@ -170,8 +170,14 @@ def test_ctrl_c_mid_ladder_keeps_the_points_and_says_so(slotted, tmp_path, monke
     assert res.exit_code == 130, res.output
     ladder = load_run(tmp_path / "ctrlc").ladder
     four = ladder.engines["four"]
-    assert [p.load for p in four.points] == [1] and four.status.value == "failed"
-    assert four.reason.startswith("interrupted by the user (Ctrl-C) while climbing its ladder; its 1 measurement is kept")
+    assert [p.load for p in four.points] == [1] and four.status.value == "interrupted"
+    why = "interrupted by the user (Ctrl-C) while climbing its ladder; its 1 measurement is kept"
+    assert four.reason == why
+    # shown once, as interrupted (issue 39's review: "failed", and the reason twice in Details' note)
+    entry = load_run(tmp_path / "ctrlc").summary.engines["four"]
+    assert entry.status.value == "interrupted" and entry.reason.count(why) == 1
+    details = " ".join(res.output.split()).split("─ Details ─")[1]
+    assert details.count(why) == 1 and "│ four │ interrupted │" in details and "failed" not in details
     assert ladder.engines["two"].status.value == "not_measured"
     assert ladder.decision.interrupted == "the user (Ctrl-C)"
     assert ladder.decision.sentence.startswith("Interrupted by the user (Ctrl-C), on what was measured: ")

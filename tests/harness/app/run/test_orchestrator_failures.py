@@ -81,7 +81,7 @@ def test_ctrl_c_keeps_measured_results_and_exits_130(url, tmp_path, monkeypatch)
     run = tmp_path / "ctrlc"
     s = json.loads((run / "summary.json").read_text())
     e = s["engines"]["openai"]
-    assert e["status"] == "failed" and "interrupted" in e["reason"]
+    assert e["status"] == "interrupted" and "interrupted" in e["reason"]
     assert e["metrics"]["requests_completed"] == 5
     assert len((run / "requests.jsonl").read_text().splitlines()) == 5
     assert (run / "manifest.json").exists()
@@ -102,9 +102,16 @@ def test_sigterm_is_reported_as_sigterm_and_exits_143(url, tmp_path, monkeypatch
     res = CliRunner().invoke(app, ["run", "--engine", "openai", "--base-url", url, *ARGS,
                                    "-o", str(tmp_path), "--run-id", "term"])
     assert res.exit_code == 143, res.output
+    assert f"Run term → {tmp_path / 'term'}" in " ".join(res.output.split())  # a folder kept is announced
     e = json.loads((tmp_path / "term" / "summary.json").read_text())["engines"]["openai"]
-    assert e["status"] == "failed" and e["reason"] == "interrupted by SIGTERM after 5 measured requests; kept"
+    assert e["status"] == "interrupted" and e["reason"] == "interrupted by SIGTERM after 5 measured requests; kept"
     assert "interrupted by SIGTERM" in res.output and "Ctrl-C" not in res.output
+    said = " ".join(res.output.split())  # shown once in the summary, as interrupted (not "failed", not twice)
+    details, weighted = said.split("Recommendation", 1)
+    assert details.count("interrupted by SIGTERM after 5 measured requests; kept") == 1, details
+    assert "│ openai │ interrupted │" in details and "failed" not in details
+    assert "│ openai │ not measured │ interrupted by SIGTERM after 5 measured requests; kept │" in weighted
+    assert "not measured (failed)" not in weighted
 
 
 def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monkeypatch):
@@ -142,7 +149,7 @@ def test_ctrl_c_lists_the_engines_it_never_reached(url, tmp_path, monkeypatch):
                                    "-o", str(tmp_path), "--run-id", "ctrlc2"])
     assert res.exit_code == 130, res.output
     s = json.loads((tmp_path / "ctrlc2" / "summary.json").read_text())
-    assert s["engines"]["openai"]["status"] == "failed" and "interrupted" in s["engines"]["openai"]["reason"]
+    assert s["engines"]["openai"]["status"] == "interrupted" and "interrupted" in s["engines"]["openai"]["reason"]
     assert s["engines"]["own"] == {**s["engines"]["own"], "status": "not_measured",
                                    "reason": "not measured: the run was interrupted before its turn"}
 

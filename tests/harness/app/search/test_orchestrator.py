@@ -194,7 +194,7 @@ def test_ctrl_c_keeps_the_probes_and_exits_130(servers, tmp_path, monkeypatch):
     assert res.exit_code == 130, res.output
     s = SearchSummary.model_validate_json((tmp_path / "ctrlc" / "search.json").read_text())
     e = s.engines["own"]
-    assert e.status is EngineStatus.FAILED and e.stopped == "interrupted" and "Ctrl-C" in e.reason
+    assert e.status is EngineStatus.INTERRUPTED and e.stopped == "interrupted" and "Ctrl-C" in e.reason
     assert len(e.probes) == 1 and e.capacity == 1.0  # the passing probe is kept: a lower bound
     records = read_records(tmp_path / "ctrlc" / "requests.jsonl")
     assert sorted({r.probe for r in records if r.phase == "measured"}) == [0, 1]  # the interrupted probe's too
