@@ -34,7 +34,7 @@ def cell_text(cell: MapCell) -> str:
         return cell.winner + (" ≈" if cell.outcome == "equivalent" else "")
     if cell.outcome == "none":
         return SHORT["none"]
-    return f"{cell.leader}\n{SHORT.get(cell.outcome, cell.outcome)}"
+    return f"{cell.leader} leads\n({SHORT.get(cell.outcome, cell.outcome)})"
 
 
 def _own_cell(m: WinnerMap) -> tuple[int, int]:

@@ -151,10 +151,12 @@ def write_run(
 
 def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str = "ttft_p90=1000,tpot_p90=60",
                    loads: tuple[int, ...] = (1, 2, 4, 8, 16, 32), requests: int = 24, seed: int = 0,
-                   workload: str = "random") -> Path:
+                   workload: str = "random", with_metrics: bool = False) -> Path:
     """A run folder ``root/run_id`` whose scripted engines (name → ``SimEngine``) climbed load
     ladders of ``loads`` (``max(requests, 4 × load)`` requests of 32 output tokens per point,
-    simulated with seeds ``seed + index``), judged at ``slos`` and stored as ``ladder.json``."""
+    simulated with seeds ``seed + index``), judged at ``slos`` and stored as ``ladder.json``;
+    ``with_metrics``: each engine's summary.json entry holds the metrics of its capacity point
+    (``ladder_point``, over the point's steady state) as ``bench run`` stores it."""
     from harness.loadgen.simulated import simulate
     from harness.scoring.decision import judge
     from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
@@ -171,9 +173,21 @@ def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str =
                 r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
                 writer.add_record(r)
             points.append(LadderPoint(index=index, load=load, seeds=[seed + index], wall_s=duration))
-        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0)
+        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0,
+                                             reference=name == "own")  # own is the yardstick, as in bench run
         writer.set_engine(name, EngineResult(status=EngineStatus.OK))
     writer.close()
-    judge(summary, read_records(root / run_id / "requests.jsonl"), parsed)
+    records = read_records(root / run_id / "requests.jsonl")
+    judge(summary, records, parsed)
+    if with_metrics:
+        from harness.metrics.summarise import Condition, summarise
+        from harness.scoring.samples import judged_records
+
+        for name, e in summary.engines.items():  # as harness.app.run.ladder_run stores an engine: its capacity point
+            at = next(p for p in e.points if p.load == e.capacity.bracket[0])
+            point = judged_records([r for r in records if r.engine == name and r.probe == at.index])
+            writer.set_engine(name, EngineResult(status=EngineStatus.OK, ladder_point=at.index,
+                                                 metrics=summarise(point, Condition(tuple(parsed))).pooled))
+        writer.close()
     write_model_atomic(root / run_id / LADDER_FILE, summary)
     return root / run_id

@@ -11,12 +11,13 @@ import pytest
 from PIL import Image
 
 from harness.app.run.reporting import write_run_reports
-from harness.loadgen.simulated import SimEngine, simulate
+from harness.loadgen.simulated import SimEngine
 from harness.metrics import parse_slos
 from harness.scoring.decision import judge
-from results.schema import EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary, LADDER_FILE
-from results.store import RunWriter, write_model_atomic
+from results.schema import LADDER_FILE
+from results.store import write_model_atomic
 
+from tests.helpers import sim_ladder_run
 from tests.reports.test_writer import _chromium, _console_lines, chromium  # noqa: F401  (the fixture)
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
@@ -28,25 +29,7 @@ def ladder_run(root: Path) -> Path:
     engines = {"fast": SimEngine("fast", slots=16, prefill_ms=60, tpot_ms=18, jitter=0.05),
                "slow": SimEngine("slow", slots=8, prefill_ms=90, tpot_ms=30, jitter=0.05),
                "own": SimEngine("own", slots=16, prefill_ms=70, tpot_ms=22, jitter=0.05)}
-    writer = RunWriter(root / "lad", "lad", "random")
-    summary = LadderSummary(run_id="lad", workload="random", slos={s.key: s.threshold_ms for s in SLOS})
-    for name, engine in engines.items():
-        points = []
-        for index, load in enumerate((1, 2, 4, 8, 16, 32)):
-            records, duration = simulate(engine, load, max(16, 4 * load), 32, seed=index)
-            for r in records:
-                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
-                writer.add_record(r)
-            points.append(LadderPoint(index=index, load=load, seeds=[index], wall_s=duration))
-        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, reference=name == "own",
-                                             startup_s=10.0)
-        writer.set_engine(name, EngineResult(status=EngineStatus.OK))
-    writer.close()
-    from results.store import read_records
-
-    judge(summary, read_records(root / "lad" / "requests.jsonl"), SLOS)
-    write_model_atomic(root / "lad" / LADDER_FILE, summary)
-    return root / "lad"
+    return sim_ladder_run(root, "lad", engines, ",".join(f"{s.key}={s.threshold_ms:g}" for s in SLOS), requests=16)
 
 
 def test_the_report_opens_with_the_verdict_and_the_frontier(tmp_path: Path) -> None:

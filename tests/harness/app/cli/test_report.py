@@ -187,39 +187,12 @@ def _ladder_run_with_metrics(root: Path) -> Path:
     18 ms per token at one in flight, 'slow': 30 ms), stored as `bench run` stores them: each
     engine's summary.json entry holds the metrics of its capacity point (``ladder_point``, over
     the point's steady state), the figures the weighted lens scores."""
-    from harness.loadgen.simulated import SimEngine, simulate
-    from harness.metrics import parse_slos
-    from harness.metrics.summarise import Condition, summarise
-    from harness.scoring.decision import judge
-    from harness.scoring.samples import judged_records
-    from results.schema import EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary, LADDER_FILE
-    from results.store import RunWriter, read_records, write_model_atomic
+    from harness.loadgen.simulated import SimEngine
+    from tests.helpers import sim_ladder_run
 
-    slos = parse_slos("ttft_p90=1000,tpot_p90=60")
     engines = {"fast": SimEngine("fast", slots=16, prefill_ms=60, tpot_ms=18, jitter=0.05),
                "slow": SimEngine("slow", slots=8, prefill_ms=90, tpot_ms=30, jitter=0.05)}
-    writer = RunWriter(root / "lad", "lad", "random")
-    summary = LadderSummary(run_id="lad", workload="random", slos={s.key: s.threshold_ms for s in slos})
-    for name, engine in engines.items():
-        points = []
-        for index, load in enumerate((1, 2, 4, 8, 16, 32)):
-            records, duration = simulate(engine, load, max(16, 4 * load), 32, seed=index)
-            for r in records:
-                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
-                writer.add_record(r)
-            points.append(LadderPoint(index=index, load=load, seeds=[index], wall_s=duration))
-        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0)
-    writer.close()
-    records = read_records(root / "lad" / "requests.jsonl")
-    judge(summary, records, slos)
-    for name, e in summary.engines.items():  # as harness.app.run.ladder_run stores an engine: its capacity point
-        at = next(p for p in e.points if p.load == e.capacity.bracket[0])
-        point = judged_records([r for r in records if r.engine == name and r.probe == at.index])
-        writer.set_engine(name, EngineResult(status=EngineStatus.OK, metrics=summarise(point, Condition(tuple(slos))).pooled,
-                                             ladder_point=at.index))
-    writer.close()
-    write_model_atomic(root / "lad" / LADDER_FILE, summary)
-    return root / "lad"
+    return sim_ladder_run(root, "lad", engines, requests=16, with_metrics=True)
 
 
 def test_a_re_decision_scores_the_weighted_view_on_the_re_decided_ladder(tmp_path: Path) -> None:
