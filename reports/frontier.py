@@ -241,9 +241,11 @@ def _interval(cap: Any) -> str:
 
 def _usd(cap: Any) -> str:
     """``$0.31 (hour); $0.021 (energy, RAPL)``: $/1M output tokens from the device-hour's price
-    and from --price-per-kwh's, each labelled (– without either)."""
-    hour = f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g} (hour)" if cap.usd_per_1m_output_tokens else ""
-    return "; ".join(x for x in (hour, energy_usd(cap.energy, cap.energy_provisioned)) if x) or "–"
+    and from --price-per-kwh's, each labelled when both are there (``$0.31`` alone; – without either)."""
+    energy = energy_usd(cap.energy, cap.energy_provisioned)
+    hour = f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g}" + (" (hour)" if energy else "") \
+        if cap.usd_per_1m_output_tokens else ""
+    return "; ".join(x for x in (hour, energy) if x) or "–"
 
 
 def _devices(cap: Any) -> str:

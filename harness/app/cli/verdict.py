@@ -32,14 +32,16 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     unit = "sessions" if d is not None and d.unit == "sessions" else "requests"
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
     target = (ladder.target_load or {}).get("output_tps")
+    rows = capacity_rows(ladder)
+    energy = any(r["energy"] not in ("–", "n/a") for r in rows)  # none read: the note under the table says why
     cols = [("engine", False), ("output tok/s per device", True), ("95% interval", True), (f"{unit} in flight", True),
-            ("rate (closed loop)", True), ("J / output token", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
-        [("gates", False)]
+            ("rate (closed loop)", True)] + ([("J / output token", True)] if energy else []) + [("$/1M out", True)] + \
+        ([(f"devices for {target:g} tok/s", True)] if target else []) + [("gates", False)]
     for col, right in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")
-    for r in capacity_rows(ladder):
-        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["energy"], r["usd"],
-                  *([r["devices"]] if target else []), escape(r["gates"]))
+    for r in rows:
+        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], *([r["energy"]] if energy else []),
+                  r["usd"], *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
     if note := energy_note(ladder):
         console.print(note, markup=False, highlight=False, soft_wrap=True)

@@ -278,7 +278,7 @@ def test_sigint_on_the_driver_leaves_no_process_behind(tmp_path):
     assert driver.returncode == 130, output
     assert _gone(ours + servers, 30) == [], [psutil.Process(p).cmdline() for p in _gone(ours, 0)]
     s = json.loads((tmp_path / "sigint" / "summary.json").read_text())
-    assert s["engines"]["own"]["status"] == "failed" and "interrupted by the user (Ctrl-C)" in s["engines"]["own"]["reason"]
+    assert s["engines"]["own"]["status"] == "interrupted" and "interrupted by the user (Ctrl-C)" in s["engines"]["own"]["reason"]
     assert s["engines"]["transformers"]["status"] == "not_measured"
 
 
@@ -318,7 +318,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
     worker = state["trials"][0]["pid"]
     assert _gone([worker, *_server_pids(tmp_path)], 10) == []  # this driver process is still alive
     s = json.loads((tmp_path / "cc" / "summary.json").read_text())
-    assert s["engines"]["own"]["status"] == "failed" and s["engines"]["own"]["metrics"]["requests_completed"] >= 3
+    assert s["engines"]["own"]["status"] == "interrupted" and s["engines"]["own"]["metrics"]["requests_completed"] >= 3
     assert s["engines"]["transformers"]["status"] == "not_measured"
     assert ray.is_initialized() and ray.get(ray.remote(lambda: 7).remote(), timeout=60) == 7
 

@@ -1,0 +1,134 @@
+"""Does the stored run answer as a fresh run would? (issue 41's checks, against real engines)
+
+Two checks, each printing one table, measured with the ``bench`` of this checkout:
+
+``redecide RUN --slo S [--slo S …] [--engines E1,E2] [--time-budget 6m]``
+    For each SLO: the run's ladders decided again from its records (``bench recommend RUN --slo S
+    --json``: the verdict stored in ``RUN/decisions/<question>/ladder.json``) beside a fresh
+    ``bench run --engine E1,E2 --slo S`` on the same engines (default: the run's ranked
+    production engines), and whether they agree: the same winner, or no winner on both (not
+    separated, undecided or none), the issue's bar.
+
+``serve RUN [--port 8301] [--time-budget 6m]``
+    The run's ``recipe.json`` served by ``bench serve`` on another port, measured through
+    ``bench run --endpoint ENGINE=http://127.0.0.1:PORT`` at the recipe's SLOs, and whether that
+    capacity lies inside the recipe's 95 % interval.
+
+    python benchmarks/stored_run_checks.py redecide results/RUN --slo ttft_p90=4000,tpot_p90=140
+    python benchmarks/stored_run_checks.py serve results/RUN
+
+Fresh runs go to ``--output-dir`` (default ``/tmp/stored-run-checks``). Run nothing else on the
+machine meanwhile: the fresh runs are measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH = [sys.executable, "-m", "harness.app.cli"]
+
+
+def _verdict(ladder_json: Path) -> dict:
+    d = json.loads(ladder_json.read_text())["decision"]
+    return {"outcome": d["outcome"], "winner": d["winner"], "leader": d["leader"], "sentence": d["sentence"]}
+
+
+def _agree(a: dict, b: dict) -> bool:
+    return a["winner"] == b["winner"] if a["winner"] or b["winner"] else True
+
+
+def _fresh(engines: str, slo: str, budget: str, out: Path) -> Path:
+    before = set(out.glob("*")) if out.is_dir() else set()
+    subprocess.run([*BENCH, "run", "--engine", engines, "--workload", "agentic", "--slo", slo, "--time-budget", budget,
+                    "--no-feature-probes", "--output-dir", str(out)], check=False)
+    return max(set(out.glob("*")) - before, key=lambda p: p.stat().st_mtime)
+
+
+def redecide(run: Path, slos: list[str], engines: str | None, budget: str, out: Path) -> None:
+    stored = json.loads((run / "ladder.json").read_text())
+    engines = engines or ",".join(stored["decision"]["ranking"])
+    rows = []
+    for slo in slos:
+        subprocess.run([*BENCH, "recommend", str(run), "--slo", slo, "--hardware", "recorded", "--json"],
+                       check=False, stdout=subprocess.DEVNULL)
+        folder = max((run / "decisions").iterdir(), key=lambda f: (f / "ladder.json").stat().st_mtime)  # just written
+        again = _verdict(folder / "ladder.json")
+        t0 = time.monotonic()
+        fresh_dir = _fresh(engines, slo, budget, out)
+        fresh = _verdict(fresh_dir / "ladder.json")
+        rows.append((slo, again, fresh, time.monotonic() - t0, fresh_dir.name))
+    print(f"\nre-decided from {run.name} vs a fresh bench run --engine {engines} (--time-budget {budget})")
+    for slo, again, fresh, wall, name in rows:
+        print(f"- {slo}: stored → {again['outcome']} {again['winner'] or again['leader']}; fresh ({name}, {wall:.0f} s) → "
+              f"{fresh['outcome']} {fresh['winner'] or fresh['leader']}; {'agree' if _agree(again, fresh) else 'DISAGREE'}")
+        print(f"    stored: {again['sentence']}\n    fresh:  {fresh['sentence']}")
+
+
+def _healthy(port: int, deadline_s: float) -> bool:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+                return True
+        except OSError:
+            time.sleep(1.0)
+    return False
+
+
+def serve(run: Path, port: int, budget: str, out: Path) -> None:
+    recipe = json.loads((run / "recipe.json").read_text())
+    engine, slos = recipe["engine"], ",".join(f"{k}={v:g}" for k, v in recipe["slos"].items())
+    server = subprocess.Popen([*BENCH, "serve", str(run / "recipe.json"), "--port", str(port)], start_new_session=True)
+    try:
+        if not _healthy(port, 900):
+            raise SystemExit(f"bench serve did not answer on port {port}")
+        model = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models").read())["data"][0]["id"]
+        before = set(out.glob("*")) if out.is_dir() else set()
+        tokenizer = json.loads((run / "manifest.json").read_text())["model"]["path"]
+        subprocess.run([*BENCH, "run", "--endpoint", f"{engine}=http://127.0.0.1:{port}", "--model", model,
+                        "--tokenizer", tokenizer, "--workload", "agentic", "--slo", slos, "--time-budget", budget,
+                        "--no-feature-probes", "--output-dir", str(out)], check=False)
+        fresh_dir = max(set(out.glob("*")) - before, key=lambda p: p.stat().st_mtime)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=120)
+    cap = json.loads((fresh_dir / "ladder.json").read_text())["engines"][engine]["capacity"]
+    lo, hi = recipe["capacity_interval"]
+    inside = lo <= cap["output_tps"] <= hi
+    print(f"\nrecipe of {run.name}: {engine} {recipe['capacity_tps']:.1f} [{lo:.1f}–{hi:.1f}] output tok/s at {slos}; "
+          f"served by bench serve on port {port} and measured through --endpoint ({fresh_dir.name}): "
+          f"{'≥ ' if cap['open'] else ''}{cap['output_tps']:.1f} [{cap['interval'][0]:.1f}–{cap['interval'][1]:.1f}]: "
+          f"{'inside' if inside else 'OUTSIDE'} the recipe's interval")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="check", required=True)
+    r = sub.add_parser("redecide")
+    r.add_argument("run", type=Path)
+    r.add_argument("--slo", action="append", required=True)
+    r.add_argument("--engines")
+    r.add_argument("--time-budget", default="6m")
+    r.add_argument("--output-dir", type=Path, default=Path("/tmp/stored-run-checks"))
+    s = sub.add_parser("serve")
+    s.add_argument("run", type=Path)
+    s.add_argument("--port", type=int, default=8301)
+    s.add_argument("--time-budget", default="6m")
+    s.add_argument("--output-dir", type=Path, default=Path("/tmp/stored-run-checks"))
+    a = p.parse_args()
+    if a.check == "redecide":
+        redecide(a.run, a.slo, a.engines, a.time_budget, a.output_dir)
+    else:
+        serve(a.run, a.port, a.time_budget, a.output_dir)
+
+
+if __name__ == "__main__":
+    main()
