@@ -32,14 +32,17 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     unit = "sessions" if d is not None and d.unit == "sessions" else "requests"
     t = Table(title=f"Capacity at the SLO ({', '.join(f'{k} ≤ {v:g} ms' for k, v in ladder.slos.items())})")
     target = (ladder.target_load or {}).get("output_tps")
+    rows = capacity_rows(ladder)
+    jobs = any(r["jobs"] != "–" for r in rows)  # agentic: jobs (sessions) per hour per device at the capacity
     cols = [("engine", False), ("output tok/s per device", True), ("95% interval", True), (f"{unit} in flight", True),
-            ("rate (closed loop)", True), ("J / output token", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
+            ("rate (closed loop)", True)] + ([("jobs/h per device", True)] if jobs else []) + \
+        [("J / output token", True), ("$/1M out", True)] + ([(f"devices for {target:g} tok/s", True)] if target else []) + \
         [("gates", False)]
     for col, right in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")
-    for r in capacity_rows(ladder):
-        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], r["energy"], r["usd"],
-                  *([r["devices"]] if target else []), escape(r["gates"]))
+    for r in rows:
+        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], *([r["jobs"]] if jobs else []),
+                  r["energy"], r["usd"], *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
     if note := energy_note(ladder):
         console.print(note, markup=False, highlight=False, soft_wrap=True)
@@ -57,6 +60,8 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         console.print(f"No {RECIPE_FILE}: {no_recipe_reason(ladder)}.", markup=False, highlight=False)
     if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
         console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)
+    if run_dir is not None and (run_dir / "report-plots" / "job_frontier.png").exists():
+        console.print(f"Job frontier: {run_dir / 'report-plots' / 'job_frontier.png'}", markup=False)
     if run_dir is not None and (run_dir / WINNER_MAP_FILE).is_file():
         print_map_line(run_dir / WINNER_MAP_FILE, console)
 
