@@ -1,5 +1,7 @@
-"""Jobs as the agent user sees them, from ``ladder.json`` only (issue 40, item 4): the job frontier
-chart and the per-point jobs table of an agentic run (:class:`results.schema.JobFigures`).
+"""Jobs as the agent user sees them, from ``ladder.json`` only (issue 40, items 3 and 4): the job
+frontier chart and the per-point jobs table of an agentic run (:class:`results.schema.JobFigures`),
+with each point's prefix cache beside them (:class:`results.schema.CacheFigures`) and the
+eviction cliff marked.
 
 **The job frontier** (``job_frontier.png``, TensorRT-LLM's trace-replay view): one curve per
 engine through its ladder points in load order, x = jobs per hour per user (3600 / the mean job
@@ -78,15 +80,34 @@ def _num(v: float | None, fmt: str) -> str:
 
 def job_rows(s: LadderSummary) -> list[dict[str, Any]]:
     """The per-point jobs table: one row per engine and load with jobs (load order), the figures
-    as printed ("–" where none)."""
+    as printed ("–" where none): jobs, then the prefix cache (``hit``: measured / the optimal, an
+    infinite cache's; ``tps``: total tokens/s per device with reused prefix tokens counted /
+    computed only); the load of an engine's eviction cliff reads ``8 ← eviction cliff``."""
     rows = []
     for name, e in s.engines.items():
         for p in sorted(e.points, key=lambda p: p.load):
-            j = p.jobs
+            j, c = p.jobs, p.cache
             if j is None:
                 continue
-            rows.append({"engine": name, "load": p.load, "passed": "yes" if p.passed else "no", "completed": j.completed,
+            rows.append({"engine": name, "load": f"{p.load}{' ← eviction cliff' if p.load == e.eviction_cliff else ''}",
+                         "passed": "yes" if p.passed else "no", "completed": j.completed,
                          "per_device": _num(j.per_hour_per_device, ",.1f"), "per_user": _num(j.per_hour_per_user, ",.1f"),
                          "latency": f"{_num(j.latency_s_p50, '.1f')} / {_num(j.latency_s_p90, '.1f')}",
-                         "turn_tps": f"{_num(j.turn_tps_p50, '.1f')} / {_num(j.turn_tps_p10, '.1f')}"})
+                         "turn_tps": f"{_num(j.turn_tps_p50, '.1f')} / {_num(j.turn_tps_p10, '.1f')}",
+                         "hit": f"{_num(c and c.measured_hit_rate, '.1%')} / {_num(c and c.optimal_hit_rate, '.1%')}",
+                         "tps": f"{_num(c and c.total_tps_reused, ',.1f')} / {_num(c and c.total_tps_computed, ',.1f')}"})
     return rows
+
+
+def cliff_lines(s: LadderSummary) -> list[str]:
+    """One line per engine whose ladder has an eviction cliff (``EngineLadder.eviction_cliff``)."""
+    out = []
+    for name, e in s.engines.items():
+        if e.eviction_cliff is None:
+            continue
+        at = next((p for p in e.points if p.load == e.eviction_cliff and p.cache is not None), None)
+        rates = (f": measured hit rate {_num(at.cache.measured_hit_rate, '.1%')} against the infinite cache's "
+                 f"{_num(at.cache.optimal_hit_rate, '.1%')}" if at is not None and at.cache is not None else "")
+        out.append(f"{name}'s prefix cache falls away at {e.eviction_cliff} agents in flight{rates} (more than 10 points "
+                   "below, where every lower load was within): the sessions' prefixes no longer fit its cache.")
+    return out

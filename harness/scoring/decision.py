@@ -174,7 +174,7 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
             ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)
         if agentic:
-            fill_jobs(ladder, name, records, ladder.devices or summary.devices)
+            fill_jobs(ladder, name, records, ladder.devices or summary.devices, summary.cache_optimal)
         found = first((extra_gates or {}).get(name), gate(name, ladder, cap, summary.max_failure_rate,
                                                            allow_unchecked=summary.allow_unchecked))
         ladder.excluded_stage, ladder.excluded = found if found is not None else ("", "")

@@ -28,3 +28,24 @@ class JobFigures(Artefact):
     latency_s_p90: float | None = None
     turn_tps_p50: float | None = None
     turn_tps_p10: float | None = None
+
+
+class CacheFigures(Artefact):
+    """One ladder point's prefix cache, accounted for against the workload's (issue 40, item 3;
+    ``harness.metrics.cache``). ``prompt_tokens``: the successful requests' prompt tokens;
+    ``cached_tokens``: those the engine reported served from its cache
+    (``usage.prompt_tokens_details.cached_tokens``; None: it reported none); ``measured_hit_rate``
+    = cached / prompt tokens over the requests that reported it (None: none did);
+    ``optimal_hit_rate``: the workload's theoretical hit rate under an infinite cache
+    (``LadderSummary.cache_optimal``, :mod:`workloads.prefix_cache`; None: not computed);
+    ``total_tps_reused``: (prompt + output tokens) / s per device, reused prefix tokens counted
+    (the figure that flatters a cache); ``total_tps_computed``: the same without them (prompt −
+    cached + output: the tokens the engine computed; None without cached counts); s = the
+    point's measured spans summed (first send → last completion of each measurement)."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None
+    measured_hit_rate: float | None = None
+    optimal_hit_rate: float | None = None
+    total_tps_reused: float | None = None
+    total_tps_computed: float | None = None

@@ -13,7 +13,7 @@ from .energy import EnergyFigures
 from .engine import EngineStatus
 from .series import EngineSeries
 from .fidelity import FidelityResult
-from .jobs import JobFigures
+from .jobs import CacheFigures, JobFigures
 from .metrics import Metrics
 
 LADDER_FILE = "ladder.json"
@@ -54,6 +54,7 @@ class LadderPoint(Artefact):
     energy_provisioned: EnergyFigures | None = None
     series: list[EngineSeries] = Field(default_factory=list)  # the engine's /metrics over each measurement (issue 43)
     jobs: JobFigures | None = None  # an agentic point's jobs (harness.scoring.jobs); None: not agentic, or an older run
+    cache: CacheFigures | None = None  # an agentic point's prefix cache against the theoretical (harness.scoring.jobs)
 
 
 class CapacityAtSLO(Artefact):
@@ -138,6 +139,7 @@ class EngineLadder(Artefact):
     peak_memory_bytes: float | None = None
     fidelity: FidelityResult | None = None  # the output-fidelity check (None: not checked)
     race: str = ""  # why the main job measured it no more: out of the race (harness.scoring.race); "" = it was not
+    eviction_cliff: int | None = None  # agentic: the load where its measured hit rate fell away from the optimal (harness.metrics.cache)
 
 
 class Decision(Artefact):
@@ -269,3 +271,4 @@ class LadderSummary(Artefact):
     wall_s: float | None = None
     tuning: dict[str, EngineTuning] = Field(default_factory=dict)  # bench run --tune: engine → its search
     allow_unchecked: bool = False
+    cache_optimal: float | None = None  # agentic: the workload's theoretical prefix-cache hit rate, infinite cache (None: not computed)

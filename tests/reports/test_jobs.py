@@ -42,8 +42,8 @@ def test_each_point_is_a_row_of_the_jobs_table(tmp_path: Path) -> None:
     s = LadderSummary.model_validate_json((sim_session_ladder_run(tmp_path, "r", ENGINES, loads=(1, 2)) / LADDER_FILE)
                                           .read_text())
     rows = job_rows(s)
-    assert [(r["engine"], r["load"], r["completed"]) for r in rows] == [("fast", 1, 3), ("fast", 2, 6),
-                                                                       ("slow", 1, 3), ("slow", 2, 6)]
+    assert [(r["engine"], r["load"], r["completed"]) for r in rows] == [("fast", "1", 3), ("fast", "2", 6),
+                                                                       ("slow", "1", 3), ("slow", "2", 6)]
     job_s = 4 * 0.35 + 1.5  # fast alone: four turns of 0.35 s, three tool pauses of 0.5 s
     assert rows[0]["latency"] == f"{job_s:.1f} / {job_s:.1f}" and rows[0]["per_user"] == f"{3600 / job_s:,.1f}"
 
@@ -55,3 +55,16 @@ def test_a_single_turn_run_has_no_job_frontier(tmp_path: Path) -> None:
     md_path, _ = write_run_reports(run)
     md = md_path.read_text()
     assert "job_frontier" not in md and "jobs/h" not in md
+
+
+def test_the_jobs_table_marks_the_eviction_cliff_and_counts_throughput_both_ways(tmp_path: Path) -> None:
+    from harness.loadgen.simulated_sessions import AgentScript
+
+    engine = SimEngine("lru", slots=32, prefill_ms=50, tpot_ms=20, batch_slowdown=0.0, cache_blocks=72)
+    run = sim_session_ladder_run(tmp_path, "r", {"lru": engine}, AgentScript(), loads=(1, 4, 8), cache_optimal=0.6)
+    md = write_run_reports(run)[0].read_text()
+    assert "prefix hit rate: measured / infinite cache" in md and "reused prefix counted / computed only" in md
+    row = next(line for line in md.splitlines() if line.startswith("| lru | 8 ← eviction cliff |"))
+    assert "17.5% / 60.0%" in row  # 8 agents × 16 blocks in a cache of 72: the LRU rate of these prompts
+    assert next(line for line in md.splitlines() if line.startswith("| lru | 4 |")).count("60.0% / 60.0%") == 1
+    assert "lru's prefix cache falls away at 8 agents in flight: measured hit rate 17.5% against the infinite cache's 60.0%" in md

@@ -52,3 +52,32 @@ def test_a_single_turn_run_counts_no_jobs(tmp_path: Path) -> None:
     assert all(p.jobs is None for p in s.engines["fast"].points)
     assert s.engines["fast"].capacity.jobs_per_hour is None and s.engines["fast"].capacity.jobs_text == ""
     assert "agents sustained" not in s.decision.sentence
+
+
+def test_the_eviction_cliff_lands_where_the_agents_context_outgrows_the_cache(tmp_path: Path) -> None:
+    """An LRU of 72 blocks; each job's prompts grow to 16 blocks (64 + 64 t tokens, t < 4, 16 a
+    block): 4 agents × 16 = 64 blocks fit, 8 × 16 = 128 do not. Below, the measured rate is the
+    infinite cache's 60 % (4 + 8 + 12 of 40 blocks reused); at 8 agents it falls away: the cliff."""
+    from harness.loadgen.simulated_sessions import AgentScript
+
+    script = AgentScript(turns=4, first_prompt=64, growth=64, output_tokens=16, tool_ms=500)
+    engine = SimEngine("lru", slots=32, prefill_ms=50, tpot_ms=20, batch_slowdown=0.0, cache_blocks=72)
+    s = _ladder(sim_session_ladder_run(tmp_path, "r", {"lru": engine}, script, loads=(1, 2, 4, 8, 16), cache_optimal=0.6))
+    ladder = s.engines["lru"]
+    rates = {p.load: p.cache.measured_hit_rate for p in ladder.points}
+    assert [rates[n] for n in (1, 2, 4)] == pytest.approx([0.6] * 3)
+    assert rates[8] < 0.5 and rates[16] < rates[8]
+    assert ladder.eviction_cliff == 8
+    for p in ladder.points:
+        assert p.cache.optimal_hit_rate == 0.6
+        # the two throughputs differ by the reused tokens per second (one measurement: its span is its wall time)
+        assert p.cache.total_tps_reused - p.cache.total_tps_computed == pytest.approx(p.cache.cached_tokens / p.wall_s)
+    low = ladder.points[0].cache
+    assert low.total_tps_reused / low.total_tps_computed > 2  # reused prefix tokens more than double the count here
+
+
+def test_a_cache_that_fits_every_load_has_no_cliff(tmp_path: Path) -> None:
+    engine = SimEngine("big", slots=32, prefill_ms=50, tpot_ms=20, batch_slowdown=0.0, cache_blocks=10_000)
+    s = _ladder(sim_session_ladder_run(tmp_path, "r", {"big": engine}, loads=(1, 4, 16), cache_optimal=0.6))
+    assert s.engines["big"].eviction_cliff is None
+    assert all(p.cache.measured_hit_rate == pytest.approx(0.6) for p in s.engines["big"].points)
