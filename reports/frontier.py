@@ -125,7 +125,8 @@ def _colors(n: int) -> list[Any]:
 
 def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
     """The compact table: one row per engine, the decision's order first (winner, ranking,
-    yardsticks, then the excluded): capacity with its interval, load, requests/s, $/1M output
+    yardsticks, then the excluded): capacity with its interval, load, requests/s (agentic: and
+    jobs per hour per device, ``jobs``; – otherwise), $/1M output
     tokens, devices for the target load, and the gates (passed, or the one line)."""
     d = s.decision
     order = ([d.winner] if d and d.winner else []) + [n for n in (d.ranking if d else []) if n != (d.winner if d else "")]
@@ -145,6 +146,7 @@ def capacity_rows(s: LadderSummary) -> list[dict[str, Any]]:
             "interval": _interval(cap) if ok else "–",
             "load": cap.load_text if ok else "–",  # type: ignore[union-attr]
             "rate": f"{ge}{cap.request_rate:.3g} {unit}/s" if ok else "–",  # type: ignore[union-attr]
+            "jobs": (cap.jobs_text or "–") if ok else "–",  # type: ignore[union-attr]  (agentic: jobs/h per device)
             "usd": _usd(cap) if ok else "–",
             "energy": energy_cell(cap.energy, cap.energy_provisioned) if ok else "–",  # type: ignore[union-attr]
             "devices": _devices(cap) if ok else "–",

@@ -24,6 +24,7 @@ from .context import CDF_PANELS, _label, build_context
 from .fidelity import accuracy_context, fidelity_context
 from .energy import energy_note
 from .series import series_png, why_lines
+from .jobs import cliff_lines, job_frontier_png, job_rows
 from .frontier import capacity_rows, caveats, frontier_png, race_note, shim_note, yardstick_note
 from .winner_map import map_lines, winner_map_png
 from .tuning import tried_rows, tuning_rows
@@ -59,7 +60,8 @@ def decision_context(ladder: LadderSummary, notes: list[str] | None = None) -> d
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",
             "excluded": dict(d.excluded) if d else {},
-            "tuning": tuning_rows(ladder), "tried": tried_rows(ladder)}
+            "tuning": tuning_rows(ladder), "tried": tried_rows(ladder), "jobs": job_rows(ladder),
+            "cliffs": cliff_lines(ladder)}
 
 
 def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
@@ -97,6 +99,8 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:
         pngs["frontier"] = chart
+    if ladder is not None and (chart := job_frontier_png(ladder)) is not None:
+        pngs["job_frontier"] = chart
     winners = runs[0].winner_map if ladder is not None else None
     ctx["winner_map"] = map_lines(winners) if winners is not None else None
     if winners is not None and ladder is not None and (chart := winner_map_png(winners, ladder)) is not None:

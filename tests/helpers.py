@@ -191,3 +191,35 @@ def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str =
         writer.close()
     write_model_atomic(root / run_id / LADDER_FILE, summary)
     return root / run_id
+
+
+def sim_session_ladder_run(root: Path, run_id: str, engines: dict[str, Any], script: Any = None,
+                           slos: str = "ttft_p90=4000,tpot_p90=200", loads: tuple[int, ...] = (1, 2, 4, 8, 16),
+                           sessions: int = 3, devices: int = 1, cache_optimal: float | None = None) -> Path:
+    """An agentic run folder ``root/run_id`` whose scripted engines (name → ``SimEngine``) climbed
+    load ladders of agent sessions (``harness.loadgen.simulated_sessions``: ``sessions × load``
+    sessions of ``script`` per point, at ``loads`` agents in flight), judged at ``slos`` with the
+    workload's infinite-cache hit rate ``cache_optimal`` and stored as ``ladder.json``."""
+    from harness.loadgen.simulated_sessions import AgentScript, simulate_sessions
+    from harness.scoring.decision import judge
+    from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
+    from results.store import RunWriter, read_records, write_model_atomic
+
+    parsed = parse_slos(slos)
+    writer = RunWriter(root / run_id, run_id, "agentic")
+    summary = LadderSummary(run_id=run_id, workload="agentic", slos={s.key: s.threshold_ms for s in parsed},
+                            devices=devices, cache_optimal=cache_optimal)
+    for name, engine in engines.items():
+        points = []
+        for index, load in enumerate(loads):
+            records, duration, _ = simulate_sessions(engine, script or AgentScript(), load, sessions * load, seed=index)
+            for r in records:
+                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
+                writer.add_record(r)
+            points.append(LadderPoint(index=index, load=load, seeds=[index], wall_s=duration))
+        summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0)
+        writer.set_engine(name, EngineResult(status=EngineStatus.OK))
+    writer.close()
+    judge(summary, read_records(root / run_id / "requests.jsonl"), parsed)
+    write_model_atomic(root / run_id / LADDER_FILE, summary)
+    return root / run_id

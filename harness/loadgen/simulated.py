@@ -13,6 +13,8 @@ first token of every request sent at the very start (the synchronised first turn
 prefills: an engine worse there alone, identical in steady state); ``crash_at`` makes
 the engine die once that many requests are in flight (every later request fails, as after a
 crash); ``startup_s``, ``processes`` and ``peak_memory_bytes`` are its tie-breaker facts.
+``cache_blocks``, ``block_tokens`` and ``prefill_ms_per_token`` are its prefix cache, read by
+agent sessions (:mod:`harness.loadgen.simulated_sessions`).
 
 :func:`simulate` replays ``requests`` requests of ``output_tokens`` tokens from ``concurrency``
 closed-loop clients (each sends its next request when its previous one ends) and returns the
@@ -53,6 +55,9 @@ class SimEngine:
     startup_s: float = 10.0
     processes: int = 1
     peak_memory_bytes: float = 2e9
+    prefill_ms_per_token: float = 0.0  # per prompt token not served from the prefix cache (agent sessions)
+    cache_blocks: int | None = None  # its prefix cache: an LRU of this many blocks (None: none, no cached tokens reported)
+    block_tokens: int = 16  # tokens per cache block
 
     def tpot_at(self, concurrency: float) -> float:
         """ms per output token with ``concurrency`` requests in flight (steady state)."""

@@ -19,6 +19,7 @@ from results.schema.records import STOPPED_PHASE
 
 from .formatting import METRIC_LABELS
 from .gates import first
+from .jobs import fill_jobs
 from .frontier import Capacity, PointSample, Requests, capacity_of, engine_stream, point_stats
 from .samples import measured_span_s
 from .race import ceiling, floor
@@ -172,6 +173,8 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)
+        if agentic:
+            fill_jobs(ladder, name, records, ladder.devices or summary.devices, summary.cache_optimal)
         found = first((extra_gates or {}).get(name), gate(name, ladder, cap, summary.max_failure_rate,
                                                            allow_unchecked=summary.allow_unchecked))
         ladder.excluded_stage, ladder.excluded = found if found is not None else ("", "")
@@ -252,7 +255,9 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     over the runner-up with its 95 % interval, the deciding constraint; *equivalent*: the winner
     and what broke the tie; *not separated*: who leads, that it is not separated, and how to
     measure more; *undecided*: who leads and every engine whose ladder stopped before an SLO
-    broke; "no engine …" when none is eligible. An interrupted run says so first."""
+    broke; "no engine …" when none is eligible. An interrupted run says so first. An agentic
+    winner reads "N agents sustained" (N: the sessions in flight at its capacity, the table's
+    load) with its jobs per hour per device (:mod:`harness.scoring.jobs`)."""
     lead = f"Interrupted by {d.interrupted}, on what was measured: " if d.interrupted else ""
     where = f"at {slos_text(slos)}{' (default SLOs)' if d.slos_default else ''}"
     leader = d.leader or (d.ranking[0] if d.ranking else "")
@@ -284,6 +289,10 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     once = ", 1 run" if d.runner_up and cap.measurements < 2 else ""  # its points were measured once: no run-to-run noise
     head = (f"{lead}{d.winner}{_tuned(summary, d.winner)} sustains {cap.load_text} {unit} in flight "
             f"({_tps(cap)} output tok/s per device{once}) {where}")
+    if d.unit == "sessions":  # an agent user buys finished jobs: the agents sustained, and their jobs per hour
+        jobs = f" and {cap.jobs_text} jobs/h" if cap.jobs_text else ""
+        head = (f"{lead}{d.winner}{_tuned(summary, d.winner)}: {cap.load_text} agent{'' if unit == 'session' else 's'} "
+                f"sustained ({_tps(cap)} output tok/s{jobs} per device{once}) {where}")
     if not d.runner_up:
         return _fit(f"{head}; the only engine eligible{_fidelity_gated(d, summary, cap)}; {d.binding}.")
     gated = _fidelity_gated(d, summary, cap)

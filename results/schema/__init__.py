@@ -35,6 +35,9 @@ One module per artefact family, every name re-exported here (``from results.sche
   output token with its interval, measured or provisioned)
 - ``replay``: :class:`ReplayCertificate` (``replay.json``: an agentic run's replay-fidelity
   certificate, sent against the trace per statistic)
+- ``jobs``: :class:`JobFigures` (an agentic ladder point's jobs: per hour per device and per
+  user, job latency, per-turn interactivity with tool time excluded), :class:`CacheFigures` (its
+  prefix cache: measured hit rate against the theoretical, throughput with and without reused tokens)
 
 All timestamps are integers from ``time.perf_counter_ns()`` in the process that measured
 them (nanoseconds, monotonic, arbitrary epoch): only differences are meaningful. The
@@ -93,6 +96,7 @@ from .fidelity import (
     FidelityResult,
     ReferencePrompt,
 )
+from .jobs import CacheFigures, JobFigures
 from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderPoint, LadderSummary, TunedConfig
 from .recipe import RECIPE_FILE, Recipe
 from .replay import REPLAY_FILE, REPLAY_TOLERANCE, CertificateRow, EngineReplay, ReplayCertificate
@@ -125,7 +129,7 @@ __all__ = [
     "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
     "SearchSummary",
     "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
-    "EngineTuning", "RECIPE_FILE", "Recipe",
+    "EngineTuning", "RECIPE_FILE", "Recipe", "JobFigures", "CacheFigures",
     "Timeline", "WINNER_MAP_FILE", "MapCell", "WinnerMap", "EnergySource", "PhaseEnergy", "EnergyFigures",
     "REPLAY_FILE", "REPLAY_TOLERANCE", "CertificateRow", "EngineReplay", "ReplayCertificate",
     "FIDELITY_FILE", "COVERAGE_FLOOR", "NEAR_TIE_EPSILON", "STRICT_FLOOR", "DEFAULT_OTHER_FLOOR", "ReferencePrompt", "FidelityReference",

@@ -13,6 +13,7 @@ from .energy import EnergyFigures
 from .engine import EngineStatus
 from .series import EngineSeries
 from .fidelity import FidelityResult
+from .jobs import CacheFigures, JobFigures
 from .metrics import Metrics
 
 LADDER_FILE = "ladder.json"
@@ -52,6 +53,8 @@ class LadderPoint(Artefact):
     energy: EnergyFigures | None = None
     energy_provisioned: EnergyFigures | None = None
     series: list[EngineSeries] = Field(default_factory=list)  # the engine's /metrics over each measurement (issue 43)
+    jobs: JobFigures | None = None  # an agentic point's jobs (harness.scoring.jobs); None: not agentic, or an older run
+    cache: CacheFigures | None = None  # an agentic point's prefix cache against the theoretical (harness.scoring.jobs)
 
 
 class CapacityAtSLO(Artefact):
@@ -86,12 +89,22 @@ class CapacityAtSLO(Artefact):
     energy: EnergyFigures | None = None
     energy_provisioned: EnergyFigures | None = None
     energy_load: int | None = None
+    jobs_per_hour: float | None = None  # agentic: jobs (sessions) completed per hour per device at it (request_rate × 3600 / devices)
 
     @property
     def tps_text(self) -> str:
         """The capacity as every sentence and table prints it (the verdict, the capacity table, the
         tuning's lines): output tok/s per device to one decimal, ``≥`` when open."""
         return f"{'≥ ' if self.open else ''}{self.output_tps:,.1f}"
+
+    @property
+    def jobs_text(self) -> str:
+        """Its jobs per hour per device as the verdict and the capacity table print it (3 significant
+        digits, whole jobs from 100; ``≥`` when open); "" when not counted (not agentic, older run)."""
+        if self.jobs_per_hour is None:
+            return ""
+        figure = f"{self.jobs_per_hour:,.0f}" if self.jobs_per_hour >= 100 else f"{self.jobs_per_hour:.3g}"
+        return f"{'≥ ' if self.open else ''}{figure}"
 
     @property
     def load_text(self) -> str:
@@ -126,6 +139,7 @@ class EngineLadder(Artefact):
     peak_memory_bytes: float | None = None
     fidelity: FidelityResult | None = None  # the output-fidelity check (None: not checked)
     race: str = ""  # why the main job measured it no more: out of the race (harness.scoring.race); "" = it was not
+    eviction_cliff: int | None = None  # agentic: the load where its measured hit rate fell away from the optimal (harness.metrics.cache)
 
 
 class Decision(Artefact):
@@ -257,3 +271,4 @@ class LadderSummary(Artefact):
     wall_s: float | None = None
     tuning: dict[str, EngineTuning] = Field(default_factory=dict)  # bench run --tune: engine → its search
     allow_unchecked: bool = False
+    cache_optimal: float | None = None  # agentic: the workload's theoretical prefix-cache hit rate, infinite cache (None: not computed)

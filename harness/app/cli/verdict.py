@@ -34,14 +34,16 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
     target = (ladder.target_load or {}).get("output_tps")
     rows = capacity_rows(ladder)
     energy = any(r["energy"] not in ("–", "n/a") for r in rows)  # none read: the note under the table says why
+    jobs = any(r["jobs"] != "–" for r in rows)  # agentic: jobs (sessions) per hour per device at the capacity
     cols = [("engine", False), ("output tok/s per device", True), ("95% interval", True), (f"{unit} in flight", True),
-            ("rate (closed loop)", True)] + ([("J / output token", True)] if energy else []) + [("$/1M out", True)] + \
+            ("rate (closed loop)", True)] + ([("jobs/h per device", True)] if jobs else []) + \
+        ([("J / output token", True)] if energy else []) + [("$/1M out", True)] + \
         ([(f"devices for {target:g} tok/s", True)] if target else []) + [("gates", False)]
     for col, right in cols:
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in rows:
-        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], *([r["energy"]] if energy else []),
-                  r["usd"], *([r["devices"]] if target else []), escape(r["gates"]))
+        t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], *([r["jobs"]] if jobs else []),
+                  *([r["energy"]] if energy else []), r["usd"], *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
     if note := energy_note(ladder):
         console.print(note, markup=False, highlight=False, soft_wrap=True)
@@ -59,6 +61,8 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         console.print(f"No {RECIPE_FILE}: {no_recipe_reason(ladder)}.", markup=False, highlight=False)
     if run_dir is not None and (run_dir / "report-plots" / "frontier.png").exists():
         console.print(f"Frontier: {run_dir / 'report-plots' / 'frontier.png'}", markup=False)
+    if run_dir is not None and (run_dir / "report-plots" / "job_frontier.png").exists():
+        console.print(f"Job frontier: {run_dir / 'report-plots' / 'job_frontier.png'}", markup=False)
     if run_dir is not None and (run_dir / WINNER_MAP_FILE).is_file():
         print_map_line(run_dir / WINNER_MAP_FILE, console)
 

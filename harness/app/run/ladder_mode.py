@@ -154,8 +154,10 @@ class LadderMode:
         writer.summary.slos = slo_table(slos)
         planned = {e.name for e in engines}  # the others were recorded before measuring (skipped, failed to install)
         skipped = {n: skipped_ladder(n, r) for n, r in writer.summary.engines.items() if n not in planned}
+        from harness.app.run.replay_check import optimal_hit_rate
+
         state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.slos,
-                                   interrupted=interrupted, then=self.then())
+                                   interrupted=interrupted, then=self.then(), cache_optimal=optimal_hit_rate(cfg, state))
         _recipe(state.ladder, writer, ctx.console)
         for e in engines:
             if e.outcome is not None:

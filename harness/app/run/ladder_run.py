@@ -164,17 +164,20 @@ class LadderJob:
 
     # -- the artefacts ---------------------------------------------------------------------------
     def summary(self, engines: list[EngineClimb], skipped: dict[str, EngineLadder], run_id: str, workload: str,
-                slos_default: bool, interrupted: str = "", then: Any = None) -> LadderSummary:
+                slos_default: bool, interrupted: str = "", then: Any = None,
+                cache_optimal: float | None = None) -> LadderSummary:
         """``ladder.json``'s content, decided (:func:`harness.scoring.decision.judge`), and each
         measured engine's ``summary.json`` entry; ``then(summary, records)`` adds to it before it
-        is written (``--tune``: each engine's search, :func:`harness.app.run.tune.judge_tuning`)."""
+        is written (``--tune``: each engine's search, :func:`harness.app.run.tune.judge_tuning`);
+        ``cache_optimal``: the agentic workload's infinite-cache hit rate, each point's cache is held against."""
         records = read_records(self.writer.run_dir / REQUESTS_FILE)
         s = LadderSummary(run_id=run_id, workload=workload, slos=slo_table(self.spec.slos),
                           slos_default=slos_default, max_failure_rate=self.spec.max_failure_rate, devices=self.spec.devices,
                           budget_per_engine_s=round(self.first_budget_s, 1), boundary_repeats=self.boundary_repeats,
                           time_budget_s=self.time_budget_s if self.time_budget_s != float("inf") else None,
                           seed=self.spec.workload.seed or 0, allow_unchecked=self.spec.allow_unchecked,
-                          target_load={"output_tps": self.target_tps} if self.target_tps else None)
+                          target_load={"output_tps": self.target_tps} if self.target_tps else None,
+                          cache_optimal=cache_optimal)
         condition = Condition(tuple(self.spec.slos))
         for e in engines:
             s.engines[e.name] = self._engine_ladder(e)

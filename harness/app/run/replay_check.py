@@ -20,6 +20,22 @@ NOTE = ("trace: every session of the trace once at this scale, driven offline wi
         "(theoretical; the engine's measured rate shown beside, not judged)")
 
 
+def optimal_hit_rate(cfg: Any, state: Any) -> float | None:
+    """The theoretical prefix-cache hit rate of the run's own agentic sessions under an infinite
+    cache (:func:`workloads.replay_stats.offered_statistics`, the certificate's "sent" side):
+    what each ladder point's measured hit rate is held against (``LadderSummary.cache_optimal``,
+    :mod:`harness.metrics.cache`). None unless the run replayed an agentic workload with a
+    tokenizer (its prompts are token ids only then)."""
+    from workloads.registry import resolve_spec
+    from workloads.replay_stats import offered_statistics
+
+    workload = state.workload
+    if workload is None or workload.name != "agentic" or state.tokenizer is None:
+        return None
+    spec = resolve_spec(cfg.workload)
+    return float(offered_statistics(workload.sessions, spec.cache_block_tokens, spec.cache_blocks)["hit_rate_infinite"])
+
+
 def replay_certificate(cfg: Any, state: Any) -> ReplayCertificate | None:
     """The certificate of the run in ``state`` (None unless it replayed an agentic workload)."""
     from workloads.registry import resolve_spec

@@ -83,7 +83,7 @@ def test_the_verdict_and_the_capacity_table_print_one_figure_for_a_capacity() ->
     s.decision = d
     said, row = sentence(d, s, slos), capacity_rows(s)[0]
     assert (row["capacity"], row["load"]) == ("14.5", "14.5")
-    assert said.startswith("a sustains 14.5 sessions in flight (14.5 output tok/s per device, 1 run) at p90 TTFT ≤ 4 s")
+    assert said.startswith("a: 14.5 agents sustained (14.5 output tok/s per device, 1 run) at p90 TTFT ≤ 4 s")
     open_cap = s.engines["a"].capacity.model_copy(update={"open": True})
     s.engines["a"].capacity = open_cap
     d.winner, d.undecided, d.unsettled, d.outcome = "", "a", ["a"], "undecided"
