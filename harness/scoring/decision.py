@@ -144,12 +144,15 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
 
 
 def engine_capacity(summary: LadderSummary, name: str, records: Sequence[RequestRecord], slos: Sequence[SLO],
-                    seed: int = 0) -> tuple[Capacity | None, list[PointSample]]:
+                    seed: int = 0, points: list[PointSample] | None = None) -> tuple[Capacity | None, list[PointSample]]:
     """Engine ``name``'s capacity at ``slos`` from its ladder's records (None when it measured no
     point), with its bootstrap draws from the engine's own random stream
-    (:func:`harness.scoring.frontier.engine_stream` of ``seed``), and the points it was read from."""
+    (:func:`harness.scoring.frontier.engine_stream` of ``seed``), and the points it was read from
+    (``points``: those already read by :func:`ladder_points`, for a caller deciding one ladder at
+    many SLOs)."""
     ladder = summary.engines[name]
-    points = ladder_points(name, ladder, records, ladder.devices or summary.devices, summary.workload == "agentic")
+    if points is None:
+        points = ladder_points(name, ladder, records, ladder.devices or summary.devices, summary.workload == "agentic")
     cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
     if cap is not None and ladder.stopped == "saturated":
         cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
@@ -158,18 +161,20 @@ def engine_capacity(summary: LadderSummary, name: str, records: Sequence[Request
 
 def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
           price_per_hour: float | None = None, target_tps: float | None = None, extra_gates: dict[str, tuple[str, str]] | None = None,
-          client_rps: float | None = None, interrupted: str = "", seed: int = 0) -> LadderSummary:
+          client_rps: float | None = None, interrupted: str = "", seed: int = 0,
+          points: dict[str, list[PointSample]] | None = None) -> LadderSummary:
     """Fill each engine's capacity and the decision of ``summary`` (in place; also returned)
     from ``records``; ``price_per_hour``: USD per device-hour (``results.hardware.device_price``); ``extra_gates``: exclusions decided elsewhere (the
     declared gates of :data:`harness.scoring.gates.GATES`: hardware, a required feature, memory
     fit), engine → (stage, one line); an engine failing several gates is excluded by the earliest; ``client_rps``: the request rate the client can send without
     limiting the load (half its calibrated maximum, times its workers; None = not calibrated):
-    points above it are marked client-limited, never held against the engine."""
+    points above it are marked client-limited, never held against the engine; ``points``: each
+    engine's :func:`ladder_points`, already read (the winner map decides one run at many SLOs)."""
     agentic = summary.workload == "agentic"
     candidates = []
     samples: dict[str, list[PointSample]] = {}
     for name, ladder in summary.engines.items():
-        cap, samples[name] = engine_capacity(summary, name, records, slos, seed)
+        cap, samples[name] = engine_capacity(summary, name, records, slos, seed, (points or {}).get(name))
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)
