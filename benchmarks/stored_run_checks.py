@@ -11,7 +11,7 @@ Two checks, each printing one table, measured with the ``bench`` of this checkou
 
 ``serve RUN [--port 8301] [--time-budget 6m]``
     The run's ``recipe.json`` served by ``bench serve`` on another port, measured through
-    ``bench run --endpoint ENGINE=http://127.0.0.1:PORT`` at the recipe's SLOs, and whether that
+    ``bench run --endpoint ENGINE-served=http://127.0.0.1:PORT`` at the recipe's SLOs, and whether that
     capacity lies inside the recipe's 95 % interval.
 
     python benchmarks/stored_run_checks.py redecide results/RUN --slo ttft_p90=4000,tpot_p90=140
@@ -93,14 +93,14 @@ def serve(run: Path, port: int, budget: str, out: Path) -> None:
         model = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models").read())["data"][0]["id"]
         before = set(out.glob("*")) if out.is_dir() else set()
         tokenizer = json.loads((run / "manifest.json").read_text())["model"]["path"]
-        subprocess.run([*BENCH, "run", "--endpoint", f"{engine}=http://127.0.0.1:{port}", "--model", model,
+        subprocess.run([*BENCH, "run", "--endpoint", f"{engine}-served=http://127.0.0.1:{port}", "--model", model,
                         "--tokenizer", tokenizer, "--workload", "agentic", "--slo", slos, "--time-budget", budget,
                         "--no-feature-probes", "--output-dir", str(out)], check=False)
         fresh_dir = max(set(out.glob("*")) - before, key=lambda p: p.stat().st_mtime)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=120)
-    cap = json.loads((fresh_dir / "ladder.json").read_text())["engines"][engine]["capacity"]
+    cap = json.loads((fresh_dir / "ladder.json").read_text())["engines"][f"{engine}-served"]["capacity"]
     lo, hi = recipe["capacity_interval"]
     inside = lo <= cap["output_tps"] <= hi
     print(f"\nrecipe of {run.name}: {engine} {recipe['capacity_tps']:.1f} [{lo:.1f}–{hi:.1f}] output tok/s at {slos}; "

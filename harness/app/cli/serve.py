@@ -89,7 +89,7 @@ def _said(console, recipe, endpoint, host: str, port: int, model_dir: Path) -> N
         slos = ", ".join(f"{k} ≤ {v:g} ms" for k, v in recipe.slos.items())
         console.print(f"Measured in run {escape(recipe.run_id)}: {'≥ ' if recipe.capacity_open else ''}"
                       f"{recipe.capacity_tps:,.1f} output tok/s per device [{lo:,.1f}–{hi:,.1f}] at {slos}; measure it "
-                      f"here with: bench run --endpoint {recipe.engine}=http://{shown}:{port} --model {endpoint.model_name} "
+                      f"here with: bench run --endpoint {recipe.engine}-served=http://{shown}:{port} --model {endpoint.model_name} "
                       f"--tokenizer {model_dir} --slo {','.join(f'{k}={v:g}' for k, v in recipe.slos.items())}",
                       markup=False, highlight=False, soft_wrap=True)
     shim = recipe.shim or str(endpoint.effective_config.get("shim") or "")

@@ -48,7 +48,7 @@ def test_serve_answers_on_its_port_and_sigterm_leaves_nothing_behind(tmp_path: P
             proc.kill()
     assert proc.returncode == 143, out
     assert f"Serving own (own (reference engine)) at http://127.0.0.1:{port}/v1" in out and "Stopped own (SIGTERM)" in out
-    assert "45.0–55.0" in out and f"bench run --endpoint own=http://127.0.0.1:{port}" in " ".join(out.split())
+    assert "45.0–55.0" in out and f"bench run --endpoint own-served=http://127.0.0.1:{port}" in " ".join(out.split())
     try:  # the server is gone with the command: nothing answers on the port
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
         answered = True
