@@ -37,11 +37,14 @@ AUTO_SALTS = ("auto", "run")  # draw a random salt for this run
 RANDOM_SALT_BYTES = 4  # 8 hex digits: two runs draw the same salt with probability 2**-32
 
 
+NO_SALTS = ("none", "off")  # no salt, said explicitly (an endpoint just started, e.g. by bench serve: its cache is cold)
+
+
 def resolve_salt(value: str | None) -> str | None:
-    """The salt a run uses: None → None (no salt); ``auto``/``run`` (any case) → ``run-``
-    followed by 8 random hex digits (:func:`secrets.token_hex`, a new one per call); any
-    other text as given."""
-    if value is None:
+    """The salt a run uses: None or ``none``/``off`` → None (no salt); ``auto``/``run`` (any
+    case) → ``run-`` followed by 8 random hex digits (:func:`secrets.token_hex`, a new one per
+    call); any other text as given."""
+    if value is None or value.strip().lower() in NO_SALTS:
         return None
     if value.strip().lower() in AUTO_SALTS:
         return f"run-{secrets.token_hex(RANDOM_SALT_BYTES)}"

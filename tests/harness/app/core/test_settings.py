@@ -201,3 +201,20 @@ def test_every_budget_reads_one_duration_vocabulary() -> None:
             RunSettings.from_cli({"engines": "own", field: "inf"})
     with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
         RunSettings.from_cli({"engines": "own", "tune_s": "-5"})
+
+
+def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> None:
+    """--endpoint salts the prompts by default (a deployment's warm cache must serve none of them);
+    --prompt-salt none, typed, sends none (an endpoint just started, e.g. by bench serve)."""
+    seen: list[Any] = []
+    cli = typer.Typer()
+    cli.command("run")(command_from(RunSettings, seen.append))
+    base = ["--endpoint", "prod=http://127.0.0.1:9", "--model", "m", "--threads", "1", "-o", str(tmp_path)]
+    for extra in ([], ["--prompt-salt", "none"]):
+        res = CliRunner().invoke(cli, base + extra)
+        assert res.exit_code == 0, res.output
+    assert seen[0].workload.prompt_salt == "auto" and seen[1].workload.prompt_salt == "none"
+    from workloads.salt import resolve_salt
+    from workloads.spec import WorkloadSpec
+
+    assert WorkloadSpec(kind="agentic", prompt_salt="none").prompt_salt is None and resolve_salt("none") is None
