@@ -32,7 +32,6 @@ class OwnAdapter(ServerAdapter):
 
     name = "own"
     display_name = "own (reference engine)"
-    flag_source = PROJECT_ROOT / "own_engine" / "server" / "cli.py"
     series_parser = "own"  # its /metrics read into the time series (adapters.prom.SERIES_PARSERS)
     capabilities = Capabilities(
         hardware=("cpu", "nvidia"),
@@ -60,6 +59,12 @@ class OwnAdapter(ServerAdapter):
             return ProbeResult(False, "own: the reference engine's server (own_engine/__main__.py) is missing from this "
                                       "checkout: update the project (git pull)")
         return ProbeResult(True, "own: reference engine, runs with the harness's Python", version="0.1.0")
+
+    def declared_flags(self) -> frozenset[str]:
+        """The server's flags, generated from ``EngineConfig``'s declarations (:mod:`own_engine.server.options`)."""
+        from own_engine.server.options import declared_flags
+
+        return declared_flags()
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
         """``[python, -m, own_engine, --model DIR, --host 127.0.0.1, --port P, --served-model-name M,

@@ -175,13 +175,22 @@ class ServerAdapter:
         """The ``key=value`` engine args whose flag this engine's server does not declare, read from
         :attr:`flag_source` (:mod:`adapters.flags`); [] when every one is declared, or when the
         server is not in this repository (the engine checks its flags when it starts)."""
-        if self.flag_source is None:
+        known = self.declared_flags()
+        if known is None:
             return []
-        from adapters.flags import declared_flags, unknown_flag
+        from adapters.flags import unknown_flag
 
         flags, _, _ = split_engine_args(engine_args, self.adapter_keys)
-        known = declared_flags(self.flag_source)
         return [f"{k}={v}" for k, v in flags.items() if unknown_flag(k, v, known)]
+
+    def declared_flags(self) -> frozenset[str] | None:
+        """Every ``--flag`` this engine's server accepts, read from :attr:`flag_source`; None when
+        its server is not in this repository."""
+        if self.flag_source is None:
+            return None
+        from adapters.flags import declared_flags
+
+        return declared_flags(self.flag_source)
 
     def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:
         """The probe :meth:`launch` checks first (an adapter may consult ``config.engine_args``)."""

@@ -27,6 +27,29 @@ KV_TOKENS_PER_SEQ = 256
 MAX_NUM_SEQS_CAP = 256  # vLLM's default max_num_seqs
 
 
+@dataclass(frozen=True)
+class Flag:
+    """How a setting appears on a command line generated from its dataclass (``python -m own_engine``,
+    :mod:`own_engine.server.options`): ``--<name>`` (default: the field's name with ``-`` for ``_``;
+    a ``bool`` gets ``--<name>/--no-<name>``), its help, the allowed ``choices``, the bounds ``min``
+    and ``max``; ``folder``: an existing folder; ``unset``: the flag's default is "not given", which
+    leaves the field's own default (an alternative to another flag, e.g. ``--kv-cache-bytes``)."""
+
+    help: str
+    name: str | None = None
+    choices: tuple[str, ...] = ()
+    min: float | None = None
+    max: float | None = None
+    folder: bool = False
+    unset: bool = False
+
+
+def flag(help: str, **how: object) -> dict[str, Flag]:
+    """A dataclass field's ``metadata`` declaring its command-line flag (:class:`Flag`): one
+    declaration gives the field, its flag, help and bounds."""
+    return {"flag": Flag(help, **how)}  # type: ignore[arg-type]
+
+
 class ConfigError(ValueError):
     """An invalid engine setting; the message names the setting and the fix."""
 
@@ -136,31 +159,46 @@ class EngineConfig:
     :func:`own_engine.cuda_graphs.capture_sizes`); inert on CPU.
     """
 
-    model_dir: Path
-    block_size: int = 16
-    num_kv_blocks: int | None = None
-    kv_cache_bytes: int = 256 * 2**20
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int = 512
-    max_model_len: int | None = None
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    batching: str = "continuous"
-    kv_allocation: str = "paged"
-    speculative: str = "none"
-    num_speculative_tokens: int = 4
-    draft_num_layers: int = 8
-    speculative_model: Path | None = None
-    adaptive_speculation: bool = True
-    spec_cost_per_token: float | None = None
-    threads: int = 1
-    device: str = "auto"
-    seed: int = 0
-    attention_backend: str = "auto"
-    linear_backend: str = "auto"
-    dtype: str = "auto"
-    cuda_graphs: bool = True
-    cuda_graph_batch_sizes: tuple[int, ...] = CUDA_GRAPH_BATCH_SIZES
+    model_dir: Path = field(metadata=flag("Hugging Face model folder (Llama arch).", name="model", folder=True))
+    block_size: int = field(default=16, metadata=flag("Tokens per KV block.", min=1))
+    num_kv_blocks: int | None = field(default=None, metadata=flag("KV pool size in blocks.", min=1))
+    kv_cache_bytes: int = field(default=256 * 2**20, metadata=flag(
+        "KV pool size in bytes (default 256 MiB).", min=1, unset=True))
+    max_num_seqs: int | None = field(default=None, metadata=flag(
+        "Most sequences per step (default: the KV pool's tokens / 256, at most 256).", min=1))
+    max_num_batched_tokens: int = field(default=512, metadata=flag("Per-step token budget.", min=1))
+    max_model_len: int | None = field(default=None, metadata=flag("Prompt + output limit in tokens.", min=1))
+    enable_prefix_caching: bool = field(default=True, metadata=flag("Prefix caching.", name="prefix-caching"))
+    enable_chunked_prefill: bool = field(default=True, metadata=flag("Chunked prefill.", name="chunked-prefill"))
+    batching: str = field(default="continuous", metadata=flag(
+        "continuous (iteration-level) or static.", choices=BATCHING_MODES))
+    kv_allocation: str = field(default="paged", metadata=flag(
+        "paged or naive (one max_len slab/seq).", choices=KV_ALLOCATIONS))
+    speculative: str = field(default="none", metadata=flag("Speculative decoding proposer.", choices=SPECULATIVE_MODES))
+    num_speculative_tokens: int = field(default=4, metadata=flag("Tokens proposed per speculative step.", min=1))
+    draft_num_layers: int = field(default=8, metadata=flag("Layers of the self-draft model (--speculative draft).", min=1))
+    speculative_model: Path | None = field(default=None, metadata=flag(
+        "Draft model folder (Llama, same vocabulary) for --speculative draft instead of the layer-truncated "
+        "self-draft."))
+    adaptive_speculation: bool = field(default=True, metadata=flag(
+        "Choose each step's draft tokens (0..--num-speculative-tokens) from the acceptance rate."))
+    spec_cost_per_token: float | None = field(default=None, metadata=flag(
+        "Cost of one more draft token relative to a decode step, for adaptive speculation (default: 0.1 for "
+        "ngram, 0.1 + draft/target weight ratio for draft).", min=0.0))
+    threads: int = field(default=1, metadata=flag("torch intra-op threads.", min=1))
+    device: str = field(default="auto", metadata=flag("auto picks CUDA when available.", choices=DEVICES))
+    seed: int = field(default=0, metadata=flag("Seed for requests without their own."))
+    attention_backend: str = field(default="auto", metadata=flag(
+        "auto: the Triton kernel on CUDA, the native C kernels on CPU (each when it works), else PyTorch; torch: "
+        "PyTorch attention (add --linear-backend dense for the all-PyTorch baseline).", choices=ATTENTION_BACKENDS))
+    linear_backend: str = field(default="auto", metadata=flag(
+        "auto, on CPU: the native panel GEMM (AVX-512, 1 thread), else oneDNN-prepacked weights; dense: F.linear "
+        "(ablation).", choices=LINEAR_BACKENDS))
+    dtype: str = field(default="auto", metadata=flag(
+        "Weights and KV cache: auto = float32; bfloat16/float16 on CUDA only.", choices=DTYPES))
+    cuda_graphs: bool = field(default=True, metadata=flag(
+        "On CUDA with the Triton kernel, replay decode steps from CUDA graphs captured at start (ignored on CPU)."))
+    cuda_graph_batch_sizes: tuple[int, ...] = CUDA_GRAPH_BATCH_SIZES  # no flag: a code-level setting
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting and its fix."""

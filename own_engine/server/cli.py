@@ -6,9 +6,11 @@ requests, and exits with status 0 on SIGTERM or SIGINT (after uvicorn's graceful
 which stops the engine thread). Bad flags print one ``error: ...`` line and exit with status
 2; a model that fails to load exits with status 1.
 
-Flags map one-to-one onto :class:`own_engine.config.EngineConfig` fields (``--no-prefix-caching``
-→ ``enable_prefix_caching=False`` etc.); ``--num-kv-blocks`` and ``--kv-cache-bytes`` are
-alternatives (default: 256 MiB of KV cache). ``--max-body-bytes`` is the server's own: the
+The flags are generated from the declarations beside the settings (:mod:`own_engine.server.options`):
+one per :class:`own_engine.config.EngineConfig` field (``--no-prefix-caching`` →
+``enable_prefix_caching=False`` etc.) and one per :class:`own_engine.server.options.ServerOptions`
+field; ``--num-kv-blocks`` and ``--kv-cache-bytes`` are alternatives (default: 256 MiB of KV
+cache). ``--max-body-bytes`` is the server's own: the
 largest request body accepted (HTTP 413 beyond it); by default the largest body whose prompt
 can still fit ``max_model_len`` (:func:`own_engine.server.validation.default_max_body_bytes`,
 about 5 MB for SmolLM2 at 4,096 tokens).
@@ -17,7 +19,6 @@ about 5 MB for SmolLM2 at 4,096 tokens).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
 import signal
@@ -29,47 +30,6 @@ import typer
 from typer.exceptions import TyperException
 
 logger = logging.getLogger("own_engine")
-
-
-class Batching(str, enum.Enum):
-    continuous = "continuous"
-    static = "static"
-
-
-class KVAllocation(str, enum.Enum):
-    paged = "paged"
-    naive = "naive"
-
-
-class Speculative(str, enum.Enum):
-    none = "none"
-    ngram = "ngram"
-    draft = "draft"
-
-
-class Device(str, enum.Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class AttentionBackend(str, enum.Enum):
-    auto = "auto"
-    triton = "triton"
-    native = "native"
-    torch = "torch"
-
-
-class LinearBackend(str, enum.Enum):
-    auto = "auto"
-    dense = "dense"
-
-
-class DType(str, enum.Enum):
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
 
 
 class _Exit(Exception):
@@ -84,102 +44,37 @@ class _Shutdown(Exception):
     """SIGTERM/SIGINT received (raised by our handler, outside uvicorn's own signal capture)."""
 
 
-cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+def serve(values: dict[str, Any]) -> None:
+    """Serve the engine: ``values`` are the parsed options by field name (:func:`own_engine.server.options.split`)."""
+    from own_engine.server.options import split
 
-
-@cli.command(help="Serve the own_engine reference engine over an OpenAI-compatible HTTP API.")
-def serve(
-    model: Path = typer.Option(
-        ..., "--model", exists=True, file_okay=False, dir_okay=True, help="Hugging Face model folder (Llama arch)."
-    ),
-    host: str = typer.Option("127.0.0.1", help="Interface to bind (default: loopback only)."),
-    port: int = typer.Option(8000, min=0, max=65535, help="TCP port; 0 picks a free one."),
-    served_model_name: str | None = typer.Option(None, help="Model name clients send (default: folder name)."),
-    threads: int = typer.Option(1, min=1, help="torch intra-op threads."),
-    block_size: int = typer.Option(16, min=1, help="Tokens per KV block."),
-    num_kv_blocks: int | None = typer.Option(None, min=1, help="KV pool size in blocks."),
-    kv_cache_bytes: int | None = typer.Option(None, min=1, help="KV pool size in bytes (default 256 MiB)."),
-    max_num_seqs: int | None = typer.Option(
-        None, min=1, help="Most sequences per step (default: the KV pool's tokens / 256, at most 256)."),
-    max_num_batched_tokens: int = typer.Option(512, min=1, help="Per-step token budget."),
-    max_model_len: int | None = typer.Option(None, min=1, help="Prompt + output limit in tokens."),
-    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Prefix caching."),
-    chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Chunked prefill."),
-    batching: Batching = typer.Option(Batching.continuous, help="continuous (iteration-level) or static."),
-    kv_allocation: KVAllocation = typer.Option(KVAllocation.paged, help="paged or naive (one max_len slab/seq)."),
-    speculative: Speculative = typer.Option(Speculative.none, help="Speculative decoding proposer."),
-    num_speculative_tokens: int = typer.Option(4, min=1, help="Tokens proposed per speculative step."),
-    draft_num_layers: int = typer.Option(8, min=1, help="Layers of the self-draft model (--speculative draft)."),
-    speculative_model: Path | None = typer.Option(
-        None, "--speculative-model", help="Draft model folder (Llama, same vocabulary) for --speculative draft "
-        "instead of the layer-truncated self-draft."
-    ),
-    adaptive_speculation: bool = typer.Option(
-        True, "--adaptive-speculation/--no-adaptive-speculation",
-        help="Choose each step's draft tokens (0..--num-speculative-tokens) from the acceptance rate."
-    ),
-    spec_cost_per_token: float | None = typer.Option(
-        None, min=0.0, help="Cost of one more draft token relative to a decode step, for adaptive speculation "
-        "(default: 0.1 for ngram, 0.1 + draft/target weight ratio for draft)."
-    ),
-    device: Device = typer.Option(Device.auto, help="auto picks CUDA when available."),
-    attention_backend: AttentionBackend = typer.Option(
-        AttentionBackend.auto, help="auto: the Triton kernel on CUDA, the native C kernels on CPU (each when it works), "
-        "else PyTorch; torch: PyTorch attention (add --linear-backend dense for the all-PyTorch baseline)."),
-    linear_backend: LinearBackend = typer.Option(
-        LinearBackend.auto, help="auto, on CPU: the native panel GEMM (AVX-512, 1 thread), else oneDNN-prepacked "
-        "weights; dense: F.linear (ablation)."),
-    dtype: DType = typer.Option(
-        DType.auto, help="Weights and KV cache: auto = float32; bfloat16/float16 on CUDA only."),
-    cuda_graphs: bool = typer.Option(
-        True, "--cuda-graphs/--no-cuda-graphs",
-        help="On CUDA with the Triton kernel, replay decode steps from CUDA graphs captured at start (ignored on CPU)."),
-    seed: int = typer.Option(0, help="Seed for requests without their own."),
-    log_level: str = typer.Option("info", help="Server log level (debug, info, warning, error)."),
-    max_body_bytes: int | None = typer.Option(
-        None, min=1, help="Largest request body in bytes, HTTP 413 beyond it "
-        "(default: 12 x the longest token's characters x max_model_len + 1 MiB)."
-    ),
-) -> None:
-    if num_kv_blocks is not None and kv_cache_bytes is not None:
+    options, server = split(values)
+    if options.get("num_kv_blocks") is not None and "kv_cache_bytes" in options:
         raise _Exit("--num-kv-blocks and --kv-cache-bytes are alternatives; pass only one", 2)
-    if log_level.lower() not in ("debug", "info", "warning", "error", "critical"):
-        raise _Exit(f"--log-level must be debug, info, warning, error or critical, got {log_level!r}", 2)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One engine thread per core we were given; must be set before torch is imported.
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    options: dict[str, Any] = dict(
-        model_dir=model,
-        block_size=block_size,
-        num_kv_blocks=num_kv_blocks,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        enable_prefix_caching=prefix_caching,
-        enable_chunked_prefill=chunked_prefill,
-        batching=batching.value,
-        kv_allocation=kv_allocation.value,
-        speculative=speculative.value,
-        num_speculative_tokens=num_speculative_tokens,
-        draft_num_layers=draft_num_layers,
-        speculative_model=speculative_model,
-        adaptive_speculation=adaptive_speculation,
-        spec_cost_per_token=spec_cost_per_token,
-        threads=threads,
-        device=device.value,
-        seed=seed,
-        attention_backend=attention_backend.value,
-        linear_backend=linear_backend.value,
-        dtype=dtype.value,
-        cuda_graphs=cuda_graphs,
-    )
-    if kv_cache_bytes is not None:
-        options["kv_cache_bytes"] = kv_cache_bytes
+    os.environ["OMP_NUM_THREADS"] = str(options["threads"])
     engine = _load_engine(options)
     from own_engine.server.app import create_app
 
-    app = create_app(engine, served_model_name=served_model_name, max_body_bytes=max_body_bytes)
-    _run_server(app, engine, host, port, log_level.lower(), served_model_name or model.name)
+    app = create_app(engine, served_model_name=server.served_model_name, max_body_bytes=server.max_body_bytes)
+    _run_server(app, engine, server.host, server.port, server.log_level,
+                server.served_model_name or Path(options["model_dir"]).name)
+
+
+def _command() -> Any:
+    """The click command of :func:`serve`, its options generated from the settings' declarations
+    (:mod:`own_engine.server.options`)."""
+    from own_engine.server.options import signature
+
+    def command(**values: Any) -> None:
+        serve(values)
+
+    command.__signature__ = signature()  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}  # type: ignore[attr-defined]
+    cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    cli.command(help="Serve the own_engine reference engine over an OpenAI-compatible HTTP API.")(command)
+    return typer.main.get_command(cli)
 
 
 def _load_engine(options: dict[str, Any]) -> Any:
@@ -251,7 +146,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit status (0 ok or stopped by a signal, 1 runtime error, 2 bad flags)."""
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    command = typer.main.get_command(cli)
+    command = _command()
     try:
         rv = command.main(args=argv, prog_name="python -m own_engine", standalone_mode=False)
     except (_Shutdown, typer.Abort, KeyboardInterrupt) as exc:  # a requested stop, not a problem: INFO
