@@ -1,6 +1,7 @@
 """The reference engine's OpenAI-compatible server (``python -m own_engine``).
 
-- :mod:`~own_engine.server.cli`: the command line (flags → ``EngineConfig``, uvicorn, signals).
+- :mod:`~own_engine.server.cli`: the command line (flags → ``EngineConfig``, uvicorn, signals);
+- :mod:`~own_engine.server.options`: its options, generated from the settings' declarations.
 - :mod:`~own_engine.server.app`: the FastAPI app (``create_app``) and the engine-side request
   handling (``OpenAIServing``).
 - :mod:`~own_engine.server.worker`: the engine thread (``EngineWorker``).
