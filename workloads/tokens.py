@@ -227,7 +227,7 @@ def _word_ids(tok: Any, special: frozenset[int]) -> np.ndarray:
     Raises :class:`WorkloadError` below 256 stable word tokens."""
     pieces = tok.batch_decode([[i] for i in range(len(tok))], clean_up_tokenization_spaces=False)
     cand = [i for i, p in enumerate(pieces) if i not in special and _WORD_RE.match(p)]
-    enc = tok([pieces[i] for i in cand], add_special_tokens=False)["input_ids"]
+    enc = tok([pieces[i] for i in cand], add_special_tokens=False)["input_ids"] if cand else []
     ids = [i for i, e in zip(cand, enc) if list(e) == [i]]
     if len(ids) < 256:
         raise WorkloadError(

@@ -411,3 +411,22 @@ def test_the_word_vocabulary_is_computed_once_per_tokenizer_content(tok, monkeyp
     TokenKit(NoVocab(tok)).word_ids
     TokenKit(NoVocab(tok)).word_ids
     assert len(calls) == 4
+
+
+def test_a_tokenizer_without_word_pieces_is_one_line_not_a_crash() -> None:
+    # a synthetic tokenizer whose pieces are no words (a random test checkpoint's): the kit says why
+    # in one line instead of handing the tokenizer an empty batch (IndexError inside transformers)
+    from workloads.tokens import _word_ids
+
+    class Glyphs:
+        def __len__(self) -> int:
+            return 8
+
+        def batch_decode(self, ids, clean_up_tokenization_spaces=False):
+            return ["<%d>" % i[0] for i in ids]
+
+        def __call__(self, texts, add_special_tokens=False):
+            raise AssertionError("never called with no candidates")
+
+    with pytest.raises(WorkloadError, match="only 0 stable word tokens"):
+        _word_ids(Glyphs(), frozenset())
