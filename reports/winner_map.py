@@ -37,11 +37,18 @@ def cell_text(cell: MapCell) -> str:
     return f"{cell.leader} leads\n({SHORT.get(cell.outcome, cell.outcome)})"
 
 
-def _own_cell(m: WinnerMap) -> tuple[int, int]:
-    """(row, column) of the question's own SLOs."""
-    j = m.x_ms.index(m.slos.get(m.x_key)) if m.slos.get(m.x_key) in m.x_ms else m.x_ms.index(None)
-    i = m.y_ms.index(m.slos.get(m.y_key)) if m.slos.get(m.y_key) in m.y_ms else m.y_ms.index(None)
-    return i, j
+def _own_cell(m: WinnerMap) -> tuple[int, int] | None:
+    """(row, column) of the question's own SLOs; None when they are not on the map (a map at
+    another percentile). A map stored without ``asked`` finds them from ``slos``."""
+    if m.asked is not None:
+        return m.asked
+
+    def at(values: list[float | None], key: str) -> int | None:
+        v = m.slos.get(key)
+        return values.index(v) if v in values else values.index(None) if None in values else None
+
+    i, j = at(m.y_ms, m.y_key), at(m.x_ms, m.x_key)
+    return None if i is None or j is None else (i, j)
 
 
 def winner_map_png(m: WinnerMap, ladder: LadderSummary) -> bytes | None:
@@ -59,8 +66,9 @@ def winner_map_png(m: WinnerMap, ladder: LadderSummary) -> bytes | None:
             face = colors.get(name, NOBODY) if name and cell.outcome != "none" else NOBODY
             ax.add_patch(_rect(j, rows - 1 - i, face, hatch=not cell.winner and cell.outcome != "none"))
             ax.text(j + 0.5, rows - 1 - i + 0.5, cell_text(cell), ha="center", va="center", fontsize=7)
-    i0, j0 = _own_cell(m)
-    ax.add_patch(_rect(j0, rows - 1 - i0, None, edge="black", width=2.5))
+    own = _own_cell(m)
+    if own is not None:
+        ax.add_patch(_rect(own[1], rows - 1 - own[0], None, edge="black", width=2.5))
     ax.set_xlim(0, cols)
     ax.set_ylim(0, rows)
     ax.set_xticks([j + 0.5 for j in range(cols)], [_tick(v) for v in m.x_ms], fontsize=8)

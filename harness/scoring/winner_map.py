@@ -6,7 +6,9 @@ the same capacities, intervals, gates and three outcomes as the run's own verdic
 exclusions the scorer declared (hardware, a required feature, the memory fit) kept. The default
 grid is the user's threshold times :data:`GRID_FACTORS` on each axis; an axis the user set no SLO
 on gets the default SLO's percentile and threshold (for the hardware and workload) times the factors, plus a column "no such SLO"
-(``None``) where the user's own question sits.
+(``None``) where the user's own question sits. The user may choose an axis's thresholds and the
+percentile of both (``bench recommend --map-tpot 50,100,200 --map-percentile 99``); a map at
+another percentile than the user's SLO replaces that SLO in every cell, and names no boundary.
 
 The nearest boundary (:func:`boundary`): from the user's cell, the first grid step in each of
 the four directions (tighter or looser, on either axis) where the answer changes (another
@@ -21,7 +23,7 @@ Cost: one :func:`judge` per cell (about 0.1–0.2 s on a make bench run of 2,000
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from harness.metrics import SLO, slo_table
 from results.schema import LadderSummary, MapCell, RequestRecord, WinnerMap
@@ -40,15 +42,27 @@ def _key(cell: MapCell) -> Key:
     return (cell.winner, "" if cell.winner else cell.outcome)
 
 
-def _axis(slos: Sequence[SLO], metric: str, defaults: Sequence[SLO], factors: Sequence[float]) -> tuple[SLO, list[float | None]]:
-    """The axis of ``metric``: the user's SLO on it and its thresholds (ms), or, when the user
-    gave none, the default SLO's (:data:`harness.scoring.decision.DEFAULT_SLOS`) with ``None``
-    ("no such SLO") last."""
+def _axis(slos: Sequence[SLO], metric: str, defaults: Sequence[SLO], factors: Sequence[float],
+          given: Sequence[float] | None = None, percentile: float | None = None
+          ) -> tuple[SLO, list[float | None], int | None]:
+    """The axis of ``metric``: its SLO (the user's on it, else the default's from
+    :data:`harness.scoring.decision.DEFAULT_SLOS`, at ``percentile`` when given), its thresholds
+    (ms: ``given``, else that SLO's threshold times ``factors``) and the index of the question's
+    own threshold on it. An axis the user set no SLO on ends with ``None`` ("no such SLO", the
+    question's place); one whose SLO the user set at another percentile than ``percentile`` does
+    not hold the question (index None): the map replaces that SLO by its own."""
     mine = next((s for s in slos if s.metric == metric), None)
-    if mine is not None:
-        return mine, [mine.threshold_ms * f for f in factors]
-    base = next(s for s in defaults if s.metric == metric)
-    return base, [base.threshold_ms * f for f in factors] + [None]
+    base = mine or next(s for s in defaults if s.metric == metric)
+    if percentile is not None:
+        base = SLO(metric, base.threshold_ms, percentile)
+    values: list[float | None] = sorted(given) if given else [base.threshold_ms * f for f in factors]
+    if mine is None:
+        return base, values + [None], len(values)
+    if mine.percentile != base.percentile:
+        return base, values, None
+    if mine.threshold_ms not in values:  # a grid of the user's that skips their own threshold: add it
+        values = sorted([*values, mine.threshold_ms])  # type: ignore[type-var]
+    return base, values, values.index(mine.threshold_ms)
 
 
 def _copy(summary: LadderSummary) -> LadderSummary:
@@ -91,22 +105,32 @@ class _Decider:
 
 
 def winner_map(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO], *,
-               hardware_kind: str = "cpu", factors: Sequence[float] = GRID_FACTORS, seed: int = 0) -> WinnerMap:
+               hardware_kind: str = "cpu", factors: Sequence[float] = GRID_FACTORS, seed: int = 0,
+               grid: Mapping[str, Sequence[float]] | None = None, percentile: float | None = None) -> WinnerMap:
     """The map of ``summary``'s ladders over a grid around ``slos`` (module docstring); ``summary``
-    is not changed. Raises ValueError when ``factors`` does not hold 1.0 (the user's own cell)."""
+    is not changed. ``grid``: the thresholds (ms) of an axis by metric (``{"tpot": [50, 100, 200]}``;
+    an axis not given: around the SLO); ``percentile``: both axes' percentile (default: the
+    user's SLO's on that axis, else the default SLO's). Raises ValueError when ``factors`` does
+    not hold 1.0 (the user's own cell), or a grid holds a threshold that is not > 0."""
     if 1.0 not in factors:
         raise ValueError("the grid's factors must include 1.0 (the question's own thresholds)")
+    grid = dict(grid or {})
+    if any(not (v > 0) for values in grid.values() for v in values):
+        raise ValueError("a winner map's thresholds are milliseconds > 0")
     defaults = default_slos(hardware_kind, summary.workload)
-    x, xs = _axis(slos, AXES[0], defaults, factors)
-    y, ys = _axis(slos, AXES[1], defaults, factors)
+    x, xs, mine_x = _axis(slos, AXES[0], defaults, factors, grid.get(AXES[0]), percentile)
+    y, ys, mine_y = _axis(slos, AXES[1], defaults, factors, grid.get(AXES[1]), percentile)
     held = [s for s in slos if s.metric not in AXES]
     decide = _Decider(summary, records, held, x, y, seed)
     cells = [decide(xv, yv) for yv in ys for xv in xs]
     out = WinnerMap(x_key=x.key, y_key=y.key, x_ms=xs, y_ms=ys, held=slo_table(held), slos=slo_table(slos),
-                    cells=cells)
-    mine_x = xs.index(None) if x not in slos else list(factors).index(1.0)
-    mine_y = ys.index(None) if y not in slos else list(factors).index(1.0)
-    out.boundary, out.boundary_key, out.boundary_ms = boundary(out, decide, mine_x, mine_y)
+                    cells=cells, asked=None if mine_x is None or mine_y is None else (mine_y, mine_x))
+    if out.asked is None:
+        asked = ", ".join(f"{slo_words(s.key)} ≤ {_ms(s.threshold_ms)}" for s in slos if s.metric in AXES)
+        out.boundary = (f"the SLOs asked ({asked}) are not on this map of {slo_words(x.key)} × {slo_words(y.key)}: "
+                        "no boundary is named from them")
+        return out
+    out.boundary, out.boundary_key, out.boundary_ms = boundary(out, decide, mine_x, mine_y)  # type: ignore[arg-type]
     return out
 
 

@@ -31,7 +31,9 @@ class WinnerMap(Artefact):
     """The map (module docstring); ``slos``: the question's own SLOs (key → ms), marked on the
     chart; ``boundary``: one line naming the nearest threshold where the answer changes (or that
     it does not change anywhere on the map); ``boundary_key`` / ``boundary_ms``: that threshold
-    (None when none changes)."""
+    (None when none changes); ``asked``: (row, column) of the question's own cell, framed on the
+    chart (None when the map's percentile is not the question's: it is not on the map; a map
+    stored before this field read it from ``slos``)."""
 
     schema_version: str = SCHEMA_VERSION
     x_key: str
@@ -44,6 +46,7 @@ class WinnerMap(Artefact):
     boundary: str = ""
     boundary_key: str | None = None
     boundary_ms: float | None = None
+    asked: tuple[int, int] | None = None
 
     def cell(self, i: int, j: int) -> MapCell:
         """The decision at ``y_ms[i]`` × ``x_ms[j]``."""

@@ -83,3 +83,29 @@ def test_a_grid_without_the_question_is_refused(tmp_path: Path) -> None:
     run = load_run(crossover_run(tmp_path))
     with pytest.raises(ValueError, match="must include 1.0"):
         winner_map(run.ladder, run.records, SLOS, factors=(0.5, 2.0))
+
+
+def test_the_user_chooses_an_axis_s_thresholds_and_the_percentile(tmp_path: Path) -> None:
+    from reports.winner_map import _own_cell, winner_map_png
+    from results.store import load_run
+
+    run = load_run(crossover_run(tmp_path))
+    m = winner_map(run.ladder, run.records, SLOS, grid={"tpot": [90, 21, 30]})
+    assert m.x_ms == [21, 30, 60, 90]  # sorted, the question's own 60 ms added
+    assert m.y_ms == [1000 * f for f in GRID_FACTORS] and m.asked == (GRID_FACTORS.index(1.0), 2)
+    row = GRID_FACTORS.index(1.0)
+    assert [m.cell(row, j).winner for j in range(4)] == ["nimble", "nimble", "wide", "wide"]
+    assert m.cell(row, 0).winner == _decided(run.ladder, run.records, "ttft_p90=1000,tpot_p90=21")
+    assert m.boundary.startswith("tighten p90 TPOT to ")  # still named from the question's own cell
+
+    p99 = winner_map(run.ladder, run.records, SLOS, percentile=99)
+    assert (p99.x_key, p99.y_key, p99.asked, p99.boundary_key) == ("tpot_p99", "ttft_p99", None, None)
+    assert None not in p99.x_ms and None not in p99.y_ms  # the user set both axes: no "no such SLO" column
+    assert "are not on this map of p99 TPOT × p99 TTFT" in p99.boundary
+    j = 0  # 21 ms at p99: the cell is the core's verdict with the p90 SLOs replaced by p99 ones
+    assert p99.cell(row, j).winner == _decided(run.ladder, run.records, f"ttft_p99=1000,tpot_p99={p99.x_ms[j]!r}")
+    assert _own_cell(p99) is None and winner_map_png(p99, run.ladder)[:4] == b"\x89PNG"  # drawn, nothing framed
+    import pytest
+
+    with pytest.raises(ValueError, match="milliseconds > 0"):
+        winner_map(run.ladder, run.records, SLOS, grid={"ttft": [0, 1000]})
