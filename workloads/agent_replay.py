@@ -34,7 +34,7 @@ import numpy as np
 
 from workloads.agent_trace import AgentTrace, TraceSession, TraceTurn, session_tree, spawn_turn, tool_times
 from workloads.base import FollowUp, Reply, RequestSpec, as_reply, strip_reasoning
-from workloads.salt import salt_text
+from workloads.salt import salt_text, tag_task, task_tag
 from workloads.tokens import TokenKit
 
 
@@ -76,6 +76,8 @@ class ReplayScript:
     ignore_eos: bool
     temperature: float
     salt: str | None = None  # workloads.salt: put before every agent's first message (a hash-id turn: its whole prompt)
+    task: str | None = None  # fresh_tasks: put before each agent's first user message (workloads.salt.tag_task)
+    measurement: str | None = None  # fresh_tasks: put after the salt of a hash-id turn (the measurement's tag)
 
     @property
     def num_turns(self) -> int:
@@ -107,12 +109,16 @@ class TraceReplaySession:
         turn = self.script.agents[agent].turns[pos]
         salt = salt_text(self.script.salt) if self.script.salt else ""
         if turn.blocks is not None:
-            conv = [{"role": "user", "content": salt + self.kit.decode(turn.blocks)}]
+            tag = salt_text(self.script.measurement) if self.script.measurement else ""
+            conv = [{"role": "user", "content": salt + tag + self.kit.decode(turn.blocks)}]
         else:
             conv = list(self._conv.get(agent, [])) if pos else []
             if answer is not None:
                 conv.append({"role": "assistant", "content": answer})
-            conv.extend({"role": r, "content": c} for r, c in (turn.append or ()))
+            appended = tuple(turn.append or ())
+            if pos == 0 and self.script.task:
+                appended = tag_task(appended, f"{self.script.task}" + (f"/{agent}" if agent else ""))
+            conv.extend({"role": r, "content": c} for r, c in appended)
             if pos == 0 and salt and conv:
                 conv[0] = {**conv[0], "content": salt + conv[0]["content"]}
         self._conv[agent] = conv
@@ -315,8 +321,10 @@ def build_replay_sessions(spec: Any, kit: TokenKit) -> list[TraceReplaySession]:
     out = []
     for k, ((script, cycle), off) in enumerate(zip(scripts, offsets)):
         salt = "~".join(x for x in (spec.prompt_salt, f"c{cycle}" if cycle else None) if x) or None
+        fresh = spec.fresh_tasks
         s = ReplayScript(f"agentic-s{k:03d}", script.source, float(off), script.agents, script.api, script.ignore_eos,
-                         script.temperature, salt)
+                         script.temperature, salt, task_tag(spec.seed, k) if fresh else None,
+                         task_tag(spec.seed) if fresh else None)
         out.append(TraceReplaySession(s, kit))
     return out
 

@@ -43,7 +43,7 @@ from workloads.arrivals import schedule_offsets
 from workloads.base import FollowUp, Reply, RequestSpec, as_reply, strip_reasoning
 from workloads.errors import WorkloadError
 from workloads.loaders import Trajectory, list_trajectory_files, load_trajectory
-from workloads.salt import salt_initial
+from workloads.salt import salt_initial, tag_task, task_tag
 from workloads.spec import AgenticSpec
 from workloads.tokens import TokenKit
 
@@ -320,6 +320,7 @@ def build_agentic_sessions(spec: AgenticSpec, kit: TokenKit) -> list[AgenticSess
     for idx, ((p, stem, branches), off) in enumerate(zip(plans, offsets)):
         # the run's salt (None: none) at the very start of the shared system prompt, after the cut
         initial = salt_initial(tuple((role, scaler.cut(text)) for role, text in p.initial), spec.prompt_salt)
+        initial = tag_task(initial, task_tag(spec.seed, idx) if spec.fresh_tasks else None)  # no task twice
         script = AgenticScript(
             session_id=f"agentic-s{idx:03d}",
             source=p.name,

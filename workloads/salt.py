@@ -83,6 +83,26 @@ def salt_initial(initial: tuple[tuple[str, str], ...], salt: str | None) -> tupl
     return ((role, salt_text(salt) + content), *rest)
 
 
+def task_tag(seed: int | None, index: int | None = None) -> str:
+    """The tag of session ``index`` of the workload drawn with ``seed`` (``task 7.3``), or of the
+    whole measurement (``task 7``) when ``index`` is None: what ``fresh_tasks`` puts before a
+    session's task (:class:`workloads.spec.AgenticSpec`)."""
+    return f"task {seed or 0}" + ("" if index is None else f".{index}")
+
+
+def tag_task(initial: tuple[tuple[str, str], ...], tag: str | None) -> tuple[tuple[str, str], ...]:
+    """``initial`` ``(role, content)`` messages with :func:`salt_text` of ``tag`` at the start of
+    the first ``user`` message (the task; the system prompt before it stays shared); unchanged
+    when ``tag`` is None or there is no user message."""
+    if tag is None:
+        return initial
+    at = next((i for i, (role, _) in enumerate(initial) if role == "user"), None)
+    if at is None:
+        return initial
+    role, content = initial[at]
+    return (*initial[:at], (role, salt_text(tag) + content), *initial[at + 1:])
+
+
 def salt_single_sessions(sessions: Sequence[Session], salt: str | None, kit: TokenKit) -> None:
     """Salt every single-request session's request in place (None: nothing); other sessions
     (agentic) are salted by their builder, which puts the salt in the shared system prompt."""

@@ -125,7 +125,14 @@ class AgenticSpec(WorkloadSpec):
     ``think_time_scale`` and ``trajectories`` do not apply; every session of the trace once
     unless ``num_sessions`` / ``num_requests`` say otherwise). ``cache_blocks`` ×
     ``cache_block_tokens``: the LRU prefix cache the replay-fidelity certificate's theoretical
-    hit rate assumes.
+    hit rate assumes. ``fresh_tasks``: each session's task (its first user message) starts with
+    a tag of its workload's seed and its index (:func:`workloads.salt.task_tag`), so no
+    measurement (each draws its own seed: ladder points, repeats, the fidelity check) and no
+    session cycled through the trajectories twice is served another's task from a prefix cache;
+    the system prompt, shared by every agent as in production, is not tagged. A hash-id trace
+    turn (its whole prompt synthetic blocks) takes the measurement's tag only, which keeps the
+    sharing its hash ids describe within the measurement. False: the tasks verbatim (shared
+    across measurements).
     """
 
     kind: Literal["agentic"] = "agentic"
@@ -149,6 +156,7 @@ class AgenticSpec(WorkloadSpec):
     time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     cache_blocks: int = Field(default=1024, ge=1)  # the LRU cache of the fidelity certificate's theoretical hit rate
     cache_block_tokens: int = Field(default=16, ge=1)
+    fresh_tasks: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> AgenticSpec:

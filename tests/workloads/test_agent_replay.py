@@ -11,6 +11,7 @@ from harness.app.core.model import resolve_model
 from workloads.base import Reply
 from workloads.errors import WorkloadError
 from workloads.registry import build_workload
+from workloads.salt import salt_text, task_tag
 from workloads.stats import simulate
 
 pytestmark = pytest.mark.slow  # needs the prepared default model folder (tokenizer only)
@@ -48,7 +49,8 @@ def test_each_turn_extends_the_previous_with_the_actual_reply(tok):
     w = build_workload("agentic", tok, trace=str(FIX / "chat_log.jsonl"), request_rate=float("inf"))
     s = w.sessions[0]
     first = s.first_request()
-    assert [m["content"] for m in first.messages] == ["You are a helpful agent.", "List the files in the repository."]
+    # the task starts with its session's tag (fresh_tasks: no measurement is served another's task); the system prompt is shared
+    assert [m["content"] for m in first.messages] == ["You are a helpful agent.", "[task 0.0]\nList the files in the repository."]
     follow = s.on_complete(first, Reply("<think>hmm</think>I ran ls."))
     nxt = follow[0].request
     assert nxt.messages[:2] == first.messages
@@ -57,7 +59,7 @@ def test_each_turn_extends_the_previous_with_the_actual_reply(tok):
     # c2 is a sub-agent of c1 that started after c1's second call: spawned with it
     sub = s.on_complete(nxt, Reply("ok"))
     assert [f.request.branch_id for f in sub] == [0, 1]
-    assert sub[1].request.messages == [{"role": "user", "content": "Summarise README.md."}]
+    assert sub[1].request.messages == [{"role": "user", "content": "[task 0.0/1]\nSummarise README.md."}]  # its own tag
 
 
 def test_a_failed_turn_ends_its_agent_and_the_sub_agents_it_had_not_started(tok):
@@ -73,7 +75,11 @@ def test_hash_ids_become_identical_blocks_so_the_prefix_structure_is_the_traces(
     for _, r in simulate(w.sessions):
         assert len(r.messages) == 1  # a hash-id turn is sent whole, as its blocks
         by_session.setdefault(r.session_id, []).append(tok(r.messages[0]["content"], add_special_tokens=False)["input_ids"])
-    chain = next(v for v in by_session.values() if len(v) == 3)
+    # every prompt starts with the measurement's tag (fresh_tasks: shared within the measurement, so the
+    # sharing the hash ids describe is kept; no other measurement's prompts share it), then the blocks
+    tag = tok(salt_text(task_tag(0)), add_special_tokens=False)["input_ids"]
+    assert all(c[: len(tag)] == tag for v in by_session.values() for c in v)
+    chain = [c[len(tag):] for c in next(v for v in by_session.values() if len(v) == 3)]
     b = 128  # 512 x 0.25
     # [0,1,2] 1100 -> [0,1,4] 1500 -> [0,1,4,5] 2000: blocks 0 and 1 are the same tokens, block 4 too;
     # the last block is the scaled remainder (1100 - 1024) x 0.25 = 19, (1500 - 1024) x 0.25 = 119, ...

@@ -430,3 +430,27 @@ def test_a_tokenizer_without_word_pieces_is_one_line_not_a_crash() -> None:
 
     with pytest.raises(WorkloadError, match="only 0 stable word tokens"):
         _word_ids(Glyphs(), frozenset())
+
+
+def _tasks(w) -> list[str]:
+    """The task (first user message) of every session's first request."""
+    return [next(m["content"] for m in s.first_request().messages if m["role"] == "user") for s in w.sessions]
+
+
+def test_agentic_measurements_share_the_system_prompt_but_never_a_task(kit, tmp_path):
+    # two ladder measurements (seeds 0 and 1) of 90 turns each: more sessions than the 22 trajectories,
+    # so each measurement cycles through some trajectories twice
+    a, b = (build_workload("agentic", kit, seed=seed, num_requests=90, request_rate=math.inf) for seed in (0, 1))
+    ta, tb = _tasks(a), _tasks(b)
+    assert len(ta) > 22 and ta[0].startswith("[task 0.0]\n") and tb[3].startswith("[task 1.3]\n")
+    assert len(set(ta)) == len(ta) and not set(ta) & set(tb)  # no task twice, in a measurement or across two
+    systems = {(s.script.source, s.first_request().messages[0]["content"]) for s in (*a.sessions, *b.sessions)}
+    assert len(systems) == len({source for source, _ in systems})  # a trajectory's system prompt: one, in every
+    # measurement (shared by its agents, as in production)
+    # fresh_tasks: false sends the trajectories' tasks verbatim: the cycled trajectories repeat, across seeds too
+    spec = tmp_path / "verbatim.yaml"
+    spec.write_text("kind: agentic\nfresh_tasks: false\n")
+    va, vb = (build_workload("agentic", kit, seed=seed, num_requests=90, request_rate=math.inf, spec_file=str(spec))
+              for seed in (0, 1))
+    assert len(set(_tasks(va))) < len(_tasks(va)) and set(_tasks(va)) & set(_tasks(vb))
+    assert {t.split("\n", 1)[1] for t in ta} == set(_tasks(va))  # the tag is all that differs
