@@ -105,6 +105,7 @@ class WorkloadOptions(BaseModel):
     trace_format: Literal["auto", "agent", "swe-agent", "mooncake", "otel", "chat-log"] | None = Field(None, **_applies("agentic"))
     time_scale: float | None = Field(None, gt=0, allow_inf_nan=False, **_applies("trace", "agentic"))
     prompt_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
+    fresh_tasks: bool | None = Field(None, **_applies("agentic"))  # no option of its own: a spec field the fidelity check sets
     duration_s: float | None = Field(None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     drain_timeout_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
     ramp_up_strategy: Literal["linear", "exponential"] | None = Field(None, **_applies(*RATE_KINDS))

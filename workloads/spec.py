@@ -127,12 +127,12 @@ class AgenticSpec(WorkloadSpec):
     ``cache_block_tokens``: the LRU prefix cache the replay-fidelity certificate's theoretical
     hit rate assumes. ``fresh_tasks``: each session's task (its first user message) starts with
     a tag of its workload's seed and its index (:func:`workloads.salt.task_tag`), so no
-    measurement (each draws its own seed: ladder points, repeats, the fidelity check) and no
+    measurement (each draws its own seed: ladder points, repeats) and no
     session cycled through the trajectories twice is served another's task from a prefix cache;
     the system prompt, shared by every agent as in production, is not tagged. A hash-id trace
     turn (its whole prompt synthetic blocks) takes the measurement's tag only, which keeps the
     sharing its hash ids describe within the measurement. False: the tasks verbatim (shared
-    across measurements).
+    across measurements; the fidelity check's prompts: its distinct first turns are distinct tasks).
     """
 
     kind: Literal["agentic"] = "agentic"

@@ -146,11 +146,16 @@ def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, 
 def fidelity_workload(options: Any, tokenizer: Any, count: int) -> Any:
     """The workload the fidelity prompts are drawn from: the run's own (``options``), with
     enough requests for ``count`` distinct first turns and its own seed (the base seed +
-    :data:`SEED_OFFSET`), so no ladder point finds these prompts in a prefix cache. Raises
+    :data:`SEED_OFFSET`), so no ladder point finds these prompts in a prefix cache (the shipped
+    agentic set's tasks verbatim: the measurements tag theirs). Raises
     :class:`~workloads.errors.WorkloadError` when the options cannot be built that way."""
     from workloads.registry import build_workload
 
     update = {"seed": (options.seed or 0) + SEED_OFFSET, "duration_s": None, "drain_timeout_s": None}
+    if options.name == "agentic" and options.trace is None:
+        # the tasks verbatim: the distinct first turns are distinct tasks (not one task under many tags), and none
+        # is a measured prompt (every measurement tags its tasks: workloads.spec.AgenticSpec.fresh_tasks)
+        update["fresh_tasks"] = False
     if options.trace is None:
         update["num_requests"] = max(16, 4 * count)
     return build_workload(options.model_copy(update=update), tokenizer, with_stats=False)
