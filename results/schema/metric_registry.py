@@ -14,6 +14,10 @@ The registry lives here, in ``results``, because the reports and the writers may
 ``harness/metrics/definitions/``, one module each, and are registered, in the order every table
 shows them, when ``harness.metrics`` is imported (every command imports it). A test registers a
 metric of its own for its duration with :func:`registered`.
+
+The shape follows AIPerf's (``aiperf/metrics/types/``: one module per metric whose class names its
+tag, header, unit, whether larger is better and its flags beside the formula over a record); here
+a declaration is a frozen dataclass instance rather than a class, and also says where it shows.
 """
 
 from __future__ import annotations
