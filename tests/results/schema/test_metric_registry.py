@@ -41,3 +41,13 @@ def test_a_taken_name_and_a_bad_rule_are_refused() -> None:
 
 def test_stat_names_are_the_stored_ones() -> None:
     assert [stat_name(p) for p in (50.0, 90.0, 99.0, 99.9, 100.0)] == ["p50", "p90", "p99", "p99_9", "max"]
+
+
+def test_the_schema_fields_of_the_built_in_metrics_are_the_declared_ones() -> None:
+    # the fields stay (their place in summary.json is fixed); each is a registered metric's, and no other
+    from results.schema import Distribution, ErrorAdjusted, Metrics, Samples
+
+    dists = {k for k, f in Metrics.model_fields.items() if f.annotation is Distribution}
+    assert dists == {m.field for m in metrics()}
+    assert set(ErrorAdjusted.model_fields) == {m.field for m in metrics() if m.failures == "inf"}
+    assert set(Samples.model_fields) == {m.name for m in metrics() if m.cdf}
