@@ -15,6 +15,7 @@ from typing import Any
 
 from results.recommendation import Recommendation
 from results.schema import FEATURE_PROBES, EngineFacts, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics, metric_value
+from results.schema.metric_registry import metrics
 from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
@@ -22,24 +23,24 @@ from reports.parity import parity_sections
 NOT_RECORDED = "not recorded"
 DASH = "—"
 
-# (key, header, path in the metrics dict, format)
-SUMMARY_COLUMNS: list[tuple[str, str, str, str]] = [
-    ("ok", "ok / failed", "", "okfail"),
-    ("out_tps", "output tok/s", "output_throughput", "{:,.1f}"),
-    ("req_s", "req/s", "request_throughput", "{:,.2f}"),
-    ("goodput", "goodput req/s", "goodput.request_goodput", "{:,.2f}"),
-    ("ttft_p50", "TTFT p50 ms", "ttft_ms.p50", "{:,.1f}"),
-    ("ttft_p90", "TTFT p90 ms", "ttft_ms.p90", "{:,.1f}"),  # p90: what the default SLOs judge
-    ("ttft_p99", "TTFT p99 ms", "ttft_ms.p99", "{:,.1f}"),
-    ("tpot_p50", "TPOT p50 ms", "tpot_ms.p50", "{:,.2f}"),
-    ("tpot_p90", "TPOT p90 ms", "tpot_ms.p90", "{:,.2f}"),
-    ("tpot_p99", "TPOT p99 ms", "tpot_ms.p99", "{:,.2f}"),
-    ("itl_p99", "ITL p99 ms", "itl_ms.p99", "{:,.2f}"),
-    ("e2el_p99", "E2E p99 ms", "e2el_ms.p99", "{:,.1f}"),
-    ("rate", "offered / achieved rate", "", "rate"),
-]
+def summary_columns() -> list[tuple[str, str, str, str]]:
+    """The summary table's columns, (key, header, path in the metrics, format): the counts and
+    rates, then each registered metric's ``report`` statistics in registry order (``("ttft_p90",
+    "TTFT p90 ms", "ttft_ms.p90", "{:,.1f}")``; p90 is what the default SLOs judge), then the rate."""
+    return [
+        ("ok", "ok / failed", "", "okfail"),
+        ("out_tps", "output tok/s", "output_throughput", "{:,.1f}"),
+        ("req_s", "req/s", "request_throughput", "{:,.2f}"),
+        ("goodput", "goodput req/s", "goodput.request_goodput", "{:,.2f}"),
+        *[(f"{m.name}_{stat}", f"{m.header} {stat} {m.unit}", f"{m.field}.{stat}", f"{{:,.{m.decimals}f}}")
+          for m in metrics() for stat in m.report],
+        ("rate", "offered / achieved rate", "", "rate"),
+    ]
 
-CDF_PANELS = [("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("itl", "ITL (ms)"), ("e2el", "E2E latency (ms)")]
+
+def cdf_panels() -> list[tuple[str, str]]:
+    """The CDF grid's panels, (metric name, axis title): each registered metric declared with ``cdf``."""
+    return [(m.name, f"{m.label} ({m.unit})") for m in metrics() if m.cdf]
 
 MANIFEST_SECTIONS = [
     ("Run", ["command", "harness_version", "git_sha", "created_at", "run_id", "python", "platform", "seed", "slos"]),
@@ -81,7 +82,7 @@ def _value_text(v: Any) -> str:
 def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]:
     """One row of the summary table; a number with a stored 95 % interval reads ``v [low–high]``."""
     cells: dict[str, str] = {}
-    for key, _, path, pattern in SUMMARY_COLUMNS:
+    for key, _, path, pattern in summary_columns():
         if pattern == "okfail":
             cells[key] = f"{m.requests_completed} / {m.requests_failed}" + (
                 f" (+{m.requests_incomplete} incomplete)" if m.requests_incomplete else "")
@@ -328,7 +329,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "compare": compare,
         "runs": [{"run_id": r.run_id, "workload": r.summary.workload or NOT_RECORDED, "timing": timing_line(r)}
                  for r in runs],
-        "columns": [(k, h) for k, h, _, _ in SUMMARY_COLUMNS],
+        "columns": [(k, h) for k, h, _, _ in summary_columns()],
         "interval_note": interval_note(runs),
         "rows": rows,
         "not_measured": not_measured,

@@ -20,13 +20,13 @@ from pydantic import ValidationError
 
 from results.redact import redact_credentials
 from results.schema import SEARCH_FILE, EngineSearch, SearchSummary
+from results.schema.metric_registry import metrics
 from results.store import ResultsError
 
 from . import plots
 
 MD_FILE = "search.md"
 PLOT_FILE = "search_latency_vs_load.png"
-_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E latency", "itl": "ITL"}
 
 
 def load_search(run_dir: Path | str) -> SearchSummary:
@@ -43,9 +43,11 @@ def load_search(run_dir: Path | str) -> SearchSummary:
 
 
 def slo_label(key: str) -> str:
-    """``"ttft_p99"`` → ``"p99 TTFT"``; ``"itl_p99_9"`` → ``"p99.9 ITL"``."""
-    metric, _, pct = key.partition("_p")
-    return f"p{pct.replace('_', '.') or '99'} {_LABELS.get(metric, metric)}"
+    """``"ttft_p99"`` → ``"p99 TTFT"``; ``"itl_p99_9"`` → ``"p99.9 ITL"`` (the registered metric's
+    label, :mod:`results.schema.metric_registry`; an unknown name as it is)."""
+    name, _, pct = key.partition("_p")
+    known = {m.name: m.label for m in metrics()}
+    return f"p{pct.replace('_', '.') or '99'} {known.get(name, name)}"
 
 
 def _num(v: float | None, digits: int = 1) -> str:

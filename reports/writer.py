@@ -20,7 +20,7 @@ from results.schema import LadderSummary, Timeline
 from results.store import Run
 
 from . import plots
-from .context import CDF_PANELS, _label, build_context
+from .context import _label, build_context, cdf_panels
 from .fidelity import accuracy_context, fidelity_context
 from .energy import energy_note
 from .series import series_png, why_lines
@@ -69,7 +69,7 @@ def render_plots(plot_data: dict[str, Any]) -> dict[str, bytes]:
     plots that have data."""
     out: dict[str, bytes] = {}
     if plot_data["cdf"]:
-        out["cdf"] = plots.cdf_grid(plot_data["cdf"], CDF_PANELS)
+        out["cdf"] = plots.cdf_grid(plot_data["cdf"], cdf_panels())
     if plot_data["throughput_latency"]:
         out["throughput_latency"] = plots.throughput_latency(plot_data["throughput_latency"],
                                                              plot_data.get("throughput_latency_label", "p99 TTFT (ms)"))

@@ -13,7 +13,8 @@ pandas (``pyarrow`` dtypes, so missing integers stay integers): :func:`requests_
 
 ``summary.csv``: one row per engine × condition (a run: its one condition; a repeat run: the
 pooled row; a capacity search: one row per probe) with the status, the load, the request counts
-and every headline metric with its interval (``<metric>``, ``<metric>_low``, ``<metric>_high``;
+and every headline metric (:func:`headline`: each registered metric's ``csv`` statistics) with its
+interval (``<metric>``, ``<metric>_low``, ``<metric>_high``;
 the bounds empty when no interval was formed - a rate of one repeat has none - and the value
 empty when not measured). Units as in
 ``summary.json``: ms, tokens/s, requests/s.
@@ -32,22 +33,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .schema import SCHEMA_VERSION, EngineResult, Interval, Metrics, RequestRecord, RunSummary, metric_number
+from .schema.metric_registry import metrics
 
 PARQUET_FILE = "requests.parquet"
 CSV_FILE = "summary.csv"
 META_VERSION = b"llm_serve_bench.schema_version"
 META_RUN = b"llm_serve_bench.run_id"
 
-HEADLINE: dict[str, str] = {
-    "request_throughput": "request_throughput",
-    "output_throughput": "output_throughput",
-    "ttft_ms.p50": "ttft_p50_ms", "ttft_ms.p99": "ttft_p99_ms",
-    "tpot_ms.p50": "tpot_p50_ms", "tpot_ms.p99": "tpot_p99_ms",
-    "itl_ms.p50": "itl_p50_ms", "itl_ms.p99": "itl_p99_ms",
-    "e2el_ms.p50": "e2el_p50_ms", "e2el_ms.p99": "e2el_p99_ms",
-    "goodput.request_goodput": "request_goodput",
-}
-"""Path in :class:`results.schema.Metrics` (and key in ``EngineResult.intervals``) → CSV column."""
+def headline() -> dict[str, str]:
+    """Path in :class:`results.schema.Metrics` (and key in ``EngineResult.intervals``) → CSV
+    column: the two throughputs, each registered metric's ``csv`` statistics in registry order
+    (``"ttft_ms.p99"`` → ``"ttft_p99_ms"``), then goodput."""
+    return {
+        "request_throughput": "request_throughput",
+        "output_throughput": "output_throughput",
+        **{f"{m.field}.{stat}": f"{m.name}_{stat}" + ("_ms" if m.unit == "ms" else "") for m in metrics() for stat in m.csv},
+        "goodput.request_goodput": "request_goodput",
+    }
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:
@@ -106,7 +108,7 @@ def frame_from_records(records: list[RequestRecord]) -> pd.DataFrame:
 
 def _metric_cells(metrics: Metrics | None, intervals: dict[str, Interval]) -> dict[str, float | None]:
     cells: dict[str, float | None] = {}
-    for path, column in HEADLINE.items():
+    for path, column in headline().items():
         value = metric_number(metrics, path) if metrics is not None else None
         ci = intervals.get(path)
         formed = ci is not None and value is not None and ci.high > ci.low  # a point is not an interval

@@ -34,7 +34,8 @@ Definitions (per request, from ``perf_counter_ns`` timestamps):
 
 from .request import (NS_PER_MS, NS_PER_S, connect_ms, e2el_from_scheduled_ms, e2el_ms, itls_ms, tpot_ms, ttfat_ms,
                       ttft_from_scheduled_ms, ttft_ms)
-from .slo import SLO, SLO_METRICS, SLOError, meets_slos, parse_slos, slo_percentile_value, slo_table, slos_of
+from .slo import (SLO, SLO_METRICS, SLOError, meets_slos, parse_slos, slo_metric_names, slo_percentile_value, slo_table,
+                  slos_of)
 from .stats import PERCENTILES, STAT_KEYS, distribution, error_adjusted_distribution
 from .summary import (RATE_TOLERANCE, SHORTFALL_TOLERANCE, completion_rate, compute_metrics, output_shortfall,
                       peak_output_throughput, per_turn_metrics, session_metrics, token_drift)
@@ -73,6 +74,7 @@ __all__ = [
     "peak_output_throughput",
     "per_turn_metrics",
     "session_metrics",
+    "slo_metric_names",
     "slo_percentile_value",
     "slo_table",
     "slos_of",

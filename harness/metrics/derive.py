@@ -11,9 +11,9 @@ from typing import Sequence
 
 from results.schema import Metrics, RequestRecord
 
-from .request import e2el_ms, itls_ms, tpot_ms, ttft_ms
+from .request import ttft_ms
 from .stats import distribution
-from .summary import samples
+from .summary import metric_values, samples
 
 
 def complete_metrics(metrics: Metrics, records: Sequence[RequestRecord]) -> Metrics:
@@ -22,12 +22,8 @@ def complete_metrics(metrics: Metrics, records: Sequence[RequestRecord]) -> Metr
     out = metrics.model_copy(deep=True)
     ok = [r for r in records if r.phase == "measured" and r.success]
     if out.samples_ms is None:
-        out.samples_ms = samples(
-            [v for r in ok if (v := ttft_ms(r)) is not None],
-            [v for r in ok if (v := tpot_ms(r)) is not None],
-            [g for r in ok for g in itls_ms(r)],
-            [v for r in ok if (v := e2el_ms(r)) is not None],
-        )
+        measured = [r for r in records if r.phase == "measured"]
+        out.samples_ms = samples(metric_values(ok, measured))
     for turn, row in (out.per_turn or {}).items():
         if row.ttft_ms_p90 is None:
             values = [v for r in ok if str(r.turn_id) == turn and (v := ttft_ms(r)) is not None]

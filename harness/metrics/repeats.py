@@ -15,27 +15,25 @@ headline numbers with their confidence intervals.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from results.schema import Interval, Metrics, RequestRecord, metric_number
+from results.schema.metric_registry import Metric, metrics
 
 from .intervals import ConfidenceInterval
 from .intervals import bootstrap_ci, headline_interval, median_ci_over_repeats
-from .request import e2el_ms, tpot_ms, ttft_ms
 from .slo import SLO, meets_slos
 from .summary import compute_metrics
 
-# headline key → (per-request value, statistic) for the latency metrics
-LATENCY_HEADLINES: dict[str, tuple[Callable[[RequestRecord], float | None], str]] = {
-    "ttft_ms.p50": (ttft_ms, "median"),
-    "ttft_ms.p99": (ttft_ms, "p99"),
-    "tpot_ms.p50": (tpot_ms, "median"),
-    "tpot_ms.p99": (tpot_ms, "p99"),
-    "e2el_ms.p50": (e2el_ms, "median"),
-    "e2el_ms.p99": (e2el_ms, "p99"),
-}
+
+
+def latency_headlines() -> dict[str, tuple[Metric, str]]:
+    """Headline key → (metric, statistic) for every registered metric's ``intervals``
+    (``"ttft_ms.p50"`` → (TTFT, ``"median"``)), in registry order."""
+    return {f"{m.field}.{stat}": (m, "median" if stat == "p50" else stat) for m in metrics() for stat in m.intervals}
+
 RATE_HEADLINES = ("output_throughput", "request_throughput", "goodput.request_goodput")
 RESAMPLES = 1000  # bootstrap resamples per headline number (~10 ms each for 1,000 requests)
 
@@ -112,8 +110,8 @@ def headline_intervals(repeats: Sequence[Metrics], records: Sequence[RequestReco
     """
     groups = by_repeat(records)
     out: dict[str, Interval] = {}
-    for key, (value_of, stat) in LATENCY_HEADLINES.items():
-        values = [[v for r in g if r.success and (v := value_of(r)) is not None] for g in groups]
+    for key, (metric, stat) in latency_headlines().items():
+        values = [[v for r in g if r.success or metric.over == "measured" for v in metric.values_of(r)] for g in groups]
         values = [v for v in values if v]
         if not values:
             continue

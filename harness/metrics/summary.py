@@ -11,8 +11,9 @@ import numpy as np
 
 from results.schema import INCOMPLETE, MAX_SAMPLES, WINDOW_PHASES, Metrics, RequestRecord, RunWindow, Samples
 
-from .request import (NS_PER_MS, NS_PER_S, connect_ms, e2el_from_scheduled_ms, e2el_ms, itls_ms, tpot_ms,
-                      ttfat_ms, ttft_from_scheduled_ms, ttft_ms)
+from results.schema.metric_registry import metrics
+
+from .request import NS_PER_MS, NS_PER_S, ttft_ms
 from .failures import server_message
 from workloads.base import RunTiming, count_aborted
 
@@ -287,16 +288,12 @@ def _group(records: Sequence[RequestRecord]) -> _Measured:
 
 
 def _counts_and_latencies(m: _Measured) -> dict[str, Any]:
-    """Counts, throughputs, latency distributions (successful requests; error-adjusted ones
-    count each failure as +inf), failures and token accounting."""
+    """Counts, throughputs, every registered metric's distribution (:func:`metric_values`; the
+    error-adjusted ones count each failure as +inf), failures and token accounting."""
     ok, failed, per_s = m.ok, m.failed, m.per_s
     out_tokens = sum(r.output_tokens or 0 for r in ok)
     in_tokens = sum(r.input_tokens or 0 for r in ok)
-    ttfts = [v for r in ok if (v := ttft_ms(r)) is not None]
-    e2els = [v for r in ok if (v := e2el_ms(r)) is not None]
-    connects = [v for r in m.measured if not r.connection_reused and (v := connect_ms(r)) is not None]
-    tpots = [v for r in ok if (v := tpot_ms(r)) is not None]
-    itls = [g for r in ok for g in itls_ms(r)]
+    values = metric_values(m.ok, m.measured)
     return {
         "requests_sent": len(m.sent),
         "requests_completed": len(ok),
@@ -309,28 +306,26 @@ def _counts_and_latencies(m: _Measured) -> dict[str, Any]:
         "total_token_throughput": per_s(out_tokens + in_tokens),
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
-        "ttft_ms": distribution(ttfts),
-        "ttft_from_scheduled_ms": distribution([v for r in ok if (v := ttft_from_scheduled_ms(r)) is not None]),
-        "tpot_ms": distribution(tpots),
-        "itl_ms": distribution(itls),
-        "e2el_ms": distribution(e2els),
-        "e2el_from_scheduled_ms": distribution([v for r in ok if (v := e2el_from_scheduled_ms(r)) is not None]),
-        "ttfat_ms": distribution([v for r in ok if (v := ttfat_ms(r)) is not None]),
-        "connect_ms": distribution(connects),
-        "connections_opened": len(connects),
+        **{metric.field: distribution(values[metric.name]) for metric in metrics()},
+        "connections_opened": len(values["connect"]),  # the requests that opened one: the connect metric's
         "peak_output_throughput": (peak_output_throughput(ok, m.first_send, max(m.ends))
                                    if m.first_send is not None else None),
         "output_shortfall": output_shortfall(ok),
-        "error_adjusted": {
-            "ttft_ms": error_adjusted_distribution(ttfts, len(failed)),
-            "e2el_ms": error_adjusted_distribution(e2els, len(failed)),
-        },
+        "error_adjusted": {metric.field: error_adjusted_distribution(values[metric.name], len(failed))
+                           for metric in metrics() if metric.failures == "inf"},
         "failures_by_class": dict(Counter(r.error_class or "unknown" for r in failed)),
         "error_examples": error_examples(failed),
         "cached_tokens": sum(r.cached_tokens_server or 0 for r in ok),
         "token_drift": token_drift(ok),
-        "samples_ms": samples(ttfts, tpots, itls, e2els),
+        "samples_ms": samples(values),
     }
+
+
+def metric_values(ok: Sequence[RequestRecord], measured: Sequence[RequestRecord]) -> dict[str, list[float]]:
+    """Every registered metric's values (its unit: ms) over one engine's measured records: name →
+    the values of its requests (``Metric.over``: the successful ones ``ok``, or all ``measured``),
+    in record order (``Metric.values_of``: ITL adds every gap)."""
+    return {m.name: [v for r in (ok if m.over == "ok" else measured) for v in m.values_of(r)] for m in metrics()}
 
 
 def _arrival_rates(records: Sequence[RequestRecord], sent: list[RequestRecord], offered_rate: float | None,
@@ -389,6 +384,7 @@ def _bounded(values: list[float]) -> list[float]:
     return [float(v) for v in arr]
 
 
-def samples(ttfts: list[float], tpots: list[float], itls: list[float], e2els: list[float]) -> Samples:
-    """The per-request values (ms) the report draws its CDFs from, bounded in size."""
-    return Samples(ttft=_bounded(ttfts), tpot=_bounded(tpots), itl=_bounded(itls), e2el=_bounded(e2els))
+def samples(values: Mapping[str, list[float]]) -> Samples:
+    """The per-request values (ms) the report draws its CDFs from, bounded in size: those of
+    every metric declared with ``cdf``, from ``values`` (name → values, :func:`metric_values`)."""
+    return Samples.model_validate({m.name: _bounded(values.get(m.name, [])) for m in metrics() if m.cdf})

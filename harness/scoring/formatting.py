@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import math
-from typing import Any, TYPE_CHECKING, Sequence
+from typing import Any, Iterator, Mapping, TYPE_CHECKING, Sequence
 
 from harness.metrics import SLO
+from results.schema.metric_registry import metric, slo_metrics
 
 if TYPE_CHECKING:
     from .gather import Measurement
 
-METRIC_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E latency", "itl": "ITL"}
+
+class _Labels(Mapping[str, str]):
+    """SLO metric name → its label for a sentence (``"e2el"`` → ``"E2E latency"``), read from the
+    registry (``Metric.label``) when asked, so a metric registered later has its label too."""
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return metric(name).label
+        except KeyError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([m.name for m in slo_metrics()])
+
+    def __len__(self) -> int:
+        return len(slo_metrics())
+
+
+METRIC_LABELS: Mapping[str, str] = _Labels()
 
 
 def rate_text(value: float) -> str:

@@ -50,15 +50,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from harness.metrics import SLO
 
 from .samples import Requests, engine_stream, failure_lower_bound, pool, too_many_failures
-from harness.metrics.request import e2el_ms, tpot_ms, ttft_ms
 from results.schema import RequestRecord
+from results.schema.metric_registry import metric
+
+_PER_REQUEST = ("ttft", "tpot", "e2el")  # the SLO metrics drawn vectorised: one value per request in Requests
 
 __all__ = ["Capacity", "PointSample", "PointStats", "Requests", "capacity_draws", "capacity_from", "capacity_of",
            "engine_stream", "point_stats", "pool", "slo_holds", "slo_value"]
@@ -116,16 +118,11 @@ def _percentile(values: np.ndarray, q: float, failures: int = 0) -> float:
 
 
 def slo_value(req: Requests, slo: SLO) -> float:
-    """The SLO's percentile of its metric over ``req`` (ms; inf = lands on a failure, NaN = no value)."""
-    failed = int((~req.ok).sum())
-    if slo.metric == "ttft":
-        return _percentile(req.ttft, slo.percentile, failed)
-    if slo.metric == "e2el":
-        return _percentile(req.e2el, slo.percentile, failed)
-    if slo.metric == "tpot":
-        return _percentile(req.tpot, slo.percentile)
-    gaps = np.concatenate(req.itl) if req.itl else np.empty(0)
-    return _percentile(gaps, slo.percentile)
+    """The SLO's percentile of its metric over ``req`` (ms; inf = lands on a failure, NaN = no
+    value): failed requests count as +inf for a metric declared so (``Metric.failures``: TTFT,
+    E2E latency), and not at all for the others."""
+    failed = int((~req.ok).sum()) if metric(slo.metric).failures == "inf" else 0
+    return _percentile(req.values(slo.metric), slo.percentile, failed)
 
 
 def slo_holds(value: float, slo: SLO) -> bool:
@@ -238,7 +235,7 @@ def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, r
     its measurements resampled, then the sessions (clusters) within each, vectorised: each draw
     is a row of request indices padded with a sentinel (a request that counts nowhere). An ITL
     SLO, or a point with an empty measurement, is drawn one by one."""
-    if any(s.metric == "itl" for s in slos) or any(r.n == 0 for r in p.repeats):
+    if any(s.metric not in _PER_REQUEST for s in slos) or any(r.n == 0 for r in p.repeats):
         return [_point_draw(p, slos, max_failure_rate, rng) for _ in range(resamples)]
     reps = len(p.repeats)
     pooled = p.pooled()
@@ -279,8 +276,8 @@ def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, r
     errors = failure_lower_bound(failed, answered) > max_failure_rate
     ratios = {}
     for slo in slos:
-        base = {"ttft": pooled.ttft, "e2el": pooled.e2el, "tpot": pooled.tpot}[slo.metric]
-        if slo.metric != "tpot":  # a failed request counts as +inf (error-adjusted)
+        base = pooled.values(slo.metric)
+        if metric(slo.metric).failures == "inf":  # a failed request counts as +inf (error-adjusted)
             base = np.where(pooled.ok, base, np.inf)
         ratios[slo.key] = _row_percentiles(pad(base, np.nan)[idx], slo.percentile) / slo.threshold_ms
     keys = list(ratios)
@@ -361,13 +358,12 @@ class SloWatch:
         if r.send_ns is None or r.send_ns < self.opens:
             return False
         for slo in self.slos:
-            value = _VALUE[slo.metric](r) if r.success and slo.metric in _VALUE else None
-            against = (not r.success and slo.metric in ("ttft", "e2el")) if value is None else not slo_holds(value, slo)
+            judged = metric(slo.metric)  # a metric pooled over parts of a request (ITL) is not told per request
+            value = judged.value(r) if r.success and judged.samples is None else None
+            against = (not r.success and judged.failures == "inf") if value is None else not slo_holds(value, slo)
             self.over[slo.key] += against
             if 100 * self.over[slo.key] > (100 - slo.percentile) * self.planned + 100:  # (1 - p/100) N + 1, exactly
                 self.fired = True
                 return True
         return False
 
-
-_VALUE: dict[str, Callable[[RequestRecord], float | None]] = {"ttft": ttft_ms, "e2el": e2el_ms, "tpot": tpot_ms}

@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from harness.metrics.request import e2el_ms, itls_ms, tpot_ms, ttft_ms
 from results.schema import RequestRecord
+from results.schema.metric_registry import slo_metrics
+
+ARRAYS = ("ttft", "tpot", "e2el", "itl")
+"""The SLO metrics :class:`Requests` holds as fields (the scorer's throughput and interactivity
+read them too); every other registered SLO metric's values go to ``Requests.more``."""
 
 ERROR_BOUND_Z = 1.6448536269514722  # one-sided 95 %: a point fails by errors when the Wilson lower bound is above the bound
 
@@ -182,6 +187,16 @@ class Requests:
     out: np.ndarray | None = None  # each successful request's output tokens (None: ``tokens``)
     span_s: float | None = None  # None: duration_s
     steady: bool = False
+    more: Mapping[str, tuple[np.ndarray, ...]] = field(default_factory=dict)  # other SLO metrics: per request, its values
+
+    def values(self, name: str) -> np.ndarray:
+        """The values an SLO on the registered metric ``name`` is judged over (ms): one per
+        request (NaN where none) for ttft, tpot and e2el; ITL's gaps and any other metric's
+        values (``Metric.values_of``, ``more``) pooled over the requests."""
+        if name in ("ttft", "tpot", "e2el"):
+            return getattr(self, name)
+        parts = self.itl if name == "itl" else self.more[name]
+        return np.concatenate(parts) if parts else np.empty(0)
 
     @classmethod
     def of(cls, records: Sequence[RequestRecord], duration_s: float, *, steady: bool = True) -> "Requests":
@@ -210,7 +225,9 @@ class Requests:
                    duration_s=(hi - lo) / 1e9 if window is not None else float(duration_s),
                    done=np.array([r.success and r.end_ns is not None and lo < r.end_ns <= hi for r in rs], dtype=np.float64),
                    span_s=float(duration_s), steady=window is not None,
-                   out=np.array([(r.output_tokens or 0) if r.success else 0 for r in rs], dtype=np.float64))
+                   out=np.array([(r.output_tokens or 0) if r.success else 0 for r in rs], dtype=np.float64),
+                   more={m.name: tuple(np.asarray(m.values_of(r) if s else [], dtype=np.float64) for r, s in zip(rs, seen))
+                         for m in slo_metrics() if m.name not in ARRAYS})
 
     @property
     def n(self) -> int:
@@ -230,7 +247,8 @@ class Requests:
         return Requests(self.ok[idx], self.ttft[idx], self.tpot[idx], self.e2el[idx], self.tokens[idx],
                         tuple(self.itl[i] for i in idx), self.duration_s,
                         cluster=self.cluster[idx] if self.cluster is not None else None, done=self.completions()[idx],
-                        out=self.tokens_out()[idx], span_s=self.span_s, steady=self.steady)
+                        out=self.tokens_out()[idx], span_s=self.span_s, steady=self.steady,
+                        more={k: tuple(v[i] for i in idx) for k, v in self.more.items()})
 
     def tokens_out(self) -> np.ndarray:
         """Each successful request's whole output tokens (``tokens`` counts those inside the window)."""
@@ -257,5 +275,6 @@ def pool(parts: Sequence[Requests]) -> Requests:
                     np.concatenate([p.tokens for p in parts]), tuple(g for p in parts for g in p.itl),
                     sum(p.duration_s for p in parts), cluster=cluster,
                     done=np.concatenate([p.completions() for p in parts]), span_s=sum(p.span for p in parts),
-                    steady=all(p.steady for p in parts), out=np.concatenate([p.tokens_out() for p in parts]))
+                    steady=all(p.steady for p in parts), out=np.concatenate([p.tokens_out() for p in parts]),
+                    more={k: tuple(g for p in parts for g in p.more[k]) for k in parts[0].more})
 

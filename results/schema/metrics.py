@@ -8,11 +8,12 @@ Nothing here computes a metric.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from .base import Artefact
+from .metric_registry import Metric, metrics as registered_metrics
 
 
 class Distribution(Artefact):
@@ -35,8 +36,40 @@ class Distribution(Artefact):
         return getattr(self, name)
 
 
-class ErrorAdjusted(Artefact):
-    """Distributions where every failed request counts as +inf latency (ms)."""
+class _Registered(Artefact):
+    """A model that also stores the registered metrics (:mod:`results.schema.metric_registry`)
+    it has no field for, under their keys (:meth:`_key`), as extra keys after its fields: a
+    metric registered later is stored, serialised and read back without a schema change. Other
+    unknown keys are dropped, as in every artefact."""
+
+    model_config = ConfigDict(extra="allow")
+    _key: ClassVar[Callable[[Metric], str | None]] = staticmethod(lambda m: None)
+    _read: ClassVar[Callable[[Any], Any]] = staticmethod(lambda v: v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered_only(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        keys = {k for m in registered_metrics() if (k := cls._key(m)) is not None and k not in cls.model_fields}
+        return {k: (cls._read(v) if k in keys else v) for k, v in data.items() if k in cls.model_fields or k in keys}
+
+    def __getitem__(self, key: str) -> Any:
+        if key in (self.__pydantic_extra__ or {}):
+            return self.__pydantic_extra__[key]  # type: ignore[index]
+        return super().__getitem__(key)
+
+
+def _distribution(value: Any) -> Any:
+    return value if isinstance(value, Distribution) else Distribution.model_validate(value or {})
+
+
+class ErrorAdjusted(_Registered):
+    """Distributions where every failed request counts as +inf latency (ms): one per metric
+    whose failures count as +inf (``Metric.failures == "inf"``)."""
+
+    _key = staticmethod(lambda m: m.field if m.failures == "inf" else None)
+    _read = staticmethod(_distribution)
 
     ttft_ms: Distribution = Field(default_factory=Distribution)
     e2el_ms: Distribution = Field(default_factory=Distribution)
@@ -93,9 +126,13 @@ class Goodput(Artefact):
     slos: dict[str, float] = Field(default_factory=dict)
 
 
-class Samples(Artefact):
+class Samples(_Registered):
     """Per-request values (ms) behind the report's CDFs: successful measured requests; ITL pooled.
-    Sorted; above :data:`MAX_SAMPLES` values a metric keeps that many evenly spaced quantiles."""
+    Sorted; above :data:`MAX_SAMPLES` values a metric keeps that many evenly spaced quantiles.
+    One list per metric declared with ``cdf`` (by its name)."""
+
+    _key = staticmethod(lambda m: m.name if m.cdf else None)
+    _read = staticmethod(lambda v: [float(x) for x in v or []])
 
     ttft: list[float] = Field(default_factory=list)
     tpot: list[float] = Field(default_factory=list)
@@ -154,8 +191,12 @@ class RunWindow(Artefact):
         return f"metrics exclude {where}: {self.excluded:,} of {self.requests:,} requests"
 
 
-class Metrics(Artefact):
+class Metrics(_Registered):
     """One engine's numbers under one condition (``harness.metrics`` defines each).
+
+    Every registered metric (:mod:`results.schema.metric_registry`) has its :class:`Distribution`
+    under its field (``ttft_ms``): the metrics declared before the registry are fields here (their
+    place in ``summary.json`` is fixed), a metric registered since is stored after the fields.
 
     Units: ``*_ms`` ms, ``*_throughput`` tokens/s (``request_throughput`` requests/s),
     ``duration_s`` s, rates requests/s (sessions/s for agentic first turns).
@@ -207,6 +248,9 @@ class Metrics(Artefact):
     per_turn: dict[str, TurnMetrics] | None = None
     goodput: Goodput | None = None
     samples_ms: Samples | None = None
+
+    _key = staticmethod(lambda m: m.field)
+    _read = staticmethod(_distribution)
 
     def distribution(self, metric: str) -> Distribution:
         """``"ttft"`` → :attr:`ttft_ms` etc. Raises AttributeError for an unknown metric."""

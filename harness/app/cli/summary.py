@@ -1,7 +1,8 @@
 """The console table of a run's summary: every headline number with its 95 % interval.
 
 Renders a stored :class:`results.schema.RunSummary` (``bench run`` at its end, ``bench results
-show``); the intervals come from ``EngineResult.intervals`` (``harness.metrics.repeats``).
+show``); its latency columns are each registered metric's ``console`` statistics
+(:mod:`results.schema.metric_registry`, in registry order, ms, one decimal); the intervals come from ``EngineResult.intervals`` (``harness.metrics.repeats``).
 :func:`resource_table` is the compact second table of what each engine used while measured
 (``EngineResult.resources``, ``adapters.resources``) and its cost (``EngineResult.cost``).
 """
@@ -17,7 +18,8 @@ from harness.app.core.feature_phase import probe_line
 from adapters.resources import fmt_bytes
 from harness.app.cli.parity import parity_lines
 from harness.metrics.failures import failure_text
-from results.schema import EngineResult, EngineStatus, Interval, Metrics, RunSummary
+from results.schema import EngineResult, EngineStatus, Interval, Metrics, RunSummary, metric_number
+from results.schema.metric_registry import metrics
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -67,8 +69,9 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
     """The table and the lines to print under it (interval basis, engines' reasons, feature probes)."""
     table = Table(title=escape(f"Run {summary.run_id}: workload {summary.workload}"))
     incomplete = any(e.metrics is not None and e.metrics.requests_incomplete for e in summary.engines.values())
-    cols = ["engine", "status", "ok/fail/inc" if incomplete else "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p90",
-            "TTFT p99", "TPOT p50", "TPOT p90", "TPOT p99", "E2E p99", "goodput"]
+    latencies = [(f"{m.header} {stat}", f"{m.field}.{stat}") for m in metrics() for stat in m.console]
+    cols = ["engine", "status", "ok/fail/inc" if incomplete else "ok/fail", "req/s", "out tok/s",
+            *[header for header, _ in latencies], "goodput"]
     if summary.repeats > 1:
         cols.append("CV")
     for col in cols:
@@ -100,11 +103,7 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             f"{m.requests_completed}/{m.requests_failed}" + (f"/{m.requests_incomplete}" if incomplete else ""),
             with_interval(m.request_throughput, ci("request_throughput"), 2),
             with_interval(m.output_throughput, ci("output_throughput")),
-            with_interval(m.ttft_ms.p50, ci("ttft_ms.p50")), with_interval(m.ttft_ms.p90, ci("ttft_ms.p90")),
-            with_interval(m.ttft_ms.p99, ci("ttft_ms.p99")),
-            with_interval(m.tpot_ms.p50, ci("tpot_ms.p50")), with_interval(m.tpot_ms.p90, ci("tpot_ms.p90")),
-            with_interval(m.tpot_ms.p99, ci("tpot_ms.p99")),
-            with_interval(m.e2el_ms.p99, ci("e2el_ms.p99")),
+            *[with_interval(metric_number(m, path), ci(path)) for _, path in latencies],
             with_interval(m.goodput.request_goodput if m.goodput else None, ci("goodput.request_goodput"), 2),
         ]
         if summary.repeats > 1:

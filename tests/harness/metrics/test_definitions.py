@@ -84,7 +84,7 @@ def test_error_adjusted_percentiles_treat_failures_as_infinite():
 def test_goodput_and_slo_attainment():
     records = [rec(0, 0, [100, 110], 2), rec(1, 0, [300, 310], 2), rec(2, 0, [50, 500], 2),
                rec(3, 0, [], None, ok=False, err="timeout")]
-    m = compute_metrics(records, parse_slos("ttft_p99=200,tpot=100"))
+    m = compute_metrics(records, parse_slos("ttft_p99=200,tpot_p99=100"))
     # good: request 0 only (1 has TTFT 300; 2 has TPOT 450; 3 failed)
     assert m["goodput"]["good_requests"] == 1
     assert m["goodput"]["slo_attainment"] == pytest.approx(0.25)

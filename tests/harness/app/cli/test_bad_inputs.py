@@ -146,6 +146,8 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
         ("run-slo-no-value", [*R, "--slo", "ttft_p99"], "no value"),
         ("run-slo-unknown-metric", [*R, "--slo", "speed_p99=5"], "speed"),
         ("run-slo-twice", [*R, "--slo", "ttft_p99=5,ttft_p99=6"], "given twice"),
+        # a bare metric once meant p99 while the default SLOs judge p90: refused, with both spellings
+        ("run-slo-bare", [*R, "--slo", "ttft=500"], "write ttft_p90=500 or ttft_p99=500"),
         # ---- bench run: endpoints, tokenizer, conflicting options
         ("run-openai-no-url", ["run", "--engine", "openai", "-o", out], "--engine openai needs --base-url"),
         ("run-url-no-scheme", ["run", "--engine", "openai", "--base-url", "127.0.0.1:9", "-o", out], "needs a scheme"),

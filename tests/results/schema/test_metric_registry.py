@@ -1,0 +1,53 @@
+"""The metric registry (results/schema/metric_registry.py): registration order, one name per
+metric, and a test's registration that never outlives it."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.metrics import slo_metric_names  # importing harness.metrics registers the built-in metrics
+from results.schema.metric_registry import Metric, metric, metrics, register, registered, slo_metrics, stat_name
+
+
+def _zero(r) -> float:
+    return 0.0
+
+
+def test_the_built_in_metrics_in_the_order_every_table_shows_them() -> None:
+    assert [m.name for m in metrics()][:8] == ["ttft", "tpot", "itl", "e2el", "ttft_from_scheduled",
+                                               "e2el_from_scheduled", "ttfat", "connect"]
+    assert [m.name for m in slo_metrics()] == ["ttft", "tpot", "itl", "e2el"] == list(slo_metric_names())
+    assert metric("e2el").field == "e2el_ms" and metric("e2el").header == "E2E" and metric("e2el").label == "E2E latency"
+    assert {m.name for m in metrics() if m.failures == "inf"} == {"ttft", "e2el"}  # the error-adjusted ones
+
+
+def test_a_registration_ends_with_its_block_even_on_an_error() -> None:
+    before = metrics()
+    extra = Metric(name="zero", label="zero", value=_zero, source="test")
+    with pytest.raises(RuntimeError):
+        with registered(extra):
+            assert metrics()[-1] is extra
+            raise RuntimeError("boom")
+    assert metrics() == before
+
+
+def test_a_taken_name_and_a_bad_rule_are_refused() -> None:
+    register(metric("ttft"))  # the same declaration again: nothing changes
+    with pytest.raises(ValueError, match="already registered"):
+        register(Metric(name="ttft", label="other", value=_zero, source="test"))
+    with pytest.raises(ValueError, match="failures"):
+        Metric(name="x", label="x", value=_zero, source="test", failures="sometimes")
+
+
+def test_stat_names_are_the_stored_ones() -> None:
+    assert [stat_name(p) for p in (50.0, 90.0, 99.0, 99.9, 100.0)] == ["p50", "p90", "p99", "p99_9", "max"]
+
+
+def test_the_schema_fields_of_the_built_in_metrics_are_the_declared_ones() -> None:
+    # the fields stay (their place in summary.json is fixed); each is a registered metric's, and no other
+    from results.schema import Distribution, ErrorAdjusted, Metrics, Samples
+
+    dists = {k for k, f in Metrics.model_fields.items() if f.annotation is Distribution}
+    assert dists == {m.field for m in metrics()}
+    assert set(ErrorAdjusted.model_fields) == {m.field for m in metrics() if m.failures == "inf"}
+    assert set(Samples.model_fields) == {m.name for m in metrics() if m.cdf}
