@@ -60,9 +60,10 @@ def _axis(slos: Sequence[SLO], metric: str, defaults: Sequence[SLO], factors: Se
         return base, values + [None], len(values)
     if mine.percentile != base.percentile:
         return base, values, None
-    if mine.threshold_ms not in values:  # a grid of the user's that skips their own threshold: add it
-        values = sorted([*values, mine.threshold_ms])  # type: ignore[type-var]
-    return base, values, values.index(mine.threshold_ms)
+    asked = mine.threshold_ms  # a grid value, not a judged one
+    if asked not in values:  # a grid of the user's that skips their own threshold: add it
+        values = sorted([*values, asked])  # type: ignore[type-var]
+    return base, values, values.index(asked)
 
 
 def _copy(summary: LadderSummary) -> LadderSummary:
