@@ -172,10 +172,10 @@ class Endpoint:
     pause: Callable[[], None] | None = None
     resume: Callable[[], None] | None = None
     # The server's process group (``os.getpgid`` of the server; every worker it forks shares it),
-    # sampled for memory/CPU during the measured phase (adapters.resources). None for an
+    # sampled for memory/CPU during the measured phase (adapters.runtime.resources). None for an
     # endpoint the harness did not start.
     pgid: int | None = None
-    # The adapter's named parser of its /metrics into the time series (adapters.prom.SERIES_PARSERS;
+    # The adapter's named parser of its /metrics into the time series (adapters.telemetry.prom.SERIES_PARSERS;
     # None: no series, e.g. an external endpoint or an engine without Prometheus metrics).
     series_parser: str | None = None
 

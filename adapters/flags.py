@@ -59,7 +59,7 @@ def declared_flags(source: Path) -> frozenset[str]:
 
 
 def unknown_flag(key: str, value: str, flags: frozenset[str]) -> str | None:
-    """The flag ``key=value`` renders to (:func:`adapters.server.render_flags`) when the server
+    """The flag ``key=value`` renders to (:func:`adapters.runtime.server.render_flags`) when the server
     does not declare it, else None."""
     flag = "--" + key.replace("_", "-")
     if str(value).strip().lower() == "false":

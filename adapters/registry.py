@@ -6,15 +6,15 @@ import inspect
 import re
 
 from adapters.base import EngineAdapter
-from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
-from adapters.llamacpp_adapter import LlamaCppAdapter, LlamaCppQ8Adapter
-from adapters.openai_adapter import OpenAIAdapter
-from adapters.openvino_adapter import OpenVinoAdapter
-from adapters.own import OwnAdapter
-from adapters.sglang_adapter import SglangAdapter
-from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
-from adapters.tensorrt_llm_adapter import TensorRTLLMAdapter
-from adapters.vllm_adapter import VllmAdapter
+from adapters.engines.hf import TransformersServeAdapter, TransformersStaticAdapter
+from adapters.engines.llamacpp import LlamaCppAdapter, LlamaCppQ8Adapter
+from adapters.engines.openai import OpenAIAdapter
+from adapters.engines.openvino import OpenVinoAdapter
+from adapters.engines.own import OwnAdapter
+from adapters.engines.sglang import SglangAdapter
+from adapters.engines.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter
+from adapters.engines.tensorrt_llm import TensorRTLLMAdapter
+from adapters.engines.vllm import VllmAdapter
 from results.pairs import parse_pairs
 
 ENGINE_NAMES = ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
@@ -60,7 +60,7 @@ def all_adapters(hardware: str | None = None) -> list[EngineAdapter]:
 def endpoint_adapters(endpoints: dict[str, str]) -> list[EngineAdapter]:
     """One adapter per ``--endpoint NAME=URL``: an OpenAI-compatible deployment the harness does
     not start, compared under ``NAME``."""
-    from adapters.openai_adapter import OpenAIAdapter
+    from adapters.engines.openai import OpenAIAdapter
 
     return [OpenAIAdapter(url, name=name) for name, url in endpoints.items()]
 

@@ -316,8 +316,8 @@ def test_the_checker_catches_an_isolation_breach() -> None:
     with _probe_files({
         "own_engine/_arch_probe.py": "def f():\n    from results.model_geometry import kv_bytes_per_token\n",
         "own_engine/server/_arch_probe.py": "import adapters.base\n",
-        "harness/scoring/_arch_probe.py": "from adapters.hardware import HardwareProfile\n",
-        "reports/_arch_probe.py": "from adapters import openai_adapter\n",
+        "harness/scoring/_arch_probe.py": "from adapters.telemetry.hardware import HardwareProfile\n",
+        "reports/_arch_probe.py": "from adapters.engines import openai\n",
     }):
         found = isolation_violations()
     for probe in ("own_engine/_arch_probe.py", "own_engine/server/_arch_probe.py", "harness/scoring/_arch_probe.py",

@@ -3,11 +3,11 @@
 - ``bench engines`` → a rich table of every engine: state (available / not installed /
   unsupported hardware / unavailable), version, hardware, features, and the reason with the fix.
 - ``bench engines setup NAME|all-cpu|all-gpu [--force]`` → creates ``.engines/NAME/venv`` with the pinned
-  packages: CUDA builds on an NVIDIA GPU after a driver check (``adapters.gpu_recipes``), CPU builds elsewhere.
+  packages: CUDA builds on an NVIDIA GPU after a driver check (``adapters.runtime.gpu_recipes``), CPU builds elsewhere.
 - ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
   across engines on a few fixed prompts (token-level agreement; ``harness.loadgen.equivalence``).
 - ``bench engines cleanup [--dry-run]`` → lists and removes engine servers that a dead bench run
-  left behind (``adapters.leftovers``); ``check`` and every run do the same before they start.
+  left behind (``adapters.runtime.leftovers``); ``check`` and every run do the same before they start.
 
 Errors are one line on stderr with exit code 2 (bad input) or 1 (an engine failed).
 """
@@ -26,9 +26,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
-from adapters.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, select_recipe, setup_engine
-from adapters.gpu_recipes import SETUP_GPU
-from adapters.hardware import detect_kind
+from adapters.runtime.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, select_recipe, setup_engine
+from adapters.runtime.gpu_recipes import SETUP_GPU
+from adapters.telemetry.hardware import detect_kind
 from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
@@ -186,7 +186,7 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
     Reads the registry of live engine groups ($BENCH_STATE_DIR, default
     ~/.local/state/llm-serve-bench/live); groups of a bench that still runs are never touched.
     """
-    from adapters.leftovers import find_leftovers, state_dir
+    from adapters.runtime.leftovers import find_leftovers, state_dir
     from harness.app.core.startup import remove_leftovers
 
     where = state_dir()

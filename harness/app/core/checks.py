@@ -195,7 +195,7 @@ def check_workload(options: Any) -> Any:
 
 def check_machine(threads: Optional[int], hardware: str) -> None:
     """``--threads`` within this machine's cores; ``--hardware`` a known profile (or ``detected``)."""
-    from adapters.hardware import get_profile
+    from adapters.telemetry.hardware import get_profile
 
     try:
         get_profile(hardware)
@@ -277,7 +277,7 @@ def check_devices(devices: dict[str, int], endpoints: dict[str, str], engine_arg
 def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]) -> None:
     """Every ``--engine-arg`` (and a recipe's engine args) is for an engine the run starts, and,
     for a server of this repository (the reference engine, the shims), names one of its flags
-    (:meth:`adapters.server.ServerAdapter.unknown_args`), so nothing starts to fail on it. Raises
+    (:meth:`adapters.runtime.server.ServerAdapter.unknown_args`), so nothing starts to fail on it. Raises
     ValueError (one line)."""
     from adapters.registry import ENGINE_NAMES, NOT_IN_ALL, get_adapter
 

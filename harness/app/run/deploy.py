@@ -15,8 +15,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from adapters.envs import RECIPES, engines_root
-from adapters.server import PROJECT_ROOT
+from adapters.runtime.envs import RECIPES, engines_root
+from adapters.runtime.server import PROJECT_ROOT
 from results.schema import Manifest, Recipe
 
 HARNESS_INSTALL = "pip install -e {project}  # this repository: the harness, the reference engine and the shims"
@@ -46,7 +46,7 @@ def _join(argv: list[str]) -> str:
 
 def install_commands(engine: str, version: str | None) -> list[str]:
     """How to build ``engine``'s environment: this harness's own setup (the packages its recipe
-    pins, :data:`adapters.envs.RECIPES`), the engine's distribution at the measured version, and
+    pins, :data:`adapters.runtime.envs.RECIPES`), the engine's distribution at the measured version, and
     this repository where the engine runs from it."""
     out = []
     recipe = RECIPES.get(engine)

@@ -89,7 +89,7 @@ class Orchestrator:
     def _energy(self, writer: RunWriter, kind: str) -> EnergySource:
         """The run's energy source (NVML on NVIDIA, RAPL on a CPU, none with its reason) and the
         idle draw, measured while nothing runs; recorded in the manifest and said in one line."""
-        from adapters.energy import choose_source, measure_idle
+        from adapters.telemetry.energy import choose_source, measure_idle
 
         source = measure_idle(choose_source(gpu=kind == "nvidia"))
         source = source.model_copy(update={"provisioned_watts": self.cfg.energy.watts,
@@ -118,7 +118,7 @@ class Orchestrator:
 
     # -- the whole run -------------------------------------------------------------------
     def run(self) -> RunResult:
-        from adapters.hardware import detect_kind
+        from adapters.telemetry.hardware import detect_kind
         from adapters.registry import all_adapters, endpoint_adapters, get_adapter
 
         from harness.app.core.model import resolve_model
@@ -198,7 +198,7 @@ class Orchestrator:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
         missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
         install fails; True otherwise (including engines that need no install)."""
-        from adapters.envs import is_installed, setup_engine
+        from adapters.runtime.envs import is_installed, setup_engine
 
         name = adapter.name
         if name not in AUTO_SETUP_CPU or kind != "cpu" or is_installed(name):
