@@ -20,7 +20,10 @@ from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.runtime.envs import engine_python, is_installed
 from adapters.telemetry.hardware import detect_kind
 from adapters.parity import ParityTarget, static_shim_args
+from adapters.registry import register
+from adapters.runtime.recipes import EngineRecipe, InstallStep
 from adapters.runtime.venv_engine import installed_version
+from adapters.telemetry import effective
 from adapters.runtime.server import (
     cpu_kv_tokens,
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
@@ -35,6 +38,7 @@ def _transformers_version() -> str | None:
         return None
 
 
+@register("transformers", order=20)
 class TransformersStaticAdapter(ServerAdapter):
     """Static batching with ``model.generate`` behind our streaming shim (harness Python).
 
@@ -47,6 +51,7 @@ class TransformersStaticAdapter(ServerAdapter):
     display_name = "transformers (static batching, generate)"
     flag_source = PROJECT_ROOT / "adapters" / "shims" / "hf_static_server.py"
     shim = "adapters.shims.hf_static_server"
+    effective_reader = staticmethod(effective.read_shim)
     production_server = ("transformers serve (continuous batching; measured here as transformers_serve) or Hugging Face "
                          "Text Generation Inference")
     capabilities = Capabilities(hardware=("cpu", "nvidia", "amd"), features=(), api="shim", complexity=1)
@@ -83,6 +88,7 @@ class TransformersStaticAdapter(ServerAdapter):
         return static_shim_args(self.name, target)
 
 
+@register("transformers_serve", order=30)
 class TransformersServeAdapter(ServerAdapter):
     """``transformers serve --continuous-batching`` (transformers' own OpenAI server).
 
@@ -92,6 +98,17 @@ class TransformersServeAdapter(ServerAdapter):
     """
 
     name = "transformers_serve"
+    recipe = EngineRecipe(
+        name="transformers_serve",
+        version_dist="transformers",
+        approx="~1 GB",
+        steps=(
+            # the [serving] extra (openai, fastapi, uvicorn...) is not in the harness's own venv
+            InstallStep("install torch and transformers[serving]", ("torch==2.13.0", "transformers[serving]>=5.20,<6")),
+        ),
+    )
+    setup_rank, in_setup_cpu, auto_setup_cpu = 4, True, True
+    effective_reader = staticmethod(effective.read_transformers_serve)
     display_name = "transformers serve (continuous batching)"
     capabilities = Capabilities(hardware=("cpu", "nvidia"), features=("paged_kv", "continuous_batching"),
                                 api="server", complexity=1)

@@ -45,7 +45,10 @@ from adapters.telemetry.hardware import detect_kind
 from adapters.runtime.server import (
     LaunchPlan, ServerAdapter, cpu_kv_tokens, render_flags, split_engine_args, thread_env,
 )
+from adapters.registry import register
+from adapters.runtime.recipes import EngineRecipe, InstallStep
 from adapters.runtime.venv_engine import installed_version, probe_installed
+from adapters.telemetry import effective, prom
 from results.model_geometry import read_model_summary
 from results.schema import FLAG_SOURCE
 
@@ -108,12 +111,40 @@ def _positive(flags: dict[str, str], key: str) -> int | None:
     return value
 
 
+@register("llamacpp", order=80)
 class LlamaCppAdapter(ServerAdapter):
     """llama.cpp's ``llama-server`` on the CPU, serving the model converted to GGUF (f32)."""
 
     name = ENGINE
     display_name = "llama.cpp llama-server (f32 GGUF)"
-    series_parser = "llamacpp"  # its /metrics read into the time series (adapters.telemetry.prom.SERIES_PARSERS)
+    recipe = EngineRecipe(
+        name="llamacpp",
+        version_dist="llama-server",  # its build number (llama-server --version), not a distribution
+        approx="~1 GB, builds llama-server from source: ~10-25 min",
+        steps=(
+            # what the tree's convert_hf_to_gguf.py imports (gguf-py itself comes from the tree, on
+            # PYTHONPATH); torch pinned: 2.13.0 is the local CPU build (unpinned pulls a CUDA build)
+            InstallStep("install the GGUF converter's packages: torch==2.13.0 (CPU), transformers, numpy, sentencepiece",
+                        ("torch==2.13.0", "transformers>=5.20,<6", "numpy", "sentencepiece", "pyyaml", "tqdm",
+                         "safetensors", "protobuf")),
+        ),
+    )
+    setup_rank, in_setup_cpu = 6, True  # not by `make bench`: building llama-server takes 10-25 min
+    counters = staticmethod(prom.llamacpp_counters)
+    # llama-server (--metrics): slots busy and requests deferred; no preemption (a slot keeps its context)
+    series_parser = "llamacpp"  # its /metrics read into the time series by read_series
+    read_series = staticmethod(prom.series_reader(
+        ("llamacpp:kv_cache_usage_ratio",), "llamacpp:requests_processing", "llamacpp:requests_deferred", (), None, None))
+
+    @staticmethod
+    def effective_reader(ep: Endpoint, s: Any, timeout_s: float) -> None:
+        """Its settings from ``GET /props``, ``GET /slots``, its start-up log and our flags (:func:`read_settings`)."""
+        effective.read_props_slots_log(ep, s, timeout_s, read_settings)
+
+    @staticmethod
+    def after_setup(recipe: EngineRecipe, *, console: Any = None, force: bool = False) -> str | None:
+        """llama-server itself, built from the llama-cpp-python sdist's llama.cpp tree; its build number."""
+        return llamacpp_build.build_server(console=console, force=force)
     capabilities = Capabilities(
         hardware=("cpu",),
         features=("prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",
@@ -224,11 +255,15 @@ class LlamaCppAdapter(ServerAdapter):
                       "tokens, so a request longer than that is refused instead of sharing the budget"]
 
 
+@register("llamacpp_q8_0", order=90)
 class LlamaCppQ8Adapter(LlamaCppAdapter):
     """The same engine serving ``q8_0`` weights: other numerics than the f32 engines (flagged)."""
 
     name = f"{ENGINE}_q8_0"
     display_name = "llama.cpp llama-server (q8_0 GGUF, other numerics)"
+    # set up by llamacpp's setup (the same build, other weights); left out of --engine all: it serves
+    # quantised weights (other numerics than every other engine), so it is measured only when named
+    setup_by, in_all = ENGINE, False
     outtype = "q8_0"
     search_space = {"cpu": tuple(k for k in LlamaCppAdapter.search_space["cpu"] if k.key != "outtype")}  # q8_0 already
 

@@ -21,7 +21,9 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
-from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult
+from adapters.base import Capabilities, Endpoint, EngineError, EngineTraits, LaunchConfig, ProbeResult
+from adapters.registry import register
+from adapters.telemetry import effective
 from results.redact import redact_credentials
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -74,12 +76,15 @@ def list_models(base_url: str, api_key: str | None, timeout: float = 10.0, name:
         raise EngineError(f"{name}: {shown}/v1/models is not an OpenAI model list") from exc
 
 
-class OpenAIAdapter:
+@register("openai", order=120)
+class OpenAIAdapter(EngineTraits):
     """A generic endpoint; ``base_url`` may be given here or in :class:`LaunchConfig`."""
 
     name = "openai"
     display_name = "openai-compatible endpoint"
     capabilities = Capabilities(hardware=("nvidia", "amd", "cpu"), features=(), api="server", complexity=1)
+    in_all = False  # needs --base-url
+    effective_reader = staticmethod(effective.read_openai)
 
     def __init__(self, base_url: str | None = None, name: str | None = None) -> None:
         self.base_url = base_url

@@ -45,7 +45,10 @@ from adapters.runtime.server import (
     CPU_KV_CACHE_BYTES, PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args,
     thread_env,
 )
+from adapters.registry import register
+from adapters.runtime.recipes import SHIM_PACKAGES, EngineRecipe, InstallStep
 from adapters.runtime.venv_engine import installed_version, probe_installed
+from adapters.telemetry import effective
 
 if TYPE_CHECKING:
     from adapters.parity import ParityTarget
@@ -173,6 +176,10 @@ def numerics(weight_format: str, precision: str, kv_precision: str) -> str:
     return ", ".join(other) or "reference"
 
 
+OPENVINO_RELEASE = "2026.4.1"  # openvino-genai / openvino / openvino-tokenizers move together
+
+
+@register(ENGINE, order=100)
 class OpenVinoAdapter(ServerAdapter):
     """OpenVINO GenAI's continuous-batching pipeline (CPU plugin) behind our streaming shim."""
 
@@ -180,6 +187,24 @@ class OpenVinoAdapter(ServerAdapter):
     display_name = "OpenVINO GenAI (ContinuousBatchingPipeline, fp32 IR)"
     flag_source = PROJECT_ROOT / "adapters" / "shims" / "ov_server.py"
     shim = "adapters.shims.ov_server"
+    recipe = EngineRecipe(
+        name=ENGINE,
+        version_dist="openvino-genai",
+        approx="~1.5 GB",
+        steps=(
+            InstallStep(f"install openvino-genai {OPENVINO_RELEASE} (+ openvino, openvino-tokenizers of the same release), "
+                        "optimum-intel for the IR export, torch==2.13.0 (CPU), transformers and the shim server",
+                        (f"openvino-genai=={OPENVINO_RELEASE}.0", f"openvino=={OPENVINO_RELEASE}",
+                         f"openvino-tokenizers=={OPENVINO_RELEASE}.0", "optimum-intel==2.2.0", "torch==2.13.0",
+                         "transformers", *SHIM_PACKAGES)),
+            # optimum-intel's requirements pull PyPI's torchvision, which fails to import beside the local
+            # CPU torch ("operator torchvision::nms does not exist") and with it every transformers import
+            InstallStep("remove torchvision (pulled in by the export tools; breaks imports beside torch 2.13.0 CPU)",
+                        ("torchvision",), uninstall=True),
+        ),
+    )
+    setup_rank, in_setup_cpu, auto_setup_cpu = 7, True, True
+    effective_reader = staticmethod(effective.read_shim)
     production_server = ("OpenVINO Model Server (OVMS), whose LLM serving runs the same ContinuousBatchingPipeline "
                          "behind an OpenAI-compatible API")
     capabilities = Capabilities(hardware=("cpu",), features=("paged_kv", "prefix_caching", "chunked_prefill",

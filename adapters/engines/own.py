@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.base import Knob, Capabilities, LaunchConfig, ProbeResult
+from adapters.registry import register
+from adapters.telemetry import effective, prom
 from adapters.runtime.server import (
     CPU_KV_CACHE_BYTES,
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, python_for_harness, render_flags,
@@ -27,13 +29,19 @@ if TYPE_CHECKING:
 RESERVED = ("host", "port", "model")
 
 
+@register("own", order=10)
 class OwnAdapter(ServerAdapter):
     """Adapter for the reference engine's OpenAI-compatible server."""
 
     name = "own"
     display_name = "own (reference engine)"
     flag_source = PROJECT_ROOT / "own_engine" / "server" / "cli.py"
-    series_parser = "own"  # its /metrics read into the time series (adapters.telemetry.prom.SERIES_PARSERS)
+    counters = staticmethod(prom.own_counters)
+    series_parser = "own"  # its /metrics read into the time series by read_series
+    read_series = staticmethod(prom.series_reader(
+        ("own:kv_cache_usage_perc",), "own:num_requests_running", "own:num_requests_waiting",
+        ("own:num_preemptions_total",), "own:prefix_cache_hits_total", "own:prefix_cache_queries_total"))
+    effective_reader = staticmethod(effective.read_own)
     capabilities = Capabilities(
         hardware=("cpu", "nvidia"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding"),

@@ -10,14 +10,17 @@ from ``sgl_kernel``. A small pure-PyTorch ``sgl_kernel`` compatibility module pl
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.base import Knob, Capabilities, LaunchConfig, ProbeResult
 from adapters.runtime.envs import engine_python
-from adapters.runtime.gpu_recipes import build_label, probe_build
+from adapters.registry import register
+from adapters.runtime.envs import dist_version
+from adapters.runtime.gpu_recipes import CUDA_13_0, CudaRecipe, Pin, build_label, probe_build
 from adapters.telemetry.hardware import detect_kind
-from adapters.runtime.recipes import engine_env_dir
+from adapters.runtime.recipes import PROJECT_ROOT, EngineRecipe, InstallStep, engine_env_dir
 from adapters.runtime.server import (
     LaunchPlan,
     ServerAdapter,
@@ -27,6 +30,7 @@ from adapters.runtime.server import (
     thread_env,
 )
 from adapters.runtime.venv_engine import installed_version, probe_installed
+from adapters.telemetry import effective, prom
 
 if TYPE_CHECKING:
     from adapters.parity import ParityTarget
@@ -40,12 +44,72 @@ def compat_dir() -> Path:
     return engine_env_dir("sglang") / "compat"
 
 
+# Reads sglang's declared requirements and prints those that are not CUDA-only (the trimmed
+# install of issue 5); torch/torchvision stay at the pins of the same step.
+_SGLANG_DEPS_CODE = r"""
+import importlib.metadata as md, json, re
+skip = re.compile(r"^(sgl[-_]kernel|sglang[-_]kernel|flashinfer.*|nvidia-.*|cuda-.*|cupy.*|triton|torch|torchvision|"
+                  r"torchaudio|torchcodec|deep[-_]gemm|flash[-_]attn.*|xformers|apache-tvm-ffi|nixl|mooncake.*|"
+                  r"torch[-_]memory[-_]saver|quack.*|tilelang|fast[-_]hadamard.*|kt[-_]kernel|sgl[-_].*)$", re.I)
+reqs = []
+for r in md.requires("sglang") or []:
+    if "extra ==" in r:
+        continue
+    name = re.split(r"[\s<>=!~;\[]", r, 1)[0]
+    if not skip.match(name):
+        reqs.append(r.split(";")[0].strip())
+print(json.dumps(reqs))
+"""
+
+
+@register("sglang", order=50)
 class SglangAdapter(ServerAdapter):
     """SGLang's OpenAI server (NVIDIA: stock; CPU: torch_native with our ``sgl_kernel`` shim)."""
 
     name = "sglang"
     display_name = "sglang"
-    series_parser = "sglang"  # its /metrics read into the time series (adapters.telemetry.prom.SERIES_PARSERS)
+    recipe = EngineRecipe(
+        name="sglang",
+        version_dist="sglang",
+        approx="~7 GB",
+        steps=(
+            InstallStep("install sglang==0.5.23 (no deps: its CUDA-only deps do not install here)",
+                        ("sglang==0.5.23",), no_deps=True),
+            InstallStep("install torch 2.14.1 + torchvision 0.29.1 and SGLang's requirements minus the CUDA-only ones",
+                        ("torch==2.14.1", "torchvision==0.29.1"), requirements_code=_SGLANG_DEPS_CODE),
+        ),
+    )
+    cuda_recipe = CudaRecipe(
+        name="sglang", display="SGLang 0.5.23", version_dist="sglang", approx="~10 GB",
+        pins=(Pin("sglang==0.5.23", CUDA_13_0, "sglang-doc, sglang-meta"),
+              Pin("sglang-kernel==0.4.10", CUDA_13_0, "sglang-meta"),
+              Pin("torch==2.14.1", CUDA_13_0, "sglang-meta, torch-meta"),
+              Pin("flashinfer-python[cu13]==0.7.2", CUDA_13_0, "sglang-meta")),
+        min_cc=(7, 5), cc_source="sglang-doc",
+        older="pin sglang==0.5.19 (its last CUDA 12 release)")
+    # SGLang's CPU venv may hold a CUDA torch (PyPI's torch 2.14.1 is the CUDA 13.0 build), so its
+    # CUDA mark is sglang-kernel, which the CPU recipe leaves out (our sgl_kernel shim stands in)
+    build_marks = ("sglang", "sglang-kernel")
+    setup_rank, gpu_setup_rank, in_setup_cpu, auto_setup_cpu = 5, 2, False, True
+    counters = staticmethod(prom.sglang_counters)
+    gauge_only_hit_rate = ("sglang:cached_tokens_total", "sglang:prompt_tokens_total")
+    series_parser = "sglang"  # its /metrics read into the time series by read_series
+    read_series = staticmethod(prom.series_reader(
+        ("sglang:token_usage",), "sglang:num_running_reqs", "sglang:num_queue_reqs",
+        ("sglang:num_retracted_requests_total", "sglang:num_retracted_reqs"), "sglang:cached_tokens_total",
+        "sglang:prompt_tokens_total"))
+    effective_reader = staticmethod(effective.read_sglang)
+
+    @staticmethod
+    def after_setup(recipe: EngineRecipe, *, console: object = None, force: bool = False) -> str | None:
+        """On the CPU build, our pure-PyTorch ``sgl_kernel`` stand-in goes to ``.engines/sglang/compat``
+        (first on PYTHONPATH at launch); returns the installed SGLang version."""
+        if recipe.build == "cpu":
+            compat = engine_env_dir("sglang") / "compat"
+            shutil.rmtree(compat, ignore_errors=True)
+            shutil.copytree(PROJECT_ROOT / "adapters" / "shims" / "sgl_kernel_compat", compat,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        return dist_version(engine_python("sglang"), recipe.version_dist)
     capabilities = Capabilities(
         hardware=("nvidia", "amd", "cpu"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",

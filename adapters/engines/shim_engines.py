@@ -16,17 +16,20 @@ import hashlib
 from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from adapters.runtime.envs import RECIPES, engine_python
-from adapters.runtime.gpu_recipes import build_label, installed_build, probe_build
+from adapters.registry import register
+from adapters.runtime.envs import engine_python
+from adapters.runtime.gpu_recipes import CUDA_13_0, CudaRecipe, Pin, build_label, installed_build, probe_build
 from adapters.telemetry.hardware import detect_kind
 from adapters.parity import ParityTarget, static_shim_args
-from adapters.runtime.recipes import engine_env_dir
+from adapters.runtime.recipes import SHIM_PACKAGES, EngineRecipe, InstallStep, engine_env_dir
 from adapters.runtime.server import (
     PROJECT_ROOT, LaunchPlan, ServerAdapter, project_pythonpath, render_flags, split_engine_args, thread_env,
 )
 from adapters.runtime.venv_engine import installed_version, probe_installed
+from adapters.telemetry import effective
 
 
+@register("deepspeed", order=70)
 class DeepSpeedAdapter(ServerAdapter):
     """DeepSpeed's CPU inference path (``init_inference``) behind our streaming shim."""
 
@@ -34,6 +37,31 @@ class DeepSpeedAdapter(ServerAdapter):
     display_name = "deepspeed (CPU init_inference, HF generate underneath)"
     flag_source = PROJECT_ROOT / "adapters" / "shims" / "ds_server.py"
     shim = "adapters.shims.ds_server"
+    recipe = EngineRecipe(
+        name="deepspeed",
+        version_dist="deepspeed",
+        approx="~1 GB",
+        steps=(
+            InstallStep("install deepspeed==0.19.8 (DS_BUILD_OPS=0), torch, transformers and the shim server",
+                        ("deepspeed==0.19.8", "torch==2.13.0", "transformers>=5.20,<6", "accelerate>=1.0", *SHIM_PACKAGES),
+                        env={"DS_BUILD_OPS": "0"}),
+        ),
+    )
+    cuda_recipe = CudaRecipe(
+        name="deepspeed", display="DeepSpeed 0.19.8 + DeepSpeed-MII 0.3.3", version_dist="deepspeed", approx="~6 GB",
+        pins=(Pin("deepspeed==0.19.8", None, "mii-meta"),
+              Pin("deepspeed-mii==0.3.3", None, "mii-meta"),
+              Pin("torch==2.13.0", CUDA_13_0, "torch-meta")),
+        min_cc=(8, 0), cc_source="dsk-doc",
+        older="install a torch built for CUDA 12 in .engines/deepspeed yourself",
+        # DS_BUILD_OPS=0: ops are JIT-built on first use (pre-building needs nvcc and minutes per op)
+        extra=("transformers>=5.20,<6", "accelerate>=1.0", *SHIM_PACKAGES), env={"DS_BUILD_OPS": "0"})
+    venv_dists = ("deepspeed", "deepspeed-mii")
+    # not set up by `make bench` (--setup-engines) on a CPU: there its inference path is Hugging Face
+    # `generate` underneath (no kernel injection), what the transformers baseline already measures, at
+    # ~40 s of a default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it
+    setup_rank, gpu_setup_rank, in_setup_cpu = 2, 4, True
+    effective_reader = staticmethod(effective.read_shim)
     production_server = "DeepSpeed-MII (DeepSpeed's own serving front end)"
     capabilities = Capabilities(hardware=("cpu", "nvidia"), features=(), api="shim", complexity=2)
     stop_grace_s = 5.0
@@ -47,7 +75,7 @@ class DeepSpeedAdapter(ServerAdapter):
         if missing is not None:
             if (self._hardware or detect_kind()) == "cpu":
                 return ProbeResult(False, cause="not_installed", reason="deepspeed: not installed - run `bench engines setup deepspeed` "
-                                   f"({RECIPES['deepspeed'].approx}) to add it; `make bench` leaves it out on a CPU, "
+                                   f"({self.recipe.approx}) to add it; `make bench` leaves it out on a CPU, "
                                    "where it is Hugging Face generate underneath (the transformers baseline)")
             return missing
         hw = self._hardware or detect_kind()
@@ -104,6 +132,7 @@ def onnx_model_dir(model_dir: Path, precision: str = "fp32", provider: str = "cp
     return engine_env_dir("onnxruntime") / "models" / f"{model_dir.name}-{precision}-{provider}-{h.hexdigest()[:12]}"
 
 
+@register("onnxruntime", order=60)
 class OnnxRuntimeGenAIAdapter(ServerAdapter):
     """ONNX Runtime GenAI's Generator API behind our streaming shim (the model is built once, cached)."""
 
@@ -111,6 +140,29 @@ class OnnxRuntimeGenAIAdapter(ServerAdapter):
     display_name = "onnxruntime-genai (Generator, static batches)"
     flag_source = PROJECT_ROOT / "adapters" / "shims" / "ort_server.py"
     shim = "adapters.shims.ort_server"
+    recipe = EngineRecipe(
+        name="onnxruntime",
+        version_dist="onnxruntime-genai",
+        approx="~1 GB",
+        steps=(
+            # The model builder reads the HF folder with torch + transformers and needs onnx-ir.
+            InstallStep("install onnxruntime-genai==0.18.0, onnx-ir and the model builder deps",
+                        ("onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "torch==2.13.0", "transformers>=5.20,<6",
+                         *SHIM_PACKAGES)),
+        ),
+    )
+    cuda_recipe = CudaRecipe(
+        name="onnxruntime", display="ONNX Runtime GenAI 0.18.0 (CUDA)", version_dist="onnxruntime-genai-cuda",
+        approx="~4 GB",
+        pins=(Pin("onnxruntime-genai-cuda==0.18.0", CUDA_13_0, "ort-meta"),
+              Pin("onnxruntime-gpu[cuda,cudnn]==1.31.0", CUDA_13_0, "ort-meta"),
+              Pin("torch==2.13.0", CUDA_13_0, "torch-meta")),  # the model builder reads the HF folder with it
+        min_cc=(7, 5), cc_source="torch-meta",
+        older="pin an onnxruntime-gpu release built for CUDA 12",
+        extra=("onnx-ir", "onnx", "transformers>=5.20,<6", *SHIM_PACKAGES))
+    build_marks = ("onnxruntime-genai", "onnxruntime-genai-cuda")
+    setup_rank, gpu_setup_rank, in_setup_cpu, auto_setup_cpu = 3, 3, True, True
+    effective_reader = staticmethod(effective.read_shim)
     production_server = "Foundry Local (Microsoft's OpenAI-compatible server over ONNX Runtime GenAI)"
     capabilities = Capabilities(hardware=("cpu", "nvidia"), features=(), quantization=("int4",), api="shim", complexity=3)
     stop_grace_s = 5.0

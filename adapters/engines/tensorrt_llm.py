@@ -29,6 +29,7 @@ from pathlib import Path
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from adapters.telemetry.hardware import detect_kind
+from adapters.registry import register
 from adapters.runtime.server import LaunchPlan, ServerAdapter, split_engine_args, thread_env
 
 RESERVED = ("host", "port")
@@ -81,6 +82,7 @@ def render_underscore_flags(options: dict[str, str]) -> list[str]:
     return out
 
 
+@register("tensorrt_llm", order=110)
 class TensorRTLLMAdapter(ServerAdapter):
     """``trtllm-serve`` (PyTorch backend) from a user-provided TensorRT-LLM installation."""
 

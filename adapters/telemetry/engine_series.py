@@ -1,7 +1,7 @@
 """The engine's own time series while a point is measured (issue 43): a thread that scrapes the
 engine's Prometheus ``/metrics`` every ``interval_s`` (1 s) from :meth:`SeriesSampler.start` to
 :meth:`SeriesSampler.stop` and reads it with the adapter's named parser
-(:data:`adapters.telemetry.prom.SERIES_PARSERS`): KV-cache usage, running and waiting requests, and the
+(``read_series``, :func:`adapters.telemetry.prom.series_reader`): KV-cache usage, running and waiting requests, and the
 preemption and prefix-cache counters as their increase since the first scrape (the phase's own).
 
 A thread of the harness, never a task on the client's event loop; a scrape that fails is skipped
@@ -16,7 +16,8 @@ import time
 import urllib.request
 from typing import Callable
 
-from adapters.telemetry.prom import SERIES_PARSERS, parse_prometheus
+from adapters import registry
+from adapters.telemetry.prom import parse_prometheus
 from results.schema.series import EngineSeries, SeriesSample
 
 INTERVAL_S = 1.0
@@ -29,7 +30,8 @@ def fetch(url: str, timeout_s: float = 2.0) -> str:
 
 
 class SeriesSampler:
-    """Scrapes ``url`` with parser ``parser`` (a key of :data:`SERIES_PARSERS`) every
+    """Scrapes ``url`` with parser ``parser`` (an engine's name: the ``read_series`` its adapter class
+    declares, :mod:`adapters.registry`) every
     ``interval_s`` in a thread; ``fetch`` and ``clock`` are for tests. :meth:`stop` returns the
     :class:`~results.schema.series.EngineSeries` (also kept in ``result``)."""
 
@@ -49,7 +51,7 @@ class SeriesSampler:
     def reason(self) -> str:
         if not self.url:
             return "the engine has no Prometheus metrics endpoint"
-        if not self.parser or self.parser not in SERIES_PARSERS:
+        if not self.parser or registry.declared(self.parser, "read_series") is None:
             return f"no series parser for this engine's metrics ({self.parser or 'none named on its adapter'})"
         return ""
 
@@ -70,7 +72,7 @@ class SeriesSampler:
         assert self.url and self.parser
         t = self.clock() - self._t0
         try:
-            raw = SERIES_PARSERS[self.parser](parse_prometheus(self.fetch(self.url)))
+            raw = registry.declared(self.parser, "read_series")(parse_prometheus(self.fetch(self.url)))
         except (OSError, ValueError):
             self._failed += 1
             return

@@ -27,6 +27,8 @@ from typing import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from adapters import registry
+
 COMMON_KEYS = ("prefix_cache_hit_rate", "kv_cache_usage", "num_preemptions", "spec_acceptance_rate",
                "spec_mean_accepted_length")
 
@@ -61,91 +63,83 @@ def labelled_samples(text: str, name: str) -> list[dict[str, str]]:
     return out
 
 
-def _get(m: dict[str, float], *names: str) -> float | None:
+def metric(m: dict[str, float], *names: str) -> float | None:
+    """The value of the first of ``names`` in the parsed page ``m`` (an engine's spellings, newest
+    first); None when it has none of them."""
     for n in names:
         if n in m:
             return m[n]
     return None
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
+def ratio(num: float | None, den: float | None) -> float | None:
+    """``num / den``; None when either is missing or ``den`` is not positive."""
     if num is None or den is None or den <= 0:
         return None
     return num / den
 
 
-def _finite(v: float | None) -> float | None:
+def finite(v: float | None) -> float | None:
+    """``v``, or None for None and NaN (a gauge an engine exports before it knows the value)."""
     return None if v is None or math.isnan(v) else v
 
 
-def _vllm(m: dict[str, float]) -> dict[str, float | None]:
-    accepted = _get(m, "vllm:spec_decode_num_accepted_tokens_total")
-    drafts = _get(m, "vllm:spec_decode_num_drafts_total")
+def vllm_counters(m: dict[str, float]) -> dict[str, float | None]:
+    accepted = metric(m, "vllm:spec_decode_num_accepted_tokens_total")
+    drafts = metric(m, "vllm:spec_decode_num_drafts_total")
     return {
-        "prefix_cache_hit_rate": _ratio(_get(m, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-                                        _get(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")),
-        "kv_cache_usage": _get(m, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
-        "num_preemptions": _get(m, "vllm:num_preemptions_total"),
-        "spec_acceptance_rate": _ratio(accepted, _get(m, "vllm:spec_decode_num_draft_tokens_total")),
+        "prefix_cache_hit_rate": ratio(metric(m, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+                                        metric(m, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")),
+        "kv_cache_usage": metric(m, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+        "num_preemptions": metric(m, "vllm:num_preemptions_total"),
+        "spec_acceptance_rate": ratio(accepted, metric(m, "vllm:spec_decode_num_draft_tokens_total")),
         "spec_mean_accepted_length": (1.0 + accepted / drafts) if accepted is not None and drafts else None,
     }
 
 
-def _own(m: dict[str, float]) -> dict[str, float | None]:
-    accepted = _get(m, "own:spec_decode_num_accepted_tokens_total")
-    drafts = _get(m, "own:spec_decode_num_drafts_total")
+def own_counters(m: dict[str, float]) -> dict[str, float | None]:
+    accepted = metric(m, "own:spec_decode_num_accepted_tokens_total")
+    drafts = metric(m, "own:spec_decode_num_drafts_total")
     return {
-        "prefix_cache_hit_rate": _ratio(_get(m, "own:prefix_cache_hits_total"), _get(m, "own:prefix_cache_queries_total")),
-        "kv_cache_usage": _finite(_get(m, "own:kv_cache_usage_perc")),
-        "num_preemptions": _get(m, "own:num_preemptions_total"),
-        "spec_acceptance_rate": _ratio(accepted, _get(m, "own:spec_decode_num_draft_tokens_total")),
+        "prefix_cache_hit_rate": ratio(metric(m, "own:prefix_cache_hits_total"), metric(m, "own:prefix_cache_queries_total")),
+        "kv_cache_usage": finite(metric(m, "own:kv_cache_usage_perc")),
+        "num_preemptions": metric(m, "own:num_preemptions_total"),
+        "spec_acceptance_rate": ratio(accepted, metric(m, "own:spec_decode_num_draft_tokens_total")),
         "spec_mean_accepted_length": (1.0 + accepted / drafts) if accepted is not None and drafts else None,
     }
 
 
-def _sglang(m: dict[str, float]) -> dict[str, float | None]:
-    counted = _ratio(_get(m, "sglang:cached_tokens_total"), _get(m, "sglang:prompt_tokens_total"))
+def sglang_counters(m: dict[str, float]) -> dict[str, float | None]:
+    counted = ratio(metric(m, "sglang:cached_tokens_total"), metric(m, "sglang:prompt_tokens_total"))
     return {
-        "prefix_cache_hit_rate": counted if counted is not None else _get(m, "sglang:cache_hit_rate"),
-        "kv_cache_usage": _get(m, "sglang:token_usage"),
-        "num_preemptions": _get(m, "sglang:num_retracted_reqs", "sglang:num_retracted_requests_total"),
-        "spec_acceptance_rate": _get(m, "sglang:spec_accept_rate"),
-        "spec_mean_accepted_length": _get(m, "sglang:spec_accept_length"),
+        "prefix_cache_hit_rate": counted if counted is not None else metric(m, "sglang:cache_hit_rate"),
+        "kv_cache_usage": metric(m, "sglang:token_usage"),
+        "num_preemptions": metric(m, "sglang:num_retracted_reqs", "sglang:num_retracted_requests_total"),
+        "spec_acceptance_rate": metric(m, "sglang:spec_accept_rate"),
+        "spec_mean_accepted_length": metric(m, "sglang:spec_accept_length"),
     }
 
 
-def _llamacpp(m: dict[str, float]) -> dict[str, float | None]:
+def llamacpp_counters(m: dict[str, float]) -> dict[str, float | None]:
     """llama-server's ``llamacpp:*`` (``--metrics``): prompt tokens reused from its prompt cache
     (``prompt_tokens_cached_total``) over all prompt tokens (``prompt_tokens_total`` counts the
     processed ones, cached excluded); the KV-cache gauge where the build exports it (older builds
     only); speculative counters under either spelling. It has no preemption (a slot keeps its
     context), so ``num_preemptions`` stays None."""
-    cached, processed = _get(m, "llamacpp:prompt_tokens_cached_total"), _get(m, "llamacpp:prompt_tokens_total")
-    accepted = _get(m, "llamacpp:spec_decode_num_accepted_tokens_total", "llamacpp:tokens_drafted_accepted_total")
-    drafted = _get(m, "llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:tokens_drafted_total")
-    steps = _get(m, "llamacpp:spec_decode_num_drafts_total")
+    cached, processed = metric(m, "llamacpp:prompt_tokens_cached_total"), metric(m, "llamacpp:prompt_tokens_total")
+    accepted = metric(m, "llamacpp:spec_decode_num_accepted_tokens_total", "llamacpp:tokens_drafted_accepted_total")
+    drafted = metric(m, "llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:tokens_drafted_total")
+    steps = metric(m, "llamacpp:spec_decode_num_drafts_total")
     return {
-        "prefix_cache_hit_rate": _ratio(cached, None if cached is None or processed is None else cached + processed),
-        "kv_cache_usage": _get(m, "llamacpp:kv_cache_usage_ratio"),
+        "prefix_cache_hit_rate": ratio(cached, None if cached is None or processed is None else cached + processed),
+        "kv_cache_usage": metric(m, "llamacpp:kv_cache_usage_ratio"),
         "num_preemptions": None,
-        "spec_acceptance_rate": _ratio(accepted, drafted),
+        "spec_acceptance_rate": ratio(accepted, drafted),
         "spec_mean_accepted_length": (1.0 + accepted / steps) if accepted is not None and steps else None,
     }
 
 
-MAPPERS: dict[str, Callable[[dict[str, float]], dict[str, float | None]]] = {
-    "vllm": _vllm,
-    "own": _own,
-    "sglang": _sglang,
-    "llamacpp": _llamacpp,
-    "llamacpp_q8_0": _llamacpp,
-}
-
-
 COUNTER_SUFFIXES = ("_total", "_count", "_sum")
-
-GAUGE_ONLY_HIT_RATES = {"sglang": ("sglang:cached_tokens_total", "sglang:prompt_tokens_total")}
-"""Engines whose hit rate falls back to a gauge when these counters are absent."""
 
 
 def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -167,15 +161,16 @@ def measured_phase(engine: str, before: dict[str, float] | None, after: dict[str
     scoped = counter_delta(before, after) if before is not None else after
     out: dict[str, object] = dict(common_metrics(engine, scoped))
     out["counters_scope"] = "measured phase" if before is not None else "since engine start"
-    needed = GAUGE_ONLY_HIT_RATES.get(engine)
+    needed = registry.declared(engine, "gauge_only_hit_rate")  # the counters without which it read a gauge
     if needed and out.get("prefix_cache_hit_rate") is not None and not all(n in after for n in needed):
         out["prefix_cache_hit_rate_scope"] = "engine gauge (includes warm-up)"
     return out
 
 
 def common_metrics(engine: str, parsed: dict[str, float]) -> dict[str, float | None]:
-    """Map one engine's parsed ``/metrics`` to :data:`COMMON_KEYS` (all None for unknown engines)."""
-    mapper = MAPPERS.get(engine)
+    """Map one engine's parsed ``/metrics`` to :data:`COMMON_KEYS` with the ``counters`` mapper its
+    adapter class declares (all None for an engine without one, or a name not registered)."""
+    mapper = registry.declared(engine, "counters")
     if mapper is None:
         return dict.fromkeys(COMMON_KEYS)
     result = mapper(parsed)
@@ -183,34 +178,23 @@ def common_metrics(engine: str, parsed: dict[str, float]) -> dict[str, float | N
 
 
 # ------------------------------------------------------------------------------------------
-# the engine's time series (issue 43): one named parser per engine family, on its adapter
-# (``series_parser``); each maps a parsed page to the raw series keys below (None: not reported)
+# the engine's time series (issue 43): one parser per engine family, declared on its adapter
+# (``read_series``, named by ``series_parser``); each maps a parsed page to the raw series keys
+# below (None: not reported)
 
 SERIES_KEYS = ("kv_cache_usage", "running", "waiting", "preemptions_total", "prefix_hits_total", "prefix_queries_total")
 
 
-def _series(kv: tuple[str, ...], running: str, waiting: str, preempt: tuple[str, ...], hits: str | None,
-            queries: str | None) -> Callable[[dict[str, float]], dict[str, float | None]]:
+def series_reader(kv: tuple[str, ...], running: str, waiting: str, preempt: tuple[str, ...], hits: str | None,
+                  queries: str | None) -> Callable[[dict[str, float]], dict[str, float | None]]:
+    """The parser of an engine's parsed ``/metrics`` page into :data:`SERIES_KEYS`, from the names
+    of its metrics: KV-cache usage (``kv``: gauges, 0..1, first found), running and waiting
+    requests (gauges), the cumulative preemption counter (``preempt``, first found; () none) and
+    the prefix-cache hit and query counters (None: not exported)."""
     def parse(m: dict[str, float]) -> dict[str, float | None]:
-        return {"kv_cache_usage": _finite(_get(m, *kv)), "running": _get(m, running), "waiting": _get(m, waiting),
-                "preemptions_total": _get(m, *preempt) if preempt else None,
-                "prefix_hits_total": _get(m, hits) if hits else None,
-                "prefix_queries_total": _get(m, queries) if queries else None}
+        return {"kv_cache_usage": finite(metric(m, *kv)), "running": metric(m, running), "waiting": metric(m, waiting),
+                "preemptions_total": metric(m, *preempt) if preempt else None,
+                "prefix_hits_total": metric(m, hits) if hits else None,
+                "prefix_queries_total": metric(m, queries) if queries else None}
     return parse
 
-
-SERIES_PARSERS: dict[str, Callable[[dict[str, float]], dict[str, float | None]]] = {
-    "vllm": _series(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
-                    "vllm:num_requests_running", "vllm:num_requests_waiting", ("vllm:num_preemptions_total",),
-                    "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-    "own": _series(("own:kv_cache_usage_perc",), "own:num_requests_running", "own:num_requests_waiting",
-                   ("own:num_preemptions_total",), "own:prefix_cache_hits_total", "own:prefix_cache_queries_total"),
-    "sglang": _series(("sglang:token_usage",), "sglang:num_running_reqs", "sglang:num_queue_reqs",
-                      ("sglang:num_retracted_requests_total", "sglang:num_retracted_reqs"), "sglang:cached_tokens_total",
-                      "sglang:prompt_tokens_total"),
-    # llama-server (--metrics): slots busy and requests deferred; no preemption (a slot keeps its context)
-    "llamacpp": _series(("llamacpp:kv_cache_usage_ratio",), "llamacpp:requests_processing", "llamacpp:requests_deferred",
-                        (), None, None),
-}
-"""Named parsers of the engines' ``/metrics`` into the series' keys (:data:`SERIES_KEYS`): KV-cache
-usage (0..1), running and waiting requests, and the cumulative preemption and prefix-cache counters."""

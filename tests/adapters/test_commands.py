@@ -295,7 +295,7 @@ def test_setup_engine_unknown_and_failure(engines_dir, monkeypatch, tmp_path):
         envs.setup_engine("own")
     # a failing step raises EngineError with the log tail and leaves no "installed" marker
     recipe = recipes.EngineRecipe("vllm", (recipes.InstallStep("install no-such-package-xyz", ("no-such-package-xyz==0",)),), "x")
-    monkeypatch.setitem(envs.RECIPES, "vllm", recipe)
+    monkeypatch.setattr(VllmAdapter, "recipe", recipe)
     monkeypatch.setattr(envs.sys, "executable", sys.executable)
     py = fake_install("vllm")
     py.unlink()

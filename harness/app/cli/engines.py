@@ -26,9 +26,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
-from adapters.runtime.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, select_recipe, setup_engine
-from adapters.runtime.gpu_recipes import SETUP_GPU
+from adapters.runtime.envs import engine_env_dir, select_recipe, setup_engine
 from adapters.telemetry.hardware import detect_kind
+from adapters import registry
 from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
@@ -94,28 +94,28 @@ def engines(ctx: typer.Context,
 
 
 @app.command("setup")
-def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(RECIPES)}), all-cpu or all-gpu"),
+def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(registry.setup_classes())}), all-cpu or all-gpu"),
           force: bool = typer.Option(False, "--force", help="replace a venv that holds the other build (CPU vs CUDA); "
                                      "llamacpp: build llama-server again")
           ) -> None:
     """Create .engines/NAME/venv with that engine's pinned packages (progress shown): the CUDA build
     on a machine with an NVIDIA GPU (driver checked first), the CPU build elsewhere. all-cpu
     installs the CPU builds, all-gpu the CUDA builds (vllm, sglang, onnxruntime, deepspeed)."""
-    hardware = None
+    hardware, shared = None, registry.setup_shared()
     if name == "all-cpu":
-        names, hardware = list(SETUP_CPU), "cpu"
+        names, hardware = list(registry.setup_cpu()), "cpu"
     elif name == "all-gpu":
-        names, hardware = list(SETUP_GPU), "nvidia"
-    elif name in RECIPES:
+        names, hardware = list(registry.cuda_recipes()), "nvidia"
+    elif name in registry.setup_classes():
         names = [name]
-    elif name in SETUP_SHARED:  # llamacpp_q8_0 is the llamacpp build serving other weights
-        names = [SETUP_SHARED[name]]
+    elif name in shared:  # llamacpp_q8_0 is the llamacpp build serving other weights
+        names = [shared[name]]
     elif name in ENGINE_NAMES:
         _fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
     elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
         _fail("tensorrt_llm cannot be installed here")
     else:
-        _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)}, all-cpu or all-gpu")
+        _fail(f"unknown engine {name!r}: choose from {', '.join(registry.setup_classes())}, all-cpu or all-gpu")
     for n in names:
         try:
             recipe = select_recipe(n, hardware)  # the driver check comes first: nothing is installed on a mismatch

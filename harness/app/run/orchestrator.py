@@ -30,7 +30,7 @@ from workloads.base import Workload
 from harness.app.core.executor import LocalExecutor, TrialExecutor
 from harness.app.core.parity_run import ParityRun
 from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, plan_engine, skipped_result
-from harness.app.core.settings import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
+from harness.app.core.settings import RunSettings, default_threads  # noqa: F401 (re-exported)
 from harness.app.core.trial import accuracy_items
 from harness.app.run.context import RunContext, RunState
 from harness.app.run.modes import mode_for
@@ -198,10 +198,11 @@ class Orchestrator:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
         missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
         install fails; True otherwise (including engines that need no install)."""
+        from adapters import registry
         from adapters.runtime.envs import is_installed, setup_engine
 
         name = adapter.name
-        if name not in AUTO_SETUP_CPU or kind != "cpu" or is_installed(name):
+        if not registry.declared(name, "auto_setup_cpu", False) or kind != "cpu" or is_installed(name):
             return True
         self.console.print(f"[bold]{name}[/]: environment missing, installing (one time) …")
         try:

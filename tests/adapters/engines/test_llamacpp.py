@@ -21,10 +21,11 @@ from adapters.runtime import envs
 
 from adapters.engines import llamacpp_build, llamacpp_gguf
 from adapters.base import EngineError, LaunchConfig
-from adapters.telemetry.effective import READERS, _Settings
+from adapters.telemetry.effective import _Settings
 from adapters.engines.llamacpp import LlamaCppAdapter, LlamaCppQ8Adapter, read_settings, slot_layout
 from adapters.parity import ParityTarget
 from adapters.telemetry.prom import common_metrics, parse_prometheus
+from adapters import registry
 from adapters.registry import all_adapters, get_adapter, parse_engine_args
 from results.schema import FLAG_SOURCE, EffectiveSettings
 
@@ -159,7 +160,7 @@ def test_not_installed_names_the_one_setup_command(engines_dir, model, tmp_path)
     assert probe.available and probe.version == "b6790" and "f32" in probe.reason
     llamacpp_build.server_binary().unlink()
     assert "--force" in LlamaCppAdapter(hardware="cpu").probe().reason
-    assert "llamacpp" in envs.SETUP_CPU and envs.SETUP_SHARED == {"llamacpp_q8_0": "llamacpp"}
+    assert "llamacpp" in registry.setup_cpu() and registry.setup_shared() == {"llamacpp_q8_0": "llamacpp"}
 
 
 def test_setup_cli_maps_the_q8_0_variant_to_the_one_build(monkeypatch):
@@ -283,10 +284,10 @@ def test_setup_engine_builds_after_the_venv_and_marks_it_installed(engines_dir, 
     (engines_dir / "llamacpp" / "venv" / "bin").mkdir(parents=True)
     (engines_dir / "llamacpp" / "venv" / "bin" / "python").symlink_to(sys.executable)
     monkeypatch.setattr(llamacpp_build, "build_server", lambda **kw: "b6790")
-    envs.setup_engine("llamacpp", recipe=envs.RECIPES["llamacpp"])
+    envs.setup_engine("llamacpp", recipe=registry.cpu_recipes()["llamacpp"])
     info = envs.installed_info("llamacpp")
     assert info["version"] == "b6790" and info["dist"] == "llama-server"
-    packages = envs.RECIPES["llamacpp"].steps[0].packages
+    packages = registry.cpu_recipes()["llamacpp"].steps[0].packages
     assert "torch==2.13.0" in packages and "sentencepiece" in packages
 
 
@@ -339,7 +340,7 @@ def test_effective_settings_from_props_slots_and_log():
     s = _Settings("cpu")
     read_settings(json.loads(_recorded("llamacpp_props.json")), json.loads(_recorded("llamacpp_slots.json")), log, s, argv)
     got = s.build()
-    assert READERS["llamacpp"] is READERS["llamacpp_q8_0"]
+    assert registry.declared("llamacpp", "effective_reader") is registry.declared("llamacpp_q8_0", "effective_reader")
     assert got.max_num_seqs == 11 and got.sources["max_num_seqs"] == "GET /props total_slots"
     assert got.max_model_len == 2048 and got.sources["max_model_len"] == "GET /props default_generation_settings.n_ctx"
     assert got.kv_capacity_tokens == 11 * 2048 and got.sources["kv_capacity_tokens"].startswith("GET /slots")

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from adapters.runtime import envs
 from adapters.base import EngineError, LaunchConfig
-from adapters.telemetry.effective import READERS, _shim, from_server_info, _Settings
+from adapters.telemetry.effective import from_server_info, read_shim, _Settings
 from adapters.engines.openvino import (
-    OpenVinoAdapter, ensure_ir, error_line, export_command, ir_dir, model_digest, numerics,
+    OPENVINO_RELEASE, OpenVinoAdapter, ensure_ir, error_line, export_command, ir_dir, model_digest, numerics,
 )
 from adapters.parity import ParityTarget
+from adapters import registry
 from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter
 from adapters.shims.ov_export import legacy_config
 from adapters.shims.ov_server import effective_info, kv_layout
@@ -64,14 +64,14 @@ def flag(cmd: list[str], name: str) -> str:
 def test_registered_and_in_the_cpu_setup():
     assert "openvino" in ENGINE_NAMES and isinstance(get_adapter("openvino"), OpenVinoAdapter)
     assert "openvino" in [a.name for a in all_adapters("cpu")]
-    assert "openvino" in envs.SETUP_CPU and READERS["openvino"] is _shim
-    steps = envs.RECIPES["openvino"].steps
+    assert "openvino" in registry.setup_cpu() and OpenVinoAdapter.effective_reader is read_shim
+    steps = registry.cpu_recipes()["openvino"].steps
     pins = [p for st in steps for p in st.packages]
-    release = envs.OPENVINO_RELEASE
+    release = OPENVINO_RELEASE
     # the three OpenVINO distributions come from one release; torch is the local CPU build
     assert f"openvino=={release}" in pins and f"openvino-genai=={release}.0" in pins
     assert f"openvino-tokenizers=={release}.0" in pins and "torch==2.13.0" in pins
-    assert any(p.startswith("optimum-intel") for p in pins) and envs.RECIPES["openvino"].version_dist == "openvino-genai"
+    assert any(p.startswith("optimum-intel") for p in pins) and registry.cpu_recipes()["openvino"].version_dist == "openvino-genai"
 
 
 def test_not_installed_names_the_setup_command(engines_dir, model, tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from adapters import registry
 from adapters.runtime import envs, gpu_recipes, installer, recipes
 
 from adapters.telemetry import hardware
@@ -111,12 +112,12 @@ def test_h200_with_a_good_driver_gets_the_pinned_cuda_build(name, engines_dir, s
     assert env.get("DS_BUILD_OPS") == ("0" if name == "deepspeed" else None)
     marker = json.loads((engines_dir / name / "installed.json").read_text())
     assert (marker["build"], marker["cuda"], marker["dist"]) == (
-        "cuda", "13.0", gpu_recipes.CUDA_RECIPES[name].version_dist)
+        "cuda", "13.0", registry.cuda_recipes()[name].version_dist)
     assert not (engines_dir / name / "compat").exists()  # the sgl_kernel shim is for CPU only
 
 
 def test_every_cuda_pin_needs_cuda_13_0_and_names_its_source():
-    for recipe in gpu_recipes.CUDA_RECIPES.values():
+    for recipe in registry.cuda_recipes().values():
         assert recipe.min_driver == "580.65.06" and recipe.cuda == (13, 0)
         for pin in recipe.pins:
             assert pin.cuda in (None, (13, 0)) and pin.source
@@ -150,8 +151,8 @@ def test_gpu_too_old_or_missing_driver_is_refused(engines_dir, steps, monkeypatc
 def test_cpu_machine_keeps_the_cpu_recipes(engines_dir, steps, monkeypatch):
     monkeypatch.setenv("BENCH_HARDWARE", "cpu")
     monkeypatch.setattr(hardware, "detect_nvidia_driver", lambda: pytest.fail("no driver check on a CPU"))
-    for name in envs.RECIPES:
-        assert envs.select_recipe(name) is envs.RECIPES[name]
+    for name, recipe in registry.cpu_recipes().items():
+        assert envs.select_recipe(name) is recipe
     res = runner.invoke(app, ["setup", "vllm"])
     assert res.exit_code == 0, res.output
     (_, _), (cmd, env), (uninstall, _) = steps
