@@ -126,6 +126,11 @@ class TransformersServeAdapter(ServerAdapter):
             return own_env
         return Path(sys.executable).parent / "transformers"
 
+    def help_argvs(self) -> tuple[tuple[str, ...], ...]:
+        """``transformers serve --help`` of its own environment (none before it is set up)."""
+        cli = self.cli_path()
+        return ((str(cli), "serve", "--help"),) if is_installed(self.name) and cli.exists() else ()
+
     def probe(self) -> ProbeResult:
         """Available when a ``transformers`` CLI with its ``[serving]`` extras (openai, fastapi,
         uvicorn) exists: in ``.engines/transformers_serve`` or in the harness venv."""

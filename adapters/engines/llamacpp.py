@@ -243,6 +243,11 @@ class LlamaCppAdapter(ServerAdapter):
                                         "slot_context": per_slot, "max_model_len": per_slot,
                                         "numerics": numerics(outtype, opts["cache_type_k"], opts["cache_type_v"])})
 
+    def help_argvs(self) -> tuple[tuple[str, ...], ...]:
+        """``llama-server --help`` of the built server (none before it is built)."""
+        binary = llamacpp_build.server_binary()
+        return ((str(binary), "--help"),) if binary.is_file() else ()
+
     def parity_args(self, target: "ParityTarget") -> tuple[dict[str, str], list[str]]:
         """``--parity strict``: ``max_num_seqs`` as its slots (``--parallel``), the per-step budget
         as ``--batch-size`` (how many tokens of prompts and decodes one step takes); the KV budget

@@ -136,6 +136,13 @@ class SglangAdapter(ServerAdapter):
     def hardware(self) -> str:
         return self._hardware or detect_kind()
 
+    def help_argvs(self) -> tuple[tuple[str, ...], ...]:
+        """Its launch server's help (run as it is launched; on a CPU it may need the stand-in on
+        PYTHONPATH to import, and then it lists nothing: the start checks)."""
+        if probe_installed("sglang") is not None:
+            return ()
+        return ((str(engine_python("sglang")), "-m", "sglang.launch_server", "--help"),)
+
     def probe(self) -> ProbeResult:
         """Installed venv required, holding the build this machine needs (CPU torch + our shim, or
         the CUDA build with sglang-kernel: :func:`adapters.runtime.gpu_recipes.probe_build`); on CPU also the

