@@ -176,13 +176,14 @@ class ServerAdapter(EngineTraits):
         help (:meth:`help_argvs`, :func:`adapters.flags.help_flags`); [] when every one is declared,
         or when there is no list to check against (not installed, no usable help: the engine
         checks its flags when it starts)."""
-        known = self._known_flags()[0]
+        known, from_help = self._known_flags()
         if not known:
             return []
         from adapters.flags import unknown_flag
 
         flags, _, _ = split_engine_args(engine_args, self.adapter_keys)
-        return [f"{k}={v}" for k, v in flags.items() if unknown_flag(k, v, known)]
+        # an engine's own parser may take a dotted key into a JSON option (vLLM's --compilation-config.mode)
+        return [f"{k}={v}" for k, v in flags.items() if unknown_flag(k.split(".")[0] if from_help else k, v, known)]
 
     def flags_hint(self) -> str:
         """The command that lists this engine's flags, for a refusal's line."""

@@ -69,7 +69,8 @@ def test_a_third_party_engine_s_flags_are_read_from_its_installed_help(tmp_path:
     assert vllm.help_argvs() == ()  # not installed: nothing to read, the engine checks at start
     _fake_vllm(tmp_path / "engines", "usage: api_server [--host HOST] [--port PORT]\n  --max-num-seqs MAX_NUM_SEQS\n"
                                       "  --enable-prefix-caching, --no-enable-prefix-caching")
-    args = {"max_num_seqs": "8", "enable_prefix_caching": "false", "env.VLLM_X": "1", "bogus_key": "1"}
+    args = {"max_num_seqs": "8", "enable_prefix_caching": "false", "env.VLLM_X": "1", "max_num_seqs.x": "1",
+            "bogus_key": "1"}
     assert vllm.unknown_args(args) == ["bogus_key=1"]
     with pytest.raises(ValueError, match=r"--engine-arg vllm:bogus_key=1 names no flag of vllm's server: see "
                                          r"\S+/engines/vllm/venv/bin/python -m vllm.entrypoints.openai.api_server "
