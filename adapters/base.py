@@ -172,11 +172,12 @@ class Endpoint:
     pause: Callable[[], None] | None = None
     resume: Callable[[], None] | None = None
     # The server's process group (``os.getpgid`` of the server; every worker it forks shares it),
-    # sampled for memory/CPU during the measured phase (adapters.resources). None for an
+    # sampled for memory/CPU during the measured phase (adapters.runtime.resources). None for an
     # endpoint the harness did not start.
     pgid: int | None = None
-    # The adapter's named parser of its /metrics into the time series (adapters.prom.SERIES_PARSERS;
-    # None: no series, e.g. an external endpoint or an engine without Prometheus metrics).
+    # The name of the engine whose parser reads this server's /metrics into the time series (its
+    # ``read_series``, EngineTraits; None: no series, e.g. an external endpoint or an engine without
+    # Prometheus metrics).
     series_parser: str | None = None
 
 
@@ -186,6 +187,50 @@ class EngineError(RuntimeError):
     def __init__(self, message: str, log_tail: str = "") -> None:
         super().__init__(message)
         self.log_tail = log_tail
+
+
+class EngineTraits:
+    """What an engine declares about itself on its adapter class, read off the class (by
+    :mod:`adapters.registry` and the modules that ask it) without starting or probing anything.
+    The defaults declare nothing; an adapter class overrides what applies to its engine.
+
+    Install (``bench engines setup``): ``recipe``, the CPU install recipe
+    (:class:`adapters.runtime.recipes.EngineRecipe`); ``cuda_recipe``, the CUDA one
+    (:class:`adapters.runtime.gpu_recipes.CudaRecipe`); ``build_marks``, (the engine's distribution,
+    the distribution only its CUDA build has) telling the builds of an installed venv apart;
+    ``venv_dists``, the distributions a probe names in its venv (default: ``build_marks``);
+    ``setup_by``, the engine whose setup installs this one too (same build, other weights);
+    ``setup_rank`` / ``gpu_setup_rank``, the order setup lists and installs the CPU / CUDA recipes;
+    ``in_setup_cpu``, installed by ``setup all-cpu``; ``auto_setup_cpu``, installed by ``bench run``
+    when missing on a CPU (``make bench``); ``after_setup(recipe, *, console, force) -> version``,
+    what setup does after the packages (a build, a stand-in module) and the version it records
+    (None: the version of ``recipe.version_dist``). ``in_all``: measured by ``--engine all``.
+
+    Telemetry: ``counters``, the mapper of a parsed ``/metrics`` page (name → value) to the common
+    counters (:data:`adapters.telemetry.prom.COMMON_KEYS`); ``gauge_only_hit_rate``, the
+    (hits, queries) counters without which its hit rate comes from a gauge; ``series_parser``, the
+    name (an engine's) of the parser of its ``/metrics`` into the time series and ``read_series``
+    that parser (:func:`adapters.telemetry.prom.series_reader`); ``effective_reader``, the reader
+    of the settings it actually runs with, ``(Endpoint, settings, timeout_s) -> None``
+    (:mod:`adapters.telemetry.effective`; None: from its command line only).
+    """
+
+    recipe: Any = None
+    cuda_recipe: Any = None
+    build_marks: tuple[str, str] | None = None
+    venv_dists: tuple[str, ...] = ()
+    setup_by: str | None = None
+    setup_rank: int = 0
+    gpu_setup_rank: int = 0
+    in_setup_cpu: bool = False
+    auto_setup_cpu: bool = False
+    after_setup: Callable[..., str | None] | None = None
+    in_all: bool = True
+    counters: Callable[[dict[str, float]], dict[str, float | None]] | None = None
+    gauge_only_hit_rate: tuple[str, str] | None = None
+    series_parser: str | None = None
+    read_series: Callable[[dict[str, float]], dict[str, float | None]] | None = None
+    effective_reader: Callable[..., None] | None = None
 
 
 @runtime_checkable

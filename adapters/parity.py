@@ -1,7 +1,7 @@
 """``bench run --parity strict``: one value per setting, set through each engine's own flags.
 
 :class:`ParityTarget` holds the values; every adapter's ``parity_args(target)`` returns
-``(engine_args, could_not)``: the ``--engine-arg`` style options (``adapters.server`` conventions)
+``(engine_args, could_not)``: the ``--engine-arg`` style options (``adapters.runtime.server`` conventions)
 that put its engine on the target, and one line per setting it cannot be set to, with why.
 :func:`strict_engine_args` merges them under the user's ``--engine-arg`` (the user's value
 wins, and the record says so) and returns what was done as a
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from adapters.server import CPU_KV_CACHE_BYTES, kv_bytes_per_token
+from adapters.runtime.server import CPU_KV_CACHE_BYTES, kv_bytes_per_token
 from results.model_geometry import dtype_bytes_for, read_model_summary
 from results.schema import ParityStrict
 

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adapters.envs import engine_python  # noqa: E402
+from adapters.runtime.envs import engine_python  # noqa: E402
 from harness.loadgen.calibrate import calibrate  # noqa: E402
 from harness.app.core.model import resolve_model  # noqa: E402
 from harness.loadgen.nullserver import null_server  # noqa: E402

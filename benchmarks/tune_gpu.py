@@ -1,7 +1,7 @@
 """Device check of ``bench run --tune`` on a GPU (issue 27): the reference engine's GPU search space.
 
 The 2-core machine has no GPU, so the GPU half of the search space (``own``'s ``cuda_graphs``,
-``block_size``, the larger ``max_num_seqs`` and per-step budgets; ``adapters/own.py``) is only
+``block_size``, the larger ``max_num_seqs`` and per-step budgets; ``adapters/engines/own.py``) is only
 exercised on a lent device machine. This script runs, in one go:
 
 1. a model folder of the embedded model's shape (SmolLM2-135M: 30 layers, hidden 576, 9 heads,

@@ -143,7 +143,7 @@ def _resource_note(runs: list[Run]) -> str:
     intervals = sorted({e.resources.interval_s for r in runs for e in r.summary.engines.values()
                         if e.resources is not None and e.resources.samples})
     every = f"every {', '.join(f'{i:g}' for i in intervals)} s" if intervals else "periodically"
-    return ("Sampled " + every + " over the engine's whole process group during its measured phase (adapters/resources.py): "
+    return ("Sampled " + every + " over the engine's whole process group during its measured phase (adapters/runtime/resources.py): "
             "RSS counts shared pages once per process, PSS splits them between processes (the group's real footprint); "
             "CPU is % of one core. Install size: the engine's virtual environment on disk. Cost: "
             + ("; ".join(prices) if prices else "no price recorded (bench run --price-per-hour)")

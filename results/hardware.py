@@ -4,7 +4,7 @@ as every run's manifest records them.
 The one home of the hardware *data* and its pure functions; the scorer, the application and the
 adapters' probes all use it, and it imports nothing of the harness or the adapters. Detecting
 this machine (``nvidia-smi``, ``rocm-smi``, the NVIDIA driver, ``BENCH_HARDWARE``) runs commands
-and lives in :mod:`adapters.hardware`, which builds its profiles with this module's; its
+and lives in :mod:`adapters.telemetry.hardware`, which builds its profiles with this module's; its
 ``get_profile`` also resolves the name ``"detected"``.
 
 A :class:`HardwareProfile` is one kind of device times a device count. Named profiles
@@ -191,7 +191,7 @@ PROFILES.update({key: dataclasses.replace(PROFILES[key], price_per_hour=price, p
                  for key, (price, source) in PRICES.items()})
 
 SPECIAL_NAMES = ("detected",)
-"""Profile names that describe this machine; ``adapters.hardware.get_profile`` resolves them."""
+"""Profile names that describe this machine; ``adapters.telemetry.hardware.get_profile`` resolves them."""
 
 
 def profile_from_manifest(hardware: HardwareFacts | Mapping[str, Any] | None) -> HardwareProfile | None:
@@ -288,11 +288,11 @@ def named_profile(name: str, num_devices: int | None = None) -> HardwareProfile:
 
     Raises ValueError (one line listing the valid names, :data:`SPECIAL_NAMES` included) for an
     unknown name and for ``num_devices < 1``; for a special name, which only
-    ``adapters.hardware.get_profile`` resolves (it detects this machine's hardware).
+    ``adapters.telemetry.hardware.get_profile`` resolves (it detects this machine's hardware).
     """
     key = (name or "").strip()
     if key.lower() in SPECIAL_NAMES:
-        raise ValueError(f"hardware profile {name!r} describes this machine: adapters.hardware.get_profile detects it")
+        raise ValueError(f"hardware profile {name!r} describes this machine: adapters.telemetry.hardware.get_profile detects it")
     match = next((p for n, p in PROFILES.items() if n.lower() == key.lower()), None)
     if match is None:
         valid = ", ".join([*PROFILES, *SPECIAL_NAMES])

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _bench_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point BENCH_STATE_DIR (the registry of live engine groups, adapters/leftovers.py) at a
+    """Point BENCH_STATE_DIR (the registry of live engine groups, adapters/runtime/leftovers.py) at a
     fresh folder per test, inherited by every child process a test starts; the fidelity check off."""
     monkeypatch.setenv("BENCH_STATE_DIR", str(tmp_path_factory.mktemp("bench-state")))
     # `bench run`'s output-fidelity check builds a transformers reference per workload (seconds

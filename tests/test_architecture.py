@@ -316,8 +316,8 @@ def test_the_checker_catches_an_isolation_breach() -> None:
     with _probe_files({
         "own_engine/_arch_probe.py": "def f():\n    from results.model_geometry import kv_bytes_per_token\n",
         "own_engine/server/_arch_probe.py": "import adapters.base\n",
-        "harness/scoring/_arch_probe.py": "from adapters.hardware import HardwareProfile\n",
-        "reports/_arch_probe.py": "from adapters import openai_adapter\n",
+        "harness/scoring/_arch_probe.py": "from adapters.telemetry.hardware import HardwareProfile\n",
+        "reports/_arch_probe.py": "from adapters.engines import openai\n",
     }):
         found = isolation_violations()
     for probe in ("own_engine/_arch_probe.py", "own_engine/server/_arch_probe.py", "harness/scoring/_arch_probe.py",
@@ -616,3 +616,68 @@ def test_the_core_checkers_catch_a_second_judge(tmp_path) -> None:
     tree = ast.parse("def judge(v, slo):\n    return v <= slo.threshold_ms\n")
     assert _slo_comparisons(tree) == [2]
     assert _stage_literals(ast.parse("def g():\n    return 'latency', 'too slow'\n")) == [(2, "latency")]
+
+
+# ------------------------------------------------------------------------------------------
+# issue 42: an engine is one registered class; no table of engine names outside the registry
+
+REGISTRY = "adapters/registry.py"
+ENGINE_TABLE_ROOTS = ("adapters", "harness", "results", "reports", "workloads", "own_engine")
+ENGINE_NAME_LISTS_ALLOWED = {
+    "adapters/shims/ov_export.py": "Python distributions whose versions an IR export records "
+                                   "(openvino, transformers: packages in the engine's venv, not engines)",
+    "harness/app/importers/__init__.py": "bench import --from: other benchmark tools' result formats "
+                                         "(vLLM's and SGLang's benchmark scripts), not engines",
+}
+"""Modules that may hold a literal naming two engines, each with why it is no engine table."""
+
+
+def engine_tables(root: Path = ROOT, names: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+    """``path`` → ``"line: names"`` for every dict literal whose keys, and every tuple, list or set
+    literal whose elements, hold two or more engine names (``names``: default every registered
+    engine), in the modules under :data:`ENGINE_TABLE_ROOTS` of ``root`` but :data:`REGISTRY`: a
+    table keyed by engine name, which belongs on the engines' adapter classes."""
+    if names is None:
+        from adapters.registry import engine_names
+
+        names = engine_names()
+    found: dict[str, list[str]] = {}
+    for top in ENGINE_TABLE_ROOTS:
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel == REGISTRY:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                items = node.keys if isinstance(node, ast.Dict) else \
+                    node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+                hits = sorted({k.value for k in items if isinstance(k, ast.Constant) and k.value in names})
+                if len(hits) >= 2:
+                    found.setdefault(rel, []).append(f"{node.lineno}: {', '.join(hits)}")
+    return found
+
+
+def test_no_engine_table_outside_the_registry() -> None:
+    """Adding an engine touches its own module (adapters/engines/) and its test only: what the
+    harness knows of an engine is declared on its adapter class (adapters.base.EngineTraits) and
+    read through adapters.registry, never from a table of engine names elsewhere."""
+    found = engine_tables()
+    assert {path: hits for path, hits in found.items() if path not in ENGINE_NAME_LISTS_ALLOWED} == {}
+    assert [path for path in ENGINE_NAME_LISTS_ALLOWED if path not in found] == [], \
+        "no longer lists engine names: remove from ENGINE_NAME_LISTS_ALLOWED"
+
+
+def test_the_checker_catches_an_engine_table(tmp_path: Path) -> None:
+    planted = {
+        "harness/app/run/_probe.py": 'MAPPERS = {"vllm": 1, "sglang": 2}\n',
+        "results/_probe.py": 'def f(name):\n    return name in ("own", "llamacpp", "x")\n',
+        "workloads/_probe.py": 'AUTO = ["vllm"]\nONE = {"vllm": 1, "other": 2}\n',  # one engine name: no table
+        "adapters/registry.py": 'NAMES = ("own", "vllm")\n',  # the registry itself may
+        "tests/_probe.py": 'NAMES = ("own", "vllm")\n',  # tests are not scanned
+    }
+    for rel, text in planted.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert engine_tables(tmp_path, ("own", "vllm", "sglang", "llamacpp")) == {
+        "harness/app/run/_probe.py": ["1: sglang, vllm"],
+        "results/_probe.py": ["2: llamacpp, own"],
+    }

@@ -2,7 +2,7 @@
 
 ``python -m adapters.shims.ov_export --model HF_DIR --out OUT [--weight-format fp32]`` - runs in
 ``.engines/openvino/venv`` (optimum-intel, openvino, openvino-tokenizers, torch, transformers),
-started by :func:`adapters.openvino_adapter.ensure_ir` in its own watched process group with its
+started by :func:`adapters.engines.openvino.ensure_ir` in its own watched process group with its
 output in the engine's log. Steps (each prints ``[i/3] ...``):
 
 1. ``optimum-cli export openvino --model DIR --task text-generation-with-past --weight-format

@@ -371,7 +371,7 @@ def scheduler_config(genai: Any, kv: dict[str, int], max_num_seqs: int | None, m
 def effective_info(sc: Any, kv: dict[str, int], props: dict[str, Any], max_model_len: int | None,
                    ir_facts: dict[str, Any], block_size: int = CPU_BLOCK_SIZE) -> dict[str, Any]:
     """``GET /v1/server_info``: the effective configuration in the parity audit's field names
-    (``adapters.effective`` reads them), from the ``SchedulerConfig`` the pipeline was built
+    (``adapters.telemetry.effective`` reads them), from the ``SchedulerConfig`` the pipeline was built
     with and the properties it compiled with."""
     split_fuse = bool(getattr(sc, "dynamic_split_fuse", False))
     budget = int(getattr(sc, "max_num_batched_tokens", 0)) or None

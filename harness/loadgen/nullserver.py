@@ -134,13 +134,13 @@ def local_server(module: str, args: list[str], port: int | None = None, startup_
     its base URL once ``/health`` answers 200.
 
     The process is terminated (and killed after 5 s) on exit, whatever happened inside; a
-    watchdog (``adapters.process.watch_group``) ends it when this process is killed outright.
+    watchdog (``adapters.runtime.process.watch_group``) ends it when this process is killed outright.
     Raises RuntimeError naming ``name`` when it exits early or does not answer ``/health``
     within ``startup_timeout_s`` seconds.
     """
     import urllib.request
 
-    from adapters.process import watch_group
+    from adapters.runtime.process import watch_group
 
     port = port or _free_port()
     proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *args],
@@ -182,7 +182,7 @@ def null_server(port: int | None = None, startup_timeout_s: float = 30.0) -> Ite
     """Start the null server in a child process (own process group); yield its base URL.
 
     The process is terminated (and killed after 5 s) on exit, whatever happened inside; a
-    watchdog (``adapters.process.watch_group``) ends it when this process is killed outright.
+    watchdog (``adapters.runtime.process.watch_group``) ends it when this process is killed outright.
     Raises RuntimeError when it does not answer ``/health`` within ``startup_timeout_s``.
     """
     with local_server("harness.loadgen.nullserver", [], port, startup_timeout_s, "null server") as url:

@@ -34,7 +34,7 @@ driver decides). When the driver's phase is interrupted (Ctrl-C, SIGTERM) it SIG
 worker, whose runner records its in-flight requests as ``interrupted``, stores what they send for
 up to :data:`STOP_GRACE_S` seconds, SIGKILLs what is left, and re-raises. A worker also dies
 with its parent: ``PR_SET_PDEATHSIG`` (SIGKILL) on Linux and a thread that exits when its parent
-pid changes (the way ``adapters/watchdog.py`` watches the harness), so none is left behind.
+pid changes (the way ``adapters/runtime/watchdog.py`` watches the harness), so none is left behind.
 """
 
 from __future__ import annotations

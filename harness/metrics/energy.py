@@ -1,7 +1,7 @@
 """Energy per output token of a load point, with its interval (issue 43).
 
 Inputs: each measurement's energy (J, :class:`results.schema.PhaseEnergy`, read by
-:mod:`adapters.energy`) and its output tokens (the successful measured requests' server counts,
+:mod:`adapters.telemetry.energy`) and its output tokens (the successful measured requests' server counts,
 the tokens throughput counts). The point's figure is the ratio of sums, ``J/token = ΣE / ΣT``
 over its measurements (a ratio of means, so a long measurement weighs as much as its tokens).
 

@@ -22,7 +22,7 @@ harness did not start (an ``openai`` endpoint) have no time to healthy.
 Shown, not scored: install time (``install_s``, how long ``bench engines setup`` took; it
 depends on the package cache and the network, and engines in the harness's own environment have
 no install step, so it is not like for like) and install size (``install_bytes``, the size on disk
-of the virtual environment the engine runs from, ``adapters.resources.install_facts``; the own
+of the virtual environment the engine runs from, ``adapters.runtime.resources.install_facts``; the own
 engine's is the harness's own, shared one). Not recorded anywhere: steps outside pip (an engine
 build); named as not recorded.
 
@@ -45,7 +45,7 @@ class OperationalRecord:
     in ``summary.json``); ``startup_parallel``: True when it started alongside other engines
     (its time then includes their contention for the CPU); ``processes``: live processes in the
     server's process group once healthy (the manifest's effective configuration,
-    ``adapters.process.ServerProcess.processes``); ``install_s``: how long ``bench engines
+    ``adapters.runtime.process.ServerProcess.processes``); ``install_s``: how long ``bench engines
     setup`` took, s (the manifest's effective configuration ``install_s``; ``bench engines setup``
     writes it to ``.engines/<name>/installed.json`` as ``seconds``, but no adapter copies it into
     a run yet, so it reads "not recorded");

@@ -1,7 +1,7 @@
 """The engine-configuration parity audit: the measured engines' effective settings side by side,
 and an unfair flag with its reason wherever a difference changes what is measured.
 
-It compares stored artefacts only (each ``EngineResult.effective``, read by ``adapters.effective``
+It compares stored artefacts only (each ``EngineResult.effective``, read by ``adapters.telemetry.effective``
 from what the engine itself reported). Flags, each a caveat (the recommender lists them in its
 notes; nothing is eliminated for one):
 

@@ -39,7 +39,7 @@ from .weights import CRITERIA
 
 EPS = 1e-9  # scores closer than this are equal
 REFERENCE_ENGINES = frozenset({"own"})
-"""The reference engine (``own_engine``, adapter ``adapters.own``): a yardstick, never recommended."""
+"""The reference engine (``own_engine``, adapter ``adapters.engines.own``): a yardstick, never recommended."""
 
 RawMetrics = dict[str, float | None]
 

@@ -264,7 +264,7 @@ class OpenAIServing:
 
 def server_info(engine: Any) -> dict[str, Any]:
     """The settings the engine really runs with (``GET /v1/server_info``; read by
-    ``adapters.effective`` for the parity audit): ``kv_capacity_tokens`` = KV blocks × block
+    ``adapters.telemetry.effective`` for the parity audit): ``kv_capacity_tokens`` = KV blocks × block
     size (tokens), ``kv_capacity_bytes`` = bytes of the allocated K/V tensors (draft model's
     included), ``prefix_caching`` as the block manager applies it (off under naive allocation),
     ``chunked_prefill_tokens`` = the per-step budget a prefill chunk fits in, ``dtype`` of the

@@ -4,7 +4,7 @@ figures of a load point or a capacity (:class:`EnergyFigures`, in ``ladder.json`
 ``recipe.json``).
 
 Units: joules (J), watts (W), seconds (s); ``energy_uj`` of RAPL is µJ, NVML's counter mJ, both
-converted to J where they are read (:mod:`adapters.energy`). A figure that could not be measured
+converted to J where they are read (:mod:`adapters.telemetry.energy`). A figure that could not be measured
 is ``None`` with the reason beside it: never 0, never a guess from a datasheet (TDP).
 """
 
@@ -25,7 +25,7 @@ SOURCE_LABELS = {
 
 
 class EnergySource(Artefact):
-    """The run's energy source, chosen once before any engine starts (``adapters.energy.choose_source``).
+    """The run's energy source, chosen once before any engine starts (``adapters.telemetry.energy.choose_source``).
 
     ``kind``: ``nvml`` (NVIDIA GPUs), ``rapl`` (Linux powercap on the CPU), ``none`` (``reason``
     says why: no RAPL zone, permission denied, no NVML). ``zones``: what the counter sums (RAPL

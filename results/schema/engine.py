@@ -63,7 +63,7 @@ class FeatureProbe(Artefact):
 
 
 class ResourceUse(Artefact):
-    """What an engine's process group used during its measured phase (``adapters.resources``).
+    """What an engine's process group used during its measured phase (``adapters.runtime.resources``).
 
     Sampled every ``interval_s`` (s) over every process of the server's process group:
     ``peak_rss_bytes`` / ``mean_rss_bytes``: resident set size summed over the group (bytes;
@@ -117,7 +117,7 @@ class Cost(Artefact):
     """What one engine's measured output costs on the hardware it ran on.
 
     ``usd_per_1m_output_tokens = usd_per_hour / (output tok/s × 3600) × 1e6``
-    (``adapters.hardware.cost_per_million_tokens``) from the measured output throughput;
+    (``adapters.telemetry.hardware.cost_per_million_tokens``) from the measured output throughput;
     ``low`` / ``high``: the same from the high / low end of that throughput's interval (equal to
     the point when the run formed none); ``usd_per_hour``: the price of the devices measured on
     (USD per device-hour × devices), ``price_source``: where the price came from.

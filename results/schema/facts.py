@@ -152,7 +152,7 @@ class EngineFacts(Facts):
 
     What the harness records of the engine's session: ``display_name``, ``startup_s`` (s to
     healthy), ``startup_parallel`` (started alongside others), the install facts
-    (``adapters.resources.install_facts``: ``install_bytes`` of ``install_dir``, or
+    (``adapters.runtime.resources.install_facts``: ``install_bytes`` of ``install_dir``, or
     ``install_note`` saying why not; ``install_s`` when known) and, under ``--executor ray``,
     ``ray_trials``. Then the adapter's effective configuration (``adapters.base.Endpoint
     .effective_config``): the keys every launched server reports (``engine``, ``version``, the

@@ -1,5 +1,5 @@
 """Engine-configuration parity: what each engine reports it runs with (:class:`EffectiveSettings`,
-read by ``adapters.effective``) and the audit that compares them (:class:`ParityAudit`,
+read by ``adapters.telemetry.effective``) and the audit that compares them (:class:`ParityAudit`,
 ``summary.json``'s ``parity``; built by ``harness.scoring.parity``)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ FLAG_SOURCE = "flag we passed (engine did not report it)"
 
 
 class EffectiveSettings(Artefact):
-    """What one engine says it is running with (``adapters.effective``), read once per run after
+    """What one engine says it is running with (``adapters.telemetry.effective``), read once per run after
     health and before the measured phase: from the engine's own startup log, its ``/metrics``,
     its server-info route, or - marked with :data:`FLAG_SOURCE` - the flag we passed.
 

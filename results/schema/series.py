@@ -1,6 +1,6 @@
 """The engine's own time series over a measured phase (issue 43): what its Prometheus
 ``/metrics`` said, sampled every ``interval_s`` while the point was measured
-(``adapters.engine_series``), so a capacity's end can be read from it: KV cache full,
+(``adapters.telemetry.engine_series``), so a capacity's end can be read from it: KV cache full,
 requests queued, preemptions."""
 
 from __future__ import annotations

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from adapters import envs, installer, recipes
+from adapters.runtime import envs, installer, recipes
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
-from adapters.hf import TransformersServeAdapter, TransformersStaticAdapter
-from adapters.openai_adapter import OpenAIAdapter, normalize_base_url
-from adapters.own import OwnAdapter
-from adapters.prom import COMMON_KEYS, common_metrics, parse_prometheus
+from adapters.engines.hf import TransformersServeAdapter, TransformersStaticAdapter
+from adapters.engines.openai import OpenAIAdapter, normalize_base_url
+from adapters.engines.own import OwnAdapter
+from adapters.telemetry.prom import COMMON_KEYS, common_metrics, parse_prometheus
 from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_engine_args
-from adapters.server import redact_env, render_flags, split_engine_args, thread_env
-from adapters.sglang_adapter import SHIM_DISPLAY, SglangAdapter
-from adapters.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter, onnx_model_dir
-from adapters.tensorrt_llm_adapter import TensorRTLLMAdapter
-from adapters.vllm_adapter import VllmAdapter, cpu_bind_list
+from adapters.runtime.server import redact_env, render_flags, split_engine_args, thread_env
+from adapters.engines.sglang import SHIM_DISPLAY, SglangAdapter
+from adapters.engines.shim_engines import DeepSpeedAdapter, OnnxRuntimeGenAIAdapter, onnx_model_dir
+from adapters.engines.tensorrt_llm import TensorRTLLMAdapter
+from adapters.engines.vllm import VllmAdapter, cpu_bind_list
 
 # a model folder with SmolLM2-135M's attention sizes: KV = 2 x 30 x 3 x 64 x 4 B = 46,080 B/token
 MODEL = Path(tempfile.mkdtemp(prefix="adapter-model-")) / "SmolLM2"
@@ -136,7 +136,7 @@ def test_transformers_static_command(tmp_path):
 
 
 def test_transformers_serve_probe_and_env_choice(engines_dir, monkeypatch):
-    import adapters.hf as hf
+    import adapters.engines.hf as hf
 
     real = hf.importlib.util.find_spec
     monkeypatch.setattr(hf.importlib.util, "find_spec", lambda m: None if m == "openai" else real(m))
@@ -295,7 +295,7 @@ def test_setup_engine_unknown_and_failure(engines_dir, monkeypatch, tmp_path):
         envs.setup_engine("own")
     # a failing step raises EngineError with the log tail and leaves no "installed" marker
     recipe = recipes.EngineRecipe("vllm", (recipes.InstallStep("install no-such-package-xyz", ("no-such-package-xyz==0",)),), "x")
-    monkeypatch.setitem(envs.RECIPES, "vllm", recipe)
+    monkeypatch.setattr(VllmAdapter, "recipe", recipe)
     monkeypatch.setattr(envs.sys, "executable", sys.executable)
     py = fake_install("vllm")
     py.unlink()
@@ -322,7 +322,7 @@ def test_openai_base_url_rules(tmp_path):
 
 
 def test_openai_adapter_against_fake_server(tmp_path, monkeypatch):
-    from adapters.process import ServerProcess, find_free_port
+    from adapters.runtime.process import ServerProcess, find_free_port
 
     fake = Path(__file__).parents[1] / "fake_servers" / "lifecycle_server.py"
     port = find_free_port()

@@ -25,10 +25,10 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from typer.testing import CliRunner
 
 from adapters.base import Endpoint
-from adapters.effective import _Settings, argv_options, parse_sglang_log, parse_vllm_log, read_effective
+from adapters.telemetry.effective import _Settings, argv_options, parse_sglang_log, parse_vllm_log, read_effective
 from adapters.parity import ParityTarget, strict_engine_args
 from adapters.registry import get_adapter
-from adapters.server import CPU_KV_CACHE_BYTES
+from adapters.runtime.server import CPU_KV_CACHE_BYTES
 from harness.scoring.parity import audit, parity_notes
 from results.schema import FLAG_SOURCE, EffectiveSettings, RunSummary, EngineResult, EngineStatus
 
@@ -210,7 +210,7 @@ def test_own_engine_server_info_route_reports_its_config(tiny_engine) -> None:
 def test_shim_server_info_says_no_kv_budget_and_no_prefix_cache() -> None:
     import uvicorn
 
-    from adapters.process import find_free_port
+    from adapters.runtime.process import find_free_port
     from adapters.shims.openai_shim import BatchWorker, create_app
 
     from tests.adapters.shims.test_openai_shim import ScriptedBackend
@@ -360,7 +360,7 @@ def test_scripted_servers_with_different_settings_end_to_end(tmp_path: Path) -> 
     from harness.app.cli.parity import parity_lines
     from harness.app.run.reporting import write_run_reports
     from harness.scoring import recommend
-    from adapters.hardware import get_profile
+    from adapters.telemetry.hardware import get_profile
     from results.store import load_run, write_model_atomic
 
     rv, rs = make_records("vllm", 12, ttft_ms=100.0, tpot_ms=20.0), make_records("sglang", 12, ttft_ms=90.0, tpot_ms=20.0)
@@ -463,7 +463,7 @@ def test_parity_run_reads_once_attaches_and_audits(model_dir: Path) -> None:
     run.plan([get_adapter("own", "cpu"), get_adapter("vllm", "cpu")], model_dir, "cpu")
     assert run.engine_args("own")["max_num_seqs"] == "8" and run.engine_args("vllm")["max_num_seqs"] == "32"
     info = {"kv_capacity_tokens": 23296, "prefix_caching": True, "max_num_seqs": 8, "dtype": "float32"}
-    from adapters.effective import read_effective  # what an engine's first session reads (core/trial.py)
+    from adapters.telemetry.effective import read_effective  # what an engine's first session reads (core/trial.py)
 
     with scripted({"/v1/server_info": (200, "application/json", json.dumps(info))}) as base:
         run.keep("own", read_effective("own", endpoint(base), "cpu"))

@@ -1,7 +1,7 @@
-"""A tiny stand-in for the harness, to be SIGKILLed by tests/adapters/test_orphans.py.
+"""A tiny stand-in for the harness, to be SIGKILLed by tests/adapters/runtime/test_orphans.py.
 
 ``python tests/fake_servers/orphan_harness.py INFO SCENARIO`` starts fake engine servers
-(tests/fake_servers/lifecycle_server.py) through :class:`adapters.process.ServerProcess`, each
+(tests/fake_servers/lifecycle_server.py) through :class:`adapters.runtime.process.ServerProcess`, each
 from a short-lived worker thread as ``harness/app/core/startup.py`` does, writes ``INFO`` (JSON:
 ``pgids``, ``pids`` of every group member, ``watchdogs``, ``records``) once the scenario's
 state is reached, and then waits to be killed:
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from adapters.process import ServerProcess, find_free_port, group_members  # noqa: E402
+from adapters.runtime.process import ServerProcess, find_free_port, group_members  # noqa: E402
 
 FAKE = Path(__file__).with_name("lifecycle_server.py")
 

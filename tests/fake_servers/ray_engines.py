@@ -1,5 +1,5 @@
 """Engines for the Ray executor tests: real server processes (tests/fake_servers/paced_server.py)
-started through the production launch path (``adapters.server.ServerAdapter``: own process
+started through the production launch path (``adapters.runtime.server.ServerAdapter``: own process
 group, watchdog, log in the run folder), so a trial on a Ray worker starts, measures and stops
 them exactly as it would a real engine. Pickled by value to the workers
 (``cloudpickle.register_pickle_by_value``): the workers need not import ``tests.fake_servers``."""
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from adapters.base import Capabilities, ProbeResult
-from adapters.server import LaunchPlan, ServerAdapter
+from adapters.runtime.server import LaunchPlan, ServerAdapter
 
 SERVER = Path(__file__).resolve().parent / "paced_server.py"
 

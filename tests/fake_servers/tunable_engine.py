@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from adapters.base import Capabilities, Knob, ProbeResult
-from adapters.server import LaunchPlan, ServerAdapter
+from adapters.runtime.server import LaunchPlan, ServerAdapter
 
 SERVER = Path(__file__).resolve().parent / "paced_server.py"
 DEFAULT_SLOTS = 1

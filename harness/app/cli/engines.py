@@ -3,11 +3,11 @@
 - ``bench engines`` → a rich table of every engine: state (available / not installed /
   unsupported hardware / unavailable), version, hardware, features, and the reason with the fix.
 - ``bench engines setup NAME|all-cpu|all-gpu [--force]`` → creates ``.engines/NAME/venv`` with the pinned
-  packages: CUDA builds on an NVIDIA GPU after a driver check (``adapters.gpu_recipes``), CPU builds elsewhere.
+  packages: CUDA builds on an NVIDIA GPU after a driver check (``adapters.runtime.gpu_recipes``), CPU builds elsewhere.
 - ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
   across engines on a few fixed prompts (token-level agreement; ``harness.loadgen.equivalence``).
 - ``bench engines cleanup [--dry-run]`` → lists and removes engine servers that a dead bench run
-  left behind (``adapters.leftovers``); ``check`` and every run do the same before they start.
+  left behind (``adapters.runtime.leftovers``); ``check`` and every run do the same before they start.
 
 Errors are one line on stderr with exit code 2 (bad input) or 1 (an engine failed).
 """
@@ -26,9 +26,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.base import EngineError, ProbeResult
-from adapters.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, select_recipe, setup_engine
-from adapters.gpu_recipes import SETUP_GPU
-from adapters.hardware import detect_kind
+from adapters.runtime.envs import engine_env_dir, select_recipe, setup_engine
+from adapters.telemetry.hardware import detect_kind
+from adapters import registry
 from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
@@ -94,28 +94,28 @@ def engines(ctx: typer.Context,
 
 
 @app.command("setup")
-def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(RECIPES)}), all-cpu or all-gpu"),
+def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(registry.setup_classes())}), all-cpu or all-gpu"),
           force: bool = typer.Option(False, "--force", help="replace a venv that holds the other build (CPU vs CUDA); "
                                      "llamacpp: build llama-server again")
           ) -> None:
     """Create .engines/NAME/venv with that engine's pinned packages (progress shown): the CUDA build
     on a machine with an NVIDIA GPU (driver checked first), the CPU build elsewhere. all-cpu
     installs the CPU builds, all-gpu the CUDA builds (vllm, sglang, onnxruntime, deepspeed)."""
-    hardware = None
+    hardware, shared = None, registry.setup_shared()
     if name == "all-cpu":
-        names, hardware = list(SETUP_CPU), "cpu"
+        names, hardware = list(registry.setup_cpu()), "cpu"
     elif name == "all-gpu":
-        names, hardware = list(SETUP_GPU), "nvidia"
-    elif name in RECIPES:
+        names, hardware = list(registry.cuda_recipes()), "nvidia"
+    elif name in registry.setup_classes():
         names = [name]
-    elif name in SETUP_SHARED:  # llamacpp_q8_0 is the llamacpp build serving other weights
-        names = [SETUP_SHARED[name]]
+    elif name in shared:  # llamacpp_q8_0 is the llamacpp build serving other weights
+        names = [shared[name]]
     elif name in ENGINE_NAMES:
         _fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
     elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
         _fail("tensorrt_llm cannot be installed here")
     else:
-        _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)}, all-cpu or all-gpu")
+        _fail(f"unknown engine {name!r}: choose from {', '.join(registry.setup_classes())}, all-cpu or all-gpu")
     for n in names:
         try:
             recipe = select_recipe(n, hardware)  # the driver check comes first: nothing is installed on a mismatch
@@ -186,7 +186,7 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
     Reads the registry of live engine groups ($BENCH_STATE_DIR, default
     ~/.local/state/llm-serve-bench/live); groups of a bench that still runs are never touched.
     """
-    from adapters.leftovers import find_leftovers, state_dir
+    from adapters.runtime.leftovers import find_leftovers, state_dir
     from harness.app.core.startup import remove_leftovers
 
     where = state_dir()

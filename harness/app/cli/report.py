@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from adapters.hardware import get_profile
+from adapters.telemetry.hardware import get_profile
 from harness.metrics import SLOError, parse_slos, slo_table
 from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
 from results.hardware import HardwareProfile, profile_from_manifest

@@ -1,6 +1,6 @@
 """``bench serve RECIPE``: start the engine a recipe describes, as the run measured it, outside a
 benchmark (issue 41), on a host and port of the user's choosing, until Ctrl-C or SIGTERM; then it
-stops the server's whole process group (:meth:`adapters.server.ServerAdapter.launch`).
+stops the server's whole process group (:meth:`adapters.runtime.server.ServerAdapter.launch`).
 
 Exit codes: 0 = served and stopped by the user or a supervisor (130 / 143 as the shell counts a
 signal), 1 = the engine did not start, 2 = bad input (one line).

@@ -4,7 +4,7 @@ Renders a stored :class:`results.schema.RunSummary` (``bench run`` at its end, `
 show``); its latency columns are each registered metric's ``console`` statistics
 (:mod:`results.schema.metric_registry`, in registry order, ms, one decimal); the intervals come from ``EngineResult.intervals`` (``harness.metrics.repeats``).
 :func:`resource_table` is the compact second table of what each engine used while measured
-(``EngineResult.resources``, ``adapters.resources``) and its cost (``EngineResult.cost``).
+(``EngineResult.resources``, ``adapters.runtime.resources``) and its cost (``EngineResult.cost``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.app.core.feature_phase import probe_line
-from adapters.resources import fmt_bytes
+from adapters.runtime.resources import fmt_bytes
 from harness.app.cli.parity import parity_lines
 from harness.metrics.failures import failure_text
 from results.schema import EngineResult, EngineStatus, Interval, Metrics, RunSummary, metric_number

@@ -195,7 +195,7 @@ def check_workload(options: Any) -> Any:
 
 def check_machine(threads: Optional[int], hardware: str) -> None:
     """``--threads`` within this machine's cores; ``--hardware`` a known profile (or ``detected``)."""
-    from adapters.hardware import get_profile
+    from adapters.telemetry.hardware import get_profile
 
     try:
         get_profile(hardware)
@@ -276,8 +276,9 @@ def check_devices(devices: dict[str, int], endpoints: dict[str, str], engine_arg
 
 def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]) -> None:
     """Every ``--engine-arg`` (and a recipe's engine args) is for an engine the run starts, and,
-    for a server of this repository (the reference engine, the shims), names one of its flags
-    (:meth:`adapters.server.ServerAdapter.unknown_args`), so nothing starts to fail on it. Raises
+    for a server of this repository (the reference engine, the shims) or an installed engine whose
+    help lists its flags, names one of them (:meth:`adapters.runtime.server.ServerAdapter.unknown_args`),
+    so nothing starts to fail on it. Raises
     ValueError (one line)."""
     from adapters.registry import ENGINE_NAMES, NOT_IN_ALL, get_adapter
 
@@ -287,8 +288,8 @@ def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]
         if name not in started:
             raise ValueError(f"--engine-arg {name}:{first[0]}={first[1]} is for {name}, which this run does not start "
                              f"(--engine {','.join(engines) or 'none'}): add {name} to --engine or drop the argument")
-        unknown = getattr(get_adapter(name), "unknown_args", lambda _: [])(args)
+        adapter = get_adapter(name)
+        unknown = getattr(adapter, "unknown_args", lambda _: [])(args)
         if unknown:
-            module = getattr(get_adapter(name), "shim", "") or "own_engine"
             raise ValueError(f"--engine-arg {name}:{unknown[0]} names no flag of {name}'s server: see "
-                             f"python -m {module} --help for its flags")
+                             f"{getattr(adapter, 'flags_hint', lambda: 'its --help')()} for its flags")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from adapters.hardware import detect_hardware
+from adapters.telemetry.hardware import detect_hardware
 from harness import __version__
 from harness.metrics import SLO, slo_table
 from results.schema import Manifest, ModelSummary, WorkloadStats

@@ -5,13 +5,13 @@ and a Ray trial (on its node) all measure through :func:`measure`, so each has e
 measurement has:
 
 1. the engine's own counters (Prometheus ``/metrics``) are scraped before and after, and their
-   difference over the measured phase kept (``adapters.prom.measured_phase``);
+   difference over the measured phase kept (``adapters.telemetry.prom.measured_phase``);
 2. the workload is replayed by the shared client — one :class:`~harness.loadgen.runner.Runner`,
    or ``client_workers`` processes on one absolute schedule (:mod:`harness.loadgen.workers`) —
    while a thread samples the engine's process group's memory and CPU
-   (:class:`adapters.resources.ResourceSampler`, with the run's energy counter) and another
+   (:class:`adapters.runtime.resources.ResourceSampler`, with the run's energy counter) and another
    scrapes the engine's ``/metrics`` every second into its time series
-   (:class:`adapters.engine_series.SeriesSampler`);
+   (:class:`adapters.telemetry.engine_series.SeriesSampler`);
 3. every record goes to the ``sink`` the moment it ends (the run folder's writer, or a Ray
    trial's mailbox), stamped with its ``repeat`` and ``probe``, so a crash keeps it;
 4. after the phase, off the timing path, each request's tokens are recounted once with the
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from adapters.base import Endpoint
-from adapters.energy import open_meter
-from adapters.engine_series import SeriesSampler
-from adapters.resources import ResourceSampler
+from adapters.telemetry.energy import open_meter
+from adapters.telemetry.engine_series import SeriesSampler
+from adapters.runtime.resources import ResourceSampler
 from results.recounts import TokenRecount
 from results.schema import ClientWorker, EnergySource, EngineFacts, Metrics, RequestRecord, ResourceUse
 from results.schema.records import STOPPED_PHASE
@@ -72,7 +72,7 @@ class MeasureOptions:
     loop (a load ladder's point; None = the workload's own arrivals); ``stop_when``: told of each
     measured record as it ends, True stops the phase early (one client process only:
     ``RunnerOptions.stop_when``); ``energy``: the run's energy source, read around the phase
-    (:mod:`adapters.energy`; None: not asked, e.g. ``bench search``)."""
+    (:mod:`adapters.telemetry.energy`; None: not asked, e.g. ``bench search``)."""
 
     slos: tuple[SLO, ...] = ()
     request_timeout_s: float = 600.0
@@ -100,7 +100,7 @@ class Measurement:
     resources: ResourceUse | None = None
     engine_metrics: dict[str, Any] = field(default_factory=dict)
     cut: list[RequestRecord] = field(default_factory=list)  # cut in flight when the phase stopped early (stop_when)
-    engine_series: EngineSeries | None = None  # its /metrics every second (adapters.engine_series)
+    engine_series: EngineSeries | None = None  # its /metrics every second (adapters.telemetry.engine_series)
 
 
 def target_of(endpoint: Endpoint, ignore_eos: bool) -> EndpointTarget:
@@ -164,12 +164,12 @@ def scrape(url: str | None) -> str | None:
 
 
 def engine_counters(name: str, before: str | None, after: str | None) -> dict[str, Any]:
-    """The engine's own counters over the measured phase (``adapters.prom.measured_phase``);
+    """The engine's own counters over the measured phase (``adapters.telemetry.prom.measured_phase``);
     {} without a page after it; never raises (informational: a run never fails over a scrape)."""
     if not after:
         return {}
     try:
-        from adapters.prom import measured_phase, parse_prometheus
+        from adapters.telemetry.prom import measured_phase, parse_prometheus
 
         return measured_phase(name, parse_prometheus(before) if before else None, parse_prometheus(after))
     except Exception as exc:

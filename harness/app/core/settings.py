@@ -438,13 +438,6 @@ def _is_raw(value: Any, cli_type: Any) -> bool:
     return isinstance(raw, type) and isinstance(value, raw)
 
 
-# Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.
-# Not DeepSpeed: on a CPU its inference path is Hugging Face `generate` underneath (no kernel
-# injection), so it measures what the transformers baseline already measures, at ~40 s of a
-# default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it.
-AUTO_SETUP_CPU = ("vllm", "sglang", "transformers_serve", "onnxruntime", "openvino")
-
-
 def default_threads() -> int:
     """Engine threads: all cores but one (the client's), at least 1 (DESIGN.md)."""
     return max(1, (os.cpu_count() or 2) - 1)

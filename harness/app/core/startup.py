@@ -16,7 +16,7 @@ more slots is memory: every started engine stays resident until its turn;
 :func:`start_slots` sizes the slots to the machine's available memory.
 
 Before the first start, :func:`remove_leftovers` ends the engine groups that a dead bench run
-left behind (``adapters.leftovers``: their harness was killed together with their watchdog),
+left behind (``adapters.runtime.leftovers``: their harness was killed together with their watchdog),
 one line each, so they hold neither memory nor ports while this run measures.
 """
 
@@ -33,11 +33,11 @@ from typing import Any, Iterator
 
 from rich.markup import escape
 
-from adapters import leftovers
+from adapters.runtime import leftovers
 from adapters.base import Endpoint, EngineError, LaunchConfig
 
 # Mean resident memory (USS) of one started, idle CPU engine with the 1 GiB KV budget of
-# adapters/server.py: 10.5 GiB for all 7 CPU engines on the reference machine (0.3 GiB for
+# adapters/runtime/server.py: 10.5 GiB for all 7 CPU engines on the reference machine (0.3 GiB for
 # the transformers shim .. 3.6 GiB for SGLang's 3 processes), rounded up.
 ENGINE_RESIDENT_GIB = 2.0
 # Memory left free for the client, the measured engine's growth (a KV cache that grows to its

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from rich.markup import escape
 
 from adapters.base import Endpoint
-from adapters.resources import install_facts
+from adapters.runtime.resources import install_facts
 from results.schema import (
     COVERAGE_FLOOR,
     DEFAULT_OTHER_FLOOR,
@@ -135,7 +135,7 @@ def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink
         sink.add_engine_facts(name, engine_facts(ep, startup_s, parallel))
         session = Session(name, ep, startup_s, parallel)
         if first and spec.read_effective:  # what the engine reports it runs with, after health, before any request
-            from adapters.effective import read_effective
+            from adapters.telemetry.effective import read_effective
 
             session.effective = read_effective(name, ep, spec.hardware)
         warm = Runner(target_of(ep, spec.measure.ignore_eos), name, workload_name, sink.add_record, None,

@@ -36,7 +36,7 @@ def _comparable(spec: Any) -> Any:
 def _normal_url(url: Any) -> str | None:
     if not isinstance(url, str) or not url:
         return None
-    from adapters.openai_adapter import normalize_base_url
+    from adapters.engines.openai import normalize_base_url
 
     try:
         return normalize_base_url(url)

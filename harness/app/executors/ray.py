@@ -23,7 +23,7 @@ an engine the harness starts on a GPU run or that cannot run on a CPU, else 0;
 Failures: a worker or node that dies mid-trial (``WorkerCrashedError``, ``NodeDiedError``, ...)
 fails that trial's engine, "the Ray worker on node X died: ...", with the records streamed so
 far; the run goes on. Ctrl-C (or SIGTERM) on the driver force-cancels every trial (the killed
-worker's engine is ended by its watchdog, ``adapters/watchdog.py``, which watches the process
+worker's engine is ended by its watchdog, ``adapters/runtime/watchdog.py``, which watches the process
 that started it: the Ray worker) and a local Ray instance the driver started is shut down.
 
 Ray is an optional extra (``pip install 'llm-serve-bench[ray]'``) imported only here, lazily.

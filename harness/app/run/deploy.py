@@ -15,8 +15,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from adapters.envs import RECIPES, engines_root
-from adapters.server import PROJECT_ROOT
+from adapters import registry
+from adapters.runtime.envs import engines_root
+from adapters.runtime.server import PROJECT_ROOT
 from results.schema import Manifest, Recipe
 
 HARNESS_INSTALL = "pip install -e {project}  # this repository: the harness, the reference engine and the shims"
@@ -46,10 +47,10 @@ def _join(argv: list[str]) -> str:
 
 def install_commands(engine: str, version: str | None) -> list[str]:
     """How to build ``engine``'s environment: this harness's own setup (the packages its recipe
-    pins, :data:`adapters.envs.RECIPES`), the engine's distribution at the measured version, and
+    pins, ``recipe`` on the engine's adapter class), the engine's distribution at the measured version, and
     this repository where the engine runs from it."""
     out = []
-    recipe = RECIPES.get(engine)
+    recipe = registry.cpu_recipes().get(engine)
     if recipe is not None:
         out.append(f"bench engines setup {engine}  # {recipe.approx or 'its own virtual environment'}")
         if version and recipe.version_dist and not recipe.version_dist.startswith("llama-server"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from results.hardware import cost_per_million_tokens
-from adapters.resources import combine_repeats, with_output_tokens
+from adapters.runtime.resources import combine_repeats, with_output_tokens
 from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, RequestRecord, ResourceUse
 
 from harness.app.core.plan import EnginePlan
@@ -76,7 +76,7 @@ class EngineTurns:
     def result(self, condition: Condition, planned_repeats: int, price: tuple[float, str] | None = None) -> EngineResult:
         """The engine's entry: the failure, else ok over its repeats (failed when no request
         of any repeat succeeded), with its resource use and, given ``price`` (USD per hour of the
-        devices measured on, its source: ``adapters.hardware.run_price``), its cost. Raises
+        devices measured on, its source: ``adapters.telemetry.hardware.run_price``), its cost. Raises
         ValueError when nothing was measured."""
         if self.failure is not None:
             return self.failure

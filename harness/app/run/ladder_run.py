@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from rich.markup import escape
 
 from adapters.base import EngineError
-from adapters.resources import combine_repeats
+from adapters.runtime.resources import combine_repeats
 from results.hardware import device_price
 from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
                             RequestRecord)

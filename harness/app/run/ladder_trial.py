@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from adapters.resources import with_output_tokens
+from adapters.runtime.resources import with_output_tokens
 from adapters.base import EngineError
 from results.schema.records import RAMP_PHASE
 from results.schema.series import EngineSeries
@@ -99,7 +99,7 @@ class PointMeasurement:
     resources: ResourceUse | None = None
     startup_alone_s: float | None = None  # the engine's start before it, when started alone (a decisive re-climb)
     energy: EnergySample | None = None  # its energy, tokens and time windows (harness.metrics.energy)
-    series: EngineSeries | None = None  # the engine's own /metrics over it (adapters.engine_series)
+    series: EngineSeries | None = None  # the engine's own /metrics over it (adapters.telemetry.engine_series)
 
 
 @dataclass

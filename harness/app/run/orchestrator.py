@@ -30,7 +30,7 @@ from workloads.base import Workload
 from harness.app.core.executor import LocalExecutor, TrialExecutor
 from harness.app.core.parity_run import ParityRun
 from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, plan_engine, skipped_result
-from harness.app.core.settings import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
+from harness.app.core.settings import RunSettings, default_threads  # noqa: F401 (re-exported)
 from harness.app.core.trial import accuracy_items
 from harness.app.run.context import RunContext, RunState
 from harness.app.run.modes import mode_for
@@ -89,7 +89,7 @@ class Orchestrator:
     def _energy(self, writer: RunWriter, kind: str) -> EnergySource:
         """The run's energy source (NVML on NVIDIA, RAPL on a CPU, none with its reason) and the
         idle draw, measured while nothing runs; recorded in the manifest and said in one line."""
-        from adapters.energy import choose_source, measure_idle
+        from adapters.telemetry.energy import choose_source, measure_idle
 
         source = measure_idle(choose_source(gpu=kind == "nvidia"))
         source = source.model_copy(update={"provisioned_watts": self.cfg.energy.watts,
@@ -118,7 +118,7 @@ class Orchestrator:
 
     # -- the whole run -------------------------------------------------------------------
     def run(self) -> RunResult:
-        from adapters.hardware import detect_kind
+        from adapters.telemetry.hardware import detect_kind
         from adapters.registry import all_adapters, endpoint_adapters, get_adapter
 
         from harness.app.core.model import resolve_model
@@ -198,10 +198,11 @@ class Orchestrator:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
         missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
         install fails; True otherwise (including engines that need no install)."""
-        from adapters.envs import is_installed, setup_engine
+        from adapters import registry
+        from adapters.runtime.envs import is_installed, setup_engine
 
         name = adapter.name
-        if name not in AUTO_SETUP_CPU or kind != "cpu" or is_installed(name):
+        if not registry.declared(name, "auto_setup_cpu", False) or kind != "cpu" or is_installed(name):
             return True
         self.console.print(f"[bold]{name}[/]: environment missing, installing (one time) …")
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from adapters.hardware import get_profile
+from adapters.telemetry.hardware import get_profile
 from results.hardware import device_price
 from results.hardware import profile_from_manifest
 from harness.metrics.derive import complete_metrics

@@ -103,7 +103,7 @@ class SearchOrchestrator:
 
     # -- the whole search ----------------------------------------------------------------
     def run(self) -> SearchResult:
-        from adapters.hardware import detect_kind
+        from adapters.telemetry.hardware import detect_kind
         from adapters.registry import all_adapters, get_adapter
 
         from harness.app.core.model import resolve_model

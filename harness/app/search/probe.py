@@ -30,7 +30,7 @@ import statistics
 import time
 from typing import Any
 
-from adapters.resources import combine_repeats, with_output_tokens
+from adapters.runtime.resources import combine_repeats, with_output_tokens
 from results.schema import RequestRecord, ResourceUse, SearchProbe
 from workloads.options import WorkloadOptions
 

@@ -165,7 +165,7 @@ def test_shim_front_end_imports_without_torch_or_transformers():
 async def _serve_scripted(backend, window_ms=300.0):
     import uvicorn
 
-    from adapters.process import find_free_port
+    from adapters.runtime.process import find_free_port
 
     worker = BatchWorker(backend, max_batch_size=4, batch_window_ms=window_ms)
     worker.start()
@@ -238,8 +238,8 @@ def test_transformers_static_shim_streams_a_two_request_batch(tmp_path):
     """Real model: two requests collected into ONE generate; greedy text equals HF generate."""
     from harness.app.core.model import resolve_model
 
-    from adapters.hf import TransformersStaticAdapter
-    from adapters.process import port_is_free
+    from adapters.engines.hf import TransformersStaticAdapter
+    from adapters.runtime.process import port_is_free
 
     model_dir = resolve_model(None)
     cfg = LaunchConfig(model_dir=model_dir, run_dir=tmp_path, threads=1, startup_timeout_s=240,

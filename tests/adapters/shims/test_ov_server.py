@@ -2,7 +2,7 @@
 requests joining a running batch step by step, tokens streamed in the order the steps produced
 them, EOS / max_tokens / stop strings, usage counts, a request the engine ignores, an engine
 error, clients that leave (their requests stopped in the engine) and ``/v1/server_info``. No
-OpenVINO needed; the real pipeline is tested in ``tests/adapters/test_openvino.py``."""
+OpenVINO needed; the real pipeline is tested in ``tests/adapters/engines/test_openvino.py``."""
 
 from __future__ import annotations
 
@@ -271,7 +271,7 @@ def _wait_for(cond, timeout_s: float = 5.0) -> None:
 async def test_openai_streams_usage_finish_reasons_and_server_info():
     import uvicorn
 
-    from adapters.process import find_free_port
+    from adapters.runtime.process import find_free_port
 
     pipe = StubPipeline({2: [7, 4, 11, 11, 14, EOS], 3: [1, 24, 4, EOS], 4: [0, 1, 2, 3, 4, 5, 6, 7]}, delay_s=0.002)
     backend = OVBackend(pipe, GENAI, lambda ids: list(ids), ScriptedTokenizer(), {EOS}, {})

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from adapters.process import ServerProcess, find_free_port
+from adapters.runtime.process import ServerProcess, find_free_port
 from harness.scoring import recommend
 from results.hardware import GiB, HardwareProfile
 from results.store import Run, load_run

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
 from harness.app.core.equivalence_check import check_equivalence
 from harness.loadgen.equivalence import token_agreement
-from adapters.server import LaunchPlan, ServerAdapter, thread_env
+from adapters.runtime.server import LaunchPlan, ServerAdapter, thread_env
 from harness.app.cli.engines import app, engine_state
 
 FAKE = Path(__file__).parents[3] / "fake_servers" / "lifecycle_server.py"

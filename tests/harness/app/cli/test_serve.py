@@ -14,7 +14,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from adapters.process import find_free_port
+from adapters.runtime.process import find_free_port
 from harness.app.cli import app
 
 

@@ -17,10 +17,10 @@ import pytest
 from rich.console import Console
 
 from adapters.base import EngineError, LaunchConfig
-from adapters.process import group_members
+from adapters.runtime.process import group_members
 from harness.app.core.startup import EngineStarter, StartItem, parallel_start_fits, start_slots
 
-from tests.adapters.test_process import FakeAdapter
+from tests.adapters.runtime.test_process import FakeAdapter
 
 
 class Named(FakeAdapter):

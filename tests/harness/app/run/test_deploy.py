@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from adapters.server import PROJECT_ROOT
+from adapters.runtime.server import PROJECT_ROOT
 from harness.app.run.deploy import deployable
 from results.schema import Manifest, Recipe
 

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import adapters.registry as registry
-from adapters.energy import RAPL_ROOT_ENV, RaplZone
+from adapters.telemetry.energy import RAPL_ROOT_ENV, RaplZone
 from harness.app.cli import app
 from results.schema import LadderSummary, Recipe
 from tests.fake_servers.tunable_engine import TunableEngine

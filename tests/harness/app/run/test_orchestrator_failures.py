@@ -115,8 +115,8 @@ def test_sigterm_is_reported_as_sigterm_and_exits_143(url, tmp_path, monkeypatch
 
 
 def test_failed_engine_install_is_reported_and_run_continues(url, tmp_path, monkeypatch):
-    import adapters.envs as envs
-    import adapters.hardware as hw
+    import adapters.runtime.envs as envs
+    import adapters.telemetry.hardware as hw
 
     monkeypatch.setenv("BENCH_ENGINES_DIR", str(tmp_path / "engines"))
     monkeypatch.setattr(hw, "detect_kind", lambda: "cpu")

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from adapters.base import LaunchConfig, ProbeResult
-from adapters.openai_adapter import OpenAIAdapter
+from adapters.engines.openai import OpenAIAdapter
 from harness.app.core.plan import EnginePlan
 from harness.app.run.tune import ENDPOINT_NOTE, NO_SPACE_NOTE, Tuner, tuned_plan, variant
 from tests.fake_servers.tunable_engine import TunableEngine
@@ -32,7 +32,7 @@ def test_an_endpoint_takes_client_side_knobs_only() -> None:
 
 
 def test_an_engine_without_a_space_runs_at_its_defaults() -> None:
-    from adapters.hf import TransformersStaticAdapter
+    from adapters.engines.hf import TransformersStaticAdapter
 
     search = _tuner()._search_of(_plan(TransformersStaticAdapter(hardware="cpu")))
     assert search.configs == [] and search.note == NO_SPACE_NOTE
@@ -97,9 +97,9 @@ def test_precision_is_searched_only_when_allowed_and_gated() -> None:
 def test_the_harness_knows_which_engine_args_lower_precision() -> None:
     """What the fidelity gate's floor rests on: the adapters' precision knobs, not the engine's word."""
     from adapters.base import lowered_precision, search_space_of
-    from adapters.llamacpp_adapter import LlamaCppAdapter, LlamaCppQ8Adapter
-    from adapters.own import OwnAdapter
-    from adapters.vllm_adapter import VllmAdapter
+    from adapters.engines.llamacpp import LlamaCppAdapter, LlamaCppQ8Adapter
+    from adapters.engines.own import OwnAdapter
+    from adapters.engines.vllm import VllmAdapter
 
     vllm = VllmAdapter(hardware="cpu")
     assert lowered_precision(vllm, {"dtype": "bfloat16", "max_num_seqs": "32"}) == "dtype=bfloat16"
@@ -118,7 +118,7 @@ def test_the_harness_knows_which_engine_args_lower_precision() -> None:
 def test_with_lower_precision_its_knobs_come_first_so_a_small_search_reaches_them() -> None:
     """vLLM on a GPU declares its fp8 KV cache last: with --tune-lower-precision it is the first
     single-knob change, so the default --tune-configs 4 tries it (a review found it first at the 6th)."""
-    from adapters.vllm_adapter import VllmAdapter
+    from adapters.engines.vllm import VllmAdapter
 
     tuner = _tuner(lower_precision=True, fidelity=object())
     tuner.kind = "nvidia"

@@ -1,0 +1,88 @@
+"""An engine is one registered class (issue 42): a throwaway engine, declared and registered in
+this file alone (no other file of the project names it), runs through ``bench run`` like any
+engine, with what its class declares (its launch command, capabilities, effective-settings
+reader) used on the way; the registration is undone after the test. Also the registry's rules:
+one class per name, the class's own name, :data:`ENGINE_NAMES` in the registration order."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from adapters import registry
+from adapters.base import Capabilities, ProbeResult
+from adapters.engines.own import OwnAdapter
+from adapters.runtime.server import LaunchPlan, ServerAdapter
+from harness.app.cli import app
+
+PACED = Path(__file__).resolve().parents[1] / "fake_servers" / "paced_server.py"
+NAME = "throwaway"
+ARGS = ["--workload", "random", "--num-requests", "4", "--input-len", "8", "--output-len", "3", "--warmup", "0",
+        "--no-calibration", "--no-equivalence", "--no-feature-probes", "--request-rate", "inf", "--threads", "1"]
+
+
+def _read_settings(endpoint, settings, timeout_s: float) -> None:
+    """Its effective-settings reader: what it says it runs with (a paced fake: one sequence at a time)."""
+    settings.set("max_num_seqs", 1, "the throwaway engine's own reader")
+
+
+class ThrowawayEngine(ServerAdapter):
+    """A paced streaming server (tests/fake_servers/paced_server.py) the harness starts, as an engine."""
+
+    name = NAME
+    display_name = "throwaway paced engine"
+    capabilities = Capabilities(hardware=("cpu",), features=("continuous_batching",), complexity=1)
+    stop_grace_s = 2.0
+    effective_reader = staticmethod(_read_settings)
+
+    def probe(self) -> ProbeResult:
+        return ProbeResult(True, f"{NAME}: a paced fake, always here", "0.0.1")
+
+    def build_command(self, config, port: int) -> LaunchPlan:
+        cmd = [sys.executable, str(PACED), "--port", str(port), "--ttft-ms", "5", "--itl-ms", "1"]
+        return LaunchPlan(cmd=cmd, env={}, model_name="paced", display_name=self.display_name)
+
+
+@pytest.mark.slow
+def test_a_throwaway_engine_registered_in_a_test_runs_through_bench_run(tmp_path):
+    with registry.registered(NAME, ThrowawayEngine):
+        assert registry.ENGINE_NAMES[-1] == NAME and NAME not in registry.NOT_IN_ALL
+        res = CliRunner().invoke(app, ["run", "--engine", NAME, *ARGS, "-o", str(tmp_path), "--run-id", "tw"])
+        assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "tw" / "summary.json").read_text())
+    engine = summary["engines"][NAME]
+    assert engine["status"] == "ok", engine
+    assert engine["metrics"]["requests_completed"] == 4 and engine["display_name"] == "throwaway paced engine"
+    assert engine["effective"]["max_num_seqs"] == 1
+    assert engine["effective"]["sources"]["max_num_seqs"] == "the throwaway engine's own reader"
+    # undone: no engine of that name is left behind
+    assert NAME not in registry.ENGINE_NAMES and registry.find_class(NAME) is None
+    with pytest.raises(ValueError, match=f"unknown engine '{NAME}'"):
+        registry.get_adapter(NAME)
+    with pytest.raises(ValueError, match=f"unknown engine '{NAME}'"):
+        registry.parse_engine_args([f"{NAME}:slots=2"])
+
+
+def test_one_class_per_name_under_its_own_name():
+    other = type("OtherOwn", (ServerAdapter,), {"name": "own"})
+    with pytest.raises(ValueError, match="'own' is registered already, by adapters.engines.own.OwnAdapter"):
+        registry.register("own", order=1)(other)
+    with pytest.raises(ValueError, match="its class ThrowawayEngine names itself 'throwaway'"):
+        registry.register("another", order=1)(ThrowawayEngine)
+    assert registry.engine_class("own") is OwnAdapter  # re-registering the same class is harmless
+    registry.register("own", order=10)(OwnAdapter)
+    assert registry.engine_class("own") is OwnAdapter
+
+
+def test_a_registration_is_undone_even_when_the_block_fails():
+    before = registry.ENGINE_NAMES
+    with pytest.raises(RuntimeError):
+        with registry.registered(NAME, ThrowawayEngine, order=15):
+            assert registry.ENGINE_NAMES[1] == NAME  # order 15: between own (10) and transformers (20)
+            assert registry.declared(NAME, "effective_reader") is _read_settings
+            raise RuntimeError("the test fails inside")
+    assert registry.ENGINE_NAMES == before and registry.declared(NAME, "effective_reader") is None
