@@ -1,7 +1,8 @@
 """The engines' own time series over their ladders (issue 43), from ``ladder.json`` only: why each
 capacity ended where the series shows it (one line per engine, under the verdict) and one chart
 per engine (``series-<engine>.png``): KV-cache usage, running and waiting requests and
-preemptions over the measured phases, in load order, each phase marked with its load."""
+preemptions, and the speculative draft acceptance rate where the engine speculates, over the
+measured phases, in load order, each phase marked with its load."""
 
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ def _state(point: LadderPoint) -> tuple[float | None, float | None, float | None
     return kv, sum(known) if known else None, waiting, running
 
 
+def _acceptance(point: LadderPoint) -> float | None:
+    """The speculative draft acceptance rate at the end of the point's last measurement with one (0..1)."""
+    rates = [r for s in point.series if s.samples and (r := s.last("spec_acceptance_rate")) is not None]
+    return rates[-1] if rates else None
+
+
 def why_line(name: str, e: EngineLadder) -> str:
     """``vllm: KV cache 100 % and 23 preemptions at 8 in flight (where TTFT p90 broke)``: what the
     engine's series shows at the load where its capacity ended (the failing load of its bracket);
@@ -43,11 +50,13 @@ def why_line(name: str, e: EngineLadder) -> str:
         parts.append(f"KV cache {kv:.0%}" + (f" and {pre:.0f} preemptions" if pre else ""))
     if waiting:
         parts.append(f"up to {waiting:.0f} requests waiting" + (f" beside {running:.0f} running" if running else ""))
+    accepted = _acceptance(at)
+    spec = f"; speculative drafts {accepted:.0%} accepted" if accepted is not None else ""
     if not parts:  # neither memory nor the queue: each step got slower
         peak = f"KV cache at most {kv:.0%}" if kv is not None else "no KV-cache figure"
         return (f"{name}: {peak}, no preemption and no request waiting {where}: compute-bound "
-                "(every running request's steps got slower)")
-    return f"{name}: {' and '.join(parts)} {where}"
+                f"(every running request's steps got slower){spec}")
+    return f"{name}: {' and '.join(parts)} {where}{spec}"
 
 
 def why_lines(s: LadderSummary) -> list[str]:
@@ -62,12 +71,17 @@ def series_png(name: str, e: EngineLadder) -> bytes | None:
         return None
     fig = _figure(9, 4.8)
     ax, aq = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
-    offset = 0.0
+    offset, spec_labelled = 0.0, False
     for p in points:
         for s in (s for s in p.series if s.samples):
             t = [offset + x.t_s for x in s.samples]
             ax.plot(t, [100 * x.kv_cache_usage if x.kv_cache_usage is not None else float("nan") for x in s.samples],
-                    color="tab:blue")
+                    color="tab:blue", label="KV cache used" if p is points[0] and s is p.series[0] else None)
+            if any(x.spec_acceptance_rate is not None for x in s.samples):
+                ax.plot(t, [100 * x.spec_acceptance_rate if x.spec_acceptance_rate is not None else float("nan")
+                            for x in s.samples], color="tab:orange",
+                        label="speculative drafts accepted" if not spec_labelled else None)
+                spec_labelled = True
             for key, color in (("running", "tab:green"), ("waiting", "tab:red"), ("preemptions", "tab:purple")):
                 aq.plot(t, [getattr(x, key) if getattr(x, key) is not None else float("nan") for x in s.samples],
                         color=color, label=key if p is points[0] and s is p.series[0] else None)
@@ -75,7 +89,9 @@ def series_png(name: str, e: EngineLadder) -> bytes | None:
             aq.axvline(offset, color="grey", linewidth=0.6)
             ax.annotate(f"{p.load}", (offset, 100), textcoords="offset points", xytext=(2, -10), fontsize=7)
             offset = t[-1] + s.interval_s
-    ax.set_ylabel("KV cache used (%)")
+    ax.set_ylabel("KV cache used (%)" if not spec_labelled else "%")
+    if spec_labelled:
+        ax.legend(fontsize=8, loc="upper left")
     ax.set_ylim(0, 105)
     ax.set_title(f"{name}: its own /metrics over its ladder (phases in load order, each labelled by its load in flight)",
                  fontsize=9)

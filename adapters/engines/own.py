@@ -39,7 +39,8 @@ class OwnAdapter(ServerAdapter):
     series_parser = "own"  # its /metrics read into the time series by read_series
     read_series = staticmethod(prom.series_reader(
         ("own:kv_cache_usage_perc",), "own:num_requests_running", "own:num_requests_waiting",
-        ("own:num_preemptions_total",), "own:prefix_cache_hits_total", "own:prefix_cache_queries_total"))
+        ("own:num_preemptions_total",), "own:prefix_cache_hits_total", "own:prefix_cache_queries_total",
+        ("own:spec_decode_num_accepted_tokens_total", "own:spec_decode_num_draft_tokens_total")))
     effective_reader = staticmethod(effective.read_own)
     capabilities = Capabilities(
         hardware=("cpu", "nvidia"),

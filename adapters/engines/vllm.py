@@ -86,7 +86,8 @@ class VllmAdapter(ServerAdapter):
     read_series = staticmethod(prom.series_reader(
         ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
         "vllm:num_requests_running", "vllm:num_requests_waiting", ("vllm:num_preemptions_total",),
-        "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"))
+        "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+        ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")))
     effective_reader = staticmethod(effective.read_vllm)
     capabilities = Capabilities(
         hardware=("nvidia", "amd", "cpu"),

@@ -87,10 +87,12 @@ class SeriesSampler:
             return now - then
 
         hits, queries = since("prefix_hits_total"), since("prefix_queries_total")
+        accepted, drafted = since("spec_accepted_total"), since("spec_draft_total")
         self._samples.append(SeriesSample(
             t_s=round(t, 3), kv_cache_usage=raw["kv_cache_usage"], running=raw["running"], waiting=raw["waiting"],
             preemptions=since("preemptions_total"),
-            prefix_hit_rate=hits / queries if hits is not None and queries else None))
+            prefix_hit_rate=hits / queries if hits is not None and queries else None,
+            spec_acceptance_rate=accepted / drafted if accepted is not None and drafted else None))
 
     def stop(self) -> EngineSeries:
         if self.result is not None:

@@ -182,19 +182,24 @@ def common_metrics(engine: str, parsed: dict[str, float]) -> dict[str, float | N
 # (``read_series``, named by ``series_parser``); each maps a parsed page to the raw series keys
 # below (None: not reported)
 
-SERIES_KEYS = ("kv_cache_usage", "running", "waiting", "preemptions_total", "prefix_hits_total", "prefix_queries_total")
+SERIES_KEYS = ("kv_cache_usage", "running", "waiting", "preemptions_total", "prefix_hits_total", "prefix_queries_total",
+               "spec_accepted_total", "spec_draft_total")
 
 
 def series_reader(kv: tuple[str, ...], running: str, waiting: str, preempt: tuple[str, ...], hits: str | None,
-                  queries: str | None) -> Callable[[dict[str, float]], dict[str, float | None]]:
+                  queries: str | None, spec: tuple[str, str] | None = None
+                  ) -> Callable[[dict[str, float]], dict[str, float | None]]:
     """The parser of an engine's parsed ``/metrics`` page into :data:`SERIES_KEYS`, from the names
     of its metrics: KV-cache usage (``kv``: gauges, 0..1, first found), running and waiting
-    requests (gauges), the cumulative preemption counter (``preempt``, first found; () none) and
-    the prefix-cache hit and query counters (None: not exported)."""
+    requests (gauges), the cumulative preemption counter (``preempt``, first found; () none), the
+    prefix-cache hit and query counters (None: not exported) and the speculative-decoding
+    counters (``spec``: accepted and proposed draft tokens; None: the engine has none)."""
     def parse(m: dict[str, float]) -> dict[str, float | None]:
         return {"kv_cache_usage": finite(metric(m, *kv)), "running": metric(m, running), "waiting": metric(m, waiting),
                 "preemptions_total": metric(m, *preempt) if preempt else None,
                 "prefix_hits_total": metric(m, hits) if hits else None,
-                "prefix_queries_total": metric(m, queries) if queries else None}
+                "prefix_queries_total": metric(m, queries) if queries else None,
+                "spec_accepted_total": metric(m, spec[0]) if spec else None,
+                "spec_draft_total": metric(m, spec[1]) if spec else None}
     return parse
 

@@ -14,7 +14,9 @@ class SeriesSample(Artefact):
     """One scrape, ``t_s`` seconds after the phase began: ``kv_cache_usage`` (fraction of the KV
     cache's blocks in use, 0..1), ``running`` and ``waiting`` (requests in the engine's running
     and waiting queues), ``preemptions`` (since the phase began), ``prefix_hit_rate`` (cached /
-    looked-up prompt tokens since the phase began, 0..1); None where the engine does not report it."""
+    looked-up prompt tokens since the phase began, 0..1), ``spec_acceptance_rate`` (accepted /
+    proposed draft tokens since the phase began, 0..1: vLLM's draft acceptance rate; None before
+    any draft, or without speculative decoding); None where the engine does not report it."""
 
     t_s: float
     kv_cache_usage: float | None = None
@@ -22,6 +24,7 @@ class SeriesSample(Artefact):
     waiting: float | None = None
     preemptions: float | None = None
     prefix_hit_rate: float | None = None
+    spec_acceptance_rate: float | None = None
 
 
 class EngineSeries(Artefact):

@@ -46,3 +46,12 @@ def test_the_chart_is_a_png() -> None:
     png = series_png("vllm", ladder([SeriesSample(t_s=1.0, kv_cache_usage=1.0, running=8, waiting=2, preemptions=3)]))
     assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
     assert series_png("vllm", ladder([])) is not None  # the point at 4 still has its series
+
+
+def test_the_acceptance_rate_joins_the_line_and_the_chart_where_the_engine_speculates() -> None:
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.2, running=8, waiting=0, preemptions=0, spec_acceptance_rate=0.5),
+                SeriesSample(t_s=2.0, kv_cache_usage=0.2, running=8, waiting=0, preemptions=0, spec_acceptance_rate=0.34)])
+    assert why_line("own", e) == ("own: KV cache at most 20%, no preemption and no request waiting at 8 in flight "
+                                  "(where ttft_p90 broke): compute-bound (every running request's steps got slower); "
+                                  "speculative drafts 34% accepted")
+    assert series_png("own", e)[:4] == b"\x89PNG"

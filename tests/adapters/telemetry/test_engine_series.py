@@ -85,3 +85,23 @@ def test_a_scripted_metrics_server_is_sampled_over_http() -> None:
     # each sample is one page, in the order served (the last page repeats once they run out)
     kv = [s.kv_cache_usage for s in samples]
     assert kv[:5] == [0.2, 0.4, 0.6, 0.8, 1.0][:len(kv[:5])] and all(k == 1.0 for k in kv[5:])
+
+
+def test_speculative_acceptance_is_the_phase_s_accepted_over_proposed_draft_tokens() -> None:
+    def page(accepted: int, drafted: int) -> str:
+        stats = {"num_running": 2, "num_waiting": 0, "kv_blocks_used": 10, "kv_blocks_total": 100,
+                 "spec_num_draft_tokens": drafted, "spec_num_accepted_tokens": accepted, "spec_num_verify_steps": drafted // 4}
+        return render_metrics(stats, ServerCounters(), "m").decode()
+
+    # the engine's counters since its start: 40 of 100 before the phase; 30 of 40 and then 70 of 100 more in it
+    pages = iter([page(40, 100), page(70, 140), page(110, 200)])
+    sampler = SeriesSampler("http://own/metrics", "own", fetch=lambda url: next(pages), clock=Clock(), interval_s=3600)
+    sampler.start()
+    sampler.scrape()
+    series = sampler.stop().samples
+    assert series[0].spec_acceptance_rate is None  # no draft yet in the phase
+    assert series[1].spec_acceptance_rate == pytest.approx(30 / 40) and series[2].spec_acceptance_rate == pytest.approx(70 / 100)
+    plain = SeriesSampler("http://own/metrics", "own", fetch=lambda url: own_page(10, 1, 0, 0, 0, 0), clock=Clock(),
+                          interval_s=3600)
+    plain.start()
+    assert plain.stop().samples[-1].spec_acceptance_rate is None  # no speculation: no figure, never 0
