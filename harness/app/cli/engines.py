@@ -30,6 +30,7 @@ from adapters.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, sele
 from adapters.gpu_recipes import SETUP_GPU
 from adapters.hardware import detect_kind
 from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
+from harness.app.settings.checks import check_engine_args
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -140,10 +141,10 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
-    from harness.app.core.equivalence_check import check_equivalence
+    from harness.app.trial.equivalence_check import check_equivalence
     from harness.loadgen.equivalence import DEFAULT_PROMPTS
     from harness.app.core.model import ModelError, resolve_model
-    from harness.app.core.startup import remove_leftovers
+    from harness.app.trial.startup import remove_leftovers
 
     from results.pairs import split_list
 
@@ -153,6 +154,7 @@ def check(
     try:
         adapters = [get_adapter(n) for n in names]
         eargs = parse_engine_args(engine_arg)
+        check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         model_dir = resolve_model(model)
     except (ValueError, ModelError) as exc:
         _fail(str(exc))
@@ -187,7 +189,7 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
     ~/.local/state/llm-serve-bench/live); groups of a bench that still runs are never touched.
     """
     from adapters.leftovers import find_leftovers, state_dir
-    from harness.app.core.startup import remove_leftovers
+    from harness.app.trial.startup import remove_leftovers
 
     where = state_dir()
     if dry_run:
@@ -219,17 +221,19 @@ def fidelity(
 ) -> None:
     """Output fidelity of each engine against Hugging Face transformers at fp32 on the same weights,
     the check `bench run` gates on (see README "Output fidelity"), without a benchmark."""
-    from harness.app.core.fidelity_check import check_fidelity_of
-    from harness.app.core.fidelity_reference import fidelity_workload, reference_for, workload_prompts
+    from harness.app.trial.fidelity_check import check_fidelity_of
+    from harness.app.trial.fidelity_reference import fidelity_workload, reference_for, workload_prompts
     from harness.app.core.model import ModelError, resolve_model
-    from harness.app.core.startup import remove_leftovers
-    from harness.app.core.trial import fidelity_line
+    from harness.app.trial.startup import remove_leftovers
+    from harness.app.trial.steps import fidelity_line
     from results.pairs import split_list
     from workloads.errors import WorkloadError
     from workloads.options import WorkloadOptions
 
     names = split_list(engines_csv)
     try:
+        eargs = parse_engine_args(engine_arg)
+        check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         kind = detect_kind()
         from adapters.registry import all_adapters
 
@@ -245,7 +249,7 @@ def fidelity(
     out = run_dir or Path("results") / f"fidelity-{time.strftime('%Y%m%d-%H%M%S')}"
     remove_leftovers(console)
     check, missing = check_fidelity_of(adapters, model_dir, out, reference, other_floor=floor, threads=threads,
-                                       engine_args=parse_engine_args(engine_arg), console=console, hardware_kind=kind)
+                                       engine_args=eargs, console=console, hardware_kind=kind)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fidelity.json").write_text(check.model_dump_json(indent=2))
     table = Table(title=f"Output fidelity vs {check.source} ({check.prompts} {workload} prompts × {check.max_tokens} tokens)")

@@ -68,7 +68,7 @@ def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
 def check_price(value: float | None) -> None:
     """``--price-per-hour`` (``bench run`` and ``bench recommend``): None, or a finite number > 0
     of USD per device-hour; else one line and exit 2."""
-    from harness.app.core.checks import check_price as check
+    from harness.app.settings.checks import check_price as check
 
     try:
         check(value)

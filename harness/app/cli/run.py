@@ -9,7 +9,7 @@ from harness.app.cli.common import exit_if_interrupted, fail, guarded, make_cons
 from harness.app.cli.options import command_from
 from harness.app.cli.verdict import print_verdict
 from reports.frontier import caveats
-from harness.app.core.settings import RunSettings
+from harness.app.settings.run import RunSettings
 
 console = make_console()
 
@@ -42,7 +42,7 @@ def run(settings: RunSettings) -> None:
         fail("no engine produced a measurement (see the reasons above)", code=1)
 
 
-run_cmd = command_from(RunSettings, run)  # the options: RunSettings' fields (harness/app/core/settings.py)
+run_cmd = command_from(RunSettings, run)  # the options: RunSettings' fields (harness/app/settings/run.py)
 
 
 def _print_summary(summary: Any) -> None:

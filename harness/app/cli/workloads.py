@@ -32,7 +32,7 @@ app = typer.Typer(
 console = make_console()
 err_console = make_console(stderr=True)
 
-# The workload options `bench run` takes too: declared once, on the settings (harness/app/core/settings.py).
+# The workload options `bench run` takes too: declared once, on the settings (harness/app/settings/run.py).
 ScaleOpt, NumRequestsOpt, RequestRateOpt, BurstinessOpt, MaxConcurrencyOpt, InputLenOpt, OutputLenOpt, RangeRatioOpt, \
     ApiOpt, TraceOpt, TimeScaleOpt, WorkloadSpecOpt = (workload_option(name) for name in (
         "scale", "num_requests", "request_rate", "burstiness", "max_concurrency", "input_len", "output_len",
@@ -132,7 +132,7 @@ def show(
     from workloads.options import parse_options
     from workloads.registry import build_workload
 
-    from harness.app.core.checks import check_workload
+    from harness.app.settings.checks import check_workload
 
     rate = _rate(request_rate)
     try:

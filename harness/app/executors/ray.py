@@ -2,12 +2,12 @@
 
 The driver (this process) plans the engines, builds the workload once and owns the run folder,
 as a local run does: the run orchestrator is the same, with :class:`RayExecutor` as its
-:class:`~harness.app.core.executor.TrialExecutor` in place of the local one. No engine starts on
+:class:`~harness.app.trial.executor.TrialExecutor` in place of the local one. No engine starts on
 the driver; at the first turn every trial of the run is submitted at once (Ray runs as many side
 by side as the cluster's resources allow), and each turn then waits for its trial.
 
 A trial (:func:`harness.app.executors.ray_trial.run_remote_trial`, on its node) runs the same
-:func:`harness.app.core.trial.run_trial` a local run does: the same adapter starts the engine,
+:func:`harness.app.trial.steps.run_trial` a local run does: the same adapter starts the engine,
 the same client warms it up and measures it, the same measurement step computes the metrics.
 Its artefacts (records, recounts, client workers, engine facts) are streamed to the driver
 through a :class:`~harness.app.executors.ray_trial.Mailbox` actor and handed to the driver's
@@ -41,10 +41,10 @@ from adapters.base import EngineError
 from results.recounts import TokenRecount
 from results.schema import ClientWorker, EngineFacts, RayTrial, RequestRecord
 
-from harness.app.core.plan import EnginePlan
-from harness.app.core.ray_options import RESOURCE_KEYS, import_ray
-from harness.app.core.settings import default_threads
-from harness.app.core.executor import Trial
+from harness.app.trial.plan import EnginePlan
+from harness.app.settings.ray_options import RESOURCE_KEYS, import_ray
+from harness.app.settings.run import default_threads
+from harness.app.trial.executor import Trial
 from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
 
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
@@ -67,7 +67,7 @@ def trial_options(plan: EnginePlan, threads: int, overrides: dict[str, float]) -
 
 
 class RayExecutor:
-    """The :class:`~harness.app.core.executor.TrialExecutor` whose trials run as Ray tasks
+    """The :class:`~harness.app.trial.executor.TrialExecutor` whose trials run as Ray tasks
     (module docstring). ``cfg.ray_address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``,
     ``auto``); None = the Ray instance this process already joined, else a single-node one
     started here (all of this machine's CPUs) and shut down at :meth:`close`.

@@ -10,7 +10,7 @@ to the context's state (effective settings, equivalence outputs, fidelity, accur
 A run asks for one load point instead (:mod:`harness.app.run.point_mode`) when
 ``--num-requests``, ``--request-rate``, ``--max-concurrency``, ``--duration`` or
 ``--ramp-up-strategy`` is given, or the workload replays a trace's own times
-(:attr:`harness.app.core.settings.RunSettings.ladder`).
+(:attr:`harness.app.settings.run.RunSettings.ladder`).
 
 One budget vocabulary, all durations (900, 900s, 15m): ``--time-budget`` is the whole job;
 ``--tune`` is each engine's configuration search within it; ``--ladder-budget`` caps one climb's
@@ -23,9 +23,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from harness.app.core.plan import EnginePlan
-from harness.app.core.tune_options import recipe_climb_to
-from harness.app.core.trial import trial_spec
+from harness.app.trial.plan import EnginePlan
+from harness.app.settings.tune_options import recipe_climb_to
+from harness.app.trial.steps import trial_spec
 from harness.app.run.allocate import Allocation
 from harness.app.run.context import RunContext
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
@@ -36,7 +36,7 @@ from harness.scoring.decision import default_slos, slos_text
 
 
 if TYPE_CHECKING:
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
 
 
 def ladder_spec(cfg: "RunSettings", kind: str, workload: Any, slos: list[Any], fidelity: Any = None,

@@ -33,8 +33,8 @@ from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatu
                             RequestRecord)
 from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
 
-from harness.app.core.executor import Trial, TrialExecutor
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.executor import Trial, TrialExecutor
+from harness.app.trial.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.engine_turns import engine_cost
 from harness.app.run.ladder_energy import capacity_figures, point_figures

@@ -1,8 +1,8 @@
 """The load ladder's trials: one engine's climb in one session, and more measurements of the
-points that decide (the bodies an executor runs, :mod:`harness.app.core.executor`).
+points that decide (the bodies an executor runs, :mod:`harness.app.trial.executor`).
 
 Each measurement of a point at load ``L`` is the one measurement step
-(:func:`harness.app.core.measure.measure`) of a freshly drawn workload: closed loop, ``L``
+(:func:`harness.app.trial.measure.measure`) of a freshly drawn workload: closed loop, ``L``
 sessions in flight (a single-turn workload's sessions are its requests), all due at once, at
 least :attr:`LadderSpec.min_requests` requests and :attr:`LadderSpec.rounds` sessions per unit
 of load, so every point reaches a steady state and its percentiles rest on the same order of
@@ -24,10 +24,10 @@ from results.schema.series import EngineSeries
 from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
-from harness.app.core.measure import MeasurementSink, measure, target_of
-from harness.app.core.plan import EnginePlan
-from harness.app.core.startup import EngineStarter
-from harness.app.core.trial import Session, TrialSpec, open_session
+from harness.app.trial.measure import MeasurementSink, measure, target_of
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.startup import EngineStarter
+from harness.app.trial.steps import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
 from harness.metrics.energy import EnergySample, windows
@@ -182,7 +182,7 @@ class _Points:
 
 
 def energy_sample(m: Any) -> EnergySample:
-    """A measurement's (:class:`harness.app.core.measure.Measurement`) energy, output tokens,
+    """A measurement's (:class:`harness.app.trial.measure.Measurement`) energy, output tokens,
     duration and time windows, for its point's J per output token."""
     phase = m.resources.energy if m.resources is not None else None
     tokens = m.metrics.total_output_tokens
@@ -282,7 +282,7 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
     out.peak_memory_bytes, out.processes = points.peak_memory, points.processes
     if spec.trial.feature_probes and ladder.stopped != "crashed":
-        from harness.app.core.feature_phase import probe_phase
+        from harness.app.trial.feature_phase import probe_phase
 
         out.feature_probes = probe_phase(console, plan.name, session.endpoint,
                                          target_of(session.endpoint, spec.trial.measure.ignore_eos), tokenizer,

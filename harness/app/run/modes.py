@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.plan import EnginePlan
 from harness.app.run.context import RunContext
 
 if TYPE_CHECKING:
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
 
 
 class Mode(Protocol):

@@ -27,11 +27,11 @@ from results.schema import AccuracyCheck, CalibrationFacts, EnergySource, Engine
 from results.store import RunWriter, new_run_id
 from workloads.base import Workload
 
-from harness.app.core.executor import LocalExecutor, TrialExecutor
-from harness.app.core.parity_run import ParityRun
-from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, plan_engine, skipped_result
-from harness.app.core.settings import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
-from harness.app.core.trial import accuracy_items
+from harness.app.trial.executor import LocalExecutor, TrialExecutor
+from harness.app.trial.parity_run import ParityRun
+from harness.app.trial.plan import EnginePlan, capabilities_of, launch_config, plan_engine, skipped_result
+from harness.app.settings.run import AUTO_SETUP_CPU, RunSettings, default_threads  # noqa: F401 (re-exported)
+from harness.app.trial.steps import accuracy_items
 from harness.app.run.context import RunContext, RunState
 from harness.app.run.modes import mode_for
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs

@@ -47,10 +47,10 @@ from rich.markup import escape
 from adapters.base import EngineError, lowered_precision, search_space_of
 from results.schema import EngineLadder, EngineTuning, LadderSummary, Recipe, RequestRecord, TunedConfig
 
-from harness.app.core.executor import Trial
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.executor import Trial
+from harness.app.trial.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.trial import fidelity_line
+from harness.app.trial.steps import fidelity_line
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
 from harness.scoring.decision import judge, ladder_points, sentence

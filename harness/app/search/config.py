@@ -10,8 +10,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from workloads.options import RATE_KINDS, WorkloadOptions
 
-from harness.app.core.fields import Cli
-from harness.app.core.settings import WORKLOAD_OPTIONS, RunSettings
+from harness.app.settings.fields import Cli
+from harness.app.settings.run import RunSettings
+from harness.app.settings.workload import WORKLOAD_OPTIONS
 from harness.metrics import SLO, parse_slos
 
 SEARCH_VARS = ("rate", "concurrency")
@@ -42,12 +43,17 @@ class SearchSettings(RunSettings):
     concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines;
     ``repeats``: measurements per probe, back to back (1 .. :data:`MAX_REPEATS`)."""
 
-    cli_order = (
-        "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--burstiness", "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed", "--slo",
-        "--search-var", "--low", "--high", "--tolerance", "--budget", "--max-probes", "--repeats", "--warmup",
-        "--output-dir", "--run-id", "--base-url", "--engine-arg", "--threads", "--request-timeout", "--startup-timeout",
-        "--sequential-start", "--max-failure-rate", "--no-ignore-eos")
+    cli_panels = {
+        "Engines": ("--engine", "--model", "--engine-arg", "--threads", "--startup-timeout", "--sequential-start",
+                    "--base-url"),
+        "Workload": ("--workload", "--num-requests", "--input-len", "--output-len", "--range-ratio", "--burstiness",
+                     "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed"),
+        "Search": ("--slo", "--search-var", "--low", "--high", "--tolerance", "--budget", "--max-probes", "--repeats",
+                   "--max-failure-rate"),
+        "Measuring": ("--warmup", "--request-timeout", "--no-ignore-eos"),
+        "Output": ("--output-dir", "--run-id"),
+    }
+    cli_order = tuple(flag for flags in cli_panels.values() for flag in flags)
     # bench run's options a search leaves out: the load is what it searches (no rate, cap, duration
     # or ramp; no salt: every probe draws fresh prompts), it measures one engine at a time for its
     # capacity (no equivalence check, calibration, feature probes, recommendation or cost), locally

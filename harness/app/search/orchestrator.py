@@ -66,13 +66,13 @@ from results.schema import (
 )
 from results.store import RunWriter, new_run_id, write_model_atomic
 
-from harness.app.core.executor import make_starter
-from harness.app.core.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
-from harness.app.core.prepare import announce, build_or_discard, record_run_facts
-from harness.app.core.settings import default_threads
+from harness.app.trial.executor import make_starter
+from harness.app.trial.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
+from harness.app.trial.prepare import announce, build_or_discard, record_run_facts
+from harness.app.settings.run import default_threads
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.startup import EngineStarter
-from harness.app.core.trial import TrialSpec, open_session
+from harness.app.trial.startup import EngineStarter
+from harness.app.trial.steps import TrialSpec, open_session
 from harness.app.search.capacity import CapacityResult, search_capacity
 from harness.app.search.config import SearchSettings, default_slos, search_unit
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
@@ -90,7 +90,7 @@ class SearchResult:
 
 class SearchOrchestrator:
     """Runs one :class:`SearchSettings` with the jobs' shared steps: engine plans, the one launch
-    path, sessions (:func:`harness.app.core.trial.open_session`) and the one measurement step."""
+    path, sessions (:func:`harness.app.trial.steps.open_session`) and the one measurement step."""
 
     def __init__(self, cfg: SearchSettings, console: Any) -> None:
         self.cfg = cfg

@@ -7,7 +7,7 @@ running engine, one after the other:
   is reused by any measurement of the search (another repeat, another probe), so none is
   flattered by a prefix an earlier one left in the engine's cache (with ``N = 1`` this is the
   plain ``base + i``);
-- each repeat is one measurement step (:func:`harness.app.core.measure.measure`, the one
+- each repeat is one measurement step (:func:`harness.app.trial.measure.measure`, the one
   ``bench run`` uses: client workers, resource sampling, engine counters), its records stamped
   with ``repeat = k`` and ``probe = i`` and written to ``requests.jsonl`` as each request ends
   (a Ctrl-C keeps the requests that finished), their token recounts beside them;
@@ -34,7 +34,7 @@ from adapters.resources import combine_repeats, with_output_tokens
 from results.schema import RequestRecord, ResourceUse, SearchProbe
 from workloads.options import WorkloadOptions
 
-from harness.app.core.measure import MeasureOptions, measure
+from harness.app.trial.measure import MeasureOptions, measure
 from harness.app.search.capacity import LoadProbe, judge_probe
 from harness.metrics import SLO, completion_rate
 from harness.metrics.failures import MAX_FAILURE_RATE

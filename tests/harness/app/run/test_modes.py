@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workloads.options import WorkloadOptions
 
-from harness.app.core.settings import RunSettings
+from harness.app.settings.run import RunSettings
 from harness.app.run.ladder_mode import LadderMode, TunedLadderMode
 from harness.app.run.modes import mode_for
 from harness.app.run.point_mode import PointMode

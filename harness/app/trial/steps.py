@@ -1,7 +1,7 @@
 """An engine's session and a trial: what happens around the one measurement step.
 
 A **session** (:func:`open_session`) is one engine up for a while: taken from the
-:class:`~harness.app.core.startup.EngineStarter` (started, or thawed when it was started ahead
+:class:`~harness.app.trial.startup.EngineStarter` (started, or thawed when it was started ahead
 of its turn), its facts recorded (display name, start-up time, effective configuration, install
 size), optionally its effective settings read (``--parity``), then warmed up with requests
 that share no prefix with any workload, sent together with the greedy output-equivalence
@@ -11,7 +11,7 @@ ground-truth reference (:func:`check_fidelity`) and asked the user's accuracy se
 all of an engine's probes in one session.
 
 A **trial** (:func:`run_trial`) is one session with one measurement in it
-(:func:`harness.app.core.measure.measure`), then, the first time, the feature probes outside
+(:func:`harness.app.trial.measure.measure`), then, the first time, the feature probes outside
 the measured phase: one engine's turn in one repeat of ``bench run``, run in this process or,
 as is, on a Ray node (:mod:`harness.app.executors.ray_trial`).
 """
@@ -42,10 +42,10 @@ from results.schema import (
 )
 from workloads.base import Workload
 
-from harness.app.core.measure import MeasureOptions, Measurement, MeasurementSink, measure, target_of
-from harness.app.core.plan import EnginePlan
-from harness.app.core.progress import engine_progress
-from harness.app.core.startup import EngineStarter
+from harness.app.trial.measure import MeasureOptions, Measurement, MeasurementSink, measure, target_of
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.progress import engine_progress
+from harness.app.trial.startup import EngineStarter
 from harness.loadgen.equivalence import EQUIVALENCE_PROMPTS, equivalence_requests
 from harness.loadgen.runner import Runner, RunnerOptions
 
@@ -251,7 +251,7 @@ async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: b
 def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, repeat: int,
               spec: TrialSpec, workload: Workload, tokenizer: Any, manifest: Manifest) -> TrialOutcome:
     """Engine ``plan``'s turn in repeat ``repeat`` (module docstring; a trial body,
-    :mod:`harness.app.core.executor`): a session, one measurement of ``workload`` with a
+    :mod:`harness.app.trial.executor`): a session, one measurement of ``workload`` with a
     progress bar, the feature probes after the first one. ``manifest``: the run's (read only:
     the model's length for the longest feature probe).
     Raises the :class:`EngineError` of a failed start or a crash; a KeyboardInterrupt after the
@@ -268,7 +268,7 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
             finish()
         probes: dict[str, FeatureProbe] = {}
         if first and spec.feature_probes:  # outside the measured phase, after its counters were read
-            from harness.app.core.feature_phase import probe_phase
+            from harness.app.trial.feature_phase import probe_phase
 
             probes = probe_phase(console, name, session.endpoint, target_of(session.endpoint, spec.measure.ignore_eos),
                                  tokenizer, manifest, spec.measure.request_timeout_s)

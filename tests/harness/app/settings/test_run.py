@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from harness.app.cli import app
 from harness.app.cli.options import cli_params, command_from
-from harness.app.core.fields import Cli, error_line
-from harness.app.core.settings import RunSettings
+from harness.app.settings.fields import Cli, error_line
+from harness.app.settings.run import RunSettings
 from harness.app.search.config import SearchSettings
 from harness.metrics import SLO
 from workloads.options import WorkloadOptions
@@ -34,13 +34,18 @@ def help_options(argv: list[str], command: Any = app) -> dict[str, tuple[str, st
     options: dict[str, list[str]] = {}
     current = None
     for line in res.output.splitlines():
+        if not line.startswith("│"):  # outside the panels (the usage, the epilog)
+            current = None
+            continue
         inner = line.strip().strip("│").rstrip()
         if not inner.strip() or line.strip()[:1] in "╭╰":
             continue
         if re.match(r"^ ?--", inner):  # an option's first line (its help may wrap onto lines starting with --)
             cells = re.split(r"\s{2,}", inner.strip())
             current = cells[0]
-            start = next(i for i, c in enumerate(cells) if c.startswith("<")) + 1
+            start = 1 + (len(cells) > 1 and cells[1].startswith("-"))  # a short name
+            if len(cells) > start and re.fullmatch(r"(TEXT|INT|NUM|PATH|\w+(\|\w+)+)( \[.*\])?", cells[start]):
+                start += 1  # what it takes (a flag takes nothing)
             options[current] = cells[start:]
         elif current is not None:
             options[current].append(inner.strip())
@@ -67,10 +72,28 @@ def test_run_and_search_show_one_text_for_every_shared_option() -> None:
 
 def test_the_generated_options_keep_bench_runs_order_and_leave_out_run_only_options_in_search() -> None:
     run, search = list(help_options(["run"])), list(help_options(["search"]))
-    assert run[:4] == ["--engine", "--workload", "--model", "--num-requests"] and run[-2:] == ["--sequential-start", "--help"]
+    assert run[:4] == ["--engine", "--model", "--engine-arg", "--engine-config"] and run[-3:] == ["--output-dir", "--run-id", "--help"]
     assert [p.cli.flag for p in cli_params(RunSettings)] == list(RunSettings.cli_order)
     assert [p.cli.flag for p in cli_params(SearchSettings)] == list(SearchSettings.cli_order)
     assert not set(SearchSettings.cli_exclude) & set(search) and set(SearchSettings.cli_exclude) <= set(run)
+
+
+def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> None:
+    res = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in res.output and "<bool>" not in res.output
+    titles = [line.strip("╭─╮ ") for line in lines if line.startswith("╭─")]
+    assert titles == list(RunSettings.cli_panels)  # one panel per heading, --help in the last
+    assert "'ttft_p90=500,tpot_p90=50'" in res.output  # the --slo example whole
+    tune = next(i for i, line in enumerate(lines) if line.startswith("│ --tune "))
+    assert next(i for i, line in enumerate(lines) if line.startswith("│ --tune-configs")) - tune <= 10
+    assert "--tune's search spaces" in res.output and len(lines) < 520
+    flags = [line.split()[1] for line in lines if re.match(r"│ --(no-|sequential|setup|allow|tune-lower)", line)]
+    assert {"--no-equivalence", "--sequential-start", "--setup-engines", "--allow-unchecked"} <= set(flags)
+    for line in lines:  # a flag's help starts right after its name: no value shown
+        if re.match(r"│ --(no-equivalence|sequential-start|setup-engines) ", line):
+            assert not re.search(r"--\S+\s+(TEXT|INT|NUM|PATH)\s", line), line
 
 
 class RunPlus(RunSettings):
@@ -181,7 +204,7 @@ def test_a_ladder_option_is_refused_with_one_load_point_when_given_at_whatever_v
 
 
 def test_the_time_budget_reads_the_units_people_write() -> None:
-    from harness.app.core.checks import parse_duration
+    from harness.app.settings.checks import parse_duration
 
     assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", "1h30m")] == [900, 900, 900, 5400, 5400]
     assert RunSettings.from_cli({"engines": "own", "time_budget_s": "15m"}).time_budget_s == 900

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from results.store import RunWriter
 from workloads.base import Workload
 
-from harness.app.core.manifest import fill_manifest
+from harness.app.trial.manifest import fill_manifest
 
 
 def build_or_discard(model_dir: Path, build: Callable[[Any], Workload], writer: RunWriter,

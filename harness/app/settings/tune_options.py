@@ -52,8 +52,14 @@ def _check_recipe(recipe: Any, path: str) -> None:
         raise ValueError(f"--engine-config {path}: threads {recipe.threads} is not a thread count (1 or more)")
 
 
+TUNE_HELP = ("Seconds of measuring per engine for a search of its configurations before the main job (180, "
+             "180s, 3m; 0 = none; within --time-budget); the verdict then compares tuned against tuned. Search "
+             "spaces: below; details: README.")
+"""``--tune``'s help: short; the search spaces are :func:`tune_help`, the end of ``bench run --help``."""
+
+
 def tune_help() -> str:
-    """``--tune``'s help: what it does, and every engine's search space here and on a GPU."""
+    """Every engine's ``--tune`` search space here and on a GPU (``bench run --help``'s epilog)."""
     from adapters.base import search_space_of
     from adapters.registry import ENGINE_NAMES, get_adapter
 
@@ -66,20 +72,11 @@ def tune_help() -> str:
                 out.append(f"{name}: " + ", ".join(f"{k.key} {'|'.join(k.values)}" for k in knobs))
         return "; ".join(out) or "none"
 
-    return ("Measuring per engine for a configuration search before the main job (180, 180s, 3m; 0 = none; within "
-            "--time-budget): the defaults, "
-            "each knob changed alone, then combinations (up to --tune-configs), searched by successive halving on "
-            "short load ladders, the objective being the capacity at the SLO; each engine then climbs its ladder at "
-            "the configuration found (and its defaults the same way, when the search moved off them), the verdict "
-            "compares tuned against tuned, each engine's gain over its defaults is reported with its interval and the winner's command line is stored as recipe.json. Precision is kept "
-            "unless --tune-lower-precision; the defaults are kept unless a configuration beats them by more than 5 %. The budget is of "
-            "measuring and can run over: every ladder measures its first 3 loads whatever its share, and each "
-            "configuration and rung is an engine start (issue 27's 180 s on vLLM-CPU: 303 s of measuring, plus 5 "
-            "engine starts). Search spaces (values tried instead of the engine's defaults) on a CPU: "
-            + spaces("cpu") + ". On a GPU: " + spaces("nvidia") + ". With --tune-lower-precision also, each gated by "
-            "the output-fidelity check: on a CPU " + spaces("cpu", True) + "; on a GPU " + spaces("nvidia", True) + ". "
-            "Engines the harness does not start (--endpoint) are not searched (no engine-side knob can be set; the "
-            "ladder already sweeps concurrency).")
+    return ("--tune's search spaces (values tried instead of the engine's defaults; the defaults are kept unless a "
+            "configuration beats them by more than 5 %) on a CPU: " + spaces("cpu") + ". On a GPU: "
+            + spaces("nvidia") + ". With --tune-lower-precision also, each gated by the output-fidelity check: on a "
+            "CPU " + spaces("cpu", True) + "; on a GPU " + spaces("nvidia", True) + ". Engines the harness does not "
+            "start (--endpoint) are not searched.")
 
 
 def recipe_climb_to(path: Any) -> int:

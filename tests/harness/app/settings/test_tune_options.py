@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from harness.app.core.settings import RunSettings
-from harness.app.core.tune_options import tune_help
+from harness.app.settings.run import RunSettings
+from harness.app.settings.tune_options import tune_help
 from results.schema import Recipe
 
 

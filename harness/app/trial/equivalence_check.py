@@ -1,7 +1,7 @@
 """``bench engines check``: the greedy output-equivalence check on its own, engine after engine.
 
 Each engine is planned and started through the one launch path (:func:`plan_engine`, the
-:class:`~harness.app.core.startup.EngineStarter` with one slot: started at its turn, stopped
+:class:`~harness.app.trial.startup.EngineStarter` with one slot: started at its turn, stopped
 after it), answers the fixed prompts greedily (:func:`harness.loadgen.equivalence.greedy_outputs`)
 and is compared token by token with the first engine that answered
 (:func:`harness.loadgen.equivalence.prompt_agreements`).
@@ -17,8 +17,8 @@ import aiohttp
 
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
 
-from harness.app.core.plan import plan_engine
-from harness.app.core.startup import EngineStarter
+from harness.app.trial.plan import plan_engine
+from harness.app.trial.startup import EngineStarter
 from harness.loadgen.equivalence import DEFAULT_PROMPTS, greedy_outputs, prompt_agreements, summarize_agreements
 
 

@@ -4,7 +4,7 @@
   (``adapters.parity.strict_engine_args``; the user's ``--engine-arg`` wins), printed once;
 - :meth:`ParityRun.keep`: once per engine, its effective settings as the engine reported them
   after health and before its first measured phase (read in its first session,
-  :func:`harness.app.core.trial.open_session`, with ``adapters.effective.read_effective``);
+  :func:`harness.app.trial.steps.open_session`, with ``adapters.effective.read_effective``);
 - :meth:`ParityRun.attach`: stored on the engine's ``EngineResult.effective``;
 - :meth:`ParityRun.audit`: at the end, the audit over the measured engines
   (``harness.scoring.parity``), stored as ``summary.parity``.

@@ -1,6 +1,6 @@
 """``bench engines fidelity``: the output-fidelity check on its own, engine after engine, without
 a benchmark: each engine is started through the one launch path
-(:func:`harness.app.core.equivalence_check.each_engine`), answers the reference's prompts
+(:func:`harness.app.trial.equivalence_check.each_engine`), answers the reference's prompts
 (:func:`harness.loadgen.fidelity.ask`) and is compared with transformers fp32
 (:func:`harness.metrics.fidelity.compare`), exactly as ``bench run`` checks it."""
 
@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from adapters.base import EngineAdapter
 from results.schema import DEFAULT_OTHER_FLOOR, FidelityCheck, FidelityReference, FidelityResult
 
-from harness.app.core.equivalence_check import each_engine
+from harness.app.trial.equivalence_check import each_engine
 from harness.loadgen.fidelity import ask
 from harness.metrics.fidelity import compare, fidelity_check
 

@@ -1,4 +1,4 @@
-"""The checks behind the settings' validation (:mod:`harness.app.core.settings`) that need
+"""The checks behind the settings' validation (:mod:`harness.app.settings.run`) that need
 more than the value itself: the endpoint and its tokenizer, the workload's spec and trace,
 the machine (cores, hardware profile) and the output folder.
 
@@ -274,8 +274,9 @@ def check_devices(devices: dict[str, int], endpoints: dict[str, str], engine_arg
             raise ValueError(f"--engine-arg {name}: {exc}") from None
 
 
-def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]) -> None:
-    """Every ``--engine-arg`` (and a recipe's engine args) is for an engine the run starts, and,
+def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]], option: str = "--engine") -> None:
+    """Every ``--engine-arg`` (and a recipe's engine args) is for an engine the run starts
+    (``engines``: the names ``option`` gave, or ``["all"]``), and,
     for a server of this repository (the reference engine, the shims), names one of its flags
     (:meth:`adapters.server.ServerAdapter.unknown_args`), so nothing starts to fail on it. Raises
     ValueError (one line)."""
@@ -286,7 +287,7 @@ def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]
         first = next(iter(args.items()), ("", ""))
         if name not in started:
             raise ValueError(f"--engine-arg {name}:{first[0]}={first[1]} is for {name}, which this run does not start "
-                             f"(--engine {','.join(engines) or 'none'}): add {name} to --engine or drop the argument")
+                             f"({option} {','.join(engines) or 'none'}): add {name} to {option} or drop the argument")
         unknown = getattr(get_adapter(name), "unknown_args", lambda _: [])(args)
         if unknown:
             module = getattr(get_adapter(name), "shim", "") or "own_engine"

@@ -1,7 +1,7 @@
 """How a settings field appears on the command line: :class:`Cli` metadata in the field's
 ``Annotated`` type, the way GuideLLM and AIPerf declare their CLIs on pydantic models.
 
-A field of :class:`harness.app.core.settings.RunSettings` (or a subclass) that carries a
+A field of :class:`harness.app.settings.run.RunSettings` (or a subclass) that carries a
 :class:`Cli` is an option of every command built from the model
 (:func:`harness.app.cli.options.command_from`); a field whose type is itself a model of
 options (the workload's) carries a :class:`CliGroup`, one :class:`Cli` per field of that

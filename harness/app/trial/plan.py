@@ -4,7 +4,7 @@ An :class:`EnginePlan` holds what the rest of the run needs to know about one en
 adapter, its declared capabilities (recorded, never scored as facts), the one probe result
 (carried in the launch config, so the launch does not probe again), the launch config, and
 the hardware kind the run detected once. The orchestrator builds the plans, hands them to
-the :class:`~harness.app.core.startup.EngineStarter` and measures them in order.
+the :class:`~harness.app.trial.startup.EngineStarter` and measures them in order.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from adapters.base import LaunchConfig, ProbeResult
 from results.schema import EngineResult, EngineStatus, SkipCause
 
-from harness.app.core.startup import StartItem
+from harness.app.trial.startup import StartItem
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ measurement has:
    planned turns and timing) and the SLOs: :func:`harness.metrics.summarise.repeat_metrics`.
 
 Warm-up, the output checks and feature probes happen around it, not in it
-(:mod:`harness.app.core.trial`).
+(:mod:`harness.app.trial.steps`).
 """
 
 from __future__ import annotations
