@@ -37,9 +37,15 @@ def _print_error(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {escape(' '.join(message.splitlines()))}", highlight=False, soft_wrap=True)
 
 
+def note(line: str) -> None:
+    """A note for the user on stderr (a stored run rebuilt, an import's caveat), markup-escaped."""
+    err_console.print(escape(line), highlight=False)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` (one line, markup-escaped) on stderr and exit with ``code``
-    (2 = bad input, 1 = the command ran but found nothing usable)."""
+    (2 = bad input, 1 = the command ran but found nothing usable). The CLI's one error path:
+    every command, the generated options' validation and the usage errors end here."""
     _print_error(message)
     raise typer.Exit(code)
 
@@ -132,7 +138,7 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
         fail(str(exc))
 
 
-def print_outputs(console: Any, run_dir: Path, files: list[tuple[str, str]]) -> None:
+def print_outputs(console: Console, run_dir: Path, files: list[tuple[str, str]]) -> None:
     """``Results: DIR`` then each of ``files`` ((label, file name)) that the job wrote (nothing
     when the folder is not there: a job that measured nothing removes it)."""
     if not run_dir.is_dir():

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.cli.common import err_console, fail, make_console
+from harness.app.cli.common import fail, make_console, note
 from harness.metrics import SLO, SLOError, parse_slos, slo_table, slos_of
 from results.pairs import split_list
 from results.store import ResultsError, Run
@@ -28,7 +28,7 @@ def _load(ref: str, output_dir: Path) -> Run:
     from results.store import resolve_run
 
     try:
-        run = load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: err_console.print(escape(line)))
+        run = load_or_rebuild(resolve_run(ref, output_dir), note=note)
     except ResultsError as exc:
         fail(str(exc))
     if run.ladder is None:

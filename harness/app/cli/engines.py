@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import typer
 
-from harness.app.cli.common import make_console, fail
+from harness.app.cli.common import err_console, fail, make_console
 from rich.markup import escape
 from rich.table import Table
 
@@ -35,11 +35,6 @@ from harness.app.settings.checks import check_engine_args
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
                   pretty_exceptions_enable=False, add_completion=False)
 console = make_console()
-err_console = make_console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> NoReturn:
-    fail(message, code)
 
 
 def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> str:
@@ -112,11 +107,11 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(R
     elif name in SETUP_SHARED:  # llamacpp_q8_0 is the llamacpp build serving other weights
         names = [SETUP_SHARED[name]]
     elif name in ENGINE_NAMES:
-        _fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
+        fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
     elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
-        _fail("tensorrt_llm cannot be installed here")
+        fail("tensorrt_llm cannot be installed here")
     else:
-        _fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)}, all-cpu or all-gpu")
+        fail(f"unknown engine {name!r}: choose from {', '.join(RECIPES)}, all-cpu or all-gpu")
     for n in names:
         try:
             recipe = select_recipe(n, hardware)  # the driver check comes first: nothing is installed on a mismatch
@@ -124,10 +119,10 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(R
             console.print(f"[bold]{n}[/bold]: installing {build} ({recipe.approx}) into {engine_env_dir(n)}")
             setup_engine(n, console=console, recipe=recipe, force=force)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         except EngineError as exc:
             err_console.print(escape(exc.log_tail))
-            _fail(str(exc), code=1)
+            fail(str(exc), code=1)
 
 
 @app.command("check")
@@ -150,14 +145,14 @@ def check(
 
     names = split_list(engines_csv)
     if not names:
-        _fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
+        fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
     try:
         adapters = [get_adapter(n) for n in names]
         eargs = parse_engine_args(engine_arg)
         check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         model_dir = resolve_model(model)
     except (ValueError, ModelError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out = run_dir or Path("results") / f"check-{time.strftime('%Y%m%d-%H%M%S')}"
     remove_leftovers(console)
     res = check_equivalence(adapters, model_dir, out, DEFAULT_PROMPTS, max_tokens, threads=threads,
@@ -196,7 +191,7 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
         try:
             found = find_leftovers(where)
         except OSError as exc:
-            _fail(f"cannot read {where}: {exc.strerror or exc}; set BENCH_STATE_DIR to the registry folder", code=1)
+            fail(f"cannot read {where}: {exc.strerror or exc}; set BENCH_STATE_DIR to the registry folder", code=1)
         for lo in found:
             console.print(escape(lo.describe()), soft_wrap=True, highlight=False)
         console.print(f"{len(found)} leftover engine server(s) of dead bench runs in {escape(str(where))}"
@@ -245,7 +240,7 @@ def fidelity(
         chosen = workload_prompts(fidelity_workload(WorkloadOptions(name=workload), tokenizer, prompts), tokenizer, prompts)
         reference = reference_for(model_dir, chosen, max_tokens=tokens, console=console)
     except (ValueError, ModelError, WorkloadError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out = run_dir or Path("results") / f"fidelity-{time.strftime('%Y%m%d-%H%M%S')}"
     remove_leftovers(console)
     check, missing = check_fidelity_of(adapters, model_dir, out, reference, other_floor=floor, threads=threads,

@@ -45,6 +45,8 @@ class CliParam:
     def option(self) -> Any:
         """The ``typer.Option`` of this parameter, under its ``--help`` panel; a flag shows no
         value (no ``<bool>``: :func:`metavar`)."""
+        if self.cli.argument:
+            return typer.Argument(self.default, help=self.cli.help, show_default=False)
         extra = {"envvar": self.cli.envvar, "show_envvar": True} if self.cli.envvar else {}
         return typer.Option(self.default, *self.cli.flags, help=self.cli.help, rich_help_panel=self.panel,
                             metavar=metavar(self.annotation), **self.bounds, **extra)
@@ -75,6 +77,8 @@ def _bare(annotation: Any) -> Any:
 def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
     if cli.default is not MISSING:
         default = cli.default
+    elif field.default is PydanticUndefined and field.default_factory is None:  # required
+        default = ...
     elif field.default is PydanticUndefined:  # a factory (an empty list or dict): nothing given
         default = None
     else:
@@ -90,6 +94,8 @@ def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
             elif isinstance(m, annotated_types.Le):
                 bounds["max"] = m.le
     name = cli.flag.lstrip("-").replace("-", "_")
+    if cli.argument:  # positional: no panel of options
+        return CliParam(name, path, cli, annotation, default, bounds, panel=None)
     return CliParam(name, path, cli, annotation, default, bounds)
 
 
@@ -111,7 +117,8 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     order = {flag: i for i, flag in enumerate(flag for flags in panels.values() for flag in flags)}
     panel_of = {flag: title for title, flags in panels.items() for flag in flags}
     last = list(panels)[-1] if panels else None
-    kept = [dataclasses.replace(p, panel=panel_of.get(p.cli.flag, last)) for p in params if p.cli.flag not in excluded]
+    kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, last))
+            for p in params if p.cli.flag not in excluded]
     return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
 
 

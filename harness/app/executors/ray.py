@@ -46,6 +46,8 @@ from harness.app.settings.ray_options import RESOURCE_KEYS, import_ray
 from harness.app.settings.run import default_threads
 from harness.app.trial.executor import Trial
 from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
+from harness.app.settings.run import RunSettings
+from rich.console import Console
 
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
 CANCEL_WAIT_S = 10.0  # after a Ctrl-C, how long the driver waits for cancelled trials to end (s)
@@ -73,7 +75,7 @@ class RayExecutor:
     started here (all of this machine's CPUs) and shut down at :meth:`close`.
     ``cfg.ray_resources``: :func:`parse_resources`' overrides."""
 
-    def __init__(self, cfg: Any, console: Any, kind: str = "cpu") -> None:
+    def __init__(self, cfg: RunSettings, console: Console, kind: str = "cpu") -> None:
         self.cfg, self.console = cfg, console
         self.address = cfg.ray_address
         self.resources = dict(cfg.ray_resources)

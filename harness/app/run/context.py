@@ -26,8 +26,10 @@ from harness.app.trial.plan import EnginePlan
 from harness.app.trial.prepare import announce, build_or_discard, record_run_facts
 from harness.app.trial.warm_cache import warn_if_cache_may_be_warm
 from harness.metrics.summarise import Condition
+from rich.console import Console
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
     from harness.app.trial.parity_run import ParityRun
     from harness.app.settings.run import RunSettings
 
@@ -44,7 +46,7 @@ class RunState:
     model_dir: Path
     threads: int
     workload: Workload | None = None
-    tokenizer: Any = None
+    tokenizer: PreTrainedTokenizerBase | None = None
     condition: Condition | None = None
     equivalence: dict[str, list[str]] | None = None
     trials: dict[tuple[str, int], Trial] = field(default_factory=dict)
@@ -63,7 +65,7 @@ class RunContext:
     ask for)."""
 
     cfg: "RunSettings"
-    console: Any
+    console: Console
     kind: str
     parity: "ParityRun"
     executor: TrialExecutor

@@ -33,6 +33,7 @@ from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
 from harness.metrics import slo_table
 from harness.scoring.decision import default_slos, slos_text
+from rich.console import Console
 
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ class TunedLadderMode(LadderMode):
         return self.tuner.judge if self.tuner is not None else None
 
 
-def _recipe(ladder: Any, writer: Any, console: Any) -> None:
+def _recipe(ladder: Any, writer: Any, console: Console) -> None:
     """The winner's ``recipe.json`` (the command line that starts it as measured; ``bench run
     --engine-config FILE`` runs it again), printed; each tuned engine's gain line comes with the
     verdict (:func:`harness.app.cli.verdict.print_verdict`), and so does why no recipe was made."""

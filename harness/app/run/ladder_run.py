@@ -22,7 +22,7 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.markup import escape
 
@@ -45,6 +45,10 @@ from harness.scoring.decision import judge
 from harness.scoring.frontier import PointSample, capacity_of, point_stats
 from harness.scoring.samples import judged_records
 from harness.scoring.ranking import REFERENCE_ENGINES
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -71,7 +75,7 @@ class LadderJob:
     """Runs the main job over ``engines`` with ``executor`` (started by the caller for the
     round), writing to ``writer``; ``spec`` says how ladders are climbed."""
 
-    def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Any, *, tokenizer: Any,
+    def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Console, *, tokenizer: PreTrainedTokenizerBase,
                  boundary_repeats: int = 2, target_tps: float | None = None, time_budget_s: float | None = None) -> None:
         self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
         self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps

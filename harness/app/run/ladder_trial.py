@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from adapters.resources import with_output_tokens
 from adapters.base import EngineError
@@ -32,6 +32,10 @@ from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
 from harness.metrics.energy import EnergySample, windows
 from harness.scoring.frontier import PointStats, Requests, SloWatch, point_stats
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ class LadderOutcome:
 class _Points:
     """Measures points on one live engine (``session``) for the ladder's ``measure`` callback."""
 
-    def __init__(self, plan: EnginePlan, session: Session, sink: MeasurementSink, spec: LadderSpec, tokenizer: Any,
+    def __init__(self, plan: EnginePlan, session: Session, sink: MeasurementSink, spec: LadderSpec, tokenizer: PreTrainedTokenizerBase,
                  indices: dict[int, int] | None = None) -> None:
         from workloads.tokens import as_kit
 
@@ -228,8 +232,8 @@ def _sessions_done(records: Sequence[RequestRecord], cut: Sequence[RequestRecord
     return sum(by.values())
 
 
-def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                 tokenizer: Any, manifest: Manifest) -> LadderOutcome:
+def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+                 tokenizer: PreTrainedTokenizerBase, manifest: Manifest) -> LadderOutcome:
     """Engine ``plan``'s climb (a trial body): a session (warm-up, the equivalence prompts),
     the ladder (:meth:`Ladder.climb`) within ``spec.budget_s``, then the feature probes."""
     out = LadderOutcome()
@@ -257,7 +261,7 @@ def refused(fidelity: FidelityResult | None) -> bool:
     return fidelity is None or fidelity.passed is not True or bool(fidelity.unchecked())
 
 
-def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
+def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Console, spec: LadderSpec, tokenizer: PreTrainedTokenizerBase,
            manifest: Manifest, out: LadderOutcome) -> None:
     """The ladder on the live engine of ``session``, filling ``out`` as it goes."""
     points = _Points(plan, session, sink, spec, tokenizer)
@@ -289,8 +293,8 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
                                          manifest, spec.trial.measure.request_timeout_s)
 
 
-def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                  tokenizer: Any, previous: Sequence[PointMeasurement]) -> LadderOutcome:
+def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+                  tokenizer: PreTrainedTokenizerBase, previous: Sequence[PointMeasurement]) -> LadderOutcome:
     """More of engine ``plan``'s climb (a trial body): its ladder rebuilt from ``previous`` (its
     measurements so far, judged again, not measured again), climbed on from twice its highest
     load (not past where the SLO must break when ``spec.bisect`` is off: the main job's climbs),
@@ -326,8 +330,8 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
     return out
 
 
-def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-               tokenizer: Any) -> FidelityResult | None:
+def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+               tokenizer: PreTrainedTokenizerBase) -> FidelityResult | None:
     """The output-fidelity check alone (a trial body): the engine's session opened with
     ``spec.trial``'s fidelity reference, nothing measured (the main job checks the engines
     still in the race after their first climbs: :mod:`harness.app.run.allocate`)."""
@@ -336,8 +340,8 @@ def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, 
         return session.fidelity
 
 
-def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                   tokenizer: Any, points: Sequence[tuple[int, int, int, int]],
+def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+                   tokenizer: PreTrainedTokenizerBase, points: Sequence[tuple[int, int, int, int]],
                    ramp: tuple[int, int] | None = None) -> list[PointMeasurement]:
     """More measurements of given points (a trial body): ``points`` = (index, load, seed,
     repeat) each; the engine's session is opened without a warm-up when it was kept from its
@@ -363,7 +367,7 @@ def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSi
     return done
 
 
-def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
+def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Console, spec: LadderSpec, tokenizer: PreTrainedTokenizerBase,
            points: Sequence[tuple[int, int, int, int]], done: list[PointMeasurement]) -> None:
     """More measurements of ``points`` on the live engine of ``session``, appended to ``done``."""
     measurer = _Points(plan, session, sink, spec, tokenizer, {load: index for index, load, _, _ in points})

@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -37,6 +37,10 @@ from harness.app.run.modes import mode_for
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs
 from harness.metrics import slo_table
 from harness.metrics.fidelity import fidelity_check
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -53,7 +57,7 @@ class Orchestrator:
     ``executor`` makes a :class:`TrialExecutor` for the detected hardware kind (None = here,
     :class:`LocalExecutor`; ``bench run --executor ray`` passes the Ray one)."""
 
-    def __init__(self, cfg: RunSettings, console: Any, executor: Any = None) -> None:
+    def __init__(self, cfg: RunSettings, console: Console, executor: Any = None) -> None:
         self.cfg = cfg
         self.console = console
         self.parity = ParityRun(cfg, console)  # --parity: engine args, effective settings, the audit
@@ -61,7 +65,7 @@ class Orchestrator:
         self.kind = "cpu"  # the hardware kind, detected once per run
 
     # -- setup -------------------------------------------------------------------------
-    def _workload(self, tokenizer: Any) -> Workload:
+    def _workload(self, tokenizer: PreTrainedTokenizerBase) -> Workload:
         from workloads.registry import build_workload
 
         return build_workload(self.cfg.workload, tokenizer)

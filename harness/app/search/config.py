@@ -12,6 +12,7 @@ from workloads.options import RATE_KINDS, WorkloadOptions
 
 from harness.app.settings.fields import Cli
 from harness.app.settings.run import RunSettings
+from harness.app.settings.shared import SLOS, Slos
 from harness.app.settings.workload import WORKLOAD_OPTIONS
 from harness.metrics import SLO, parse_slos
 
@@ -75,7 +76,7 @@ class SearchSettings(RunSettings):
         seed=WORKLOAD_OPTIONS.options["seed"].replace(help="Base seed: repeat k of probe i draws its workload with seed + i * repeats + k (no measurement reuses another's prompts)."),
     )] = Field(default_factory=lambda: WorkloadOptions(name="random"))
     # --slo: left out = defaults for the hardware, so the text names them and an empty --slo is refused.
-    slos: Annotated[list[SLO], Cli("--slo", type=str, parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
+    slos: Annotated[Slos, SLOS.replace(parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
     # --repeats: measurements of one probe point, back to back on one engine (bench run: rounds of every engine).
     repeats: Annotated[int, Cli("--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it.")] = 1
 

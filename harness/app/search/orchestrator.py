@@ -50,7 +50,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -79,6 +79,10 @@ from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
 from harness.metrics import SLO, slo_table
 from harness.scoring.capacity_ranking import rank_capacity
 from harness.scoring.formatting import slo_text
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -92,7 +96,7 @@ class SearchOrchestrator:
     """Runs one :class:`SearchSettings` with the jobs' shared steps: engine plans, the one launch
     path, sessions (:func:`harness.app.trial.steps.open_session`) and the one measurement step."""
 
-    def __init__(self, cfg: SearchSettings, console: Any) -> None:
+    def __init__(self, cfg: SearchSettings, console: Console) -> None:
         self.cfg = cfg
         self.console = console
         self.unit = search_unit(cfg.search_var, cfg.workload.name)
@@ -185,7 +189,7 @@ class SearchOrchestrator:
         writer.write_manifest()
         return tokenizer
 
-    def _engines(self, plans: list[EnginePlan], starter: EngineStarter, writer: RunWriter, tokenizer: Any,
+    def _engines(self, plans: list[EnginePlan], starter: EngineStarter, writer: RunWriter, tokenizer: PreTrainedTokenizerBase,
                  summary: SearchSummary, per_engine: float) -> str:
         """Search each engine in turn; returns who interrupted the search ("" = nobody)."""
         for i, plan in enumerate(plans):
@@ -229,7 +233,7 @@ class SearchOrchestrator:
                 f"{self._seed_text(c.workload.seed or 0)}")
 
     # -- one engine ----------------------------------------------------------------------
-    def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: Any,
+    def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: PreTrainedTokenizerBase,
                 summary: SearchSummary, budget_s: float) -> str:
         """Search one engine and record it; returns who interrupted it ("" = not interrupted)."""
         assert self.prober is not None and self.spec is not None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.resources import combine_repeats, with_output_tokens
 from results.schema import RequestRecord, ResourceUse, SearchProbe
@@ -41,6 +41,11 @@ from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
 from harness.scoring.samples import Requests, measured_span_s
+from harness.app.settings.run import RunSettings
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
@@ -91,7 +96,7 @@ class ProbeMeasurer:
     ``cfg``: the :class:`harness.app.search.config.SearchSettings` (``workload``, ``search_var``,
     ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
-    def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
+    def __init__(self, cfg: RunSettings, slos: list[SLO], unit: str, console: Console) -> None:
         self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
         self.repeats = int(getattr(cfg, "repeats", 1) or 1)
         self.max_failure_rate = float(getattr(cfg, "max_failure_rate", MAX_FAILURE_RATE))
@@ -99,7 +104,7 @@ class ProbeMeasurer:
                                       client_workers=cfg.client_workers, ignore_eos=cfg.ignore_eos)
         self.kit: Any = None
 
-    def measure(self, name: str, endpoint: Any, tokenizer: Any, sink: Any, load: float,
+    def measure(self, name: str, endpoint: Any, tokenizer: PreTrainedTokenizerBase, sink: Any, load: float,
                 probes: list[SearchProbe]) -> LoadProbe:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
         c, n, index = self.cfg, self.repeats, len(probes)
@@ -149,7 +154,7 @@ class ProbeMeasurer:
         """The offered rate the saturation check compares against: None for a concurrency search."""
         return offered if self.cfg.search_var == "rate" else None
 
-    def _build(self, opts: WorkloadOptions, tokenizer: Any) -> Any:
+    def _build(self, opts: WorkloadOptions, tokenizer: PreTrainedTokenizerBase) -> Any:
         """The workload of one measurement, from one :class:`TokenKit` for every probe: it caches
         the word ids a build draws from (a fresh one per probe would spend ~1 s of the budget
         re-tokenizing the vocabulary)."""

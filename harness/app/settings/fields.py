@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import MISSING, dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
 
@@ -34,6 +34,7 @@ class Cli:
     ``range``: hand the field's ``ge``/``le`` bounds to typer, which shows them in ``--help``
     and refuses a value outside them with click's own message. ``envvar``: an environment
     variable typer reads the option from when it is not given (shown in ``--help``).
+    ``argument``: a positional argument, not an option (``flags``: its one name, ``"run"``).
     """
 
     flags: tuple[str, ...]
@@ -44,11 +45,13 @@ class Cli:
     invert: bool
     range: bool
     envvar: str | None
+    argument: bool
 
     def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
-                 default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None) -> None:
+                 default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None,
+                 argument: bool = False) -> None:
         values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range,
-                      envvar=envvar)
+                      envvar=envvar, argument=argument)
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -79,8 +82,40 @@ class CliGroup:
 
 
 def cli_of(field: FieldInfo) -> Cli | CliGroup | None:
-    """The :class:`Cli` or :class:`CliGroup` in a field's metadata; None = not an option."""
-    return next((m for m in field.metadata if isinstance(m, (Cli, CliGroup))), None)
+    """The :class:`Cli` or :class:`CliGroup` in a field's metadata (the last: a command's own
+    help over a shared declaration's, ``Annotated[Slos, SLOS.replace(...)]``); None = not an option."""
+    return next((m for m in reversed(field.metadata) if isinstance(m, (Cli, CliGroup))), None)
+
+
+class CliModel(BaseModel):
+    """Base of the settings a command is generated from
+    (:func:`harness.app.cli.options.command_from`): a field given as the command line's raw text
+    goes through its :class:`Cli`'s ``parse``; :meth:`from_cli` validates the command line's values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def from_cli(cls, values: dict[str, Any], given: Optional[set[str]] = None) -> Any:
+        """The settings from the command line's values (by field; a group's options as one dict),
+        validated with ``context={"cli": True, "given": given}`` (``given``: the fields the user
+        typed). Raises ``pydantic.ValidationError`` (:func:`error_line` gives its one line)."""
+        return cls.model_validate(values, context={"cli": True, "given": given})
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _parse_cli_text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A field given as the command line's raw text (or None) goes through its ``parse``."""
+        cli = cli_of(cls.model_fields[str(info.field_name)])
+        if isinstance(cli, Cli) and cli.parse is not None and (value is None or _is_raw(value, cli.type)):
+            return cli.parse(value)
+        return value
+
+
+def _is_raw(value: Any, cli_type: Any) -> bool:
+    """Whether ``value`` is the command line's form of a field (``str`` text, a ``list`` of a
+    repeatable option), not already the field's own type."""
+    raw = getattr(cli_type, "__origin__", cli_type)
+    return isinstance(raw, type) and isinstance(value, raw)
 
 
 def option_flag(model: type[BaseModel], loc: tuple[Any, ...]) -> str:

@@ -18,23 +18,22 @@ checked by value only.
 
 from __future__ import annotations
 
-import math
 import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from results.pairs import split_list
 from workloads.options import WorkloadOptions, parse_options
 
 from harness.app.settings import checks
 from harness.app.settings.energy import EnergyGroup, EnergyOptions
-from harness.app.settings.fields import Cli, CliGroup, cli_of
+from harness.app.settings.fields import Cli, CliGroup, CliModel, cli_of
+from harness.app.settings.shared import Hardware, MaxFailureRate, OutputDir, Preset, PricePerHour, Slos
 from harness.app.settings.workload import WORKLOAD_OPTIONS
 from harness.app.settings.tune_options import TUNE_HELP
-from harness.metrics import SLO, parse_slos
 
 
 class ParityMode(str, Enum):
@@ -94,10 +93,8 @@ def _ray_resources(text: Optional[str]) -> dict[str, float]:
     return parse_resources(text)
 
 
-class RunSettings(BaseModel):
+class RunSettings(CliModel):
     """Everything ``bench run`` was asked for, validated (see the module's docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # --help's panels, heading → its options' flags in order (an option listed in none goes last)
     cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -129,11 +126,11 @@ class RunSettings(BaseModel):
     request_timeout_s: Annotated[float, Cli("--request-timeout", help="Per-request client timeout, seconds.")] = 600.0
     startup_timeout_s: Annotated[float, Cli("--startup-timeout", help="Engine start-up (health) timeout, seconds.")] = 600.0
     warmup: Annotated[int, Cli("--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload).")] = 2
-    slos: Annotated[list[SLO], Cli("--slo", type=str, parse=parse_slos, help="SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50' (a bare 'ttft=500' means p99); the verdict's capacity, goodput and the recommendation use them. Default (one table, shared with bench search): on a CPU ttft_p90=2000,tpot_p90=200 (agentic ttft_p90=4000), on a GPU ttft_p90=500,tpot_p90=50 (agentic ttft_p90=1500).")] = Field(default_factory=list)
+    slos: Slos = Field(default_factory=list)
     model: Annotated[Optional[str], Cli("--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name.")] = None
     # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
     repeats: Annotated[int, Field(ge=1, le=20), Cli("--repeats", range=True, help="At one load point (--request-rate, --max-concurrency, --duration): measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise. With load ladders (the default): the bracket points of a leader and runner-up not yet separated are measured again up to max(3, N) times each, interleaved, on fresh starts.")] = 1
-    output_dir: Annotated[Path, Cli("--output-dir", "-o", help="Where run folders are written.")] = Path("results")
+    output_dir: OutputDir = Path("results")
     run_id: Annotated[Optional[str], Cli("--run-id", help="Run folder name (default: timestamp-workload; bench search: timestamp-search-workload).")] = None
     base_url: Annotated[Optional[str], Cli("--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY; credentials in the URL are masked in every file and message).")] = None
     served_model_name: Optional[str] = None  # --engine openai: the --model given (from_cli); ``model`` is then --tokenizer
@@ -152,8 +149,8 @@ class RunSettings(BaseModel):
     client_workers: Annotated[int, Field(ge=1, le=64), Cli("--client-workers", range=True, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs).")] = 1
     # probe each engine's features once, after its first measured phase (feature_phase.py)
     feature_probes: Annotated[bool, Cli("--no-feature-probes", invert=True, help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified.")] = True
-    hardware: Annotated[str, Cli("--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`).")] = "detected"
-    preset: Annotated[str, Cli("--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost.")] = "balanced"
+    hardware: Hardware = "detected"
+    preset: Preset = "balanced"
     report: bool = True
     setup_engines: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, OpenVINO GenAI; not llama.cpp, whose llama-server build takes 10–25 minutes: `bench engines setup llamacpp` adds it; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
     # start every engine at once, frozen until its turn (harness/app/trial/startup.py)
@@ -161,12 +158,12 @@ class RunSettings(BaseModel):
     # send ignore_eos where the workload and engine allow
     ignore_eos: Annotated[bool, Cli("--no-ignore-eos", invert=True, help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall.")] = True
     # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
-    max_failure_rate: Annotated[float, Cli("--max-failure-rate", help="The share of a measured condition's requests that may fail (0.05 = 5%; 0 = none may fail): above it bench run eliminates the engine (its reason the count and the server's first messages) and a bench search probe does not pass.")] = 0.05
+    max_failure_rate: MaxFailureRate = 0.05
     # --engine openai: the endpoint's model folder (also in ``model``); None = not given
     tokenizer: Annotated[Optional[str], Cli("--tokenizer", help="--engine openai: the local folder of the model the endpoint serves (config.json + tokenizer, no weights needed): the workload is built with its tokenizer and the manifest and memory fit describe it. Without it token counts come from the server's usage only.")] = None
     # USD per device-hour for the cost; None = the hardware profile's
     energy: EnergyGroup = Field(default_factory=EnergyOptions)  # --watts, --price-per-kwh
-    price_per_hour: Annotated[Optional[float], Cli("--price-per-hour", help="USD per device-hour of the hardware measured on, for the cost per 1M output tokens (default: the hardware profile's on-demand list price; CPU: an assumed $0.0335 per vCPU-hour). Overrides the price of the recommendation's target too.")] = None
+    price_per_hour: PricePerHour = None
     # "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
     executor: Annotated[str, Cli("--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench\\[ray]').")] = "local"
     ray_address: Annotated[Optional[str], Cli("--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run.")] = None
@@ -197,14 +194,6 @@ class RunSettings(BaseModel):
         spec = checks.spec_values(w.spec_file)
         return all(getattr(w, f) is None and spec.get(f) is None for f in fields) and w.name != "trace"
 
-    @classmethod
-    def from_cli(cls, values: dict[str, Any], given: Optional[set[str]] = None) -> Any:
-        """The settings from the command line's values (by field; the workload's options as one
-        dict): raw text parsed, every value checked, the machine-dependent checks included.
-        ``given``: the fields the user typed (default: those in ``values``); an option that
-        applies only to a ladder is refused by whether it was given, never by its value."""
-        return cls.model_validate(values, context={"cli": True, "given": given})
-
     # -- one value at a time --------------------------------------------------------------------
     @model_validator(mode="before")
     @classmethod
@@ -215,15 +204,6 @@ class RunSettings(BaseModel):
                 (data.get("ray_address") or data.get("ray_resources")):
             raise ValueError("--ray-address and --ray-resources need --executor ray")
         return data
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _parse_cli_text(cls, value: Any, info: ValidationInfo) -> Any:
-        """A field given as the command line's raw text (or None) goes through its ``parse``."""
-        cli = cli_of(cls.model_fields[str(info.field_name)])
-        if isinstance(cli, Cli) and cli.parse is not None and (value is None or _is_raw(value, cli.type)):
-            return cli.parse(value)
-        return value
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -276,22 +256,6 @@ class RunSettings(BaseModel):
             raise ValueError(f"--warmup must be >= 0, got {warmup}")
         return warmup
 
-    @field_validator("max_failure_rate")
-    @classmethod
-    def _failure_rate(cls, value: float) -> float:
-        if math.isnan(value) or not 0 <= value < 1:
-            raise ValueError(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {value:g}")
-        return value
-
-    @field_validator("preset")
-    @classmethod
-    def _preset(cls, preset: str) -> str:
-        from harness.scoring import PRESETS
-
-        if preset not in PRESETS:
-            raise ValueError(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
-        return preset
-
     @field_validator("executor")
     @classmethod
     def _executor(cls, executor: str) -> str:
@@ -303,12 +267,6 @@ class RunSettings(BaseModel):
     @classmethod
     def _run_id(cls, run_id: Optional[str]) -> Optional[str]:
         return checks.check_run_id(run_id)
-
-    @field_validator("price_per_hour")
-    @classmethod
-    def _price(cls, price: Optional[float]) -> Optional[float]:
-        checks.check_price(price)
-        return price
 
     # -- how values combine, then the machine ----------------------------------------------------
     @model_validator(mode="after")
@@ -408,13 +366,6 @@ def _from_cli(info: ValidationInfo) -> bool:
 def _flag(model: type[BaseModel], info: ValidationInfo) -> str:
     cli = cli_of(model.model_fields[str(info.field_name)])
     return cli.flag if isinstance(cli, Cli) else str(info.field_name)
-
-
-def _is_raw(value: Any, cli_type: Any) -> bool:
-    """Whether ``value`` is the command line's form of a field (``str`` text, a ``list`` of a
-    repeatable option), not already the field's own type."""
-    raw = getattr(cli_type, "__origin__", cli_type)
-    return isinstance(raw, type) and isinstance(value, raw)
 
 
 # Engines whose environment `--setup-engines` creates on a CPU-only machine, in run order.

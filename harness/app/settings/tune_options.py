@@ -4,7 +4,10 @@ and checks, and how a stored recipe becomes run settings (:mod:`harness.app.run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # run.py imports this module
+    from harness.app.settings.run import RunSettings
 
 
 def check_recipe_file(text: Optional[str]) -> Optional[str]:
@@ -88,7 +91,7 @@ def recipe_climb_to(path: Any) -> int:
     return max(1, recipe.climb_to or 1)
 
 
-def apply_recipe(cfg: Any) -> None:
+def apply_recipe(cfg: RunSettings) -> None:
     """``--engine-config`` on run settings ``cfg``: the recipe's engine (when --engine named none),
     its args under the user's --engine-arg, its threads (when --threads was not given). Raises
     ValueError when --engine names other engines."""

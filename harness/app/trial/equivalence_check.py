@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import aiohttp
+from rich.console import Console
 
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
 
@@ -24,11 +25,10 @@ from harness.loadgen.equivalence import DEFAULT_PROMPTS, greedy_outputs, prompt_
 
 def each_engine(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path, use: Callable[[Any], Any], *,
                 threads: int = 1, engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
-                console: Any = None, hardware_kind: str = "cpu") -> Iterator[tuple[str, dict[str, Any]]]:
+                console: Console | None = None, hardware_kind: str = "cpu") -> Iterator[tuple[str, dict[str, Any]]]:
     """Start each adapter's engine in turn through the one launch path, call ``use(endpoint)``
     on it, stop it; yield ``(name, {"status": "ok" | "skipped" | "failed", "reason",
     "display_name", "value": use's return})``. Engine failures are yielded, not raised."""
-    from rich.console import Console
 
     for adapter in adapters:
         entry: dict[str, Any] = {"status": "skipped", "reason": None, "display_name": None, "value": None}
@@ -56,7 +56,7 @@ def each_engine(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Pat
 def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path,
                       prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = 32, threads: int = 1,
                       engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
-                      request_timeout_s: float = 300.0, console: Any = None, hardware_kind: str = "cpu") -> dict[str, Any]:
+                      request_timeout_s: float = 300.0, console: Console | None = None, hardware_kind: str = "cpu") -> dict[str, Any]:
     """Run ``prompts`` greedily on every adapter and compare tokens with the reference.
 
     Returns ``{"reference": name | None, "prompts": [...], "max_tokens": n, "engines": {name:

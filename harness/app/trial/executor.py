@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 from harness.app.trial.measure import MeasurementSink
 from harness.app.trial.plan import EnginePlan
 from harness.app.trial.startup import EngineStarter, start_slots
+from rich.console import Console
 
 Body = Callable[[EnginePlan, EngineStarter, MeasurementSink, Any], Any]
 """``body(plan, starter, sink, console) -> outcome``: a module-level function or a
@@ -60,7 +61,7 @@ class LocalExecutor:
     their turns as the machine allows (``parallel``: start them at once, frozen until their
     turn; False = each at its turn, ``--sequential-start``)."""
 
-    def __init__(self, console: Any, *, hardware_kind: str, parallel: bool = True) -> None:
+    def __init__(self, console: Console, *, hardware_kind: str, parallel: bool = True) -> None:
         self.console, self.kind, self.parallel = console, hardware_kind, parallel
         self.starter: EngineStarter | None = None
 
@@ -115,7 +116,7 @@ class _Keeping:
         return getattr(self._starter, attr)
 
 
-def make_starter(console: Any, plans: list[EnginePlan], kind: str, parallel: bool, quiet: bool = False) -> EngineStarter:
+def make_starter(console: Console, plans: list[EnginePlan], kind: str, parallel: bool, quiet: bool = False) -> EngineStarter:
     """The one launch path: as many engines started ahead of their turn as the machine holds
     (all of them on a CPU machine with the memory, else fewer); one slot = each engine starts at
     its turn (``--sequential-start``, a GPU machine)."""

@@ -18,12 +18,14 @@ from typing import Any, Sequence
 from results.schema import EffectiveSettings, EngineResult, ParityAudit, ParityStrict, RunSummary
 
 from harness.scoring.parity import audit_summary
+from harness.app.settings.run import RunSettings
+from rich.console import Console
 
 
 class ParityRun:
     """The parity side of one run of ``cfg`` (a ``RunSettings``: ``parity``, ``engine_args``)."""
 
-    def __init__(self, cfg: Any, console: Any = None) -> None:
+    def __init__(self, cfg: RunSettings, console: Console | None = None) -> None:
         self.mode: str = getattr(cfg, "parity", "report")
         self.user_args: dict[str, dict[str, str]] = cfg.engine_args
         self.console = console

@@ -18,6 +18,7 @@ from adapters.base import LaunchConfig, ProbeResult
 from results.schema import EngineResult, EngineStatus, SkipCause
 
 from harness.app.trial.startup import StartItem
+from harness.app.settings.run import RunSettings
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def plan_engine(adapter: Any, launch: LaunchConfig, hardware_kind: str) -> Engin
                       launch=dataclasses.replace(launch, probe=probe), hardware_kind=hardware_kind)
 
 
-def launch_config(cfg: Any, engine_args: dict[str, str], model_dir: Path, run_dir: Path, threads: int) -> LaunchConfig:
+def launch_config(cfg: RunSettings, engine_args: dict[str, str], model_dir: Path, run_dir: Path, threads: int) -> LaunchConfig:
     """Engine launch settings from a job's settings ``cfg`` (timeouts, endpoint, served name)."""
     return LaunchConfig(model_dir=model_dir, run_dir=run_dir, threads=threads, engine_args=engine_args,
                         startup_timeout_s=cfg.startup_timeout_s, base_url=cfg.base_url, model_name=cfg.served_model_name)

@@ -35,6 +35,7 @@ from rich.markup import escape
 
 from adapters import leftovers
 from adapters.base import Endpoint, EngineError, LaunchConfig
+from rich.console import Console
 
 # Mean resident memory (USS) of one started, idle CPU engine with the 1 GiB KV budget of
 # adapters/server.py: 10.5 GiB for all 7 CPU engines on the reference machine (0.3 GiB for
@@ -73,7 +74,7 @@ def start_slots(n_engines: int, *, parallel: bool, hardware_kind: str, available
 _leftovers_checked: set[Path] = set()  # state dirs cleaned by this process (once per command)
 
 
-def remove_leftovers(console: Any, *, once: bool = False) -> list[leftovers.Leftover]:
+def remove_leftovers(console: Console, *, once: bool = False) -> list[leftovers.Leftover]:
     """End the engine groups of dead bench runs recorded in the state dir and print one line per
     group ("removed a leftover vllm server of a dead bench run (pid 123, group 123, 2.1 GB):
     log ..."). ``once``: do nothing when this process already cleaned that state dir. An
@@ -114,7 +115,7 @@ class EngineStarter:
     taken). An engine's start-up failure is raised by its :meth:`take`, not before.
     """
 
-    def __init__(self, console: Any, items: list[StartItem], slots: int = 1) -> None:
+    def __init__(self, console: Console, items: list[StartItem], slots: int = 1) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.console = console

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from rich.markup import escape
 
@@ -48,6 +48,11 @@ from harness.app.trial.progress import engine_progress
 from harness.app.trial.startup import EngineStarter
 from harness.loadgen.equivalence import EQUIVALENCE_PROMPTS, equivalence_requests
 from harness.loadgen.runner import Runner, RunnerOptions
+from harness.app.settings.run import RunSettings
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,8 @@ def engine_facts(endpoint: Endpoint, startup_s: float, parallel: bool) -> Engine
 
 
 @contextmanager
-def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink: MeasurementSink, console: Any,
-                 *, tokenizer: Any, workload_name: str, repeat: int = 0) -> Iterator[Session]:
+def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink: MeasurementSink, console: Console,
+                 *, tokenizer: PreTrainedTokenizerBase, workload_name: str, repeat: int = 0) -> Iterator[Session]:
     """Engine ``plan``'s session (module docstring) in repeat ``repeat`` (the first, 0, reads
     the effective settings and sends the equivalence prompts); warm-up records go to ``sink``
     (phase ``warmup``, labelled ``workload_name`` and ``repeat``, never in metrics). Raises the
@@ -148,7 +153,7 @@ def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink
         yield session
 
 
-def check_fidelity(name: str, endpoint: Endpoint, spec: TrialSpec, console: Any) -> FidelityResult:
+def check_fidelity(name: str, endpoint: Endpoint, spec: TrialSpec, console: Console) -> FidelityResult:
     """The engine's answers to the fidelity reference's prompts (:func:`harness.loadgen.fidelity.ask`,
     outside the measured phase) compared with it (:func:`harness.metrics.fidelity.compare`); one
     line printed. ``numerics``: the engine's own word on its configuration (``effective_config``),
@@ -185,7 +190,7 @@ def foreign_model(endpoint: Endpoint, reference: FidelityReference, declared: bo
             "FOLDER of the served model, weights included, to check it")
 
 
-def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Any) -> AccuracyResult:
+def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Console) -> AccuracyResult:
     """The user's accuracy set answered greedily through the session's client (``warm``'s
     target, not stored: outside the measured phase), 8 questions at a time, scored (:func:`harness.metrics.accuracy.score`); one line printed."""
     from harness.metrics.accuracy import score
@@ -229,7 +234,7 @@ def fidelity_line(r: FidelityResult) -> str:
             f"{r.prompts} exact{covered}{verdict}")
 
 
-async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: bool) -> list[str] | None:
+async def _warm_up(warm: Runner, tokenizer: PreTrainedTokenizerBase, spec: TrialSpec, equivalence: bool) -> list[str] | None:
     """Warm-up requests through ``warm`` (phase ``warmup``), sent together with the greedy
     equivalence prompts when ``equivalence`` (never stored); returns the equivalence outputs
     (None = not checked)."""
@@ -248,8 +253,8 @@ async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: b
     return [r.output_text or "" for r in sorted(results[-1], key=lambda r: r.request_id)]
 
 
-def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, repeat: int,
-              spec: TrialSpec, workload: Workload, tokenizer: Any, manifest: Manifest) -> TrialOutcome:
+def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, repeat: int,
+              spec: TrialSpec, workload: Workload, tokenizer: PreTrainedTokenizerBase, manifest: Manifest) -> TrialOutcome:
     """Engine ``plan``'s turn in repeat ``repeat`` (module docstring; a trial body,
     :mod:`harness.app.trial.executor`): a session, one measurement of ``workload`` with a
     progress bar, the feature probes after the first one. ``manifest``: the run's (read only:
@@ -279,7 +284,7 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
                             fidelity=session.fidelity, accuracy=session.accuracy)
 
 
-def trial_spec(cfg: Any, hardware_kind: str, energy: Any = None, **override: Any) -> TrialSpec:
+def trial_spec(cfg: RunSettings, hardware_kind: str, energy: Any = None, **override: Any) -> TrialSpec:
     """The :class:`TrialSpec` of a job's settings ``cfg`` (the run settings: SLOs, timeouts,
     client workers, warm-up, checks) on ``hardware_kind``; ``energy``: the run's energy source
     (``results.schema.EnergySource``, read around every measured phase); ``override`` replaces fields."""

@@ -97,6 +97,8 @@ def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> Non
 
 
 class RunPlus(RunSettings):
+    # a new setting: its field (declared once, with its option) and its flag in a --help panel
+    cli_panels = {**RunSettings.cli_panels, "Tuning": (*RunSettings.cli_panels["Tuning"], "--extra-knob")}
     extra_knob: Annotated[int, Cli("--extra-knob", help="A knob declared once, on the model.")] = 3
 
 
@@ -113,6 +115,10 @@ def test_a_field_added_to_the_settings_is_an_option_of_both_commands(tmp_path: P
         assert help_options([name], plus)["--extra-knob"] == ("A knob declared once, on the model.", "3")
         res = CliRunner().invoke(plus, [name, "--engine", "own", "--extra-knob", "7", "--threads", "1", "-o", str(tmp_path)])
         assert res.exit_code == 0, res.output
+    lines = CliRunner().invoke(plus, ["run", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Tuning "))
+    knob = next(i for i, line in enumerate(lines) if line.startswith("│ --extra-knob "))
+    assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))  # under its panel
     run, search = seen
     assert isinstance(run, RunPlus) and isinstance(search, SearchPlus)
     assert run.extra_knob == search.extra_knob == 7 and run.threads == search.threads == 1
