@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -18,6 +18,8 @@ try:  # typer >= 0.2x parses with its own copy of click, whose exceptions are no
     from typer._click import exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer: click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
+
+T = TypeVar("T")
 
 NON_TTY_WIDTH = 160  # tables stay readable in pipes, logs and CI (rich would use 80 columns)
 
@@ -157,7 +159,7 @@ def exit_if_interrupted(cause: str, kept: str) -> None:
         raise typer.Exit(exit_code(cause))
 
 
-def guarded(fn: Any) -> Any:
+def guarded(fn: Callable[[], T]) -> T:
     """Run ``fn`` turning the harness's known errors into one-line messages."""
     from adapters.base import EngineError
     from results.store import ResultsError

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+
 
 import typer
 
@@ -23,12 +23,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.hardware import get_profile
-from harness.metrics import SLOError, slo_table
+from harness.metrics import SLO, SLOError, slo_table
 from harness.scoring import Recommendation, ScorerError, parse_weights, recommend
 from results.hardware import HardwareProfile, profile_from_manifest
 from results.recommendation import question_name, write_decision
 from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run
+from results.schema import LadderSummary
 
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
@@ -189,7 +190,7 @@ def recommend_runs(settings: RecommendSettings) -> None:
         raise typer.Exit(code)
 
 
-def _ladder_decided(run: Any, slos: Any, target: Any) -> Any:
+def _ladder_decided(run: Run, slos: list[SLO], target: HardwareProfile) -> LadderSummary:
     """A ladder run's verdict decided again from its records (the decision core,
     :func:`harness.scoring.decision.judge`) under other SLOs: a copy of its ladder summary; the
     stored ``ladder.json`` keeps the run's own."""
@@ -202,7 +203,7 @@ def _ladder_decided(run: Any, slos: Any, target: Any) -> Any:
     return ladder
 
 
-def _re_decided(run: Any, ladder: Any, slos: Any) -> Any:
+def _re_decided(run: Run, ladder: LadderSummary, slos: list[SLO]) -> Run:
     """``run`` as the weighted view scores it under other SLOs: the re-decided ``ladder`` (its
     gates) and each engine's summary entry on its re-decided capacity point."""
     from harness.app.run.ladder_run import repoint
@@ -210,7 +211,7 @@ def _re_decided(run: Any, ladder: Any, slos: Any) -> Any:
     return dataclasses.replace(run, ladder=ladder, summary=repoint(run.summary, ladder, run.records, slos))
 
 
-def _print_ladder_verdict(ladder: Any, console: Console) -> None:
+def _print_ladder_verdict(ladder: LadderSummary, console: Console) -> None:
     """The verdict and capacity table as ``bench run`` prints them, then, for each engine whose
     every measured point meets these SLOs (its capacity is only a lower bound here), how to
     measure it further."""

@@ -38,10 +38,13 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from harness.app.settings.run import RunSettings
+    from harness.metrics import SLO
+    from results.schema import EnergySource, FidelityReference
+    from workloads.base import Workload
 
 
-def ladder_spec(cfg: "RunSettings", kind: str, workload: Any, slos: list[Any], fidelity: Any = None,
-                energy: Any = None) -> LadderSpec:
+def ladder_spec(cfg: RunSettings, kind: str, workload: Workload, slos: list[SLO],
+                fidelity: FidelityReference | None = None, energy: EnergySource | None = None) -> LadderSpec:
     """The ladder settings of run settings ``cfg`` on ``kind`` hardware: the base ``workload``
     (built) sizes agentic points by its turns per session; the budget is per engine; ``fidelity``:
     the reference each engine's first session checks its outputs against (None = no check);

@@ -46,6 +46,8 @@ from harness.scoring.frontier import PointSample, capacity_of, point_stats
 from harness.scoring.samples import judged_records
 from harness.scoring.ranking import REFERENCE_ENGINES
 from rich.console import Console
+from harness.metrics import SLO
+from results.schema import RunSummary
 
 if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
     from transformers import PreTrainedTokenizerBase
@@ -296,7 +298,7 @@ def point_summary(name: str, at: LadderPoint, records: Sequence[RequestRecord], 
     return summary
 
 
-def repoint(summary: Any, ladder: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[Any]) -> Any:
+def repoint(summary: RunSummary, ladder: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO]) -> RunSummary:
     """A copy of a ladder run's ``summary`` whose engines' entries hold the metrics of their capacity
     point in ``ladder`` (the ladders decided again under other SLOs: ``bench recommend RUN --slo``),
     so the weighted view scores the points the re-decided verdict reads, not the stored ones."""

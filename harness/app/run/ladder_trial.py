@@ -33,6 +33,7 @@ from harness.metrics import SLO
 from harness.metrics.energy import EnergySample, windows
 from harness.scoring.frontier import PointStats, Requests, SloWatch, point_stats
 from rich.console import Console
+from adapters.base import Endpoint
 
 if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
     from transformers import PreTrainedTokenizerBase
@@ -207,7 +208,7 @@ class _RampSink:
         return getattr(self.sink, name)
 
 
-def answers(endpoint: Any, timeout_s: float = 5.0) -> bool:
+def answers(endpoint: Endpoint, timeout_s: float = 5.0) -> bool:
     """Whether the endpoint still answers ``GET /v1/models`` (a server that crashed does not)."""
     import urllib.request
 

@@ -57,6 +57,7 @@ from harness.scoring.decision import judge, ladder_points, sentence
 from harness.scoring.frontier import capacity_of, engine_stream
 from harness.scoring.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
                                     successive_halving, upper_envelope)
+from results.schema import Manifest
 
 ENDPOINT_NOTE = ("an endpoint the harness does not start: only client-side knobs apply, and its load ladder already "
                  "sweeps the one that matters (concurrency); engine-side knobs need an engine the harness starts")
@@ -354,7 +355,7 @@ def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestR
     return cap
 
 
-def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
+def recipe(summary: LadderSummary, manifest: Manifest, engine: str) -> Recipe | None:
     """``engine``'s configuration as the harness ran it in the main job (None when it has no
     capacity): the engine args, threads, command line and env from the manifest, its capacity."""
     ladder = summary.engines.get(engine)

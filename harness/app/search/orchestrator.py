@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from adapters.base import EngineError
+from adapters.base import EngineAdapter, EngineError
 from results.schema import (
     SEARCH_FILE,
     EngineResult,
@@ -69,7 +69,7 @@ from results.store import RunWriter, new_run_id, write_model_atomic
 from harness.app.trial.executor import make_starter
 from harness.app.trial.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
 from harness.app.trial.prepare import announce, build_or_discard, record_run_facts
-from harness.app.settings.run import default_threads
+from harness.app.settings.run import RunSettings, default_threads
 from harness.app.core.signals import interrupt_cause
 from harness.app.trial.startup import EngineStarter
 from harness.app.trial.steps import TrialSpec, open_session
@@ -154,7 +154,7 @@ class SearchOrchestrator:
         write_search_report(writer.run_dir)
         return SearchResult(writer.run_dir, summary, interrupted)
 
-    def _plans(self, adapters: list[Any], run: Any, model_dir: Path, threads: int, kind: str, writer: RunWriter,
+    def _plans(self, adapters: list[EngineAdapter], run: RunSettings, model_dir: Path, threads: int, kind: str, writer: RunWriter,
                summary: SearchSummary) -> list[EnginePlan]:
         """The available engines' plans; the others recorded as skipped."""
         plans = []
@@ -169,8 +169,8 @@ class SearchOrchestrator:
             writer.set_engine(plan.name, skipped_result(plan))
         return plans
 
-    def _prepare(self, run: Any, model_dir: Path, threads: int, writer: RunWriter, starter: EngineStarter,
-                 per_engine: float) -> Any:
+    def _prepare(self, run: RunSettings, model_dir: Path, threads: int, writer: RunWriter, starter: EngineStarter,
+                 per_engine: float) -> PreTrainedTokenizerBase | None:
         """The tokenizer and the first probe's workload (built while the engines start: its size
         sets the probes'), the manifest with its ``search`` section; returns the tokenizer."""
         from workloads.registry import build_workload

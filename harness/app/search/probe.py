@@ -43,6 +43,7 @@ from harness.scoring.formatting import METRIC_LABELS
 from harness.scoring.samples import Requests, measured_span_s
 from harness.app.settings.run import RunSettings
 from rich.console import Console
+from adapters.base import Endpoint
 
 if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
     from transformers import PreTrainedTokenizerBase
@@ -104,7 +105,7 @@ class ProbeMeasurer:
                                       client_workers=cfg.client_workers, ignore_eos=cfg.ignore_eos)
         self.kit: Any = None
 
-    def measure(self, name: str, endpoint: Any, tokenizer: PreTrainedTokenizerBase, sink: Any, load: float,
+    def measure(self, name: str, endpoint: Endpoint, tokenizer: PreTrainedTokenizerBase, sink: Any, load: float,
                 probes: list[SearchProbe]) -> LoadProbe:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
         c, n, index = self.cfg, self.repeats, len(probes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
@@ -64,7 +64,7 @@ def parse_duration(text: str | float, option: str = "--time-budget", zero: bool 
     return value
 
 
-def duration_of(option: str, zero: bool = False) -> Any:
+def duration_of(option: str, zero: bool = False) -> Callable[[str | float], float]:
     """The parser of ``option``'s finite duration (:func:`parse_duration`; ``inf`` refused in one
     line: only ``--time-budget`` may be unbounded), for a settings field."""
     def parse(text: str | float) -> float:

@@ -4,9 +4,10 @@ and checks, and how a stored recipe becomes run settings (:mod:`harness.app.run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # run.py imports this module
+    from results.schema import Recipe
     from harness.app.settings.run import RunSettings
 
 
@@ -36,7 +37,7 @@ def check_recipe_file(text: Optional[str]) -> Optional[str]:
     return str(text)
 
 
-def _check_recipe(recipe: Any, path: str) -> None:
+def _check_recipe(recipe: Recipe, path: str) -> None:
     """The recipe's engine is one this harness starts, its args pass ``--engine-arg``'s checks
     and its threads are positive. Raises ValueError (one line)."""
     from adapters.registry import ENGINE_NAMES, parse_engine_args
@@ -82,7 +83,7 @@ def tune_help() -> str:
             "start (--endpoint) are not searched.")
 
 
-def recipe_climb_to(path: Any) -> int:
+def recipe_climb_to(path: str) -> int:
     """The load a recipe's ladder reached to read its capacity (``Recipe.climb_to``; 1 when the
     recipe predates it): a re-run climbs at least that far."""
     from results.schema import Recipe

@@ -34,6 +34,7 @@ from results.schema import (
     AccuracyResult,
     EffectiveSettings,
     EngineAnswers,
+    EnergySource,
     EngineFacts,
     FeatureProbe,
     FidelityReference,
@@ -284,7 +285,7 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
                             fidelity=session.fidelity, accuracy=session.accuracy)
 
 
-def trial_spec(cfg: RunSettings, hardware_kind: str, energy: Any = None, **override: Any) -> TrialSpec:
+def trial_spec(cfg: RunSettings, hardware_kind: str, energy: EnergySource | None = None, **override: Any) -> TrialSpec:
     """The :class:`TrialSpec` of a job's settings ``cfg`` (the run settings: SLOs, timeouts,
     client workers, warm-up, checks) on ``hardware_kind``; ``energy``: the run's energy source
     (``results.schema.EnergySource``, read around every measured phase); ``override`` replaces fields."""
