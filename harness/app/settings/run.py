@@ -275,7 +275,8 @@ class RunSettings(CliModel):
         if self.engine_config:
             from harness.app.settings.tune_options import apply_recipe
 
-            apply_recipe(self)
+            self.engines, self.engine_args, self.threads = apply_recipe(self.engine_config, self.engines,
+                                                                        self.engine_args, self.threads)
         if self.endpoints:
             if self.engines == ["all"]:  # with --endpoint the local engines are the ones named (default: none)
                 self.engines = []

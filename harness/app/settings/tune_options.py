@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-if TYPE_CHECKING:  # run.py imports this module
+if TYPE_CHECKING:
     from results.schema import Recipe
-    from harness.app.settings.run import RunSettings
 
 
 def check_recipe_file(text: Optional[str]) -> Optional[str]:
@@ -92,18 +91,23 @@ def recipe_climb_to(path: str) -> int:
     return max(1, recipe.climb_to or 1)
 
 
-def apply_recipe(cfg: RunSettings) -> None:
-    """``--engine-config`` on run settings ``cfg``: the recipe's engine (when --engine named none),
-    its args under the user's --engine-arg, its threads (when --threads was not given). Raises
+EngineArgs = dict[str, dict[str, str]]
+"""Engine args by engine: {engine: {key: value}} (``--engine-arg NAME:key=value``)."""
+
+
+def apply_recipe(path: str, engines: list[str], engine_args: EngineArgs,
+                 threads: int | None) -> tuple[list[str], EngineArgs, int | None]:
+    """``--engine-config path`` over a run's ``engines``, ``engine_args`` and ``threads``: the
+    recipe's engine (when --engine named none, ``["all"]``), its args under the user's
+    --engine-arg, its threads (when --threads was not given, None); returns the three. Raises
     ValueError when --engine names other engines."""
     from results.schema import Recipe
 
-    recipe = Recipe.model_validate_json(Path(str(cfg.engine_config)).read_text(encoding="utf-8"))
-    if cfg.engines == ["all"]:
-        cfg.engines = [recipe.engine]
-    elif recipe.engine not in cfg.engines:
-        raise ValueError(f"--engine-config {cfg.engine_config} is a recipe for {recipe.engine}, and --engine names "
-                         f"{','.join(cfg.engines)}: add {recipe.engine} to --engine or leave --engine out")
-    cfg.engine_args = {**cfg.engine_args, recipe.engine: {**recipe.engine_args, **cfg.engine_args.get(recipe.engine, {})}}
-    if cfg.threads is None and recipe.threads:
-        cfg.threads = recipe.threads
+    recipe = Recipe.model_validate_json(Path(str(path)).read_text(encoding="utf-8"))
+    if engines == ["all"]:
+        engines = [recipe.engine]
+    elif recipe.engine not in engines:
+        raise ValueError(f"--engine-config {path} is a recipe for {recipe.engine}, and --engine names "
+                         f"{','.join(engines)}: add {recipe.engine} to --engine or leave --engine out")
+    engine_args = {**engine_args, recipe.engine: {**recipe.engine_args, **engine_args.get(recipe.engine, {})}}
+    return engines, engine_args, threads if threads is not None or not recipe.threads else recipe.threads
