@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -29,8 +28,10 @@ from adapters.base import EngineError, ProbeResult
 from adapters.envs import RECIPES, SETUP_CPU, SETUP_SHARED, engine_env_dir, select_recipe, setup_engine
 from adapters.gpu_recipes import SETUP_GPU
 from adapters.hardware import detect_kind
-from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
+from adapters.registry import ENGINE_NAMES, get_adapter
+from harness.app.cli.options import command_from
 from harness.app.settings.checks import check_engine_args
+from harness.app.settings.engines import EngineCheckSettings, EngineFidelitySettings
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -125,16 +126,7 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(R
             fail(str(exc), code=1)
 
 
-@app.command("check")
-def check(
-    engines_csv: str = typer.Option("own,transformers", "--engines", help="comma-separated engines; the first is the reference"),
-    model: Optional[str] = typer.Option(None, "--model", help="Hugging Face model folder (default: the embedded model)"),
-    max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="greedy tokens per prompt"),
-    threads: int = typer.Option(1, "--threads", min=1, help="intra-op CPU threads per engine"),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="ENGINE:key=value passed to that engine"),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where server logs go (default: results/check-<time>)"),
-    as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
-) -> None:
+def check(settings: EngineCheckSettings) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
     from harness.app.trial.equivalence_check import check_equivalence
     from harness.loadgen.equivalence import DEFAULT_PROMPTS
@@ -143,12 +135,13 @@ def check(
 
     from results.pairs import split_list
 
-    names = split_list(engines_csv)
+    o = settings
+    model, max_tokens, threads, eargs, run_dir, as_json = o.model, o.max_tokens, o.threads, o.engine_args, o.run_dir, o.json_out
+    names = split_list(o.engines)
     if not names:
         fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
     try:
         adapters = [get_adapter(n) for n in names]
-        eargs = parse_engine_args(engine_arg)
         check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         model_dir = resolve_model(model)
     except (ValueError, ModelError) as exc:
@@ -174,6 +167,9 @@ def check(
         console.print(f"details: {out / 'equivalence.json'}")
     if any(e["status"] == "failed" for e in res["engines"].values()):
         raise typer.Exit(1)
+
+
+app.command("check")(command_from(EngineCheckSettings, check))  # the options: harness/app/settings/engines.py
 
 
 @app.command("cleanup")
@@ -202,18 +198,7 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
                   highlight=False)
 
 
-@app.command("fidelity")
-def fidelity(
-    engines_csv: str = typer.Option("all", "--engines", help="comma-separated engines, or 'all' (every engine that can run here)"),
-    model: Optional[str] = typer.Option(None, "--model", help="Hugging Face model folder (default: the embedded model)"),
-    workload: str = typer.Option("agentic", "--workload", help="the workload whose prompts are checked (its sessions' first requests)"),
-    prompts: int = typer.Option(32, "--prompts", min=1, max=512, help="prompts checked"),
-    tokens: int = typer.Option(64, "--tokens", min=1, max=1024, help="greedy tokens per prompt"),
-    floor: float = typer.Option(0.90, "--fidelity-floor", min=0.0, max=1.0, help="the floor for configurations of other numerics (the reference's precision: 0.99)"),
-    threads: int = typer.Option(1, "--threads", min=1, help="intra-op CPU threads per engine"),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="ENGINE:key=value passed to that engine"),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where fidelity.json and server logs go (default: results/fidelity-<time>)"),
-) -> None:
+def fidelity(settings: EngineFidelitySettings) -> None:
     """Output fidelity of each engine against Hugging Face transformers at fp32 on the same weights,
     the check `bench run` gates on (see README "Output fidelity"), without a benchmark."""
     from harness.app.trial.fidelity_check import check_fidelity_of
@@ -225,9 +210,11 @@ def fidelity(
     from workloads.errors import WorkloadError
     from workloads.options import WorkloadOptions
 
-    names = split_list(engines_csv)
+    o = settings
+    model, workload, prompts, tokens, floor, threads = o.model, o.workload, o.prompts, o.tokens, o.fidelity_floor, o.threads
+    eargs, run_dir = o.engine_args, o.run_dir
+    names = split_list(o.engines)
     try:
-        eargs = parse_engine_args(engine_arg)
         check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         kind = detect_kind()
         from adapters.registry import all_adapters
@@ -258,3 +245,6 @@ def fidelity(
     console.print(f"details: {out / 'fidelity.json'}")
     if any(r.passed is False for r in check.engines.values()):
         raise typer.Exit(1)
+
+
+app.command("fidelity")(command_from(EngineFidelitySettings, fidelity))

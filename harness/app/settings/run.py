@@ -31,7 +31,8 @@ from workloads.options import WorkloadOptions, parse_options
 from harness.app.settings import checks
 from harness.app.settings.energy import EnergyGroup, EnergyOptions
 from harness.app.settings.fields import Cli, CliGroup, CliModel, cli_of
-from harness.app.settings.shared import Hardware, MaxFailureRate, OutputDir, Preset, PricePerHour, Slos
+from harness.app.settings.shared import (EngineArgs, Hardware, MaxFailureRate, Model, OutputDir, Preset, PricePerHour,
+                                         Slos)
 from harness.app.settings.workload import WORKLOAD_OPTIONS
 from harness.app.settings.tune_options import TUNE_HELP
 
@@ -41,12 +42,6 @@ class ParityMode(str, Enum):
 
     report = "report"
     strict = "strict"
-
-
-def _engine_args(items: list[str]) -> dict[str, dict[str, str]]:
-    from adapters.registry import parse_engine_args
-
-    return parse_engine_args(items)
 
 
 def _endpoints(items: list[str]) -> dict[str, str]:
@@ -127,14 +122,14 @@ class RunSettings(CliModel):
     startup_timeout_s: Annotated[float, Cli("--startup-timeout", help="Engine start-up (health) timeout, seconds.")] = 600.0
     warmup: Annotated[int, Cli("--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload).")] = 2
     slos: Slos = Field(default_factory=list)
-    model: Annotated[Optional[str], Cli("--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name.")] = None
+    model: Model = None
     # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
     repeats: Annotated[int, Field(ge=1, le=20), Cli("--repeats", range=True, help="At one load point (--request-rate, --max-concurrency, --duration): measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise. With load ladders (the default): the bracket points of a leader and runner-up not yet separated are measured again up to max(3, N) times each, interleaved, on fresh starts.")] = 1
     output_dir: OutputDir = Path("results")
     run_id: Annotated[Optional[str], Cli("--run-id", help="Run folder name (default: timestamp-workload; bench search: timestamp-search-workload).")] = None
     base_url: Annotated[Optional[str], Cli("--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY; credentials in the URL are masked in every file and message).")] = None
     served_model_name: Optional[str] = None  # --engine openai: the --model given (from_cli); ``model`` is then --tokenizer
-    engine_args: Annotated[dict[str, dict[str, str]], Cli("--engine-arg", type=list[str], parse=_engine_args, default=[], help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64.")] = Field(default_factory=dict)
+    engine_args: EngineArgs = Field(default_factory=dict)
     # "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
     parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
     check_equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True

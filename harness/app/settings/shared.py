@@ -34,6 +34,12 @@ def _preset(preset: str) -> str:
     return preset
 
 
+def _engine_args(items: list[str]) -> dict[str, dict[str, str]]:
+    from adapters.registry import parse_engine_args
+
+    return parse_engine_args(items)
+
+
 def _price(price: Optional[float]) -> Optional[float]:
     check_price(price)
     return price
@@ -65,3 +71,11 @@ OutputDir = Annotated[Path, OUTPUT_DIR]
 
 RUNS_DIR = OUTPUT_DIR.replace(help="Where run ids are looked up.")
 """``--output-dir`` of a command that reads runs."""
+
+ENGINE_ARGS = Cli("--engine-arg", type=list[str], parse=_engine_args, default=[], help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64.")
+EngineArgs = Annotated[dict[str, dict[str, str]], ENGINE_ARGS]
+"""``--engine-arg NAME:key=value`` (repeatable): {engine: {key: value}} (``adapters.registry.parse_engine_args``)."""
+
+MODEL = Cli("--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name.")
+Model = Annotated[Optional[str], MODEL]
+"""``--model``: a local Hugging Face model folder; None = the embedded model."""
