@@ -103,7 +103,7 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     """The options of a command built from ``settings``: every field with a :class:`Cli` (a
     :class:`CliGroup`: each of its options), less ``cli_exclude``, by ``cli_panels`` (heading →
     flags: the ``--help`` panels and the order in them; an option listed in none follows in
-    field order, in the last panel)."""
+    field order, under its :class:`Cli`'s ``panel``, else in the last panel)."""
     params: list[CliParam] = []
     for name, field in settings.model_fields.items():
         cli = cli_of(field)
@@ -117,7 +117,7 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     order = {flag: i for i, flag in enumerate(flag for flags in panels.values() for flag in flags)}
     panel_of = {flag: title for title, flags in panels.items() for flag in flags}
     last = list(panels)[-1] if panels else None
-    kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, last))
+    kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, p.cli.panel or last))
             for p in params if p.cli.flag not in excluded]
     return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
 

@@ -35,6 +35,8 @@ class Cli:
     and refuses a value outside them with click's own message. ``envvar``: an environment
     variable typer reads the option from when it is not given (shown in ``--help``).
     ``argument``: a positional argument, not an option (``flags``: its one name, ``"run"``).
+    ``panel``: the ``--help`` panel it shows under when the model's ``cli_panels`` lists it in none
+    (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``).
     """
 
     flags: tuple[str, ...]
@@ -46,12 +48,13 @@ class Cli:
     range: bool
     envvar: str | None
     argument: bool
+    panel: str | None
 
     def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
                  default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None,
-                 argument: bool = False) -> None:
+                 argument: bool = False, panel: str | None = None) -> None:
         values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range,
-                      envvar=envvar, argument=argument)
+                      envvar=envvar, argument=argument, panel=panel)
         for name, value in values.items():
             object.__setattr__(self, name, value)
 

@@ -415,3 +415,13 @@ def main() -> None:  # pragma: no cover - the sweep's count, for the closing not
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def test_one_error_path_for_every_command() -> None:
+    """One error console and one ``fail`` (harness/app/cli/common.py): no command module prints
+    errors its own way."""
+    cli = Path(__file__).parents[4] / "harness" / "app" / "cli"
+    for path in cli.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name != "common.py":
+            assert "stderr=True" not in text and "def _fail" not in text and "def fail" not in text, path.name

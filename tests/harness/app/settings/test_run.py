@@ -97,9 +97,8 @@ def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> Non
 
 
 class RunPlus(RunSettings):
-    # a new setting: its field (declared once, with its option) and its flag in a --help panel
-    cli_panels = {**RunSettings.cli_panels, "Tuning": (*RunSettings.cli_panels["Tuning"], "--extra-knob")}
-    extra_knob: Annotated[int, Cli("--extra-knob", help="A knob declared once, on the model.")] = 3
+    # a new setting: one field, its option and its --help panel declared on it
+    extra_knob: Annotated[int, Cli("--extra-knob", panel="Tuning", help="A knob declared once, on the model.")] = 3
 
 
 class SearchPlus(SearchSettings, RunPlus):
