@@ -48,6 +48,7 @@ from harness.app.trial.executor import Trial
 from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
 from harness.app.settings.run import RunSettings
 from rich.console import Console
+from harness.app.trial.measure import MeasurementSink
 
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
 CANCEL_WAIT_S = 10.0  # after a Ctrl-C, how long the driver waits for cancelled trials to end (s)
@@ -115,7 +116,7 @@ class RayExecutor:
             ray.shutdown()  # a cluster keeps running: only this driver disconnects
         self._connected = False
 
-    def result(self, trial: Trial, sink: Any) -> Any:
+    def result(self, trial: Trial, sink: MeasurementSink) -> Any:
         """Wait for ``trial``, writing every trial's streamed artefacts to ``sink`` meanwhile.
         Raises EngineError when the trial failed or its worker died; KeyboardInterrupt cancels
         every trial first."""
@@ -188,7 +189,7 @@ class RayExecutor:
             self.console.print(f"Submitted {len(self._refs)} trial(s) to Ray "
                                f"({', '.join(f'{k}={v:g}' for k, v in shown.items() if not isinstance(v, dict))} each)")
 
-    def _drain(self, sink: Any) -> None:
+    def _drain(self, sink: MeasurementSink) -> None:
         """Hand ``sink`` what the trials posted since the last drain, in order (records,
         recounts, client workers, engine facts); note each trial's node."""
         if self._mailbox is None:
@@ -232,7 +233,7 @@ class RayExecutor:
             return f"the Ray trial died before it reported its node: {type(exc).__name__}: {first}"
         return f"the Ray worker on node {_where(facts)} died: {type(exc).__name__}: {first}"
 
-    def _keep_log(self, sink: Any, name: str, repeat: int, log: bytes) -> None:
+    def _keep_log(self, sink: MeasurementSink, name: str, repeat: int, log: bytes) -> None:
         """Append a trial's engine log to ``logs/<engine>.log`` in the run folder."""
         if not log:
             return

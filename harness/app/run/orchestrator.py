@@ -38,6 +38,7 @@ from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROM
 from harness.metrics import slo_table
 from harness.metrics.fidelity import fidelity_check
 from rich.console import Console
+from adapters.base import EngineAdapter
 
 if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
     from transformers import PreTrainedTokenizerBase
@@ -198,7 +199,7 @@ class Orchestrator:
             state.writer.write_replay(cert)
             print_certificate(self.console, cert)
 
-    def _ensure_installed(self, adapter: Any, kind: str, writer: RunWriter) -> bool:
+    def _ensure_installed(self, adapter: EngineAdapter, kind: str, writer: RunWriter) -> bool:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
         missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
         install fails; True otherwise (including engines that need no install)."""

@@ -34,7 +34,7 @@ from adapters.resources import combine_repeats, with_output_tokens
 from results.schema import RequestRecord, ResourceUse, SearchProbe
 from workloads.options import WorkloadOptions
 
-from harness.app.trial.measure import MeasureOptions, measure
+from harness.app.trial.measure import MeasureOptions, MeasurementSink, measure
 from harness.app.search.capacity import LoadProbe, judge_probe
 from harness.metrics import SLO, completion_rate
 from harness.metrics.failures import MAX_FAILURE_RATE
@@ -105,7 +105,7 @@ class ProbeMeasurer:
                                       client_workers=cfg.client_workers, ignore_eos=cfg.ignore_eos)
         self.kit: Any = None
 
-    def measure(self, name: str, endpoint: Endpoint, tokenizer: PreTrainedTokenizerBase, sink: Any, load: float,
+    def measure(self, name: str, endpoint: Endpoint, tokenizer: PreTrainedTokenizerBase, sink: MeasurementSink, load: float,
                 probes: list[SearchProbe]) -> LoadProbe:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
         c, n, index = self.cfg, self.repeats, len(probes)

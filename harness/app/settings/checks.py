@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from workloads.options import WorkloadOptions
+    from workloads.spec import WorkloadSpec
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
@@ -172,7 +176,7 @@ def check_tokenizer_dir(folder: str, option: str = "--tokenizer") -> Path:
     return path.resolve()
 
 
-def check_workload(options: Any) -> Any:
+def check_workload(options: WorkloadOptions) -> WorkloadSpec:
     """Resolve a run's :class:`workloads.options.WorkloadOptions` into its spec the way the
     builder will (``workloads.registry.resolve_spec``: options that do not apply, spec files,
     upper bounds) and check the trace a trace workload names exists, so none of these is found

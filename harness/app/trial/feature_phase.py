@@ -16,6 +16,10 @@ from rich.markup import escape
 from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus, Manifest
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from adapters.base import Endpoint
+    from harness.loadgen.client import EndpointTarget
+
 if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
     from transformers import PreTrainedTokenizerBase
 
@@ -37,7 +41,7 @@ def fallback_max_len(effective_config: dict[str, Any], manifest: Manifest) -> tu
     return None, ""
 
 
-def probe_phase(console: Console, name: str, endpoint: Any, target: Any, tokenizer: PreTrainedTokenizerBase, manifest: Manifest,
+def probe_phase(console: Console, name: str, endpoint: Endpoint, target: EndpointTarget, tokenizer: PreTrainedTokenizerBase, manifest: Manifest,
                 request_timeout_s: float) -> dict[str, FeatureProbe]:
     """Probe ``name``'s features at ``target`` (an ``EndpointTarget``; ``endpoint``: its adapter
     ``Endpoint``, for the effective configuration); each request waits at most the run's

@@ -22,6 +22,10 @@ from results.model_digest import model_digest
 from results.schema import FidelityReference, ReferencePrompt
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from workloads.base import Workload
+    from workloads.options import WorkloadOptions
+
 if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
     from transformers import PreTrainedTokenizerBase
 
@@ -31,7 +35,7 @@ REFERENCE_VERSION = "3"  # bump when what the reference stores changes meaning (
 SEED_OFFSET = 1_000_003  # the fidelity prompts' seed, apart from every ladder point's (base seed + k)
 
 
-def workload_prompts(workload: Any, tokenizer: PreTrainedTokenizerBase, count: int) -> list[tuple[str, list[int]]]:
+def workload_prompts(workload: Workload, tokenizer: PreTrainedTokenizerBase, count: int) -> list[tuple[str, list[int]]]:
     """Up to ``count`` distinct ``(prompt text, prompt token ids)`` from ``workload``'s sessions'
     first requests, in order; chat messages are rendered with the chat template (generation
     prompt added, no extra special tokens)."""
@@ -147,7 +151,7 @@ def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, 
     return reference
 
 
-def fidelity_workload(options: Any, tokenizer: PreTrainedTokenizerBase, count: int) -> Any:
+def fidelity_workload(options: WorkloadOptions, tokenizer: PreTrainedTokenizerBase, count: int) -> Any:
     """The workload the fidelity prompts are drawn from: the run's own (``options``), with
     enough requests for ``count`` distinct first turns and its own seed (the base seed +
     :data:`SEED_OFFSET`), so no ladder point finds these prompts in a prefix cache. Raises
@@ -160,7 +164,7 @@ def fidelity_workload(options: Any, tokenizer: PreTrainedTokenizerBase, count: i
     return build_workload(options.model_copy(update=update), tokenizer, with_stats=False)
 
 
-def run_reference(model_dir: Path, options: Any, tokenizer: PreTrainedTokenizerBase, prompts: int, max_tokens: int,
+def run_reference(model_dir: Path, options: WorkloadOptions, tokenizer: PreTrainedTokenizerBase, prompts: int, max_tokens: int,
                   console: Console) -> FidelityReference | None:
     """The run's reference (``prompts`` from the workload of ``options``, ``max_tokens`` each:
     :func:`fidelity_workload`), or None with a printed reason when ``prompts`` is 0, the workload

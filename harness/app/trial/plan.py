@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.base import LaunchConfig, ProbeResult
+from adapters.base import EngineAdapter, LaunchConfig, ProbeResult
 from results.schema import EngineResult, EngineStatus, SkipCause
 
 from harness.app.trial.startup import StartItem
@@ -28,7 +28,7 @@ class EnginePlan:
     :class:`LaunchConfig`, the probe included) and ``hardware_kind`` (``"nvidia"|"amd"|"cpu"``)."""
 
     name: str
-    adapter: Any
+    adapter: EngineAdapter
     capabilities: dict[str, Any]
     probe: ProbeResult
     launch: LaunchConfig
@@ -47,13 +47,13 @@ class EnginePlan:
         return StartItem(self.name, self.adapter, self.launch, self.starts_process)
 
 
-def capabilities_of(adapter: Any) -> dict[str, Any]:
+def capabilities_of(adapter: EngineAdapter) -> dict[str, Any]:
     """The adapter's declared capabilities as a JSON-safe dict ({} when it declares none)."""
     caps = getattr(adapter, "capabilities", None)
     return dataclasses.asdict(caps) if caps is not None else {}
 
 
-def plan_engine(adapter: Any, launch: LaunchConfig, hardware_kind: str) -> EnginePlan:
+def plan_engine(adapter: EngineAdapter, launch: LaunchConfig, hardware_kind: str) -> EnginePlan:
     """Probe ``adapter`` once (with the launch's engine args where the adapter reads them,
     e.g. ``tensorrt_llm:trtllm_serve=PATH``) and return its plan."""
     probe_for_launch = getattr(adapter, "probe_for_launch", None)

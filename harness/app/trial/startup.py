@@ -29,13 +29,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from rich.markup import escape
 
 from adapters import leftovers
 from adapters.base import Endpoint, EngineError, LaunchConfig
 from rich.console import Console
+from adapters.base import EngineAdapter
 
 # Mean resident memory (USS) of one started, idle CPU engine with the 1 GiB KV budget of
 # adapters/server.py: 10.5 GiB for all 7 CPU engines on the reference machine (0.3 GiB for
@@ -101,7 +102,7 @@ class StartItem:
     (an external endpoint) = launched at its turn in the caller's thread, outside the slots."""
 
     name: str
-    adapter: Any
+    adapter: EngineAdapter
     config: LaunchConfig
     starts_process: bool = True
 
