@@ -1,5 +1,7 @@
-"""What ``bench recommend`` and ``bench report`` are asked for: :class:`RecommendSettings` and
-:class:`ReportSettings`, generated into their commands like ``bench run``'s
+"""What the commands that read stored runs are asked for: ``bench recommend``
+(:class:`RecommendSettings`), ``bench report`` (:class:`ReportSettings`), ``bench compare``
+(:class:`CompareSettings`) and ``bench results history`` (:class:`HistorySettings`), generated
+into their commands like ``bench run``'s
 (:func:`harness.app.cli.options.command_from`). The options they share with ``bench run``
 (``--slo``, ``--hardware``, ``--preset``, ``--max-failure-rate``, ``--price-per-hour``,
 ``--output-dir``) are its declarations (:mod:`harness.app.settings.shared`): same flags, same
@@ -52,3 +54,29 @@ class RecommendSettings(CliModel):
     json_out: Annotated[bool, Cli("--json", help="Print the recommendation as JSON.")] = False
     max_failure_rate: MaxFailureRate = 0.05
     price_per_hour: Annotated[PricePerHour, PRICE_PER_HOUR.replace(help="USD per device-hour of the target, for the cost criterion and $/1M output tokens (default: the profile's on-demand list price).")] = None
+
+
+_DECIDED_AT = "SLOs in ms {} decided at, e.g. ttft_p90=4000,tpot_p90=200 (default: {})."
+
+
+class CompareSettings(CliModel):
+    """``bench compare RUN_A RUN_B``: ``engines`` comma-separated (None = every engine both runs
+    climbed a ladder for); ``slos`` None or empty = run A's; ``fail_below`` a ratio B/A > 0 (None = no gate)."""
+
+    run_a: Annotated[str, Cli("run_a", argument=True, help="The run before (a folder, a run id under --output-dir, or 'latest').")]
+    run_b: Annotated[str, Cli("run_b", argument=True, help="The run after (a folder, a run id under --output-dir, or 'latest').")]
+    engine: Annotated[Optional[str], Cli("--engine", help="Engines to compare, comma-separated (default: every engine both runs climbed a ladder for).")] = None
+    slos: Annotated[Optional[Slos], SLOS.replace(parse=_slos_or_run, help=_DECIDED_AT.format("both runs are", "run A's"))] = None
+    fail_below: Annotated[Optional[float], Cli("--fail-below", help="Exit 1 when an engine's capacity ratio B/A lies below this beyond the noise (its 95 % interval wholly under it), e.g. 0.95 for a CI gate.")] = None
+    output_dir: Annotated[OutputDir, RUNS_DIR] = Path("results")
+    json_out: Annotated[bool, Cli("--json", help="Print the comparison as JSON.")] = False
+
+
+class HistorySettings(CliModel):
+    """``bench results history ENGINE``: ``workload`` None = the newest run's that holds the
+    engine; ``slos`` None or empty = the newest run's."""
+
+    engine: Annotated[str, Cli("engine", argument=True, help="The engine whose capacity to list (as --engine names it).")]
+    workload: Annotated[Optional[str], Cli("--workload", help="Only runs of this workload (default: the newest run's that holds the engine).")] = None
+    slos: Annotated[Optional[Slos], SLOS.replace(parse=_slos_or_run, help=_DECIDED_AT.format("every run is", "the newest run's"))] = None
+    output_dir: Annotated[OutputDir, RUNS_DIR.replace(help="Where the runs are stored.")] = Path("results")

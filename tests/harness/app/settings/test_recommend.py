@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from harness.app.cli.options import cli_params
 from harness.app.settings.fields import error_line
-from harness.app.settings.recommend import RecommendSettings, ReportSettings
+from harness.app.settings.recommend import CompareSettings, HistorySettings, RecommendSettings, ReportSettings
 from harness.app.settings.run import RunSettings
 from tests.harness.app.settings.test_run import help_options
 
@@ -22,6 +22,9 @@ def test_the_options_recommend_shares_with_run_are_its_declarations() -> None:
     assert SHARED <= set(run) and SHARED <= set(rec)
     assert all(rec[f].cli.flags == run[f].cli.flags for f in SHARED)  # -o too
     assert {p.cli.flag for p in cli_params(ReportSettings)} == {"run", "--output-dir"}
+    for model in (CompareSettings, HistorySettings):  # the other readers of stored runs: the same --slo and -o
+        flags = {p.cli.flag: p.cli for p in cli_params(model)}
+        assert flags["--output-dir"].flags == ("--output-dir", "-o") and flags["--slo"].type is str
     run_help, rec_help = help_options(["run"]), help_options(["recommend", "x"])
     assert run_help["--preset"] == rec_help["--preset"] and run_help["--max-failure-rate"] == rec_help["--max-failure-rate"]
 
