@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from harness.app.cli.common import fail
-from harness.app.settings.fields import Cli, CliGroup, cli_of, error_line
+from harness.app.settings.fields import Cli, CliGroup, cli_of, error_line, group_of
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,10 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
             params += [_param((name, sub), sub_cli, sub_fields[sub]) for sub, sub_cli in cli.options.items()]
         elif isinstance(cli, Cli):
             params.append(_param((name,), cli, field))
+        elif (group := group_of(field)) is not None:  # a group of settings: its options, under its panel
+            params += [_param((name, sub), sub_cli.replace(panel=sub_cli.panel or group.cli_panel), sub_field)
+                       for sub, sub_field in group.model_fields.items()
+                       if isinstance(sub_cli := cli_of(sub_field), Cli)]
     excluded = set(getattr(settings, "cli_exclude", ()))
     panels: dict[str, tuple[str, ...]] = getattr(settings, "cli_panels", {})
     order = {flag: i for i, flag in enumerate(flag for flags in panels.values() for flag in flags)}
@@ -147,12 +151,13 @@ def settings_from(settings: type[BaseModel], params: list[CliParam], values: dic
 
 def typed(ctx: typer.Context, params: list[CliParam]) -> set[str]:
     """The fields whose options the user gave, on the command line or through their environment
-    variable, whatever the value (click's parameter source: a default is not given)."""
+    variable, whatever the value (click's parameter source: a default is not given): a group's
+    field both as the group's name and as ``group.field``."""
     def given(name: str) -> bool:
         source = ctx.get_parameter_source(name)
         return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
-    return {p.path[0] for p in params if given(p.name)}
+    return {key for p in params if given(p.name) for key in (p.path[0], ".".join(p.path))}
 
 
 def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ def run(settings: RunSettings) -> None:
     from harness.app.run.orchestrator import Orchestrator
 
     executor = None
-    if settings.executor == "ray":  # each trial a Ray task (harness/app/executors/ray.py)
+    if settings.executor.kind == "ray":  # each trial a Ray task (harness/app/executors/ray.py)
         from harness.app.executors.ray import RayExecutor as executor  # type: ignore[assignment]
     reuse_run_folder(settings.output_dir, settings.run_id)
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())

@@ -71,15 +71,15 @@ def trial_options(plan: EnginePlan, threads: int, overrides: dict[str, float]) -
 
 class RayExecutor:
     """The :class:`~harness.app.trial.executor.TrialExecutor` whose trials run as Ray tasks
-    (module docstring). ``cfg.ray_address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``,
+    (module docstring). ``cfg.executor.address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``,
     ``auto``); None = the Ray instance this process already joined, else a single-node one
     started here (all of this machine's CPUs) and shut down at :meth:`close`.
-    ``cfg.ray_resources``: :func:`parse_resources`' overrides."""
+    ``cfg.executor.resources``: :func:`parse_resources`' overrides."""
 
     def __init__(self, cfg: RunSettings, console: Console, kind: str = "cpu") -> None:
         self.cfg, self.console = cfg, console
-        self.address = cfg.ray_address
-        self.resources = dict(cfg.ray_resources)
+        self.address = cfg.executor.address
+        self.resources = dict(cfg.executor.resources)
         self._unfit: dict[tuple[str, int], str] = {}  # trials no node of the cluster can hold: why
         self._refs: dict[tuple[str, int], Any] = {}
         self._nodes: dict[tuple[str, int], dict[str, Any]] = {}

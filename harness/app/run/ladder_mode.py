@@ -194,12 +194,12 @@ class TunedLadderMode(LadderMode):
         return []  # each search starts its configurations; the main job's engines start after it
 
     def search_line(self, cfg: "RunSettings") -> str:
-        return f", after a configuration search of {cfg.tune_s:g} s per engine (--tune)"
+        return f", after a configuration search of {cfg.tune.seconds:g} s per engine (--tune)"
 
     def configure(self, ctx: RunContext, job: LadderJob, plans: list[EnginePlan],
                   engines: list[EngineClimb]) -> tuple[list[EngineClimb], str]:
         cfg = ctx.cfg
-        self.tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, ctx.kind, lower_precision=cfg.tune_lower_precision)
+        self.tuner = Tuner(job, cfg.tune.seconds, cfg.tune.configs, ctx.kind, lower_precision=cfg.tune.lower_precision)
         plans, interrupted = self.tuner.run(plans)
         engines = [EngineClimb(p) for p in plans]
         ctx.executor.end()

@@ -40,4 +40,4 @@ def mode_for(cfg: "RunSettings") -> Mode:
         return PointMode()
     from harness.app.run.ladder_mode import LadderMode, TunedLadderMode
 
-    return TunedLadderMode() if cfg.tune_s > 0 else LadderMode()
+    return TunedLadderMode() if cfg.tune.seconds > 0 else LadderMode()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import MISSING, dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
@@ -93,9 +93,14 @@ def cli_of(field: FieldInfo) -> Cli | CliGroup | None:
 class CliModel(BaseModel):
     """Base of the settings a command is generated from
     (:func:`harness.app.cli.options.command_from`): a field given as the command line's raw text
-    goes through its :class:`Cli`'s ``parse``; :meth:`from_cli` validates the command line's values."""
+    goes through its :class:`Cli`'s ``parse``; :meth:`from_cli` validates the command line's values.
+
+    A field whose type is a :class:`CliModel` with a ``cli_panel`` is a group of settings (one
+    concern: ``RunSettings.tune``): its fields' options are flat on the command line, under that
+    ``--help`` panel, and the code reads them as ``settings.tune.configs``."""
 
     model_config = ConfigDict(extra="forbid")
+    cli_panel: ClassVar[str | None] = None
 
     @classmethod
     def from_cli(cls, values: dict[str, Any], given: Optional[set[str]] = None) -> Any:
@@ -114,6 +119,23 @@ class CliModel(BaseModel):
         return value
 
 
+def group_of(field: FieldInfo) -> type[CliModel] | None:
+    """The group of settings a field holds (a :class:`CliModel` with a ``cli_panel``), else None."""
+    kind = field.annotation
+    return kind if isinstance(kind, type) and issubclass(kind, CliModel) and kind.cli_panel else None
+
+
+def given_paths(settings: BaseModel) -> set[str]:
+    """The fields set on ``settings`` built in code, a group's both as its name and ``group.field``
+    (the form :func:`harness.app.cli.options.typed` gives for the command line)."""
+    out = set(settings.model_fields_set)
+    for name in settings.model_fields_set:
+        value = getattr(settings, name)
+        if isinstance(value, CliModel) and value.cli_panel:
+            out |= {f"{name}.{sub}" for sub in value.model_fields_set}
+    return out
+
+
 def _is_raw(value: Any, cli_type: Any) -> bool:
     """Whether ``value`` is the command line's form of a field (``str`` text, a ``list`` of a
     repeatable option), not already the field's own type."""
@@ -123,11 +145,15 @@ def _is_raw(value: Any, cli_type: Any) -> bool:
 
 def option_flag(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     """The option a validation error's location names (``("threads",)`` → ``--threads``,
-    ``("workload", "seed")`` → ``--seed``); the field name when it is no option."""
+    ``("workload", "seed")`` → ``--seed``, ``("tune", "configs")`` → ``--tune-configs``); the
+    field name when it is no option."""
     field = model.model_fields.get(str(loc[0])) if loc else None
     cli = cli_of(field) if field is not None else None
     if isinstance(cli, CliGroup) and len(loc) > 1 and str(loc[1]) in cli.options:
         return cli.options[str(loc[1])].flag
+    group = group_of(field) if field is not None else None
+    if group is not None and len(loc) > 1:
+        return option_flag(group, loc[1:])
     return cli.flag if isinstance(cli, Cli) else ".".join(map(str, loc)) or "settings"
 
 

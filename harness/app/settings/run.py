@@ -30,11 +30,12 @@ from workloads.options import WorkloadOptions, parse_options
 
 from harness.app.settings import checks
 from harness.app.settings.energy import EnergyGroup, EnergyOptions
-from harness.app.settings.fields import Cli, CliGroup, CliModel, cli_of
+from harness.app.settings.fields import Cli, CliGroup, CliModel, cli_of, given_paths, option_flag
+from harness.app.settings.ray_options import ExecutorSettings
 from harness.app.settings.shared import (EngineArgs, Hardware, MaxFailureRate, Model, OutputDir, Preset, PricePerHour,
                                          Slos)
 from harness.app.settings.workload import WORKLOAD_OPTIONS
-from harness.app.settings.tune_options import TUNE_HELP
+from harness.app.settings.tune_options import TuneSettings
 
 
 class ParityMode(str, Enum):
@@ -80,12 +81,6 @@ def _recipe_file(text: Optional[str]) -> Optional[str]:
     from harness.app.settings.tune_options import check_recipe_file
 
     return check_recipe_file(text)
-
-
-def _ray_resources(text: Optional[str]) -> dict[str, float]:
-    from harness.app.settings.ray_options import parse_resources
-
-    return parse_resources(text)
 
 
 class RunSettings(CliModel):
@@ -159,11 +154,8 @@ class RunSettings(CliModel):
     # USD per device-hour for the cost; None = the hardware profile's
     energy: EnergyGroup = Field(default_factory=EnergyOptions)  # --watts, --price-per-kwh
     price_per_hour: PricePerHour = None
-    # "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
-    executor: Annotated[str, Cli("--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench\\[ray]').")] = "local"
-    ray_address: Annotated[Optional[str], Cli("--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run.")] = None
-    # per-trial overrides and custom resources
-    ray_resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=_ray_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
+    # where trials run: here, one after another, or each a Ray task (harness/app/executors/ray.py)
+    executor: ExecutorSettings = Field(default_factory=lambda: ExecutorSettings())
 
     # deployments that already run, compared as engines the harness does not start
     devices: Annotated[dict[str, int], Cli("--devices", type=list[str], parse=checks.parse_devices, default=[], help="The devices (GPUs) one deployment of an engine or --endpoint uses, NAME=N (repeatable), e.g. --devices prod=8: throughput is per device and cost counts these devices. A started engine's come from its launch (tensor x pipeline x data parallel sizes in --engine-arg); an endpoint's are 1 unless told.")] = Field(default_factory=dict)
@@ -174,9 +166,7 @@ class RunSettings(CliModel):
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
     # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
-    tune_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", type=str, parse=checks.duration_of("--tune", zero=True), help=TUNE_HELP)] = 0.0
-    tune_configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
-    tune_lower_precision: Annotated[bool, Cli("--tune-lower-precision", help="Let --tune try the engines' lower-precision settings too (a bf16 dtype, an fp8 KV cache, q8_0 or int8 weights: each engine's in --tune's help). A configuration that lowers precision answers the output-fidelity check on its first start, before it is measured, and is dropped below --fidelity-floor (reported with its figures, never chosen); the main job holds the chosen configuration to the same floor, and its recipe says its numerics. Needs the fidelity check (not --fidelity-prompts 0).")] = False
+    tune: TuneSettings = Field(default_factory=lambda: TuneSettings())
     engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again (--engine defaults to the recipe's, and must name it when given); --engine-arg and --threads given on the command line win over the recipe's.")] = None
 
     @property
@@ -190,16 +180,6 @@ class RunSettings(CliModel):
         return all(getattr(w, f) is None and spec.get(f) is None for f in fields) and w.name != "trace"
 
     # -- one value at a time --------------------------------------------------------------------
-    @model_validator(mode="before")
-    @classmethod
-    def _ray_options(cls, data: Any) -> Any:
-        """``--ray-address`` and ``--ray-resources`` as given (any text, even one naming no
-        resource) only with ``--executor ray``."""
-        if isinstance(data, dict) and data.get("executor", "local") == "local" and \
-                (data.get("ray_address") or data.get("ray_resources")):
-            raise ValueError("--ray-address and --ray-resources need --executor ray")
-        return data
-
     @field_validator("workload", mode="before")
     @classmethod
     def _workload(cls, value: Any, info: ValidationInfo) -> Any:
@@ -251,13 +231,6 @@ class RunSettings(CliModel):
             raise ValueError(f"--warmup must be >= 0, got {warmup}")
         return warmup
 
-    @field_validator("executor")
-    @classmethod
-    def _executor(cls, executor: str) -> str:
-        if executor not in ("local", "ray"):
-            raise ValueError(f"unknown --executor {executor!r}: choose 'local' or 'ray'")
-        return executor
-
     @field_validator("run_id")
     @classmethod
     def _run_id(cls, run_id: Optional[str]) -> Optional[str]:
@@ -284,7 +257,7 @@ class RunSettings(CliModel):
         checks.check_devices(self.devices, self.endpoints, self.engine_args)
         checks.check_engine_args(self.engines, self.engine_args)
         given = info.context.get("given") if info.context else None  # typed (from_cli), else set explicitly
-        self._check_ladder_options(set(self.model_fields_set if given is None else given))
+        self._check_ladder_options(given_paths(self) if given is None else set(given))
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:
             raise ValueError(f"--max-concurrency {cap} is smaller than --client-workers {self.client_workers}: each "
@@ -297,7 +270,7 @@ class RunSettings(CliModel):
                 checks.check_tokenizer_dir(self.tokenizer)
         checks.check_machine(self.threads, self.hardware)
         checks.check_output(self.output_dir, self.run_id)
-        if self.executor == "ray":
+        if self.executor.kind == "ray":
             from harness.app.settings.ray_options import import_ray
 
             try:
@@ -309,19 +282,18 @@ class RunSettings(CliModel):
     def _check_ladder_options(self, given: set[str]) -> None:
         """The load ladder's options only with a ladder (``given``: the fields the user gave, at
         whatever value); a ladder starts at the client workers' count (each needs a session in flight)."""
-        fields = type(self).model_fields
-        if 0 < self.tune_s < 1:
-            raise ValueError(f"--tune {self.tune_s:g} is seconds of measuring per engine for the search: under 1 s no ladder "
+        if 0 < self.tune.seconds < 1:
+            raise ValueError(f"--tune {self.tune.seconds:g} is seconds of measuring per engine for the search: under 1 s no ladder "
                              "measures anything; give e.g. --tune 180 (0 = no search)")
-        if "tune_configs" in given and not self.tune_s:
+        if "tune.configs" in given and not self.tune.seconds:
             raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
-        if self.tune_lower_precision and not self.tune_s:
+        if self.tune.lower_precision and not self.tune.seconds:
             raise ValueError("--tune-lower-precision lets --tune try lower precision: add --tune SECONDS or drop it")
-        if self.tune_lower_precision and not self.fidelity_prompts:
+        if self.tune.lower_precision and not self.fidelity_prompts:
             raise ValueError("--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop "
                              "--fidelity-prompts 0 (or --tune-lower-precision)")
-        ladder_only = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
-                       if name in fields and name in given]
+        ladder_only = [option_flag(type(self), tuple(path.split("."))) for path in
+                       ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune.seconds") if path in given]
         if ladder_only and not self.ladder:
             raise ValueError(f"{' and '.join(ladder_only)} appl{'ies' if len(ladder_only) == 1 else 'y'} to load ladders, and this run "
                              "measures one load point "

@@ -4,7 +4,12 @@ and checks, and how a stored recipe becomes run settings (:mod:`harness.app.run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Annotated, ClassVar, Optional
+
+from pydantic import Field
+
+from harness.app.settings import checks
+from harness.app.settings.fields import Cli, CliModel
 
 if TYPE_CHECKING:
     from results.schema import Recipe
@@ -59,6 +64,18 @@ TUNE_HELP = ("Seconds of measuring per engine for a search of its configurations
              "180s, 3m; 0 = none; within --time-budget); the verdict then compares tuned against tuned. Search "
              "spaces: below; details: README.")
 """``--tune``'s help: short; the search spaces are :func:`tune_help`, the end of ``bench run --help``."""
+
+
+class TuneSettings(CliModel):
+    """``--tune``'s group of ``bench run``: ``seconds`` of measuring per engine for the search (0 =
+    none; finite, >= 0; under 1 s refused with a ladder), at most ``configs`` configurations per
+    engine (2-64), ``lower_precision``: may try the engines' lower-precision settings."""
+
+    cli_panel: ClassVar[str | None] = "Tuning"
+
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", type=str, parse=checks.duration_of("--tune", zero=True), help=TUNE_HELP)] = 0.0
+    configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
+    lower_precision: Annotated[bool, Cli("--tune-lower-precision", help="Let --tune try the engines' lower-precision settings too (a bf16 dtype, an fp8 KV cache, q8_0 or int8 weights: each engine's in --tune's help). A configuration that lowers precision answers the output-fidelity check on its first start, before it is measured, and is dropped below --fidelity-floor (reported with its figures, never chosen); the main job holds the chosen configuration to the same floor, and its recipe says its numerics. Needs the fidelity check (not --fidelity-prompts 0).")] = False
 
 
 def tune_help() -> str:

@@ -18,6 +18,7 @@ from harness.app.cli import app
 from harness.app.cli.options import cli_params, command_from
 from harness.app.settings.fields import Cli, error_line
 from harness.app.settings.run import RunSettings
+from harness.app.settings.tune_options import TuneSettings
 from harness.app.search.config import SearchSettings
 from harness.metrics import SLO
 from workloads.options import WorkloadOptions
@@ -205,7 +206,7 @@ def test_a_ladder_option_is_refused_with_one_load_point_when_given_at_whatever_v
     with pytest.raises(ValidationError, match="--ladder-budget applies to load ladders"):
         RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", num_requests=8), ladder_budget_s=150)
     with pytest.raises(ValidationError, match="--tune-configs sets how many configurations --tune tries"):
-        RunSettings(engines=["own"], tune_configs=4)
+        RunSettings(engines=["own"], tune=TuneSettings(configs=4))
 
 
 def test_the_time_budget_reads_the_units_people_write() -> None:
@@ -217,18 +218,19 @@ def test_the_time_budget_reads_the_units_people_write() -> None:
 
 def test_every_budget_reads_one_duration_vocabulary() -> None:
     """--time-budget, --ladder-budget and --tune read the same durations; --tune 0 is no search."""
-    cfg = RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2m30s", "tune_s": "3m", "time_budget_s": "1h"})
-    assert (cfg.time_budget_s, cfg.ladder_budget_s, cfg.tune_s) == (3600, 150, 180)
-    assert RunSettings.from_cli({"engines": "own", "tune_s": "0"}).tune_s == 0
+    cfg = RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2m30s", "tune": {"seconds": "3m"},
+                                "time_budget_s": "1h"})
+    assert (cfg.time_budget_s, cfg.ladder_budget_s, cfg.tune.seconds) == (3600, 150, 180)
+    assert RunSettings.from_cli({"engines": "own", "tune": {"seconds": "0"}}).tune.seconds == 0
     with pytest.raises(ValueError, match="--ladder-budget '2x' is not a duration"):
         RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2x"})
     with pytest.raises(ValueError, match="--ladder-budget must be above 0 s"):
         RunSettings.from_cli({"engines": "own", "ladder_budget_s": "0"})
-    for option, field in (("--ladder-budget", "ladder_budget_s"), ("--tune", "tune_s")):  # only the job may be unbounded
-        with pytest.raises(ValueError, match=f"{option} needs a finite duration"):
-            RunSettings.from_cli({"engines": "own", field: "inf"})
+    for option, values in (("--ladder-budget", {"ladder_budget_s": "inf"}), ("--tune", {"tune": {"seconds": "inf"}})):
+        with pytest.raises(ValueError, match=f"{option} needs a finite duration"):  # only the job may be unbounded
+            RunSettings.from_cli({"engines": "own", **values})
     with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
-        RunSettings.from_cli({"engines": "own", "tune_s": "-5"})
+        RunSettings.from_cli({"engines": "own", "tune": {"seconds": "-5"}})
 
 
 def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> None:
