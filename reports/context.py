@@ -213,7 +213,7 @@ def _label(run: Run, engine: str, compare: bool) -> str:
 
 
 FEATURE_MARKS = {FeatureStatus.VERIFIED: "✓", FeatureStatus.FAILED: "✗", FeatureStatus.UNSUPPORTED: "–"}
-"""The feature-probe matrix's marks (the console's too: ``harness.app.core.feature_phase.SYMBOLS``)."""
+"""The feature-probe matrix's marks (the console's too: ``harness.app.trial.feature_phase.SYMBOLS``)."""
 
 
 def feature_matrix(runs: list[Run], compare: bool) -> tuple[list[dict[str, Any]], list[str]]:

@@ -14,7 +14,7 @@ nor a signal to the harness's group or terminal reaches it). Every :data:`POLL_S
 
 Why not only ``prctl(PR_SET_PDEATHSIG)`` in the engine: it fires when the *thread* that forked
 the child exits, and engines are started from short-lived worker threads
-(``harness/app/core/startup.py``); a parent's pid seen by a separate process does not have that flaw.
+(``harness/app/trial/startup.py``); a parent's pid seen by a separate process does not have that flaw.
 
 Group members are read from ``/proc/<pid>/stat`` (field 5: process group; field 22: start time
 in clock ticks since boot, ``proc(5)``). Only members started at or after ``LEADER_START`` (the

@@ -1,6 +1,6 @@
 """The greedy output-equivalence check: one prompt set, one definition, used by ``bench run``
 (after each engine's warm-up, summary ``equivalence``) and ``bench engines check``
-(``harness.app.core.equivalence_check``, which starts the engines through the one launch path).
+(``harness.app.trial.equivalence_check``, which starts the engines through the one launch path).
 
 Every engine serves the same model folder and answers the same fixed prompts with greedy
 decoding (``temperature=0``); the outputs are tokenized by the model's own tokenizer and

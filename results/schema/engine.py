@@ -50,7 +50,7 @@ class FeatureStatus(str, Enum):
 
 class FeatureProbe(Artefact):
     """One feature probe of one engine (``EngineResult.feature_probes``), run once per run after
-    the engine's first measured phase and outside it (``harness.app.core.feature_phase``).
+    the engine's first measured phase and outside it (``harness.app.trial.feature_phase``).
 
     ``feature``: one of :data:`FEATURE_PROBES`; ``detail``: one line - what was verified, what
     was wrong, or the server's message; ``elapsed_ms``: the probe's wall time in ms (all of its

@@ -146,11 +146,12 @@ class Manifest(Artefact):
     optional so partial and old runs load; ``engines`` holds each engine's facts and effective
     configuration as its adapter reported it (command line, env, options; :class:`EngineFacts`).
 
-    Every key this harness writes is a field; keys it does not know (a folder written by another
-    version) are kept (``extra="allow"``) so loading and writing back never loses them. ``search``
+    Every key this harness writes, or once wrote, is a field; any other key is refused
+    (``extra="forbid"``: a typo in a writer, or a key written by no version, fails loudly instead
+    of riding along unread; :class:`results.store.ResultsError` on reading a folder). ``search``
     and ``export_error`` are written only when set (a plain run's manifest has neither key)."""
 
-    model_config = ConfigDict(protected_namespaces=(), extra="allow")
+    model_config = ConfigDict(protected_namespaces=(), extra="forbid")
 
     schema_version: str = SCHEMA_VERSION
     run_id: str | None = None

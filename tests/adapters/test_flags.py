@@ -52,7 +52,7 @@ def _fake_vllm(engines: Path, help_text: str, version: str = "0.32.0") -> Path:
 
 
 def test_a_third_party_engine_s_flags_are_read_from_its_installed_help(tmp_path: Path, monkeypatch) -> None:
-    from harness.app.core.checks import check_engine_args
+    from harness.app.settings.checks import check_engine_args
 
     monkeypatch.setenv("BENCH_ENGINES_DIR", str(tmp_path / "engines"))
     vllm = get_adapter("vllm", "cpu")

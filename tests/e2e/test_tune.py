@@ -3,7 +3,7 @@
 64): the search finds 8 slots, reports the refused setting with the engine's line, the main job
 climbs the engine at what it found, ``ladder.json`` keeps every configuration's ladder and the
 gain over the defaults, and ``recipe.json`` holds the command line (issue 27;
-tests/harness/app/core/test_tune_options.py: ``--engine-config`` turns it back into run settings)."""
+tests/harness/app/settings/test_tune_options.py: ``--engine-config`` turns it back into run settings)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``python tests/fake_servers/orphan_harness.py INFO SCENARIO`` starts fake engine servers
 (tests/fake_servers/lifecycle_server.py) through :class:`adapters.runtime.process.ServerProcess`, each
-from a short-lived worker thread as ``harness/app/core/startup.py`` does, writes ``INFO`` (JSON:
+from a short-lived worker thread as ``harness/app/trial/startup.py`` does, writes ``INFO`` (JSON:
 ``pgids``, ``pids`` of every group member, ``watchdogs``, ``records``) once the scenario's
 state is reached, and then waits to be killed:
 

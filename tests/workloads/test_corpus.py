@@ -258,7 +258,7 @@ def test_warning_when_an_identical_earlier_run_measured_the_same_endpoint(tmp_pa
 
 
 def test_identical_earlier_run_needs_the_same_endpoint_and_spec_and_skips_damaged_folders(tmp_path):
-    from harness.app.core.warm_cache import identical_earlier_run
+    from harness.app.trial.warm_cache import identical_earlier_run
 
     spec = {"kind": "random", "seed": 0, "input_len": 16, "prompt_salt": None}
 

@@ -337,7 +337,7 @@ def test_cli_lists_and_shows(monkeypatch):
 
 
 def test_run_takes_the_spec_files_seed_unless_seed_is_given(tmp_path, tok):
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
     from harness.app.run.orchestrator import Orchestrator
     from workloads.options import WorkloadOptions
 

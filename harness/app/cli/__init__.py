@@ -19,6 +19,7 @@ from harness.app.cli.imports import import_cmd
 from harness.app.cli.run import run_cmd
 from harness.app.cli.serve import serve_cmd
 from harness.app.core.signals import install_handlers
+from harness.app.settings.tune_options import tune_help
 
 app = typer.Typer(
     name="bench",
@@ -29,7 +30,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("run", help="Replay a workload against engines, store the results, report and recommend.")(run_cmd)
+app.command("run", help="Replay a workload against engines, store the results, report and recommend.",
+            epilog=tune_help())(run_cmd)
 app.add_typer(cli_model.app, name="model")
 app.add_typer(cli_results.app, name="results")
 app.add_typer(cli_workloads.app, name="workloads")

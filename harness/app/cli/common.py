@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -18,6 +18,8 @@ try:  # typer >= 0.2x parses with its own copy of click, whose exceptions are no
     from typer._click import exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer: click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
+
+T = TypeVar("T")
 
 NON_TTY_WIDTH = 160  # tables stay readable in pipes, logs and CI (rich would use 80 columns)
 
@@ -37,9 +39,15 @@ def _print_error(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {escape(' '.join(message.splitlines()))}", highlight=False, soft_wrap=True)
 
 
+def note(line: str) -> None:
+    """A note for the user on stderr (a stored run rebuilt, an import's caveat), markup-escaped."""
+    err_console.print(escape(line), highlight=False)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` (one line, markup-escaped) on stderr and exit with ``code``
-    (2 = bad input, 1 = the command ran but found nothing usable)."""
+    (2 = bad input, 1 = the command ran but found nothing usable). The CLI's one error path:
+    every command, the generated options' validation and the usage errors end here."""
     _print_error(message)
     raise typer.Exit(code)
 
@@ -56,7 +64,12 @@ class OneLineErrors(TyperGroup):
     one ``Try 'bench run --help' for help.`` line on stderr, exit code 2, instead of typer's
     rich box. Errors of subcommands are raised while the root parses or invokes them, so
     wrapping the root's ``make_context`` and ``invoke`` covers them all. ``bench`` alone still
-    prints its help (click's NoArgsIsHelpError)."""
+    prints its help (click's NoArgsIsHelpError). Every command's ``--help`` shows its flags as
+    flags (no ``<bool>``), ``--help`` itself in the command's last panel (:func:`_flags_as_flags`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _flags_as_flags(self)
 
     def make_context(self, info_name: Optional[str], args: list[str], parent: Optional[typer.Context] = None,
                      **extra: Any) -> typer.Context:
@@ -72,6 +85,22 @@ class OneLineErrors(TyperGroup):
             _usage_exit(exc)
 
 
+def _flags_as_flags(command: Any) -> None:
+    """``command`` and its subcommands: every on/off flag (``--json``, ``--help``) with no value
+    shown in ``--help`` (typer shows ``<bool>`` as if it took one); ``--help`` in the command's
+    last options panel, so a command whose options are in panels ends with it."""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_as_flags(sub)
+    params = list(getattr(command, "params", []))
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.metavar = ""
+    panels = [p.rich_help_panel for p in params if getattr(p, "rich_help_panel", None)]
+    if help_option is not None and panels:
+        help_option.rich_help_panel = panels[-1]
+
+
 def _usage_exit(exc: click_errors.ClickException) -> NoReturn:
     if isinstance(exc, click_errors.NoArgsIsHelpError):
         raise exc  # `bench` / `bench results` alone: the help text, as before
@@ -84,7 +113,7 @@ def _usage_exit(exc: click_errors.ClickException) -> NoReturn:
 
 def reuse_run_folder(output_dir: Path, run_id: Optional[str]) -> None:
     """Remove an existing ``--run-id`` folder a killed run left holding nothing (the settings'
-    validation refused one that holds a measurement: :func:`harness.app.core.checks.check_output`)
+    validation refused one that holds a measurement: :func:`harness.app.settings.checks.check_output`)
     and say so on stderr; nothing for a new folder."""
     import shutil
 
@@ -101,9 +130,9 @@ def reuse_run_folder(output_dir: Path, run_id: Optional[str]) -> None:
 
 
 def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[float]:
-    """:func:`harness.app.core.checks.parse_rate` for a command written by hand (``bench
+    """:func:`harness.app.settings.checks.parse_rate` for a command written by hand (``bench
     workloads show``): a bad rate exits with its one line (code 2)."""
-    from harness.app.core.checks import parse_rate as parse
+    from harness.app.settings.checks import parse_rate as parse
 
     try:
         return parse(text, option)
@@ -111,7 +140,7 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
         fail(str(exc))
 
 
-def print_outputs(console: Any, run_dir: Path, files: list[tuple[str, str]]) -> None:
+def print_outputs(console: Console, run_dir: Path, files: list[tuple[str, str]]) -> None:
     """``Results: DIR`` then each of ``files`` ((label, file name)) that the job wrote (nothing
     when the folder is not there: a job that measured nothing removes it)."""
     if not run_dir.is_dir():
@@ -130,7 +159,7 @@ def exit_if_interrupted(cause: str, kept: str) -> None:
         raise typer.Exit(exit_code(cause))
 
 
-def guarded(fn: Any) -> Any:
+def guarded(fn: Callable[[], T]) -> T:
     """Run ``fn`` turning the harness's known errors into one-line messages."""
     from adapters.base import EngineError
     from results.store import ResultsError

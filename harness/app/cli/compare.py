@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional, Sequence
+from typing import Sequence
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.cli.common import err_console, fail, make_console
-from harness.metrics import SLO, SLOError, parse_slos, slo_table, slos_of
+from harness.app.cli.common import fail, make_console, note
+from harness.app.cli.options import command_from
+from harness.app.settings.recommend import CompareSettings, HistorySettings
+from harness.metrics import SLO, slo_table, slos_of
 from results.pairs import split_list
 from results.store import ResultsError, Run
 
@@ -28,20 +30,13 @@ def _load(ref: str, output_dir: Path) -> Run:
     from results.store import resolve_run
 
     try:
-        run = load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: err_console.print(escape(line)))
+        run = load_or_rebuild(resolve_run(ref, output_dir), note=note)
     except ResultsError as exc:
         fail(str(exc))
     if run.ladder is None:
         fail(f"run {run.run_id} measured load points, not load ladders: bench compare reads capacities at the SLO; "
              "compare runs of bench run without -n/--request-rate")
     return run
-
-
-def _slos(text: Optional[str], a: Run) -> list[SLO]:
-    try:
-        return parse_slos(text) if text else slos_of(a.ladder.slos if a.ladder else {})
-    except SLOError as exc:
-        fail(str(exc))
 
 
 def _capacity(cap) -> str:  # type: ignore[no-untyped-def]
@@ -54,25 +49,15 @@ def _capacity(cap) -> str:  # type: ignore[no-untyped-def]
     return f"{'≥ ' if cap.open else ''}{cap.output_tps:,.1f} [{lo:,.1f}–{hi:,.1f}]"
 
 
-def compare_cmd(
-    run_a: Annotated[str, typer.Argument(help="The run before (a folder, a run id under --output-dir, or 'latest').")],
-    run_b: Annotated[str, typer.Argument(help="The run after (a folder, a run id under --output-dir, or 'latest').")],
-    engine: Annotated[Optional[str], typer.Option(help="Engines to compare, comma-separated (default: every engine "
-                                                       "both runs climbed a ladder for).")] = None,
-    slo: Annotated[Optional[str], typer.Option(help="SLOs in ms both runs are decided at, e.g. ttft_p90=4000,tpot_p90=200 "
-                                                    "(default: run A's).")] = None,
-    fail_below: Annotated[Optional[float], typer.Option(help="Exit 1 when an engine's capacity ratio B/A lies below "
-                                                             "this beyond the noise (its 95 % interval wholly under it), "
-                                                             "e.g. 0.95 for a CI gate.")] = None,
-    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
-) -> None:
+def compare_runs(settings: CompareSettings) -> None:
     """Compare each engine's capacity at the SLO between two stored runs (B over A, with its 95 %
     interval): moved up, moved down, within the noise (the 90 % interval inside ±5 %) or not
     separated; and list what differed between the runs (engine version and args, harness, model
     digest, hardware, workload). Nothing is measured."""
     from harness.scoring.compare import compare, fails
 
+    o = settings
+    run_a, run_b, engine, fail_below, output_dir, json_out = o.run_a, o.run_b, o.engine, o.fail_below, o.output_dir, o.json_out
     if fail_below is not None and not 0 < fail_below < float("inf"):
         fail(f"--fail-below is a capacity ratio B/A > 0 (0.95 = fail on a drop of more than 5 %), got {fail_below:g}")
     a, b = _load(run_a, output_dir), _load(run_b, output_dir)
@@ -81,7 +66,7 @@ def compare_cmd(
     if a.summary.workload != b.summary.workload:
         fail(f"run {a.run_id} replayed {a.summary.workload!r} and run {b.run_id} {b.summary.workload!r}: capacities "
              "on other workloads are not comparable; compare runs of one workload")
-    slos = _slos(slo, a)
+    slos = o.slos or slos_of(a.ladder.slos if a.ladder else {})
     names = split_list(engine)
     try:
         changes = compare((a.ladder, a.records), (b.ladder, b.records), slos, names)  # type: ignore[arg-type]
@@ -129,14 +114,7 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
                       markup=False, highlight=False)
 
 
-def history_cmd(
-    engine: Annotated[str, typer.Argument(help="The engine whose capacity to list (as --engine names it).")],
-    workload: Annotated[Optional[str], typer.Option(help="Only runs of this workload (default: the newest run's "
-                                                         "that holds the engine).")] = None,
-    slo: Annotated[Optional[str], typer.Option(help="SLOs in ms every run is decided at (default: the newest "
-                                                    "run's).")] = None,
-    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the runs are stored.")] = Path("results"),
-) -> None:
+def history(settings: HistorySettings) -> None:
     """List ENGINE's capacity at one set of SLOs over the stored runs of one workload, oldest first,
     each decided again from its records, with its 95 % interval, its version, and whether it moved
     from the run before (as bench compare reads it)."""
@@ -144,6 +122,7 @@ def history_cmd(
     from harness.scoring.decision import engine_capacity, slos_text
     from results.store import list_runs, load_run
 
+    engine, workload, output_dir = settings.engine, settings.workload, settings.output_dir
     runs = []
     for path in list_runs(output_dir):  # newest first
         try:
@@ -158,7 +137,7 @@ def history_cmd(
         fail(f"no stored run under {output_dir} climbed a ladder for {engine!r}"
              + (f" on {workload!r}" if workload else "") + ": see bench results list")
     runs = [r for r in runs if r.summary.workload == runs[0].summary.workload][::-1]  # oldest first
-    slos = _slos(slo, runs[-1])
+    slos = settings.slos or slos_of(runs[-1].ladder.slos if runs[-1].ladder else {})
     t = Table(title=f"{engine} on {runs[0].summary.workload}: capacity at {slos_text(slos)}, each run decided again")
     for col, right in (("run", False), ("created", False), ("version", False), ("output tok/s per device [95%]", True),
                        ("in flight", True), ("vs the run before", False)):
@@ -174,3 +153,7 @@ def history_cmd(
                   _capacity(cap), load, moved)
         before = cap
     make_console().print(t)
+
+
+compare_cmd = command_from(CompareSettings, compare_runs)  # the options: harness/app/settings/recommend.py
+history_cmd = command_from(HistorySettings, history)

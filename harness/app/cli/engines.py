@@ -17,11 +17,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import NoReturn, Optional
 
 import typer
 
-from harness.app.cli.common import make_console, fail
+from harness.app.cli.common import err_console, fail, make_console
 from rich.markup import escape
 from rich.table import Table
 
@@ -29,16 +28,14 @@ from adapters.base import EngineError, ProbeResult
 from adapters.runtime.envs import engine_env_dir, select_recipe, setup_engine
 from adapters.telemetry.hardware import detect_kind
 from adapters import registry
-from adapters.registry import ENGINE_NAMES, get_adapter, parse_engine_args
+from adapters.registry import ENGINE_NAMES, get_adapter
+from harness.app.cli.options import command_from
+from harness.app.settings.checks import check_engine_args
+from harness.app.settings.engines import EngineCheckSettings, EngineFidelitySettings
 
 app = typer.Typer(help="Serving engines: availability, setup, output equivalence.", invoke_without_command=True,
                   pretty_exceptions_enable=False, add_completion=False)
 console = make_console()
-err_console = make_console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> NoReturn:
-    fail(message, code)
 
 
 def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> str:
@@ -111,11 +108,11 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(r
     elif name in shared:  # llamacpp_q8_0 is the llamacpp build serving other weights
         names = [shared[name]]
     elif name in ENGINE_NAMES:
-        _fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
+        fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
     elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
-        _fail("tensorrt_llm cannot be installed here")
+        fail("tensorrt_llm cannot be installed here")
     else:
-        _fail(f"unknown engine {name!r}: choose from {', '.join(registry.setup_classes())}, all-cpu or all-gpu")
+        fail(f"unknown engine {name!r}: choose from {', '.join(registry.setup_classes())}, all-cpu or all-gpu")
     for n in names:
         try:
             recipe = select_recipe(n, hardware)  # the driver check comes first: nothing is installed on a mismatch
@@ -123,39 +120,32 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(r
             console.print(f"[bold]{n}[/bold]: installing {build} ({recipe.approx}) into {engine_env_dir(n)}")
             setup_engine(n, console=console, recipe=recipe, force=force)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         except EngineError as exc:
             err_console.print(escape(exc.log_tail))
-            _fail(str(exc), code=1)
+            fail(str(exc), code=1)
 
 
-@app.command("check")
-def check(
-    engines_csv: str = typer.Option("own,transformers", "--engines", help="comma-separated engines; the first is the reference"),
-    model: Optional[str] = typer.Option(None, "--model", help="Hugging Face model folder (default: the embedded model)"),
-    max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="greedy tokens per prompt"),
-    threads: int = typer.Option(1, "--threads", min=1, help="intra-op CPU threads per engine"),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="ENGINE:key=value passed to that engine"),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where server logs go (default: results/check-<time>)"),
-    as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
-) -> None:
+def check(settings: EngineCheckSettings) -> None:
     """Greedy output-equivalence across engines on fixed prompts (token-level agreement)."""
-    from harness.app.core.equivalence_check import check_equivalence
+    from harness.app.trial.equivalence_check import check_equivalence
     from harness.loadgen.equivalence import DEFAULT_PROMPTS
     from harness.app.core.model import ModelError, resolve_model
-    from harness.app.core.startup import remove_leftovers
+    from harness.app.trial.startup import remove_leftovers
 
     from results.pairs import split_list
 
-    names = split_list(engines_csv)
+    o = settings
+    model, max_tokens, threads, eargs, run_dir, as_json = o.model, o.max_tokens, o.threads, o.engine_args, o.run_dir, o.json_out
+    names = split_list(o.engines)
     if not names:
-        _fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
+        fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
     try:
         adapters = [get_adapter(n) for n in names]
-        eargs = parse_engine_args(engine_arg)
+        check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         model_dir = resolve_model(model)
     except (ValueError, ModelError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out = run_dir or Path("results") / f"check-{time.strftime('%Y%m%d-%H%M%S')}"
     remove_leftovers(console)
     res = check_equivalence(adapters, model_dir, out, DEFAULT_PROMPTS, max_tokens, threads=threads,
@@ -179,6 +169,9 @@ def check(
         raise typer.Exit(1)
 
 
+app.command("check")(command_from(EngineCheckSettings, check))  # the options: harness/app/settings/engines.py
+
+
 @app.command("cleanup")
 def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the leftovers; stop nothing")) -> None:
     """Stop the engine servers a dead bench run left behind (killed with its watchdog), one line each.
@@ -187,14 +180,14 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
     ~/.local/state/llm-serve-bench/live); groups of a bench that still runs are never touched.
     """
     from adapters.runtime.leftovers import find_leftovers, state_dir
-    from harness.app.core.startup import remove_leftovers
+    from harness.app.trial.startup import remove_leftovers
 
     where = state_dir()
     if dry_run:
         try:
             found = find_leftovers(where)
         except OSError as exc:
-            _fail(f"cannot read {where}: {exc.strerror or exc}; set BENCH_STATE_DIR to the registry folder", code=1)
+            fail(f"cannot read {where}: {exc.strerror or exc}; set BENCH_STATE_DIR to the registry folder", code=1)
         for lo in found:
             console.print(escape(lo.describe()), soft_wrap=True, highlight=False)
         console.print(f"{len(found)} leftover engine server(s) of dead bench runs in {escape(str(where))}"
@@ -205,31 +198,24 @@ def cleanup(dry_run: bool = typer.Option(False, "--dry-run", help="only list the
                   highlight=False)
 
 
-@app.command("fidelity")
-def fidelity(
-    engines_csv: str = typer.Option("all", "--engines", help="comma-separated engines, or 'all' (every engine that can run here)"),
-    model: Optional[str] = typer.Option(None, "--model", help="Hugging Face model folder (default: the embedded model)"),
-    workload: str = typer.Option("agentic", "--workload", help="the workload whose prompts are checked (its sessions' first requests)"),
-    prompts: int = typer.Option(32, "--prompts", min=1, max=512, help="prompts checked"),
-    tokens: int = typer.Option(64, "--tokens", min=1, max=1024, help="greedy tokens per prompt"),
-    floor: float = typer.Option(0.90, "--fidelity-floor", min=0.0, max=1.0, help="the floor for configurations of other numerics (the reference's precision: 0.99)"),
-    threads: int = typer.Option(1, "--threads", min=1, help="intra-op CPU threads per engine"),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="ENGINE:key=value passed to that engine"),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where fidelity.json and server logs go (default: results/fidelity-<time>)"),
-) -> None:
+def fidelity(settings: EngineFidelitySettings) -> None:
     """Output fidelity of each engine against Hugging Face transformers at fp32 on the same weights,
     the check `bench run` gates on (see README "Output fidelity"), without a benchmark."""
-    from harness.app.core.fidelity_check import check_fidelity_of
-    from harness.app.core.fidelity_reference import fidelity_workload, reference_for, workload_prompts
+    from harness.app.trial.fidelity_check import check_fidelity_of
+    from harness.app.trial.fidelity_reference import fidelity_workload, reference_for, workload_prompts
     from harness.app.core.model import ModelError, resolve_model
-    from harness.app.core.startup import remove_leftovers
-    from harness.app.core.trial import fidelity_line
+    from harness.app.trial.startup import remove_leftovers
+    from harness.app.trial.steps import fidelity_line
     from results.pairs import split_list
     from workloads.errors import WorkloadError
     from workloads.options import WorkloadOptions
 
-    names = split_list(engines_csv)
+    o = settings
+    model, workload, prompts, tokens, floor, threads = o.model, o.workload, o.prompts, o.tokens, o.fidelity_floor, o.threads
+    eargs, run_dir = o.engine_args, o.run_dir
+    names = split_list(o.engines)
     try:
+        check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
         kind = detect_kind()
         from adapters.registry import all_adapters
 
@@ -241,11 +227,11 @@ def fidelity(
         chosen = workload_prompts(fidelity_workload(WorkloadOptions(name=workload), tokenizer, prompts), tokenizer, prompts)
         reference = reference_for(model_dir, chosen, max_tokens=tokens, console=console)
     except (ValueError, ModelError, WorkloadError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out = run_dir or Path("results") / f"fidelity-{time.strftime('%Y%m%d-%H%M%S')}"
     remove_leftovers(console)
     check, missing = check_fidelity_of(adapters, model_dir, out, reference, other_floor=floor, threads=threads,
-                                       engine_args=parse_engine_args(engine_arg), console=console, hardware_kind=kind)
+                                       engine_args=eargs, console=console, hardware_kind=kind)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fidelity.json").write_text(check.model_dump_json(indent=2))
     table = Table(title=f"Output fidelity vs {check.source} ({check.prompts} {workload} prompts × {check.max_tokens} tokens)")
@@ -259,3 +245,6 @@ def fidelity(
     console.print(f"details: {out / 'fidelity.json'}")
     if any(r.passed is False for r in check.engines.values()):
         raise typer.Exit(1)
+
+
+app.command("fidelity")(command_from(EngineFidelitySettings, fidelity))

@@ -1,5 +1,5 @@
 """Typer commands generated from a settings model: each field's :class:`Cli` metadata
-(:mod:`harness.app.core.fields`) becomes one ``typer.Option``, so an option is declared once,
+(:mod:`harness.app.settings.fields`) becomes one ``typer.Option``, so an option is declared once,
 on the model, and appears in every command built from it with the same text.
 
 :func:`command_from` builds the command function: typer reads its ``__signature__`` (one
@@ -11,9 +11,11 @@ body. A bad value is the validator's own message on one line, exit 2 (:func:`fai
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import MISSING, dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args, get_origin
 
 import annotated_types
@@ -23,7 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from harness.app.cli.common import fail
-from harness.app.core.fields import Cli, CliGroup, cli_of, error_line
+from harness.app.settings.fields import Cli, CliGroup, cli_of, error_line, group_of
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,30 @@ class CliParam:
     annotation: Any
     default: Any
     bounds: dict[str, Any]
+    panel: Optional[str] = None
 
     def option(self) -> Any:
-        """The ``typer.Option`` of this parameter."""
+        """The ``typer.Option`` of this parameter, under its ``--help`` panel; a flag shows no
+        value (no ``<bool>``: :func:`metavar`)."""
+        if self.cli.argument:
+            return typer.Argument(self.default, help=self.cli.help, show_default=False)
         extra = {"envvar": self.cli.envvar, "show_envvar": True} if self.cli.envvar else {}
-        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, **self.bounds, **extra)
+        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, rich_help_panel=self.panel,
+                            metavar=metavar(self.annotation), **self.bounds, **extra)
+
+
+METAVARS = {bool: "", int: "INT", float: "NUM", str: "TEXT", Path: "PATH"}
+
+
+def metavar(annotation: Any) -> str:
+    """What ``--help`` shows an option takes: nothing for a flag, ``INT``, ``NUM``, ``TEXT``,
+    ``PATH``, a choice's values (``report|strict``); a repeatable option its item's."""
+    annotation = _bare(annotation)
+    if get_origin(annotation) is list:
+        annotation = get_args(annotation)[0]
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "|".join(str(m.value) for m in annotation)
+    return METAVARS.get(annotation, "TEXT")
 
 
 def _bare(annotation: Any) -> Any:
@@ -56,6 +77,8 @@ def _bare(annotation: Any) -> Any:
 def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
     if cli.default is not MISSING:
         default = cli.default
+    elif field.default is PydanticUndefined and field.default_factory is None:  # required
+        default = ...
     elif field.default is PydanticUndefined:  # a factory (an empty list or dict): nothing given
         default = None
     else:
@@ -71,13 +94,16 @@ def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
             elif isinstance(m, annotated_types.Le):
                 bounds["max"] = m.le
     name = cli.flag.lstrip("-").replace("-", "_")
+    if cli.argument:  # positional: no panel of options
+        return CliParam(name, path, cli, annotation, default, bounds, panel=None)
     return CliParam(name, path, cli, annotation, default, bounds)
 
 
 def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     """The options of a command built from ``settings``: every field with a :class:`Cli` (a
-    :class:`CliGroup`: each of its options), less ``cli_exclude``, in ``cli_order`` (an option
-    not listed there follows the listed ones, in field order)."""
+    :class:`CliGroup`: each of its options), less ``cli_exclude``, by ``cli_panels`` (heading →
+    flags: the ``--help`` panels and the order in them; an option listed in none follows in
+    field order, under its :class:`Cli`'s ``panel``, else in the last panel)."""
     params: list[CliParam] = []
     for name, field in settings.model_fields.items():
         cli = cli_of(field)
@@ -86,9 +112,17 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
             params += [_param((name, sub), sub_cli, sub_fields[sub]) for sub, sub_cli in cli.options.items()]
         elif isinstance(cli, Cli):
             params.append(_param((name,), cli, field))
+        elif (group := group_of(field)) is not None:  # a group of settings: its options, under its panel
+            params += [_param((name, sub), sub_cli.replace(panel=sub_cli.panel or group.cli_panel), sub_field)
+                       for sub, sub_field in group.model_fields.items()
+                       if isinstance(sub_cli := cli_of(sub_field), Cli)]
     excluded = set(getattr(settings, "cli_exclude", ()))
-    order = {flag: i for i, flag in enumerate(getattr(settings, "cli_order", ()))}
-    kept = [p for p in params if p.cli.flag not in excluded]
+    panels: dict[str, tuple[str, ...]] = getattr(settings, "cli_panels", {})
+    order = {flag: i for i, flag in enumerate(flag for flags in panels.values() for flag in flags)}
+    panel_of = {flag: title for title, flags in panels.items() for flag in flags}
+    last = list(panels)[-1] if panels else None
+    kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, p.cli.panel or last))
+            for p in params if p.cli.flag not in excluded]
     return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
 
 
@@ -117,12 +151,13 @@ def settings_from(settings: type[BaseModel], params: list[CliParam], values: dic
 
 def typed(ctx: typer.Context, params: list[CliParam]) -> set[str]:
     """The fields whose options the user gave, on the command line or through their environment
-    variable, whatever the value (click's parameter source: a default is not given)."""
+    variable, whatever the value (click's parameter source: a default is not given): a group's
+    field both as the group's name and as ``group.field``."""
     def given(name: str) -> bool:
         source = ctx.get_parameter_source(name)
         return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
-    return {p.path[0] for p in params if given(p.name)}
+    return {key for p in params if given(p.name) for key in (p.path[0], ".".join(p.path))}
 
 
 def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -147,7 +182,7 @@ def workload_option(field: str) -> Any:
     """``Annotated[type, typer.Option(...)]`` of one of ``bench run``'s workload options (a
     field of :class:`workloads.options.WorkloadOptions`), for a command written by hand that
     takes it too (``bench workloads show``): one declaration, one help text."""
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
 
     param = next(p for p in cli_params(RunSettings) if p.path == ("workload", field))
     return Annotated[param.annotation, typer.Option(*param.cli.flags, help=param.cli.help, **param.bounds)]

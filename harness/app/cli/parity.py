@@ -1,5 +1,5 @@
 """The console side of the parity audit: the lines printed under the summary (``--parity``
-itself is a field of :class:`harness.app.core.settings.RunSettings`).
+itself is a field of :class:`harness.app.settings.run.RunSettings`).
 
 :func:`parity_lines` renders a stored ``summary.parity`` (``harness.scoring.parity``) as plain
 text - a side-by-side table of the settings each engine reported, then every unfair flag with
@@ -12,7 +12,7 @@ from __future__ import annotations
 from adapters.parity import PARITY_MODES
 from results.schema import RunSummary
 
-from harness.app.core.settings import ParityMode
+from harness.app.settings.run import ParityMode
 
 assert tuple(m.value for m in ParityMode) == PARITY_MODES  # --parity's choices (RunSettings.parity) are the adapters'
 

@@ -1,4 +1,5 @@
-"""``bench recommend`` and ``bench report``: typer command functions the main app registers
+"""``bench recommend`` and ``bench report``: typer commands generated from their settings
+(:mod:`harness.app.settings.recommend`: options declared once, with bench run's), which the main app registers
 (``app.command("recommend")(recommend_cmd)``, ``app.command("report")(report_cmd)``), and
 :func:`print_recommendation`, which ``bench run`` reuses.
 
@@ -10,26 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Annotated, NoReturn, Optional
+
 
 import typer
 
-from harness.app.cli.common import make_console, fail
+from harness.app.cli.common import err_console, fail, make_console, note
+from harness.app.cli.options import command_from
+from harness.app.settings.recommend import RecommendSettings, ReportSettings
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from adapters.telemetry.hardware import get_profile
-from harness.metrics import SLOError, parse_slos, slo_table
-from harness.scoring import PRESETS, Recommendation, ScorerError, parse_weights, recommend
+from harness.metrics import SLO, SLOError, slo_table
+from harness.scoring import Recommendation, ScorerError, parse_weights, recommend
 from results.hardware import HardwareProfile, profile_from_manifest
 from results.recommendation import question_name, write_decision
 from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run
-
-
-def _fail(message: str) -> NoReturn:
-    fail(message)
+from results.schema import LadderSummary
 
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
@@ -37,18 +37,18 @@ def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
     :func:`harness.app.run.reporting.unlike_runs`), else one line and exit 2: an engine ranked above
     another that was measured on other requests or another model would be a wrong answer."""
     if not refs:
-        _fail("give at least one run (a folder, a run id under --output-dir, or 'latest')")
+        fail("give at least one run (a folder, a run id under --output-dir, or 'latest')")
     runs = []
     for ref in refs:
         try:
-            runs.append(load_or_rebuild(resolve_run(ref, output_dir), note=lambda line: make_console(stderr=True).print(escape(line), highlight=False)))
+            runs.append(load_or_rebuild(resolve_run(ref, output_dir), note=note))
         except ResultsError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     from harness.app.run.reporting import unlike_runs
 
     why = unlike_runs(runs) if len(runs) > 1 else None
     if why:
-        _fail(f"cannot rank these runs together: {why}; report or score each run on its own, or measure the "
+        fail(f"cannot rank these runs together: {why}; report or score each run on its own, or measure the "
               "engines in one bench run")
     return runs
 
@@ -57,23 +57,12 @@ def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
     if name.strip().lower() == "recorded":
         prof = profile_from_manifest(runs[0].manifest.hardware)
         if prof is None:
-            _fail(f"run {runs[0].run_id} has no recorded hardware: pass --hardware with a profile name or 'detected'")
+            fail(f"run {runs[0].run_id} has no recorded hardware: pass --hardware with a profile name or 'detected'")
         return prof.with_devices(gpus) if gpus else prof
     try:
         return get_profile(name, gpus)
     except ValueError as exc:
-        _fail(f"{exc} (or 'recorded' for the run's own hardware)")
-
-
-def check_price(value: float | None) -> None:
-    """``--price-per-hour`` (``bench run`` and ``bench recommend``): None, or a finite number > 0
-    of USD per device-hour; else one line and exit 2."""
-    from harness.app.core.checks import check_price as check
-
-    try:
-        check(value)
-    except ValueError as exc:
-        _fail(str(exc))
+        fail(f"{exc} (or 'recorded' for the run's own hardware)")
 
 
 def _usd(v: object) -> str:
@@ -148,48 +137,27 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
             console.print(f"[dim]note: {escape(n)}[/dim]", highlight=False)
 
 
-def recommend_cmd(
-    run: Annotated[list[str], typer.Argument(help="Run folder(s), run id(s) under --output-dir, or 'latest'.")],
-    hardware: Annotated[str, typer.Option(help="Target: 'detected' (this machine), 'recorded' (the run's), or "
-                                               "H100-80GB, H200-141GB, A100-80GB, L4-24GB, MI300X, CPU.")] = "detected",
-    gpus: Annotated[Optional[int], typer.Option(help="Number of devices of the target (default: the profile's).")] = None,
-    slo: Annotated[Optional[str], typer.Option(help="SLOs in ms, e.g. ttft_p99=500,tpot_p99=50 "
-                                                    "(default: the run's).")] = None,
-    preset: Annotated[str, typer.Option(help=f"Weight preset: {', '.join(PRESETS)}.")] = "balanced",
-    weights: Annotated[Optional[str], typer.Option(help="Override preset weights, e.g. throughput=2,latency=1 "
-                                                        "(throughput, latency, hardware_fit, features, complexity, "
-                                                        "cost).")] = None,
-    feature: Annotated[Optional[list[str]], typer.Option(help="A feature every engine must have (repeatable), "
-                                                              "e.g. prefix_caching or fp8.")] = None,
-    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as JSON.")] = False,
-    max_failure_rate: Annotated[float, typer.Option(help="An engine that fails more than this share of a condition's "
-                                                         "requests is eliminated (0.05 = 5%).")] = 0.05,
-    price_per_hour: Annotated[Optional[float], typer.Option(help="USD per device-hour of the target, for the cost "
-                                                                 "criterion and $/1M output tokens (default: the "
-                                                                 "profile's on-demand list price).")] = None,
-) -> None:
+def recommend_runs(settings: RecommendSettings) -> None:
     """Rank the engines of one or more runs for a deployment target and name the deciding constraint.
 
     Exit code 1 when no engine survives the hard constraints, 2 on bad input.
     """
-    if not 0 <= max_failure_rate < 1:  # NaN fails too
-        _fail(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {max_failure_rate:g}")
+    o = settings
+    run, hardware, gpus, slos, preset, weights, feature = o.run, o.hardware, o.gpus, o.slos, o.preset, o.weights, o.feature
+    output_dir, json_out, max_failure_rate, price_per_hour = o.output_dir, o.json_out, o.max_failure_rate, o.price_per_hour
     runs = _load_runs(run, output_dir)
     if gpus is not None and gpus < 1:
-        _fail(f"--gpus must be at least 1, got {gpus}")
+        fail(f"--gpus must be at least 1, got {gpus}")
     target = _hardware(hardware, gpus, runs)
-    check_price(price_per_hour)
     target = target if price_per_hour is None else target.with_price(price_per_hour)
     try:
-        slos = parse_slos(slo) if slo is not None else None
         w = parse_weights(weights) if weights is not None else None
         ladder = _ladder_decided(runs[0], slos, target) if slos and len(runs) == 1 and runs[0].ladder is not None else None
         scored = [_re_decided(runs[0], ladder, slos)] if ladder is not None else runs  # its gates and points: these SLOs'
         rec = recommend(scored, hardware=target, slos=slos, weights=w, preset=preset, required_features=feature or (),
                         max_failure_rate=max_failure_rate)
     except (SLOError, ScorerError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     where = None
     if len(runs) == 1:  # beside the run's own answer, never over it (a multi-run ranking belongs to no one folder)
         slo = ",".join(sorted(f"{s.key}={s.threshold_ms:g}" for s in slos)) if slos else None  # one name per question
@@ -218,11 +186,11 @@ def recommend_cmd(
     code = (1 if ladder.decision is None or ladder.decision.outcome == "none" else 0) if ladder is not None else rec.exit_code
     if code:
         if json_out:
-            make_console(stderr=True).print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
+            err_console.print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
         raise typer.Exit(code)
 
 
-def _ladder_decided(run: Any, slos: Any, target: Any) -> Any:
+def _ladder_decided(run: Run, slos: list[SLO], target: HardwareProfile) -> LadderSummary:
     """A ladder run's verdict decided again from its records (the decision core,
     :func:`harness.scoring.decision.judge`) under other SLOs: a copy of its ladder summary; the
     stored ``ladder.json`` keeps the run's own."""
@@ -235,7 +203,7 @@ def _ladder_decided(run: Any, slos: Any, target: Any) -> Any:
     return ladder
 
 
-def _re_decided(run: Any, ladder: Any, slos: Any) -> Any:
+def _re_decided(run: Run, ladder: LadderSummary, slos: list[SLO]) -> Run:
     """``run`` as the weighted view scores it under other SLOs: the re-decided ``ladder`` (its
     gates) and each engine's summary entry on its re-decided capacity point."""
     from harness.app.run.ladder_run import repoint
@@ -243,7 +211,7 @@ def _re_decided(run: Any, ladder: Any, slos: Any) -> Any:
     return dataclasses.replace(run, ladder=ladder, summary=repoint(run.summary, ladder, run.records, slos))
 
 
-def _print_ladder_verdict(ladder: Any, console: Console) -> None:
+def _print_ladder_verdict(ladder: LadderSummary, console: Console) -> None:
     """The verdict and capacity table as ``bench run`` prints them, then, for each engine whose
     every measured point meets these SLOs (its capacity is only a lower bound here), how to
     measure it further."""
@@ -262,10 +230,7 @@ def _print_ladder_verdict(ladder: Any, console: Console) -> None:
     console.rule("Weighted score (a secondary view)")
 
 
-def report_cmd(
-    run: Annotated[list[str], typer.Argument(help="Run folder(s) or id(s); several = a comparison report.")],
-    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where run ids are looked up.")] = Path("results"),
-) -> None:
+def report(settings: ReportSettings) -> None:
     """Write report.md and a self-contained report.html into the run folder.
 
     With several runs, a comparison is written into the FIRST run's folder as report-compare.md
@@ -273,7 +238,7 @@ def report_cmd(
     """
     from harness.app.run.reporting import write_run_reports
 
-    runs = _load_runs(run, output_dir)
+    runs = _load_runs(settings.run, settings.output_dir)
     console = make_console()
     if len(runs) == 1 and (runs[0].run_dir / "search.json").is_file():
         # a bench search folder: its report is the capacity search, not a re-scored load point
@@ -291,3 +256,7 @@ def report_cmd(
 
     for line in caveat_lines(runs):  # imported runs (bench import): the metrics under another tool's definition
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+recommend_cmd = command_from(RecommendSettings, recommend_runs)  # the options: harness/app/settings/recommend.py
+report_cmd = command_from(ReportSettings, report)

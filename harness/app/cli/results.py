@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.cli.common import err_console, fail, make_console
+from harness.app.cli.common import fail, make_console, note
 from harness.app.cli.compare import history_cmd
 from harness.app.cli.summary import print_summary
 
@@ -37,7 +37,7 @@ def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir"
         t.add_column(col)
     for p in runs:
         try:
-            r = load_or_rebuild(p, note=lambda line: err_console.print(escape(line)))
+            r = load_or_rebuild(p, note=note)
         except ResultsError as exc:
             t.add_row(escape(p.name), "?", escape(f"unreadable: {exc}"))
             continue
@@ -58,7 +58,7 @@ def results_show(
     from results.store import ResultsError, resolve_run
 
     try:
-        r = load_or_rebuild(resolve_run(run, output_dir), note=lambda line: err_console.print(escape(line)))
+        r = load_or_rebuild(resolve_run(run, output_dir), note=note)
     except ResultsError as exc:
         fail(str(exc))
     if as_json:
@@ -86,7 +86,7 @@ def results_export(
 
     try:
         run_dir = resolve_run(run, output_dir)
-        load_or_rebuild(run_dir, note=lambda line: err_console.print(escape(line)))
+        load_or_rebuild(run_dir, note=note)
         paths = export_run(run_dir)
     except ResultsError as exc:
         fail(str(exc))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.app.cli import report as cli_report
 from harness.app.cli.common import exit_if_interrupted, fail, guarded, make_console, print_outputs, reuse_run_folder
 from harness.app.cli.options import command_from
 from harness.app.cli.verdict import print_verdict
 from reports.frontier import caveats
-from harness.app.core.settings import RunSettings
+from harness.app.settings.run import RunSettings
+from results.schema import LadderSummary, RunSummary
 
 console = make_console()
 
@@ -19,7 +18,7 @@ def run(settings: RunSettings) -> None:
     from harness.app.run.orchestrator import Orchestrator
 
     executor = None
-    if settings.executor == "ray":  # each trial a Ray task (harness/app/executors/ray.py)
+    if settings.executor.kind == "ray":  # each trial a Ray task (harness/app/executors/ray.py)
         from harness.app.executors.ray import RayExecutor as executor  # type: ignore[assignment]
     reuse_run_folder(settings.output_dir, settings.run_id)
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())
@@ -42,17 +41,17 @@ def run(settings: RunSettings) -> None:
         fail("no engine produced a measurement (see the reasons above)", code=1)
 
 
-run_cmd = command_from(RunSettings, run)  # the options: RunSettings' fields (harness/app/core/settings.py)
+run_cmd = command_from(RunSettings, run)  # the options: RunSettings' fields (harness/app/settings/run.py)
 
 
-def _print_summary(summary: Any) -> None:
+def _print_summary(summary: RunSummary) -> None:
     """The console table of a :class:`results.schema.RunSummary` (harness/app/cli/summary.py)."""
     from harness.app.cli.summary import print_summary
 
     print_summary(summary, console)
 
 
-def _print_recipe_check(path: Any, ladder: Any) -> None:
+def _print_recipe_check(path: str, ladder: LadderSummary) -> None:
     """``--engine-config``: this run's capacity against the recipe's (:func:`reports.tuning.recipe_check`)."""
     from pathlib import Path
 

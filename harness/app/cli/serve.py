@@ -19,7 +19,7 @@ from harness.app.cli.common import fail, make_console
 
 
 def _recipe(path: Path):  # type: ignore[no-untyped-def]
-    from harness.app.core.tune_options import check_recipe_file
+    from harness.app.settings.tune_options import check_recipe_file
     from results.schema import Recipe
 
     try:

@@ -14,7 +14,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from harness.app.core.feature_phase import probe_line
+from harness.app.trial.feature_phase import probe_line
 from adapters.runtime.resources import fmt_bytes
 from harness.app.cli.parity import parity_lines
 from harness.metrics.failures import failure_text

@@ -6,7 +6,7 @@ the verdict sentence, the capacity table (the same rows as the report's,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from rich.markup import escape
 from rich.table import Table
@@ -16,9 +16,10 @@ from reports.series import why_lines
 from reports.frontier import capacity_rows, race_note, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, WINNER_MAP_FILE, LadderSummary
+from rich.console import Console
 
 
-def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = None, notes: Sequence[str] = ()) -> None:
+def print_verdict(ladder: LadderSummary, console: Console, run_dir: Path | None = None, notes: Sequence[str] = ()) -> None:
     """The verdict, then one compact table, the tuning's gain lines and the recipe's file when
     ``--tune`` ran, then where the frontier chart is; ``notes``: caveats printed under the verdict
     (:func:`reports.frontier.caveats`)."""
@@ -67,7 +68,7 @@ def print_verdict(ladder: LadderSummary, console: Any, run_dir: Path | None = No
         print_map_line(run_dir / WINNER_MAP_FILE, console)
 
 
-def print_map_line(path: Path, console: Any) -> None:
+def print_map_line(path: Path, console: Console) -> None:
     """The winner map's nearest boundary in one line, and where its chart is (a map that cannot
     be read is passed over: the verdict above stands without it)."""
     from pydantic import ValidationError

@@ -30,17 +30,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = make_console()
-err_console = make_console(stderr=True)
 
-# The workload options `bench run` takes too: declared once, on the settings (harness/app/core/settings.py).
+# The workload options `bench run` takes too: declared once, on the settings (harness/app/settings/run.py).
 ScaleOpt, NumRequestsOpt, RequestRateOpt, BurstinessOpt, MaxConcurrencyOpt, InputLenOpt, OutputLenOpt, RangeRatioOpt, \
     ApiOpt, TraceOpt, TimeScaleOpt, WorkloadSpecOpt = (workload_option(name) for name in (
         "scale", "num_requests", "request_rate", "burstiness", "max_concurrency", "input_len", "output_len",
         "range_ratio", "api", "trace", "time_scale", "spec_file"))
-
-
-def _fail(message: str) -> None:
-    fail(message)
 
 
 def _rate(text: Optional[str]) -> Optional[float]:
@@ -132,7 +127,7 @@ def show(
     from workloads.options import parse_options
     from workloads.registry import build_workload
 
-    from harness.app.core.checks import check_workload
+    from harness.app.settings.checks import check_workload
 
     rate = _rate(request_rate)
     try:
@@ -147,10 +142,10 @@ def show(
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         except Exception as exc:  # transformers raises many types for a bad folder
-            _fail(f"could not load the tokenizer from {model_dir} ({type(exc).__name__}): pass a Hugging Face model folder")
+            fail(f"could not load the tokenizer from {model_dir} ({type(exc).__name__}): pass a Hugging Face model folder")
         w = build_workload(options, tokenizer)
     except (WorkloadError, ModelError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     if as_json:
         console.print_json(json.dumps({"spec": w.spec, "stats": w.stats}))

@@ -2,12 +2,12 @@
 
 The driver (this process) plans the engines, builds the workload once and owns the run folder,
 as a local run does: the run orchestrator is the same, with :class:`RayExecutor` as its
-:class:`~harness.app.core.executor.TrialExecutor` in place of the local one. No engine starts on
+:class:`~harness.app.trial.executor.TrialExecutor` in place of the local one. No engine starts on
 the driver; at the first turn every trial of the run is submitted at once (Ray runs as many side
 by side as the cluster's resources allow), and each turn then waits for its trial.
 
 A trial (:func:`harness.app.executors.ray_trial.run_remote_trial`, on its node) runs the same
-:func:`harness.app.core.trial.run_trial` a local run does: the same adapter starts the engine,
+:func:`harness.app.trial.steps.run_trial` a local run does: the same adapter starts the engine,
 the same client warms it up and measures it, the same measurement step computes the metrics.
 Its artefacts (records, recounts, client workers, engine facts) are streamed to the driver
 through a :class:`~harness.app.executors.ray_trial.Mailbox` actor and handed to the driver's
@@ -41,11 +41,14 @@ from adapters.base import EngineError
 from results.recounts import TokenRecount
 from results.schema import ClientWorker, EngineFacts, RayTrial, RequestRecord
 
-from harness.app.core.plan import EnginePlan
-from harness.app.core.ray_options import RESOURCE_KEYS, import_ray
-from harness.app.core.settings import default_threads
-from harness.app.core.executor import Trial
+from harness.app.trial.plan import EnginePlan
+from harness.app.settings.ray_options import RESOURCE_KEYS, import_ray
+from harness.app.settings.run import default_threads
+from harness.app.trial.executor import Trial
 from harness.app.executors.ray_trial import Mailbox, TrialResult, run_remote_trial
+from harness.app.settings.run import RunSettings
+from rich.console import Console
+from harness.app.trial.measure import MeasurementSink
 
 POLL_S = 0.25  # how often the driver drains the mailbox while it waits for a trial (s)
 CANCEL_WAIT_S = 10.0  # after a Ctrl-C, how long the driver waits for cancelled trials to end (s)
@@ -67,16 +70,16 @@ def trial_options(plan: EnginePlan, threads: int, overrides: dict[str, float]) -
 
 
 class RayExecutor:
-    """The :class:`~harness.app.core.executor.TrialExecutor` whose trials run as Ray tasks
-    (module docstring). ``cfg.ray_address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``,
+    """The :class:`~harness.app.trial.executor.TrialExecutor` whose trials run as Ray tasks
+    (module docstring). ``cfg.executor.address``: a Ray cluster (``HEAD:6379``, ``ray://HEAD:10001``,
     ``auto``); None = the Ray instance this process already joined, else a single-node one
     started here (all of this machine's CPUs) and shut down at :meth:`close`.
-    ``cfg.ray_resources``: :func:`parse_resources`' overrides."""
+    ``cfg.executor.resources``: :func:`parse_resources`' overrides."""
 
-    def __init__(self, cfg: Any, console: Any, kind: str = "cpu") -> None:
+    def __init__(self, cfg: RunSettings, console: Console, kind: str = "cpu") -> None:
         self.cfg, self.console = cfg, console
-        self.address = cfg.ray_address
-        self.resources = dict(cfg.ray_resources)
+        self.address = cfg.executor.address
+        self.resources = dict(cfg.executor.resources)
         self._unfit: dict[tuple[str, int], str] = {}  # trials no node of the cluster can hold: why
         self._refs: dict[tuple[str, int], Any] = {}
         self._nodes: dict[tuple[str, int], dict[str, Any]] = {}
@@ -113,7 +116,7 @@ class RayExecutor:
             ray.shutdown()  # a cluster keeps running: only this driver disconnects
         self._connected = False
 
-    def result(self, trial: Trial, sink: Any) -> Any:
+    def result(self, trial: Trial, sink: MeasurementSink) -> Any:
         """Wait for ``trial``, writing every trial's streamed artefacts to ``sink`` meanwhile.
         Raises EngineError when the trial failed or its worker died; KeyboardInterrupt cancels
         every trial first."""
@@ -186,7 +189,7 @@ class RayExecutor:
             self.console.print(f"Submitted {len(self._refs)} trial(s) to Ray "
                                f"({', '.join(f'{k}={v:g}' for k, v in shown.items() if not isinstance(v, dict))} each)")
 
-    def _drain(self, sink: Any) -> None:
+    def _drain(self, sink: MeasurementSink) -> None:
         """Hand ``sink`` what the trials posted since the last drain, in order (records,
         recounts, client workers, engine facts); note each trial's node."""
         if self._mailbox is None:
@@ -230,7 +233,7 @@ class RayExecutor:
             return f"the Ray trial died before it reported its node: {type(exc).__name__}: {first}"
         return f"the Ray worker on node {_where(facts)} died: {type(exc).__name__}: {first}"
 
-    def _keep_log(self, sink: Any, name: str, repeat: int, log: bytes) -> None:
+    def _keep_log(self, sink: MeasurementSink, name: str, repeat: int, log: bytes) -> None:
         """Append a trial's engine log to ``logs/<engine>.log`` in the run folder."""
         if not log:
             return

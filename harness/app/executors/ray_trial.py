@@ -1,7 +1,7 @@
 """The node side of ``bench run --executor ray`` (harness/app/executors/ray.py): one trial.
 
 :func:`run_remote_trial` runs on the node Ray placed it on: it starts the engine with the
-plan's adapter and runs the same trial body a local run does (e.g. :func:`harness.app.core.trial.run_trial`:
+plan's adapter and runs the same trial body a local run does (e.g. :func:`harness.app.trial.steps.run_trial`:
 same client, same measurement step, same metrics), then stops it. Its request records go to the
 driver as they are measured, through the :class:`Mailbox` actor the driver drains
 (:class:`TrialWriter` is the trial's sink: it buffers records and sends them every
@@ -26,8 +26,8 @@ from adapters.base import EngineError
 from results.recounts import TokenRecount
 from results.schema import ClientWorker, EngineFacts, RequestRecord
 
-from harness.app.core.plan import EnginePlan
-from harness.app.core.executor import Body
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.executor import Body
 
 FLUSH_S = 0.2  # how often a trial sends its buffered records to the driver (s)
 LOG_BYTES = 4 * 2**20  # at most this much of a trial's engine log goes back to the run folder (bytes, its tail)
@@ -50,7 +50,7 @@ class Mailbox:
 
 
 class TrialWriter:
-    """The sink a trial measures into, on its node (:class:`~harness.app.core.measure.MeasurementSink`):
+    """The sink a trial measures into, on its node (:class:`~harness.app.trial.measure.MeasurementSink`):
     records go to the driver buffered, sent every :data:`FLUSH_S` by a thread and at
     :meth:`close`; recounts, client workers and engine facts are sent at once, in order."""
 
@@ -124,13 +124,13 @@ def node_facts() -> dict[str, Any]:
 
 def run_remote_trial(body: Body, plan: EnginePlan, key: tuple[str, int], mailbox: Any) -> TrialResult:
     """The body of one trial on its node: ``body(plan, starter, sink, console)`` (the same trial
-    body a local run calls, e.g. :func:`harness.app.core.trial.run_trial`) with the engine
+    body a local run calls, e.g. :func:`harness.app.trial.steps.run_trial`) with the engine
     started here (its logs in a temporary folder, their tail sent back) and the artefacts
     streamed to the driver through ``mailbox``. An engine failure is returned as ``error``,
     never raised."""
     from rich.console import Console
 
-    from harness.app.core.startup import EngineStarter
+    from harness.app.trial.startup import EngineStarter
 
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench-trial-{plan.name}-"))
     (run_dir / "logs").mkdir()

@@ -39,7 +39,7 @@ from rich.markup import escape
 
 from adapters.base import EngineError
 
-from harness.app.core.executor import Trial
+from harness.app.trial.executor import Trial
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.ladder import BAR_RESAMPLES as RESAMPLES, CLIMBS_ON
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _samples

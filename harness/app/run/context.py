@@ -19,17 +19,19 @@ from results.schema import EnergySource, FidelityReference, FidelityResult, Accu
 from results.store import RunWriter
 from workloads.base import Workload
 
-from harness.app.core.executor import Trial, TrialExecutor
-from harness.app.core.fidelity_reference import run_reference
-from harness.app.core.measure import condition_of
-from harness.app.core.plan import EnginePlan
-from harness.app.core.prepare import announce, build_or_discard, record_run_facts
-from harness.app.core.warm_cache import warn_if_cache_may_be_warm
+from harness.app.trial.executor import Trial, TrialExecutor
+from harness.app.trial.fidelity_reference import run_reference
+from harness.app.trial.measure import condition_of
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.prepare import announce, build_or_discard, record_run_facts
+from harness.app.trial.warm_cache import warn_if_cache_may_be_warm
 from harness.metrics.summarise import Condition
+from rich.console import Console
 
 if TYPE_CHECKING:
-    from harness.app.core.parity_run import ParityRun
-    from harness.app.core.settings import RunSettings
+    from transformers import PreTrainedTokenizerBase
+    from harness.app.trial.parity_run import ParityRun
+    from harness.app.settings.run import RunSettings
 
 DRIFT_WARN = 0.05  # warn when server usage and re-tokenization disagree by more than 5 % on average
 
@@ -44,7 +46,7 @@ class RunState:
     model_dir: Path
     threads: int
     workload: Workload | None = None
-    tokenizer: Any = None
+    tokenizer: PreTrainedTokenizerBase | None = None
     condition: Condition | None = None
     equivalence: dict[str, list[str]] | None = None
     trials: dict[tuple[str, int], Trial] = field(default_factory=dict)
@@ -63,7 +65,7 @@ class RunContext:
     ask for)."""
 
     cfg: "RunSettings"
-    console: Any
+    console: Console
     kind: str
     parity: "ParityRun"
     executor: TrialExecutor
@@ -71,7 +73,7 @@ class RunContext:
     build_workload: Callable[[Any], Workload]
 
     def prepare_workload(self, plans: list[EnginePlan]) -> None:
-        """Tokenizer, workload, condition and manifest (:mod:`harness.app.core.prepare`), and the
+        """Tokenizer, workload, condition and manifest (:mod:`harness.app.trial.prepare`), and the
         fidelity reference when an engine is left to check against it (none is built when every
         engine was skipped, e.g. an endpoint that is not reachable). Raises what the workload
         raises (the run folder is then removed: nothing was measured)."""

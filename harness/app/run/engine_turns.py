@@ -18,8 +18,8 @@ from results.hardware import cost_per_million_tokens
 from adapters.runtime.resources import combine_repeats, with_output_tokens
 from results.schema import FeatureProbe, Cost, EngineResult, EngineStatus, Interval, RequestRecord, ResourceUse
 
-from harness.app.core.plan import EnginePlan
-from harness.app.core.trial import TrialOutcome
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.steps import TrialOutcome
 from harness.metrics.failures import failure_text
 from harness.metrics.summarise import Condition, counted, summarise
 

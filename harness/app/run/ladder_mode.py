@@ -10,7 +10,7 @@ to the context's state (effective settings, equivalence outputs, fidelity, accur
 A run asks for one load point instead (:mod:`harness.app.run.point_mode`) when
 ``--num-requests``, ``--request-rate``, ``--max-concurrency``, ``--duration`` or
 ``--ramp-up-strategy`` is given, or the workload replays a trace's own times
-(:attr:`harness.app.core.settings.RunSettings.ladder`).
+(:attr:`harness.app.settings.run.RunSettings.ladder`).
 
 One budget vocabulary, all durations (900, 900s, 15m): ``--time-budget`` is the whole job;
 ``--tune`` is each engine's configuration search within it; ``--ladder-budget`` caps one climb's
@@ -23,9 +23,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from harness.app.core.plan import EnginePlan
-from harness.app.core.tune_options import recipe_climb_to
-from harness.app.core.trial import trial_spec
+from harness.app.trial.plan import EnginePlan
+from harness.app.settings.tune_options import recipe_climb_to
+from harness.app.trial.steps import trial_spec
 from harness.app.run.allocate import Allocation
 from harness.app.run.context import RunContext
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
@@ -33,14 +33,18 @@ from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
 from harness.metrics import slo_table
 from harness.scoring.decision import default_slos, slos_text
+from rich.console import Console
 
 
 if TYPE_CHECKING:
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
+    from harness.metrics import SLO
+    from results.schema import EnergySource, FidelityReference
+    from workloads.base import Workload
 
 
-def ladder_spec(cfg: "RunSettings", kind: str, workload: Any, slos: list[Any], fidelity: Any = None,
-                energy: Any = None) -> LadderSpec:
+def ladder_spec(cfg: RunSettings, kind: str, workload: Workload, slos: list[SLO],
+                fidelity: FidelityReference | None = None, energy: EnergySource | None = None) -> LadderSpec:
     """The ladder settings of run settings ``cfg`` on ``kind`` hardware: the base ``workload``
     (built) sizes agentic points by its turns per session; the budget is per engine; ``fidelity``:
     the reference each engine's first session checks its outputs against (None = no check);
@@ -190,12 +194,12 @@ class TunedLadderMode(LadderMode):
         return []  # each search starts its configurations; the main job's engines start after it
 
     def search_line(self, cfg: "RunSettings") -> str:
-        return f", after a configuration search of {cfg.tune_s:g} s per engine (--tune)"
+        return f", after a configuration search of {cfg.tune.seconds:g} s per engine (--tune)"
 
     def configure(self, ctx: RunContext, job: LadderJob, plans: list[EnginePlan],
                   engines: list[EngineClimb]) -> tuple[list[EngineClimb], str]:
         cfg = ctx.cfg
-        self.tuner = Tuner(job, cfg.tune_s, cfg.tune_configs, ctx.kind, lower_precision=cfg.tune_lower_precision)
+        self.tuner = Tuner(job, cfg.tune.seconds, cfg.tune.configs, ctx.kind, lower_precision=cfg.tune.lower_precision)
         plans, interrupted = self.tuner.run(plans)
         engines = [EngineClimb(p) for p in plans]
         ctx.executor.end()
@@ -209,7 +213,7 @@ class TunedLadderMode(LadderMode):
         return self.tuner.judge if self.tuner is not None else None
 
 
-def _recipe(ladder: Any, writer: Any, console: Any) -> None:
+def _recipe(ladder: Any, writer: Any, console: Console) -> None:
     """The winner's ``recipe.json`` (the command line that starts it as measured; ``bench run
     --engine-config FILE`` runs it again), printed; each tuned engine's gain line comes with the
     verdict (:func:`harness.app.cli.verdict.print_verdict`), and so does why no recipe was made."""

@@ -22,7 +22,7 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.markup import escape
 
@@ -33,8 +33,8 @@ from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatu
                             RequestRecord)
 from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
 
-from harness.app.core.executor import Trial, TrialExecutor
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.executor import Trial, TrialExecutor
+from harness.app.trial.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
 from harness.app.run.engine_turns import engine_cost
 from harness.app.run.ladder_energy import capacity_figures, point_figures
@@ -45,6 +45,12 @@ from harness.scoring.decision import judge
 from harness.scoring.frontier import PointSample, capacity_of, point_stats
 from harness.scoring.samples import judged_records
 from harness.scoring.ranking import REFERENCE_ENGINES
+from rich.console import Console
+from harness.metrics import SLO
+from results.schema import RunSummary
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -71,7 +77,7 @@ class LadderJob:
     """Runs the main job over ``engines`` with ``executor`` (started by the caller for the
     round), writing to ``writer``; ``spec`` says how ladders are climbed."""
 
-    def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Any, *, tokenizer: Any,
+    def __init__(self, spec: LadderSpec, executor: TrialExecutor, writer: RunWriter, console: Console, *, tokenizer: PreTrainedTokenizerBase,
                  boundary_repeats: int = 2, target_tps: float | None = None, time_budget_s: float | None = None) -> None:
         self.spec, self.executor, self.writer, self.console = spec, executor, writer, console
         self.tokenizer, self.boundary_repeats, self.target_tps = tokenizer, boundary_repeats, target_tps
@@ -292,7 +298,7 @@ def point_summary(name: str, at: LadderPoint, records: Sequence[RequestRecord], 
     return summary
 
 
-def repoint(summary: Any, ladder: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[Any]) -> Any:
+def repoint(summary: RunSummary, ladder: LadderSummary, records: Sequence[RequestRecord], slos: Sequence[SLO]) -> RunSummary:
     """A copy of a ladder run's ``summary`` whose engines' entries hold the metrics of their capacity
     point in ``ladder`` (the ladders decided again under other SLOs: ``bench recommend RUN --slo``),
     so the weighted view scores the points the re-decided verdict reads, not the stored ones."""

@@ -1,8 +1,8 @@
 """The load ladder's trials: one engine's climb in one session, and more measurements of the
-points that decide (the bodies an executor runs, :mod:`harness.app.core.executor`).
+points that decide (the bodies an executor runs, :mod:`harness.app.trial.executor`).
 
 Each measurement of a point at load ``L`` is the one measurement step
-(:func:`harness.app.core.measure.measure`) of a freshly drawn workload: closed loop, ``L``
+(:func:`harness.app.trial.measure.measure`) of a freshly drawn workload: closed loop, ``L``
 sessions in flight (a single-turn workload's sessions are its requests), all due at once, at
 least :attr:`LadderSpec.min_requests` requests and :attr:`LadderSpec.rounds` sessions per unit
 of load, so every point reaches a steady state and its percentiles rest on the same order of
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from adapters.runtime.resources import with_output_tokens
 from adapters.base import EngineError
@@ -24,14 +24,19 @@ from results.schema.series import EngineSeries
 from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
 
-from harness.app.core.measure import MeasurementSink, measure, target_of
-from harness.app.core.plan import EnginePlan
-from harness.app.core.startup import EngineStarter
-from harness.app.core.trial import Session, TrialSpec, open_session
+from harness.app.trial.measure import MeasurementSink, measure, target_of
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.startup import EngineStarter
+from harness.app.trial.steps import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
 from harness.metrics.energy import EnergySample, windows
 from harness.scoring.frontier import PointStats, Requests, SloWatch, point_stats
+from rich.console import Console
+from adapters.base import Endpoint
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ class LadderOutcome:
 class _Points:
     """Measures points on one live engine (``session``) for the ladder's ``measure`` callback."""
 
-    def __init__(self, plan: EnginePlan, session: Session, sink: MeasurementSink, spec: LadderSpec, tokenizer: Any,
+    def __init__(self, plan: EnginePlan, session: Session, sink: MeasurementSink, spec: LadderSpec, tokenizer: PreTrainedTokenizerBase,
                  indices: dict[int, int] | None = None) -> None:
         from workloads.tokens import as_kit
 
@@ -182,7 +187,7 @@ class _Points:
 
 
 def energy_sample(m: Any) -> EnergySample:
-    """A measurement's (:class:`harness.app.core.measure.Measurement`) energy, output tokens,
+    """A measurement's (:class:`harness.app.trial.measure.Measurement`) energy, output tokens,
     duration and time windows, for its point's J per output token."""
     phase = m.resources.energy if m.resources is not None else None
     tokens = m.metrics.total_output_tokens
@@ -203,7 +208,7 @@ class _RampSink:
         return getattr(self.sink, name)
 
 
-def answers(endpoint: Any, timeout_s: float = 5.0) -> bool:
+def answers(endpoint: Endpoint, timeout_s: float = 5.0) -> bool:
     """Whether the endpoint still answers ``GET /v1/models`` (a server that crashed does not)."""
     import urllib.request
 
@@ -228,8 +233,8 @@ def _sessions_done(records: Sequence[RequestRecord], cut: Sequence[RequestRecord
     return sum(by.values())
 
 
-def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                 tokenizer: Any, manifest: Manifest) -> LadderOutcome:
+def climb_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+                 tokenizer: PreTrainedTokenizerBase, manifest: Manifest) -> LadderOutcome:
     """Engine ``plan``'s climb (a trial body): a session (warm-up, the equivalence prompts),
     the ladder (:meth:`Ladder.climb`) within ``spec.budget_s``, then the feature probes."""
     out = LadderOutcome()
@@ -257,7 +262,7 @@ def refused(fidelity: FidelityResult | None) -> bool:
     return fidelity is None or fidelity.passed is not True or bool(fidelity.unchecked())
 
 
-def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
+def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Console, spec: LadderSpec, tokenizer: PreTrainedTokenizerBase,
            manifest: Manifest, out: LadderOutcome) -> None:
     """The ladder on the live engine of ``session``, filling ``out`` as it goes."""
     points = _Points(plan, session, sink, spec, tokenizer)
@@ -282,15 +287,15 @@ def _climb(plan: EnginePlan, session: Session, sink: MeasurementSink, console: A
     out.stopped, out.crash, out.crashed_at = ladder.stopped, ladder.crash, ladder.crashed_at
     out.peak_memory_bytes, out.processes = points.peak_memory, points.processes
     if spec.trial.feature_probes and ladder.stopped != "crashed":
-        from harness.app.core.feature_phase import probe_phase
+        from harness.app.trial.feature_phase import probe_phase
 
         out.feature_probes = probe_phase(console, plan.name, session.endpoint,
                                          target_of(session.endpoint, spec.trial.measure.ignore_eos), tokenizer,
                                          manifest, spec.trial.measure.request_timeout_s)
 
 
-def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                  tokenizer: Any, previous: Sequence[PointMeasurement]) -> LadderOutcome:
+def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+                  tokenizer: PreTrainedTokenizerBase, previous: Sequence[PointMeasurement]) -> LadderOutcome:
     """More of engine ``plan``'s climb (a trial body): its ladder rebuilt from ``previous`` (its
     measurements so far, judged again, not measured again), climbed on from twice its highest
     load (not past where the SLO must break when ``spec.bisect`` is off: the main job's climbs),
@@ -326,8 +331,8 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
     return out
 
 
-def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-               tokenizer: Any) -> FidelityResult | None:
+def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+               tokenizer: PreTrainedTokenizerBase) -> FidelityResult | None:
     """The output-fidelity check alone (a trial body): the engine's session opened with
     ``spec.trial``'s fidelity reference, nothing measured (the main job checks the engines
     still in the race after their first climbs: :mod:`harness.app.run.allocate`)."""
@@ -336,8 +341,8 @@ def check_only(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, 
         return session.fidelity
 
 
-def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, spec: LadderSpec,
-                   tokenizer: Any, points: Sequence[tuple[int, int, int, int]],
+def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, spec: LadderSpec,
+                   tokenizer: PreTrainedTokenizerBase, points: Sequence[tuple[int, int, int, int]],
                    ramp: tuple[int, int] | None = None) -> list[PointMeasurement]:
     """More measurements of given points (a trial body): ``points`` = (index, load, seed,
     repeat) each; the engine's session is opened without a warm-up when it was kept from its
@@ -363,7 +368,7 @@ def measure_points(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSi
     return done
 
 
-def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Any, spec: LadderSpec, tokenizer: Any,
+def _again(plan: EnginePlan, session: Session, sink: MeasurementSink, console: Console, spec: LadderSpec, tokenizer: PreTrainedTokenizerBase,
            points: Sequence[tuple[int, int, int, int]], done: list[PointMeasurement]) -> None:
     """More measurements of ``points`` on the live engine of ``session``, appended to ``done``."""
     measurer = _Points(plan, session, sink, spec, tokenizer, {load: index for index, load, _, _ in points})

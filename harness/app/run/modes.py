@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.plan import EnginePlan
 from harness.app.run.context import RunContext
 
 if TYPE_CHECKING:
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
 
 
 class Mode(Protocol):
@@ -40,4 +40,4 @@ def mode_for(cfg: "RunSettings") -> Mode:
         return PointMode()
     from harness.app.run.ladder_mode import LadderMode, TunedLadderMode
 
-    return TunedLadderMode() if cfg.tune_s > 0 else LadderMode()
+    return TunedLadderMode() if cfg.tune.seconds > 0 else LadderMode()

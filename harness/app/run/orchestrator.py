@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -27,16 +27,21 @@ from results.schema import AccuracyCheck, CalibrationFacts, EnergySource, Engine
 from results.store import RunWriter, new_run_id
 from workloads.base import Workload
 
-from harness.app.core.executor import LocalExecutor, TrialExecutor
-from harness.app.core.parity_run import ParityRun
-from harness.app.core.plan import EnginePlan, capabilities_of, launch_config, plan_engine, skipped_result
-from harness.app.core.settings import RunSettings, default_threads  # noqa: F401 (re-exported)
-from harness.app.core.trial import accuracy_items
+from harness.app.trial.executor import LocalExecutor, TrialExecutor
+from harness.app.trial.parity_run import ParityRun
+from harness.app.trial.plan import EnginePlan, capabilities_of, launch_config, plan_engine, skipped_result
+from harness.app.settings.run import RunSettings, default_threads  # noqa: F401 (re-exported)
+from harness.app.trial.steps import accuracy_items
 from harness.app.run.context import RunContext, RunState
 from harness.app.run.modes import mode_for
 from harness.loadgen.equivalence import EQUIVALENCE_MAX_TOKENS, EQUIVALENCE_PROMPTS, compare_outputs
 from harness.metrics import slo_table
 from harness.metrics.fidelity import fidelity_check
+from rich.console import Console
+from adapters.base import EngineAdapter
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -53,7 +58,7 @@ class Orchestrator:
     ``executor`` makes a :class:`TrialExecutor` for the detected hardware kind (None = here,
     :class:`LocalExecutor`; ``bench run --executor ray`` passes the Ray one)."""
 
-    def __init__(self, cfg: RunSettings, console: Any, executor: Any = None) -> None:
+    def __init__(self, cfg: RunSettings, console: Console, executor: Any = None) -> None:
         self.cfg = cfg
         self.console = console
         self.parity = ParityRun(cfg, console)  # --parity: engine args, effective settings, the audit
@@ -61,7 +66,7 @@ class Orchestrator:
         self.kind = "cpu"  # the hardware kind, detected once per run
 
     # -- setup -------------------------------------------------------------------------
-    def _workload(self, tokenizer: Any) -> Workload:
+    def _workload(self, tokenizer: PreTrainedTokenizerBase) -> Workload:
         from workloads.registry import build_workload
 
         return build_workload(self.cfg.workload, tokenizer)
@@ -194,7 +199,7 @@ class Orchestrator:
             state.writer.write_replay(cert)
             print_certificate(self.console, cert)
 
-    def _ensure_installed(self, adapter: Any, kind: str, writer: RunWriter) -> bool:
+    def _ensure_installed(self, adapter: EngineAdapter, kind: str, writer: RunWriter) -> bool:
         """Install engine ``name``'s environment when ``--setup-engines`` asks for it and it is
         missing. Returns False (engine recorded as ``failed`` with the pip log tail) when the
         install fails; True otherwise (including engines that need no install)."""

@@ -5,7 +5,7 @@ no engine.
 
 For each repeat the executor starts the round's engines (as many ahead of their turn as fit,
 frozen until it); the workload is built once while they start; each engine's trial runs
-(:func:`harness.app.core.trial.run_trial`: warm-up, the one measurement step, feature probes the
+(:func:`harness.app.trial.steps.run_trial`: warm-up, the one measurement step, feature probes the
 first time) and its summary entry is written at once. An engine that fails to start or crashes
 is recorded as ``failed`` with its log tail and the run goes on; Ctrl-C (or SIGTERM) stops the
 current engine, marks it ``failed`` ("interrupted"), keeps every record already written, and
@@ -23,10 +23,10 @@ from results.hardware import run_price
 from results.schema import EngineResult, EngineStatus, RequestRecord
 from results.store import REQUESTS_FILE, RunWriter, read_records
 
-from harness.app.core.executor import Trial
-from harness.app.core.plan import EnginePlan, not_measured_result
+from harness.app.trial.executor import Trial
+from harness.app.trial.plan import EnginePlan, not_measured_result
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.trial import TrialOutcome, run_trial, trial_spec
+from harness.app.trial.steps import TrialOutcome, run_trial, trial_spec
 from harness.app.run.context import RunContext
 from harness.app.run.engine_turns import EngineTurns
 

@@ -5,7 +5,7 @@ with the scaling it was sent at."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -14,13 +14,18 @@ from results.schema import ReplayCertificate
 from results.store import REQUESTS_FILE, read_records
 
 from harness.metrics.replay import certificate_rows, sent_statistics
+from harness.app.settings.run import RunSettings
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from harness.app.run.context import RunState
 
 NOTE = ("trace: every session of the trace once at this scale, driven offline with its recorded replies; sent: the "
         "measured requests (every ladder point and repeat); hit rates: the trace's against the run's own prompts as built "
         "(theoretical; the engine's measured rate shown beside, not judged)")
 
 
-def optimal_hit_rate(cfg: Any, state: Any) -> float | None:
+def optimal_hit_rate(cfg: RunSettings, state: RunState) -> float | None:
     """The theoretical prefix-cache hit rate of the run's own agentic sessions under an infinite
     cache (:func:`workloads.replay_stats.offered_statistics`, the certificate's "sent" side):
     what each ladder point's measured hit rate is held against (``LadderSummary.cache_optimal``,
@@ -36,7 +41,7 @@ def optimal_hit_rate(cfg: Any, state: Any) -> float | None:
     return float(offered_statistics(workload.sessions, spec.cache_block_tokens, spec.cache_blocks)["hit_rate_infinite"])
 
 
-def replay_certificate(cfg: Any, state: Any) -> ReplayCertificate | None:
+def replay_certificate(cfg: RunSettings, state: RunState) -> ReplayCertificate | None:
     """The certificate of the run in ``state`` (None unless it replayed an agentic workload)."""
     from workloads.registry import resolve_spec
     from workloads.replay_stats import offered_statistics, trace_sessions
@@ -75,7 +80,7 @@ def _num(v: float | None, unit: str) -> str:
     return f"{v:.1%}" if unit == "share" else (f"{v:.2f}" if unit == "s" else f"{v:.1f}")
 
 
-def print_certificate(console: Any, cert: ReplayCertificate) -> None:
+def print_certificate(console: Console, cert: ReplayCertificate) -> None:
     """The certificate as the console shows it: the scaling, then one table per engine."""
     scaling = f"scale {cert.scale:g}, time_scale {cert.time_scale:g}" + (
         f", think_time_scale {cert.think_time_scale:g}" if cert.think_time_scale is not None else "")

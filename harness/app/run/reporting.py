@@ -9,7 +9,7 @@ Load the run(s) → complete older runs' derived metrics (``harness.metrics.deri
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
 
 from adapters.telemetry.hardware import get_profile
 from results.hardware import device_price
@@ -21,6 +21,7 @@ from reports import write_reports
 from results.recommendation import write_recommendation
 from results.schema import LadderSummary, WinnerMap
 from results.store import Run, load_run
+from harness.app.settings.run import RunSettings
 
 
 # Workload spec fields that set the load, not what each request is: runs that differ only in
@@ -137,7 +138,7 @@ def store_winner_map(run: Run, folder: Path | None = None, ladder: LadderSummary
     return found
 
 
-def score_and_report(run_dir: Path, cfg: Any) -> Recommendation:
+def score_and_report(run_dir: Path, cfg: RunSettings) -> Recommendation:
     """Score a run ``bench run`` just wrote, under its settings ``cfg`` (hardware, price, SLOs,
     preset, failure bound), store ``recommendation.json`` and write its reports."""
     run = load_run(run_dir)

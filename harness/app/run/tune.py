@@ -47,16 +47,17 @@ from rich.markup import escape
 from adapters.base import EngineError, lowered_precision, search_space_of
 from results.schema import EngineLadder, EngineTuning, LadderSummary, Recipe, RequestRecord, TunedConfig
 
-from harness.app.core.executor import Trial
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.executor import Trial
+from harness.app.trial.plan import EnginePlan
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.trial import fidelity_line
+from harness.app.trial.steps import fidelity_line
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
 from harness.scoring.decision import judge, ladder_points, sentence
 from harness.scoring.frontier import capacity_of, engine_stream
 from harness.scoring.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
                                     successive_halving, upper_envelope)
+from results.schema import Manifest
 
 ENDPOINT_NOTE = ("an endpoint the harness does not start: only client-side knobs apply, and its load ladder already "
                  "sweeps the one that matters (concurrency); engine-side knobs need an engine the harness starts")
@@ -354,7 +355,7 @@ def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestR
     return cap
 
 
-def recipe(summary: LadderSummary, manifest: Any, engine: str) -> Recipe | None:
+def recipe(summary: LadderSummary, manifest: Manifest, engine: str) -> Recipe | None:
     """``engine``'s configuration as the harness ran it in the main job (None when it has no
     capacity): the engine args, threads, command line and env from the manifest, its capacity."""
     ladder = summary.engines.get(engine)

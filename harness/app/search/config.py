@@ -10,8 +10,10 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from workloads.options import RATE_KINDS, WorkloadOptions
 
-from harness.app.core.fields import Cli
-from harness.app.core.settings import WORKLOAD_OPTIONS, RunSettings
+from harness.app.settings.fields import Cli
+from harness.app.settings.run import RunSettings
+from harness.app.settings.shared import SLOS, Slos
+from harness.app.settings.workload import WORKLOAD_OPTIONS
 from harness.metrics import SLO, parse_slos
 
 SEARCH_VARS = ("rate", "concurrency")
@@ -42,12 +44,17 @@ class SearchSettings(RunSettings):
     concurrency); ``budget_s``: seconds for the whole search, split evenly over the engines;
     ``repeats``: measurements per probe, back to back (1 .. :data:`MAX_REPEATS`)."""
 
-    cli_order = (
-        "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--burstiness", "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed", "--slo",
-        "--search-var", "--low", "--high", "--tolerance", "--budget", "--max-probes", "--repeats", "--warmup",
-        "--output-dir", "--run-id", "--base-url", "--engine-arg", "--threads", "--request-timeout", "--startup-timeout",
-        "--sequential-start", "--max-failure-rate", "--no-ignore-eos")
+    cli_panels = {
+        "Engines": ("--engine", "--model", "--engine-arg", "--threads", "--startup-timeout", "--sequential-start",
+                    "--base-url"),
+        "Workload": ("--workload", "--num-requests", "--input-len", "--output-len", "--range-ratio", "--burstiness",
+                     "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed"),
+        "Search": ("--slo", "--search-var", "--low", "--high", "--tolerance", "--budget", "--max-probes", "--repeats",
+                   "--max-failure-rate"),
+        "Measuring": ("--warmup", "--request-timeout", "--no-ignore-eos"),
+        "Output": ("--output-dir", "--run-id"),
+    }
+    cli_order = tuple(flag for flags in cli_panels.values() for flag in flags)
     # bench run's options a search leaves out: the load is what it searches (no rate, cap, duration
     # or ramp; no salt: every probe draws fresh prompts), it measures one engine at a time for its
     # capacity (no equivalence check, calibration, feature probes, recommendation or cost), locally
@@ -69,7 +76,7 @@ class SearchSettings(RunSettings):
         seed=WORKLOAD_OPTIONS.options["seed"].replace(help="Base seed: repeat k of probe i draws its workload with seed + i * repeats + k (no measurement reuses another's prompts)."),
     )] = Field(default_factory=lambda: WorkloadOptions(name="random"))
     # --slo: left out = defaults for the hardware, so the text names them and an empty --slo is refused.
-    slos: Annotated[list[SLO], Cli("--slo", type=str, parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
+    slos: Annotated[Slos, SLOS.replace(parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
     # --repeats: measurements of one probe point, back to back on one engine (bench run: rounds of every engine).
     repeats: Annotated[int, Cli("--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it.")] = 1
 

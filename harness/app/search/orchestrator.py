@@ -50,11 +50,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from adapters.base import EngineError
+from adapters.base import EngineAdapter, EngineError
 from results.schema import (
     SEARCH_FILE,
     EngineResult,
@@ -66,19 +66,23 @@ from results.schema import (
 )
 from results.store import RunWriter, new_run_id, write_model_atomic
 
-from harness.app.core.executor import make_starter
-from harness.app.core.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
-from harness.app.core.prepare import announce, build_or_discard, record_run_facts
-from harness.app.core.settings import default_threads
+from harness.app.trial.executor import make_starter
+from harness.app.trial.plan import EnginePlan, launch_config, not_measured_result, plan_engine, skipped_result
+from harness.app.trial.prepare import announce, build_or_discard, record_run_facts
+from harness.app.settings.run import RunSettings, default_threads
 from harness.app.core.signals import interrupt_cause
-from harness.app.core.startup import EngineStarter
-from harness.app.core.trial import TrialSpec, open_session
+from harness.app.trial.startup import EngineStarter
+from harness.app.trial.steps import TrialSpec, open_session
 from harness.app.search.capacity import CapacityResult, search_capacity
 from harness.app.search.config import SearchSettings, default_slos, search_unit
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
 from harness.metrics import SLO, slo_table
 from harness.scoring.capacity_ranking import rank_capacity
 from harness.scoring.formatting import slo_text
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -90,9 +94,9 @@ class SearchResult:
 
 class SearchOrchestrator:
     """Runs one :class:`SearchSettings` with the jobs' shared steps: engine plans, the one launch
-    path, sessions (:func:`harness.app.core.trial.open_session`) and the one measurement step."""
+    path, sessions (:func:`harness.app.trial.steps.open_session`) and the one measurement step."""
 
-    def __init__(self, cfg: SearchSettings, console: Any) -> None:
+    def __init__(self, cfg: SearchSettings, console: Console) -> None:
         self.cfg = cfg
         self.console = console
         self.unit = search_unit(cfg.search_var, cfg.workload.name)
@@ -150,7 +154,7 @@ class SearchOrchestrator:
         write_search_report(writer.run_dir)
         return SearchResult(writer.run_dir, summary, interrupted)
 
-    def _plans(self, adapters: list[Any], run: Any, model_dir: Path, threads: int, kind: str, writer: RunWriter,
+    def _plans(self, adapters: list[EngineAdapter], run: RunSettings, model_dir: Path, threads: int, kind: str, writer: RunWriter,
                summary: SearchSummary) -> list[EnginePlan]:
         """The available engines' plans; the others recorded as skipped."""
         plans = []
@@ -165,8 +169,8 @@ class SearchOrchestrator:
             writer.set_engine(plan.name, skipped_result(plan))
         return plans
 
-    def _prepare(self, run: Any, model_dir: Path, threads: int, writer: RunWriter, starter: EngineStarter,
-                 per_engine: float) -> Any:
+    def _prepare(self, run: RunSettings, model_dir: Path, threads: int, writer: RunWriter, starter: EngineStarter,
+                 per_engine: float) -> PreTrainedTokenizerBase | None:
         """The tokenizer and the first probe's workload (built while the engines start: its size
         sets the probes'), the manifest with its ``search`` section; returns the tokenizer."""
         from workloads.registry import build_workload
@@ -185,7 +189,7 @@ class SearchOrchestrator:
         writer.write_manifest()
         return tokenizer
 
-    def _engines(self, plans: list[EnginePlan], starter: EngineStarter, writer: RunWriter, tokenizer: Any,
+    def _engines(self, plans: list[EnginePlan], starter: EngineStarter, writer: RunWriter, tokenizer: PreTrainedTokenizerBase,
                  summary: SearchSummary, per_engine: float) -> str:
         """Search each engine in turn; returns who interrupted the search ("" = nobody)."""
         for i, plan in enumerate(plans):
@@ -229,7 +233,7 @@ class SearchOrchestrator:
                 f"{self._seed_text(c.workload.seed or 0)}")
 
     # -- one engine ----------------------------------------------------------------------
-    def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: Any,
+    def _engine(self, plan: EnginePlan, starter: EngineStarter, writer: RunWriter, tokenizer: PreTrainedTokenizerBase,
                 summary: SearchSummary, budget_s: float) -> str:
         """Search one engine and record it; returns who interrupted it ("" = not interrupted)."""
         assert self.prober is not None and self.spec is not None

@@ -7,7 +7,7 @@ running engine, one after the other:
   is reused by any measurement of the search (another repeat, another probe), so none is
   flattered by a prefix an earlier one left in the engine's cache (with ``N = 1`` this is the
   plain ``base + i``);
-- each repeat is one measurement step (:func:`harness.app.core.measure.measure`, the one
+- each repeat is one measurement step (:func:`harness.app.trial.measure.measure`, the one
   ``bench run`` uses: client workers, resource sampling, engine counters), its records stamped
   with ``repeat = k`` and ``probe = i`` and written to ``requests.jsonl`` as each request ends
   (a Ctrl-C keeps the requests that finished), their token recounts beside them;
@@ -28,19 +28,25 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.runtime.resources import combine_repeats, with_output_tokens
 from results.schema import RequestRecord, ResourceUse, SearchProbe
 from workloads.options import WorkloadOptions
 
-from harness.app.core.measure import MeasureOptions, measure
+from harness.app.trial.measure import MeasureOptions, MeasurementSink, measure
 from harness.app.search.capacity import LoadProbe, judge_probe
 from harness.metrics import SLO, completion_rate
 from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
 from harness.scoring.samples import Requests, measured_span_s
+from harness.app.settings.run import RunSettings
+from rich.console import Console
+from adapters.base import Endpoint
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 def probe_seed(base: int, index: int, repeats: int = 1, repeat: int = 0) -> int:
@@ -91,7 +97,7 @@ class ProbeMeasurer:
     ``cfg``: the :class:`harness.app.search.config.SearchSettings` (``workload``, ``search_var``,
     ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
-    def __init__(self, cfg: Any, slos: list[SLO], unit: str, console: Any) -> None:
+    def __init__(self, cfg: RunSettings, slos: list[SLO], unit: str, console: Console) -> None:
         self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
         self.repeats = int(getattr(cfg, "repeats", 1) or 1)
         self.max_failure_rate = float(getattr(cfg, "max_failure_rate", MAX_FAILURE_RATE))
@@ -99,7 +105,7 @@ class ProbeMeasurer:
                                       client_workers=cfg.client_workers, ignore_eos=cfg.ignore_eos)
         self.kit: Any = None
 
-    def measure(self, name: str, endpoint: Any, tokenizer: Any, sink: Any, load: float,
+    def measure(self, name: str, endpoint: Endpoint, tokenizer: PreTrainedTokenizerBase, sink: MeasurementSink, load: float,
                 probes: list[SearchProbe]) -> LoadProbe:
         """Probe ``len(probes)`` at ``load``: N repeats, judged pooled; appends its SearchProbe."""
         c, n, index = self.cfg, self.repeats, len(probes)
@@ -149,7 +155,7 @@ class ProbeMeasurer:
         """The offered rate the saturation check compares against: None for a concurrency search."""
         return offered if self.cfg.search_var == "rate" else None
 
-    def _build(self, opts: WorkloadOptions, tokenizer: Any) -> Any:
+    def _build(self, opts: WorkloadOptions, tokenizer: PreTrainedTokenizerBase) -> Any:
         """The workload of one measurement, from one :class:`TokenKit` for every probe: it caches
         the word ids a build draws from (a fresh one per probe would spend ~1 s of the budget
         re-tokenizing the vocabulary)."""

@@ -29,7 +29,7 @@ from adapters.runtime import leftovers
 from adapters.runtime.process import group_members
 from adapters.runtime.watchdog import proc_stat, scan_group
 from harness.app.cli import app
-from harness.app.core.startup import EngineStarter, StartItem
+from harness.app.trial.startup import EngineStarter, StartItem
 
 from tests.adapters.runtime.test_process import FakeAdapter, assert_gone, make
 
@@ -189,7 +189,7 @@ def test_a_run_removes_leftovers_before_it_starts_engines(tmp_path):
 def test_bench_engines_check_removes_leftovers_first(tmp_path, monkeypatch):
     info = orphaned_group(tmp_path)
     import harness.app.core.model as model
-    import harness.app.core.equivalence_check as equivalence
+    import harness.app.trial.equivalence_check as equivalence
 
     monkeypatch.setattr(model, "resolve_model", lambda m: tmp_path)
     monkeypatch.setattr(equivalence, "check_equivalence", lambda *a, **k: {"reference": "own", "prompts": [],

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from harness.app.cli import app as cli_app
 from harness.app.cli.summary import summary_table
-from harness.app.core.feature_phase import probe_line
+from harness.app.trial.feature_phase import probe_line
 from harness.loadgen.client import EndpointTarget
 from harness.loadgen.feature_checks import ProbeReply, _limited_errors, error_message, http_verdict, schema_errors
 from harness.loadgen.features import CITY_SCHEMA, N_BEST_TEMPERATURE, pick_stop, probe_features

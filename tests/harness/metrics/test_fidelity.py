@@ -260,10 +260,10 @@ def test_an_old_result_without_coverage_still_loads_and_is_judged_on_its_error()
 def _split_reference(text: str):
     """A one-prompt reference whose continuation is ``text`` as the embedded model's tokenizer
     splits it: pieces decoded one token at a time, texts decoded as whole prefixes (as
-    :func:`harness.app.core.fidelity_reference._greedy` stores them)."""
+    :func:`harness.app.trial.fidelity_reference._greedy` stores them)."""
     from transformers import AutoTokenizer
 
-    from harness.app.core.fidelity_reference import decoded_prefix
+    from harness.app.trial.fidelity_reference import decoded_prefix
     from harness.app.core.model import resolve_model
     from results.schema import FidelityReference, ReferencePrompt
 

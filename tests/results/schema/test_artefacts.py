@@ -66,6 +66,18 @@ def test_damaged_artefacts_name_the_file_and_field(tmp_path: Path) -> None:
         load_run(run_dir)
 
 
+def test_the_manifest_refuses_a_key_it_does_not_declare(tmp_path: Path) -> None:
+    """The stored old run loads (every key it holds is declared); a key no version writes is one line."""
+    run_dir = _v1_copy(tmp_path)
+    assert load_run(run_dir).manifest.run_id is not None
+    data = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**data, "engine_configs": {}}))
+    with pytest.raises(ResultsError, match=r"manifest.json: field engine_configs: Extra inputs are not permitted"):
+        load_run(run_dir)
+    with pytest.raises(ValueError, match="engine_configs"):
+        Manifest().engine_configs = {}  # a writer's typo fails where it is made
+
+
 def test_models_round_trip_the_fixture() -> None:
     summary = RunSummary.model_validate_json((FIXTURES / "run_v1" / "summary.json").read_text())
     manifest = Manifest.model_validate_json((FIXTURES / "run_v1" / "manifest.json").read_text())

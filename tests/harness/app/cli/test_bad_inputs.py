@@ -282,6 +282,15 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
         ("engines-check-empty", ["engines", "check", "--engines", ","], "--engines is empty"),
         ("engines-check-max-tokens", ["engines", "check", "--max-tokens", "0"], "'--max-tokens'"),
         ("engines-check-engine-arg", ["engines", "check", "--engine-arg", "bad"], "is not ENGINE:key=value"),
+        ("engines-check-engine-arg-unselected", ["engines", "check", "--engines", "own", "--engine-arg", "vllm:max_num_seqs=64"],
+         "--engine-arg vllm:max_num_seqs=64 is for vllm, which this run does not start (--engines own): add vllm to "
+         "--engines or drop the argument"),
+        ("engines-fidelity-engine-arg-unselected", ["engines", "fidelity", "--engines", "own", "--engine-arg",
+                                                    "vllm:max_num_seqs=64"], "is for vllm, which this run does not start"),
+        ("engines-fidelity-engine-arg-shape", ["engines", "fidelity", "--engine-arg", "vllm"], "is not ENGINE:key=value"),
+        ("run-engine-arg-unselected-own", ["run", "--engine", "own", "--engine-arg", "vllm:max_num_seqs=64"],
+         "--engine-arg vllm:max_num_seqs=64 is for vllm, which this run does not start (--engine own): add vllm to "
+         "--engine or drop the argument"),
         ("engines-check-model", ["engines", "check", "--model", "/nonexistent/m"], "not a folder"),
         ("engines-bad-option", ["engines", "--bogus"], "No such option: --bogus"),
         ("model-info-missing", ["model", "info", "/nonexistent/m"], "not a folder"),
@@ -408,3 +417,13 @@ def main() -> None:  # pragma: no cover - the sweep's count, for the closing not
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def test_one_error_path_for_every_command() -> None:
+    """One error console and one ``fail`` (harness/app/cli/common.py): no command module prints
+    errors its own way."""
+    cli = Path(__file__).parents[4] / "harness" / "app" / "cli"
+    for path in cli.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name != "common.py":
+            assert "stderr=True" not in text and "def _fail" not in text and "def fail" not in text, path.name

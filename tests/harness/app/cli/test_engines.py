@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adapters.base import Capabilities, LaunchConfig, ProbeResult
-from harness.app.core.equivalence_check import check_equivalence
+from harness.app.trial.equivalence_check import check_equivalence
 from harness.loadgen.equivalence import token_agreement
 from adapters.runtime.server import LaunchPlan, ServerAdapter, thread_env
 from harness.app.cli.engines import app, engine_state

@@ -11,7 +11,7 @@ from harness.app.cli.engines import app
 
 
 def test_the_reference_engine_agrees_with_transformers(tmp_path, monkeypatch) -> None:
-    from harness.app.core import fidelity_reference
+    from harness.app.trial import fidelity_reference
 
     real = fidelity_reference.reference_for
     monkeypatch.setattr(fidelity_reference, "reference_for",  # the cache in the test's folder, not the user's

@@ -64,7 +64,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         (["recommend", str(run.run_dir), "--hardware", "B200"], "unknown hardware profile 'B200'"),
         (["recommend", str(run.run_dir), "--slo", "ttft=fast"], "SLO ttft needs a number of milliseconds"),
         (["recommend", str(run.run_dir), "--weights", "speed=3"], "unknown weight 'speed'"),
-        (["recommend", str(run.run_dir), "--preset", "cheap"], "unknown preset 'cheap'"),
+        (["recommend", str(run.run_dir), "--preset", "cheap"], "unknown --preset 'cheap': choose from latency"),
         (["recommend", str(run.run_dir), "--gpus", "0"], "--gpus must be at least 1"),
         (["report", str(tmp_path / "missing")], "no run '"),
     ]

@@ -31,8 +31,8 @@ import tests.fake_servers.ray_engines as ray_engines
 import tests.fake_servers.tunable_engine as tunable_engine
 from adapters.base import LaunchConfig, ProbeResult
 from harness.app.cli import app
-from harness.app.core.plan import EnginePlan
-from harness.app.core.ray_options import RAY_MISSING, check_executor, parse_resources
+from harness.app.trial.plan import EnginePlan
+from harness.app.settings.ray_options import RAY_MISSING, check_executor, parse_resources
 from harness.app.executors.ray import trial_options
 
 pytestmark = pytest.mark.ray

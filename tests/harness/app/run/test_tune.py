@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from adapters.base import LaunchConfig, ProbeResult
 from adapters.engines.openai import OpenAIAdapter
-from harness.app.core.plan import EnginePlan
+from harness.app.trial.plan import EnginePlan
 from harness.app.run.tune import ENDPOINT_NOTE, NO_SPACE_NOTE, Tuner, tuned_plan, variant
 from tests.fake_servers.tunable_engine import TunableEngine
 

@@ -1,7 +1,7 @@
 """An engine's session and a trial: what happens around the one measurement step.
 
 A **session** (:func:`open_session`) is one engine up for a while: taken from the
-:class:`~harness.app.core.startup.EngineStarter` (started, or thawed when it was started ahead
+:class:`~harness.app.trial.startup.EngineStarter` (started, or thawed when it was started ahead
 of its turn), its facts recorded (display name, start-up time, effective configuration, install
 size), optionally its effective settings read (``--parity``), then warmed up with requests
 that share no prefix with any workload, sent together with the greedy output-equivalence
@@ -11,7 +11,7 @@ ground-truth reference (:func:`check_fidelity`) and asked the user's accuracy se
 all of an engine's probes in one session.
 
 A **trial** (:func:`run_trial`) is one session with one measurement in it
-(:func:`harness.app.core.measure.measure`), then, the first time, the feature probes outside
+(:func:`harness.app.trial.measure.measure`), then, the first time, the feature probes outside
 the measured phase: one engine's turn in one repeat of ``bench run``, run in this process or,
 as is, on a Ray node (:mod:`harness.app.executors.ray_trial`).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from rich.markup import escape
 
@@ -34,6 +34,7 @@ from results.schema import (
     AccuracyResult,
     EffectiveSettings,
     EngineAnswers,
+    EnergySource,
     EngineFacts,
     FeatureProbe,
     FidelityReference,
@@ -42,12 +43,17 @@ from results.schema import (
 )
 from workloads.base import Workload
 
-from harness.app.core.measure import MeasureOptions, Measurement, MeasurementSink, measure, target_of
-from harness.app.core.plan import EnginePlan
-from harness.app.core.progress import engine_progress
-from harness.app.core.startup import EngineStarter
+from harness.app.trial.measure import MeasureOptions, Measurement, MeasurementSink, measure, target_of
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.progress import engine_progress
+from harness.app.trial.startup import EngineStarter
 from harness.loadgen.equivalence import EQUIVALENCE_PROMPTS, equivalence_requests
 from harness.loadgen.runner import Runner, RunnerOptions
+from harness.app.settings.run import RunSettings
+from rich.console import Console
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -120,8 +126,8 @@ def engine_facts(endpoint: Endpoint, startup_s: float, parallel: bool) -> Engine
 
 
 @contextmanager
-def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink: MeasurementSink, console: Any,
-                 *, tokenizer: Any, workload_name: str, repeat: int = 0) -> Iterator[Session]:
+def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink: MeasurementSink, console: Console,
+                 *, tokenizer: PreTrainedTokenizerBase, workload_name: str, repeat: int = 0) -> Iterator[Session]:
     """Engine ``plan``'s session (module docstring) in repeat ``repeat`` (the first, 0, reads
     the effective settings and sends the equivalence prompts); warm-up records go to ``sink``
     (phase ``warmup``, labelled ``workload_name`` and ``repeat``, never in metrics). Raises the
@@ -148,7 +154,7 @@ def open_session(plan: EnginePlan, starter: EngineStarter, spec: TrialSpec, sink
         yield session
 
 
-def check_fidelity(name: str, endpoint: Endpoint, spec: TrialSpec, console: Any) -> FidelityResult:
+def check_fidelity(name: str, endpoint: Endpoint, spec: TrialSpec, console: Console) -> FidelityResult:
     """The engine's answers to the fidelity reference's prompts (:func:`harness.loadgen.fidelity.ask`,
     outside the measured phase) compared with it (:func:`harness.metrics.fidelity.compare`); one
     line printed. ``numerics``: the engine's own word on its configuration (``effective_config``),
@@ -185,7 +191,7 @@ def foreign_model(endpoint: Endpoint, reference: FidelityReference, declared: bo
             "FOLDER of the served model, weights included, to check it")
 
 
-def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Any) -> AccuracyResult:
+def check_accuracy(name: str, warm: Runner, spec: TrialSpec, console: Console) -> AccuracyResult:
     """The user's accuracy set answered greedily through the session's client (``warm``'s
     target, not stored: outside the measured phase), 8 questions at a time, scored (:func:`harness.metrics.accuracy.score`); one line printed."""
     from harness.metrics.accuracy import score
@@ -229,7 +235,7 @@ def fidelity_line(r: FidelityResult) -> str:
             f"{r.prompts} exact{covered}{verdict}")
 
 
-async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: bool) -> list[str] | None:
+async def _warm_up(warm: Runner, tokenizer: PreTrainedTokenizerBase, spec: TrialSpec, equivalence: bool) -> list[str] | None:
     """Warm-up requests through ``warm`` (phase ``warmup``), sent together with the greedy
     equivalence prompts when ``equivalence`` (never stored); returns the equivalence outputs
     (None = not checked)."""
@@ -248,10 +254,10 @@ async def _warm_up(warm: Runner, tokenizer: Any, spec: TrialSpec, equivalence: b
     return [r.output_text or "" for r in sorted(results[-1], key=lambda r: r.request_id)]
 
 
-def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Any, *, repeat: int,
-              spec: TrialSpec, workload: Workload, tokenizer: Any, manifest: Manifest) -> TrialOutcome:
+def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, console: Console, *, repeat: int,
+              spec: TrialSpec, workload: Workload, tokenizer: PreTrainedTokenizerBase, manifest: Manifest) -> TrialOutcome:
     """Engine ``plan``'s turn in repeat ``repeat`` (module docstring; a trial body,
-    :mod:`harness.app.core.executor`): a session, one measurement of ``workload`` with a
+    :mod:`harness.app.trial.executor`): a session, one measurement of ``workload`` with a
     progress bar, the feature probes after the first one. ``manifest``: the run's (read only:
     the model's length for the longest feature probe).
     Raises the :class:`EngineError` of a failed start or a crash; a KeyboardInterrupt after the
@@ -268,7 +274,7 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
             finish()
         probes: dict[str, FeatureProbe] = {}
         if first and spec.feature_probes:  # outside the measured phase, after its counters were read
-            from harness.app.core.feature_phase import probe_phase
+            from harness.app.trial.feature_phase import probe_phase
 
             probes = probe_phase(console, name, session.endpoint, target_of(session.endpoint, spec.measure.ignore_eos),
                                  tokenizer, manifest, spec.measure.request_timeout_s)
@@ -279,7 +285,7 @@ def run_trial(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSink, c
                             fidelity=session.fidelity, accuracy=session.accuracy)
 
 
-def trial_spec(cfg: Any, hardware_kind: str, energy: Any = None, **override: Any) -> TrialSpec:
+def trial_spec(cfg: RunSettings, hardware_kind: str, energy: EnergySource | None = None, **override: Any) -> TrialSpec:
     """The :class:`TrialSpec` of a job's settings ``cfg`` (the run settings: SLOs, timeouts,
     client workers, warm-up, checks) on ``hardware_kind``; ``energy``: the run's energy source
     (``results.schema.EnergySource``, read around every measured phase); ``override`` replaces fields."""

@@ -4,7 +4,7 @@ An :class:`EnginePlan` holds what the rest of the run needs to know about one en
 adapter, its declared capabilities (recorded, never scored as facts), the one probe result
 (carried in the launch config, so the launch does not probe again), the launch config, and
 the hardware kind the run detected once. The orchestrator builds the plans, hands them to
-the :class:`~harness.app.core.startup.EngineStarter` and measures them in order.
+the :class:`~harness.app.trial.startup.EngineStarter` and measures them in order.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.base import LaunchConfig, ProbeResult
+from adapters.base import EngineAdapter, LaunchConfig, ProbeResult
 from results.schema import EngineResult, EngineStatus, SkipCause
 
-from harness.app.core.startup import StartItem
+from harness.app.trial.startup import StartItem
+from harness.app.settings.run import RunSettings
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class EnginePlan:
     :class:`LaunchConfig`, the probe included) and ``hardware_kind`` (``"nvidia"|"amd"|"cpu"``)."""
 
     name: str
-    adapter: Any
+    adapter: EngineAdapter
     capabilities: dict[str, Any]
     probe: ProbeResult
     launch: LaunchConfig
@@ -46,13 +47,13 @@ class EnginePlan:
         return StartItem(self.name, self.adapter, self.launch, self.starts_process)
 
 
-def capabilities_of(adapter: Any) -> dict[str, Any]:
+def capabilities_of(adapter: EngineAdapter) -> dict[str, Any]:
     """The adapter's declared capabilities as a JSON-safe dict ({} when it declares none)."""
     caps = getattr(adapter, "capabilities", None)
     return dataclasses.asdict(caps) if caps is not None else {}
 
 
-def plan_engine(adapter: Any, launch: LaunchConfig, hardware_kind: str) -> EnginePlan:
+def plan_engine(adapter: EngineAdapter, launch: LaunchConfig, hardware_kind: str) -> EnginePlan:
     """Probe ``adapter`` once (with the launch's engine args where the adapter reads them,
     e.g. ``tensorrt_llm:trtllm_serve=PATH``) and return its plan."""
     probe_for_launch = getattr(adapter, "probe_for_launch", None)
@@ -61,7 +62,7 @@ def plan_engine(adapter: Any, launch: LaunchConfig, hardware_kind: str) -> Engin
                       launch=dataclasses.replace(launch, probe=probe), hardware_kind=hardware_kind)
 
 
-def launch_config(cfg: Any, engine_args: dict[str, str], model_dir: Path, run_dir: Path, threads: int) -> LaunchConfig:
+def launch_config(cfg: RunSettings, engine_args: dict[str, str], model_dir: Path, run_dir: Path, threads: int) -> LaunchConfig:
     """Engine launch settings from a job's settings ``cfg`` (timeouts, endpoint, served name)."""
     return LaunchConfig(model_dir=model_dir, run_dir=run_dir, threads=threads, engine_args=engine_args,
                         startup_timeout_s=cfg.startup_timeout_s, base_url=cfg.base_url, model_name=cfg.served_model_name)

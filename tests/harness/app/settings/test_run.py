@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 from harness.app.cli import app
 from harness.app.cli.options import cli_params, command_from
-from harness.app.core.fields import Cli, error_line
-from harness.app.core.settings import RunSettings
+from harness.app.settings.fields import Cli, error_line
+from harness.app.settings.run import RunSettings
+from harness.app.settings.tune_options import TuneSettings
 from harness.app.search.config import SearchSettings
 from harness.metrics import SLO
 from workloads.options import WorkloadOptions
@@ -34,13 +35,18 @@ def help_options(argv: list[str], command: Any = app) -> dict[str, tuple[str, st
     options: dict[str, list[str]] = {}
     current = None
     for line in res.output.splitlines():
+        if not line.startswith("│"):  # outside the panels (the usage, the epilog)
+            current = None
+            continue
         inner = line.strip().strip("│").rstrip()
         if not inner.strip() or line.strip()[:1] in "╭╰":
             continue
         if re.match(r"^ ?--", inner):  # an option's first line (its help may wrap onto lines starting with --)
             cells = re.split(r"\s{2,}", inner.strip())
             current = cells[0]
-            start = next(i for i, c in enumerate(cells) if c.startswith("<")) + 1
+            start = 1 + (len(cells) > 1 and cells[1].startswith("-"))  # a short name
+            if len(cells) > start and re.fullmatch(r"(TEXT|INT|NUM|PATH|\w+(\|\w+)+)( \[.*\])?", cells[start]):
+                start += 1  # what it takes (a flag takes nothing)
             options[current] = cells[start:]
         elif current is not None:
             options[current].append(inner.strip())
@@ -67,14 +73,33 @@ def test_run_and_search_show_one_text_for_every_shared_option() -> None:
 
 def test_the_generated_options_keep_bench_runs_order_and_leave_out_run_only_options_in_search() -> None:
     run, search = list(help_options(["run"])), list(help_options(["search"]))
-    assert run[:4] == ["--engine", "--workload", "--model", "--num-requests"] and run[-2:] == ["--sequential-start", "--help"]
+    assert run[:4] == ["--engine", "--model", "--engine-arg", "--engine-config"] and run[-3:] == ["--output-dir", "--run-id", "--help"]
     assert [p.cli.flag for p in cli_params(RunSettings)] == list(RunSettings.cli_order)
     assert [p.cli.flag for p in cli_params(SearchSettings)] == list(SearchSettings.cli_order)
     assert not set(SearchSettings.cli_exclude) & set(search) and set(SearchSettings.cli_exclude) <= set(run)
 
 
+def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> None:
+    res = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in res.output and "<bool>" not in res.output
+    titles = [line.strip("╭─╮ ") for line in lines if line.startswith("╭─")]
+    assert titles == list(RunSettings.cli_panels)  # one panel per heading, --help in the last
+    assert "'ttft_p90=500,tpot_p90=50'" in res.output  # the --slo example whole
+    tune = next(i for i, line in enumerate(lines) if line.startswith("│ --tune "))
+    assert next(i for i, line in enumerate(lines) if line.startswith("│ --tune-configs")) - tune <= 10
+    assert "--tune's search spaces" in res.output and len(lines) < 520
+    flags = [line.split()[1] for line in lines if re.match(r"│ --(no-|sequential|setup|allow|tune-lower)", line)]
+    assert {"--no-equivalence", "--sequential-start", "--setup-engines", "--allow-unchecked"} <= set(flags)
+    for line in lines:  # a flag's help starts right after its name: no value shown
+        if re.match(r"│ --(no-equivalence|sequential-start|setup-engines) ", line):
+            assert not re.search(r"--\S+\s+(TEXT|INT|NUM|PATH)\s", line), line
+
+
 class RunPlus(RunSettings):
-    extra_knob: Annotated[int, Cli("--extra-knob", help="A knob declared once, on the model.")] = 3
+    # a new setting: one field, its option and its --help panel declared on it
+    extra_knob: Annotated[int, Cli("--extra-knob", panel="Tuning", help="A knob declared once, on the model.")] = 3
 
 
 class SearchPlus(SearchSettings, RunPlus):
@@ -90,6 +115,10 @@ def test_a_field_added_to_the_settings_is_an_option_of_both_commands(tmp_path: P
         assert help_options([name], plus)["--extra-knob"] == ("A knob declared once, on the model.", "3")
         res = CliRunner().invoke(plus, [name, "--engine", "own", "--extra-knob", "7", "--threads", "1", "-o", str(tmp_path)])
         assert res.exit_code == 0, res.output
+    lines = CliRunner().invoke(plus, ["run", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Tuning "))
+    knob = next(i for i, line in enumerate(lines) if line.startswith("│ --extra-knob "))
+    assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))  # under its panel
     run, search = seen
     assert isinstance(run, RunPlus) and isinstance(search, SearchPlus)
     assert run.extra_knob == search.extra_knob == 7 and run.threads == search.threads == 1
@@ -177,11 +206,11 @@ def test_a_ladder_option_is_refused_with_one_load_point_when_given_at_whatever_v
     with pytest.raises(ValidationError, match="--ladder-budget applies to load ladders"):
         RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", num_requests=8), ladder_budget_s=150)
     with pytest.raises(ValidationError, match="--tune-configs sets how many configurations --tune tries"):
-        RunSettings(engines=["own"], tune_configs=4)
+        RunSettings(engines=["own"], tune=TuneSettings(configs=4))
 
 
 def test_the_time_budget_reads_the_units_people_write() -> None:
-    from harness.app.core.checks import parse_duration
+    from harness.app.settings.checks import parse_duration
 
     assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", "1h30m")] == [900, 900, 900, 5400, 5400]
     assert RunSettings.from_cli({"engines": "own", "time_budget_s": "15m"}).time_budget_s == 900
@@ -189,18 +218,19 @@ def test_the_time_budget_reads_the_units_people_write() -> None:
 
 def test_every_budget_reads_one_duration_vocabulary() -> None:
     """--time-budget, --ladder-budget and --tune read the same durations; --tune 0 is no search."""
-    cfg = RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2m30s", "tune_s": "3m", "time_budget_s": "1h"})
-    assert (cfg.time_budget_s, cfg.ladder_budget_s, cfg.tune_s) == (3600, 150, 180)
-    assert RunSettings.from_cli({"engines": "own", "tune_s": "0"}).tune_s == 0
+    cfg = RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2m30s", "tune": {"seconds": "3m"},
+                                "time_budget_s": "1h"})
+    assert (cfg.time_budget_s, cfg.ladder_budget_s, cfg.tune.seconds) == (3600, 150, 180)
+    assert RunSettings.from_cli({"engines": "own", "tune": {"seconds": "0"}}).tune.seconds == 0
     with pytest.raises(ValueError, match="--ladder-budget '2x' is not a duration"):
         RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2x"})
     with pytest.raises(ValueError, match="--ladder-budget must be above 0 s"):
         RunSettings.from_cli({"engines": "own", "ladder_budget_s": "0"})
-    for option, field in (("--ladder-budget", "ladder_budget_s"), ("--tune", "tune_s")):  # only the job may be unbounded
-        with pytest.raises(ValueError, match=f"{option} needs a finite duration"):
-            RunSettings.from_cli({"engines": "own", field: "inf"})
+    for option, values in (("--ladder-budget", {"ladder_budget_s": "inf"}), ("--tune", {"tune": {"seconds": "inf"}})):
+        with pytest.raises(ValueError, match=f"{option} needs a finite duration"):  # only the job may be unbounded
+            RunSettings.from_cli({"engines": "own", **values})
     with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
-        RunSettings.from_cli({"engines": "own", "tune_s": "-5"})
+        RunSettings.from_cli({"engines": "own", "tune": {"seconds": "-5"}})
 
 
 def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The checks behind the settings' validation (:mod:`harness.app.core.settings`) that need
+"""The checks behind the settings' validation (:mod:`harness.app.settings.run`) that need
 more than the value itself: the endpoint and its tokenizer, the workload's spec and trace,
 the machine (cores, hardware profile) and the output folder.
 
@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from workloads.options import WorkloadOptions
+    from workloads.spec import WorkloadSpec
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
@@ -64,7 +68,7 @@ def parse_duration(text: str | float, option: str = "--time-budget", zero: bool 
     return value
 
 
-def duration_of(option: str, zero: bool = False) -> Any:
+def duration_of(option: str, zero: bool = False) -> Callable[[str | float], float]:
     """The parser of ``option``'s finite duration (:func:`parse_duration`; ``inf`` refused in one
     line: only ``--time-budget`` may be unbounded), for a settings field."""
     def parse(text: str | float) -> float:
@@ -172,7 +176,7 @@ def check_tokenizer_dir(folder: str, option: str = "--tokenizer") -> Path:
     return path.resolve()
 
 
-def check_workload(options: Any) -> Any:
+def check_workload(options: WorkloadOptions) -> WorkloadSpec:
     """Resolve a run's :class:`workloads.options.WorkloadOptions` into its spec the way the
     builder will (``workloads.registry.resolve_spec``: options that do not apply, spec files,
     upper bounds) and check the trace a trace workload names exists, so none of these is found
@@ -274,12 +278,12 @@ def check_devices(devices: dict[str, int], endpoints: dict[str, str], engine_arg
             raise ValueError(f"--engine-arg {name}: {exc}") from None
 
 
-def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]) -> None:
-    """Every ``--engine-arg`` (and a recipe's engine args) is for an engine the run starts, and,
+def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]], option: str = "--engine") -> None:
+    """Every ``--engine-arg`` (and a recipe's engine args) is for an engine the run starts
+    (``engines``: the names ``option`` gave, or ``["all"]``), and,
     for a server of this repository (the reference engine, the shims) or an installed engine whose
     help lists its flags, names one of them (:meth:`adapters.runtime.server.ServerAdapter.unknown_args`),
-    so nothing starts to fail on it. Raises
-    ValueError (one line)."""
+    so nothing starts to fail on it. Raises ValueError (one line)."""
     from adapters.registry import ENGINE_NAMES, NOT_IN_ALL, get_adapter
 
     started = [n for n in ENGINE_NAMES if n not in NOT_IN_ALL] if engines == ["all"] else list(engines)
@@ -287,7 +291,7 @@ def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]
         first = next(iter(args.items()), ("", ""))
         if name not in started:
             raise ValueError(f"--engine-arg {name}:{first[0]}={first[1]} is for {name}, which this run does not start "
-                             f"(--engine {','.join(engines) or 'none'}): add {name} to --engine or drop the argument")
+                             f"({option} {','.join(engines) or 'none'}): add {name} to {option} or drop the argument")
         adapter = get_adapter(name)
         unknown = getattr(adapter, "unknown_args", lambda _: [])(args)
         if unknown:

@@ -29,12 +29,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from rich.markup import escape
 
 from adapters.runtime import leftovers
 from adapters.base import Endpoint, EngineError, LaunchConfig
+from rich.console import Console
+from adapters.base import EngineAdapter
 
 # Mean resident memory (USS) of one started, idle CPU engine with the 1 GiB KV budget of
 # adapters/runtime/server.py: 10.5 GiB for all 7 CPU engines on the reference machine (0.3 GiB for
@@ -73,7 +75,7 @@ def start_slots(n_engines: int, *, parallel: bool, hardware_kind: str, available
 _leftovers_checked: set[Path] = set()  # state dirs cleaned by this process (once per command)
 
 
-def remove_leftovers(console: Any, *, once: bool = False) -> list[leftovers.Leftover]:
+def remove_leftovers(console: Console, *, once: bool = False) -> list[leftovers.Leftover]:
     """End the engine groups of dead bench runs recorded in the state dir and print one line per
     group ("removed a leftover vllm server of a dead bench run (pid 123, group 123, 2.1 GB):
     log ..."). ``once``: do nothing when this process already cleaned that state dir. An
@@ -100,7 +102,7 @@ class StartItem:
     (an external endpoint) = launched at its turn in the caller's thread, outside the slots."""
 
     name: str
-    adapter: Any
+    adapter: EngineAdapter
     config: LaunchConfig
     starts_process: bool = True
 
@@ -114,7 +116,7 @@ class EngineStarter:
     taken). An engine's start-up failure is raised by its :meth:`take`, not before.
     """
 
-    def __init__(self, console: Any, items: list[StartItem], slots: int = 1) -> None:
+    def __init__(self, console: Console, items: list[StartItem], slots: int = 1) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.console = console

@@ -4,9 +4,13 @@ run, without importing the executor (Ray is an optional extra, imported lazily, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, ClassVar, Optional
+
+from pydantic import Field, field_validator, model_validator
 
 from results.pairs import parse_pairs
+
+from harness.app.settings.fields import Cli, CliModel
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'llm-serve-bench[ray]'"
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory")  # Ray's own; any other name is a custom resource
@@ -60,3 +64,32 @@ def parse_resources(text: str | None) -> dict[str, float]:
             raise bad(f"{raw_key}={value}")
         out[key] = number
     return out
+
+
+class ExecutorSettings(CliModel):
+    """``--executor``'s group of ``bench run``: ``kind`` 'local' (here, one trial after another) or
+    'ray' (each trial a Ray task); ``address`` of the Ray cluster (None = a local instance);
+    ``resources`` each trial requests, {name: amount}. The Ray options need ``kind`` 'ray'."""
+
+    cli_panel: ClassVar[str | None] = "Executor"
+
+    kind: Annotated[str, Cli("--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench\\[ray]').")] = "local"
+    address: Annotated[Optional[str], Cli("--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run.")] = None
+    resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=parse_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ray_options(cls, data: Any) -> Any:
+        """``--ray-address`` and ``--ray-resources`` as given (any text, even one naming no
+        resource) only with ``--executor ray``."""
+        if isinstance(data, dict) and data.get("kind", "local") == "local" and \
+                (data.get("address") or data.get("resources")):
+            raise ValueError("--ray-address and --ray-resources need --executor ray")
+        return data
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, kind: str) -> str:
+        if kind not in ("local", "ray"):
+            raise ValueError(f"unknown --executor {kind!r}: choose 'local' or 'ray'")
+        return kind

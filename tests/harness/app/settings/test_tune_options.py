@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from harness.app.core.settings import RunSettings
-from harness.app.core.tune_options import tune_help
+from harness.app.settings.run import RunSettings
+from harness.app.settings.tune_options import tune_help
 from results.schema import Recipe
 
 
@@ -53,10 +53,10 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
 
 @pytest.mark.parametrize("values, message", [
     ({"engine_config": ""}, "--engine-config is empty"),
-    ({"tune_s": float("inf")}, "finite number"),
-    ({"tune_configs": 3}, "--tune-configs sets how many configurations --tune tries: add --tune SECONDS"),
-    ({"tune_lower_precision": True}, "--tune-lower-precision lets --tune try lower precision: add --tune SECONDS"),
-    ({"tune_lower_precision": True, "tune_s": 60, "fidelity_prompts": 0},
+    ({"tune": {"seconds": float("inf")}}, "finite number"),
+    ({"tune": {"configs": 3}}, "--tune-configs sets how many configurations --tune tries: add --tune SECONDS"),
+    ({"tune": {"lower_precision": True}}, "--tune-lower-precision lets --tune try lower precision: add --tune SECONDS"),
+    ({"tune": {"lower_precision": True, "seconds": 60}, "fidelity_prompts": 0},
      "--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop --fidelity-prompts 0"),
 ])
 def test_bad_tuning_options_are_one_line(tmp_path, values, message) -> None:
@@ -80,5 +80,5 @@ def test_a_recipe_that_cannot_run_here_is_one_line(tmp_path, over, message) -> N
 
 def test_a_search_budget_under_a_second_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"--tune 0.001 is seconds of measuring per engine for the search: under 1 s"):
-        RunSettings.model_validate({"engines": ["own"], "tune_s": 0.001})
-    assert RunSettings.model_validate({"engines": ["own"], "tune_s": 1}).tune_s == 1.0
+        RunSettings.model_validate({"engines": ["own"], "tune": {"seconds": 0.001}})
+    assert RunSettings.model_validate({"engines": ["own"], "tune": {"seconds": 1}}).tune.seconds == 1.0

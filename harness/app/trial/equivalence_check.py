@@ -1,7 +1,7 @@
 """``bench engines check``: the greedy output-equivalence check on its own, engine after engine.
 
 Each engine is planned and started through the one launch path (:func:`plan_engine`, the
-:class:`~harness.app.core.startup.EngineStarter` with one slot: started at its turn, stopped
+:class:`~harness.app.trial.startup.EngineStarter` with one slot: started at its turn, stopped
 after it), answers the fixed prompts greedily (:func:`harness.loadgen.equivalence.greedy_outputs`)
 and is compared token by token with the first engine that answered
 (:func:`harness.loadgen.equivalence.prompt_agreements`).
@@ -14,21 +14,21 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import aiohttp
+from rich.console import Console
 
 from adapters.base import EngineAdapter, EngineError, LaunchConfig
 
-from harness.app.core.plan import plan_engine
-from harness.app.core.startup import EngineStarter
+from harness.app.trial.plan import plan_engine
+from harness.app.trial.startup import EngineStarter
 from harness.loadgen.equivalence import DEFAULT_PROMPTS, greedy_outputs, prompt_agreements, summarize_agreements
 
 
 def each_engine(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path, use: Callable[[Any], Any], *,
                 threads: int = 1, engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
-                console: Any = None, hardware_kind: str = "cpu") -> Iterator[tuple[str, dict[str, Any]]]:
+                console: Console | None = None, hardware_kind: str = "cpu") -> Iterator[tuple[str, dict[str, Any]]]:
     """Start each adapter's engine in turn through the one launch path, call ``use(endpoint)``
     on it, stop it; yield ``(name, {"status": "ok" | "skipped" | "failed", "reason",
     "display_name", "value": use's return})``. Engine failures are yielded, not raised."""
-    from rich.console import Console
 
     for adapter in adapters:
         entry: dict[str, Any] = {"status": "skipped", "reason": None, "display_name": None, "value": None}
@@ -56,7 +56,7 @@ def each_engine(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Pat
 def check_equivalence(adapters: Sequence[EngineAdapter], model_dir: Path, run_dir: Path,
                       prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = 32, threads: int = 1,
                       engine_args: dict[str, dict[str, str]] | None = None, startup_timeout_s: float = 600.0,
-                      request_timeout_s: float = 300.0, console: Any = None, hardware_kind: str = "cpu") -> dict[str, Any]:
+                      request_timeout_s: float = 300.0, console: Console | None = None, hardware_kind: str = "cpu") -> dict[str, Any]:
     """Run ``prompts`` greedily on every adapter and compare tokens with the reference.
 
     Returns ``{"reference": name | None, "prompts": [...], "max_tokens": n, "engines": {name:

@@ -1,4 +1,4 @@
-"""The output-fidelity check on real engines (harness/app/core/fidelity_check.py, fidelity_reference.py):
+"""The output-fidelity check on real engines (harness/app/trial/fidelity_check.py, fidelity_reference.py):
 the ground truth is transformers fp32 on the default model; the reference engine on the same
 weights agrees with it (tests/harness/app/cli/test_engines_fidelity.py), and the same engine with
 one perturbed weight matrix is excluded by the gate."""
@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from harness.app.core.fidelity_check import check_fidelity_of
-from harness.app.core.fidelity_reference import fidelity_workload, reference_for, workload_prompts
+from harness.app.trial.fidelity_check import check_fidelity_of
+from harness.app.trial.fidelity_reference import fidelity_workload, reference_for, workload_prompts
 from results.schema import STRICT_FLOOR
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "List three primary colors:", "Once upon a time,",
@@ -120,8 +120,8 @@ def test_an_endpoint_serving_another_model_is_compared_with_no_reference() -> No
     from rich.console import Console
 
     from adapters.base import Endpoint
-    from harness.app.core.trial import TrialSpec, check_fidelity, foreign_model
-    from harness.app.core.measure import MeasureOptions
+    from harness.app.trial.steps import TrialSpec, check_fidelity, foreign_model
+    from harness.app.trial.measure import MeasureOptions
     from tests.fake_servers.fidelity_server import synthetic_reference
 
     ref = synthetic_reference().model_copy(update={"model": "SmolLM2-135M-Instruct"})

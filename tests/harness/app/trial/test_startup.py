@@ -1,4 +1,4 @@
-"""Engine start-up (harness/app/core/startup.py) with real child processes (the fake lifecycle
+"""Engine start-up (harness/app/trial/startup.py) with real child processes (the fake lifecycle
 server): engines start together, each is frozen (every process of its group stopped) once
 healthy, a taken engine is thawed and answers again, a failed start is raised at its turn with
 the log tail, Ctrl-C during the start stops everything, nothing survives close(); one slot is
@@ -18,7 +18,7 @@ from rich.console import Console
 
 from adapters.base import EngineError, LaunchConfig
 from adapters.runtime.process import group_members
-from harness.app.core.startup import EngineStarter, StartItem, parallel_start_fits, start_slots
+from harness.app.trial.startup import EngineStarter, StartItem, parallel_start_fits, start_slots
 
 from tests.adapters.runtime.test_process import FakeAdapter
 
@@ -158,7 +158,7 @@ def test_parallel_start_fits_memory_rule():
 
 def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_the_run(tmp_path, monkeypatch):
     import adapters.registry as registry
-    from harness.app.core.settings import RunSettings
+    from harness.app.settings.run import RunSettings
     from harness.app.run.orchestrator import Orchestrator
     from workloads.errors import WorkloadError
 

@@ -41,7 +41,7 @@ def fill_manifest(manifest: Manifest, model_dir: Path, workload: Workload, seed:
     report prints every workload field). Credentials in URLs of the command line are masked
     (``http://user:***@host``)."""
     import harness.metrics as metrics_module
-    from harness.app.core.measure import condition_of
+    from harness.app.trial.measure import condition_of
 
     from results.redact import redact_credentials
     from harness.app.core.model import model_summary

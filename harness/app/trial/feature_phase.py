@@ -9,11 +9,19 @@ verdicts go to the engine's ``summary.json`` entry (``EngineResult.feature_probe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
 from results.schema import FEATURE_PROBES, FeatureProbe, FeatureStatus, Manifest
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from adapters.base import Endpoint
+    from harness.loadgen.client import EndpointTarget
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 SYMBOLS = {FeatureStatus.VERIFIED: "✓", FeatureStatus.FAILED: "✗", FeatureStatus.UNSUPPORTED: "–"}
 """The matrix's marks: ✓ verified, ✗ failed, – unsupported (the report uses the same)."""
@@ -33,7 +41,7 @@ def fallback_max_len(effective_config: dict[str, Any], manifest: Manifest) -> tu
     return None, ""
 
 
-def probe_phase(console: Any, name: str, endpoint: Any, target: Any, tokenizer: Any, manifest: Manifest,
+def probe_phase(console: Console, name: str, endpoint: Endpoint, target: EndpointTarget, tokenizer: PreTrainedTokenizerBase, manifest: Manifest,
                 request_timeout_s: float) -> dict[str, FeatureProbe]:
     """Probe ``name``'s features at ``target`` (an ``EndpointTarget``; ``endpoint``: its adapter
     ``Endpoint``, for the effective configuration); each request waits at most the run's

@@ -10,7 +10,9 @@ from typing import Any, Callable
 from results.store import RunWriter
 from workloads.base import Workload
 
-from harness.app.core.manifest import fill_manifest
+from harness.app.trial.manifest import fill_manifest
+from harness.app.settings.run import RunSettings
+from rich.console import Console
 
 
 def build_or_discard(model_dir: Path, build: Callable[[Any], Workload], writer: RunWriter,
@@ -30,7 +32,7 @@ def build_or_discard(model_dir: Path, build: Callable[[Any], Workload], writer: 
         raise
 
 
-def announce(console: Any, job: str, writer: RunWriter) -> None:
+def announce(console: Console, job: str, writer: RunWriter) -> None:
     """``Run ID → FOLDER``, said once the folder is sure to be kept (after :func:`build_or_discard`:
     a job that fails before it removes the folder, and must not have named it)."""
     from rich.markup import escape
@@ -38,7 +40,7 @@ def announce(console: Any, job: str, writer: RunWriter) -> None:
     console.print(f"{job} [bold]{escape(writer.run_dir.name)}[/] → {escape(str(writer.run_dir))}")
 
 
-def record_run_facts(writer: RunWriter, cfg: Any, model_dir: Path, workload: Workload, threads: int) -> None:
+def record_run_facts(writer: RunWriter, cfg: RunSettings, model_dir: Path, workload: Workload, threads: int) -> None:
     """Fill and write the manifest (model, workload, seed, SLOs, threads, hardware; the
     ``--price-per-hour`` of the settings ``cfg`` over the hardware profile's price)."""
     fill_manifest(writer.manifest, model_dir, workload, cfg.workload.seed, cfg.slos, threads,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from results.schema import RequestRecord
 from workloads.base import Workload
+from rich.console import Console
 
 
-def engine_progress(console: Any, name: str, workload: Workload) -> tuple[Callable[[RequestRecord], None], Callable[[], None]]:
+def engine_progress(console: Console, name: str, workload: Workload) -> tuple[Callable[[RequestRecord], None], Callable[[], None]]:
     """Start a bar for engine ``name`` on ``workload``; returns ``(on_record, stop)``: feed every
     record to ``on_record`` (only measured ones count), call ``stop`` when the phase ends."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

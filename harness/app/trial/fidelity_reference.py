@@ -16,10 +16,18 @@ import hashlib
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from results.model_digest import model_digest
 from results.schema import FidelityReference, ReferencePrompt
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from workloads.base import Workload
+    from workloads.options import WorkloadOptions
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 MAX_PROMPT_TOKENS = 1536  # longer prompts are left out (the check is about numerics, not context)
 TOP_K = 5  # logprobs kept per position (and asked of the engines)
@@ -27,7 +35,7 @@ REFERENCE_VERSION = "3"  # bump when what the reference stores changes meaning (
 SEED_OFFSET = 1_000_003  # the fidelity prompts' seed, apart from every ladder point's (base seed + k)
 
 
-def workload_prompts(workload: Any, tokenizer: Any, count: int) -> list[tuple[str, list[int]]]:
+def workload_prompts(workload: Workload, tokenizer: PreTrainedTokenizerBase, count: int) -> list[tuple[str, list[int]]]:
     """Up to ``count`` distinct ``(prompt text, prompt token ids)`` from ``workload``'s sessions'
     first requests, in order; chat messages are rendered with the chat template (generation
     prompt added, no extra special tokens)."""
@@ -59,7 +67,7 @@ def reference_key(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], max
     return h.hexdigest()[:24]
 
 
-def _greedy(model: Any, tokenizer: Any, ids: list[int], max_tokens: int, top_k: int) -> ReferencePrompt:
+def _greedy(model: Any, tokenizer: PreTrainedTokenizerBase, ids: list[int], max_tokens: int, top_k: int) -> ReferencePrompt:
     """One prompt's greedy continuation with per-position top-k logprobs and top-2 gaps."""
     import torch
 
@@ -88,14 +96,14 @@ def _greedy(model: Any, tokenizer: Any, ids: list[int], max_tokens: int, top_k: 
                            eos=tokens[-1] in eos if tokens else False)
 
 
-def decoded_prefix(tokenizer: Any, tokens: Sequence[int]) -> str:
+def decoded_prefix(tokenizer: PreTrainedTokenizerBase, tokens: Sequence[int]) -> str:
     """The text of ``tokens`` decoded at once, as engines print a completion (special tokens
     skipped, no clean-up of spaces): a character whose bytes span two tokens is whole here, where
     each token decoded alone is a replacement character."""
     return tokenizer.decode(list(tokens), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+def _eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The end-of-sequence ids generation stops on (generation config, else the tokenizer's)."""
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
@@ -104,7 +112,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, max_tokens: int = 64,
-                  top_k: int = TOP_K, cache_root: Path | None = None, console: Any = None) -> FidelityReference:
+                  top_k: int = TOP_K, cache_root: Path | None = None, console: Console | None = None) -> FidelityReference:
     """The ground truth for ``prompts`` (module docstring), from the cache when it holds it.
     Raises ValueError for no prompts or ``max_tokens < 1``; OSError / transformers' errors when
     the model folder cannot be loaded."""
@@ -143,7 +151,7 @@ def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, 
     return reference
 
 
-def fidelity_workload(options: Any, tokenizer: Any, count: int) -> Any:
+def fidelity_workload(options: WorkloadOptions, tokenizer: PreTrainedTokenizerBase, count: int) -> Any:
     """The workload the fidelity prompts are drawn from: the run's own (``options``), with
     enough requests for ``count`` distinct first turns and its own seed (the base seed +
     :data:`SEED_OFFSET`), so no ladder point finds these prompts in a prefix cache (the shipped
@@ -161,8 +169,8 @@ def fidelity_workload(options: Any, tokenizer: Any, count: int) -> Any:
     return build_workload(options.model_copy(update=update), tokenizer, with_stats=False)
 
 
-def run_reference(model_dir: Path, options: Any, tokenizer: Any, prompts: int, max_tokens: int,
-                  console: Any) -> FidelityReference | None:
+def run_reference(model_dir: Path, options: WorkloadOptions, tokenizer: PreTrainedTokenizerBase, prompts: int, max_tokens: int,
+                  console: Console) -> FidelityReference | None:
     """The run's reference (``prompts`` from the workload of ``options``, ``max_tokens`` each:
     :func:`fidelity_workload`), or None with a printed reason when ``prompts`` is 0, the workload
     has no usable prompt, or transformers cannot run the model here (the run goes on without the

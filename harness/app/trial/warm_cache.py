@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from rich.markup import escape
 
 from results.schema import Manifest
+from rich.console import Console
 
 MANIFEST = "manifest.json"
 
@@ -72,7 +73,7 @@ def identical_earlier_run(output_dir: Path, run_id: str, spec: dict[str, Any], e
     return max(found)[1] if found else None
 
 
-def warn_if_cache_may_be_warm(console: Any, run_dir: Path, spec: dict[str, Any], plans: Iterable[Any]) -> list[str]:
+def warn_if_cache_may_be_warm(console: Console, run_dir: Path, spec: dict[str, Any], plans: Iterable[Any]) -> list[str]:
     """Print one line per engine the harness does not start (``plan.starts_process`` False)
     whose endpoint an identical earlier run in ``run_dir``'s parent folder measured; returns
     the lines printed (plain text). ``spec``: this run's workload as its manifest stores it

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from harness.app.core.fields import Cli, CliGroup
+from harness.app.settings.fields import Cli, CliGroup
 
 
 class EnergyOptions(BaseModel):

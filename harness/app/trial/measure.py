@@ -22,7 +22,7 @@ measurement has:
    planned turns and timing) and the SLOs: :func:`harness.metrics.summarise.repeat_metrics`.
 
 Warm-up, the output checks and feature probes happen around it, not in it
-(:mod:`harness.app.core.trial`).
+(:mod:`harness.app.trial.steps`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import asyncio
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from adapters.base import Endpoint
 from adapters.telemetry.energy import open_meter
@@ -48,6 +48,9 @@ from harness.loadgen.runner import Runner, RunnerOptions
 from harness.loadgen.workers import client_measurer
 from harness.metrics import SLO
 from harness.metrics.summarise import Condition, counted, repeat_metrics
+
+if TYPE_CHECKING:  # transformers is slow to import: only where a tokenizer is loaded
+    from transformers import PreTrainedTokenizerBase
 
 
 class MeasurementSink(Protocol):
@@ -110,7 +113,7 @@ def target_of(endpoint: Endpoint, ignore_eos: bool) -> EndpointTarget:
 
 
 def measure(engine: str, endpoint: Endpoint, workload: Workload, repeat: int, sink: MeasurementSink, *,
-            tokenizer: Any, options: MeasureOptions, probe: int | None = None,
+            tokenizer: PreTrainedTokenizerBase, options: MeasureOptions, probe: int | None = None,
             on_progress: Callable[[RequestRecord], None] | None = None) -> Measurement:
     """Measure ``workload`` (built at its load point) on ``endpoint`` once (module docstring).
 

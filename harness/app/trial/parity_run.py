@@ -4,7 +4,7 @@
   (``adapters.parity.strict_engine_args``; the user's ``--engine-arg`` wins), printed once;
 - :meth:`ParityRun.keep`: once per engine, its effective settings as the engine reported them
   after health and before its first measured phase (read in its first session,
-  :func:`harness.app.core.trial.open_session`, with ``adapters.telemetry.effective.read_effective``);
+  :func:`harness.app.trial.steps.open_session`, with ``adapters.telemetry.effective.read_effective``);
 - :meth:`ParityRun.attach`: stored on the engine's ``EngineResult.effective``;
 - :meth:`ParityRun.audit`: at the end, the audit over the measured engines
   (``harness.scoring.parity``), stored as ``summary.parity``.
@@ -18,12 +18,14 @@ from typing import Any, Sequence
 from results.schema import EffectiveSettings, EngineResult, ParityAudit, ParityStrict, RunSummary
 
 from harness.scoring.parity import audit_summary
+from harness.app.settings.run import RunSettings
+from rich.console import Console
 
 
 class ParityRun:
     """The parity side of one run of ``cfg`` (a ``RunSettings``: ``parity``, ``engine_args``)."""
 
-    def __init__(self, cfg: Any, console: Any = None) -> None:
+    def __init__(self, cfg: RunSettings, console: Console | None = None) -> None:
         self.mode: str = getattr(cfg, "parity", "report")
         self.user_args: dict[str, dict[str, str]] = cfg.engine_args
         self.console = console

@@ -1,0 +1,1 @@
+"""Settings of a run: the model, its command-line declarations and checks."""
