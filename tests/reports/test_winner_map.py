@@ -52,3 +52,23 @@ def test_a_re_decision_stores_its_own_map_and_prints_the_boundary(tmp_path: Path
     assert found.boundary.startswith("loosen p90 TPOT to ")
     assert f"Winner map: {found.boundary}" in " ".join(res.output.split())
     assert not (run_dir / WINNER_MAP_FILE).exists()  # the run's own map is made by its report, not by a question
+
+
+def test_the_user_chooses_the_map_s_grid_and_percentile_on_the_command_line(tmp_path: Path) -> None:
+    run_dir = crossover_run(tmp_path)
+    asked = ["recommend", str(run_dir), "--hardware", "CPU", "--slo", "ttft_p90=1000,tpot_p90=60"]
+    res = CliRunner().invoke(app, [*asked, "--map-tpot", "90,21,30", "--map-ttft", "1000,4000"])
+    assert res.exit_code == 0, res.output
+    folder = run_dir / "decisions" / "slo-tpot_p90=60,ttft_p90=1000_hardware-CPU_map_tpot-21,30,90_map_ttft-1000,4000"
+    found = WinnerMap.model_validate_json((folder / WINNER_MAP_FILE).read_text())
+    assert found.x_ms == [21, 30, 60, 90] and found.y_ms == [1000, 4000]  # the run's own 60 ms added
+    assert [found.cell(0, j).winner for j in range(4)] == ["nimble", "nimble", "wide", "wide"]
+    assert f"Winner map: {found.boundary}" in " ".join(res.output.split())
+    p99 = CliRunner().invoke(app, [*asked, "--map-percentile", "99"])
+    assert p99.exit_code == 0, p99.output
+    folder = run_dir / "decisions" / "slo-tpot_p90=60,ttft_p90=1000_hardware-CPU_map_p-99"
+    found = WinnerMap.model_validate_json((folder / WINNER_MAP_FILE).read_text())
+    assert (found.x_key, found.asked) == ("tpot_p99", None) and "not on this map" in found.boundary
+    for bad, word in ((["--map-tpot", "0,50"], "--map-tpot"), (["--map-percentile", "150"], "--map-percentile")):
+        res = CliRunner().invoke(app, ["recommend", str(run_dir), *bad])
+        assert res.exit_code == 2 and word in res.output and len(res.output.strip().splitlines()) == 1, res.output

@@ -165,19 +165,22 @@ def recommend_runs(settings: RecommendSettings) -> None:
                                                               gpus=gpus, preset=None if preset == "balanced" else preset,
                                                               weights=weights, feature=",".join(feature or []) or None,
                                                               max_failure_rate=None if max_failure_rate == 0.05 else max_failure_rate,
-                                                              price_per_hour=price_per_hour), rec, ladder)
+                                                              price_per_hour=price_per_hour,
+                                                              **_map_question(settings)), rec, ladder)
     if json_out:
         typer.echo(rec.model_dump_json(indent=2))
     else:
         if ladder is not None:  # the ladders decided again under these SLOs: the answer first
             _print_ladder_verdict(ladder, make_console())
         print_recommendation(rec, make_console())
-        if where is not None and ladder is not None:  # where the answer changes around these SLOs
+        mapped = ladder if ladder is not None else runs[0].ladder if _map_question(settings) else None
+        if where is not None and mapped is not None:  # where the answer changes around these SLOs
             from harness.app.cli.verdict import print_map_line
             from harness.app.run.reporting import store_winner_map
             from results.schema import WINNER_MAP_FILE
 
-            store_winner_map(runs[0], where, ladder)
+            grid = {k: v for k, v in (("tpot", settings.map_tpot), ("ttft", settings.map_ttft)) if v}
+            store_winner_map(runs[0], where, mapped, grid=grid, percentile=settings.map_percentile)
             print_map_line(where / WINNER_MAP_FILE, make_console())
         if where is not None:
             make_console().print(f"Stored in {where} (the run's own recommendation.json and ladder.json are unchanged)",
@@ -188,6 +191,12 @@ def recommend_runs(settings: RecommendSettings) -> None:
         if json_out:
             err_console.print(f"[bold red]{escape(rec.message)}[/bold red]", highlight=False)
         raise typer.Exit(code)
+
+
+def _map_question(settings: RecommendSettings) -> dict[str, str]:
+    """The winner-map options given, as the decision folder's name takes them ({} when none)."""
+    asked = (("map_tpot", settings.map_tpot), ("map_ttft", settings.map_ttft), ("map_p", settings.map_percentile))
+    return {k: ",".join(f"{x:g}" for x in v) if isinstance(v, list) else f"{v:g}" for k, v in asked if v is not None}
 
 
 def _ladder_decided(run: Run, slos: list[SLO], target: HardwareProfile) -> LadderSummary:

@@ -121,10 +121,12 @@ def write_run_reports(
     return write_reports(runs, recommendation, Path(run_dir), timelines=lines)
 
 
-def store_winner_map(run: Run, folder: Path | None = None, ladder: LadderSummary | None = None) -> WinnerMap:
+def store_winner_map(run: Run, folder: Path | None = None, ladder: LadderSummary | None = None, *,
+                     grid: dict[str, list[float]] | None = None, percentile: float | None = None) -> WinnerMap:
     """The winner map around ``ladder``'s SLOs (default: the run's own ladder), decided from the
-    run's records (:func:`harness.scoring.winner_map.winner_map`), written as ``winner_map.json``
-    into ``folder`` (default: the run folder)."""
+    run's records (:func:`harness.scoring.winner_map.winner_map`; ``grid``: an axis's thresholds
+    in ms by metric, ``percentile``: both axes'), written as ``winner_map.json`` into ``folder``
+    (default: the run folder)."""
     from harness.metrics import slos_of
     from harness.scoring.winner_map import winner_map
     from results.schema import WINNER_MAP_FILE
@@ -133,7 +135,7 @@ def store_winner_map(run: Run, folder: Path | None = None, ladder: LadderSummary
     ladder = ladder or run.ladder
     assert ladder is not None
     kind = (run.manifest.hardware.kind if run.manifest.hardware is not None else None) or "cpu"
-    found = winner_map(ladder, run.records, slos_of(ladder.slos), hardware_kind=kind)
+    found = winner_map(ladder, run.records, slos_of(ladder.slos), hardware_kind=kind, grid=grid, percentile=percentile)
     write_model_atomic((folder or run.run_dir) / WINNER_MAP_FILE, found)
     return found
 

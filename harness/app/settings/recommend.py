@@ -11,12 +11,42 @@ parsing, same checks; only a help text narrows to what the option means here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar, Optional
+from typing import Annotated, Callable, ClassVar, Optional
 
 from harness.app.settings.fields import Cli, CliModel
 from harness.app.settings.shared import (HARDWARE, PRICE_PER_HOUR, RUNS_DIR, SLOS, Hardware, MaxFailureRate,
                                          OutputDir, Preset, PricePerHour, Slos)
 from harness.metrics import SLO, parse_slos
+
+
+def _thresholds(flag: str) -> Callable[[Optional[str]], Optional[list[float]]]:
+    """The parser of ``flag`` (``--map-tpot 25,50,100``): thresholds in ms, each > 0, sorted (None:
+    not given). It raises ValueError (one line, naming ``flag``)."""
+    def parse(text: Optional[str]) -> Optional[list[float]]:
+        if text is None:
+            return None
+        try:
+            values = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            values = []
+        if not values or any(not (0 < v < float("inf")) for v in values):
+            raise ValueError(f"{flag} is the winner map's thresholds in ms > 0, comma-separated (e.g. 25,50,100,200), "
+                             f"got {text!r}")
+        return sorted(set(values))
+    return parse
+
+
+def _percentile(text: Optional[str]) -> Optional[float]:
+    """``--map-percentile 99``: a percentile in (0, 100] (None: not given). Raises ValueError (one line)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 100:
+        raise ValueError(f"--map-percentile is a percentile in (0, 100], e.g. 99, got {text!r}")
+    return value
 
 
 def _slos_or_run(text: Optional[str]) -> Optional[list[SLO]]:
@@ -40,6 +70,7 @@ class RecommendSettings(CliModel):
     cli_panels: ClassVar[dict[str, tuple[str, ...]]] = {
         "Target": ("--hardware", "--gpus", "--price-per-hour"),
         "Question": ("--slo", "--preset", "--weights", "--feature", "--max-failure-rate"),
+        "Winner map": ("--map-tpot", "--map-ttft", "--map-percentile"),
         "Output": ("--output-dir", "--json"),
     }
 
@@ -54,6 +85,9 @@ class RecommendSettings(CliModel):
     json_out: Annotated[bool, Cli("--json", help="Print the recommendation as JSON.")] = False
     max_failure_rate: MaxFailureRate = 0.05
     price_per_hour: Annotated[PricePerHour, PRICE_PER_HOUR.replace(help="USD per device-hour of the target, for the cost criterion and $/1M output tokens (default: the profile's on-demand list price).")] = None
+    map_tpot: Annotated[Optional[list[float]], Cli("--map-tpot", type=str, parse=_thresholds("--map-tpot"), help="The winner map's TPOT thresholds in ms, e.g. 25,50,100,200 (default: 0.35x to 2.8x the SLO's; the SLO's own is added).")] = None
+    map_ttft: Annotated[Optional[list[float]], Cli("--map-ttft", type=str, parse=_thresholds("--map-ttft"), help="The winner map's TTFT thresholds in ms, e.g. 1000,2000,4000 (default: around the SLO's, as --map-tpot).")] = None
+    map_percentile: Annotated[Optional[float], Cli("--map-percentile", type=str, parse=_percentile, help="The winner map's percentile on both axes, e.g. 99 (default: the SLOs'); at another percentile than the SLOs' the map replaces them and names no boundary.")] = None
 
 
 _DECIDED_AT = "SLOs in ms {} decided at, e.g. ttft_p90=4000,tpot_p90=200 (default: {})."
