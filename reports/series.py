@@ -49,7 +49,8 @@ def why_line(name: str, e: EngineLadder) -> str:
     if kv is not None and (kv >= KV_FULL or pre):
         parts.append(f"KV cache {kv:.0%}" + (f" and {pre:.0f} preemptions" if pre else ""))
     if waiting:
-        parts.append(f"up to {waiting:.0f} requests waiting" + (f" beside {running:.0f} running" if running else ""))
+        parts.append(f"up to {waiting:.0f} request{'s' if round(waiting) != 1 else ''} waiting"
+                     + (f" beside {running:.0f} running" if running else ""))
     accepted = _acceptance(at)
     spec = f"; speculative drafts {accepted:.0%} accepted" if accepted is not None else ""
     if not parts:  # neither memory nor the queue: each step got slower
@@ -90,8 +91,8 @@ def series_png(name: str, e: EngineLadder) -> bytes | None:
             ax.annotate(f"{p.load}", (offset, 100), textcoords="offset points", xytext=(2, -10), fontsize=7)
             offset = t[-1] + s.interval_s
     ax.set_ylabel("KV cache used (%)" if not spec_labelled else "%")
-    if spec_labelled:
-        ax.legend(fontsize=8, loc="upper left")
+    if spec_labelled:  # above the plot: inside it the box hid the first phase's lines
+        ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=2, frameon=False)
     ax.set_ylim(0, 105)
     ax.set_title(f"{name}: its own /metrics over its ladder (phases in load order, each labelled by its load in flight)",
                  fontsize=9)

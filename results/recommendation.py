@@ -172,11 +172,17 @@ question, beside the run's own answer, never over it."""
 
 def question_name(**asked: Any) -> str:
     """A folder name for one question from the options that were given (None or "" = not given):
-    ``slo=tpot_p90=150,ttft_p90=2000`` → ``slo-tpot_p90=150,ttft_p90=2000``; "default" when none."""
+    ``slo=tpot_p90=150,ttft_p90=2000`` → ``slo-tpot_p90=150,ttft_p90=2000``; "default" when none;
+    a name over 150 characters is cut to 141 and ends with 8 hex digits of the whole question's
+    SHA-256, so two long questions never share a folder."""
+    import hashlib
     import re
 
     text = "_".join(f"{k}-{v}" for k, v in asked.items() if v not in (None, ""))
-    return re.sub(r"[^A-Za-z0-9_.,=+-]+", "-", text)[:150] or "default"
+    name = re.sub(r"[^A-Za-z0-9_.,=+-]+", "-", text)
+    if len(name) > 150:  # cut, and told apart from every other question cut alike by a digest of the whole
+        name = name[:141] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return name or "default"
 
 
 def write_decision(run_dir: Path | str, name: str, recommendation: Recommendation, ladder: Any = None) -> Path:

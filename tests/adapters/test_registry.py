@@ -86,3 +86,30 @@ def test_a_registration_is_undone_even_when_the_block_fails():
             assert registry.declared(NAME, "effective_reader") is _read_settings
             raise RuntimeError("the test fails inside")
     assert registry.ENGINE_NAMES == before and registry.declared(NAME, "effective_reader") is None
+
+
+def test_an_engine_module_that_cannot_load_costs_its_engine_alone(tmp_path):
+    # a copy of adapters/ with a broken engine module beside the real ones (a library missing, a name
+    # registered twice): every other engine still loads and the reason is one warning line, no traceback
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from adapters.registry import engine_names
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "adapters", tmp_path / "adapters", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "adapters" / "engines" / "broken.py").write_text("import nonexistent_dep_xyz\n")
+    (tmp_path / "adapters" / "engines" / "twice.py").write_text(
+        "from adapters.registry import register\nfrom adapters.engines.own import OwnAdapter\n\n"
+        "@register('own', order=1)\nclass Again(OwnAdapter):\n    pass\n")
+    probe = "from adapters.registry import engine_names; print(','.join(engine_names()))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().split(",") == list(engine_names())  # every real engine, nothing else
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in done.stderr
+    assert "adapters/engines/broken.py could not be loaded (ModuleNotFoundError: No module named 'nonexistent_dep_xyz')" in lines[0]
+    assert "adapters/engines/twice.py could not be loaded (ValueError: engine 'own' is registered already" in lines[1]

@@ -55,3 +55,8 @@ def test_the_acceptance_rate_joins_the_line_and_the_chart_where_the_engine_specu
                                   "(where ttft_p90 broke): compute-bound (every running request's steps got slower); "
                                   "speculative drafts 34% accepted")
     assert series_png("own", e)[:4] == b"\x89PNG"
+
+
+def test_one_request_waiting_is_one_request() -> None:
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.4, running=4, waiting=1, preemptions=0)])
+    assert why_line("own", e) == "own: up to 1 request waiting beside 4 running at 8 in flight (where ttft_p90 broke)"
