@@ -64,6 +64,9 @@ def test_summary_csv_has_one_row_per_engine_with_intervals(run_dir) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())["engines"]["openai"]
     assert row["requests_completed"] == summary["metrics"]["requests_completed"] == 12
     assert row["ttft_p99_ms"] == pytest.approx(summary["metrics"]["ttft_ms"]["p99"])
+    # p90 too: the default SLOs' percentile, printed by the console and the report
+    assert row["ttft_p90_ms"] == pytest.approx(summary["metrics"]["ttft_ms"]["p90"])
+    assert row["tpot_p90_ms"] == pytest.approx(summary["metrics"]["tpot_ms"]["p90"])
     ci = summary["intervals"]["ttft_ms.p99"]
     assert (row["ttft_p99_ms_low"], row["ttft_p99_ms_high"]) == (pytest.approx(ci["low"]), pytest.approx(ci["high"]))
     assert row["repeats"] == 2 and row["status"] == "ok"

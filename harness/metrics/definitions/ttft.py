@@ -19,6 +19,6 @@ def ttft_ms(r: RequestRecord) -> float | None:
 METRIC = Metric(
     name="ttft", label="TTFT", value=ttft_ms, source="vLLM bench serve (first token − request sent)",
     slo_percentiles=LATENCY_PERCENTILES, failures="inf",
-    report=("p50", "p90", "p99"), console=("p50", "p90", "p99"), csv=("p50", "p99"), intervals=("p50", "p99"),
+    report=("p50", "p90", "p99"), console=("p50", "p90", "p99"), csv=("p50", "p90", "p99"), intervals=("p50", "p99"),
     decimals=1, cdf=True,
 )
