@@ -85,8 +85,8 @@ class RunContext:
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
         if state.workload.spec.get("trace") and state.workload.stats.get("note"):  # agentic --trace: what is sent
             self.console.print(f"[dim]{state.workload.stats['note']}[/]", highlight=False)
-        state.fidelity_reference = run_reference(state.model_dir, c.workload, state.tokenizer, c.fidelity_prompts,
-                                                 c.fidelity_tokens, self.console) if plans else None  # none to check
+        state.fidelity_reference = run_reference(state.model_dir, c.workload, state.tokenizer, c.check.fidelity_prompts,
+                                                 c.check.fidelity_tokens, self.console) if plans else None  # none to check
         warn_if_cache_may_be_warm(self.console, writer.run_dir, writer.manifest.workload, plans)
 
     def validity(self, name: str, metrics: Any) -> None:

@@ -58,7 +58,7 @@ def ladder_spec(cfg: RunSettings, kind: str, workload: Workload, slos: list[SLO]
                       slos=tuple(slos), max_failure_rate=cfg.max_failure_rate, budget_s=cfg.ladder_budget_s,
                       max_load=cfg.max_load, turns_per_session=max(1.0, turns), start_load=cfg.client_workers,
                       min_load=min(recipe_climb_to(cfg.engine_config), cfg.max_load) if cfg.engine_config else 1,
-                      allow_unchecked=cfg.allow_unchecked)
+                      allow_unchecked=cfg.check.allow_unchecked)
 
 
 REPORT_RESERVE_S = 15.0  # of the time budget: the decision from the records, the reports and their plots (~7 s)

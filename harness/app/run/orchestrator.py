@@ -184,10 +184,10 @@ class Orchestrator:
             )
         writer.summary.parity = self.parity.audit(writer.summary)
         if state.fidelity_reference is not None:
-            writer.write_fidelity(fidelity_check(state.fidelity_reference, state.fidelity, self.cfg.fidelity_floor,
-                                                 allow_unchecked=self.cfg.allow_unchecked))
-        if self.cfg.accuracy and state.accuracy:
-            writer.write_accuracy(AccuracyCheck(source=str(self.cfg.accuracy), items=len(accuracy_items(self.cfg.accuracy)),
+            writer.write_fidelity(fidelity_check(state.fidelity_reference, state.fidelity, self.cfg.check.fidelity_floor,
+                                                 allow_unchecked=self.cfg.check.allow_unchecked))
+        if self.cfg.check.accuracy and state.accuracy:
+            writer.write_accuracy(AccuracyCheck(source=str(self.cfg.check.accuracy), items=len(accuracy_items(self.cfg.check.accuracy)),
                                                 engines=state.accuracy))
 
     def _replay(self, state: RunState) -> None:

@@ -148,8 +148,9 @@ class SearchSettings(RunSettings):
         """The run settings of a search whose first probe offers ``workload``, judged by ``slos``:
         without ``bench run``'s own steps (equivalence, calibration, report) and one round of the
         engines (``repeats`` here counts a probe's)."""
-        return self.model_copy(update=dict(workload=workload, slos=slos, check_equivalence=False, fidelity_prompts=0,
-                                           accuracy=None, calibrate=False, report=False, repeats=1))
+        check = self.check.model_copy(update=dict(equivalence=False, fidelity_prompts=0, accuracy=None))
+        return self.model_copy(update=dict(workload=workload, slos=slos, check=check, calibrate=False, report=False,
+                                           repeats=1))
 
 
 def search_unit(search_var: str, workload: str) -> str:

@@ -83,6 +83,25 @@ def _recipe_file(text: Optional[str]) -> Optional[str]:
     return check_recipe_file(text)
 
 
+class CheckSettings(CliModel):
+    """``bench run``'s checks of the engines' outputs, outside the measured phase: ``equivalence``
+    (greedy output-equivalence across engines), ``fidelity_prompts`` (0-512; 0 = no output-fidelity
+    check against transformers fp32, harness/loadgen/fidelity.py) of ``fidelity_tokens`` greedy
+    tokens (1-1024), ``fidelity_floor`` in [0, 1] for other numerics, ``allow_unchecked`` (an
+    engine whose check could not run competes), ``accuracy`` (a JSONL set's path, None = none),
+    ``feature_probes`` (after each engine's first measured phase, feature_phase.py)."""
+
+    cli_panel: ClassVar[str | None] = "Output checks"
+
+    equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True
+    fidelity_prompts: Annotated[int, Field(ge=0, le=512), Cli("--fidelity-prompts", range=True, envvar="BENCH_FIDELITY_PROMPTS", help="Prompts of the output-fidelity check (0 = skip it): drawn from the run's own workload, each answered greedily by every engine after its warm-up, outside the measured phase, and compared token by token with Hugging Face transformers at fp32 on the same weights (run once per model, cached), resumed on the reference's prefix after each divergence. An engine below the fidelity floor is excluded from the recommendation, and so is one whose check could not run or answered fewer than 90 % of the prompts (--allow-unchecked lets it compete).")] = 32
+    fidelity_tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, help="Greedy tokens per prompt of the output-fidelity check.")] = 64
+    fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties (a bootstrap interval that resamples the prompts) must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
+    allow_unchecked: Annotated[bool, Cli("--allow-unchecked", help="Let an engine whose output-fidelity check could not run (it refused or failed the check's requests) or answered fewer than 90 % of its prompts compete; the verdict and the capacity table still say its fidelity was not checked. Without it such an engine is excluded with one line why. Never lets a lower-precision configuration --tune tries through: that one must pass its check.")] = False
+    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample set ships in workloads/data (accuracy_sample).")] = None
+    feature_probes: Annotated[bool, Cli("--no-feature-probes", invert=True, help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified.")] = True
+
+
 class RunSettings(CliModel):
     """Everything ``bench run`` was asked for, validated (see the module's docstring)."""
 
@@ -127,18 +146,11 @@ class RunSettings(CliModel):
     engine_args: EngineArgs = Field(default_factory=dict)
     # "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
     parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
-    check_equivalence: Annotated[bool, Cli("--no-equivalence", invert=True, help="Skip the greedy output-equivalence check across engines.")] = True
-    # output fidelity against transformers fp32 (harness/loadgen/fidelity.py, harness/metrics/fidelity.py)
-    fidelity_prompts: Annotated[int, Field(ge=0, le=512), Cli("--fidelity-prompts", range=True, envvar="BENCH_FIDELITY_PROMPTS", help="Prompts of the output-fidelity check (0 = skip it): drawn from the run's own workload, each answered greedily by every engine after its warm-up, outside the measured phase, and compared token by token with Hugging Face transformers at fp32 on the same weights (run once per model, cached), resumed on the reference's prefix after each divergence. An engine below the fidelity floor is excluded from the recommendation, and so is one whose check could not run or answered fewer than 90 % of the prompts (--allow-unchecked lets it compete).")] = 32
-    fidelity_tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, help="Greedy tokens per prompt of the output-fidelity check.")] = 64
-    fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", help="The fidelity floor for configurations of other numerics (a quantised KV cache or weights): the 95 % upper bound of their top-1 agreement with the reference outside near-ties (a bootstrap interval that resamples the prompts) must reach it. Engines at the reference's precision always face the strict floor, 0.99.")] = 0.90
-    allow_unchecked: Annotated[bool, Cli("--allow-unchecked", help="Let an engine whose output-fidelity check could not run (it refused or failed the check's requests) or answered fewer than 90 % of its prompts compete; the verdict and the capacity table still say its fidelity was not checked. Without it such an engine is excluded with one line why. Never lets a lower-precision configuration --tune tries through: that one must pass its check.")] = False
-    accuracy: Annotated[Optional[str], Cli("--accuracy", type=str, parse=_accuracy_set, help="Task accuracy on your own set: a JSONL file, one question a line ({\"prompt\" or \"messages\", \"expected\", \"match\": \"exact\" or \"regex\", \"max_tokens\"}), answered greedily by every engine through the same client after its warm-up, outside the measured phase; reported per engine with a 95 % interval. A sample set ships in workloads/data (accuracy_sample).")] = None
+    # the checks of the engines' outputs beside the measuring: equivalence, fidelity, accuracy, features
+    check: CheckSettings = Field(default_factory=lambda: CheckSettings())
     calibrate: Annotated[bool, Cli("--no-calibration", invert=True, help="Skip the client calibration against a null server.")] = True
     # client processes measuring each engine (harness/loadgen/workers.py)
     client_workers: Annotated[int, Field(ge=1, le=64), Cli("--client-workers", range=True, help="Client processes measuring each engine: the arrival schedule is computed once and split over them (whole sessions), each sends its share on the same absolute schedule and the records merge into one requests.jsonl. More than 1 when one client process cannot send the offered rate (the calibration line says how many it needs).")] = 1
-    # probe each engine's features once, after its first measured phase (feature_phase.py)
-    feature_probes: Annotated[bool, Cli("--no-feature-probes", invert=True, help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified.")] = True
     hardware: Hardware = "detected"
     preset: Preset = "balanced"
     report: bool = True
@@ -251,7 +263,7 @@ class RunSettings(CliModel):
             if self.workload.prompt_salt is None:  # a deployment's warm prefix cache must serve none of the prompts
                 self.workload = self.workload.model_copy(update={"prompt_salt": "auto"})
         checks.check_endpoint(self.engines, self.base_url, self.tokenizer, bool(self.endpoints))
-        if self.allow_unchecked and not self.fidelity_prompts:
+        if self.check.allow_unchecked and not self.check.fidelity_prompts:
             raise ValueError("--allow-unchecked lets an engine whose output-fidelity check could not run compete, and "
                              "--fidelity-prompts 0 runs no check: drop one or the other")
         checks.check_devices(self.devices, self.endpoints, self.engine_args)
@@ -289,7 +301,7 @@ class RunSettings(CliModel):
             raise ValueError("--tune-configs sets how many configurations --tune tries: add --tune SECONDS or drop it")
         if self.tune.lower_precision and not self.tune.seconds:
             raise ValueError("--tune-lower-precision lets --tune try lower precision: add --tune SECONDS or drop it")
-        if self.tune.lower_precision and not self.fidelity_prompts:
+        if self.tune.lower_precision and not self.check.fidelity_prompts:
             raise ValueError("--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop "
                              "--fidelity-prompts 0 (or --tune-lower-precision)")
         ladder_only = [option_flag(type(self), tuple(path.split("."))) for path in

@@ -293,9 +293,9 @@ def trial_spec(cfg: RunSettings, hardware_kind: str, energy: EnergySource | None
                              max_concurrency=cfg.workload.max_concurrency, client_workers=cfg.client_workers,
                              ignore_eos=cfg.ignore_eos, energy=energy)
     fields: dict[str, Any] = dict(measure=options, warmup=cfg.warmup, warmup_seed=(cfg.workload.seed or 0) + 7919,
-                                  equivalence=cfg.check_equivalence, feature_probes=cfg.feature_probes,
+                                  equivalence=cfg.check.equivalence, feature_probes=cfg.check.feature_probes,
                                   repeats=cfg.repeats, hardware=hardware_kind,
-                                  fidelity_floor=cfg.fidelity_floor, accuracy=accuracy_items(cfg.accuracy),
+                                  fidelity_floor=cfg.check.fidelity_floor, accuracy=accuracy_items(cfg.check.accuracy),
                                   model_declared=getattr(cfg, "tokenizer", None) is not None)
     return TrialSpec(**{**fields, **override})
 

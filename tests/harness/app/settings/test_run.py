@@ -137,7 +137,7 @@ def test_the_command_line_values_arrive_parsed_in_the_settings(tmp_path: Path) -
     (s,) = seen
     assert s.engines == ["own", "vllm"] and s.slos == [SLO("ttft", 500.0)] and s.engine_args == {"vllm": {"max_num_seqs": "8"}}
     assert s.workload == WorkloadOptions(name="random", num_requests=5, request_rate=float("inf"), duration_s=60.0)
-    assert (s.parallel_start, s.ignore_eos, s.check_equivalence, s.parity) == (False, False, True, "strict")
+    assert (s.parallel_start, s.ignore_eos, s.check.equivalence, s.parity) == (False, False, True, "strict")
 
 
 def test_a_bad_value_is_the_validators_own_line_in_code_as_on_the_command_line() -> None:
@@ -165,7 +165,7 @@ def test_settings_built_in_code_check_values_only_and_a_search_copies_its_run_se
     assert s.model == "served" and s.served_model_name is None and not (tmp_path / "new").exists()
     search = SearchSettings(engines=["own"], repeats=3, threads=1)
     run = search.run_config(WorkloadOptions(name="random", seed=4), [SLO("ttft", 9.0)])
-    assert (run.repeats, run.check_equivalence, run.calibrate, run.report, run.threads) == (1, False, False, False, 1)
+    assert (run.repeats, run.check.equivalence, run.calibrate, run.report, run.threads) == (1, False, False, False, 1)
     assert run.workload.seed == 4 and search.repeats == 3 and search.workload.name == "random"
 
 

@@ -56,7 +56,7 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
     ({"tune": {"seconds": float("inf")}}, "finite number"),
     ({"tune": {"configs": 3}}, "--tune-configs sets how many configurations --tune tries: add --tune SECONDS"),
     ({"tune": {"lower_precision": True}}, "--tune-lower-precision lets --tune try lower precision: add --tune SECONDS"),
-    ({"tune": {"lower_precision": True, "seconds": 60}, "fidelity_prompts": 0},
+    ({"tune": {"lower_precision": True, "seconds": 60}, "check": {"fidelity_prompts": 0}},
      "--tune-lower-precision needs the output-fidelity check to gate what it lowers: drop --fidelity-prompts 0"),
 ])
 def test_bad_tuning_options_are_one_line(tmp_path, values, message) -> None:
