@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 # Flags the harness sets itself: an engine arg may not move the server off 127.0.0.1:<port>.
 RESERVED = ("host", "port", "model")
+_RESERVED_WHY = {"host": "own:host is set by the harness (127.0.0.1: the engine serves this machine's client only): drop it",
+                 "port": "own:port is set by the harness (a free port it picks per start): drop it",
+                 "model": "own:model is set by the harness: drop it and pass the model with --model"}
 
 
 @register("own", order=10)
@@ -75,13 +78,27 @@ class OwnAdapter(ServerAdapter):
 
         return declared_flags(), ""
 
+    def refused_args(self, engine_args: dict[str, str]) -> str | None:
+        """A key the harness sets itself (:data:`RESERVED`), or a value the server's generated
+        options refuse (their types, choices and bounds: :func:`own_engine.server.cli.check_flags`)."""
+        flags, _, _ = split_engine_args(engine_args)
+        reserved = next((key for key in RESERVED if key in flags), None)
+        if reserved is not None:
+            return _RESERVED_WHY[reserved]
+        if self.unknown_args(engine_args):
+            return None  # a name the server does not have: unknown_args says so
+        from own_engine.server.cli import check_flags
+
+        why = check_flags(render_flags(flags))
+        return None if why is None else f"own: {why.replace('Value error, ', '')} (see python -m own_engine --help)"
+
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
         """``[python, -m, own_engine, --model DIR, --host 127.0.0.1, --port P, --served-model-name M,
         --threads N, <engine args as flags>]``. Raises ValueError for a reserved engine arg."""
         flags, env_extra, _ = split_engine_args(config.engine_args)
-        for key in RESERVED:
-            if key in flags:
-                raise ValueError(f"engine arg own:{key} is set by the harness: remove it (use --model for the model)")
+        why = self.refused_args(config.engine_args)
+        if why is not None:
+            raise ValueError(f"engine arg {why}")
         model_name = self.served_name(config)
         opts = {"served_model_name": model_name, "threads": str(config.threads),
                 "kv_cache_bytes": str(CPU_KV_CACHE_BYTES), **flags}

@@ -185,6 +185,12 @@ class ServerAdapter(EngineTraits):
         # an engine's own parser may take a dotted key into a JSON option (vLLM's --compilation-config.mode)
         return [f"{k}={v}" for k, v in flags.items() if unknown_flag(k.split(".")[0] if from_help else k, v, known)]
 
+    def refused_args(self, engine_args: dict[str, str]) -> str | None:
+        """Why these engine args cannot start this engine, found before anything starts (a key the
+        harness sets itself, a value the server's own parser refuses), as one line; None when
+        nothing is known against them (the default: only :meth:`unknown_args` checks names)."""
+        return None
+
     def flags_hint(self) -> str:
         """The command that lists this engine's flags, for a refusal's line."""
         return self.known_flags()[1] or f"python -m {self.shim or 'own_engine'} --help"

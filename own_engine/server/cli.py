@@ -77,6 +77,18 @@ def _command() -> Any:
     return typer.main.get_command(cli)
 
 
+def check_flags(argv: list[str]) -> str | None:
+    """Why the server would refuse ``argv`` (flags after ``--model``: an unknown flag, a value of
+    the wrong type, out of its bounds or not among its choices), as one line; None when it would
+    parse them. Nothing is loaded or started (the command line is parsed, not run)."""
+    try:
+        _command().make_context("own_engine", ["--model", str(Path(__file__).resolve().parent), *argv])
+    except TyperException as exc:  # click's usage errors, vendored by typer
+        fmt = getattr(exc, "format_message", None)
+        return " ".join((fmt() if callable(fmt) else str(exc)).split())
+    return None
+
+
 def _load_engine(options: dict[str, Any]) -> Any:
     from own_engine.config import ConfigError, EngineConfig
 

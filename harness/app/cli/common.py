@@ -60,8 +60,8 @@ def usage_error_line(exc: click_errors.ClickException) -> str:
 
 class OneLineErrors(TyperGroup):
     """The ``bench`` root group: every option-parsing error of every command (unknown option,
-    bad int, missing argument, bad choice) is printed as one line ``error: ...`` plus at most
-    one ``Try 'bench run --help' for help.`` line on stderr, exit code 2, instead of typer's
+    bad int, missing argument, bad choice) is printed as one line ``error: ... (see bench run
+    --help)`` on stderr, exit code 2, instead of typer's
     rich box. Errors of subcommands are raised while the root parses or invokes them, so
     wrapping the root's ``make_context`` and ``invoke`` covers them all. ``bench`` alone still
     prints its help (click's NoArgsIsHelpError). Every command's ``--help`` shows its flags as
@@ -104,10 +104,9 @@ def _flags_as_flags(command: Any) -> None:
 def _usage_exit(exc: click_errors.ClickException) -> NoReturn:
     if isinstance(exc, click_errors.NoArgsIsHelpError):
         raise exc  # `bench` / `bench results` alone: the help text, as before
-    _print_error(usage_error_line(exc))
     ctx = getattr(exc, "ctx", None)
-    if isinstance(exc, click_errors.UsageError) and ctx is not None:
-        err_console.print(f"Try '{ctx.command_path} --help' for help.", highlight=False, soft_wrap=True, markup=False)
+    see = f" (see {ctx.command_path} --help)" if isinstance(exc, click_errors.UsageError) and ctx is not None else ""
+    _print_error(usage_error_line(exc) + see)
     raise typer.Exit(exc.exit_code if exc.exit_code else 2)
 
 

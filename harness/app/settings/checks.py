@@ -293,6 +293,9 @@ def check_engine_args(engines: list[str], engine_args: dict[str, dict[str, str]]
             raise ValueError(f"--engine-arg {name}:{first[0]}={first[1]} is for {name}, which this run does not start "
                              f"({option} {','.join(engines) or 'none'}): add {name} to {option} or drop the argument")
         adapter = get_adapter(name)
+        refused = getattr(adapter, "refused_args", lambda _: None)(args)
+        if refused:
+            raise ValueError(f"--engine-arg {refused}")
         unknown = getattr(adapter, "unknown_args", lambda _: [])(args)
         if unknown:
             raise ValueError(f"--engine-arg {name}:{unknown[0]} names no flag of {name}'s server: see "

@@ -37,15 +37,18 @@ def _thresholds(flag: str) -> Callable[[Optional[str]], Optional[list[float]]]:
 
 
 def _percentile(text: Optional[str]) -> Optional[float]:
-    """``--map-percentile 99``: a percentile in (0, 100] (None: not given). Raises ValueError (one line)."""
+    """``--map-percentile 99``: one of the percentiles an SLO may judge at (None: not given). Raises ValueError (one line)."""
     if text is None:
         return None
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value <= 100:
-        raise ValueError(f"--map-percentile is a percentile in (0, 100], e.g. 99, got {text!r}")
+    from results.schema.metric_registry import LATENCY_PERCENTILES
+
+    if value not in LATENCY_PERCENTILES:  # the percentiles an SLO may judge at: the map's cells are SLOs
+        raise ValueError(f"--map-percentile is one of the percentiles an SLO judges, "
+                         f"{', '.join(f'{p:g}' for p in LATENCY_PERCENTILES)}; got {text!r}")
     return value
 
 
