@@ -69,7 +69,7 @@ def test_the_user_chooses_the_map_s_grid_and_percentile_on_the_command_line(tmp_
     folder = run_dir / "decisions" / "slo-tpot_p90=60,ttft_p90=1000_hardware-CPU_map_p-99"
     found = WinnerMap.model_validate_json((folder / WINNER_MAP_FILE).read_text())
     assert (found.x_key, found.asked) == ("tpot_p99", None) and "not on this map" in found.boundary
-    for bad, word in (([ "--map-tpot", "0,50"], "--map-tpot"), (["--map-percentile", "150"], "--map-percentile"),
+    for bad, word in ((["--map-tpot", "0,50"], "--map-tpot"), (["--map-percentile", "150"], "--map-percentile"),
                       (["--map-percentile", "91"], "--map-percentile")):
         res = CliRunner().invoke(app, ["recommend", str(run_dir), *bad])
         assert res.exit_code == 2 and word in res.output and len(res.output.strip().splitlines()) == 1, res.output
