@@ -19,6 +19,7 @@ measuring within it.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,19 @@ def first_climb_budget(cfg: "RunSettings", deadline: float, engines: int) -> flo
     return min(cfg.ladder_budget_s, max(MIN_FIRST_S, share))
 
 
+def overrun_line(budget_s: float, took_s: float) -> str:
+    """One line when the job took longer than ``--time-budget`` (``budget_s``, ``took_s`` in s; ""
+    within it): what ran past it (what runs whatever the budget: each engine's low end, the
+    output-fidelity check of the engines the verdict rests on; a step begun within the budget
+    that took longer than its estimate), and the budget that keeps it."""
+    if took_s <= budget_s:
+        return ""
+    keep, took = math.ceil(took_s / 60), f"{int(took_s // 60)} min {int(took_s % 60)} s"
+    return (f"Time budget: {_duration(budget_s)} asked, the job took {took}: what runs whatever the budget (each "
+            "engine's low end, and the output-fidelity check of the engines the verdict decides between) and the "
+            f"steps begun within it took longer here; --time-budget {keep}m or more covers it.")
+
+
 def _duration(seconds: float) -> str:
     if seconds == float("inf"):
         return "no bound"
@@ -109,6 +123,8 @@ class LadderMode:
         if job is None:
             return interrupted
         self._decide(ctx, job, engines, slos, interrupted)
+        if not interrupted and (line := overrun_line(cfg.time_budget_s, time.monotonic() - started)):
+            console.print(line, highlight=False)
         return interrupted
 
     # -- what the tuned mode changes -----------------------------------------------------------
