@@ -10,8 +10,9 @@ tool pause and is left out), and the theoretical prefix-cache hit rates of the p
 offered order (:mod:`workloads.prefix_cache`), infinite and LRU of ``cache_blocks`` blocks.
 :func:`pooled_statistics` pools several measurements' (a ladder's points, one after another).
 
-:func:`trace_sessions` are the sessions the certificate's *trace* side is: every session of
-the trace (every shipped trajectory) once, at the run's scale and time scale, unsalted.
+:func:`trace_sessions` are the sessions the certificate's *trace* column is (what its coverage
+holds the sessions built against, never judged): every session of the trace (every shipped
+trajectory) once, at the run's scale and time scale, unsalted.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def pooled_statistics(parts: list[dict[str, Any]], block_tokens: int, cache_bloc
 
 def trace_sessions(spec: Any, kit: TokenKit) -> list[Session]:
     """Every session of ``spec``'s trace (or of the shipped trajectories) once, unsalted, all
-    at once: the reference the certificate compares what was sent with."""
+    at once: the whole trace the certificate's coverage holds the measurements' sessions against."""
     from workloads.agentic import build_agentic_sessions, load_parsed_trajectories
     from workloads.agent_replay import build_replay_sessions
     from workloads.trace_import import import_trace

@@ -31,7 +31,8 @@ NOTE = ("judged: sent (the measured requests) against built (the sessions each m
 
 def optimal_hit_rate(cfg: RunSettings, state: RunState) -> float | None:
     """The theoretical prefix-cache hit rate of the run's own agentic sessions under an infinite
-    cache (:func:`workloads.replay_stats.offered_statistics`, the certificate's "sent" side):
+    cache (:func:`workloads.replay_stats.offered_statistics` of the run's base workload, not of
+    each point's own draw, which the certificate's built column pools):
     what each ladder point's measured hit rate is held against (``LadderSummary.cache_optimal``,
     :mod:`harness.metrics.cache`). None unless the run replayed an agentic workload with a
     tokenizer (its prompts are token ids only then)."""
