@@ -8,9 +8,11 @@ sub-agents (distinct ``branch_id`` − 1: a branch of the shipped set, a sub-age
 per follow-up turn its tool time (``FollowUp.delay_s``, s; a sub-agent's first turn is not a
 tool pause and is left out), and the theoretical prefix-cache hit rates of the prompts in
 offered order (:mod:`workloads.prefix_cache`), infinite and LRU of ``cache_blocks`` blocks.
+:func:`pooled_statistics` pools several measurements' (a ladder's points, one after another).
 
-:func:`trace_sessions` are the sessions the certificate's *trace* side is: every session of
-the trace (every shipped trajectory) once, at the run's scale and time scale, unsalted.
+:func:`trace_sessions` are the sessions the certificate's *trace* column is (what its coverage
+holds the sessions built against, never judged): every session of the trace (every shipped
+trajectory) once, at the run's scale and time scale, unsalted.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from workloads.tokens import TokenKit
 def offered_statistics(sessions: list[Session], block_tokens: int, cache_blocks: int) -> dict[str, Any]:
     """Per-statistic values of ``sessions`` (module docstring): lists ``input_tokens``,
     ``output_tokens``, ``turns_per_session``, ``sub_agents_per_session``, ``tool_s``; floats
-    ``hit_rate_infinite``, ``hit_rate_lru``."""
+    ``hit_rate_infinite``, ``hit_rate_lru``; ``prompts`` (the token ids, in offered order)."""
     heap: list[tuple[float, int, int, Any]] = []
     live = [s.clone() if hasattr(s, "clone") else s for s in sessions]
     for i, s in enumerate(live):
@@ -51,12 +53,23 @@ def offered_statistics(sessions: list[Session], block_tokens: int, cache_blocks:
     return {"input_tokens": [len(p) for p in prompts], "output_tokens": out_tokens,
             "turns_per_session": list(turns.values()), "sub_agents_per_session": [len(b) - 1 for b in branches.values()],
             "tool_s": tools, "hit_rate_infinite": hit_rate(prompts, block_tokens),
-            "hit_rate_lru": hit_rate(prompts, block_tokens, cache_blocks)}
+            "hit_rate_lru": hit_rate(prompts, block_tokens, cache_blocks), "prompts": prompts}
+
+
+def pooled_statistics(parts: list[dict[str, Any]], block_tokens: int, cache_blocks: int) -> dict[str, Any]:
+    """Several :func:`offered_statistics` pooled: every list concatenated (each measurement's
+    requests and sessions once), the hit rates those of every prompt in order, measurement after
+    measurement (one cache across them, as the engine keeps its own across a ladder's points)."""
+    keys = ("input_tokens", "output_tokens", "turns_per_session", "sub_agents_per_session", "tool_s", "prompts")
+    out: dict[str, Any] = {k: [v for p in parts for v in p[k]] for k in keys}
+    out["hit_rate_infinite"] = hit_rate(out["prompts"], block_tokens)
+    out["hit_rate_lru"] = hit_rate(out["prompts"], block_tokens, cache_blocks)
+    return out
 
 
 def trace_sessions(spec: Any, kit: TokenKit) -> list[Session]:
     """Every session of ``spec``'s trace (or of the shipped trajectories) once, unsalted, all
-    at once: the reference the certificate compares what was sent with."""
+    at once: the whole trace the certificate's coverage holds the measurements' sessions against."""
     from workloads.agentic import build_agentic_sessions, load_parsed_trajectories
     from workloads.agent_replay import build_replay_sessions
     from workloads.trace_import import import_trace

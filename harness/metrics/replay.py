@@ -1,8 +1,15 @@
-"""The replay-fidelity certificate: what an agentic run sent against the trace it replays.
+"""The replay-fidelity certificate: what an agentic run sent against the sessions it built.
 
-Per statistic, the trace's value (``workloads.replay_stats.offered_statistics`` over every
-session of the trace once, at the run's scale: ``trace``) against the value over the engine's
-measured records (``sent``):
+Per statistic, three values: the *trace*'s (``workloads.replay_stats.offered_statistics`` over
+every session of the trace once, at the run's scale), the sessions *built* for the measurements
+(the same function over each measurement's own sessions: its draw, scaling and truncation, pooled
+over the measurements) and what was *sent* (the measured records of those same measurements,
+pooled). The judge is sent against built, so the only differences it can show are the
+replayer's own (turns dropped, outputs cut short, tool pauses not honoured, tokens lost); built
+against trace is the *coverage* (how representative the drawn sessions are of the whole trace: a
+ladder's points draw differently weighted samples of it), shown and never judged. Pooling: each
+measurement's sessions once on the built side and its records once on the sent side, so both
+sides weigh the measurements alike (a session drawn by three points counts three times on both).
 
 - input tokens (the server's prompt tokens, else ours) and output tokens of the successful
   requests: p50, p90, p99 (numpy ``linear``);
@@ -11,12 +18,16 @@ measured records (``sent``):
 - tool time (s): per follow-up turn, its ``scheduled_ns`` − the ``end_ns`` of the turn before it
   on its path (the same branch, else the stem: a branch's first turn follows the stem's last);
 - the theoretical prefix-cache hit rate (:mod:`workloads.prefix_cache`), infinite and LRU of N
-  blocks: the trace's against the prompts the run built (its own sessions, offline);
+  blocks, of the trace and of the prompts as built (coverage, not judged: the prompts sent are
+  not stored, and the input tokens already judge what reached the engine);
 - the measured hit rate (``cached_tokens`` / prompt tokens, where the engine reports cached
-  tokens), shown beside them, not judged (an engine's cache is not the theoretical one).
+  tokens), shown beside the built one, not judged (an engine's cache is not the theoretical one).
 
-``deviation`` = sent / trace − 1 (hit rates: sent − trace in points of 1); a statistic is
-within when ``|deviation| <= tolerance`` (±5 %), else flagged.
+A measurement stopped early (its SLO had already failed: the records cut in flight have phase
+``stopped``) answers only for the sessions it started and did not cut: :func:`fair_sides`.
+
+``deviation`` = sent / built − 1 and ``coverage`` = built / trace − 1 (hit rates: differences, in
+points of 1); a statistic is within when ``|deviation| <= tolerance`` (±5 %), else flagged.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from results.schema import CertificateRow, EngineReplay, RequestRecord
+from results.schema.records import STOPPED_PHASE
 from results.schema.replay import REPLAY_TOLERANCE
 
 PERCENTILES = (50, 90, 99)
@@ -65,34 +77,49 @@ def sent_statistics(records: Sequence[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def _row(statistic: str, unit: str, trace: float | None, sent: float | None, tolerance: float,
-         absolute: bool = False, judged: bool = True) -> CertificateRow:
-    if trace is None or sent is None:
-        return CertificateRow(statistic=statistic, unit=unit, trace=trace, sent=sent)
-    if absolute:
-        dev: float | None = sent - trace
-    else:
-        dev = (sent / trace - 1.0) if trace else (0.0 if sent == 0 else None)
-    within = (dev is not None and abs(dev) <= tolerance + 1e-12) if judged else None
-    return CertificateRow(statistic=statistic, unit=unit, trace=trace, sent=sent, deviation=dev, within=within)
+def fair_sides(records: Sequence[RequestRecord], sessions: Sequence[Any]) -> tuple[list[RequestRecord], list[Any], int]:
+    """One measurement's two sides from every record it stored (``records``: measured and
+    stopped phases) and the ``sessions`` built for it: the measured records and the built
+    sessions the replayer answers for, and how many sessions an early stop cut in flight. A
+    measurement that was not stopped answers for every session built (one it never started is
+    the replayer's fault); a stopped one for the sessions it started, less those it cut."""
+    cut = {r.session_id for r in records if r.phase == STOPPED_PHASE}
+    sent = [r for r in records if r.phase == "measured" and r.session_id not in cut]
+    if cut:
+        started = {r.session_id for r in sent}
+        sessions = [s for s in sessions if s.session_id in started]
+    return sent, list(sessions), len(cut)
+
+
+def _row(statistic: str, unit: str, trace: float | None, built: float | None, sent: float | None,
+         tolerance: float, absolute: bool = False, judged: bool = True) -> CertificateRow:
+    def diff(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None:
+            return None
+        return a - b if absolute else ((a / b - 1.0) if b else (0.0 if a == 0 else None))
+
+    dev = diff(sent, built)
+    within = (dev is not None and abs(dev) <= tolerance + 1e-12) if judged and sent is not None and built is not None else None
+    return CertificateRow(statistic=statistic, unit=unit, trace=trace, built=built, sent=sent, deviation=dev,
+                          within=within, coverage=diff(built, trace))
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else None
 
 
-def certificate_rows(trace: dict[str, Any], built: dict[str, Any], sent: dict[str, Any],
-                     tolerance: float = REPLAY_TOLERANCE) -> EngineReplay:
+def certificate_rows(trace: dict[str, Any], built: dict[str, Any], sent: dict[str, Any], measurements: int = 1,
+                     left_out: int = 0, tolerance: float = REPLAY_TOLERANCE) -> EngineReplay:
     """One engine's certificate: ``trace`` and ``built`` from
-    :func:`workloads.replay_stats.offered_statistics` (the whole trace; the run's own
-    sessions), ``sent`` from :func:`sent_statistics`."""
-    rows = [_row(f"{name} p{q}", unit, _pct(trace[name], q), _pct(sent[name], q), tolerance)
+    :func:`workloads.replay_stats.offered_statistics` (the whole trace; the measurements' own
+    sessions, pooled), ``sent`` from :func:`sent_statistics` over the same ``measurements``;
+    ``left_out``: sessions cut in flight by an early stop (:func:`fair_sides`)."""
+    rows = [_row(f"{name} p{q}", unit, _pct(trace[name], q), _pct(built[name], q), _pct(sent[name], q), tolerance)
             for name, unit in DISTRIBUTIONS for q in PERCENTILES]
-    rows.append(_row("prefix hit rate, infinite cache", "share", trace["hit_rate_infinite"], built["hit_rate_infinite"],
-                     tolerance, absolute=True))
-    rows.append(_row("prefix hit rate, LRU cache", "share", trace["hit_rate_lru"], built["hit_rate_lru"], tolerance,
-                     absolute=True))
-    rows.append(_row("measured hit rate (engine's cached tokens)", "share", built["hit_rate_lru"],
+    for label, key in (("infinite", "hit_rate_infinite"), ("LRU", "hit_rate_lru")):
+        rows.append(_row(f"prefix hit rate, {label} cache", "share", trace[key], built[key], None, tolerance,
+                         absolute=True, judged=False))
+    rows.append(_row("measured hit rate (engine's cached tokens)", "share", None, built["hit_rate_lru"],
                      sent["measured_hit_rate"], tolerance, absolute=True, judged=False))
-    return EngineReplay(requests=sent["requests"], sessions=sent["sessions"], rows=rows,
-                        flagged=[r.statistic for r in rows if r.within is False])
+    return EngineReplay(requests=sent["requests"], sessions=sent["sessions"], measurements=measurements,
+                        left_out_sessions=left_out, rows=rows, flagged=[r.statistic for r in rows if r.within is False])

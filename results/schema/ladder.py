@@ -22,7 +22,9 @@ LADDER_FILE = "ladder.json"
 class LadderPoint(Artefact):
     """One load of an engine's ladder (``harness.app.run.ladder``): ``load`` requests (agentic:
     sessions) in flight, closed loop; ``index`` its place in the order measured (its records'
-    ``probe``); ``seeds`` of its measurements (one per repeat; fresh prompts each); ``metrics``
+    ``probe``); ``seeds`` of its measurements (one per repeat, in repeat order; fresh prompts each)
+    and the requests each planned (``planned_requests``, agentic: turns; with its seed it rebuilds
+    the measurement's workload, ``harness.app.run.ladder_trial.measurement_options``); ``metrics``
     pooled over them and ``repeats`` each one's (empty for one). The verdict: ``passed`` (every
     SLO held and failures within the bound), ``margin`` (max over SLOs of value / threshold;
     None = infinite), ``values`` (each SLO's judged value in ms; None = infinite),
@@ -38,6 +40,7 @@ class LadderPoint(Artefact):
     index: int
     load: int
     seeds: list[int] = Field(default_factory=list)
+    planned_requests: list[int] = Field(default_factory=list)
     metrics: Metrics | None = None
     repeats: list[Metrics] = Field(default_factory=list)
     passed: bool = False

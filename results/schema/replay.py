@@ -1,6 +1,6 @@
 """``replay.json``: the replay-fidelity certificate of an agentic run (``harness.metrics.replay``):
-what was sent against the trace it was replayed from, per statistic, within a tolerance or
-flagged."""
+what was sent against the sessions built for the same measurements, per statistic, within a
+tolerance or flagged; and how those sessions cover the trace they were drawn from (not judged)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,38 @@ from .base import SCHEMA_VERSION, Artefact
 
 REPLAY_FILE = "replay.json"
 REPLAY_TOLERANCE = 0.05
-"""±5 %: a statistic sent further from the trace's is flagged (hit rates: ±5 points)."""
+"""±5 %: a statistic sent further from the built sessions' is flagged."""
 
 
 class CertificateRow(Artefact):
-    """One statistic: ``trace`` (the trace's value at the run's scale), ``sent`` (what the run
-    sent; for a hit rate, what the prompts as built allow), ``deviation`` (sent / trace − 1;
-    hit rates: sent − trace, in points of 1; None where the trace's is 0 and the sent is not),
-    ``within`` (|deviation| ≤ the tolerance; None: shown, not judged), ``unit``."""
+    """One statistic: ``trace`` (the whole trace's value at the run's scale), ``built`` (the
+    sessions built for the measurements, pooled), ``sent`` (what those measurements sent; for the
+    theoretical hit rates None: the prompts sent are not stored), ``deviation`` (sent / built − 1;
+    hit rates: sent − built, in points of 1; None where the built is 0 and the sent is not),
+    ``within`` (|deviation| ≤ the tolerance; None: shown, not judged), ``coverage`` (built /
+    trace − 1, hit rates in points: how far the drawn sample is from the whole trace; never
+    judged), ``unit``."""
 
     statistic: str
     unit: str = ""
     trace: float | None = None
+    built: float | None = None
     sent: float | None = None
     deviation: float | None = None
     within: bool | None = None
+    coverage: float | None = None
 
 
 class EngineReplay(Artefact):
     """One engine's side of the certificate: the ``requests`` and ``sessions`` (jobs) it was
-    sent, the ``rows`` and the statistics ``flagged`` (outside the tolerance)."""
+    sent over its ``measurements`` (a ladder's points and repeats), the ``left_out_sessions``
+    (cut in flight by a measurement stopped early: on neither side), the ``rows`` and the
+    statistics ``flagged`` (sent outside the tolerance of built)."""
 
     requests: int = 0
     sessions: int = 0
+    measurements: int = 0
+    left_out_sessions: int = 0
     rows: list[CertificateRow] = Field(default_factory=list)
     flagged: list[str] = Field(default_factory=list)
 

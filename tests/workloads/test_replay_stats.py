@@ -9,10 +9,10 @@ import pytest
 from harness.app.core.model import resolve_model
 from workloads.options import parse_options
 from workloads.registry import resolve_spec
-from workloads.replay_stats import offered_statistics, trace_sessions
+from workloads.replay_stats import offered_statistics, pooled_statistics, trace_sessions
 from workloads.tokens import TokenKit
 
-pytestmark = pytest.mark.slow  # needs the prepared default model folder (tokenizer only)
+SLOW = pytest.mark.slow  # needs the prepared default model folder (tokenizer only)
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "agent_traces"
 
 
@@ -23,6 +23,7 @@ def kit():
     return TokenKit(AutoTokenizer.from_pretrained(str(resolve_model(None))))
 
 
+@SLOW
 def test_the_otel_fixture_offers_what_its_spans_say(kit):
     spec = resolve_spec(parse_options(name="agentic", trace=str(FIX / "otel.jsonl"), num_requests=3))
     full = trace_sessions(spec, kit)  # every session once, whatever -n asked of the run
@@ -34,9 +35,24 @@ def test_the_otel_fixture_offers_what_its_spans_say(kit):
     assert 0 < st["hit_rate_lru"] <= st["hit_rate_infinite"] < 1
 
 
+@SLOW
 def test_an_lru_cache_smaller_than_the_shared_prefix_loses_the_hits(kit):
     spec = resolve_spec(parse_options(name="agentic", trace=str(FIX / "mooncake.jsonl"), scale=0.25))
     full = trace_sessions(spec, kit)
     inf = offered_statistics(full, 16, 10_000)
     one = offered_statistics(full, 16, 1)
     assert inf["hit_rate_lru"] == inf["hit_rate_infinite"] > 0.3 and one["hit_rate_lru"] == 0.0
+
+
+def test_pooled_measurements_count_each_once_and_share_one_cache():
+    # two measurements of one 2-block prompt each (block 16): alone, neither hits; one after the
+    # other, the second's shared first block (16 of 32 tokens) hits
+    shared = list(range(16))
+    a = {"input_tokens": [32], "output_tokens": [8], "turns_per_session": [1], "sub_agents_per_session": [0],
+         "tool_s": [], "prompts": [shared + [100] * 16]}
+    b = {"input_tokens": [32], "output_tokens": [4], "turns_per_session": [2], "sub_agents_per_session": [1],
+         "tool_s": [1.5], "prompts": [shared + [200] * 16]}
+    pooled = pooled_statistics([a, b], 16, 1024)
+    assert pooled["output_tokens"] == [8, 4] and pooled["turns_per_session"] == [1, 2] and pooled["tool_s"] == [1.5]
+    assert pooled["hit_rate_infinite"] == pooled["hit_rate_lru"] == 16 / 64
+    assert pooled_statistics([a, b], 16, 1)["hit_rate_lru"] == 0.0  # one block: the second prompt's first is evicted

@@ -220,7 +220,8 @@ class LadderJob:
         points = []
         for index in sorted({m.index for m in e.measurements}):
             ms = [m for m in e.measurements if m.index == index]
-            points.append(LadderPoint(index=index, load=ms[0].load, seeds=[m.seed for m in ms], wall_s=sum(m.wall_s for m in ms),
+            points.append(LadderPoint(index=index, load=ms[0].load, seeds=[m.seed for m in ms],
+                                      planned_requests=[m.planned for m in ms], wall_s=sum(m.wall_s for m in ms),
                                       repeats=[m.metrics for m in ms] if len(ms) > 1 else []))
             point_figures(points[-1], [m.energy for m in ms], self.writer.manifest.energy)
             points[-1].series = [m.series for m in ms if m.series is not None]

@@ -82,8 +82,16 @@ class LadderSpec:
         least = math.ceil(self.min_requests / 2) if brief else self.min_requests
         sessions = max((self.rounds / (2 if brief else 1)) * load, least / max(self.turns_per_session, 1.0))
         requests = max(least, math.ceil(sessions * self.turns_per_session))
-        return self.workload.model_copy(update={"seed": seed, "num_requests": requests, "request_rate": math.inf,
-                                                "max_concurrency": None})
+        return measurement_options(self.workload, seed, requests)
+
+
+def measurement_options(workload: WorkloadOptions, seed: int, requests: int) -> WorkloadOptions:
+    """The workload one ladder measurement builds from the base ``workload``: its ``seed``,
+    ``requests`` planned (agentic: turns), all due at once. What ``ladder.json`` stores of a
+    measurement (``LadderPoint.seeds``, ``planned_requests``) rebuilds it exactly: the
+    replay-fidelity certificate's sessions as built (:mod:`harness.app.run.replay_check`)."""
+    return workload.model_copy(update={"seed": seed, "num_requests": requests, "request_rate": math.inf,
+                                       "max_concurrency": None})
 
 
 @dataclass
@@ -91,7 +99,8 @@ class PointMeasurement:
     """One measurement of one point, as it comes back from a trial: the point's ``index`` and
     ``load``, its ``seed`` and ``repeat``, the ``requests`` (arrays for the decision), the
     ``sessions`` it completed (agentic), its ``metrics``, ``wall_s`` and the ``resources`` the
-    engine used meanwhile (None when not sampled)."""
+    engine used meanwhile (None when not sampled); ``planned``: the requests its workload planned
+    (:func:`measurement_options`)."""
 
     index: int
     load: int
@@ -105,6 +114,7 @@ class PointMeasurement:
     startup_alone_s: float | None = None  # the engine's start before it, when started alone (a decisive re-climb)
     energy: EnergySample | None = None  # its energy, tokens and time windows (harness.metrics.energy)
     series: EngineSeries | None = None  # the engine's own /metrics over it (adapters.telemetry.engine_series)
+    planned: int = 0  # requests its workload planned (measurement_options): with its seed, it rebuilds the workload
 
 
 @dataclass
@@ -179,7 +189,8 @@ class _Points:
         sessions = _sessions_done(m.records, m.cut) if self.spec.workload.name == "agentic" else None
         used = with_output_tokens(m.resources, m.metrics.total_output_tokens) if m.resources is not None else None
         self.done.append(PointMeasurement(index, load, seed, repeat, requests, sessions, m.metrics, time.monotonic() - t0,
-                                          used, energy=energy_sample(m), series=m.engine_series))
+                                          used, energy=energy_sample(m), series=m.engine_series,
+                                          planned=point.num_requests or 0))
         if m.resources is not None:
             self.peak_memory = max(self.peak_memory or 0.0, float(m.resources.peak_rss_bytes or 0.0))
             self.processes = max(self.processes or 0, int(m.resources.processes_max or 0)) or None

@@ -1,33 +1,38 @@
 """The replay-fidelity certificate of an agentic run (``replay.json``), computed once every
-engine was measured: the trace's statistics (every session of it once, at the run's scale)
-against each engine's measured records (:mod:`harness.metrics.replay`), printed as a table
-with the scaling it was sent at."""
+engine was measured: each engine's measured records against the sessions its measurements built
+(a ladder's rebuilt from the seeds ``ladder.json`` stores), judged; the trace's statistics
+(every session of it once, at the run's scale) beside them as coverage
+(:mod:`harness.metrics.replay`); printed as a table with the scaling it was sent at."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from results.schema import ReplayCertificate
+from results.schema import ReplayCertificate, RequestRecord
+from results.schema.records import STOPPED_PHASE
 from results.store import REQUESTS_FILE, read_records
 
-from harness.metrics.replay import certificate_rows, sent_statistics
+from harness.metrics.replay import certificate_rows, fair_sides, sent_statistics
 from harness.app.settings.run import RunSettings
 from rich.console import Console
 
 if TYPE_CHECKING:
     from harness.app.run.context import RunState
 
-NOTE = ("trace: every session of the trace once at this scale, driven offline with its recorded replies; sent: the "
-        "measured requests (every ladder point and repeat); hit rates: the trace's against the run's own prompts as built "
-        "(theoretical; the engine's measured rate shown beside, not judged)")
+NOTE = ("judged: sent (the measured requests) against built (the sessions each measurement built: its own draw, scaling "
+        "and truncation, rebuilt from its stored seed), pooled over the same measurements (every ladder point and repeat), "
+        "so only the replayer's own losses are flagged; coverage: built against the whole trace (every session once, driven "
+        "offline with its recorded replies), how representative the drawn sessions are, never judged; hit rates: theoretical, "
+        "of the trace and of the prompts as built (the engine's measured rate shown beside, not judged)")
 
 
 def optimal_hit_rate(cfg: RunSettings, state: RunState) -> float | None:
     """The theoretical prefix-cache hit rate of the run's own agentic sessions under an infinite
-    cache (:func:`workloads.replay_stats.offered_statistics`, the certificate's "sent" side):
+    cache (:func:`workloads.replay_stats.offered_statistics` of the run's base workload, not of
+    each point's own draw, which the certificate's built column pools):
     what each ladder point's measured hit rate is held against (``LadderSummary.cache_optimal``,
     :mod:`harness.metrics.cache`). None unless the run replayed an agentic workload with a
     tokenizer (its prompts are token ids only then)."""
@@ -41,26 +46,66 @@ def optimal_hit_rate(cfg: RunSettings, state: RunState) -> float | None:
     return float(offered_statistics(workload.sessions, spec.cache_block_tokens, spec.cache_blocks)["hit_rate_infinite"])
 
 
+def _measurements(cfg: RunSettings, state: RunState, records: list[RequestRecord], name: str,
+                  built: dict[tuple[int, int], list[Any]]) -> list[tuple[list[RequestRecord], list[Any]]]:
+    """Engine ``name``'s measurements: (every record it stored, the sessions built for it). A
+    ladder run's are rebuilt from ``ladder.json``'s seed and planned requests of each
+    (:func:`harness.app.run.ladder_trial.measurement_options`; ``built`` caches them by (seed,
+    requests): the engines of a run draw the same seeds); any other run's measurements (its
+    repeats) all replayed the run's one workload. A measurement ``ladder.json`` cannot rebuild
+    (none stored) is left out: ``EngineReplay.measurements`` counts those compared."""
+    from harness.app.run.ladder_trial import measurement_options
+    from workloads.registry import build_workload
+
+    groups: dict[tuple[int | None, int], list[RequestRecord]] = {}
+    for r in records:
+        if r.engine == name and r.phase in ("measured", STOPPED_PHASE):
+            groups.setdefault((r.probe, r.repeat), []).append(r)
+    ladder = getattr(state, "ladder", None)
+    climb = ladder.engines.get(name) if ladder is not None else None
+    if climb is None:
+        return [(g, state.workload.sessions) for g in groups.values()]
+    points = {p.index: p for p in climb.points}
+    out = []
+    for (probe, repeat), g in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
+        p = points.get(probe or 0)
+        if p is None or repeat >= min(len(p.seeds), len(p.planned_requests)):
+            continue
+        key = (p.seeds[repeat], p.planned_requests[repeat])
+        if key not in built:
+            options = measurement_options(cfg.workload, *key)
+            built[key] = build_workload(options, state.tokenizer, with_stats=False).sessions
+        out.append((g, built[key]))
+    return out
+
+
 def replay_certificate(cfg: RunSettings, state: RunState) -> ReplayCertificate | None:
-    """The certificate of the run in ``state`` (None unless it replayed an agentic workload)."""
+    """The certificate of the run in ``state`` (None unless it replayed an agentic workload):
+    per engine, its measurements' records against their sessions as built (:func:`_measurements`,
+    :func:`harness.metrics.replay.fair_sides`), pooled; the whole trace beside them."""
     from workloads.registry import resolve_spec
-    from workloads.replay_stats import offered_statistics, trace_sessions
+    from workloads.replay_stats import offered_statistics, pooled_statistics, trace_sessions
     from workloads.tokens import as_kit
 
     workload = state.workload
     if workload is None or workload.name != "agentic" or state.tokenizer is None:
         return None
     spec = resolve_spec(cfg.workload)
-    kit = as_kit(state.tokenizer)
-    full = trace_sessions(spec, kit)
-    trace = offered_statistics(full, spec.cache_block_tokens, spec.cache_blocks)
-    built = offered_statistics(workload.sessions, spec.cache_block_tokens, spec.cache_blocks)
-    records = [r for r in read_records(state.writer.run_dir / REQUESTS_FILE) if r.phase == "measured"]
-    engines = {}
+    blocks = (spec.cache_block_tokens, spec.cache_blocks)
+    full = trace_sessions(spec, as_kit(state.tokenizer))
+    trace = offered_statistics(full, *blocks)
+    records = read_records(state.writer.run_dir / REQUESTS_FILE)
+    engines, cache = {}, {}
     for name in state.writer.summary.engines:
-        mine = [r for r in records if r.engine == name]
-        if mine:
-            engines[name] = certificate_rows(trace, built, sent_statistics(mine))
+        sent, built, cut = [], [], 0
+        for recs, sessions in _measurements(cfg, state, records, name, cache):
+            mine, kept, n_cut = fair_sides(recs, sessions)
+            sent += mine
+            built.append(offered_statistics(kept, *blocks))
+            cut += n_cut
+        if sent:
+            engines[name] = certificate_rows(trace, pooled_statistics(built, *blocks), sent_statistics(sent),
+                                             measurements=len(built), left_out=cut)
     content = "real"
     if spec.trace is not None:
         from workloads.trace_import import import_trace
@@ -80,22 +125,29 @@ def _num(v: float | None, unit: str) -> str:
     return f"{v:.1%}" if unit == "share" else (f"{v:.2f}" if unit == "s" else f"{v:.1f}")
 
 
+def _dev(v: float | None, unit: str) -> str:
+    return "—" if v is None else (f"{v * 100:+.1f} pt" if unit == "share" else f"{v:+.1%}")
+
+
 def print_certificate(console: Console, cert: ReplayCertificate) -> None:
     """The certificate as the console shows it: the scaling, then one table per engine."""
     scaling = f"scale {cert.scale:g}, time_scale {cert.time_scale:g}" + (
         f", think_time_scale {cert.think_time_scale:g}" if cert.think_time_scale is not None else "")
     console.print(f"Replay fidelity ({escape(cert.trace)}; {cert.content} text; {scaling}; "
-                  f"{cert.trace_sessions} trace sessions, {cert.trace_requests} requests; within ±{cert.tolerance:.0%} "
-                  f"or flagged; LRU of {cert.cache_blocks} blocks of {cert.block_tokens} tokens):", highlight=False)
+                  f"{cert.trace_sessions} trace sessions, {cert.trace_requests} requests; sent within ±{cert.tolerance:.0%} "
+                  f"of the sessions as built or flagged; coverage: built against the whole trace, not judged; LRU of "
+                  f"{cert.cache_blocks} blocks of {cert.block_tokens} tokens):", highlight=False)
     for name, e in cert.engines.items():
-        table = Table(title=f"{name}: {e.requests} requests, {e.sessions} sessions sent", title_justify="left")
-        for col in ("statistic", "trace", "sent", "deviation", ""):
+        cut = f"; {e.left_out_sessions} sessions cut in flight by an early stop left out" if e.left_out_sessions else ""
+        table = Table(title=f"{name}: {e.requests} requests, {e.sessions} sessions sent over {e.measurements} "
+                            f"measurements{cut}", title_justify="left")
+        for col in ("statistic", "trace", "built", "sent", "sent vs built", "", "coverage"):
             table.add_column(col, justify="left" if col == "statistic" else "right")
         for r in e.rows:
-            dev = "—" if r.deviation is None else (f"{r.deviation * 100:+.1f} pt" if r.unit == "share" else f"{r.deviation:+.1%}")
             mark = "" if r.within is None else ("ok" if r.within else "[yellow]flagged[/]")
-            table.add_row(r.statistic, _num(r.trace, r.unit), _num(r.sent, r.unit), dev, mark)
+            table.add_row(r.statistic, _num(r.trace, r.unit), _num(r.built, r.unit), _num(r.sent, r.unit),
+                          _dev(r.deviation, r.unit), mark, _dev(r.coverage, r.unit))
         console.print(table)
         if e.flagged:
-            console.print(f"[yellow]{name}[/]: {len(e.flagged)} statistic(s) outside ±{cert.tolerance:.0%} of the trace: "
-                          f"{escape(', '.join(e.flagged))}", highlight=False)
+            console.print(f"[yellow]{name}[/]: {len(e.flagged)} statistic(s) sent outside ±{cert.tolerance:.0%} of the "
+                          f"sessions as built: {escape(', '.join(e.flagged))}", highlight=False)
