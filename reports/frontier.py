@@ -162,12 +162,16 @@ YARDSTICK_NOTE = ("(yardstick): the reference engine of this repository (own_eng
                   "mechanisms, not run as a production server.")
 
 
-def caveats(summary: Any) -> list[str]:
+def caveats(summary: Any, replay: Any = None) -> list[str]:
     """The parity audit's unfair flags of a run (``RunSummary.parity``), one line each, for under
     the verdict: a difference that changes what was measured belongs beside the answer, not only in
-    the parity section (e.g. prefix caching on for some engines only)."""
+    the parity section (e.g. prefix caching on for some engines only); then the replay-fidelity
+    certificate's flags (``replay``: the run's ``ReplayCertificate``, :func:`reports.replay.replay_caveats`)."""
+    from .replay import replay_caveats
+
     parity = getattr(summary, "parity", None)
-    return [f"Caveat (configuration parity): {flag.reason}" for flag in (parity.flags if parity is not None else [])]
+    return [f"Caveat (configuration parity): {flag.reason}" for flag in (parity.flags if parity is not None else [])] + \
+        replay_caveats(replay)
 
 
 def shim_note(s: LadderSummary, manifest: Any) -> str:

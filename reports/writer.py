@@ -22,6 +22,7 @@ from results.store import Run
 from . import plots
 from .context import _label, build_context, cdf_panels
 from .fidelity import accuracy_context, fidelity_context
+from .replay import replay_context
 from .energy import energy_note
 from .series import series_png, why_lines
 from .jobs import cliff_lines, job_frontier_png, job_rows
@@ -93,10 +94,11 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     pngs = render_plots(ctx.pop("plot_data"))
     pngs.update(timeline_plots(runs, timelines, _label))
     ladder = runs[0].ladder if len(runs) == 1 else None
-    ctx["decision"] = decision_context(ladder, caveats(runs[0].summary) + [n for n in [shim_note(ladder, runs[0].manifest)] if n]) \
+    ctx["decision"] = decision_context(ladder, caveats(runs[0].summary, runs[0].replay) + [n for n in [shim_note(ladder, runs[0].manifest)] if n]) \
         if ladder is not None else None
     ctx["fidelity"] = fidelity_context(runs[0].fidelity) if len(runs) == 1 else None
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
+    ctx["replay"] = replay_context(runs[0].replay) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:
         pngs["frontier"] = chart
     if ladder is not None and (chart := job_frontier_png(ladder)) is not None:

@@ -46,6 +46,7 @@ from .schema import (
     EngineResult,
     EngineStatus,
     Manifest,
+    ReplayCertificate,
     RequestRecord,
     RunSummary,
     SkipCause,
@@ -315,6 +316,7 @@ class Run:
     fidelity: FidelityCheck | None = None  # ``fidelity.json``: outputs against the reference (None: not checked)
     accuracy: AccuracyCheck | None = None  # ``accuracy.json``: the user's task-accuracy set (None: none given)
     winner_map: WinnerMap | None = None  # ``winner_map.json``: the verdict over a grid of SLOs (None: not made)
+    replay: ReplayCertificate | None = None  # ``replay.json``: the agentic replay's certificate (None: not agentic)
 
     @property
     def run_id(self) -> str:
@@ -463,7 +465,16 @@ def load_run(run_dir: Path | str) -> Run:
     winners = _validate(WinnerMap, _read_json(map_path, run_dir), map_path) if map_path.is_file() else None
     return Run(run_dir, summary, manifest, read_records(run_dir / REQUESTS_FILE),
                recommendation=read_recommendation(run_dir), upgraded_from=upgraded, ladder=ladder, fidelity=fidelity,
-               accuracy=accuracy, winner_map=winners)
+               accuracy=accuracy, winner_map=winners, replay=read_replay(run_dir))
+
+
+def read_replay(run_dir: Path) -> ReplayCertificate | None:
+    """``replay.json`` of ``run_dir`` (None when the run has none). Raises ResultsError when
+    it is not a certificate."""
+    from .schema.replay import REPLAY_FILE
+
+    path = run_dir / REPLAY_FILE
+    return _validate(ReplayCertificate, _read_json(path, run_dir), path) if path.is_file() else None
 
 
 def is_run_folder(path: Path) -> bool:

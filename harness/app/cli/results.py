@@ -69,7 +69,7 @@ def results_show(
 
         from reports.frontier import caveats
 
-        print_verdict(r.ladder, console, r.run_dir, caveats(r.summary))
+        print_verdict(r.ladder, console, r.run_dir, caveats(r.summary, r.replay))
         console.rule("Details")
     print_summary(r.summary, console)
 

@@ -23,7 +23,9 @@ def run(settings: RunSettings) -> None:
     reuse_run_folder(settings.output_dir, settings.run_id)
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())
     if result.ladder is not None:  # the answer first: the verdict and the capacity table, then the details
-        print_verdict(result.ladder, console, result.run_dir, caveats(result.summary))
+        from results.store import read_replay
+
+        print_verdict(result.ladder, console, result.run_dir, caveats(result.summary, read_replay(result.run_dir)))
         if settings.engine_config:  # a recipe measured again: against the capacity it stored
             _print_recipe_check(settings.engine_config, result.ladder)
         console.rule("Details")

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.table import Table
 
+from reports.replay import COLUMNS, replay_context
+
 from results.schema import ReplayCertificate, RequestRecord
 from results.schema.records import STOPPED_PHASE
 from results.store import REQUESTS_FILE, read_records
@@ -119,35 +121,25 @@ def replay_certificate(cfg: RunSettings, state: RunState) -> ReplayCertificate |
                              block_tokens=spec.cache_block_tokens, cache_blocks=spec.cache_blocks, engines=engines, note=NOTE)
 
 
-def _num(v: float | None, unit: str) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.1%}" if unit == "share" else (f"{v:.2f}" if unit == "s" else f"{v:.1f}")
-
-
-def _dev(v: float | None, unit: str) -> str:
-    return "—" if v is None else (f"{v * 100:+.1f} pt" if unit == "share" else f"{v:+.1%}")
-
-
 def print_certificate(console: Console, cert: ReplayCertificate) -> None:
-    """The certificate as the console shows it: the scaling, then one table per engine."""
-    scaling = f"scale {cert.scale:g}, time_scale {cert.time_scale:g}" + (
-        f", think_time_scale {cert.think_time_scale:g}" if cert.think_time_scale is not None else "")
-    console.print(f"Replay fidelity ({escape(cert.trace)}; {cert.content} text; {scaling}; "
+    """The certificate as the console shows it: the scaling, then one table per engine (the
+    report's cells, :func:`reports.replay.replay_context`)."""
+    ctx = replay_context(cert)
+    if ctx is None:
+        return
+    console.print(f"Replay fidelity ({escape(cert.trace)}; {cert.content} text; {ctx['scaling']}; "
                   f"{cert.trace_sessions} trace sessions, {cert.trace_requests} requests; sent within ±{cert.tolerance:.0%} "
                   f"of the sessions as built or flagged; coverage: built against the whole trace, not judged; LRU of "
                   f"{cert.cache_blocks} blocks of {cert.block_tokens} tokens):", highlight=False)
-    for name, e in cert.engines.items():
-        cut = f"; {e.left_out_sessions} sessions cut in flight by an early stop left out" if e.left_out_sessions else ""
-        table = Table(title=f"{name}: {e.requests} requests, {e.sessions} sessions sent over {e.measurements} "
-                            f"measurements{cut}", title_justify="left")
-        for col in ("statistic", "trace", "built", "sent", "sent vs built", "", "coverage"):
+    for name, engine in zip(cert.engines, ctx["engines"]):
+        table = Table(title=escape(engine["title"]), title_justify="left")
+        for col in COLUMNS:
             table.add_column(col, justify="left" if col == "statistic" else "right")
-        for r in e.rows:
-            mark = "" if r.within is None else ("ok" if r.within else "[yellow]flagged[/]")
-            table.add_row(r.statistic, _num(r.trace, r.unit), _num(r.built, r.unit), _num(r.sent, r.unit),
-                          _dev(r.deviation, r.unit), mark, _dev(r.coverage, r.unit))
+        for r in engine["rows"]:
+            mark = "[yellow]flagged[/]" if r["mark"] == "flagged" else r["mark"]
+            table.add_row(escape(r["statistic"]), r["trace"], r["built"], r["sent"], r["deviation"], mark, r["coverage"])
         console.print(table)
-        if e.flagged:
-            console.print(f"[yellow]{name}[/]: {len(e.flagged)} statistic(s) sent outside ±{cert.tolerance:.0%} of the "
-                          f"sessions as built: {escape(', '.join(e.flagged))}", highlight=False)
+        if engine["flagged"]:
+            e = cert.engines[name]
+            console.print(f"[yellow]{escape(name)}[/]: {len(e.flagged)} statistic(s) sent outside ±{cert.tolerance:.0%} of "
+                          f"the sessions as built: {escape(engine['flagged'])}", highlight=False)
