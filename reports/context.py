@@ -15,7 +15,7 @@ from typing import Any
 
 from results.recommendation import Recommendation
 from results.schema import FEATURE_PROBES, EngineFacts, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics, metric_value
-from results.schema.metric_registry import metrics
+from results.schema.metric_registry import TPS_DECIMALS, metric_figure, metrics
 from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
@@ -26,13 +26,15 @@ DASH = "—"
 def summary_columns() -> list[tuple[str, str, str, str]]:
     """The summary table's columns, (key, header, path in the metrics, format): the counts and
     rates, then each registered metric's ``report`` statistics in registry order (``("ttft_p90",
-    "TTFT p90 ms", "ttft_ms.p90", "{:,.1f}")``; p90 is what the default SLOs judge), then the rate."""
+    "TTFT p90 ms", "ttft_ms.p90", "metric")``, printed in the one form of ``metric_registry.figure``
+    that the console and the verdict print too; p90 is what the default SLOs judge), then the rate.
+    Output tok/s has ``TPS_DECIMALS`` decimals, as the capacity table's."""
     return [
         ("ok", "ok / failed", "", "okfail"),
-        ("out_tps", "output tok/s", "output_throughput", "{:,.1f}"),
+        ("out_tps", "output tok/s", "output_throughput", f"{{:,.{TPS_DECIMALS}f}}"),
         ("req_s", "req/s", "request_throughput", "{:,.2f}"),
         ("goodput", "goodput req/s", "goodput.request_goodput", "{:,.2f}"),
-        *[(f"{m.name}_{stat}", f"{m.header} {stat} {m.unit}", f"{m.field}.{stat}", f"{{:,.{m.decimals}f}}")
+        *[(f"{m.name}_{stat}", f"{m.header} {stat} {m.unit}", f"{m.field}.{stat}", "metric")
           for m in metrics() for stat in m.report],
         ("rate", "offered / achieved rate", "", "rate"),
     ]
@@ -90,6 +92,10 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
             off, ach, valid = m.offered_rate, m.achieved_rate, m.rate_valid
             flag = "" if valid is None else (" ✓" if valid else " ✗ (outside ±5 %)")
             cells[key] = f"{fmt(off, '{:g}') if off else 'no rate limit'} / {fmt(ach, '{:.2f}')} req/s{flag}"
+        elif pattern == "metric":
+            v, ci = metric_value(m, path), intervals.get(path)
+            bounds = (ci.low, ci.high) if ci is not None else ()
+            cells[key] = DASH if v is None or math.isnan(v) else metric_figure(path, float(v), *bounds)
         else:
             cells[key] = fmt(metric_value(m, path), pattern)
             ci = intervals.get(path)
