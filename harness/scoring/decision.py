@@ -310,8 +310,8 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
                     f"inside ±5 %), decided by {d.tie_breaker}{gated}.")
     second = summary.engines[d.runner_up].capacity
     if second is not None and second.open and second.ceiling is not None and cap.floor:  # out of the race
-        return _fit(f"{head}; {d.runner_up} cannot reach it (at most {tps_figure(second.ceiling)} tok/s against a floor "
-                    f"of {tps_figure(cap.floor)}){gated}; {d.binding}.")
+        return _fit(f"{head}; {d.runner_up} cannot reach it (at most {tps_figure(second.ceiling)} tok/s, below "
+                    f"{d.winner}'s floor of {tps_figure(cap.floor)}: the least its capacity can be){gated}; {d.binding}.")
     return _fit(f"{head}, {_ratio(d, cap)} {d.runner_up}'s{gated}; {d.binding}.")
 
 
