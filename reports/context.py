@@ -19,6 +19,7 @@ from results.schema.metric_registry import TPS_DECIMALS, metric_figure, metrics
 from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
+from reports.series import point_counters
 
 NOT_RECORDED = "not recorded"
 DASH = "—"
@@ -102,6 +103,15 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
             if ci is not None and ci.high > ci.low:
                 cells[key] += f" [{fmt(ci.low, pattern)}–{fmt(ci.high, pattern)}]"
     return cells
+
+
+def _ladder_counters(run: Run, name: str, entry: EngineResult) -> dict[str, Any]:
+    """A ladder run's engine counters, which its summary entry does not hold: those of its series at
+    the point its metrics were read at (``EngineResult.ladder_point``: the capacity point),
+    :func:`reports.series.point_counters`; {} for other runs, or without a series there."""
+    ladder = run.ladder.engines.get(name) if run.ladder is not None else None
+    at = next((p for p in ladder.points if p.index == entry.ladder_point), None) if ladder is not None else None
+    return point_counters(at) if at is not None else {}
 
 
 def _bytes(value: float | None) -> str:
@@ -279,7 +289,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
             x, y = m.output_throughput, getattr(m.ttft_ms, tl_pct, None)
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 tl_points.append((at, float(x), float(y)))
-            em = entry.engine_metrics
+            em = entry.engine_metrics or _ladder_counters(run, name, entry)  # a ladder run's: from its series
             inp = m.total_input_tokens
             cached = m.cached_tokens
             hit = em.get("prefix_cache_hit_rate")
