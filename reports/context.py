@@ -72,6 +72,11 @@ def fmt(value: Any, pattern: str = "{:,.2f}") -> str:
     return str(value)
 
 
+def _ms(value: float | None, metric: str) -> str:
+    """A latency of ``metric`` in its one printed form (``metric_registry.metric_figure``); "—" when missing."""
+    return DASH if value is None or not math.isfinite(value) else metric_figure(metric, float(value))
+
+
 def _value_text(v: Any) -> str:
     if v is None or v == "":
         return NOT_RECORDED
@@ -317,7 +322,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                 for t in sorted(turns):
                     row = turns[t]
                     turn_rows.append({"label": label, "turn": t, "n": row.requests,
-                                      "median": fmt(row.ttft_ms_p50, "{:,.1f}"), "p90": fmt(row.ttft_ms_p90, "{:,.1f}")})
+                                      "median": _ms(row.ttft_ms_p50, "ttft"), "p90": _ms(row.ttft_ms_p90, "ttft")})
 
     manifests = []
     for run in runs:
