@@ -7,7 +7,6 @@ strings. Rendered without plots (the text is under test), so it stays a few seco
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 
 import pytest
