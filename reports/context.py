@@ -15,10 +15,11 @@ from typing import Any
 
 from results.recommendation import Recommendation
 from results.schema import FEATURE_PROBES, EngineFacts, FeatureStatus, EngineResult, EngineStatus, Interval, Metrics, metric_value
-from results.schema.metric_registry import metrics
+from results.schema.metric_registry import TPS_DECIMALS, metric_figure, metrics
 from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
+from reports.series import point_counters
 
 NOT_RECORDED = "not recorded"
 DASH = "—"
@@ -26,13 +27,15 @@ DASH = "—"
 def summary_columns() -> list[tuple[str, str, str, str]]:
     """The summary table's columns, (key, header, path in the metrics, format): the counts and
     rates, then each registered metric's ``report`` statistics in registry order (``("ttft_p90",
-    "TTFT p90 ms", "ttft_ms.p90", "{:,.1f}")``; p90 is what the default SLOs judge), then the rate."""
+    "TTFT p90 ms", "ttft_ms.p90", "metric")``, printed in the one form of ``metric_registry.figure``
+    that the console and the verdict print too; p90 is what the default SLOs judge), then the rate.
+    Output tok/s has ``TPS_DECIMALS`` decimals, as the capacity table's."""
     return [
         ("ok", "ok / failed", "", "okfail"),
-        ("out_tps", "output tok/s", "output_throughput", "{:,.1f}"),
+        ("out_tps", "output tok/s", "output_throughput", f"{{:,.{TPS_DECIMALS}f}}"),
         ("req_s", "req/s", "request_throughput", "{:,.2f}"),
         ("goodput", "goodput req/s", "goodput.request_goodput", "{:,.2f}"),
-        *[(f"{m.name}_{stat}", f"{m.header} {stat} {m.unit}", f"{m.field}.{stat}", f"{{:,.{m.decimals}f}}")
+        *[(f"{m.name}_{stat}", f"{m.header} {stat} {m.unit}", f"{m.field}.{stat}", "metric")
           for m in metrics() for stat in m.report],
         ("rate", "offered / achieved rate", "", "rate"),
     ]
@@ -69,6 +72,11 @@ def fmt(value: Any, pattern: str = "{:,.2f}") -> str:
     return str(value)
 
 
+def _ms(value: float | None, metric: str) -> str:
+    """A latency of ``metric`` in its one printed form (``metric_registry.metric_figure``); "—" when missing."""
+    return DASH if value is None or not math.isfinite(value) else metric_figure(metric, float(value))
+
+
 def _value_text(v: Any) -> str:
     if v is None or v == "":
         return NOT_RECORDED
@@ -90,12 +98,25 @@ def _summary_cells(m: Metrics, intervals: dict[str, Interval]) -> dict[str, str]
             off, ach, valid = m.offered_rate, m.achieved_rate, m.rate_valid
             flag = "" if valid is None else (" ✓" if valid else " ✗ (outside ±5 %)")
             cells[key] = f"{fmt(off, '{:g}') if off else 'no rate limit'} / {fmt(ach, '{:.2f}')} req/s{flag}"
+        elif pattern == "metric":
+            v, ci = metric_value(m, path), intervals.get(path)
+            bounds = (ci.low, ci.high) if ci is not None else ()
+            cells[key] = DASH if v is None or math.isnan(v) else metric_figure(path, float(v), *bounds)
         else:
             cells[key] = fmt(metric_value(m, path), pattern)
             ci = intervals.get(path)
             if ci is not None and ci.high > ci.low:
                 cells[key] += f" [{fmt(ci.low, pattern)}–{fmt(ci.high, pattern)}]"
     return cells
+
+
+def _ladder_counters(run: Run, name: str, entry: EngineResult) -> dict[str, Any]:
+    """A ladder run's engine counters, which its summary entry does not hold: those of its series at
+    the point its metrics were read at (``EngineResult.ladder_point``: the capacity point),
+    :func:`reports.series.point_counters`; {} for other runs, or without a series there."""
+    ladder = run.ladder.engines.get(name) if run.ladder is not None else None
+    at = next((p for p in ladder.points if p.index == entry.ladder_point), None) if ladder is not None else None
+    return point_counters(at) if at is not None else {}
 
 
 def _bytes(value: float | None) -> str:
@@ -273,7 +294,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
             x, y = m.output_throughput, getattr(m.ttft_ms, tl_pct, None)
             if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                 tl_points.append((at, float(x), float(y)))
-            em = entry.engine_metrics
+            em = entry.engine_metrics or _ladder_counters(run, name, entry)  # a ladder run's: from its series
             inp = m.total_input_tokens
             cached = m.cached_tokens
             hit = em.get("prefix_cache_hit_rate")
@@ -301,7 +322,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
                 for t in sorted(turns):
                     row = turns[t]
                     turn_rows.append({"label": label, "turn": t, "n": row.requests,
-                                      "median": fmt(row.ttft_ms_p50, "{:,.1f}"), "p90": fmt(row.ttft_ms_p90, "{:,.1f}")})
+                                      "median": _ms(row.ttft_ms_p50, "ttft"), "p90": _ms(row.ttft_ms_p90, "ttft")})
 
     manifests = []
     for run in runs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from results.schema import AccuracyCheck, FidelityCheck, FidelityResult
+from results.schema import AccuracyCheck, FidelityCheck, FidelityResult, LadderSummary
 
 
 def _pct(iv: Any) -> str:
@@ -43,11 +43,30 @@ def _row(name: str, r: FidelityResult, allow_unchecked: bool = False) -> dict[st
             "numerics": r.numerics, "gate": _gate(r, allow_unchecked)}
 
 
-def fidelity_context(check: FidelityCheck | None) -> dict[str, Any] | None:
-    """The table's rows and its caption's facts (None when the run has no fidelity check)."""
+def no_rows(ladder: LadderSummary | None) -> str:
+    """Why a fidelity check holds no engine: on a ladder run it checks only the production engines
+    the verdict rests on (the leader, and the runner-up while not separated from it), so a run
+    whose only measured engines are the reference engine (a yardstick, never the verdict's) or
+    that reached no verdict has none; a run of load points checks every measured engine."""
+    if ladder is None:  # load points: every measured engine is checked, so none was measured
+        return "No engine's outputs were checked: no engine was measured (each one's reason is in the summary)."
+    ok = [n for n, e in ladder.engines.items() if e.status.value == "ok" and e.points]
+    yardsticks = [n for n in ok if ladder.engines[n].reference]
+    rule = ("No engine's outputs were checked: the check runs on the production engines the verdict rests on (the "
+            "leader, and the runner-up while not separated from it)")
+    if ok and len(yardsticks) == len(ok):
+        return (f"{rule}, and this run measured none: {', '.join(yardsticks)} is the reference engine, a yardstick "
+                "the verdict never rests on. Measure a production engine beside it (--engine) to check one.")
+    return f"{rule}, and this run reached no verdict that rests on one."
+
+
+def fidelity_context(check: FidelityCheck | None, ladder: LadderSummary | None = None) -> dict[str, Any] | None:
+    """The table's rows and its caption's facts (None when the run has no fidelity check);
+    ``empty``: why it has no row (:func:`no_rows`; "" when it has)."""
     if check is None:
         return None
-    return {"rows": [_row(n, r, check.allow_unchecked) for n, r in check.engines.items()], "prompts": check.prompts,
+    return {"rows": [_row(n, r, check.allow_unchecked) for n, r in check.engines.items()],
+            "empty": "" if check.engines else no_rows(ladder), "prompts": check.prompts,
             "max_tokens": check.max_tokens, "source": check.source, "epsilon": f"{check.epsilon:g}",
             "strict": f"{check.strict_floor:.2f}", "other": f"{check.other_floor:.2f}"}
 

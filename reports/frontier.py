@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from results.schema import EngineLadder, LadderSummary
+from results.schema.ladder import tps_interval_text
 
 from .energy import energy_cell, energy_usd
 from .plots import _figure, _png
@@ -242,7 +243,7 @@ def _interval(cap: Any) -> str:
         return "–"
     fails = getattr(cap, "lowest_fails", 0.0) or 0.0
     near = f" (its lowest load fails in {fails:.0%} of resamples)" if fails >= 0.025 else ""  # why it reaches 0
-    return f"[{cap.interval[0]:,.1f}–{cap.interval[1]:,.1f}]" + (" (1 run)" if cap.measurements < 2 else "") + near
+    return tps_interval_text(cap.interval) + (" (1 run)" if cap.measurements < 2 else "") + near
 
 
 def _usd(cap: Any) -> str:

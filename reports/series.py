@@ -31,6 +31,33 @@ def _acceptance(point: LadderPoint) -> float | None:
     return rates[-1] if rates else None
 
 
+def point_counters(point: LadderPoint) -> dict[str, float | str]:
+    """The engine's own counters at one ladder point, read from its series (``LadderPoint.series``,
+    each measurement's ``/metrics`` scraped over its measured phase), in the keys of
+    ``EngineResult.engine_metrics`` (the report's "Prefix caching and speculative decoding"
+    table reads either): ``prefix_cache_hit_rate`` and ``spec_acceptance_rate`` (0..1, since the
+    phase began: the last sample of the last measurement reporting it), ``num_preemptions`` (summed
+    over the measurements), ``kv_cache_usage`` (the peak fraction) and ``counters_scope`` saying
+    where they come from; {} when no measurement has a series."""
+    series = [s for s in point.series if s.samples]
+    if not series:
+        return {}
+    out: dict[str, float | str] = {}
+    for key, name in (("prefix_hit_rate", "prefix_cache_hit_rate"), ("spec_acceptance_rate", "spec_acceptance_rate")):
+        values = [v for s in series if (v := s.last(key)) is not None]
+        if values:
+            out[name] = values[-1]
+    kv, pre, _, _ = _state(point)
+    if pre is not None:
+        out["num_preemptions"] = pre
+    if kv is not None:
+        out["kv_cache_usage"] = kv
+    n = len(series)
+    out["counters_scope"] = (f"its /metrics series at its capacity point ({point.load} in flight, {n} measurement"
+                             f"{'s' if n != 1 else ''}; ladder.json): rates since each phase began, KV usage its peak")
+    return out
+
+
 def why_line(name: str, e: EngineLadder) -> str:
     """``vllm: KV cache 100 % and 23 preemptions at 8 in flight (where TTFT p90 broke)``: what the
     engine's series shows at the load where its capacity ended (the failing load of its bracket);

@@ -96,7 +96,7 @@ def write_reports(runs: list[Run], recommendation: Recommendation | None, out_di
     ladder = runs[0].ladder if len(runs) == 1 else None
     ctx["decision"] = decision_context(ladder, caveats(runs[0].summary, runs[0].replay) + [n for n in [shim_note(ladder, runs[0].manifest)] if n]) \
         if ladder is not None else None
-    ctx["fidelity"] = fidelity_context(runs[0].fidelity) if len(runs) == 1 else None
+    ctx["fidelity"] = fidelity_context(runs[0].fidelity, ladder) if len(runs) == 1 else None
     ctx["accuracy"] = accuracy_context(runs[0].accuracy) if len(runs) == 1 else None
     ctx["replay"] = replay_context(runs[0].replay) if len(runs) == 1 else None
     if ladder is not None and (chart := frontier_png(ladder)) is not None:

@@ -17,7 +17,9 @@ and every headline metric (:func:`headline`: each registered metric's ``csv`` st
 interval (``<metric>``, ``<metric>_low``, ``<metric>_high``;
 the bounds empty when no interval was formed - a rate of one repeat has none - and the value
 empty when not measured). Units as in
-``summary.json``: ms, tokens/s, requests/s.
+``summary.json``: ms, tokens/s, requests/s. Values keep their full precision (data to compute
+with): the one printed form the console, the reports and the verdict share
+(``metric_registry.figure``: 3 significant digits, at most the metric's ``decimals``) is for reading.
 """
 
 from __future__ import annotations

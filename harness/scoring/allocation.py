@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
+from results.schema.metric_registry import tps_figure
+
 from .race import Standing
 from .verdict import Verdict
 
@@ -77,7 +79,7 @@ def next_steps(race: list[Standing], verdict: Verdict, ladders: Ladders, *, max_
         for s in race[1:]:
             if not s.out and s.open and can_climb(s):
                 return [Step(s.name, "climb", f"its ladder stopped before any SLO broke and it could still lead "
-                                              f"{leader.name} (at most {s.ceiling:,.1f} tok/s)")]
+                                              f"{leader.name} (at most {tps_figure(s.ceiling)} tok/s)")]
     if verdict.outcome in ("not_separated", "undecided") and len(race) > 1:
         second = race[1]
         pair = [leader, second]

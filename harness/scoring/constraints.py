@@ -170,7 +170,7 @@ def judge_slos(
             values_at[condition] = values
             misses = [
                 f"p{slo.percentile:g} {METRIC_LABELS[slo.metric]} "
-                f"{format_ms(values[slo.key])} > {slo.threshold_ms:g} ms"
+                f"{format_ms(values[slo.key], slo.key)} > {slo.threshold_ms:g} ms"
                 for slo in slos
                 if values[slo.key] > slo.threshold_ms and not decided
             ]

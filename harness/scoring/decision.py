@@ -16,6 +16,7 @@ from harness.metrics import SLO, slo_table
 from results.hardware import cost_per_million_tokens
 from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary, RequestRecord
 from results.schema.records import STOPPED_PHASE
+from results.schema.metric_registry import metric_figure, tps_figure
 
 from .formatting import METRIC_LABELS
 from .gates import first
@@ -134,7 +135,7 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
         if lowest.binding == "errors":
             return "reliability", (f"failed {lowest.failure_rate:.0%} of its requests at the lowest load "
                                    f"(bound {max_failure_rate:.0%})")
-        shown = ", ".join(f"{k} {'∞' if not math.isfinite(v) else f'{v:,.0f}'} ms" for k, v in lowest.values.items())
+        shown = ", ".join(f"{k} {metric_figure(k, v)} ms" for k, v in lowest.values.items())
         return "slo", f"misses the SLO at the lowest load ({int(lowest.load)} in flight: {shown})"
     if ladder.status is not EngineStatus.OK:
         return "not measured", ladder.reason or "failed"
@@ -309,8 +310,8 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
                     f"inside ±5 %), decided by {d.tie_breaker}{gated}.")
     second = summary.engines[d.runner_up].capacity
     if second is not None and second.open and second.ceiling is not None and cap.floor:  # out of the race
-        return _fit(f"{head}; {d.runner_up} cannot reach it (at most {second.ceiling:,.1f} tok/s against a floor "
-                    f"of {cap.floor:,.1f}){gated}; {d.binding}.")
+        return _fit(f"{head}; {d.runner_up} cannot reach it (at most {tps_figure(second.ceiling)} tok/s, below "
+                    f"{d.winner}'s floor of {tps_figure(cap.floor)}: the least its capacity can be){gated}; {d.binding}.")
     return _fit(f"{head}, {_ratio(d, cap)} {d.runner_up}'s{gated}; {d.binding}.")
 
 

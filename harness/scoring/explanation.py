@@ -17,7 +17,7 @@ from harness.metrics import SLO
 from results.recommendation import TIE_BREAK
 
 from .features import verified_features
-from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text
+from .formatting import METRIC_LABELS, condition_label, format_ms, slo_text, tps_text
 from .ranking import EPS, REFERENCE_ENGINES, Outcome, ScoringContext
 from .cost import usd_per_million_output_tokens
 from .weights import CRITERIA
@@ -33,11 +33,11 @@ def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outc
         label = slo_text(outcome.slos[0]).split(" ≤")[0] if outcome.slos else "p99 TTFT"
         winner_ms, runner_up_ms = winner_raw.get(key), runner_up_raw.get(key)
         ratio = f", {runner_up_ms / winner_ms:.2f}×" if winner_ms and runner_up_ms else ""
-        return f"{label} {format_ms(winner_ms)} vs {format_ms(runner_up_ms)}{ratio}"
+        return f"{label} {format_ms(winner_ms, key)} vs {format_ms(runner_up_ms, key)}{ratio}"
     if criterion == "throughput":
         winner_tps, runner_up_tps = winner_raw.get("output_throughput"), runner_up_raw.get("output_throughput")
         ratio = f", {winner_tps / runner_up_tps:.2f}×" if winner_tps and runner_up_tps else ""
-        return f"output {winner_tps or 0:,.1f} vs {runner_up_tps or 0:,.1f} tokens/s{ratio}"
+        return f"output {tps_text(winner_tps)} vs {tps_text(runner_up_tps)} tokens/s{ratio}"
     if criterion == "features":
         won, lost = (verified_features(ctx.engines[name]) for name in (winner, runner_up))
         if not won and not lost:
@@ -98,7 +98,7 @@ def _only_survivor(outcome: Outcome, winner: str, condition: str) -> str:
         elif winner_ms > 0:
             runner_up_text = f"{runner_up} 2nd, {runner_up_ms / winner_ms:.1f}× the {label}"
         else:
-            runner_up_text = f"{runner_up} 2nd, {label} {format_ms(runner_up_ms)}"
+            runner_up_text = f"{runner_up} 2nd, {label} {format_ms(runner_up_ms, missed.key)}"
         others = [f"{name} also misses it" for name in slo_eliminated if name != runner_up]
         parts = [f"{winner}: the only {kind} meeting {slos_met} on {condition}", runner_up_text, *others]
         parts += excluded_clause(outcome, _BEFORE_SLO_STAGES)
@@ -183,10 +183,9 @@ def yardstick_sentence(outcome: Outcome) -> str:
     winner_row = rank[winner]
     relation = "above" if row.rank < winner_row.rank else "below"
     ref_raw, win_raw = outcome.raw[reference], outcome.raw[winner]
-    details = [f"output {ref_raw.get('output_throughput') or 0:,.1f} vs {win_raw.get('output_throughput') or 0:,.1f} "
-               "tokens/s"]
+    details = [f"output {tps_text(ref_raw.get('output_throughput'))} vs {tps_text(win_raw.get('output_throughput'))} tokens/s"]
     key, label = (f"slo:{outcome.slos[0].key}", slo_text(outcome.slos[0]).split(" ≤")[0]) if outcome.slos \
         else ("ttft_p99_ms", "p99 TTFT")
-    details.append(f"{label} {format_ms(ref_raw.get(key))} vs {format_ms(win_raw.get(key))}")
+    details.append(f"{label} {format_ms(ref_raw.get(key), key)} vs {format_ms(win_raw.get(key), key)}")
     return (f"{reference} (reference engine, a yardstick, never the recommendation) {place}, {relation} the "
             f"recommended {winner} ({winner_row.score:.3f}): {'; '.join(details)}")

@@ -6,7 +6,7 @@ import math
 from typing import Any, Iterator, Mapping, TYPE_CHECKING, Sequence
 
 from harness.metrics import SLO
-from results.schema.metric_registry import metric, slo_metrics
+from results.schema.metric_registry import metric, metric_figure, slo_metrics, tps_figure
 
 if TYPE_CHECKING:
     from .gather import Measurement
@@ -103,14 +103,23 @@ def _requested_rate(measurement: Measurement) -> float | None:
     return None if metrics is None else metrics.requested_rate
 
 
+def tps_text(value: float | None) -> str:
+    """Output tokens/s for a sentence, as the tables print it (``metric_registry.tps_figure``); None → 0."""
+    return tps_figure(value or 0.0)
+
+
 def format_weight(value: float) -> str:
     """A weight for a sentence: at most 3 decimals, no trailing zeros (1.004 → "1.004")."""
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
-def format_ms(value: float | None) -> str:
-    """A latency in ms (``"1,234.5 ms"``); None or infinite → ``"∞ (failed requests)"``."""
-    return "∞ (failed requests)" if value is None or math.isinf(value) else f"{value:,.1f} ms"
+def format_ms(value: float | None, key: str) -> str:
+    """A latency in ms of the metric ``key`` names (``"tpot_p99"``, ``"slo:tpot_p99"``,
+    ``"ttft_p99_ms"``) in its one printed form (``metric_registry.metric_figure``: ``"138 ms"``, as
+    the console's and the report's tables print it); None or infinite → ``"∞ (failed requests)"``."""
+    if value is None or math.isinf(value):
+        return "∞ (failed requests)"
+    return f"{metric_figure(key.removeprefix('slo:'), value)} ms"
 
 
 def slo_text(slo: SLO) -> str:

@@ -33,6 +33,9 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from results.schema.ladder import tps_interval_text
+from results.schema.metric_registry import tps_figure
+
 from .frontier import Capacity, PointStats
 
 RACE_MARGIN = 0.15  # a ceiling is raised by this before it can put an engine out (module docstring)
@@ -97,6 +100,20 @@ class Standing:
     out: str = ""
 
 
+def out_text(leader: str, bar: float, top: float, interval: tuple[float, float] | None) -> str:
+    """Why an engine is out, naming the statistic it was held to (its bar is the leader's floor,
+    not its capacity, and may sit below the interval the capacity table prints beside it):
+    ``"at most 49.4 tok/s, below openvino's floor of 68.5 tok/s (the throughput its passing load
+    sustained, below its 95 % interval [69.1–78.4])"``; figures in ``tps_figure``'s form."""
+    said = f"at most {tps_figure(top)} tok/s, below {leader}'s floor of {tps_figure(bar)} tok/s"
+    if interval is None:
+        return f"{said} (the throughput its passing load sustained)"
+    shown = tps_interval_text(interval)
+    if tps_figure(bar) == tps_figure(interval[0]):
+        return f"{said} (the low end of its 95 % interval {shown})"
+    return f"{said} (the throughput its passing load sustained, below its 95 % interval {shown})"
+
+
 def standings(caps: Mapping[str, Capacity], max_load: float = math.inf) -> list[Standing]:
     """The race over the production engines' capacities ``caps`` (the eligible ones: gates
     passed), best point estimate first; the first is the leader, and every engine whose ceiling
@@ -111,6 +128,6 @@ def standings(caps: Mapping[str, Capacity], max_load: float = math.inf) -> list[
         top = ceiling(cap, max_load)
         why = ""
         if name != lead_name and top < bar:
-            why = f"cannot reach {lead_name}'s {bar:,.1f} tok/s (at most {top:,.1f})"
+            why = out_text(lead_name, bar, top, lead.interval)
         out.append(Standing(name, cap.output_tps, floor(cap), top, cap.open, why))
     return out

@@ -13,6 +13,7 @@ import math
 
 from harness.metrics import SLO
 from results.recommendation import WeightFlip
+from results.schema.metric_registry import metric_figure
 
 from .formatting import METRIC_LABELS, format_weight, slo_text
 from .ranking import EPS, Outcome, ScoringContext, evaluate
@@ -133,12 +134,12 @@ def slo_sensitivity(outcome: Outcome, ctx: ScoringContext) -> list[str]:
                 break
         if tighter:
             who = f"makes {tighter[1]} the winner" if tighter[1] else "leaves no engine"
-            lines.append(f"tightening {label} from {slo.threshold_ms:g} ms to below {tighter[0]:,.1f} ms {who}")
+            lines.append(f"tightening {label} from {slo.threshold_ms:g} ms to below {metric_figure(slo.key, tighter[0])} ms {who}")
         else:
             lines.append(f"no tightening of {label} changes the winner")
         if looser:
             who = f"makes {looser[1]} the winner" if looser[1] else "leaves no engine"
-            lines.append(f"loosening {label} from {slo.threshold_ms:g} ms to {looser[0]:,.1f} ms {who}")
+            lines.append(f"loosening {label} from {slo.threshold_ms:g} ms to {metric_figure(slo.key, looser[0])} ms {who}")
         else:
             lines.append(f"no loosening of {label} changes the winner")
     return lines

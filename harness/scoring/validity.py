@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from harness.metrics import RATE_TOLERANCE
+from results.schema.metric_registry import metric_figure
 
 from .constraints import Elimination
 from .formatting import condition_label, rate_text
@@ -149,7 +150,7 @@ def itl_qualifier(measurement: Measurement) -> str | None:
     error, tpot = calibration.itl_error_ms_p99, measurement.values.get("tpot_p50_ms")
     if error is not None and tpot is not None and tpot > 0 and error > ITL_ERROR_FRACTION * tpot:
         return (f"the client's ITL timing error p99 {error:,.1f} ms (calibration) exceeds {ITL_ERROR_FRACTION:.0%} of "
-                f"the measured TPOT p50 {tpot:,.1f} ms: its ITL figures are within the client's own timing error "
+                f"the measured TPOT p50 {metric_figure('tpot_p50', tpot)} ms: its ITL figures are within the client's own timing error "
                 "(TPOT and TTFT, two stamps per request, are not)")
     return None
 

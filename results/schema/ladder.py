@@ -15,6 +15,7 @@ from .series import EngineSeries
 from .fidelity import FidelityResult
 from .jobs import CacheFigures, JobFigures
 from .metrics import Metrics
+from .metric_registry import tps_figure
 
 LADDER_FILE = "ladder.json"
 
@@ -60,6 +61,11 @@ class LadderPoint(Artefact):
     cache: CacheFigures | None = None  # an agentic point's prefix cache against the theoretical (harness.scoring.jobs)
 
 
+def tps_interval_text(interval: tuple[float, float] | None) -> str:
+    """A capacity's 95 % interval as every table and sentence prints it: ``"[69.1–78.4]"`` (``tps_figure``); "" for None."""
+    return "" if interval is None else f"[{tps_figure(interval[0])}–{tps_figure(interval[1])}]"
+
+
 class CapacityAtSLO(Artefact):
     """An engine's capacity at the SLO (``harness.scoring.frontier``): ``output_tps`` (output
     tokens/s per device) with its 95 % ``interval`` (bootstrap; None = not computed),
@@ -97,8 +103,15 @@ class CapacityAtSLO(Artefact):
     @property
     def tps_text(self) -> str:
         """The capacity as every sentence and table prints it (the verdict, the capacity table, the
-        tuning's lines): output tok/s per device to one decimal, ``≥`` when open."""
-        return f"{'≥ ' if self.open else ''}{self.output_tps:,.1f}"
+        tuning's lines, bench compare, the race): output tok/s per device in ``tps_figure``'s form
+        (one decimal, as every tok/s figure), ``≥`` when open; its interval, floor and ceiling are
+        printed in the same form (:attr:`interval_text`, ``tps_figure``)."""
+        return f"{'≥ ' if self.open else ''}{tps_figure(self.output_tps)}"
+
+    @property
+    def interval_text(self) -> str:
+        """Its 95 % interval as every table prints it: ``"[12.2–15.1]"`` (the capacity's decimals); "" without one."""
+        return tps_interval_text(self.interval)
 
     @property
     def jobs_text(self) -> str:

@@ -22,6 +22,7 @@ a declaration is a frozen dataclass instance rather than a class, and also says 
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -58,8 +59,9 @@ class Metric:
     - ``missing_meets_slo``: a successful request without a value (TPOT of a 1-token reply)
       cannot break a per-request SLO; else it breaks it.
     - ``report`` / ``console`` / ``csv``: the statistics (``"p50"``, ``"p99"`` …) shown in the
-      report's summary table, the console's, and ``summary.csv``; ``decimals``: the report's
-      decimals. ``intervals``: the statistics given a 95 % bootstrap interval
+      report's summary table, the console's, and ``summary.csv``; ``decimals``: the most decimals
+      a printed figure of it has (:func:`figure`: 3 significant digits, at most these decimals;
+      ``summary.csv`` keeps full precision, being data). ``intervals``: the statistics given a 95 % bootstrap interval
       (``EngineResult.intervals``); ``cdf``: its values are stored for the report's CDFs.
     - ``source``: where the formula comes from (paper, section or tool convention).
     """
@@ -152,3 +154,53 @@ def metric(name: str) -> Metric:
 def slo_metrics() -> tuple[Metric, ...]:
     """The metrics ``--slo`` may judge, in registration order."""
     return tuple(m for m in _REGISTRY.values() if m.slo_percentiles)
+
+
+SIGNIFICANT = 3
+"""A printed figure keeps this many significant digits (at most its metric's ``decimals``)."""
+TPS_DECIMALS = 1
+"""Output tokens/s (a throughput, a capacity, its interval, the race's bars): one decimal, everywhere."""
+
+
+def figure_decimals(value: float, decimals: int) -> int:
+    """The decimals :func:`figure` prints ``value`` with: enough for :data:`SIGNIFICANT` digits,
+    never more than ``decimals`` (137.55 → 0, 13.755 → 1, 1.3755 → 2 when ``decimals`` is 2)."""
+    if not math.isfinite(value) or value == 0:
+        return decimals
+    d = max(0, min(decimals, SIGNIFICANT - (math.floor(math.log10(abs(value))) + 1)))
+    return d - 1 if d > 0 and abs(round(value, d)) >= 10 ** (SIGNIFICANT - d) else d  # 99.96 → "100", not "100.0"
+
+
+def figure(value: float, decimals: int, low: float | None = None, high: float | None = None) -> str:
+    """THE printed form of a metric value of an engine, wherever it is printed (the console's
+    tables, the verdict's sentences, report.md/html, the weighted table): thousands separators,
+    :func:`figure_decimals` decimals (``figure(137.55, 2)`` → ``"138"``), and, given an interval
+    with ``low < high``, ``"138 [131–145]"``: its bounds with the value's decimals. ∞ → ``"∞"``."""
+    if not math.isfinite(value):
+        return "∞" if value > 0 else "-∞"
+    d = figure_decimals(value, decimals)
+    text = f"{value:,.{d}f}"
+    if low is not None and high is not None and high > low:
+        text += f" [{low:,.{d}f}–{high:,.{d}f}]".replace("inf", "∞")
+    return text
+
+
+def tps_figure(value: float) -> str:
+    """Output tokens/s as every table and sentence prints it (:data:`TPS_DECIMALS`): ``"1,234.5"``."""
+    return f"{value:,.{TPS_DECIMALS}f}" if math.isfinite(value) else "∞"
+
+
+def metric_of(key: str) -> Metric:
+    """The metric a key names, in any of its spellings: ``"tpot"``, ``"tpot_ms.p99"`` (a summary
+    path), ``"tpot_p99_ms"`` (a CSV column, the weighted table's), ``"tpot_p99"`` (an SLO key).
+    KeyError when none does."""
+    stem = key.split(".")[0]
+    for m in sorted(_REGISTRY.values(), key=lambda m: -len(m.name)):  # ttft_from_scheduled before ttft
+        if stem in (m.name, m.field) or stem.startswith((f"{m.name}_p", f"{m.name}_max", f"{m.field}_")):
+            return m
+    raise KeyError(key)
+
+
+def metric_figure(key: str, value: float, low: float | None = None, high: float | None = None) -> str:
+    """:func:`figure` of the metric ``key`` names (:func:`metric_of`), at its registered ``decimals``."""
+    return figure(value, metric_of(key).decimals, low, high)

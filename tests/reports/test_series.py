@@ -60,3 +60,27 @@ def test_the_acceptance_rate_joins_the_line_and_the_chart_where_the_engine_specu
 def test_one_request_waiting_is_one_request() -> None:
     e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.4, running=4, waiting=1, preemptions=0)])
     assert why_line("own", e) == "own: up to 1 request waiting beside 4 running at 8 in flight (where ttft_p90 broke)"
+
+
+def test_a_ladder_runs_counters_table_reads_its_series_at_the_capacity_point(tmp_path) -> None:  # noqa: ANN001
+    """A ladder run leaves summary.json's ``engine_metrics`` empty: the report's "Prefix caching and
+    speculative decoding" table reads the engine's series at the point its metrics were read at, and
+    says so, instead of "the engine reports no counter"."""
+    from reports.context import build_context
+    from results.schema import LADDER_FILE, LadderSummary
+    from results.store import load_run, write_model_atomic
+    from tests.helpers import make_records, ok_entry, write_run
+
+    first = EngineSeries(parser="own", samples=[SeriesSample(t_s=1.0, kv_cache_usage=0.5, preemptions=1, prefix_hit_rate=0.4),
+                                                SeriesSample(t_s=2.0, kv_cache_usage=0.8, preemptions=2, prefix_hit_rate=0.62,
+                                                             spec_acceptance_rate=0.71)])
+    again = EngineSeries(parser="own", samples=[SeriesSample(t_s=1.0, kv_cache_usage=0.6, preemptions=3, prefix_hit_rate=0.66)])
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=1.0, prefix_hit_rate=0.1)])  # the failing point: not the one read
+    e.points[0].series = [first, again]
+    records = make_records("own", 8, ttft_ms=50.0, tpot_ms=10.0)
+    run = write_run(tmp_path, "lad", {"own": ok_entry(records, None) | {"ladder_point": 0}}, records)
+    write_model_atomic(run.run_dir / LADDER_FILE, LadderSummary(run_id="lad", workload="chat", engines={"own": e}))
+    row = next(r for r in build_context([load_run(run.run_dir)], None)["engine_stats"] if r["label"].startswith("own"))
+    assert (row["prefix_cache_hit_rate"], row["spec_acceptance_rate"], row["num_preemptions"], row["kv_cache_usage"]) == \
+        ("66.0%", "71.0%", "5", "80.0%")  # the last measurement's hit rate; preemptions summed; KV usage its peak
+    assert row["scope"].startswith("its /metrics series at its capacity point (4 in flight, 2 measurements; ladder.json)")

@@ -53,7 +53,7 @@ def test_report_content(tmp_path: Path) -> None:
         assert (run.run_dir / rel).stat().st_size > 1000
     assert len(re.findall(r"\]\((report-plots/[a-z_]+\.png)\)", md)) == 5  # + the timelines
     # per-turn table: own's median TTFT by turn
-    assert "| own | 0 | 4 | 120.0 | 120.0 |" in md and "| own | 2 | 4 | 40.0 | 40.0 |" in md
+    assert "| own | 0 | 4 | 120 | 120 |" in md and "| own | 2 | 4 | 40.0 | 40.0 |" in md  # metric_registry.figure
     assert "| own | 62.0% | 0.0% | 75.0% | — | — | — |" in md
     assert "| transformers | — | 0.0% | — | — | — | — | prefix caching on; the engine reports no counter of it |" in md
     # skipped/failed engines are listed with reasons, never with numbers

@@ -56,3 +56,21 @@ def test_pooled_measurements_count_each_once_and_share_one_cache():
     assert pooled["output_tokens"] == [8, 4] and pooled["turns_per_session"] == [1, 2] and pooled["tool_s"] == [1.5]
     assert pooled["hit_rate_infinite"] == pooled["hit_rate_lru"] == 16 / 64
     assert pooled_statistics([a, b], 16, 1)["hit_rate_lru"] == 0.0  # one block: the second prompt's first is evicted
+
+
+@SLOW
+def test_the_readmes_agentic_prompt_sizes_are_what_the_default_workload_builds(kit):
+    """README said "prompts of 150–500 tokens" while a ladder sent p99 ~1,370: the sizes it states
+    now are the default workload's at a ladder point's size (120 requests), SmolLM2's tokenizer."""
+    import numpy as np
+
+    from workloads.registry import build_workload
+
+    w = build_workload(parse_options(name="agentic", num_requests=120), kit.tokenizer)
+    st = offered_statistics(w.sessions, 16, 1024)
+    p50, p90, p99 = (float(np.percentile(st["input_tokens"], q)) for q in (50, 90, 99))
+    assert 270 <= p50 <= 310 and 500 <= p90 <= 600 and 1_350 <= p99 <= 1_410 and max(st["input_tokens"]) <= 1_410
+    assert set(st["output_tokens"]) <= set(range(16, 33)) and max(st["turns_per_session"]) == 4
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert ("prompts of about 290 tokens at the median, 500–600 at p90 and 1,400 at p99" in readme
+            and "150–500 tokens" not in readme)

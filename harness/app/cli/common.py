@@ -87,7 +87,8 @@ class OneLineErrors(TyperGroup):
 
 def _flags_as_flags(command: Any) -> None:
     """``command`` and its subcommands: every on/off flag (``--json``, ``--help``) with no value
-    shown in ``--help`` (typer shows ``<bool>`` as if it took one); ``--help`` in the command's
+    shown in ``--help`` (typer shows ``<bool>`` as if it took one), every positional argument as
+    ``RUN  TEXT...`` (typer shows ``run...  <list[str]>``); ``--help`` in the command's
     last options panel, so a command whose options are in panels ends with it."""
     for sub in getattr(command, "commands", {}).values():
         _flags_as_flags(sub)
@@ -96,6 +97,11 @@ def _flags_as_flags(command: Any) -> None:
     for param in [*params, *([help_option] if help_option is not None else [])]:
         if getattr(param, "is_flag", False) and not getattr(param, "count", False):
             param.metavar = ""
+        if isinstance(param, typer.core.TyperArgument):  # its name upper-case and TEXT, not typer's <list[str]>
+            param.metavar = param.metavar or (param.name or "").upper()
+            bare = param.bare_type().removeprefix("list[").removesuffix("]")  # "str", "list[str]", "Path"
+            kind = {"int": "INT", "float": "NUM", "Path": "PATH"}.get(bare, "TEXT")
+            param.display_type_rich = lambda ctx, shown=kind + ("..." if param.nargs != 1 else ""): shown
     panels = [p.rich_help_panel for p in params if getattr(p, "rich_help_panel", None)]
     if help_option is not None and panels:
         help_option.rich_help_panel = panels[-1]

@@ -23,6 +23,8 @@ from harness.app.settings.recommend import CompareSettings, HistorySettings
 from harness.metrics import SLO, slo_table, slos_of
 from results.pairs import split_list
 from results.store import ResultsError, Run
+from results.schema.ladder import tps_interval_text
+from results.schema.metric_registry import tps_figure
 
 
 def _load(ref: str, output_dir: Path) -> Run:
@@ -45,8 +47,7 @@ def _capacity(cap) -> str:  # type: ignore[no-untyped-def]
         return "–"
     if cap.never_met or cap.output_tps <= 0:
         return "0 (misses the SLO at its lowest load)"
-    lo, hi = cap.interval if cap.interval is not None else (float("nan"), float("nan"))
-    return f"{'≥ ' if cap.open else ''}{cap.output_tps:,.1f} [{lo:,.1f}–{hi:,.1f}]"
+    return f"{'≥ ' if cap.open else ''}{tps_figure(cap.output_tps)} {tps_interval_text(cap.interval) or '[–]'}"
 
 
 def compare_runs(settings: CompareSettings) -> None:

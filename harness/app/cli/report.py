@@ -30,6 +30,7 @@ from results.recommendation import question_name, write_decision
 from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run
 from results.schema import LadderSummary
+from results.schema.metric_registry import metric_figure, tps_figure
 
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
@@ -70,8 +71,13 @@ def _usd(v: object) -> str:
     return f"${v:,.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
 
 
-def _ms(v: object) -> str:
-    return f"{v:,.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+def _ms(v: object, key: str) -> str:
+    """A metric value (``key``: ``"tpot_p99_ms"``) in its one printed form (``metric_registry.metric_figure``)."""
+    return metric_figure(key, float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+
+
+def _tps(v: object) -> str:
+    return tps_figure(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
 
 
 def print_recommendation(rec: Recommendation, console: Console) -> None:
@@ -99,8 +105,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
             marked = r.reference and "reference" not in r.display_name
             name = escape(r.display_name) + (" [dim](reference engine: a yardstick)[/dim]" if marked else "")
             table.add_row(str(r.rank), name, f"{r.score:.3f}", interval, f"tie {group + 1}" if tied else "",
-                          _ms(r.metrics.get("output_throughput")), _ms(r.metrics.get("ttft_p99_ms")),
-                          _ms(r.metrics.get("tpot_p99_ms")), _usd(r.metrics.get("cost_per_1m_output_tokens")),
+                          _tps(r.metrics.get("output_throughput")), _ms(r.metrics.get("ttft_p99_ms"), "ttft_p99_ms"),
+                          _ms(r.metrics.get("tpot_p99_ms"), "tpot_p99_ms"), _usd(r.metrics.get("cost_per_1m_output_tokens")),
                           r.condition)
         console.print(table)
         if rec.score_repeats < 2 and rec.on_ladder:

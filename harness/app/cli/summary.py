@@ -2,7 +2,9 @@
 
 Renders a stored :class:`results.schema.RunSummary` (``bench run`` at its end, ``bench results
 show``); its latency columns are each registered metric's ``console`` statistics
-(:mod:`results.schema.metric_registry`, in registry order, ms, one decimal); the intervals come from ``EngineResult.intervals`` (``harness.metrics.repeats``).
+(:mod:`results.schema.metric_registry`, in registry order, ms, in the one printed form of
+``metric_registry.figure``: the report and the verdict print the same string); the intervals come
+from ``EngineResult.intervals`` (``harness.metrics.repeats``), with the value's decimals.
 :func:`resource_table` is the compact second table of what each engine used while measured
 (``EngineResult.resources``, ``adapters.runtime.resources``) and its cost (``EngineResult.cost``).
 """
@@ -19,7 +21,7 @@ from adapters.runtime.resources import fmt_bytes
 from harness.app.cli.parity import parity_lines
 from harness.metrics.failures import failure_text
 from results.schema import EngineResult, EngineStatus, Interval, Metrics, RunSummary, metric_number
-from results.schema.metric_registry import metrics
+from results.schema.metric_registry import TPS_DECIMALS, metric_figure, metrics
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -31,18 +33,21 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def _short(value: float, digits: int) -> str:
-    """Fewer decimals for big numbers, so a value and its interval fit one table cell."""
-    return fmt(value, 0 if abs(value) >= 100 else digits)
-
-
 def with_interval(value: float | None, interval: Interval | None, digits: int = 1) -> str:
-    """``value [low–high]`` when an interval was formed (low < high), else ``value``."""
+    """``value [low–high]`` (an interval is shown when one was formed, low < high), every number with
+    ``digits`` decimals; "–" for None. Metric values go through :func:`metric_cell` instead."""
     if value is None:
         return "–"
     if interval is None or not interval.high > interval.low:
         return fmt(float(value), digits)
-    return f"{_short(float(value), digits)} [{_short(interval.low, digits)}–{_short(interval.high, digits)}]"
+    return f"{fmt(float(value), digits)} [{fmt(interval.low, digits)}–{fmt(interval.high, digits)}]"
+
+
+def metric_cell(path: str, value: float | None, interval: Interval | None) -> str:
+    """A metric value with its interval in the one printed form (``metric_registry.figure``)."""
+    if value is None:
+        return "–"
+    return metric_figure(path, float(value), *((interval.low, interval.high) if interval is not None else ()))
 
 
 def _basis_line(summary: RunSummary) -> str:
@@ -102,8 +107,8 @@ def summary_table(summary: RunSummary) -> tuple[Table, list[str]]:
             name, engine.shown_status,
             f"{m.requests_completed}/{m.requests_failed}" + (f"/{m.requests_incomplete}" if incomplete else ""),
             with_interval(m.request_throughput, ci("request_throughput"), 2),
-            with_interval(m.output_throughput, ci("output_throughput")),
-            *[with_interval(metric_number(m, path), ci(path)) for _, path in latencies],
+            with_interval(m.output_throughput, ci("output_throughput"), TPS_DECIMALS),
+            *[metric_cell(path, metric_number(m, path), ci(path)) for _, path in latencies],
             with_interval(m.goodput.request_goodput if m.goodput else None, ci("goodput.request_goodput"), 2),
         ]
         if summary.repeats > 1:

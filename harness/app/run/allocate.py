@@ -4,8 +4,9 @@
 
 Each round judges what was measured so far (every engine's capacity with its interval,
 :mod:`harness.scoring.race` for who can still win, :mod:`harness.scoring.verdict` for the
-verdict), says once of each engine that falls out of the race why ("transformers cannot reach
-openvino's 93.1 tok/s (at most 41.2): stopped after 2 points"), checks the output fidelity of
+verdict), says once of each engine that falls out of the race why, naming the statistic it was
+held to ("transformers at most 41.2 tok/s, below openvino's floor of 93.1 tok/s (the low end of
+its 95 % interval [93.1–99.0]): stopped after 2 points"), checks the output fidelity of
 the engines the verdict rests on (the leader, and the runner-up unless separated from it) that
 were not checked (the first climbs skip the check: only an engine that can win needs one; an
 engine below the floor is excluded, and the race is judged again without it), then runs the

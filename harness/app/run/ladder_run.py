@@ -43,6 +43,7 @@ from harness.metrics import slo_table
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.decision import judge
 from harness.scoring.frontier import PointSample, capacity_of, point_stats
+from harness.scoring.race import out_text
 from harness.scoring.samples import judged_records
 from harness.scoring.ranking import REFERENCE_ENGINES
 from rich.console import Console
@@ -324,7 +325,7 @@ def _race_line(s: LadderSummary, name: str, leader: str, points: int, then: str)
     after = f"stopped after {points} point{'s' if points != 1 else ''}"
     if bar is None or top is None or top >= bar:
         return f"{then} when it was dropped: {after}"
-    return f"cannot reach {leader}'s {bar:,.1f} tok/s (at most {top:,.1f}): {after}"
+    return f"{out_text(leader, bar, top, lead.capacity.interval)}: {after}"  # type: ignore[union-attr]
 
 
 def _startup(e: EngineClimb) -> float | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from adapters.runtime.resources import with_output_tokens
 from adapters.base import EngineError
 from results.schema.records import RAMP_PHASE
+from results.schema.metric_registry import metric_figure
 from results.schema.series import EngineSeries
 from results.schema import AccuracyResult, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord, ResourceUse
 from workloads.options import WorkloadOptions
@@ -405,7 +406,7 @@ def point_line(rung: Rung) -> str:
 def stats_line(load: int, s: PointStats) -> str:
     """``load 8: 182 tok/s, 21 tok/s/user, TTFT p90 812 ms, TPOT p90 45 ms ✓``: one point's
     figures and its SLO verdict."""
-    values = ", ".join(f"{k.replace('_p', ' p').upper().replace(' P', ' p')} " + ("∞" if not math.isfinite(v) else f"{v:,.0f} ms")
+    values = ", ".join(f"{k.replace('_p', ' p').upper().replace(' P', ' p')} " + f"{metric_figure(k, v)} ms"
                        for k, v in s.values.items() if not math.isnan(v))
     user = f", {s.per_user_tps:,.1f} tok/s/user" if s.per_user_tps else ""
     errors = f", {s.failure_rate:.0%} failed" if s.failure_rate else ""

@@ -89,3 +89,11 @@ def test_the_verdict_and_the_capacity_table_print_one_figure_for_a_capacity() ->
     d.winner, d.undecided, d.unsettled, d.outcome = "", "a", ["a"], "undecided"
     assert "a leads with ≥ 14.5 output tok/s per device" in sentence(d, s, slos)
     assert capacity_rows(s)[0]["capacity"] == "≥ 14.5" and capacity_rows(s)[0]["load"] == "≥ 14.5"
+
+
+def test_a_latency_in_a_sentence_is_the_tables_figure() -> None:
+    from harness.scoring.formatting import format_ms
+
+    # 137.55 ms TPOT read "137.5" in the weighted table's sentences and "137.55" in report.md: now one form
+    assert format_ms(137.55, "slo:tpot_p99") == "138 ms" == format_ms(137.55, "tpot_p99_ms")
+    assert format_ms(13.755, "tpot_p90") == "13.8 ms" and format_ms(float("inf"), "ttft_p90") == "∞ (failed requests)"

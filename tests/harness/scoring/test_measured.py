@@ -128,7 +128,7 @@ def test_reference_engine_is_a_yardstick_never_the_recommendation(tmp_path: Path
     assert rec.deciding_constraint.startswith("vllm: the only production engine measured")
     assert rec.yardstick.startswith("own (reference engine, a yardstick, never the recommendation) ranks 1 of 2 "
                                     "with score ")
-    assert "above the recommended vllm" in rec.yardstick and "p99 TTFT 50.0 ms vs 100.0 ms" in rec.yardstick
+    assert "above the recommended vllm" in rec.yardstick and "p99 TTFT 50.0 ms vs 100 ms" in rec.yardstick
     assert rec.notes[0] == rec.yardstick
     assert rec.sensitivity[0] == ("no weight change can change the winner: only one production engine survives "
                                   "the hard constraints")

@@ -41,20 +41,20 @@ def test_slo_elimination_names_the_deciding_constraint(tmp_path: Path) -> None:
     rec = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=120"))
     assert rec.winner == "sglang"
     assert rec.elimination_stage == {"tensorrt_llm": "not measured", "transformers": "slo"}
-    assert "p99 TTFT 130.0 ms > 120 ms" in rec.eliminated["transformers"]
+    assert "p99 TTFT 130 ms > 120 ms" in rec.eliminated["transformers"]
     assert rec.deciding_constraint == (
         "sglang: the only engine meeting p99 TTFT ≤ 120 ms on chat at 4.00 req/s requested, 4.00 achieved; transformers 2nd, 1.3× the TTFT; "
         "not measured (skipped; reasons in the not-measured list): tensorrt_llm"
     )
     assert "needs an NVIDIA GPU" in rec.eliminated["tensorrt_llm"]  # the reason itself stays in the table
     # SLO sensitivity: below sglang's 100 ms nobody is left; at transformers' 130 ms it is readmitted
-    assert "tightening p99 TTFT from 120 ms to below 100.0 ms leaves no engine" in rec.sensitivity
+    assert "tightening p99 TTFT from 120 ms to below 100 ms leaves no engine" in rec.sensitivity
     loosened = recommend([run], hardware=CPU, slos=parse_slos("ttft_p99=130"))
     assert {r.engine for r in loosened.ranking} == {"sglang", "transformers"}
     expect = (
         "no loosening of p99 TTFT changes the winner"
         if loosened.winner == "sglang"
-        else f"loosening p99 TTFT from 120 ms to 130.0 ms makes {loosened.winner} the winner"
+        else f"loosening p99 TTFT from 120 ms to 130 ms makes {loosened.winner} the winner"
     )
     assert expect in rec.sensitivity
 

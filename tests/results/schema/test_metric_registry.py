@@ -51,3 +51,30 @@ def test_the_schema_fields_of_the_built_in_metrics_are_the_declared_ones() -> No
     assert dists == {m.field for m in metrics()}
     assert set(ErrorAdjusted.model_fields) == {m.field for m in metrics() if m.failures == "inf"}
     assert set(Samples.model_fields) == {m.name for m in metrics() if m.cdf}
+
+
+@pytest.mark.parametrize(("value", "decimals", "shown"), [
+    (137.55, 2, "138"),  # the reference engine's TPOT p99: 138 on the console, in report.md and the weighted table
+    (13.755, 2, "13.8"), (1.3755, 2, "1.38"), (1.3755, 1, "1.4"), (0.13755, 2, "0.14"),
+    (99.96, 2, "100"), (9.996, 2, "10.0"), (1234.5, 1, "1,234"), (12_345.6, 1, "12,346"),
+    (float("inf"), 1, "∞"),
+])
+def test_a_figure_has_three_significant_digits_and_at_most_the_registry_s_decimals(
+        value: float, decimals: int, shown: str) -> None:
+    from results.schema.metric_registry import figure
+
+    assert figure(value, decimals) == shown
+
+
+def test_an_interval_is_printed_with_its_value_s_decimals() -> None:
+    from results.schema.metric_registry import figure, metric_figure, metric_of, tps_figure
+
+    assert figure(137.55, 2, 131.04, 145.91) == "138 [131–146]"
+    assert figure(13.755, 2, 12.04, 105.2) == "13.8 [12.0–105.2]"  # the value's decimals, not each bound's own
+    assert figure(13.755, 2, 13.0, 13.0) == "13.8"  # no interval formed (low == high): none shown
+    assert metric_of("tpot_p99_ms") is metric_of("tpot_ms.p99") is metric_of("tpot_p99") is metric("tpot")
+    assert metric_of("ttft_from_scheduled_p99").name == "ttft_from_scheduled"  # not ttft's
+    assert metric_figure("tpot_ms.p99", 137.55) == "138" and metric_figure("ttft_p90", 8.123) == "8.1"
+    assert tps_figure(74.26) == "74.3" and tps_figure(1234.56) == "1,234.6"
+    with pytest.raises(KeyError):
+        metric_of("nonsense_p99")

@@ -274,7 +274,7 @@ def cases(root: Path) -> list[tuple[str, list[str], str]]:
         ("workloads-show-seed-negative", ["workloads", "show", "chat", "--seed", "-1"], "--seed must be >= 0"),
         ("workloads-show-not-for-kind", ["workloads", "show", "agentic", "--input-len", "5"], "does not apply"),
         ("workloads-show-model-missing", ["workloads", "show", "chat", "--model", "/nonexistent/m"], "not a folder"),
-        ("workloads-show-no-name", ["workloads", "show"], "Missing argument 'name'"),
+        ("workloads-show-no-name", ["workloads", "show"], "Missing argument 'NAME'"),
         # ---- bench calibrate
         ("calibrate-burst-zero", ["calibrate", "--burst", "0"], "--burst must be between 1 and 100,000, got 0"),
         ("calibrate-burst-huge", ["calibrate", "--burst", "2000000"], "--burst must be between 1 and 100,000"),

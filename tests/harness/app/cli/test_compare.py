@@ -79,3 +79,13 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "not comparable" in _one_line(runner.invoke(app, ["compare", str(a), str(other)]))
     assert "no stored run" in _one_line(runner.invoke(app, ["results", "history", "nope", "--output-dir", str(tmp_path)]))
     assert "SLO" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--slo", "ttft=abc"]))
+
+
+def test_the_positional_arguments_read_as_names_and_text_in_help() -> None:
+    """``bench compare --help`` and ``bench report --help`` showed ``run_a  <str>`` and
+    ``run...  <list[str]>``: Python's types, not what to type."""
+    compare = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200", "TERM": "dumb"}).output
+    report = runner.invoke(app, ["report", "--help"], env={"COLUMNS": "200", "TERM": "dumb"}).output
+    assert "<str>" not in compare and "<list[str]>" not in report
+    assert " RUN_A      TEXT " in compare and " RUN_B      TEXT " in compare
+    assert " RUN      TEXT... " in report

@@ -80,7 +80,7 @@ def test_three_endpoints_are_ranked_by_their_capacity(slotted, tmp_path):
     # more (each point once), while the leader's bracket is measured again on a fresh start
     for name in ("one", "two"):
         e = run.ladder.engines[name]
-        assert e.race.startswith(f"cannot reach four's ") and all(len(p.seeds) == 1 for p in e.points), e.race
+        assert e.race.startswith("at most ") and "below four's floor of " in e.race and all(len(p.seeds) == 1 for p in e.points), e.race
         assert e.capacity.ceiling < e.capacity.floor * 1.5 < run.ladder.engines["four"].capacity.floor
     assert "Out of the race, measured no more: " in res.output
     four = run.ladder.engines["four"]
@@ -205,8 +205,12 @@ def test_the_leader_climbs_first_and_an_open_runner_up_stops_once_it_cannot_reac
     d = ladder.decision
     assert not d.undecided and d.winner == "quick" and d.runner_up == "slow"
     bar, top = quick.capacity.floor, slow.capacity.ceiling
-    assert top < bar and slow.race == f"cannot reach quick's {bar:,.1f} tok/s (at most {top:,.1f}): stopped after 3 points"
-    assert f"at most {top:,.1f} tok/s against a floor of {bar:,.1f}" in d.sentence
+    lo, hi = quick.capacity.interval
+    what = "the low end of its 95 % interval" if f"{bar:,.1f}" == f"{lo:,.1f}" else \
+        "the throughput its passing load sustained, below its 95 % interval"
+    assert top < bar and slow.race == (f"at most {top:,.1f} tok/s, below quick's floor of {bar:,.1f} tok/s ({what} "
+                                       f"[{lo:,.1f}–{hi:,.1f}]): stopped after 3 points")
+    assert f"at most {top:,.1f} tok/s, below quick's floor of {bar:,.1f}: the least its capacity can be" in d.sentence
 
 
 def test_an_endpoint_that_is_not_reachable_is_said_once_and_nothing_is_built_for_it(tmp_path):

@@ -102,7 +102,7 @@ def test_the_console_report_and_csv_show_it(queue, tmp_path) -> None:
     cells = [c.strip() for c in row.strip("│").split("│")]
     assert cells[[c.strip() for c in header.strip("┃").split("┃")].index("Queue p99")].startswith("5.0")
 
-    assert ("queue_p99", "Queue p99 ms", "queue_ms.p99", "{:,.1f}") in summary_columns()
+    assert ("queue_p99", "Queue p99 ms", "queue_ms.p99", "metric") in summary_columns()
     assert ("queue", "client queueing (ms)") in cdf_panels()
     (tmp_path / "report").mkdir()
     md, html = write_reports([run], None, tmp_path / "report")
