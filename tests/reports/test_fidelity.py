@@ -21,7 +21,7 @@ def _ladder(**engines: bool) -> LadderSummary:
 def _section(env: Environment, ctx: dict) -> str:
     """report.md.j2's output-fidelity section alone, rendered with ``ctx``."""
     template = env.from_string(env.loader.get_source(env, "report.md.j2")[0].split("{% if fidelity %}")[1]
-                               .split("{% if accuracy %}")[0].rsplit("{% endif %}", 1)[0])
+                               .split("{% if replay %}")[0].rsplit("{% endif %}", 1)[0])
     return template.render(fidelity=ctx)
 
 
