@@ -17,13 +17,14 @@ steps the rule asks for, each as a trial on the executor:
   the leader's floor (out of the race after that point, not after the whole climb);
 - **bisect**: one point halfway between the bracket's loads (its kept engine);
 - **repeat**: a fresh start of the engine (the spread between starts goes into the interval),
-  a short ramp that is not judged (a brief pass of the workload's own prompts at the bracket's
-  passing load, its records stored with phase "ramp"), then the bracket points once each. A
+  a ramp that is not judged (a whole pass of the workload's own prompts at the bracket's passing
+  load, its records stored with phase "ramp"), then the bracket points once each. A
   fresh engine is cold: measured as a point at half the boundary, the ramp read 0.60-0.63 of the
   climb's throughput there, and the first bracket point after it 0.89 in each of make bench's
   three runs of 2026-12-06 (the second 0.95-1.05); after a ramp at the passing load the first
-  read 0.94 (one run, openvino alone; benchmarks/ramp_bias.py); a warm-up of synthetic prompts
-  left it at 0.64, so the ramp is a pass of the workload's own prompts.
+  read 0.94 (one run, openvino alone; benchmarks/ramp_bias.py), so the ramp is now as long as a
+  measurement of that point; a warm-up of synthetic prompts left it at 0.64, so the ramp is a
+  pass of the workload's own prompts.
 
 It stops when the rule asks for nothing more, or when the next step would not finish within
 the time budget (said in one line, with the time left).
@@ -206,7 +207,8 @@ class Allocation:
     def _cost(self, e: EngineClimb, step: Step) -> float:
         """About how long ``step`` takes (s): a climb one point 1.5 times as long as its highest
         (the next load is at most twice it; time grows with it); a bisection the bracket's failing
-        point's last measurement; a repeat a start plus its points' last measurements."""
+        point's last measurement; a repeat a start, its ramp (a measurement of the passing point)
+        and its points' last measurements."""
         walls = {m.load: m.wall_s for m in e.measurements}
         if step.action == "climb":  # its first point runs whatever the budget: about 1.5 times its highest one
             top = max(e.measurements, key=lambda m: m.load, default=None)
@@ -215,7 +217,7 @@ class Allocation:
         if step.action == "bisect":
             return max(walls.values(), default=0.0) if not e.measurements else walls.get(self._bracket(e)[1] or 0, 0.0)
         start = e.outcome.startup_s if e.outcome is not None else 0.0
-        return start + walls.get(self._ramp(e) or 0, 0.0) / 2 + sum(walls.get(load, 0.0) for _, load, _, _ in points)
+        return start + walls.get(self._ramp(e) or 0, 0.0) + sum(walls.get(load, 0.0) for _, load, _, _ in points)
 
     def _bracket(self, e: EngineClimb) -> tuple[int | None, int | None]:
         from harness.app.run.ladder_run import _bracket

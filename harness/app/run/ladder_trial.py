@@ -155,12 +155,15 @@ class _Points:
         self.stopped: dict[int, str] = {}  # load -> why its last measurement stopped early ("" = it did not)
 
     def ramp(self, load: int, seed: int) -> Metrics:
-        """A fresh start's ramp: one brief pass of the point at ``load`` (half its requests, the
-        workload's own prompts), its records stored with phase :data:`RAMP_PHASE`, judged
-        nowhere; returns its metrics for the console line."""
+        """A fresh start's ramp: one whole pass of the point at ``load`` (as many requests as a
+        measurement of it, the workload's own prompts: the engine's caches and pools grow to the
+        contexts the measurement will reach), its records stored with phase :data:`RAMP_PHASE`,
+        judged nowhere; returns its metrics for the console line. A brief pass (half the
+        requests) left the first bracket point after it at 0.94 of its climb's throughput
+        (benchmarks/ramp_bias.py, 2026-12-06)."""
         from workloads.registry import build_workload
 
-        workload = build_workload(self.spec.point_options(load, seed, brief=True), self.kit, with_stats=False)
+        workload = build_workload(self.spec.point_options(load, seed), self.kit, with_stats=False)
         options = replace(self.spec.trial.measure, max_sessions=load, max_concurrency=None, stop_when=None)
         return measure(self.plan.name, self.session.endpoint, workload, 0, _RampSink(self.sink), tokenizer=self.tokenizer,
                        options=options).metrics

@@ -116,7 +116,7 @@ def test_an_endpoint_crashing_mid_ladder_keeps_its_points_and_is_excluded(tmp_pa
 def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp_path, monkeypatch):
     """Two identical engines, both open at --max-load 2 (nothing separates them): the allocation
     repeats their bracket points three times each (its most), interleaved, each time on a fresh
-    start of the engine (so the interval holds the spread between starts) after a ramp (a brief pass
+    start of the engine (so the interval holds the spread between starts) after a ramp (a whole pass
     at the passing load, stored with phase "ramp", judged nowhere), whether the engines were kept
     frozen since their climb (all fit at once) or not (--sequential-start)."""
     import adapters.registry as registry
@@ -140,7 +140,8 @@ def test_the_decisive_points_are_measured_again_each_on_a_fresh_start(start, tmp
         assert repeats.count(f"{name}: starting") == 3 and f"{name}: thawing its started server" not in repeats  # 3 fresh starts
         assert repeats.count(f"{name} ramp at 2 in flight") == 3
         ramps = [r for r in read_records(tmp_path / "decisive" / "requests.jsonl") if r.engine == name and r.phase == "ramp"]
-        assert len(ramps) >= 3 and all(r.error_class is None for r in ramps)  # stored, 3 passes, each a point's requests
+        # stored, 3 whole passes, each as many requests as a measurement of the point it ramps to
+        assert len(ramps) == 3 * e.points[1].planned_requests[-1] and all(r.error_class is None for r in ramps)
     # one figure for a point measured three times: summary.json's, the weighted lens's and the ladder's
     run = load_run(tmp_path / "decisive")
     for name, e in ladder.engines.items():
