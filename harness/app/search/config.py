@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from workloads.options import RATE_KINDS, WorkloadOptions
 
 from harness.app.settings.fields import Cli
+from harness.app.settings.groups import DecisionSettings, MeasureSettings
 from harness.app.settings.run import RunSettings
 from harness.app.settings.shared import SLOS, Slos
 from harness.app.settings.workload import WORKLOAD_OPTIONS
@@ -34,6 +35,27 @@ def _search_slos(text: Optional[str]) -> list[SLO]:
     if text is not None and not slos:
         raise ValueError("--slo is empty: give e.g. ttft_p99=500,tpot_p99=50, or leave it out for the defaults")
     return slos
+
+
+class SearchDecision(DecisionSettings):
+    """bench run's decision settings, ``--slo`` left out = the defaults for the hardware: its text
+    names them and an empty ``--slo`` is refused."""
+
+    slos: Annotated[Slos, SLOS.replace(parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
+
+
+class SearchMeasure(MeasureSettings):
+    """bench run's measuring settings, ``repeats`` counting measurements of one probe point, back to
+    back on one engine (1 .. :data:`MAX_REPEATS`; bench run: rounds of every engine)."""
+
+    repeats: Annotated[int, Cli("--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it.")] = 1
+
+    @field_validator("repeats")
+    @classmethod
+    def _repeats(cls, value: int) -> int:
+        if not 1 <= value <= MAX_REPEATS:
+            raise ValueError(f"--repeats must be between 1 and {MAX_REPEATS}, got {value}")
+        return value
 
 
 class SearchSettings(RunSettings):
@@ -76,9 +98,9 @@ class SearchSettings(RunSettings):
         seed=WORKLOAD_OPTIONS.options["seed"].replace(help="Base seed: repeat k of probe i draws its workload with seed + i * repeats + k (no measurement reuses another's prompts)."),
     )] = Field(default_factory=lambda: WorkloadOptions(name="random"))
     # --slo: left out = defaults for the hardware, so the text names them and an empty --slo is refused.
-    slos: Annotated[Slos, SLOS.replace(parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
+    decision: SearchDecision = Field(default_factory=lambda: SearchDecision())
     # --repeats: measurements of one probe point, back to back on one engine (bench run: rounds of every engine).
-    repeats: Annotated[int, Cli("--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it.")] = 1
+    measure: SearchMeasure = Field(default_factory=lambda: SearchMeasure())
 
     search_var: Annotated[str, Cli("--search-var", help="What to search: 'rate' (requests/s; agentic: session starts/s) or 'concurrency' (in-flight cap, all requests due at once).")] = "rate"
     low: Annotated[float, Cli("--low", help="First (lowest) load probed, in the search variable's unit (> 0; a whole number >= 1 for concurrency).")] = 1.0
@@ -129,13 +151,6 @@ class SearchSettings(RunSettings):
             raise ValueError(f"--max-probes must be >= 1, got {value}")
         return value
 
-    @field_validator("repeats")
-    @classmethod
-    def _repeats(cls, value: int) -> int:
-        if not 1 <= value <= MAX_REPEATS:
-            raise ValueError(f"--repeats must be between 1 and {MAX_REPEATS}, got {value}")
-        return value
-
     @model_validator(mode="after")
     def _bracket(self) -> SearchSettings:
         if self.search_var == "concurrency" and (self.low < 1 or self.low != int(self.low)):
@@ -149,8 +164,10 @@ class SearchSettings(RunSettings):
         without ``bench run``'s own steps (equivalence, calibration, report) and one round of the
         engines (``repeats`` here counts a probe's)."""
         check = self.check.model_copy(update=dict(equivalence=False, fidelity_prompts=0, accuracy=None))
-        return self.model_copy(update=dict(workload=workload, slos=slos, check=check, calibrate=False, report=False,
-                                           repeats=1))
+        return self.model_copy(update=dict(
+            workload=workload, check=check, decision=self.decision.model_copy(update=dict(slos=slos)),
+            measure=self.measure.model_copy(update=dict(calibrate=False, repeats=1)),
+            output=self.output.model_copy(update=dict(report=False))))
 
 
 def search_unit(search_var: str, workload: str) -> str:
