@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from workloads.options import RATE_KINDS, WorkloadOptions
 
+from harness.app.settings import checks
 from harness.app.settings.fields import Cli
 from harness.app.settings.groups import DecisionSettings, MeasureSettings
 from harness.app.settings.run import RunSettings
@@ -106,7 +107,7 @@ class SearchSettings(RunSettings):
     low: Annotated[float, Cli("--low", help="First (lowest) load probed, in the search variable's unit (> 0; a whole number >= 1 for concurrency).")] = 1.0
     high: Annotated[Optional[float], Cli("--high", help="Highest load ever probed (default: unbounded for a rate; the requests per probe for concurrency).")] = None
     tolerance: Annotated[float, Cli("--tolerance", help="Stop bisecting when (fail - pass) / pass <= this (0.05 = 5 %); concurrency is exact.")] = 0.05
-    budget_s: Annotated[float, Cli("--budget", help="Seconds for the whole search, split evenly over the engines (probes only; start-up and warm-up not counted).")] = 600.0
+    budget_s: Annotated[float, Cli("--budget", type=str, parse=checks.duration_of("--budget", unbounded=""), help="Probing time of the whole search (600, 600s, 10m; bench run's duration vocabulary), split evenly over the engines (probes only; start-up and warm-up not counted, unlike bench run's --time-budget).")] = 600.0
     max_probes: Annotated[int, Cli("--max-probes", help="Probes per engine at most.")] = 12
 
     @model_validator(mode="before")
@@ -137,6 +138,7 @@ class SearchSettings(RunSettings):
     @field_validator("low", "tolerance", "budget_s")
     @classmethod
     def _finite(cls, value: float, info: ValidationInfo) -> float:
+        """A finite number > 0 (``--budget`` from the command line is already one: :func:`checks.duration_of`)."""
         name = {"low": "--low", "tolerance": "--tolerance", "budget_s": "--budget"}[str(info.field_name)]
         if not value > 0 or math.isinf(value) or math.isnan(value):
             raise ValueError(f"{name} must be a finite number > 0, got {value:g}")

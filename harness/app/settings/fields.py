@@ -37,6 +37,8 @@ class Cli:
     ``argument``: a positional argument, not an option (``flags``: its one name, ``"run"``).
     ``panel``: the ``--help`` panel it shows under when the model's ``cli_panels`` lists it in none
     (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``).
+    ``aliases``: former spellings still read, hidden from ``--help`` (``bench engines check
+    --engines`` before it became ``--engine``, the name every command uses).
     """
 
     flags: tuple[str, ...]
@@ -49,12 +51,13 @@ class Cli:
     envvar: str | None
     argument: bool
     panel: str | None
+    aliases: tuple[str, ...]
 
     def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
                  default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None,
-                 argument: bool = False, panel: str | None = None) -> None:
+                 argument: bool = False, panel: str | None = None, aliases: tuple[str, ...] = ()) -> None:
         values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range,
-                      envvar=envvar, argument=argument, panel=panel)
+                      envvar=envvar, argument=argument, panel=panel, aliases=aliases)
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -159,10 +162,37 @@ def option_flag(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
 
 def error_line(exc: ValidationError, model: type[BaseModel]) -> str:
     """The one line a bad value gives: the message a validator raised, as it raised it (the
-    first error, in field order), or for a value of the wrong type ``--flag: what pydantic
-    expected (got value)``. No pydantic boilerplate, no URL."""
+    first error, in field order), or for a value of the wrong type or out of bounds the option,
+    what it takes and an example (:func:`plain_error`). No pydantic wording, no URL."""
     err = exc.errors()[0]
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, Exception):
         return str(cause)
-    return f"{option_flag(model, tuple(err.get('loc', ())))}: {err.get('msg', 'invalid value')} (got {err.get('input')!r})"
+    return plain_error(err, option_flag(model, tuple(err.get("loc", ()))))
+
+
+# pydantic's error types → what the value must be, and an example of one
+_TAKES = {"int": ("a whole number", "4"), "float": ("a number", "0.5"), "finite_number": ("a finite number", "0.5"),
+          "bool": ("true or false", "true"), "string": ("text", "NAME"), "dict": ("NAME=VALUE items", "a=1"),
+          "list": ("a list", "a,b")}
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
+           "less_than": ("<", "lt")}
+
+
+def plain_error(err: Mapping[str, Any], name: str) -> str:
+    """One pydantic error (``ValidationError.errors()``'s item) about ``name`` (an option,
+    ``--threads``, or a stored field) as one line saying what it takes and how to fix it:
+    ``--threads takes a whole number, got 'many': e.g. --threads 4``; ``--max-load must be <= 4096,
+    got 5000``; ``--parity takes one of 'report' or 'strict', got 'fair'``."""
+    kind, ctx, got = str(err.get("type", "")), err.get("ctx") or {}, err.get("input")
+    if kind in _BOUNDS:
+        sign, key = _BOUNDS[kind]
+        return f"{name} must be {sign} {ctx.get(key)}, got {got!r}"
+    if kind in ("literal_error", "enum"):
+        return f"{name} takes one of {ctx.get('expected', '?')}, got {got!r}"
+    if kind == "missing":
+        return f"{name} is required: give it"
+    if kind == "extra_forbidden":
+        return f"{name} is not a setting here: drop it"
+    what, example = next((v for k, v in _TAKES.items() if kind.startswith(k)), ("another value", "..."))
+    return f"{name} takes {what}, got {got!r}: e.g. {name} {example}"

@@ -146,8 +146,7 @@ def test_a_bad_value_is_the_validators_own_line_in_code_as_on_the_command_line()
     cases = [({"engine": {"names": "own,own"}}, "--engine lists 'own' twice: name each engine once"),
              ({"engine": own, "measure": {"warmup": -1}}, "--warmup must be >= 0, got -1"),
              ({"engine": own, "decision": {"slos": "ttft_p99"}}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
-             ({"engine": {**own, "threads": "many"}}, "--threads: Input should be a valid integer, unable to parse "
-                                                       "string as an integer (got 'many')"),
+             ({"engine": {**own, "threads": "many"}}, "--threads takes a whole number, got 'many': e.g. --threads 4"),
              ({"engine": own, "workload": {"name": "random", "seed": -1}}, "--seed must be >= 0, got -1")]
     for values, line in cases:
         with pytest.raises(ValidationError) as err:
@@ -251,3 +250,20 @@ def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> 
     from workloads.spec import WorkloadSpec
 
     assert WorkloadSpec(kind="agentic", prompt_salt="none").prompt_salt is None and resolve_salt("none") is None
+
+
+def test_a_value_of_the_wrong_type_or_out_of_bounds_names_the_option_and_what_it_takes() -> None:
+    """No pydantic wording ("Input should be ...") reaches the user: the option, what it takes, an example."""
+    from harness.app.settings.fields import plain_error
+
+    cases = [({"engine": {"threads": "many"}}, "--threads takes a whole number, got 'many': e.g. --threads 4"),
+             ({"check": {"fidelity_floor": 2.0}}, "--fidelity-floor must be <= 1.0, got 2.0"),
+             ({"load": {"max_load": 0}}, "--max-load must be >= 1, got 0"),
+             ({"engine": {"parity": "fair"}}, "--parity takes one of 'report' or 'strict', got 'fair'"),
+             ({"measure": {"warmup": 1.5}}, "--warmup takes a whole number, got 1.5: e.g. --warmup 4")]
+    for values, line in cases:
+        with pytest.raises(ValidationError) as err:
+            RunSettings.model_validate(values)
+        assert error_line(err.value, RunSettings) == line
+    assert plain_error({"type": "missing", "loc": ("engine",)}, "engine") == "engine is required: give it"
+    assert plain_error({"type": "extra_forbidden", "input": 1}, "speed") == "speed is not a setting here: drop it"

@@ -68,7 +68,7 @@ def test_bad_tuning_options_are_one_line(tmp_path, values, message) -> None:
     ({"engine": "prod"}, "a recipe for 'prod', not an engine this harness starts"),
     ({"threads": 0}, "threads 0 is not a thread count"),
     ({"engine_args": {"bad key": "1"}}, "engine_args: --engine-arg"),
-    ({"climb_to": 0}, "climb_to: Input should be greater than or equal to 1"),
+    ({"climb_to": 0}, "climb_to must be >= 1, got 0"),
 ])
 def test_a_recipe_that_cannot_run_here_is_one_line(tmp_path, over, message) -> None:
     r = {"engine": "vllm", "engine_args": {"max_num_seqs": "32"}, "threads": 1, **over}
