@@ -54,7 +54,17 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def usage_error_line(exc: click_errors.ClickException) -> str:
     """The message of a click/typer usage error on one line (every newline folded; typer's box
-    and click's three-line form carry the same text)."""
+    and click's three-line form carry the same text). A value typer's own pydantic coercion
+    refused (``-n abc``) says what the option takes, not pydantic's "Input should be ..."
+    (:func:`harness.app.settings.fields.plain_error`)."""
+    from pydantic import ValidationError
+
+    param = getattr(exc, "param", None)
+    if isinstance(exc.__cause__, ValidationError) and exc.__cause__.errors() and param is not None and param.opts:
+        from harness.app.settings.fields import plain_error
+
+        flag = max(param.opts, key=len)  # the long name: --num-requests, not -n
+        return plain_error(exc.__cause__.errors()[0], flag)
     return " ".join(exc.format_message().split())
 
 

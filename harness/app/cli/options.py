@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import keyword
 from dataclasses import MISSING, dataclass
 from enum import Enum
 from pathlib import Path
@@ -105,6 +106,7 @@ def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
             elif isinstance(m, annotated_types.Le):
                 bounds["max"] = m.le
     name = cli.flag.lstrip("-").replace("-", "_")
+    name += "_" if keyword.iskeyword(name) else ""  # --from: the parameter from_
     if cli.argument:  # positional: no panel of options
         return CliParam(name, path, cli, annotation, default, bounds, panel=None)
     return CliParam(name, path, cli, annotation, default, bounds)
