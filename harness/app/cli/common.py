@@ -138,17 +138,6 @@ def reuse_run_folder(output_dir: Path, run_id: Optional[str]) -> None:
                       "no measurement", highlight=False)
 
 
-def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[float]:
-    """:func:`harness.app.settings.checks.parse_rate` for a command written by hand (``bench
-    workloads show``): a bad rate exits with its one line (code 2)."""
-    from harness.app.settings.checks import parse_rate as parse
-
-    try:
-        return parse(text, option)
-    except ValueError as exc:
-        fail(str(exc))
-
-
 def print_outputs(console: Console, run_dir: Path, files: list[tuple[str, str]]) -> None:
     """``Results: DIR`` then each of ``files`` ((label, file name)) that the job wrote (nothing
     when the folder is not there: a job that measured nothing removes it)."""

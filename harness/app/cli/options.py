@@ -17,7 +17,7 @@ import keyword
 from dataclasses import MISSING, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Callable, Literal, Optional, Union, get_args, get_origin
 
 import annotated_types
 import typer
@@ -195,12 +195,3 @@ def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Calla
     command.__name__, command.__qualname__, command.__doc__ = body.__name__, body.__qualname__, body.__doc__
     return command
 
-
-def workload_option(field: str) -> Any:
-    """``Annotated[type, typer.Option(...)]`` of one of ``bench run``'s workload options (a
-    field of :class:`workloads.options.WorkloadOptions`), for a command written by hand that
-    takes it too (``bench workloads show``): one declaration, one help text."""
-    from harness.app.settings.run import RunSettings
-
-    param = next(p for p in cli_params(RunSettings) if p.path == ("workload", field))
-    return Annotated[param.annotation, typer.Option(*param.cli.flags, help=param.cli.help, **param.bounds)]

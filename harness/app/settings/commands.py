@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
+
+from workloads.options import WorkloadOptions
 
 from harness.app.settings.fields import Cli, CliModel
 from harness.app.settings.shared import MODEL, OUTPUT_DIR, RUNS_DIR, OutputDir
+from harness.app.settings.workload import SHOW_OPTIONS, workload_from
 
 _RUN = Cli("run", argument=True, help="Run id, run folder, or 'latest'.")
 _STORED = RUNS_DIR.replace(help="Where the runs are stored.")
@@ -119,3 +122,18 @@ class RebuildSettings(StoredRunSettings):
     """``bench results rebuild RUN``: the ``run`` must be named (a killed run's id or folder)."""
 
     run: Annotated[str, _RUN.replace(help="Run id or run folder of a killed run.")]
+
+
+class WorkloadShowSettings(CliModel):
+    """``bench workloads show NAME``: the ``workload`` (its name and the options that shape it, as
+    ``bench run`` takes them), the ``model`` folder whose tokenizer counts tokens (None = the
+    embedded model) and ``json_out`` ({spec, stats} as JSON)."""
+
+    workload: Annotated[WorkloadOptions, SHOW_OPTIONS] = Field(default_factory=WorkloadOptions)
+    model: Annotated[Optional[str], MODEL.replace(help="Model folder whose tokenizer counts tokens (default: embedded SmolLM2).")] = None
+    json_out: Annotated[bool, Cli("--json", help="Print {spec, stats} as JSON instead of tables.")] = False
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload(cls, value: object) -> object:
+        return workload_from(SHOW_OPTIONS, value) if isinstance(value, dict) else value

@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from workloads.options import WorkloadOptions, parse_options
+from workloads.options import WorkloadOptions
 
 from harness.app.settings import checks
 from harness.app.settings.energy import EnergyGroup, EnergyOptions
@@ -32,7 +32,7 @@ from harness.app.settings.fields import CliGroup, CliModel, cli_of, given_paths,
 from harness.app.settings.groups import (CheckSettings, DecisionSettings, DeploymentSettings, EngineSettings,
                                          LadderSettings, MeasureSettings, OutputSettings, ParityMode)
 from harness.app.settings.ray_options import ExecutorSettings
-from harness.app.settings.workload import WORKLOAD_OPTIONS
+from harness.app.settings.workload import WORKLOAD_OPTIONS, workload_from
 from harness.app.settings.tune_options import TuneSettings
 
 __all__ = ["CheckSettings", "DecisionSettings", "DeploymentSettings", "EngineSettings", "LadderSettings",
@@ -102,8 +102,7 @@ class RunSettings(CliModel):
         if isinstance(value, dict):
             group = cli_of(cls.model_fields["workload"])
             assert isinstance(group, CliGroup)
-            value = parse_options(**{k: group.options[k].parse(v) if k in group.options and group.options[k].parse
-                                     else v for k, v in value.items()})
+            value = workload_from(group, value)
         if isinstance(value, WorkloadOptions):
             names = [n for n, _ in list_workloads()]
             if value.name not in names:
