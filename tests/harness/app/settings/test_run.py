@@ -267,3 +267,28 @@ def test_a_value_of_the_wrong_type_or_out_of_bounds_names_the_option_and_what_it
         assert error_line(err.value, RunSettings) == line
     assert plain_error({"type": "missing", "loc": ("engine",)}, "engine") == "engine is required: give it"
     assert plain_error({"type": "extra_forbidden", "input": 1}, "speed") == "speed is not a setting here: drop it"
+
+
+def test_a_setting_added_to_a_group_is_an_option_under_its_panel_read_on_the_group(tmp_path: Path) -> None:
+    """Issue 42: a setting is declared once, on its group; the command line, --help's panel and
+    the reads (``settings.measure.extra``) follow."""
+    from harness.app.settings.groups import MeasureSettings
+
+    class Measure(MeasureSettings):
+        extra: Annotated[int, Cli("--extra-measure", help="A measuring knob declared on its group.")] = 2
+
+    class Run(RunSettings):
+        measure: Measure = Measure()
+
+    seen: list[Any] = []
+    cli = typer.Typer()
+    cli.command("run")(command_from(Run, seen.append))
+    cli.command("other")(lambda: None)
+    res = CliRunner().invoke(cli, ["run", "--engine", "own", "--extra-measure", "5", "--warmup", "3", "--threads", "1",
+                                   "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert seen[0].measure.extra == 5 and seen[0].measure.warmup == 3 and seen[0].engine.threads == 1
+    lines = CliRunner().invoke(cli, ["run", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Measuring "))
+    knob = next(i for i, line in enumerate(lines) if line.startswith("│ --extra-measure "))
+    assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))
