@@ -300,11 +300,9 @@ SPEC_TYPES: dict[str, type[WorkloadSpec]] = {
 
 
 def _one_line(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "spec"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
+    from results.messages import plain_error
+
+    return "; ".join(plain_error(err, ".".join(str(x) for x in err.get("loc", ())) or "spec") for err in exc.errors())
 
 
 def make_spec(kind: str, values: dict[str, Any]) -> WorkloadSpec:

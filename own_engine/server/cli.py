@@ -84,9 +84,32 @@ def check_flags(argv: list[str]) -> str | None:
     try:
         _command().make_context("own_engine", ["--model", str(Path(__file__).resolve().parent), *argv])
     except TyperException as exc:  # click's usage errors, vendored by typer
-        fmt = getattr(exc, "format_message", None)
-        return " ".join((fmt() if callable(fmt) else str(exc)).split())
+        return _usage_line(exc)
     return None
+
+
+# what a flag takes, by the pydantic error typer's coercion raised (this package stands alone:
+# harness's results.messages says the same for the harness's own options)
+_TAKES = {"int": "a whole number", "float": "a number", "bool": "true or false"}
+
+
+def _usage_line(exc: Exception) -> str:
+    """A usage error on one line; a value typer's pydantic coercion refused says what the flag
+    takes (``--max-num-seqs takes a whole number, got 'abc'``), not pydantic's "Input should be ..."."""
+    cause, param = exc.__cause__, getattr(exc, "param", None)
+    errors = cause.errors() if hasattr(cause, "errors") else []
+    if errors and param is not None and getattr(param, "opts", None):
+        flag, err = max(param.opts, key=len), errors[0]
+        kind, ctx = str(err.get("type", "")), err.get("ctx") or {}
+        bound = next(((sign, ctx[key]) for key, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                      if key in ctx), None)
+        if bound is not None:
+            return f"{flag} must be {bound[0]} {bound[1]}, got {err.get('input')}"
+        what = next((v for k, v in _TAKES.items() if kind.startswith(k)), None)
+        if what is not None:
+            return f"{flag} takes {what}, got {err.get('input')!r}"
+    fmt = getattr(exc, "format_message", None)
+    return " ".join((fmt() if callable(fmt) else str(exc)).split())
 
 
 def _load_engine(options: dict[str, Any]) -> Any:
@@ -168,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
     except TyperException as exc:  # bad flags (click usage errors, vendored by typer)
-        fmt = getattr(exc, "format_message", None)
-        message = fmt() if callable(fmt) else str(exc)
-        print(f"error: {' '.join(message.split())} (see --help)", file=sys.stderr)
+        print(f"error: {_usage_line(exc)} (see --help)", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     finally:
         for sig, handler in previous.items():

@@ -457,9 +457,10 @@ def test_user_engine_arg_wins_over_strict_and_the_audit_says_so(model_dir: Path,
 
 def test_parity_run_reads_once_attaches_and_audits(model_dir: Path) -> None:
     from harness.app.trial.parity_run import ParityRun
-    from harness.app.settings.run import RunSettings
+    from harness.app.settings.run import EngineSettings, RunSettings
 
-    run = ParityRun(RunSettings(engines=["own", "vllm"], parity="strict", engine_args={"own": {"max_num_seqs": "8"}}))
+    run = ParityRun(RunSettings(engine=EngineSettings(names=["own", "vllm"], parity="strict",
+                                                  args={"own": {"max_num_seqs": "8"}})))
     run.plan([get_adapter("own", "cpu"), get_adapter("vllm", "cpu")], model_dir, "cpu")
     assert run.engine_args("own")["max_num_seqs"] == "8" and run.engine_args("vllm")["max_num_seqs"] == "32"
     info = {"kv_capacity_tokens": 23296, "prefix_caching": True, "max_num_seqs": 8, "dtype": "float32"}

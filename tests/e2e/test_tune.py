@@ -103,7 +103,7 @@ def test_an_engine_config_that_is_not_a_recipe_is_one_line(tmp_path):
     bad.write_text('{"engine_args": {}}')
     res = CliRunner().invoke(app, ["run", "--engine-config", str(bad), "-o", str(tmp_path)])
     assert res.exit_code == 2
-    assert "is not a recipe (engine: Field required)" in res.output and "Traceback" not in res.output
+    assert "is not a recipe (engine is required: give it)" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["run", "--engine-config", str(tmp_path / "missing.json"), "-o", str(tmp_path)])
     assert res.exit_code == 2 and "cannot read it" in res.output
 

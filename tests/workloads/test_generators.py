@@ -343,13 +343,13 @@ def test_run_takes_the_spec_files_seed_unless_seed_is_given(tmp_path, tok):
 
     spec = tmp_path / "s.yaml"
     spec.write_text("kind: agentic\nseed: 7\nnum_requests: 3\n")
-    from_spec = Orchestrator(RunSettings(engines=["own"], workload=WorkloadOptions(spec_file=spec)), None)._workload(tok)
+    from_spec = Orchestrator(RunSettings(workload=WorkloadOptions(spec_file=spec)), None)._workload(tok)
     assert from_spec.spec["seed"] == 7
-    flag = Orchestrator(RunSettings(engines=["own"], workload=WorkloadOptions(spec_file=spec, seed=3)), None)._workload(tok)
+    flag = Orchestrator(RunSettings(workload=WorkloadOptions(spec_file=spec, seed=3)), None)._workload(tok)
     assert flag.spec["seed"] == 3
     spec.write_text("kind: agentic\nseed: -5\n")
     with pytest.raises(WorkloadError, match="seed"):
-        Orchestrator(RunSettings(engines=["own"], workload=WorkloadOptions(spec_file=spec)), None)._workload(tok)
+        Orchestrator(RunSettings(workload=WorkloadOptions(spec_file=spec)), None)._workload(tok)
 
 
 def test_workload_options_are_validated_once_with_one_line_errors_naming_the_flag(kit):

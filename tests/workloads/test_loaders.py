@@ -144,7 +144,7 @@ def test_yaml_spec_files(tmp_path):
         resolve_spec("random", p)
     assert str(exc.value).startswith(f"{p}:3: ") or str(exc.value).startswith(f"{p}:2: ")
     p = write(tmp_path, "c.yaml", "kind: random\ninput_lenn: 5\n")
-    with pytest.raises(WorkloadError, match="input_lenn: Extra inputs are not permitted"):
+    with pytest.raises(WorkloadError, match="input_lenn is not a setting here: drop it"):
         resolve_spec("random", p)
     with pytest.raises(WorkloadError, match="unknown workload 'nope'"):
         resolve_spec("nope")

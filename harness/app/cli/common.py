@@ -54,7 +54,17 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def usage_error_line(exc: click_errors.ClickException) -> str:
     """The message of a click/typer usage error on one line (every newline folded; typer's box
-    and click's three-line form carry the same text)."""
+    and click's three-line form carry the same text). A value typer's own pydantic coercion
+    refused (``-n abc``) says what the option takes, not pydantic's "Input should be ..."
+    (:func:`harness.app.settings.fields.plain_error`)."""
+    from pydantic import ValidationError
+
+    param = getattr(exc, "param", None)
+    if isinstance(exc.__cause__, ValidationError) and exc.__cause__.errors() and param is not None and param.opts:
+        from harness.app.settings.fields import plain_error
+
+        flag = max(param.opts, key=len)  # the long name: --num-requests, not -n
+        return plain_error(exc.__cause__.errors()[0], flag)
     return " ".join(exc.format_message().split())
 
 
@@ -132,17 +142,6 @@ def reuse_run_folder(output_dir: Path, run_id: Optional[str]) -> None:
     shutil.rmtree(output_dir / run_id)
     err_console.print(f"[yellow]note:[/] reusing {escape(str(output_dir / run_id))}: an interrupted run left it with "
                       "no measurement", highlight=False)
-
-
-def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[float]:
-    """:func:`harness.app.settings.checks.parse_rate` for a command written by hand (``bench
-    workloads show``): a bad rate exits with its one line (code 2)."""
-    from harness.app.settings.checks import parse_rate as parse
-
-    try:
-        return parse(text, option)
-    except ValueError as exc:
-        fail(str(exc))
 
 
 def print_outputs(console: Console, run_dir: Path, files: list[tuple[str, str]]) -> None:

@@ -4,7 +4,7 @@
   unsupported hardware / unavailable), version, hardware, features, and the reason with the fix.
 - ``bench engines setup NAME|all-cpu|all-gpu [--force]`` → creates ``.engines/NAME/venv`` with the pinned
   packages: CUDA builds on an NVIDIA GPU after a driver check (``adapters.runtime.gpu_recipes``), CPU builds elsewhere.
-- ``bench engines check [--engines own,transformers] [--model DIR]`` → greedy output-equivalence
+- ``bench engines check [--engine own,transformers] [--model DIR]`` → greedy output-equivalence
   across engines on a few fixed prompts (token-level agreement; ``harness.loadgen.equivalence``).
 - ``bench engines cleanup [--dry-run]`` → lists and removes engine servers that a dead bench run
   left behind (``adapters.runtime.leftovers``); ``check`` and every run do the same before they start.
@@ -139,10 +139,10 @@ def check(settings: EngineCheckSettings) -> None:
     model, max_tokens, threads, eargs, run_dir, as_json = o.model, o.max_tokens, o.threads, o.engine_args, o.run_dir, o.json_out
     names = split_list(o.engines)
     if not names:
-        fail("--engines is empty: name at least one engine, e.g. --engines own,transformers")
+        fail("--engine is empty: name at least one engine, e.g. --engine own,transformers")
     try:
         adapters = [get_adapter(n) for n in names]
-        check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
+        check_engine_args(names, eargs, option="--engine")  # an argument for an engine not checked: refused
         model_dir = resolve_model(model)
     except (ValueError, ModelError) as exc:
         fail(str(exc))
@@ -215,7 +215,7 @@ def fidelity(settings: EngineFidelitySettings) -> None:
     eargs, run_dir = o.engine_args, o.run_dir
     names = split_list(o.engines)
     try:
-        check_engine_args(names, eargs, option="--engines")  # an argument for an engine not checked: refused
+        check_engine_args(names, eargs, option="--engine")  # an argument for an engine not checked: refused
         kind = detect_kind()
         from adapters.registry import all_adapters
 

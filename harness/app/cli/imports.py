@@ -12,15 +12,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-import typer
 from rich.markup import escape
 from rich.table import Table
 
 from harness.app.cli.common import err_console, fail, make_console
+from harness.app.cli.options import command_from
+from harness.app.settings.commands import ImportSettings
 
-FROM_HELP = ("The tool that wrote FILE: vllm (vllm bench serve --save-result [--save-detailed]), sglang (bench_serving "
-             "--output-file [--output-details]), aiperf (its artifact folder, profile_export.jsonl or "
-             "profile_export_aiperf.json), guidellm (benchmarks.json).")
+
 
 
 def _check_run_dir(output_dir: Path, run_id: str) -> Path:
@@ -84,22 +83,7 @@ def _length_note(parsed: Any, output_len: Optional[int]) -> str | None:
             f"--output-len {output_len} (was --ignore-eos passed to the tool?)")
 
 
-def import_cmd(
-    file: Path = typer.Argument(..., help="The tool's result file (AIPerf: also its artifact folder)."),
-    tool: str = typer.Option(..., "--from", help=FROM_HELP),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run folder name (default: timestamp-import-TOOL)."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o", help="Where the run folder is written."),
-    entry: Optional[int] = typer.Option(None, "--entry", help="Which result of a file holding several (an appended "
-                                        "vLLM/SGLang file, a GuideLLM sweep), 1-based; default: the last."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="The workload the tool ran, in our terms "
-                                           "(e.g. random), so bench report ranks the import with native runs of the "
-                                           "same shape; default: what the file names (SGLang's dataset), else "
-                                           "'imported' (compared with no native run)."),
-    input_len: Optional[int] = typer.Option(None, "--input-len", help="The prompt length (tokens) the tool was run "
-                                            "with, e.g. vllm bench serve --random-input-len (vLLM's file omits it)."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="The output length (tokens) the tool was run "
-                                             "with, e.g. --random-output-len."),
-) -> None:
+def import_run(settings: ImportSettings) -> None:
     """Read another benchmark tool's result file into a run folder: metrics recomputed under our
     definitions from its per-request data where the file has them, else copied from its summary
     under its own definitions (each one says which, and how the definitions differ)."""
@@ -107,13 +91,14 @@ def import_cmd(
     from reports.imported import caveat_lines
     from results.store import ResultsError, load_run, new_run_id
 
+    file, tool, entry, workload, output_len = settings.file, settings.tool, settings.entry, settings.workload, settings.output_len
     try:
         parsed = read_import(file, tool.strip().lower(), entry)
     except ImportFormatError as exc:
         fail(str(exc))
-    name, spec = workload_spec(parsed, workload, input_len, output_len)
-    run_id = run_id or new_run_id(f"import-{parsed.tool}")
-    run_dir = _check_run_dir(output_dir, run_id)
+    name, spec = workload_spec(parsed, workload, settings.input_len, output_len)
+    run_id = settings.run_id or new_run_id(f"import-{parsed.tool}")
+    run_dir = _check_run_dir(settings.output_dir, run_id)
     try:
         result = write_import(parsed, run_dir, run_id, name, spec)
         run = load_run(run_dir)
@@ -150,3 +135,6 @@ def import_cmd(
                       "--input-len 64 --output-len 32", markup=False, highlight=False)
     console.print(f"\nResults: {run_dir}\nCompare: bench report {run_dir} <a native run>", markup=False,
                   highlight=False, soft_wrap=True)
+
+
+import_cmd = command_from(ImportSettings, import_run)  # the options: harness/app/settings/commands.py

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import keyword
 from dataclasses import MISSING, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Callable, Literal, Optional, Union, get_args, get_origin
 
 import annotated_types
 import typer
@@ -41,15 +42,26 @@ class CliParam:
     default: Any
     bounds: dict[str, Any]
     panel: Optional[str] = None
+    alias_of: Optional[str] = None  # a former spelling: the parameter it stands for (hidden from --help)
 
     def option(self) -> Any:
         """The ``typer.Option`` of this parameter, under its ``--help`` panel; a flag shows no
-        value (no ``<bool>``: :func:`metavar`)."""
+        value (no ``<bool>``: :func:`metavar`); a former spelling hidden."""
         if self.cli.argument:
             return typer.Argument(self.default, help=self.cli.help, show_default=False)
+        if self.alias_of is not None:
+            return typer.Option(None, *self.cli.aliases, hidden=True, **self.bounds)
         extra = {"envvar": self.cli.envvar, "show_envvar": True} if self.cli.envvar else {}
         return typer.Option(self.default, *self.cli.flags, help=self.cli.help, rich_help_panel=self.panel,
                             metavar=metavar(self.annotation), **self.bounds, **extra)
+
+
+def alias_params(params: list[CliParam]) -> list[CliParam]:
+    """A hidden parameter for each option with former spellings (:attr:`Cli.aliases`), standing
+    for it: given, its value is the option's."""
+    return [dataclasses.replace(p, name=f"{p.name}__alias", annotation=Optional[p.annotation], default=None,
+                                alias_of=p.name)
+            for p in params if p.cli.aliases]
 
 
 METAVARS = {bool: "", int: "INT", float: "NUM", str: "TEXT", Path: "PATH"}
@@ -94,6 +106,7 @@ def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
             elif isinstance(m, annotated_types.Le):
                 bounds["max"] = m.le
     name = cli.flag.lstrip("-").replace("-", "_")
+    name += "_" if keyword.iskeyword(name) else ""  # --from: the parameter from_
     if cli.argument:  # positional: no panel of options
         return CliParam(name, path, cli, annotation, default, bounds, panel=None)
     return CliParam(name, path, cli, annotation, default, bounds)
@@ -165,24 +178,20 @@ def command_from(settings: type[BaseModel], body: Callable[[Any], Any]) -> Calla
     command line and calls ``body(settings)``. Register it as usual:
     ``app.command("run")(command_from(RunSettings, run))``."""
     params = cli_params(settings)
+    aliases = alias_params(params)
 
     def command(ctx: typer.Context, **values: Any) -> Any:
-        return body(settings_from(settings, params, values, typed(ctx, params)))
+        for alias in aliases:  # a former spelling, given, stands for its option
+            value = values.pop(alias.name)
+            if value is not None:
+                values[str(alias.alias_of)] = value
+        return body(settings_from(settings, params, values, typed(ctx, params + aliases)))
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
         *(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.option(), annotation=p.annotation)
-          for p in params)])
-    command.__annotations__ = {"ctx": typer.Context, **{p.name: p.annotation for p in params}}
+          for p in params + aliases)])
+    command.__annotations__ = {"ctx": typer.Context, **{p.name: p.annotation for p in params + aliases}}
     command.__name__, command.__qualname__, command.__doc__ = body.__name__, body.__qualname__, body.__doc__
     return command
 
-
-def workload_option(field: str) -> Any:
-    """``Annotated[type, typer.Option(...)]`` of one of ``bench run``'s workload options (a
-    field of :class:`workloads.options.WorkloadOptions`), for a command written by hand that
-    takes it too (``bench workloads show``): one declaration, one help text."""
-    from harness.app.settings.run import RunSettings
-
-    param = next(p for p in cli_params(RunSettings) if p.path == ("workload", field))
-    return Annotated[param.annotation, typer.Option(*param.cli.flags, help=param.cli.help, **param.bounds)]

@@ -6,15 +6,15 @@ A killed run (records, no summary) is summarised from its records when read
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from harness.app.cli.common import fail, make_console, note
 from harness.app.cli.compare import history_cmd
+from harness.app.cli.options import command_from
 from harness.app.cli.summary import print_summary
+from harness.app.settings.commands import RebuildSettings, RunsSettings, ShowSettings, StoredRunSettings
 
 app = typer.Typer(help="Stored runs under the output directory.", no_args_is_help=True)
 console = make_console()
@@ -22,11 +22,12 @@ app.command("history", help="An engine's capacity at one set of SLOs over the st
             "first, with intervals and whether it moved from the run before.")(history_cmd)
 
 
-@app.command("list")
-def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o")) -> None:
+def results_list(settings: RunsSettings) -> None:
     """List stored runs, newest first (a killed run is summarised from its records first)."""
     from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, list_runs
+
+    output_dir = settings.output_dir
 
     runs = list_runs(output_dir)
     if not runs:
@@ -46,22 +47,20 @@ def results_list(output_dir: Path = typer.Option(Path("results"), "--output-dir"
     console.print(t)
 
 
-@app.command("show")
-def results_show(
-    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
-    as_json: bool = typer.Option(False, "--json", help="Print summary.json as is."),
-) -> None:
+app.command("list")(command_from(RunsSettings, results_list))  # the options: harness/app/settings/commands.py
+
+
+def results_show(settings: ShowSettings) -> None:
     """Show one run: its verdict and capacity table first when it climbed load ladders, then its
     summary table (a killed run is summarised from its records first)."""
     from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, resolve_run
 
     try:
-        r = load_or_rebuild(resolve_run(run, output_dir), note=note)
+        r = load_or_rebuild(resolve_run(settings.run, settings.output_dir), note=note)
     except ResultsError as exc:
         fail(str(exc))
-    if as_json:
+    if settings.json_out:
         console.print_json(r.summary.model_dump_json())
         return
     if r.ladder is not None:  # the answer first, as bench run printed it
@@ -74,18 +73,17 @@ def results_show(
     print_summary(r.summary, console)
 
 
-@app.command("export")
-def results_export(
-    run: str = typer.Argument("latest", help="Run id, run folder, or 'latest'."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
-) -> None:
+app.command("show")(command_from(ShowSettings, results_show))
+
+
+def results_export(settings: StoredRunSettings) -> None:
     """Write requests.parquet (one typed row per request record) and summary.csv (one row per
     engine x condition, headline metrics with intervals) for a stored run, e.g. an older one."""
     from harness.app.run.rebuild import load_or_rebuild
     from results.store import ResultsError, export_run, resolve_run
 
     try:
-        run_dir = resolve_run(run, output_dir)
+        run_dir = resolve_run(settings.run, settings.output_dir)
         load_or_rebuild(run_dir, note=note)
         paths = export_run(run_dir)
     except ResultsError as exc:
@@ -94,18 +92,17 @@ def results_export(
         console.print(f"wrote {path}", markup=False)
 
 
-@app.command("rebuild")
-def results_rebuild(
-    run: str = typer.Argument(..., help="Run id or run folder of a killed run."),
-    output_dir: Path = typer.Option(Path("results"), "--output-dir", "-o"),
-) -> None:
+app.command("export")(command_from(StoredRunSettings, results_export))
+
+
+def results_rebuild(settings: RebuildSettings) -> None:
     """Summarise a killed run from its request records: every engine with records but no entry
     in summary.json gets one (status failed, metrics from its stored requests; never ranked)."""
     from harness.app.run.rebuild import rebuild
     from results.store import ResultsError, resolve_run
 
     try:
-        summary, names = rebuild(resolve_run(run, output_dir))
+        summary, names = rebuild(resolve_run(settings.run, settings.output_dir))
     except ResultsError as exc:
         fail(str(exc))
     if not names:
@@ -113,3 +110,6 @@ def results_rebuild(
         return
     console.print(f"{summary.run_id}: summarised {', '.join(names)} from the stored records", markup=False)
     print_summary(summary, console)
+
+
+app.command("rebuild")(command_from(RebuildSettings, results_rebuild))

@@ -20,14 +20,14 @@ def run(settings: RunSettings) -> None:
     executor = None
     if settings.executor.kind == "ray":  # each trial a Ray task (harness/app/executors/ray.py)
         from harness.app.executors.ray import RayExecutor as executor  # type: ignore[assignment]
-    reuse_run_folder(settings.output_dir, settings.run_id)
+    reuse_run_folder(settings.output.output_dir, settings.output.run_id)
     result = guarded(lambda: Orchestrator(settings, console, executor=executor).run())
     if result.ladder is not None:  # the answer first: the verdict and the capacity table, then the details
         from results.store import read_replay
 
         print_verdict(result.ladder, console, result.run_dir, caveats(result.summary, read_replay(result.run_dir)))
-        if settings.engine_config:  # a recipe measured again: against the capacity it stored
-            _print_recipe_check(settings.engine_config, result.ladder)
+        if settings.engine.config:  # a recipe measured again: against the capacity it stored
+            _print_recipe_check(settings.engine.config, result.ladder)
         console.rule("Details")
     _print_summary(result.summary)
     if settings.token_note:

@@ -21,7 +21,7 @@ def search(settings: SearchSettings) -> None:
     """Find each engine's capacity: the load at which every SLO just holds (bracket, bisect, read where the SLO margin crosses 1)."""
     from harness.app.search.orchestrator import SearchOrchestrator
 
-    reuse_run_folder(settings.output_dir, settings.run_id)
+    reuse_run_folder(settings.output.output_dir, settings.output.run_id)
     result = guarded(lambda: SearchOrchestrator(settings, console).run())
     print_search(result.summary)
     print_outputs(console, result.run_dir, [("Report", "search.md"), ("Plot", "search_latency_vs_load.png")])

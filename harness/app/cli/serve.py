@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
 from harness.app.cli.common import fail, make_console
+from harness.app.cli.options import command_from
+from harness.app.settings.commands import ServeSettings
 
 
 def _recipe(path: Path):  # type: ignore[no-untyped-def]
@@ -29,14 +30,7 @@ def _recipe(path: Path):  # type: ignore[no-untyped-def]
     return Recipe.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-def serve_cmd(
-    recipe_file: Annotated[Path, typer.Argument(metavar="RECIPE", help="A recipe.json a run wrote (results/<run>/recipe.json).")],
-    host: Annotated[str, typer.Option(help="Interface to bind: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port to serve on.")] = 8000,
-    model: Annotated[Optional[str], typer.Option(help="Model folder (default: the embedded default model, as the "
-                                                      "run that wrote the recipe used unless it was given --model).")] = None,
-    startup_timeout: Annotated[float, typer.Option(help="Seconds to wait for the server to answer its health check.")] = 600.0,
-) -> None:
+def serve(settings: ServeSettings) -> None:
     """Serve the engine of RECIPE with its engine args and threads, as the run measured it, at
     http://HOST:PORT/v1 (OpenAI-compatible), until Ctrl-C; measure it again with
     bench run --endpoint NAME=http://HOST:PORT --model MODEL."""
@@ -44,11 +38,8 @@ def serve_cmd(
     from adapters.registry import get_adapter
     from harness.app.core.model import ModelError, cache_dir, model_summary, resolve_model
 
+    recipe_file, host, port, model = settings.recipe, settings.host, settings.port, settings.model
     recipe = _recipe(recipe_file)
-    if not 0 < port < 65536:
-        fail(f"--port {port} is not a TCP port: give 1 to 65535")
-    if not host.strip():
-        fail("--host is empty: give 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)")
     try:
         model_dir = resolve_model(model)
     except ModelError as exc:
@@ -64,7 +55,7 @@ def serve_cmd(
         fail(f"{recipe.engine} cannot start here: {probe.reason}", code=1)
     logs = cache_dir() / "serve" / f"{recipe.engine}-{port}"
     config = LaunchConfig(model_dir=model_dir, run_dir=logs, threads=recipe.threads or 1, engine_args=dict(recipe.engine_args),
-                          startup_timeout_s=startup_timeout, probe=probe, port=port, host=host)
+                          startup_timeout_s=settings.startup_timeout_s, probe=probe, port=port, host=host)
     console.print(f"Starting {escape(recipe.engine)} from {escape(str(recipe_file))} (log: {logs / 'logs'}) …", highlight=False)
     try:
         with adapter.launch(config) as endpoint:
@@ -77,6 +68,9 @@ def serve_cmd(
 
         console.print(f"Stopped {escape(recipe.engine)} ({escape(interrupt_cause(exc))})", highlight=False)
         raise typer.Exit(exit_code(interrupt_cause(exc))) from None
+
+
+serve_cmd = command_from(ServeSettings, serve)  # the options: harness/app/settings/commands.py
 
 
 def _said(console, recipe, endpoint, host: str, port: int, model_dir: Path) -> None:  # type: ignore[no-untyped-def]

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from harness.app.cli.common import fail, make_console, parse_rate
-from harness.app.cli.options import workload_option
+from harness.app.cli.common import fail, make_console
+from harness.app.cli.options import command_from
+from harness.app.settings.commands import WorkloadShowSettings
 
 app = typer.Typer(
     help="List the workloads and show their statistics.",
@@ -30,16 +31,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = make_console()
-
-# The workload options `bench run` takes too: declared once, on the settings (harness/app/settings/run.py).
-ScaleOpt, NumRequestsOpt, RequestRateOpt, BurstinessOpt, MaxConcurrencyOpt, InputLenOpt, OutputLenOpt, RangeRatioOpt, \
-    ApiOpt, TraceOpt, TimeScaleOpt, WorkloadSpecOpt = (workload_option(name) for name in (
-        "scale", "num_requests", "request_rate", "burstiness", "max_concurrency", "input_len", "output_len",
-        "range_ratio", "api", "trace", "time_scale", "spec_file"))
-
-
-def _rate(text: Optional[str]) -> Optional[float]:
-    return parse_rate(text)
 
 
 @app.callback(invoke_without_command=True)
@@ -102,39 +93,16 @@ def render_stats(name: str, spec: dict[str, Any], stats: dict[str, Any]) -> list
     return [summary, lengths, spec_table]
 
 
-@app.command("show")
-def show(
-    name: str = typer.Argument(..., help="Workload name (see `bench workloads`)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default 0): same seed, same requests."),
-    scale: ScaleOpt = None,
-    num_requests: NumRequestsOpt = None,
-    request_rate: RequestRateOpt = None,
-    burstiness: BurstinessOpt = None,
-    max_concurrency: MaxConcurrencyOpt = None,
-    input_len: InputLenOpt = None,
-    output_len: OutputLenOpt = None,
-    range_ratio: RangeRatioOpt = None,
-    api: ApiOpt = None,
-    trace: TraceOpt = None,
-    time_scale: TimeScaleOpt = None,
-    spec_file: WorkloadSpecOpt = None,
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder whose tokenizer counts tokens (default: embedded SmolLM2)."),
-    as_json: bool = typer.Option(False, "--json", help="Print {spec, stats} as JSON instead of tables."),
-) -> None:
+def show(settings: WorkloadShowSettings) -> None:
     """Build a workload offline and print its statistics."""
     from harness.app.core.model import ModelError, resolve_model
     from workloads.errors import WorkloadError
-    from workloads.options import parse_options
     from workloads.registry import build_workload
 
     from harness.app.settings.checks import check_workload
 
-    rate = _rate(request_rate)
+    options, model, as_json = settings.workload, settings.model, settings.json_out
     try:
-        options = parse_options(name=name, seed=seed, num_requests=num_requests, scale=scale, request_rate=rate,
-                                burstiness=burstiness, max_concurrency=max_concurrency, input_len=input_len,
-                                output_len=output_len, range_ratio=range_ratio, api=api, trace=trace,
-                                time_scale=time_scale, spec_file=spec_file)
         check_workload(options)  # bounds, spec file, trace: before the tokenizer takes seconds to load
         model_dir = resolve_model(model, weights=False)  # the tokenizer builds the prompts
         from transformers import AutoTokenizer
@@ -154,3 +122,6 @@ def show(
         console.print(t)
     if w.stats.get("note"):
         console.print(f"[dim]note: {w.stats['note']}[/]")
+
+
+app.command("show")(command_from(WorkloadShowSettings, show))  # the options: harness/app/settings/commands.py

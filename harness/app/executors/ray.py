@@ -174,7 +174,7 @@ class RayExecutor:
         if self._mailbox is None:
             self._mailbox = ray.remote(num_cpus=0)(Mailbox).remote()
         task = ray.remote(max_retries=0)(run_remote_trial)
-        threads = self.cfg.threads or default_threads()
+        threads = self.cfg.engine.threads or default_threads()
         offered = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
         for trial in trials:
             opts = trial_options(trial.plan, threads, self.resources)
@@ -211,7 +211,7 @@ class RayExecutor:
                 sink.add_engine_facts(name, EngineFacts.model_validate_json(payload))
             elif kind == "node":
                 self._nodes[(name, repeat)] = payload
-                label = name if self.cfg.repeats == 1 else f"{name} (repeat {repeat + 1}/{self.cfg.repeats})"
+                label = name if self.cfg.measure.repeats == 1 else f"{name} (repeat {repeat + 1}/{self.cfg.measure.repeats})"
                 self.console.print(f"[bold]{escape(label)}[/]: running on node {escape(_where(payload))}")
                 sink.add_engine_facts(name, EngineFacts(ray_trials=self._trials_of(name)))
 

@@ -81,7 +81,7 @@ class RunContext:
         writer = state.writer
         state.tokenizer, state.workload = build_or_discard(state.model_dir, self.build_workload, writer, self.executor.close)
         announce(self.console, "Run", writer)  # the folder is kept from here on, whatever happens
-        state.condition = condition_of(state.workload, c.slos, seed=c.workload.seed or 0)
+        state.condition = condition_of(state.workload, c.decision.slos, seed=c.workload.seed or 0)
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
         if state.workload.spec.get("trace") and state.workload.stats.get("note"):  # agentic --trace: what is sent
             self.console.print(f"[dim]{state.workload.stats['note']}[/]", highlight=False)

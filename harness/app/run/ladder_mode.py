@@ -56,9 +56,9 @@ def ladder_spec(cfg: RunSettings, kind: str, workload: Workload, slos: list[SLO]
     sessions = len(workload.sessions) or 1
     turns = float(stats.get("turns") or stats.get("requests") or sessions) / sessions
     return LadderSpec(trial=spec, workload=cfg.workload.model_copy(update={"seed": cfg.workload.seed or 0}),
-                      slos=tuple(slos), max_failure_rate=cfg.max_failure_rate, budget_s=cfg.ladder_budget_s,
-                      max_load=cfg.max_load, turns_per_session=max(1.0, turns), start_load=cfg.client_workers,
-                      min_load=min(recipe_climb_to(cfg.engine_config), cfg.max_load) if cfg.engine_config else 1,
+                      slos=tuple(slos), max_failure_rate=cfg.decision.max_failure_rate, budget_s=cfg.load.ladder_budget_s,
+                      max_load=cfg.load.max_load, turns_per_session=max(1.0, turns), start_load=cfg.measure.client_workers,
+                      min_load=min(recipe_climb_to(cfg.engine.config), cfg.load.max_load) if cfg.engine.config else 1,
                       allow_unchecked=cfg.check.allow_unchecked)
 
 
@@ -71,7 +71,7 @@ def first_climb_budget(cfg: "RunSettings", deadline: float, engines: int) -> flo
     """Seconds of measuring for each engine's first climb: an equal share of :data:`FIRST_SHARE`
     of the time left before ``deadline``, at least :data:`MIN_FIRST_S`, at most ``--ladder-budget``."""
     share = FIRST_SHARE * max(0.0, deadline - time.monotonic()) / max(1, engines)
-    return min(cfg.ladder_budget_s, max(MIN_FIRST_S, share))
+    return min(cfg.load.ladder_budget_s, max(MIN_FIRST_S, share))
 
 
 def overrun_line(budget_s: float, took_s: float) -> str:
@@ -103,16 +103,16 @@ class LadderMode:
         """The main job over ``plans``; returns who interrupted it ("" = nobody)."""
         cfg, state, console, executor = ctx.cfg, ctx.state, ctx.console, ctx.executor
         started = time.monotonic()
-        deadline = started + cfg.time_budget_s - REPORT_RESERVE_S  # the decision and the reports within it too
+        deadline = started + cfg.load.time_budget_s - REPORT_RESERVE_S  # the decision and the reports within it too
         executor.begin(self.started(plans))
         interrupted, engines, job = "", [EngineClimb(p) for p in plans], None
         try:
             ctx.prepare_workload(plans)
-            slos = list(cfg.slos) or default_slos(ctx.kind, cfg.workload.name)
+            slos = list(cfg.decision.slos) or default_slos(ctx.kind, cfg.workload.name)
             self._announce(ctx, slos, deadline, len(plans))
             spec = ladder_spec(cfg, ctx.kind, state.workload, slos, state.fidelity_reference, state.energy)
             job = LadderJob(spec, executor, state.writer, console, tokenizer=state.tokenizer,
-                            boundary_repeats=max(3, cfg.repeats), target_tps=cfg.target_load, time_budget_s=cfg.time_budget_s)
+                            boundary_repeats=max(3, cfg.measure.repeats), target_tps=cfg.load.target_load, time_budget_s=cfg.load.time_budget_s)
             job.t0 = started  # ladder.json's wall_s: the whole job, the reference and the search included
             engines, interrupted = self.configure(ctx, job, plans, engines)
             if not interrupted:
@@ -123,7 +123,7 @@ class LadderMode:
         if job is None:
             return interrupted
         self._decide(ctx, job, engines, slos, interrupted)
-        if not interrupted and (line := overrun_line(cfg.time_budget_s, time.monotonic() - started)):
+        if not interrupted and (line := overrun_line(cfg.load.time_budget_s, time.monotonic() - started)):
             console.print(line, highlight=False)
         return interrupted
 
@@ -148,21 +148,21 @@ class LadderMode:
     # -- the steps -----------------------------------------------------------------------------
     def _announce(self, ctx: RunContext, slos: list[Any], deadline: float, engines: int) -> None:
         cfg, console = ctx.cfg, ctx.console
-        note = "" if cfg.slos else " (the defaults for this workload and hardware; --slo sets yours)"
+        note = "" if cfg.decision.slos else " (the defaults for this workload and hardware; --slo sets yours)"
         share = first_climb_budget(cfg, deadline, engines)
         console.print(f"Load ladders under {slos_text(slos)}{note}: closed-loop concurrency from 1, doubling until an "
                       f"SLO breaks or throughput stops rising; every engine's low end first (1 and 2 in flight; the "
                       f"yardstick climbs for {share:.0f} s){self.search_line(cfg)}, then the measuring goes where the verdict is "
                       f"uncertain (engines that cannot win dropped, the others climbed on, boundaries bisected, bracket "
-                      f"points repeated on fresh starts), within a time budget of {_duration(cfg.time_budget_s)} for the "
+                      f"points repeated on fresh starts), within a time budget of {_duration(cfg.load.time_budget_s)} for the "
                       f"whole job ({_duration(max(0.0, deadline - time.monotonic()))} left)", highlight=False)
         if deadline <= time.monotonic():
             console.print("Time budget: spent before the ladders (the engines' starts and the fidelity reference took it): "
                           "each engine's low end is measured anyway, the least a verdict rests on, and nothing more "
                           "(--time-budget gives more).", highlight=False)
-        if cfg.engine_config and (climb_to := recipe_climb_to(cfg.engine_config)) > 1:
-            capped = (f", except that --max-load {cfg.max_load} stops it first: raise --max-load to compare like for like"
-                      if climb_to > cfg.max_load else "")
+        if cfg.engine.config and (climb_to := recipe_climb_to(cfg.engine.config)) > 1:
+            capped = (f", except that --max-load {cfg.load.max_load} stops it first: raise --max-load to compare like for like"
+                      if climb_to > cfg.load.max_load else "")
             console.print(f"The recipe's capacity was read at up to {climb_to} in flight: this ladder climbs at least that "
                           f"far whatever its budget, so the two are read at the same loads{capped}.", highlight=False)
 
@@ -176,7 +176,7 @@ class LadderMode:
         skipped = {n: skipped_ladder(n, r) for n, r in writer.summary.engines.items() if n not in planned}
         from harness.app.run.replay_check import optimal_hit_rate
 
-        state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.slos,
+        state.ladder = job.summary(engines, skipped, writer.summary.run_id, cfg.workload.name, slos_default=not cfg.decision.slos,
                                    interrupted=interrupted, then=self.then(), cache_optimal=optimal_hit_rate(cfg, state))
         _recipe(state.ladder, writer, ctx.console)
         for e in engines:

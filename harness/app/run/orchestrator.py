@@ -74,7 +74,7 @@ class Orchestrator:
     def _executor(self, kind: str) -> TrialExecutor:
         if self.make_executor is not None:
             return self.make_executor(self.cfg, self.console, kind)
-        return LocalExecutor(self.console, hardware_kind=kind, parallel=self.cfg.parallel_start)
+        return LocalExecutor(self.console, hardware_kind=kind, parallel=self.cfg.engine.parallel_start)
 
     def _calibrate(self, writer: RunWriter) -> None:
         """The client measured against a local null server, first, while nothing else runs."""
@@ -88,7 +88,7 @@ class Orchestrator:
             calibration = CalibrationFacts(error=str(exc))
         writer.manifest.client_calibration = calibration
         writer.write_manifest()
-        if line := workers_line(c.workload.request_rate, calibration.max_rate_rps, c.client_workers):
+        if line := workers_line(c.workload.request_rate, calibration.max_rate_rps, c.measure.client_workers):
             self.console.print(line)  # how many client processes the offered rate needs
 
     def _energy(self, writer: RunWriter, kind: str) -> EnergySource:
@@ -108,11 +108,11 @@ class Orchestrator:
         """The available engines' plans; the others recorded as skipped (or failed to install)."""
         plans = []
         for adapter in adapters:
-            if self.cfg.setup_engines and not self._ensure_installed(adapter, kind, state.writer):
+            if self.cfg.engine.setup and not self._ensure_installed(adapter, kind, state.writer):
                 continue
             launch = launch_config(self.cfg, self.parity.engine_args(adapter.name), state.model_dir,
                                    state.writer.run_dir, state.threads)
-            launch = replace(launch, devices=self.cfg.devices.get(adapter.name))
+            launch = replace(launch, devices=self.cfg.deployments.devices.get(adapter.name))
             plan = plan_engine(adapter, launch, kind)
             if plan.available:
                 plans.append(plan)
@@ -129,24 +129,24 @@ class Orchestrator:
         from harness.app.core.model import resolve_model
 
         c = self.cfg
-        run_id = c.run_id or new_run_id(c.workload.name)
+        run_id = c.output.run_id or new_run_id(c.workload.name)
         # a bad --model fails here, before a run folder exists (weights: a local engine serves it)
-        model_dir = resolve_model(c.model, weights=any(e != "openai" for e in c.engines))
-        state = RunState(RunWriter(Path(c.output_dir) / run_id, run_id, c.workload.name), model_dir,
-                         c.threads or default_threads(), equivalence={})
+        model_dir = resolve_model(c.engine.model, weights=any(e != "openai" for e in c.engine.names))
+        state = RunState(RunWriter(Path(c.output.output_dir) / run_id, run_id, c.workload.name), model_dir,
+                         c.engine.threads or default_threads(), equivalence={})
         writer = state.writer
-        writer.summary.slos = slo_table(c.slos)
-        writer.summary.repeats = c.repeats
-        if c.engine_config:  # --engine-config: say what the recipe set (the command line's own flags won over it)
-            args = " ".join(f"{k}={v}" for e in c.engines for k, v in c.engine_args.get(e, {}).items())
-            self.console.print(f"Recipe {escape(str(c.engine_config))}: {escape(','.join(c.engines))} with "
-                               f"{escape(args) or 'its defaults'}, {c.threads or 'default'} thread(s)", highlight=False)
-        if c.calibrate:
+        writer.summary.slos = slo_table(c.decision.slos)
+        writer.summary.repeats = c.measure.repeats
+        if c.engine.config:  # --engine-config: say what the recipe set (the command line's own flags won over it)
+            args = " ".join(f"{k}={v}" for e in c.engine.names for k, v in c.engine.args.get(e, {}).items())
+            self.console.print(f"Recipe {escape(str(c.engine.config))}: {escape(','.join(c.engine.names))} with "
+                               f"{escape(args) or 'its defaults'}, {c.engine.threads or 'default'} thread(s)", highlight=False)
+        if c.measure.calibrate:
             self._calibrate(writer)
         kind = self.kind = detect_kind()  # once per run: the adapters, the start slots and the installs use it
         state.energy = self._energy(writer, kind)  # before any engine starts: the idle draw is the machine's own
-        adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
-        adapters += endpoint_adapters(c.endpoints)
+        adapters = all_adapters(kind) if c.engine.names == ["all"] else [get_adapter(n, kind) for n in c.engine.names]
+        adapters += endpoint_adapters(c.deployments.endpoints)
         self.parity.plan(adapters, state.model_dir, kind)
         plans = self._plans(adapters, kind, state)
         if not plans:  # nothing can be measured: no run folder is left for `bench results list` to show
@@ -168,7 +168,7 @@ class Orchestrator:
         writer.close()
         self._replay(state)
         result = RunResult(writer.run_dir, writer.summary, interrupted=interrupted, ladder=state.ladder)
-        if c.report:
+        if c.output.report:
             result.recommendation = self._report(writer.run_dir)
         return result
 

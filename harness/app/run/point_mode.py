@@ -40,7 +40,7 @@ class PointMode:
         """Every repeat, engines in alternating order; returns who interrupted the run ("" = nobody)."""
         turns = {p.name: EngineTurns(p) for p in plans}
         state, executor = ctx.state, ctx.executor
-        for repeat in range(ctx.cfg.repeats):
+        for repeat in range(ctx.cfg.measure.repeats):
             live = [t for t in turns.values() if not t.failed]
             if repeat % 2:  # alternate the order (A B C, C B A, ...): drift of the machine cancels
                 live.reverse()
@@ -65,7 +65,7 @@ def _trials(ctx: RunContext, engines: list[EngineTurns]) -> dict[tuple[str, int]
     state = ctx.state
     spec = trial_spec(ctx.cfg, ctx.kind, state.energy, fidelity=state.fidelity_reference)
     trials = {}
-    for repeat in range(ctx.cfg.repeats):
+    for repeat in range(ctx.cfg.measure.repeats):
         for engine in (reversed(engines) if repeat % 2 else engines):
             body = partial(run_trial, repeat=repeat, spec=spec, workload=state.workload, tokenizer=state.tokenizer,
                            manifest=state.writer.manifest)
@@ -78,7 +78,7 @@ def _turn(ctx: RunContext, engine: EngineTurns, repeat: int) -> str:
     harness keeps it). Returns who interrupted it ("the user (Ctrl-C)", "SIGTERM"; the engine is
     then failed), "" when it was not interrupted."""
     state, name = ctx.state, engine.name
-    writer, repeats = state.writer, ctx.cfg.repeats
+    writer, repeats = state.writer, ctx.cfg.measure.repeats
     assert state.workload is not None and state.condition is not None
     try:
         outcome = ctx.executor.result(state.trials[name, repeat], writer)
@@ -106,7 +106,7 @@ def _keep(ctx: RunContext, engine: EngineTurns, outcome: TrialOutcome) -> None:
     if outcome.effective is not None:
         ctx.parity.keep(name, outcome.effective)
     assert state.condition is not None
-    result = engine.result(state.condition, ctx.cfg.repeats, price=run_price(state.writer.manifest.hardware))
+    result = engine.result(state.condition, ctx.cfg.measure.repeats, price=run_price(state.writer.manifest.hardware))
     _record_engine(ctx, name, result)
     if outcome.equivalence is not None and result.status is EngineStatus.OK and state.equivalence is not None:
         state.equivalence[name] = outcome.equivalence
@@ -124,7 +124,7 @@ def _interrupted(ctx: RunContext, waiting: list[EngineTurns], engines: list[Engi
     assert state.condition is not None
     for engine in waiting:
         if engine.measured:
-            writer.set_engine(engine.name, engine.result(state.condition, ctx.cfg.repeats,
+            writer.set_engine(engine.name, engine.result(state.condition, ctx.cfg.measure.repeats,
                                                          price=run_price(writer.manifest.hardware)))
     for engine in engines:
         if not engine.measured and not engine.failed:

@@ -145,10 +145,10 @@ def score_and_report(run_dir: Path, cfg: RunSettings) -> Recommendation:
     preset, failure bound), store ``recommendation.json`` and write its reports."""
     run = load_run(run_dir)
     # the profile the manifest recorded for this run (detected once), unless another was asked for
-    detected = profile_from_manifest(run.manifest.hardware) if cfg.hardware == "detected" else None
-    hw = detected or get_profile(cfg.hardware)
-    hw = hw if cfg.price_per_hour is None else hw.with_price(cfg.price_per_hour)
-    rec = recommend([run], hardware=hw, slos=cfg.slos or None, preset=cfg.preset, max_failure_rate=cfg.max_failure_rate)
+    detected = profile_from_manifest(run.manifest.hardware) if cfg.decision.hardware == "detected" else None
+    hw = detected or get_profile(cfg.decision.hardware)
+    hw = hw if cfg.decision.price_per_hour is None else hw.with_price(cfg.decision.price_per_hour)
+    rec = recommend([run], hardware=hw, slos=cfg.decision.slos or None, preset=cfg.decision.preset, max_failure_rate=cfg.decision.max_failure_rate)
     write_recommendation(run_dir, rec)
     if run.ladder is not None:  # the ladder decision takes the declared-fact gates of the scorer
         regate_ladder(run, rec)

@@ -10,7 +10,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from workloads.options import RATE_KINDS, WorkloadOptions
 
+from harness.app.settings import checks
 from harness.app.settings.fields import Cli
+from harness.app.settings.groups import DecisionSettings, MeasureSettings
 from harness.app.settings.run import RunSettings
 from harness.app.settings.shared import SLOS, Slos
 from harness.app.settings.workload import WORKLOAD_OPTIONS
@@ -34,6 +36,27 @@ def _search_slos(text: Optional[str]) -> list[SLO]:
     if text is not None and not slos:
         raise ValueError("--slo is empty: give e.g. ttft_p99=500,tpot_p99=50, or leave it out for the defaults")
     return slos
+
+
+class SearchDecision(DecisionSettings):
+    """bench run's decision settings, ``--slo`` left out = the defaults for the hardware: its text
+    names them and an empty ``--slo`` is refused."""
+
+    slos: Annotated[Slos, SLOS.replace(parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
+
+
+class SearchMeasure(MeasureSettings):
+    """bench run's measuring settings, ``repeats`` counting measurements of one probe point, back to
+    back on one engine (1 .. :data:`MAX_REPEATS`; bench run: rounds of every engine)."""
+
+    repeats: Annotated[int, Cli("--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it.")] = 1
+
+    @field_validator("repeats")
+    @classmethod
+    def _repeats(cls, value: int) -> int:
+        if not 1 <= value <= MAX_REPEATS:
+            raise ValueError(f"--repeats must be between 1 and {MAX_REPEATS}, got {value}")
+        return value
 
 
 class SearchSettings(RunSettings):
@@ -76,15 +99,15 @@ class SearchSettings(RunSettings):
         seed=WORKLOAD_OPTIONS.options["seed"].replace(help="Base seed: repeat k of probe i draws its workload with seed + i * repeats + k (no measurement reuses another's prompts)."),
     )] = Field(default_factory=lambda: WorkloadOptions(name="random"))
     # --slo: left out = defaults for the hardware, so the text names them and an empty --slo is refused.
-    slos: Annotated[Slos, SLOS.replace(parse=_search_slos, help=SLO_HELP)] = Field(default_factory=list)
+    decision: SearchDecision = Field(default_factory=lambda: SearchDecision())
     # --repeats: measurements of one probe point, back to back on one engine (bench run: rounds of every engine).
-    repeats: Annotated[int, Cli("--repeats", help="Measure every probe point this many times (1-10) back to back on the same engine, each repeat on a fresh seed (no prompt reused); the verdict is judged on the pooled metrics (a p99 over N times the requests), each repeat's own verdict and the 95% intervals are stored. A probe takes N times as long: size --budget for it.")] = 1
+    measure: SearchMeasure = Field(default_factory=lambda: SearchMeasure())
 
     search_var: Annotated[str, Cli("--search-var", help="What to search: 'rate' (requests/s; agentic: session starts/s) or 'concurrency' (in-flight cap, all requests due at once).")] = "rate"
     low: Annotated[float, Cli("--low", help="First (lowest) load probed, in the search variable's unit (> 0; a whole number >= 1 for concurrency).")] = 1.0
     high: Annotated[Optional[float], Cli("--high", help="Highest load ever probed (default: unbounded for a rate; the requests per probe for concurrency).")] = None
     tolerance: Annotated[float, Cli("--tolerance", help="Stop bisecting when (fail - pass) / pass <= this (0.05 = 5 %); concurrency is exact.")] = 0.05
-    budget_s: Annotated[float, Cli("--budget", help="Seconds for the whole search, split evenly over the engines (probes only; start-up and warm-up not counted).")] = 600.0
+    budget_s: Annotated[float, Cli("--budget", type=str, parse=checks.duration_of("--budget", unbounded=""), help="Probing time of the whole search (600, 600s, 10m; bench run's duration vocabulary), split evenly over the engines (probes only; start-up and warm-up not counted, unlike bench run's --time-budget).")] = 600.0
     max_probes: Annotated[int, Cli("--max-probes", help="Probes per engine at most.")] = 12
 
     @model_validator(mode="before")
@@ -115,6 +138,7 @@ class SearchSettings(RunSettings):
     @field_validator("low", "tolerance", "budget_s")
     @classmethod
     def _finite(cls, value: float, info: ValidationInfo) -> float:
+        """A finite number > 0 (``--budget`` from the command line is already one: :func:`checks.duration_of`)."""
         name = {"low": "--low", "tolerance": "--tolerance", "budget_s": "--budget"}[str(info.field_name)]
         if not value > 0 or math.isinf(value) or math.isnan(value):
             raise ValueError(f"{name} must be a finite number > 0, got {value:g}")
@@ -127,13 +151,6 @@ class SearchSettings(RunSettings):
     def _max_probes(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"--max-probes must be >= 1, got {value}")
-        return value
-
-    @field_validator("repeats")
-    @classmethod
-    def _repeats(cls, value: int) -> int:
-        if not 1 <= value <= MAX_REPEATS:
-            raise ValueError(f"--repeats must be between 1 and {MAX_REPEATS}, got {value}")
         return value
 
     @model_validator(mode="after")
@@ -149,8 +166,10 @@ class SearchSettings(RunSettings):
         without ``bench run``'s own steps (equivalence, calibration, report) and one round of the
         engines (``repeats`` here counts a probe's)."""
         check = self.check.model_copy(update=dict(equivalence=False, fidelity_prompts=0, accuracy=None))
-        return self.model_copy(update=dict(workload=workload, slos=slos, check=check, calibrate=False, report=False,
-                                           repeats=1))
+        return self.model_copy(update=dict(
+            workload=workload, check=check, decision=self.decision.model_copy(update=dict(slos=slos)),
+            measure=self.measure.model_copy(update=dict(calibrate=False, repeats=1)),
+            output=self.output.model_copy(update=dict(report=False))))
 
 
 def search_unit(search_var: str, workload: str) -> str:

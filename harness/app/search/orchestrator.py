@@ -101,7 +101,7 @@ class SearchOrchestrator:
         self.console = console
         self.unit = search_unit(cfg.search_var, cfg.workload.name)
         self.requests_per_probe: int | None = None
-        self.slos: list[SLO] = list(cfg.slos)  # the defaults once the hardware is known
+        self.slos: list[SLO] = list(cfg.decision.slos)  # the defaults once the hardware is known
         self.prober: ProbeMeasurer | None = None
         self.spec: TrialSpec | None = None
 
@@ -115,27 +115,27 @@ class SearchOrchestrator:
         c = self.cfg
         t_start = time.monotonic()
         kind = detect_kind()  # once: the adapters, the start slots and the default SLOs use it
-        slos_default = not c.slos
-        slos = self.slos = c.slos or default_slos(kind, c.workload.name)
+        slos_default = not c.decision.slos
+        slos = self.slos = c.decision.slos or default_slos(kind, c.workload.name)
         self.prober = ProbeMeasurer(c, slos, self.unit, self.console)
         run = c.run_config(probe_options(c.workload, c.search_var, c.low, 0), slos)  # the first probe's workload
-        self.spec = TrialSpec(measure=self.prober.options, warmup=run.warmup, warmup_seed=(run.workload.seed or 0) + 7919,
+        self.spec = TrialSpec(measure=self.prober.options, warmup=run.measure.warmup, warmup_seed=(run.workload.seed or 0) + 7919,
                               hardware=kind, read_effective=False)
-        model_dir = resolve_model(run.model, weights=any(e != "openai" for e in run.engines))
-        run_id = run.run_id or new_run_id(f"search-{c.workload.name}")
-        threads = run.threads or default_threads()
-        writer = RunWriter(Path(run.output_dir) / run_id, run_id, c.workload.name)
+        model_dir = resolve_model(run.engine.model, weights=any(e != "openai" for e in run.engine.names))
+        run_id = run.output.run_id or new_run_id(f"search-{c.workload.name}")
+        threads = run.engine.threads or default_threads()
+        writer = RunWriter(Path(run.output.output_dir) / run_id, run_id, c.workload.name)
         writer.summary.slos = slo_table(slos)
-        writer.summary.repeats = c.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
-        adapters = all_adapters(kind) if c.engines == ["all"] else [get_adapter(n, kind) for n in c.engines]
+        writer.summary.repeats = c.measure.repeats  # each engine's summary.json metrics pool its capacity probe's repeats
+        adapters = all_adapters(kind) if c.engine.names == ["all"] else [get_adapter(n, kind) for n in c.engine.names]
         summary = SearchSummary(run_id=run_id, workload=c.workload.name, search_var=c.search_var, unit=self.unit,
                                 slos=writer.summary.slos, slos_default=slos_default, low=c.low, high=c.high,
                                 tolerance=c.tolerance, budget_s=c.budget_s, budget_per_engine_s=c.budget_s,
-                                max_probes=c.max_probes, repeats=c.repeats, seed=c.workload.seed or 0)
+                                max_probes=c.max_probes, repeats=c.measure.repeats, seed=c.workload.seed or 0)
         plans = self._plans(adapters, run, model_dir, threads, kind, writer, summary)
         per_engine = summary.budget_per_engine_s = c.budget_s / max(1, len(plans))
         self._announce(slos, slos_default, kind, len(plans), per_engine)
-        starter = make_starter(self.console, plans, kind, run.parallel_start)
+        starter = make_starter(self.console, plans, kind, run.engine.parallel_start)
         try:
             starter.begin()
             tokenizer = self._prepare(run, model_dir, threads, writer, starter, per_engine)
@@ -159,7 +159,7 @@ class SearchOrchestrator:
         """The available engines' plans; the others recorded as skipped."""
         plans = []
         for adapter in adapters:
-            launch = launch_config(run, run.engine_args.get(adapter.name, {}), model_dir, writer.run_dir, threads)
+            launch = launch_config(run, run.engine.args.get(adapter.name, {}), model_dir, writer.run_dir, threads)
             plan = plan_engine(adapter, launch, kind)
             if plan.available:
                 plans.append(plan)
@@ -185,7 +185,7 @@ class SearchOrchestrator:
         writer.manifest.search = SearchFacts(
             search_var=c.search_var, unit=self.unit, low=c.low, high=self._high(), tolerance=c.tolerance,
             budget_s=c.budget_s, budget_per_engine_s=per_engine, max_probes=c.max_probes,
-            repeats=c.repeats, seeds=self._seed_text(c.workload.seed or 0), slos_default=not c.slos)
+            repeats=c.measure.repeats, seeds=self._seed_text(c.workload.seed or 0), slos_default=not c.decision.slos)
         writer.write_manifest()
         return tokenizer
 
@@ -209,7 +209,7 @@ class SearchOrchestrator:
         return float(self.requests_per_probe) if self.cfg.search_var == "concurrency" and self.requests_per_probe else None
 
     def _seed_text(self, base: int) -> str:
-        n = self.cfg.repeats
+        n = self.cfg.measure.repeats
         if n == 1:
             return f"probe i uses seed {base} + i"
         return f"repeat k of probe i uses seed {base} + i * {n} + k (no prompt reused across measurements)"
@@ -227,9 +227,9 @@ class SearchOrchestrator:
 
     def _probe_text(self) -> str:
         c = self.cfg
-        if c.repeats == 1:
+        if c.measure.repeats == 1:
             return f"probe i draws its workload with seed {c.workload.seed or 0} + i"
-        return (f"each probe is {c.repeats} measurements back to back, judged on their pooled metrics; "
+        return (f"each probe is {c.measure.repeats} measurements back to back, judged on their pooled metrics; "
                 f"{self._seed_text(c.workload.seed or 0)}")
 
     # -- one engine ----------------------------------------------------------------------
@@ -268,7 +268,7 @@ class SearchOrchestrator:
         the repeats (a lower bound; None for a concurrency search, whose span is not known
         beforehand)."""
         n = self.requests_per_probe
-        return self.cfg.repeats * (n - 1) / self.cfg.low if self.cfg.search_var == "rate" and n and n > 1 else None
+        return self.cfg.measure.repeats * (n - 1) / self.cfg.low if self.cfg.search_var == "rate" and n and n > 1 else None
 
     def _record(self, name: str, plan: EnginePlan, writer: RunWriter, summary: SearchSummary,
                 result: CapacityResult | None, probes: list[SearchProbe], info: dict[str, Any],
@@ -286,7 +286,7 @@ class SearchOrchestrator:
         if status is EngineStatus.OK:
             self.console.print(f"[bold]{name}[/]: {escape(entry.message)}")
         at = next((p for p in probes if p.passed and p.load == entry.bracket[0]), probes[0] if probes else None)
-        pooled = f", pooled over its {self.cfg.repeats} repeats" if self.cfg.repeats > 1 else ""
+        pooled = f", pooled over its {self.cfg.measure.repeats} repeats" if self.cfg.measure.repeats > 1 else ""
         where = (f"metrics of probe {at.index} at {load_text(at.load, self.cfg.search_var)} {self.unit}"
                  f"{' (the passing load the capacity is read from)' if at.passed else ' (the lowest load; it failed)'}{pooled}") if at else "no probe ran"
         why = reason or f"capacity search: {entry.message}"

@@ -37,7 +37,6 @@ from workloads.options import WorkloadOptions
 from harness.app.trial.measure import MeasureOptions, MeasurementSink, measure
 from harness.app.search.capacity import LoadProbe, judge_probe
 from harness.metrics import SLO, completion_rate
-from harness.metrics.failures import MAX_FAILURE_RATE
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
 from harness.scoring.samples import Requests, measured_span_s
@@ -95,14 +94,14 @@ class ProbeMeasurer:
     """Measures, judges, stores and prints the probes of a search (see the module docstring).
 
     ``cfg``: the :class:`harness.app.search.config.SearchSettings` (``workload``, ``search_var``,
-    ``repeats``, ``request_timeout_s``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
+    ``measure``, ``decision.max_failure_rate``); ``slos``: the SLOs judged; ``unit``: the load's unit."""
 
     def __init__(self, cfg: RunSettings, slos: list[SLO], unit: str, console: Console) -> None:
         self.cfg, self.slos, self.unit, self.console = cfg, slos, unit, console
-        self.repeats = int(getattr(cfg, "repeats", 1) or 1)
-        self.max_failure_rate = float(getattr(cfg, "max_failure_rate", MAX_FAILURE_RATE))
-        self.options = MeasureOptions(slos=tuple(slos), request_timeout_s=cfg.request_timeout_s,
-                                      client_workers=cfg.client_workers, ignore_eos=cfg.ignore_eos)
+        self.repeats = cfg.measure.repeats
+        self.max_failure_rate = cfg.decision.max_failure_rate
+        self.options = MeasureOptions(slos=tuple(slos), request_timeout_s=cfg.measure.request_timeout_s,
+                                      client_workers=cfg.measure.client_workers, ignore_eos=cfg.measure.ignore_eos)
         self.kit: Any = None
 
     def measure(self, name: str, endpoint: Endpoint, tokenizer: PreTrainedTokenizerBase, sink: MeasurementSink, load: float,

@@ -46,9 +46,9 @@ def parse_rate(text: Optional[str], option: str = "--request-rate") -> Optional[
 
 def parse_duration(text: str | float, option: str = "--time-budget", zero: bool = False) -> float:
     """A duration in seconds from ``900``, ``900s``, ``15m``, ``1.5h`` or ``1h30m`` (the one
-    vocabulary of ``bench run``'s budgets: ``--time-budget``, ``--ladder-budget``, ``--tune``);
-    raises ValueError naming ``option`` for anything else or a value not above 0 (``zero``: 0
-    allowed, meaning none; ``inf``: no bound)."""
+    vocabulary of every budget: ``bench run --time-budget``, ``--ladder-budget``, ``--tune`` and
+    ``bench search --budget``); raises ValueError naming ``option`` for anything else or a value
+    not above 0 (``zero``: 0 allowed, meaning none; ``inf``: no bound)."""
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -68,13 +68,15 @@ def parse_duration(text: str | float, option: str = "--time-budget", zero: bool 
     return value
 
 
-def duration_of(option: str, zero: bool = False) -> Callable[[str | float], float]:
+def duration_of(option: str, zero: bool = False, unbounded: str = "; --time-budget inf is what leaves the job unbounded"
+                ) -> Callable[[str | float], float]:
     """The parser of ``option``'s finite duration (:func:`parse_duration`; ``inf`` refused in one
-    line: only ``--time-budget`` may be unbounded), for a settings field."""
+    line ending in ``unbounded``: within ``bench run`` only ``--time-budget`` may be unbounded), for a
+    settings field."""
     def parse(text: str | float) -> float:
         value = parse_duration(text, option, zero=zero)
         if math.isinf(value):
-            raise ValueError(f"{option} needs a finite duration (e.g. 3m); --time-budget inf is what leaves the job unbounded")
+            raise ValueError(f"{option} needs a finite duration (e.g. 3m){unbounded}")
         return value
     return parse
 

@@ -3,6 +3,8 @@ commands like ``bench run``'s (:func:`harness.app.cli.options.command_from`). ``
 ``--model``, ``--threads``, ``--workload`` and ``--fidelity-floor`` are ``bench run``'s declarations
 (:mod:`harness.app.settings.shared`, :mod:`harness.app.settings.workload`): same parsing and
 checks; the help, default and bounds are these commands' own (one engine thread each by default).
+``--engine``, ``--fidelity-prompts`` and ``--fidelity-tokens`` are spelled as ``bench run``'s; the
+former ``--engines``, ``--prompts`` and ``--tokens`` still read, hidden from ``--help``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class EngineCheckSettings(CliModel):
     ``max_tokens`` per prompt (>= 1), ``threads`` per engine (>= 1), server logs in ``run_dir``
     (None = results/check-<time>), ``json_out``: the full result as JSON."""
 
-    engines: Annotated[str, Cli("--engines", help="comma-separated engines; the first is the reference")] = "own,transformers"
+    engines: Annotated[str, Cli("--engine", "-e", aliases=("--engines",), help="comma-separated engines; the first is the reference")] = "own,transformers"
     model: Annotated[Model, _MODEL] = None
     max_tokens: Annotated[int, Field(ge=1), Cli("--max-tokens", range=True, help="greedy tokens per prompt")] = 32
     threads: Annotated[int, Field(ge=1), _THREADS] = 1
@@ -41,12 +43,12 @@ class EngineFidelitySettings(CliModel):
     (1-1024); ``fidelity_floor`` in [0, 1] for other numerics; ``threads`` per engine (>= 1);
     ``run_dir`` None = results/fidelity-<time>."""
 
-    engines: Annotated[str, Cli("--engines", help="comma-separated engines, or 'all' (every engine that can run here)")] = "all"
+    engines: Annotated[str, Cli("--engine", "-e", aliases=("--engines",), help="comma-separated engines, or 'all' (every engine that can run here)")] = "all"
     model: Annotated[Model, _MODEL] = None
     workload: Annotated[str, WORKLOAD_OPTIONS.options["name"].replace(
         flags=("--workload",), help="the workload whose prompts are checked (its sessions' first requests)")] = "agentic"
-    prompts: Annotated[int, Field(ge=1, le=512), Cli("--prompts", range=True, help="prompts checked")] = 32
-    tokens: Annotated[int, Field(ge=1, le=1024), Cli("--tokens", range=True, help="greedy tokens per prompt")] = 64
+    prompts: Annotated[int, Field(ge=1, le=512), Cli("--fidelity-prompts", range=True, aliases=("--prompts",), help="prompts checked")] = 32
+    tokens: Annotated[int, Field(ge=1, le=1024), Cli("--fidelity-tokens", range=True, aliases=("--tokens",), help="greedy tokens per prompt")] = 64
     fidelity_floor: Annotated[float, Field(ge=0.0, le=1.0), Cli("--fidelity-floor", range=True, help="the floor for configurations of other numerics (the reference's precision: 0.99)")] = 0.90
     threads: Annotated[int, Field(ge=1), _THREADS] = 1
     engine_args: Annotated[EngineArgs, _ENGINE_ARGS] = Field(default_factory=dict)

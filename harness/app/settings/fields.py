@@ -19,6 +19,10 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
+from results.messages import plain_error
+
+__all__ = ["Cli", "CliGroup", "CliModel", "cli_of", "error_line", "given_paths", "group_of", "option_flag", "plain_error"]
+
 
 @dataclass(frozen=True, init=False)
 class Cli:
@@ -37,6 +41,8 @@ class Cli:
     ``argument``: a positional argument, not an option (``flags``: its one name, ``"run"``).
     ``panel``: the ``--help`` panel it shows under when the model's ``cli_panels`` lists it in none
     (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``).
+    ``aliases``: former spellings still read, hidden from ``--help`` (``bench engines check
+    --engines`` before it became ``--engine``, the name every command uses).
     """
 
     flags: tuple[str, ...]
@@ -49,12 +55,13 @@ class Cli:
     envvar: str | None
     argument: bool
     panel: str | None
+    aliases: tuple[str, ...]
 
     def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
                  default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None,
-                 argument: bool = False, panel: str | None = None) -> None:
+                 argument: bool = False, panel: str | None = None, aliases: tuple[str, ...] = ()) -> None:
         values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range,
-                      envvar=envvar, argument=argument, panel=panel)
+                      envvar=envvar, argument=argument, panel=panel, aliases=aliases)
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -159,10 +166,10 @@ def option_flag(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
 
 def error_line(exc: ValidationError, model: type[BaseModel]) -> str:
     """The one line a bad value gives: the message a validator raised, as it raised it (the
-    first error, in field order), or for a value of the wrong type ``--flag: what pydantic
-    expected (got value)``. No pydantic boilerplate, no URL."""
+    first error, in field order), or for a value of the wrong type or out of bounds the option,
+    what it takes and an example (:func:`plain_error`). No pydantic wording, no URL."""
     err = exc.errors()[0]
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, Exception):
         return str(cause)
-    return f"{option_flag(model, tuple(err.get('loc', ())))}: {err.get('msg', 'invalid value')} (got {err.get('input')!r})"
+    return plain_error(err, option_flag(model, tuple(err.get("loc", ()))))

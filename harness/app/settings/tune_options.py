@@ -34,9 +34,12 @@ def check_recipe_file(text: Optional[str]) -> Optional[str]:
         raise ValueError(f"--engine-config {text}: cannot read it ({exc.strerror or exc}): give the recipe.json a run "
                          "wrote (results/<run>/recipe.json)") from None
     except ValidationError as exc:
+        from harness.app.settings.fields import plain_error
+
         first = exc.errors()[0]
-        raise ValueError(f"--engine-config {text} is not a recipe ({'.'.join(map(str, first['loc'])) or 'file'}: "
-                         f"{first['msg']}): give the recipe.json a run wrote") from None
+        where = ".".join(map(str, first["loc"])) or "file"
+        raise ValueError(f"--engine-config {text} is not a recipe ({plain_error(first, where)}): give the recipe.json "
+                         "a run wrote") from None
     _check_recipe(recipe, text)
     return str(text)
 

@@ -3,6 +3,10 @@ one :class:`Cli` per field of :class:`workloads.options.WorkloadOptions`, flat o
 
 from __future__ import annotations
 
+from typing import Any
+
+from workloads.options import WorkloadOptions, parse_options
+
 from harness.app.settings import checks
 from harness.app.settings.fields import Cli, CliGroup
 
@@ -33,4 +37,22 @@ WORKLOAD_OPTIONS = CliGroup({
     "ramp_up_start_rps": Cli("--ramp-up-start-rps", help="With --ramp-up-strategy: the first request's rate, requests/s (agentic: session starts/s), > 0."),
     "ramp_up_end_rps": Cli("--ramp-up-end-rps", help="With --ramp-up-strategy: the last request's rate, requests/s, >= the start rate."),
     "prompt_salt": Cli("--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json); 'none' sends none (with --endpoint, whose default is 'auto': an endpoint just started, its cache cold). Default: no salt."),
+})
+
+
+def workload_from(group: CliGroup, values: dict[str, Any]) -> WorkloadOptions:
+    """The workload's options from a command line's values for ``group`` (by field, the raw text
+    of an option with a ``parse`` through it), checked together (:func:`workloads.options.parse_options`).
+    Raises ``ValueError`` (a :class:`workloads.errors.WorkloadError`) with one line."""
+    return parse_options(**{k: group.options[k].parse(v) if k in group.options and group.options[k].parse else v
+                            for k, v in values.items()})
+
+
+# `bench workloads show NAME`: the workload built offline, with the options that shape it
+SHOW_OPTIONS = CliGroup({
+    "name": Cli("name", argument=True, default=..., help="Workload name (see `bench workloads`)."),
+    "seed": Cli("--seed", help="Seed (default 0): same seed, same requests."),
+    **{k: WORKLOAD_OPTIONS.options[k] for k in ("scale", "num_requests", "request_rate", "burstiness", "max_concurrency",
+                                               "input_len", "output_len", "range_ratio", "api", "trace", "time_scale",
+                                               "spec_file")},
 })

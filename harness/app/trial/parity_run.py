@@ -23,11 +23,11 @@ from rich.console import Console
 
 
 class ParityRun:
-    """The parity side of one run of ``cfg`` (a ``RunSettings``: ``parity``, ``engine_args``)."""
+    """The parity side of one run of ``cfg`` (a ``RunSettings``: ``engine.parity``, ``engine.args``)."""
 
     def __init__(self, cfg: RunSettings, console: Console | None = None) -> None:
-        self.mode: str = getattr(cfg, "parity", "report")
-        self.user_args: dict[str, dict[str, str]] = cfg.engine_args
+        self.mode: str = cfg.engine.parity
+        self.user_args: dict[str, dict[str, str]] = cfg.engine.args
         self.console = console
         self.args: dict[str, dict[str, str]] | None = None  # None = not planned: the user's args as given
         self.strict: ParityStrict | None = None

@@ -65,7 +65,7 @@ def plan_engine(adapter: EngineAdapter, launch: LaunchConfig, hardware_kind: str
 def launch_config(cfg: RunSettings, engine_args: dict[str, str], model_dir: Path, run_dir: Path, threads: int) -> LaunchConfig:
     """Engine launch settings from a job's settings ``cfg`` (timeouts, endpoint, served name)."""
     return LaunchConfig(model_dir=model_dir, run_dir=run_dir, threads=threads, engine_args=engine_args,
-                        startup_timeout_s=cfg.startup_timeout_s, base_url=cfg.base_url, model_name=cfg.served_model_name)
+                        startup_timeout_s=cfg.engine.startup_timeout_s, base_url=cfg.deployments.base_url, model_name=cfg.deployments.served_model_name)
 
 
 def skipped_result(plan: EnginePlan) -> EngineResult:

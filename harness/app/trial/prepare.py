@@ -43,9 +43,9 @@ def announce(console: Console, job: str, writer: RunWriter) -> None:
 def record_run_facts(writer: RunWriter, cfg: RunSettings, model_dir: Path, workload: Workload, threads: int) -> None:
     """Fill and write the manifest (model, workload, seed, SLOs, threads, hardware; the
     ``--price-per-hour`` of the settings ``cfg`` over the hardware profile's price)."""
-    fill_manifest(writer.manifest, model_dir, workload, cfg.workload.seed, cfg.slos, threads,
+    fill_manifest(writer.manifest, model_dir, workload, cfg.workload.seed, cfg.decision.slos, threads,
                   token_note=cfg.token_note, describe_model=cfg.model_described)
-    if cfg.price_per_hour is not None and writer.manifest.hardware is not None:  # --price-per-hour
-        writer.manifest.hardware.price_per_hour = cfg.price_per_hour
+    if cfg.decision.price_per_hour is not None and writer.manifest.hardware is not None:  # --price-per-hour
+        writer.manifest.hardware.price_per_hour = cfg.decision.price_per_hour
         writer.manifest.hardware.price_source = "--price-per-hour"
     writer.write_manifest()

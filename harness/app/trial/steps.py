@@ -289,14 +289,14 @@ def trial_spec(cfg: RunSettings, hardware_kind: str, energy: EnergySource | None
     """The :class:`TrialSpec` of a job's settings ``cfg`` (the run settings: SLOs, timeouts,
     client workers, warm-up, checks) on ``hardware_kind``; ``energy``: the run's energy source
     (``results.schema.EnergySource``, read around every measured phase); ``override`` replaces fields."""
-    options = MeasureOptions(slos=tuple(cfg.slos), request_timeout_s=cfg.request_timeout_s,
-                             max_concurrency=cfg.workload.max_concurrency, client_workers=cfg.client_workers,
-                             ignore_eos=cfg.ignore_eos, energy=energy)
-    fields: dict[str, Any] = dict(measure=options, warmup=cfg.warmup, warmup_seed=(cfg.workload.seed or 0) + 7919,
+    options = MeasureOptions(slos=tuple(cfg.decision.slos), request_timeout_s=cfg.measure.request_timeout_s,
+                             max_concurrency=cfg.workload.max_concurrency, client_workers=cfg.measure.client_workers,
+                             ignore_eos=cfg.measure.ignore_eos, energy=energy)
+    fields: dict[str, Any] = dict(measure=options, warmup=cfg.measure.warmup, warmup_seed=(cfg.workload.seed or 0) + 7919,
                                   equivalence=cfg.check.equivalence, feature_probes=cfg.check.feature_probes,
-                                  repeats=cfg.repeats, hardware=hardware_kind,
+                                  repeats=cfg.measure.repeats, hardware=hardware_kind,
                                   fidelity_floor=cfg.check.fidelity_floor, accuracy=accuracy_items(cfg.check.accuracy),
-                                  model_declared=getattr(cfg, "tokenizer", None) is not None)
+                                  model_declared=cfg.deployments.tokenizer is not None)
     return TrialSpec(**{**fields, **override})
 
 

@@ -112,3 +112,24 @@ def test_check_equivalence_token_agreement(tmp_path):
     assert e["absent"]["status"] == "skipped" and "not installed" in e["absent"]["reason"]
     assert e["crashy"]["status"] == "failed" and "exited with code 3" in e["crashy"]["reason"]
     assert (tmp_path / "logs" / "diverges.log").is_file()
+
+
+def test_check_and_fidelity_spell_their_options_as_bench_run_and_still_read_the_former_ones() -> None:
+    """``--engine`` (``-e``), ``--fidelity-prompts``, ``--fidelity-tokens`` as in ``bench run``; the
+    former ``--engines``, ``--prompts``, ``--tokens`` read the same, hidden from ``--help``."""
+    from harness.app.cli.options import alias_params, cli_params
+    from harness.app.settings.engines import EngineFidelitySettings
+
+    for command in ("check", "fidelity"):
+        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+        assert "--engine " in text and "-e " in text and "--engines" not in text
+    text = runner.invoke(app, ["fidelity", "--help"], env={"COLUMNS": "200"}).output
+    import re
+
+    assert "--fidelity-prompts" in text and "--fidelity-tokens" in text
+    assert not re.search(r"(?<![\w-])--(prompts|tokens|engines)\b", text)
+    former = {a.cli.aliases: a.alias_of for a in alias_params(cli_params(EngineFidelitySettings))}
+    assert former == {("--engines",): "engine", ("--prompts",): "fidelity_prompts", ("--tokens",): "fidelity_tokens"}
+    for flag in ("-e", "--engine", "--engines"):  # each spelling reaches the same check
+        res = runner.invoke(app, ["check", flag, "own,nope"])
+        assert res.exit_code == 2 and "unknown engine 'nope'" in res.output, res.output

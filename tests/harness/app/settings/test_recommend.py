@@ -36,9 +36,11 @@ def test_the_options_recommend_shares_with_run_are_its_declarations() -> None:
     ({"slos": "ttft_p99"}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
 ])
 def test_a_bad_shared_value_is_one_line_whichever_command(values: dict, line: str) -> None:
-    for model, base in ((RunSettings, {"engines": ["own"]}), (RecommendSettings, {"run": ["latest"]})):
+    cases = ((RunSettings, {"engine": {"names": ["own"]}, "decision": values}),  # bench run: the decision's group
+             (RecommendSettings, {"run": ["latest"], **values}))
+    for model, given in cases:
         with pytest.raises(ValidationError) as err:
-            model.model_validate({**base, **values})
+            model.model_validate(given)
         assert error_line(err.value, model) == line
 
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from harness.app.cli import app
 from harness.app.cli.options import cli_params, command_from
 from harness.app.settings.fields import Cli, error_line
-from harness.app.settings.run import RunSettings
+from harness.app.settings.run import (DeploymentSettings, EngineSettings, LadderSettings, OutputSettings,
+                                      RunSettings)
 from harness.app.settings.tune_options import TuneSettings
 from harness.app.search.config import SearchSettings
 from harness.metrics import SLO
@@ -121,7 +122,7 @@ def test_a_field_added_to_the_settings_is_an_option_of_both_commands(tmp_path: P
     assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))  # under its panel
     run, search = seen
     assert isinstance(run, RunPlus) and isinstance(search, SearchPlus)
-    assert run.extra_knob == search.extra_knob == 7 and run.threads == search.threads == 1
+    assert run.extra_knob == search.extra_knob == 7 and run.engine.threads == search.engine.threads == 1
     assert run.workload.name == "agentic" and search.workload.name == "random" and search.workload.num_requests == 24
 
 
@@ -135,24 +136,24 @@ def test_the_command_line_values_arrive_parsed_in_the_settings(tmp_path: Path) -
                                     "--no-ignore-eos", "--parity", "strict", "--duration", "1m", "-o", str(tmp_path)])
     assert res.exit_code == 0, res.output
     (s,) = seen
-    assert s.engines == ["own", "vllm"] and s.slos == [SLO("ttft", 500.0)] and s.engine_args == {"vllm": {"max_num_seqs": "8"}}
+    assert s.engine.names == ["own", "vllm"] and s.decision.slos == [SLO("ttft", 500.0)] and s.engine.args == {"vllm": {"max_num_seqs": "8"}}
     assert s.workload == WorkloadOptions(name="random", num_requests=5, request_rate=float("inf"), duration_s=60.0)
-    assert (s.parallel_start, s.ignore_eos, s.check.equivalence, s.parity) == (False, False, True, "strict")
+    assert (s.engine.parallel_start, s.measure.ignore_eos, s.check.equivalence, s.engine.parity) == (False, False, True, "strict")
 
 
 def test_a_bad_value_is_the_validators_own_line_in_code_as_on_the_command_line() -> None:
-    cases = [({"engines": "own,own"}, "--engine lists 'own' twice: name each engine once"),
-             ({"engines": ["own"], "warmup": -1}, "--warmup must be >= 0, got -1"),
-             ({"engines": ["own"], "slos": "ttft_p99"}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
-             ({"engines": ["own"], "threads": "many"}, "--threads: Input should be a valid integer, unable to parse "
-                                                       "string as an integer (got 'many')"),
-             ({"engines": ["own"], "workload": {"name": "random", "seed": -1}}, "--seed must be >= 0, got -1")]
+    own = {"names": ["own"]}
+    cases = [({"engine": {"names": "own,own"}}, "--engine lists 'own' twice: name each engine once"),
+             ({"engine": own, "measure": {"warmup": -1}}, "--warmup must be >= 0, got -1"),
+             ({"engine": own, "decision": {"slos": "ttft_p99"}}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
+             ({"engine": {**own, "threads": "many"}}, "--threads takes a whole number, got 'many': e.g. --threads 4"),
+             ({"engine": own, "workload": {"name": "random", "seed": -1}}, "--seed must be >= 0, got -1")]
     for values, line in cases:
         with pytest.raises(ValidationError) as err:
             RunSettings.model_validate(values)
         assert error_line(err.value, RunSettings) == line
     with pytest.raises(ValidationError) as err:
-        SearchSettings.model_validate({"engines": ["own"], "repeats": 11})
+        SearchSettings.model_validate({"engine": own, "measure": {"repeats": 11}})
     assert error_line(err.value, SearchSettings) == "--repeats must be between 1 and 10, got 11"
     res = CliRunner().invoke(app, ["search", "--engine", "own", "--repeats", "11"])
     assert res.exit_code == 2 and res.output == "error: --repeats must be between 1 and 10, got 11\n"
@@ -160,13 +161,15 @@ def test_a_bad_value_is_the_validators_own_line_in_code_as_on_the_command_line()
 
 def test_settings_built_in_code_check_values_only_and_a_search_copies_its_run_settings(tmp_path: Path) -> None:
     # no machine checks in code: a missing spec file is the builder's to report, no output folder is made
-    s = RunSettings(engines=["openai"], model="served", base_url="http://h:1", output_dir=tmp_path / "new",
+    s = RunSettings(engine=EngineSettings(names=["openai"], model="served"),
+                    deployments=DeploymentSettings(base_url="http://h:1"), output=OutputSettings(output_dir=tmp_path / "new"),
                     workload=WorkloadOptions(spec_file=tmp_path / "missing.yaml"))
-    assert s.model == "served" and s.served_model_name is None and not (tmp_path / "new").exists()
-    search = SearchSettings(engines=["own"], repeats=3, threads=1)
+    assert s.engine.model == "served" and s.deployments.served_model_name is None and not (tmp_path / "new").exists()
+    search = SearchSettings(engine=EngineSettings(names=["own"], threads=1), measure={"repeats": 3})
     run = search.run_config(WorkloadOptions(name="random", seed=4), [SLO("ttft", 9.0)])
-    assert (run.repeats, run.check.equivalence, run.calibrate, run.report, run.threads) == (1, False, False, False, 1)
-    assert run.workload.seed == 4 and search.repeats == 3 and search.workload.name == "random"
+    assert (run.measure.repeats, run.check.equivalence, run.measure.calibrate, run.output.report, run.engine.threads) == \
+        (1, False, False, False, 1)
+    assert run.workload.seed == 4 and search.measure.repeats == 3 and search.workload.name == "random"
 
 
 def test_one_reader_of_key_value_lists() -> None:
@@ -189,48 +192,47 @@ def test_a_request_count_or_rate_asks_for_that_load_point_from_the_command_line_
     and `num_requests: 20` a 192-request one; whoever gives a count or a rate wants that load point."""
     spec = tmp_path / "chat.yaml"
     spec.write_text("kind: chat\nrequest_rate: 200\nnum_requests: 20\n")
-    assert RunSettings(engines=["own"], workload=WorkloadOptions(name="chat")).ladder
-    assert not RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", num_requests=8)).ladder
-    assert not RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", spec_file=spec)).ladder
+    assert RunSettings(workload=WorkloadOptions(name="chat")).ladder
+    assert not RunSettings(workload=WorkloadOptions(name="chat", num_requests=8)).ladder
+    assert not RunSettings(workload=WorkloadOptions(name="chat", spec_file=spec)).ladder
     (tmp_path / "lengths.yaml").write_text("kind: random\ninput_len: 64\n")  # lengths only: still a ladder
-    assert RunSettings(engines=["own"], workload=WorkloadOptions(name="random", spec_file=tmp_path / "lengths.yaml")).ladder
+    assert RunSettings(workload=WorkloadOptions(name="random", spec_file=tmp_path / "lengths.yaml")).ladder
 
 
 def test_a_ladder_option_is_refused_with_one_load_point_when_given_at_whatever_value() -> None:
     """Issue 39's review: `--max-load 64 -n 8` (64 the default) passed while `--max-load 32 -n 8` was
     refused: whether it was given is what was typed (from_cli's ``given``) or set in code, never its value."""
-    point = {"engines": "own", "workload": {"name": "chat", "num_requests": "8"}}
+    point = {"engine": {"names": "own"}, "workload": {"name": "chat", "num_requests": "8"}}
     with pytest.raises(ValueError, match="--max-load applies to load ladders, and this run measures one load point"):
-        RunSettings.from_cli({**point, "max_load": 64}, given={"engines", "workload", "max_load"})
-    assert RunSettings.from_cli({**point, "max_load": 64}, given={"engines", "workload"}).max_load == 64  # its default
+        RunSettings.from_cli({**point, "load": {"max_load": 64}}, given={"engine", "workload", "load", "load.max_load"})
+    assert RunSettings.from_cli({**point, "load": {"max_load": 64}}, given={"engine", "workload"}).load.max_load == 64  # its default
     with pytest.raises(ValidationError, match="--ladder-budget applies to load ladders"):
-        RunSettings(engines=["own"], workload=WorkloadOptions(name="chat", num_requests=8), ladder_budget_s=150)
+        RunSettings(workload=WorkloadOptions(name="chat", num_requests=8), load=LadderSettings(ladder_budget_s=150))
     with pytest.raises(ValidationError, match="--tune-configs sets how many configurations --tune tries"):
-        RunSettings(engines=["own"], tune=TuneSettings(configs=4))
+        RunSettings(tune=TuneSettings(configs=4))
 
 
 def test_the_time_budget_reads_the_units_people_write() -> None:
     from harness.app.settings.checks import parse_duration
 
     assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", "1h30m")] == [900, 900, 900, 5400, 5400]
-    assert RunSettings.from_cli({"engines": "own", "time_budget_s": "15m"}).time_budget_s == 900
+    assert RunSettings.from_cli({"load": {"time_budget_s": "15m"}}).load.time_budget_s == 900
 
 
 def test_every_budget_reads_one_duration_vocabulary() -> None:
     """--time-budget, --ladder-budget and --tune read the same durations; --tune 0 is no search."""
-    cfg = RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2m30s", "tune": {"seconds": "3m"},
-                                "time_budget_s": "1h"})
-    assert (cfg.time_budget_s, cfg.ladder_budget_s, cfg.tune.seconds) == (3600, 150, 180)
-    assert RunSettings.from_cli({"engines": "own", "tune": {"seconds": "0"}}).tune.seconds == 0
+    cfg = RunSettings.from_cli({"load": {"ladder_budget_s": "2m30s", "time_budget_s": "1h"}, "tune": {"seconds": "3m"}})
+    assert (cfg.load.time_budget_s, cfg.load.ladder_budget_s, cfg.tune.seconds) == (3600, 150, 180)
+    assert RunSettings.from_cli({"tune": {"seconds": "0"}}).tune.seconds == 0
     with pytest.raises(ValueError, match="--ladder-budget '2x' is not a duration"):
-        RunSettings.from_cli({"engines": "own", "ladder_budget_s": "2x"})
+        RunSettings.from_cli({"load": {"ladder_budget_s": "2x"}})
     with pytest.raises(ValueError, match="--ladder-budget must be above 0 s"):
-        RunSettings.from_cli({"engines": "own", "ladder_budget_s": "0"})
-    for option, values in (("--ladder-budget", {"ladder_budget_s": "inf"}), ("--tune", {"tune": {"seconds": "inf"}})):
+        RunSettings.from_cli({"load": {"ladder_budget_s": "0"}})
+    for option, values in (("--ladder-budget", {"load": {"ladder_budget_s": "inf"}}), ("--tune", {"tune": {"seconds": "inf"}})):
         with pytest.raises(ValueError, match=f"{option} needs a finite duration"):  # only the job may be unbounded
-            RunSettings.from_cli({"engines": "own", **values})
+            RunSettings.from_cli(values)
     with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
-        RunSettings.from_cli({"engines": "own", "tune": {"seconds": "-5"}})
+        RunSettings.from_cli({"tune": {"seconds": "-5"}})
 
 
 def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> None:
@@ -248,3 +250,45 @@ def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> 
     from workloads.spec import WorkloadSpec
 
     assert WorkloadSpec(kind="agentic", prompt_salt="none").prompt_salt is None and resolve_salt("none") is None
+
+
+def test_a_value_of_the_wrong_type_or_out_of_bounds_names_the_option_and_what_it_takes() -> None:
+    """No pydantic wording ("Input should be ...") reaches the user: the option, what it takes, an example."""
+    from harness.app.settings.fields import plain_error
+
+    cases = [({"engine": {"threads": "many"}}, "--threads takes a whole number, got 'many': e.g. --threads 4"),
+             ({"check": {"fidelity_floor": 2.0}}, "--fidelity-floor must be <= 1.0, got 2.0"),
+             ({"load": {"max_load": 0}}, "--max-load must be >= 1, got 0"),
+             ({"engine": {"parity": "fair"}}, "--parity takes one of 'report' or 'strict', got 'fair'"),
+             ({"measure": {"warmup": 1.5}}, "--warmup takes a whole number, got 1.5: e.g. --warmup 4")]
+    for values, line in cases:
+        with pytest.raises(ValidationError) as err:
+            RunSettings.model_validate(values)
+        assert error_line(err.value, RunSettings) == line
+    assert plain_error({"type": "missing", "loc": ("engine",)}, "engine") == "engine is required: give it"
+    assert plain_error({"type": "extra_forbidden", "input": 1}, "speed") == "speed is not a setting here: drop it"
+
+
+def test_a_setting_added_to_a_group_is_an_option_under_its_panel_read_on_the_group(tmp_path: Path) -> None:
+    """Issue 42: a setting is declared once, on its group; the command line, --help's panel and
+    the reads (``settings.measure.extra``) follow."""
+    from harness.app.settings.groups import MeasureSettings
+
+    class Measure(MeasureSettings):
+        extra: Annotated[int, Cli("--extra-measure", help="A measuring knob declared on its group.")] = 2
+
+    class Run(RunSettings):
+        measure: Measure = Measure()
+
+    seen: list[Any] = []
+    cli = typer.Typer()
+    cli.command("run")(command_from(Run, seen.append))
+    cli.command("other")(lambda: None)
+    res = CliRunner().invoke(cli, ["run", "--engine", "own", "--extra-measure", "5", "--warmup", "3", "--threads", "1",
+                                   "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert seen[0].measure.extra == 5 and seen[0].measure.warmup == 3 and seen[0].engine.threads == 1
+    lines = CliRunner().invoke(cli, ["run", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Measuring "))
+    knob = next(i for i, line in enumerate(lines) if line.startswith("│ --extra-measure "))
+    assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))

@@ -22,21 +22,21 @@ def _recipe(tmp_path, **over) -> str:
 
 
 def test_a_recipe_sets_the_engine_its_args_and_threads(tmp_path) -> None:
-    cfg = RunSettings.model_validate({"engine_config": _recipe(tmp_path), "engines": ["all"]})
-    assert cfg.engines == ["vllm"] and cfg.threads == 1
-    assert cfg.engine_args == {"vllm": {"max_num_seqs": "32", "max_num_batched_tokens": "2048"}}
+    cfg = RunSettings.model_validate({"engine": {"config": _recipe(tmp_path), "names": ["all"]}})
+    assert cfg.engine.names == ["vllm"] and cfg.engine.threads == 1
+    assert cfg.engine.args == {"vllm": {"max_num_seqs": "32", "max_num_batched_tokens": "2048"}}
 
 
 def test_the_users_engine_arg_and_threads_win_over_the_recipe(tmp_path) -> None:
-    cfg = RunSettings.model_validate({"engine_config": _recipe(tmp_path), "threads": 2, "engines": ["vllm", "own"],
-                                      "engine_args": {"vllm": {"max_num_seqs": "64"}}})
-    assert cfg.engines == ["vllm", "own"] and cfg.threads == 2
-    assert cfg.engine_args["vllm"] == {"max_num_seqs": "64", "max_num_batched_tokens": "2048"}
+    cfg = RunSettings.model_validate({"engine": {"config": _recipe(tmp_path), "threads": 2, "names": ["vllm", "own"],
+                                                 "args": {"vllm": {"max_num_seqs": "64"}}}})
+    assert cfg.engine.names == ["vllm", "own"] and cfg.engine.threads == 2
+    assert cfg.engine.args["vllm"] == {"max_num_seqs": "64", "max_num_batched_tokens": "2048"}
 
 
 def test_a_recipe_for_another_engine_than_named_is_one_line(tmp_path) -> None:
     with pytest.raises(ValueError, match="is a recipe for vllm, and --engine names own: add vllm to --engine"):
-        RunSettings.model_validate({"engine_config": _recipe(tmp_path), "engines": ["own"]})
+        RunSettings.model_validate({"engine": {"config": _recipe(tmp_path), "names": ["own"]}})
 
 
 def test_the_tune_help_lists_each_engines_search_space() -> None:
@@ -52,7 +52,7 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"engine_config": ""}, "--engine-config is empty"),
+    ({"engine": {"config": ""}}, "--engine-config is empty"),
     ({"tune": {"seconds": float("inf")}}, "finite number"),
     ({"tune": {"configs": 3}}, "--tune-configs sets how many configurations --tune tries: add --tune SECONDS"),
     ({"tune": {"lower_precision": True}}, "--tune-lower-precision lets --tune try lower precision: add --tune SECONDS"),
@@ -61,24 +61,24 @@ def test_the_tune_help_lists_each_engines_search_space() -> None:
 ])
 def test_bad_tuning_options_are_one_line(tmp_path, values, message) -> None:
     with pytest.raises(ValueError, match=message):
-        RunSettings.model_validate({"engines": ["all"], **values})
+        RunSettings.model_validate(values)
 
 
 @pytest.mark.parametrize("over, message", [
     ({"engine": "prod"}, "a recipe for 'prod', not an engine this harness starts"),
     ({"threads": 0}, "threads 0 is not a thread count"),
     ({"engine_args": {"bad key": "1"}}, "engine_args: --engine-arg"),
-    ({"climb_to": 0}, "climb_to: Input should be greater than or equal to 1"),
+    ({"climb_to": 0}, "climb_to must be >= 1, got 0"),
 ])
 def test_a_recipe_that_cannot_run_here_is_one_line(tmp_path, over, message) -> None:
     r = {"engine": "vllm", "engine_args": {"max_num_seqs": "32"}, "threads": 1, **over}
     path = tmp_path / "recipe.json"
     path.write_text(json.dumps(r))
     with pytest.raises(ValueError, match=message):
-        RunSettings.model_validate({"engines": ["all"], "engine_config": str(path)})
+        RunSettings.model_validate({"engine": {"names": ["all"], "config": str(path)}})
 
 
 def test_a_search_budget_under_a_second_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"--tune 0.001 is seconds of measuring per engine for the search: under 1 s"):
-        RunSettings.model_validate({"engines": ["own"], "tune": {"seconds": 0.001}})
-    assert RunSettings.model_validate({"engines": ["own"], "tune": {"seconds": 1}}).tune.seconds == 1.0
+        RunSettings.model_validate({"engine": {"names": ["own"]}, "tune": {"seconds": 0.001}})
+    assert RunSettings.model_validate({"engine": {"names": ["own"]}, "tune": {"seconds": 1}}).tune.seconds == 1.0

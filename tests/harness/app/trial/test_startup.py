@@ -158,7 +158,7 @@ def test_parallel_start_fits_memory_rule():
 
 def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_the_run(tmp_path, monkeypatch):
     import adapters.registry as registry
-    from harness.app.settings.run import RunSettings
+    from harness.app.settings.run import EngineSettings, MeasureSettings, OutputSettings, RunSettings
     from harness.app.run.orchestrator import Orchestrator
     from workloads.errors import WorkloadError
 
@@ -174,7 +174,8 @@ def test_bad_workload_after_the_engines_began_starting_stops_them_and_removes_th
 
     monkeypatch.setattr(Orchestrator, "_workload", bad_workload)
     before = {c.pid for c in psutil.Process().children(recursive=True)}
-    cfg = RunSettings(engines=["own", "transformers"], output_dir=tmp_path, run_id="bad", calibrate=False, report=False)
+    cfg = RunSettings(engine=EngineSettings(names=["own", "transformers"]), measure=MeasureSettings(calibrate=False),
+                      output=OutputSettings(output_dir=tmp_path, run_id="bad", report=False))
     with pytest.raises(WorkloadError, match="num_sessions"):
         Orchestrator(cfg, Console(file=open("/dev/null", "w"))).run()
     assert began == [2]  # both engines began starting before the workload was built
