@@ -4,12 +4,12 @@ truth is known (harness/loadgen/simulated.py), over seeded trials on a simulated
 Each trial climbs the engines' ladders exactly as ``bench run`` does (harness/app/run/ladder.py:
 doubling, bisection, two more measurements of the bracketing points; each point judged on its
 steady state, failures against the bound with an interval) and decides
-(harness/scoring/verdict.py: separated, equivalent, not separated or undecided; every engine's
+(harness/scoring/verdict/verdict.py: separated, equivalent, not separated or undecided; every engine's
 bootstrap on its own random stream, sessions resampled as clusters).
 
 1. Pairs whose capacities differ by a known factor: how often the better engine is named
    *separated*, the two *equivalent*, *not separated*, or the worse one named (wrong).
-2. The allocation (harness/scoring/allocation.py, the rule bench run follows after the
+2. The allocation (harness/scoring/verdict/allocation.py, the rule bench run follows after the
    engines' low ends) beside today's equal budgets (every engine's full ladder, bisected, its bracket points
    measured twice more), on the same pairs and seeds: right winner, wrong separated claims, and
    the measuring time on the simulated clock.
@@ -21,7 +21,7 @@ bootstrap on its own random stream, sessions resampled as clusters).
 
     python benchmarks/decision_bed.py [--trials 40] [--jitter 0.08]
 
-tests/harness/scoring/test_decision_bed.py asserts the thresholds on the same model; this script
+tests/harness/scoring/verdict/test_decision_bed.py asserts the thresholds on the same model; this script
 prints the numbers a closing note and the README quote.
 """
 
@@ -40,9 +40,9 @@ from harness.app.run import testbed  # noqa: E402
 from harness.app.run.testbed import faster  # noqa: E402
 from harness.loadgen.simulated import SimEngine, true_capacity  # noqa: E402
 from harness.metrics import parse_slos  # noqa: E402
-from harness.scoring.frontier import engine_stream  # noqa: E402
-from harness.scoring.samples import too_many_failures  # noqa: E402
-from harness.scoring.verdict import Candidate, decide, ratio_interval  # noqa: E402
+from harness.scoring.capacity.frontier import engine_stream  # noqa: E402
+from harness.scoring.capacity.samples import too_many_failures  # noqa: E402
+from harness.scoring.verdict.verdict import Candidate, decide, ratio_interval  # noqa: E402
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
 OUTPUT_TOKENS = 32
@@ -85,7 +85,7 @@ def pairs(base: SimEngine, trials: int) -> None:
 
 def allocation(base: SimEngine, trials: int) -> None:
     """Today's equal budgets (every engine's full ladder, bisected, and its bracket points measured
-    twice more) beside the allocation (harness/scoring/allocation.py: each engine's low end, the
+    twice more) beside the allocation (harness/scoring/verdict/allocation.py: each engine's low end, the
     first point brief; then the leader's climb, the others' while they could still lead, aimed and
     stopped once out of the race or once a point's SLO has failed; then bisections and repeats
     where the verdict is uncertain), on the same pairs and seeds; measuring

@@ -1,5 +1,5 @@
 """The report's "Configuration parity" section, from each run's stored ``summary.parity``
-(the audit ``harness.scoring.parity`` wrote; nothing is compared here)."""
+(the audit ``harness.scoring.checks.parity`` wrote; nothing is compared here)."""
 
 from __future__ import annotations
 

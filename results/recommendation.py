@@ -66,9 +66,9 @@ class RankedEngine(BaseModel):
     ``reference``: the reference engine, ranked as a yardstick and never the recommendation;
     ``declared_features``: the serving features its adapter declares — declared, unverified,
     never scored; ``verified_features``: the features its feature probes verified (over every
-    run that probed it, ``harness.scoring.features``; empty when it was not probed), which the
+    run that probed it, ``harness.scoring.checks.features``; empty when it was not probed), which the
     ``features`` component counts; ``score_interval``: the median of its per-repeat scores with a 95 % bootstrap
-    interval over repeats (``harness.scoring.ties``; None with fewer than 2 repeats). All
+    interval over repeats (``harness.scoring.weighted.ties``; None with fewer than 2 repeats). All
     default so recommendations stored before them still load.
     """
 
@@ -110,7 +110,7 @@ class Recommendation(BaseModel):
     the sentence that says where the reference engine stands against the winner ("" when it
     was not measured).
 
-    Noise (``harness.scoring.ties``): ``score_repeats`` is how many aligned repeats the score
+    Noise (``harness.scoring.weighted.ties``): ``score_repeats`` is how many aligned repeats the score
     intervals rest on (< 2: none, no tie check possible); ``tie_groups`` the ranked engines
     grouped into ties (intervals overlapping the group leader's), best first;
     ``tied_with_winner`` the production engines tied with the winner; ``noise_could_flip``

@@ -158,7 +158,7 @@ def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str =
     ``with_metrics``: each engine's summary.json entry holds the metrics of its capacity point
     (``ladder_point``, over the point's steady state) as ``bench run`` stores it."""
     from harness.loadgen.simulated import simulate
-    from harness.scoring.decision import judge
+    from harness.scoring.verdict.decision import judge
     from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
     from results.store import RunWriter, read_records, write_model_atomic
 
@@ -181,7 +181,7 @@ def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str =
     judge(summary, records, parsed)
     if with_metrics:
         from harness.metrics.summarise import Condition, summarise
-        from harness.scoring.samples import judged_records
+        from harness.scoring.capacity.samples import judged_records
 
         for name, e in summary.engines.items():  # as harness.app.run.ladder_run stores an engine: its capacity point
             at = next(p for p in e.points if p.load == e.capacity.bracket[0])
@@ -201,7 +201,7 @@ def sim_session_ladder_run(root: Path, run_id: str, engines: dict[str, Any], scr
     sessions of ``script`` per point, at ``loads`` agents in flight), judged at ``slos`` with the
     workload's infinite-cache hit rate ``cache_optimal`` and stored as ``ladder.json``."""
     from harness.loadgen.simulated_sessions import AgentScript, simulate_sessions
-    from harness.scoring.decision import judge
+    from harness.scoring.verdict.decision import judge
     from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
     from results.store import RunWriter, read_records, write_model_atomic
 

@@ -98,7 +98,7 @@ def test_imports_follow_the_data_flow() -> None:
 
 def test_the_checker_catches_an_upstream_import(tmp_path, monkeypatch) -> None:
     # a lower package importing harness, and reports importing the scorer, are both caught
-    assert _unit("harness.scoring.ranking") == "harness.scoring" and _unit("workloads.agentic") == "workloads"
+    assert _unit("harness.scoring.weighted.ranking") == "harness.scoring" and _unit("workloads.agentic") == "workloads"
     fake = ROOT / "workloads" / "_arch_probe.py"
     fake.write_text("from harness.metrics import compute_metrics\n")
     try:
@@ -513,13 +513,14 @@ def test_the_checker_catches_a_misplaced_test(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------
 # issue 38: one decision core: one judge of a point, one capacity estimator, one gates list
 
-CORE = "harness/scoring/frontier.py"
+CORE = "harness/scoring/capacity/frontier.py"
 SLO_COMPARISONS_ELSEWHERE = {
     "harness/metrics/slo.py": "the per-request goodput rule (DistServe): a request, not a point",
-    "harness/scoring/constraints.py": "the weighted lens's SLO stage on one-point runs (decided=True on a ladder run)",
-    "harness/scoring/sensitivity.py": "the weighted lens's what-if on one-point runs",
-    "harness/scoring/explanation.py": "the weighted lens's words on one-point runs",
-    "harness/scoring/repeats.py": "which SLOs a stored goodput was counted under (not a judgement)",
+    "harness/scoring/checks/constraints.py":
+        "the weighted lens's SLO stage on one-point runs (decided=True on a ladder run)",
+    "harness/scoring/weighted/sensitivity.py": "the weighted lens's what-if on one-point runs",
+    "harness/scoring/weighted/explanation.py": "the weighted lens's words on one-point runs",
+    "harness/scoring/measured/repeats.py": "which SLOs a stored goodput was counted under (not a judgement)",
 }
 
 
@@ -539,20 +540,21 @@ def _defined(tree: ast.Module) -> set[str]:
 
 
 def test_one_judge_of_a_point_and_one_capacity_estimator() -> None:
-    """A point's SLOs are judged, and a capacity read, in one module (``harness/scoring/frontier.py``)
+    """A point's SLOs are judged, and a capacity read, in one module (``harness/scoring/capacity/frontier.py``)
     that ``bench run``'s ladder and ``bench search`` both call; the weighted lens keeps its own
     SLO stage for one-point runs only (the allow-list says why each other comparison exists)."""
     trees = {p.relative_to(ROOT).as_posix(): ast.parse(p.read_text(encoding="utf-8"))
              for p in (ROOT / "harness").rglob("*.py")}
     strays = {path: lines for path, tree in trees.items() if path != CORE and path not in SLO_COMPARISONS_ELSEWHERE
               and (lines := _slo_comparisons(tree))}
-    assert strays == {}, "an SLO judged outside the decision core: call harness.scoring.frontier.point_stats / slo_holds"
+    assert strays == {}, \
+        "an SLO judged outside the decision core: call harness.scoring.capacity.frontier.point_stats / slo_holds"
     core = {"point_stats", "slo_value", "slo_holds", "capacity_from", "capacity_of"}
     twins = {path: sorted(core & _defined(tree)) for path, tree in trees.items() if path != CORE and core & _defined(tree)}
     assert twins == {}
     for user in ("harness/app/run/ladder.py", "harness/app/search/capacity.py"):  # both jobs take the core's judge
         imported = {a.name for n in ast.walk(trees[user]) if isinstance(n, ast.ImportFrom)
-                    and n.module == "harness.scoring.frontier" for a in n.names}
+                    and n.module == "harness.scoring.capacity.frontier" for a in n.names}
         assert "point_stats" in imported, user
     search = trees["harness/app/search/capacity.py"]
     assert "capacity_from" in {a.name for n in ast.walk(search) if isinstance(n, ast.ImportFrom) for a in n.names}
@@ -561,7 +563,7 @@ def test_one_judge_of_a_point_and_one_capacity_estimator() -> None:
 def test_one_typed_slo_and_one_default_table() -> None:
     """SLOs travel as :class:`harness.metrics.SLO`; stored, as ``slo_table`` writes them and
     ``slos_of`` reads them back (no dict built by hand, no table joined into a string and parsed
-    again); the default SLOs live in one table (``harness.scoring.decision.DEFAULT_SLOS``)."""
+    again); the default SLOs live in one table (``harness.scoring.verdict.decision.DEFAULT_SLOS``)."""
     by_hand, reparsed, tables = [], [], []
     for p in (ROOT / "harness").rglob("*.py"):
         path = p.relative_to(ROOT).as_posix()
@@ -576,7 +578,7 @@ def test_one_typed_slo_and_one_default_table() -> None:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DEFAULT_SLOS" for t in node.targets):
                 tables.append(path)
     assert by_hand == [] and reparsed == []
-    assert tables == ["harness/scoring/decision.py"]
+    assert tables == ["harness/scoring/verdict/decision.py"]
 
 
 def _stage_literals(tree: ast.AST) -> list[tuple[int, str]]:
@@ -602,8 +604,9 @@ def test_one_gates_list() -> None:
     is a gate of ``harness.scoring.gates.GATES`` (or the lens's one-point ``validity``)."""
     from harness.scoring.gates import LENS_ONLY_STAGES, STAGES
 
-    modules = ["harness/scoring/decision.py", "harness/scoring/constraints.py", "harness/scoring/reliability.py",
-               "harness/scoring/validity.py", "harness/scoring/recommender.py", "harness/scoring/explanation.py",
+    modules = ["harness/scoring/verdict/decision.py", "harness/scoring/checks/constraints.py",
+               "harness/scoring/checks/reliability.py", "harness/scoring/checks/validity.py",
+               "harness/scoring/weighted/recommender.py", "harness/scoring/weighted/explanation.py",
                "harness/app/run/reporting.py"]
     unknown = {}
     for path in modules:
@@ -618,6 +621,75 @@ def test_the_core_checkers_catch_a_second_judge(tmp_path) -> None:
     tree = ast.parse("def judge(v, slo):\n    return v <= slo.threshold_ms\n")
     assert _slo_comparisons(tree) == [2]
     assert _stage_literals(ast.parse("def g():\n    return 'latency', 'too slow'\n")) == [(2, "latency")]
+
+
+# ------------------------------------------------------------------------------------------
+# issue 42: harness/scoring grouped by what it holds, each group importing one way
+
+SCORING_GROUPS_MAY_IMPORT: dict[str, set[str]] = {
+    "capacity": set(),                   # a ladder's records → capacity at the SLO
+    "verdict": {"capacity"},             # capacities → the main job's verdict (never the weighted lens)
+    "measured": set(),                   # runs → the weighted lens's measurements
+    "checks": {"measured"},              # measurements → hard constraints
+    "weighted": {"measured", "checks"},  # survivors → score, ranking, sentence
+}
+"""What each subpackage of ``harness.scoring`` may import besides itself and the shared modules
+at its root (``errors``, ``gates``, ``formatting``); ``harness/scoring/__init__.py``, the public
+API, re-exports from any of them."""
+SCORING_SHARED_IMPORTS_ALLOWED = {
+    ("harness.scoring.formatting", "harness.scoring.measured.gather"):
+        "a type hint only (under TYPE_CHECKING): condition_label reads a Measurement's rates",
+}
+"""Imports from a shared root module into a subpackage, each with why it is no dependency."""
+
+
+def _scoring_group(module: str) -> str | None:
+    """``"api"`` for the package itself, a subpackage's name, ``"shared"`` for a root module;
+    None outside ``harness.scoring``."""
+    parts = module.split(".")
+    if parts[:2] != ["harness", "scoring"]:
+        return None
+    if len(parts) == 2:
+        return "api"
+    return parts[2] if parts[2] in SCORING_GROUPS_MAY_IMPORT else "shared"
+
+
+def scoring_group_violations() -> list[str]:
+    bad = []
+    for path in (ROOT / "harness" / "scoring").rglob("*.py"):
+        src_mod = _module_name(path)
+        src = _scoring_group(src_mod)
+        if src == "api":
+            continue
+        for target in _imports(path):
+            dst = _scoring_group(target)
+            if dst in (None, "api", "shared", src) or (src_mod, target) in SCORING_SHARED_IMPORTS_ALLOWED:
+                continue
+            if src == "shared" or dst not in SCORING_GROUPS_MAY_IMPORT[src]:
+                bad.append(f"{path.relative_to(ROOT)} imports {target}: against the scorer's groups ({src} → {dst})")
+    return bad
+
+
+def test_scoring_groups_import_one_way() -> None:
+    assert scoring_group_violations() == []
+    assert set(SCORING_GROUPS_MAY_IMPORT) == {p.parent.name for p in (ROOT / "harness" / "scoring").glob("*/__init__.py")}
+
+
+def test_the_scoring_group_checker_catches_a_backward_import() -> None:
+    probes = {
+        "harness/scoring/capacity/_arch_probe.py": "from ..verdict.verdict import decide\n",
+        "harness/scoring/verdict/_arch_probe.py": "from harness.scoring.weighted.ranking import evaluate\n",
+        "harness/scoring/_arch_probe.py": "from .checks.memory_fit import memory_fit\n",
+    }
+    for path, source in probes.items():
+        fake = ROOT / path
+        fake.write_text(source)
+        try:
+            assert [v for v in scoring_group_violations() if "_arch_probe.py" in v] == \
+                [f"{path} imports {_imports(fake)[0]}: against the scorer's groups "
+                 f"({_scoring_group(_module_name(fake))} → {_scoring_group(_imports(fake)[0])})"]
+        finally:
+            fake.unlink()
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What each engine itself reports it runs with → one typed :class:`EffectiveSettings`.
 
 Read once per engine per run, after health and before the measured phase
-(:func:`read_effective`), for the parity audit (``harness.scoring.parity``). Each field keeps its
+(:func:`read_effective`), for the parity audit (``harness.scoring.checks.parity``). Each field keeps its
 source; what an engine does not report stays None (never a guessed value), and a value taken
 from our own command line is marked :data:`results.schema.FLAG_SOURCE`. Each engine's adapter
 class names its reader (``effective_reader``: one of the ``read_*`` below, or its own). The first

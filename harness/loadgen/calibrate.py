@@ -125,7 +125,7 @@ def calibrate(
 
 CLIENT_RATE_FRACTION = 0.5
 """The share of a client process's calibrated maximum rate it may be asked to send: the validity
-gate's rule (``harness.scoring.validity.CLIENT_RATE_FRACTION``, which must stay equal; the
+gate's rule (``harness.scoring.checks.validity.CLIENT_RATE_FRACTION``, which must stay equal; the
 calibration sits below scoring in the layering, so the value is repeated, and a test pins both)."""
 
 

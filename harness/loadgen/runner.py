@@ -79,7 +79,7 @@ class RunnerOptions:
     ``stop_when``: told of each measured record as it ends; once it answers True the phase stops
     (sessions not started are not sent, requests in flight are cancelled and stored with phase
     :data:`~results.schema.records.STOPPED_PHASE`, never in metrics): a load-ladder point whose
-    SLO verdict can no longer change (:class:`harness.scoring.frontier.SloWatch`)."""
+    SLO verdict can no longer change (:class:`harness.scoring.capacity.frontier.SloWatch`)."""
 
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0

@@ -14,7 +14,7 @@ user buys is the finished task, not the requests on the way.
   time before it (``scheduled_ns`` of the next turn − ``end_ns`` of this one) never.
 
 Percentiles are numpy ``linear``. Jobs per hour per device is the judge's sessions/s at the
-point (``harness.scoring.jobs``), so one figure is printed per point.
+point (``harness.scoring.capacity.jobs``), so one figure is printed per point.
 """
 
 from __future__ import annotations

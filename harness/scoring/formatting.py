@@ -9,7 +9,7 @@ from harness.metrics import SLO
 from results.schema.metric_registry import metric, metric_figure, slo_metrics, tps_figure
 
 if TYPE_CHECKING:
-    from .gather import Measurement
+    from .measured.gather import Measurement
 
 
 class _Labels(Mapping[str, str]):

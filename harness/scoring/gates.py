@@ -8,21 +8,21 @@ An engine meets the gates in this order, and the first it fails is its one-line 
    needed and the target lacks it);
 3. ``reliability``: its requests failed above the bound (``--max-failure-rate``, 5 %) beyond the
    noise (the one-sided 95 % Wilson lower bound of the failure rate is above it,
-   :mod:`harness.scoring.samples`);
+   :mod:`harness.scoring.capacity.samples`);
 4. ``slo``: it misses the SLO at the lowest load measured;
 5. ``fidelity``: its outputs fell below the fidelity floor, or the check asked for could not run
    or covered under 90 % of its prompts (without ``--allow-unchecked``; ``harness.metrics.fidelity``);
-6. ``feature``: a required feature is not verified or declared (:mod:`.features`);
-7. ``memory``: the model does not fit the target's device memory (:mod:`.memory_fit`).
+6. ``feature``: a required feature is not verified or declared (:mod:`.checks.features`);
+7. ``memory``: the model does not fit the target's device memory (:mod:`.checks.memory_fit`).
 
 ``not measured``, ``reliability``, ``slo`` and ``fidelity`` are judged from what was measured, by the decision core
-(:func:`harness.scoring.decision.gate` for ``bench run``'s ladders; ``bench search`` by its
+(:func:`harness.scoring.verdict.decision.gate` for ``bench run``'s ladders; ``bench search`` by its
 probes); ``hardware``, ``feature`` and ``memory`` from the target and the engines' declared facts, by the scorer
-(:func:`harness.scoring.constraints.before_slos`), whose eliminations the ladder decision takes
+(:func:`harness.scoring.checks.constraints.before_slos`), whose eliminations the ladder decision takes
 (``harness.app.run.reporting.regate_ladder``). The weighted lens (``--weights``) on a ladder run
 takes every gate's outcome from the ladder's decision and judges none of its own, so the two
 can order engines differently but never exclude differently. ``validity`` (the client's own
-checks: :mod:`.validity`) is a stage of the weighted lens on one-point runs only: on a ladder
+checks: :mod:`.checks.validity`) is a stage of the weighted lens on one-point runs only: on a ladder
 run the client's limits are marked on the points (``client_limited``) and never exclude.
 """
 
@@ -57,6 +57,10 @@ MEASURED_STAGES: tuple[str, ...] = tuple(g.stage for g in GATES if g.measured)
 DECLARED_STAGES: tuple[str, ...] = tuple(g.stage for g in GATES if not g.measured)
 LENS_ONLY_STAGES: tuple[str, ...] = ("validity",)
 """Stages only the weighted lens applies, on one-point runs (module docstring)."""
+
+REFERENCE_ENGINES = frozenset({"own"})
+"""The reference engine (``own_engine``, adapter ``adapters.engines.own``): a yardstick, never
+recommended. It passes the same gates and is ranked by both lenses, but never wins."""
 
 
 def first(*eliminations: tuple[str, str] | None) -> tuple[str, str] | None:

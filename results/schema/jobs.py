@@ -1,5 +1,5 @@
 """Jobs as the agent user sees them, per ladder point of an agentic run (issue 40, item 4):
-:class:`JobFigures`, computed by ``harness.metrics.jobs`` and ``harness.scoring.jobs``, stored on
+:class:`JobFigures`, computed by ``harness.metrics.jobs`` and ``harness.scoring.capacity.jobs``, stored on
 ``ladder.json``'s :class:`~results.schema.LadderPoint` s. A *job* is one agent session: its turns
 and the tool time between them."""
 

@@ -57,8 +57,8 @@ class LadderPoint(Artefact):
     energy: EnergyFigures | None = None
     energy_provisioned: EnergyFigures | None = None
     series: list[EngineSeries] = Field(default_factory=list)  # the engine's /metrics over each measurement (issue 43)
-    jobs: JobFigures | None = None  # an agentic point's jobs (harness.scoring.jobs); None: not agentic, or an older run
-    cache: CacheFigures | None = None  # an agentic point's prefix cache against the theoretical (harness.scoring.jobs)
+    jobs: JobFigures | None = None  # an agentic point's jobs (harness.scoring.capacity.jobs); None: not agentic, or an older run
+    cache: CacheFigures | None = None  # an agentic point's prefix cache against the theoretical (harness.scoring.capacity.jobs)
 
 
 def tps_interval_text(interval: tuple[float, float] | None) -> str:
@@ -67,7 +67,7 @@ def tps_interval_text(interval: tuple[float, float] | None) -> str:
 
 
 class CapacityAtSLO(Artefact):
-    """An engine's capacity at the SLO (``harness.scoring.frontier``): ``output_tps`` (output
+    """An engine's capacity at the SLO (``harness.scoring.capacity.frontier``): ``output_tps`` (output
     tokens/s per device) with its 95 % ``interval`` (bootstrap; None = not computed),
     ``request_rate`` (requests/s; agentic: sessions/s), ``load`` (the boundary's concurrency,
     interpolated), ``bracket`` (passing load, failing load; None = not found), ``open`` (no load
@@ -94,7 +94,7 @@ class CapacityAtSLO(Artefact):
     measurements: int = 1
     lowest_fails: float = 0.0  # the share of bootstrap draws in which even the lowest load fails (interval down to 0)
     floor: float | None = None  # tok/s per device it is at least, and ceiling: at most (None: nothing bounds it), as
-    ceiling: float | None = None  # the race reads them (harness.scoring.race); None in older runs
+    ceiling: float | None = None  # the race reads them (harness.scoring.capacity.race); None in older runs
     energy: EnergyFigures | None = None
     energy_provisioned: EnergyFigures | None = None
     energy_load: int | None = None
@@ -154,14 +154,14 @@ class EngineLadder(Artefact):
     verified_features: int | None = None
     peak_memory_bytes: float | None = None
     fidelity: FidelityResult | None = None  # the output-fidelity check (None: not checked)
-    race: str = ""  # why the main job measured it no more: out of the race (harness.scoring.race); "" = it was not
+    race: str = ""  # why the main job measured it no more: out of the race (harness.scoring.capacity.race); "" = it was not
     eviction_cliff: int | None = None  # agentic: the load where its measured hit rate fell away from the optimal (harness.metrics.cache)
 
 
 class Decision(Artefact):
-    """The verdict (``harness.scoring.verdict``): ``winner`` ("" = none), ``runner_up``,
+    """The verdict (``harness.scoring.verdict.verdict``): ``winner`` ("" = none), ``runner_up``,
     ``ratio`` of their capacities with its 95 % ``ratio_interval`` and 90 %
-    ``equivalence_interval``, the ``outcome`` (``harness.scoring.verdict``: *separated*,
+    ``equivalence_interval``, the ``outcome`` (``harness.scoring.verdict.verdict``: *separated*,
     *equivalent*, *not_separated*, *undecided*, *single*, *none*), the ``leader`` (highest
     capacity, winner or not), ``tie`` (equivalent: the 90 % interval inside the 5 % margin) and
     the ``tie_breaker`` that then decided, ``undecided`` (the first of ``unsettled``: engines
@@ -196,7 +196,7 @@ class Decision(Artefact):
 
 class TunedConfig(Artefact):
     """One configuration an engine's search tried (``bench run --tune``,
-    :mod:`harness.scoring.tuning`): ``id`` (its records' engine name, e.g. ``vllm#2``),
+    :mod:`harness.scoring.verdict.tuning`): ``id`` (its records' engine name, e.g. ``vllm#2``),
     ``engine_args`` (what it ran with: the run's own engine args and the knobs the search set; {}
     = the engine's defaults), ``label`` (the knobs the search set, or "defaults"), ``status`` (``measured``;
     ``rejected``: the engine refused it, with the engine's line in ``reason``; ``failed``;

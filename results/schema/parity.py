@@ -1,6 +1,6 @@
 """Engine-configuration parity: what each engine reports it runs with (:class:`EffectiveSettings`,
 read by ``adapters.telemetry.effective``) and the audit that compares them (:class:`ParityAudit`,
-``summary.json``'s ``parity``; built by ``harness.scoring.parity``)."""
+``summary.json``'s ``parity``; built by ``harness.scoring.checks.parity``)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class EffectiveSettings(Artefact):
 
 
 class ParityFlag(Artefact):
-    """One unfair difference between engines (``harness.scoring.parity``): ``setting`` (an
+    """One unfair difference between engines (``harness.scoring.checks.parity``): ``setting`` (an
     :data:`EFFECTIVE_FIELDS` name), the ``engines`` it concerns and the ``reason`` in words (what
     differs and why it changes what is measured)."""
 

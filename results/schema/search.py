@@ -97,7 +97,7 @@ class EngineSearch(Artefact):
 
 
 class CapacityRank(Artefact):
-    """One engine's place in the capacity ranking (``harness.scoring.capacity_ranking``):
+    """One engine's place in the capacity ranking (``harness.scoring.verdict.capacity_ranking``):
     ``rank`` 1 = highest capacity (tied engines share a rank); ``tied_with``: engines whose
     capacity bracket overlaps this one's; ``reference``: the yardstick engine (never
     recommended); ``at_least``: the search stopped before a failing load above the capacity

@@ -1,5 +1,5 @@
 """``winner_map.json``: the verdict over a grid of SLOs (issue 41), decided from the run's records
-by the same decision core as the run's own verdict (``harness.scoring.winner_map``).
+by the same decision core as the run's own verdict (``harness.scoring.verdict.winner_map``).
 
 One axis per latency SLO the map moves (``x_key``, a TPOT percentile, and ``y_key``, a TTFT
 percentile, ms); a threshold of ``None`` on an axis means "no such SLO" (the user gave none for

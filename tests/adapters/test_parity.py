@@ -29,7 +29,7 @@ from adapters.telemetry.effective import _Settings, argv_options, parse_sglang_l
 from adapters.parity import ParityTarget, strict_engine_args
 from adapters.registry import get_adapter
 from adapters.runtime.server import CPU_KV_CACHE_BYTES
-from harness.scoring.parity import audit, parity_notes
+from harness.scoring.checks.parity import audit, parity_notes
 from results.schema import FLAG_SOURCE, EffectiveSettings, RunSummary, EngineResult, EngineStatus
 
 FIX = Path(__file__).parents[1] / "fixtures" / "effective"
@@ -368,7 +368,7 @@ def test_scripted_servers_with_different_settings_end_to_end(tmp_path: Path) -> 
     summary = run.summary
     for name, settings in engines.items():
         summary.engines[name].effective = settings
-    from harness.scoring.parity import audit_summary
+    from harness.scoring.checks.parity import audit_summary
 
     summary.parity = audit_summary(summary, "cpu")
     write_model_atomic(run.run_dir / "summary.json", summary)

@@ -13,7 +13,7 @@ from PIL import Image
 from harness.app.run.reporting import write_run_reports
 from harness.loadgen.simulated import SimEngine
 from harness.metrics import parse_slos
-from harness.scoring.decision import judge
+from harness.scoring.verdict.decision import judge
 from results.schema import LADDER_FILE
 from results.store import write_model_atomic
 

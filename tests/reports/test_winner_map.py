@@ -15,7 +15,7 @@ from harness.app.cli import app
 from harness.app.run.reporting import write_run_reports
 from results.schema import WINNER_MAP_FILE, WinnerMap
 
-from tests.harness.scoring.test_winner_map import crossover_run
+from tests.harness.scoring.verdict.test_winner_map import crossover_run
 
 BLUE, ORANGE = (31, 119, 180), (255, 127, 14)  # tab10's first two: nimble's and wide's on the frontier too
 

@@ -2,7 +2,7 @@
 (an engine's capacity over the stored runs), issue 41.
 
 Both read stored ladders and decide them again from their records at one set of SLOs
-(:mod:`harness.scoring.compare`); nothing is measured and no run folder is written. Exit codes of
+(:mod:`harness.scoring.verdict.compare`); nothing is measured and no run folder is written. Exit codes of
 ``compare``: 0 = compared (and the gate held), 1 = ``--fail-below`` failed for an engine, 2 = bad
 input (one line).
 """
@@ -55,7 +55,7 @@ def compare_runs(settings: CompareSettings) -> None:
     interval): moved up, moved down, within the noise (the 90 % interval inside ±5 %) or not
     separated; and list what differed between the runs (engine version and args, harness, model
     digest, hardware, workload). Nothing is measured."""
-    from harness.scoring.compare import compare, fails
+    from harness.scoring.verdict.compare import compare, fails
 
     o = settings
     run_a, run_b, engine, fail_below, output_dir, json_out = o.run_a, o.run_b, o.engine, o.fail_below, o.output_dir, o.json_out
@@ -83,8 +83,8 @@ def compare_runs(settings: CompareSettings) -> None:
 
 def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[str],  # type: ignore[type-arg]
            fail_below: float | None, json_out: bool) -> None:
-    from harness.scoring.compare import WORDS, ratio_text
-    from harness.scoring.decision import slos_text
+    from harness.scoring.verdict.compare import WORDS, ratio_text
+    from harness.scoring.verdict.decision import slos_text
     from results.differences import run_differences, unrecorded
 
     diffs = run_differences(a.manifest, b.manifest, [c.engine for c in changes])
@@ -119,8 +119,8 @@ def history(settings: HistorySettings) -> None:
     """List ENGINE's capacity at one set of SLOs over the stored runs of one workload, oldest first,
     each decided again from its records, with its 95 % interval, its version, and whether it moved
     from the run before (as bench compare reads it)."""
-    from harness.scoring.compare import WORDS, change
-    from harness.scoring.decision import engine_capacity, slos_text
+    from harness.scoring.verdict.compare import WORDS, change
+    from harness.scoring.verdict.decision import engine_capacity, slos_text
     from results.store import list_runs, load_run
 
     engine, workload, output_dir = settings.engine, settings.workload, settings.output_dir

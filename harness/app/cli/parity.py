@@ -1,7 +1,7 @@
 """The console side of the parity audit: the lines printed under the summary (``--parity``
 itself is a field of :class:`harness.app.settings.run.RunSettings`).
 
-:func:`parity_lines` renders a stored ``summary.parity`` (``harness.scoring.parity``) as plain
+:func:`parity_lines` renders a stored ``summary.parity`` (``harness.scoring.checks.parity``) as plain
 text - a side-by-side table of the settings each engine reported, then every unfair flag with
 its reason, the settings not reported and the audit's notes - printed after the summary table
 (``bench run``, ``bench results show``).

@@ -207,9 +207,9 @@ def _map_question(settings: RecommendSettings) -> dict[str, str]:
 
 def _ladder_decided(run: Run, slos: list[SLO], target: HardwareProfile) -> LadderSummary:
     """A ladder run's verdict decided again from its records (the decision core,
-    :func:`harness.scoring.decision.judge`) under other SLOs: a copy of its ladder summary; the
+    :func:`harness.scoring.verdict.decision.judge`) under other SLOs: a copy of its ladder summary; the
     stored ``ladder.json`` keeps the run's own."""
-    from harness.scoring.decision import judge
+    from harness.scoring.verdict.decision import judge
 
     ladder = run.ladder.model_copy(deep=True)
     ladder.slos, ladder.slos_default = slo_table(slos), False

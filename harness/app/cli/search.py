@@ -36,7 +36,7 @@ search_cmd = command_from(SearchSettings, search)  # the options: SearchSettings
 
 def print_search(summary) -> None:  # type: ignore[no-untyped-def]
     """The console table of a :class:`results.schema.SearchSummary` and its deciding sentence."""
-    from harness.scoring.capacity_ranking import capacity_text
+    from harness.scoring.verdict.capacity_ranking import capacity_text
 
     rec = summary.capacity_recommendation
     ranks = {r.engine: r for r in rec.ranking} if rec else {}

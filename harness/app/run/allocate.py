@@ -1,9 +1,9 @@
 """The main job's one scheduler: every engine's low end first (its first climb,
 :meth:`harness.app.run.ladder_run.LadderJob.climb`), then the allocation rule
-(:mod:`harness.scoring.allocation`) on live engines, within the job's time budget.
+(:mod:`harness.scoring.verdict.allocation`) on live engines, within the job's time budget.
 
 Each round judges what was measured so far (every engine's capacity with its interval,
-:mod:`harness.scoring.race` for who can still win, :mod:`harness.scoring.verdict` for the
+:mod:`harness.scoring.capacity.race` for who can still win, :mod:`harness.scoring.verdict.verdict` for the
 verdict), says once of each engine that falls out of the race why, naming the statistic it was
 held to ("transformers at most 41.2 tok/s, below openvino's floor of 93.1 tok/s (the low end of
 its 95 % interval [93.1–99.0]): stopped after 2 points"), checks the output fidelity of
@@ -46,10 +46,10 @@ from harness.app.core.signals import interrupt_cause
 from harness.app.run.ladder import BAR_RESAMPLES as RESAMPLES, CLIMBS_ON
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _samples
 from harness.app.run.ladder_trial import LadderOutcome, check_only, extend_ladder, measure_points
-from harness.scoring.allocation import Ladders, Step, next_steps
-from harness.scoring.frontier import Capacity, capacity_of, engine_stream
-from harness.scoring.race import Standing, standings
-from harness.scoring.verdict import Candidate, Verdict, decide
+from harness.scoring.verdict.allocation import Ladders, Step, next_steps
+from harness.scoring.capacity.frontier import Capacity, capacity_of, engine_stream
+from harness.scoring.capacity.race import Standing, standings
+from harness.scoring.verdict.verdict import Candidate, Verdict, decide
 
 MIN_CLIMB_S = 20.0  # a climb-on step gets at least this much measuring
 

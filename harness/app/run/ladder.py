@@ -15,7 +15,7 @@ against one server inflated throughput by up to 86 %).
 
 :class:`Ladder` drives a ``measure(load, seed, repeat)`` callback — the one measurement step on
 a live engine, or a simulated engine in the decision test bed — and judges each point with
-:func:`harness.scoring.frontier.point_stats`; :meth:`Ladder.repeat_boundary` re-measures the
+:func:`harness.scoring.capacity.frontier.point_stats`; :meth:`Ladder.repeat_boundary` re-measures the
 two points that bracket the boundary (the decisive ones) for the interval.
 """
 
@@ -28,9 +28,9 @@ from typing import Callable, Literal, Sequence
 
 from adapters.base import EngineError
 from harness.metrics import SLO
-from harness.scoring.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
-from harness.scoring.race import ceiling, reach_of
-from harness.scoring.samples import errors_undecided
+from harness.scoring.capacity.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
+from harness.scoring.capacity.race import ceiling, reach_of
+from harness.scoring.capacity.samples import errors_undecided
 
 PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
 MIN_POINTS = 3  # points every climb measures whatever the budget (1, 2, 4: enough to see a saturation)
@@ -86,8 +86,8 @@ class Ladder:
     frontier's first point, the lowest-load gate) is far from most boundaries; a low end that
     fails is measured again in full and judged over both, so no gate rests on a brief one.
     ``bar`` (the main job's climbs of an engine other than the leader): the leader's floor; the
-    climb stops as soon as this engine's ceiling (:func:`harness.scoring.race.ceiling`) is below
-    it (``stopped`` = "race": it cannot win, :mod:`harness.scoring.allocation`)."""
+    climb stops as soon as this engine's ceiling (:func:`harness.scoring.capacity.race.ceiling`) is below
+    it (``stopped`` = "race": it cannot win, :mod:`harness.scoring.verdict.allocation`)."""
 
     measure: Measure
     slos: Sequence[SLO]
@@ -150,7 +150,7 @@ class Ladder:
 
     def rebudget(self, budget_s: float) -> None:
         """Another ``budget_s`` of measuring, counted from the next point (a later rung of the
-        configuration search, :mod:`harness.scoring.tuning`)."""
+        configuration search, :mod:`harness.scoring.verdict.tuning`)."""
         self.budget_s, self._t0 = budget_s, None
 
     def point(self, load: int) -> Rung | None:
@@ -176,7 +176,7 @@ class Ladder:
     def _sized_for_errors(self, rung: Rung) -> None:
         """Points sized for the error bound: while some of ``rung``'s requests failed but too few
         to tell a fluke from an engine failing above the bound
-        (:func:`harness.scoring.samples.errors_undecided`), measure it again, :data:`ERROR_EXTRA`
+        (:func:`harness.scoring.capacity.samples.errors_undecided`), measure it again, :data:`ERROR_EXTRA`
         times at most and while the budget allows (at 12 requests a point, one failure leaves
         the bound undecided; pooled with more, a 1 % engine clears it and a 20 % one trips it)."""
         for _ in range(ERROR_EXTRA):
@@ -201,7 +201,7 @@ class Ladder:
     def next_load(self, load: int, aim: bool) -> int:
         """The load after ``load``: twice it; with ``aim``, no further than the load by which the
         SLO must have broken if the margin is convex in the load
-        (:func:`harness.scoring.race.reach_of`: a failing point near the boundary is cheaper and
+        (:func:`harness.scoring.capacity.race.reach_of`: a failing point near the boundary is cheaper and
         brackets it tighter than one at twice the load)."""
         nxt = min(load * 2, self.max_load)
         if aim:
@@ -214,7 +214,7 @@ class Ladder:
     def climb(self, start: int = 1, bisect: bool = True) -> Stopped:
         """Double from ``start`` until a point fails or the engine saturates, then bisect the
         boundary (``bisect``; the main job leaves it to its allocation,
-        :mod:`harness.scoring.allocation`); returns why the climb stopped (also in ``stopped``)."""
+        :mod:`harness.scoring.verdict.allocation`); returns why the climb stopped (also in ``stopped``)."""
         load, passed = start, []
         while True:
             rung = self.point(load)
@@ -241,7 +241,7 @@ class Ladder:
 
     def _below_bar(self) -> bool:
         """Whether this engine's ceiling is below :attr:`bar`, as the allocation's judge reads it
-        (its interval's upper end counts: :func:`harness.scoring.race.ceiling`); the point
+        (its interval's upper end counts: :func:`harness.scoring.capacity.race.ceiling`); the point
         estimate's ceiling, never above that one, is read first and settles most cases."""
         cap = self.capacity(resamples=0)
         if cap is None or ceiling(cap, self.max_load) >= self.bar:

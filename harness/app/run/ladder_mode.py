@@ -33,7 +33,7 @@ from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
 from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
 from harness.metrics import slo_table
-from harness.scoring.decision import default_slos, slos_text
+from harness.scoring.verdict.decision import default_slos, slos_text
 from rich.console import Console
 
 

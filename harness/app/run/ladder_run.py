@@ -6,11 +6,11 @@
    cannot win before they climb; the yardstick climbs within its share of the time budget. Its
    engine is then frozen and kept when every engine fits in memory at once.
 2. **Allocate** (:mod:`harness.app.run.allocate`): the measuring goes where the verdict is
-   uncertain (:mod:`harness.scoring.allocation`): engines that cannot reach the leader are
+   uncertain (:mod:`harness.scoring.verdict.allocation`): engines that cannot reach the leader are
    measured no more; the others are checked for output fidelity, climb on, have their boundary
    bisected or their bracket points repeated on fresh starts, until the verdict is decided or
    the time budget is spent.
-3. **Decide** (:func:`harness.scoring.decision.judge`) from the stored records: capacities at the
+3. **Decide** (:func:`harness.scoring.verdict.decision.judge`) from the stored records: capacities at the
    SLO with their intervals, the gates, the verdict; written to ``ladder.json``. Each engine's
    ``summary.json`` entry holds the metrics of its capacity point (the passing point below its
    boundary), so the weighted view (``bench recommend``) and the older reports still read it.
@@ -41,11 +41,11 @@ from harness.app.run.ladder_energy import capacity_figures, point_figures
 from harness.app.run.ladder_trial import LadderOutcome, LadderSpec, PointMeasurement, climb_ladder, stats_line
 from harness.metrics import slo_table
 from harness.metrics.summarise import Condition, summarise
-from harness.scoring.decision import judge
-from harness.scoring.frontier import PointSample, capacity_of, point_stats
-from harness.scoring.race import out_text
-from harness.scoring.samples import judged_records
-from harness.scoring.ranking import REFERENCE_ENGINES
+from harness.scoring.verdict.decision import judge
+from harness.scoring.capacity.frontier import PointSample, capacity_of, point_stats
+from harness.scoring.capacity.race import out_text
+from harness.scoring.capacity.samples import judged_records
+from harness.scoring.gates import REFERENCE_ENGINES
 from rich.console import Console
 from harness.metrics import SLO
 from results.schema import RunSummary
@@ -173,7 +173,7 @@ class LadderJob:
     def summary(self, engines: list[EngineClimb], skipped: dict[str, EngineLadder], run_id: str, workload: str,
                 slos_default: bool, interrupted: str = "", then: Any = None,
                 cache_optimal: float | None = None) -> LadderSummary:
-        """``ladder.json``'s content, decided (:func:`harness.scoring.decision.judge`), and each
+        """``ladder.json``'s content, decided (:func:`harness.scoring.verdict.decision.judge`), and each
         measured engine's ``summary.json`` entry; ``then(summary, records)`` adds to it before it
         is written (``--tune``: each engine's search, :func:`harness.app.run.tune.judge_tuning`);
         ``cache_optimal``: the agentic workload's infinite-cache hit rate, each point's cache is held against."""
@@ -244,7 +244,7 @@ class LadderJob:
     def _engine_result(self, e: EngineClimb, ladder: EngineLadder, records: list[RequestRecord]) -> EngineResult:
         """The engine's ``summary.json`` entry: the metrics of its capacity point (the highest
         passing load below its boundary; its lowest load when none passed), over the requests the
-        judge reads (:func:`harness.scoring.samples.judged_records`: each measurement's steady
+        judge reads (:func:`harness.scoring.capacity.samples.judged_records`: each measurement's steady
         state) and with the judge's output throughput (the point's ``output_tps`` times its
         devices), so Details, the weighted lens and the ladder print one figure for the point."""
         cap, at = ladder.capacity, shown_point(ladder)

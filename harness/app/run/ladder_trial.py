@@ -32,7 +32,7 @@ from harness.app.trial.steps import Session, TrialSpec, open_session
 from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
 from harness.metrics.energy import EnergySample, windows
-from harness.scoring.frontier import PointStats, Requests, SloWatch, point_stats
+from harness.scoring.capacity.frontier import PointStats, Requests, SloWatch, point_stats
 from rich.console import Console
 from adapters.base import Endpoint
 
@@ -55,7 +55,7 @@ class LadderSpec:
     precision in the search, whatever ``--allow-unchecked``), ``allow_unchecked`` (the main job's
     ``--allow-unchecked``: an engine whose check could not run is not left out of the decisive
     repeats), ``bisect`` (a climb bisects the boundary it found; False: the main job's first
-    climbs, whose bisections :mod:`harness.scoring.allocation` spends where they decide, and
+    climbs, whose bisections :mod:`harness.scoring.verdict.allocation` spends where they decide, and
     whose low end is measured briefly first: :attr:`harness.app.run.ladder.Ladder.brief`)."""
 
     trial: TrialSpec

@@ -124,11 +124,11 @@ def write_run_reports(
 def store_winner_map(run: Run, folder: Path | None = None, ladder: LadderSummary | None = None, *,
                      grid: dict[str, list[float]] | None = None, percentile: float | None = None) -> WinnerMap:
     """The winner map around ``ladder``'s SLOs (default: the run's own ladder), decided from the
-    run's records (:func:`harness.scoring.winner_map.winner_map`; ``grid``: an axis's thresholds
+    run's records (:func:`harness.scoring.verdict.winner_map.winner_map`; ``grid``: an axis's thresholds
     in ms by metric, ``percentile``: both axes'), written as ``winner_map.json`` into ``folder``
     (default: the run folder)."""
     from harness.metrics import slos_of
-    from harness.scoring.winner_map import winner_map
+    from harness.scoring.verdict.winner_map import winner_map
     from results.schema import WINNER_MAP_FILE
     from results.store import write_model_atomic
 
@@ -161,7 +161,7 @@ def regate_ladder(run: Run, rec: Recommendation) -> None:
     feature, the memory fit: :data:`harness.scoring.gates.DECLARED_STAGES`; the measured ones the
     ladder judges itself) and store ``ladder.json``; nothing changes without one."""
     from harness.metrics import slos_of
-    from harness.scoring.decision import judge
+    from harness.scoring.verdict.decision import judge
     from harness.scoring.gates import DECLARED_STAGES
     from results.schema import LADDER_FILE
     from results.store import write_model_atomic

@@ -10,11 +10,11 @@ from typing import Sequence
 from adapters.base import EngineError
 from harness.loadgen.simulated import SimEngine, simulate
 from harness.metrics import SLO
-from harness.scoring.allocation import Ladders, next_steps
-from harness.scoring.frontier import Requests, SloWatch, engine_stream
-from harness.scoring.race import standings
-from harness.scoring.tuning import Rejected, Tried, successive_halving
-from harness.scoring.verdict import Candidate, Verdict, decide
+from harness.scoring.verdict.allocation import Ladders, next_steps
+from harness.scoring.capacity.frontier import Requests, SloWatch, engine_stream
+from harness.scoring.capacity.race import standings
+from harness.scoring.verdict.tuning import Rejected, Tried, successive_halving
+from harness.scoring.verdict.verdict import Candidate, Verdict, decide
 
 from .ladder import CLIMBS_ON, Ladder
 from .ladder_run import LOW_END_POINTS
@@ -30,7 +30,7 @@ def _measure(engine: SimEngine, trial: int, output_tokens: int, steady: bool = T
     """A Ladder's measure callback on ``engine``: at least 16 requests, 4 per unit of load
     (``brief``: half as many, the main job's brief low end). ``watch``: the SLOs of the main
     job's climbs, whose first measurement of a point stops once they have failed whatever its
-    remaining requests do (:class:`~harness.scoring.frontier.SloWatch`: the requests in flight
+    remaining requests do (:class:`~harness.scoring.capacity.frontier.SloWatch`: the requests in flight
     then are cut, and the clock stops at that completion)."""
     def measure(load: int, seed: int, repeat: int) -> tuple[Requests, int | None]:
         if engine.crash_at is not None and load >= engine.crash_at:
@@ -66,7 +66,7 @@ def climb(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int
 def candidate(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, *, max_points: int = 8,
               max_load: int = 64, excluded: str = "", clock: list[float] | None = None) -> Candidate:
     """The engine as the verdict sees it after its climb in ``trial``, with its tie-breakers; its
-    bootstrap draws from its own stream (:func:`harness.scoring.frontier.engine_stream`), as the
+    bootstrap draws from its own stream (:func:`harness.scoring.capacity.frontier.engine_stream`), as the
     main job's do; ``excluded``: a gate's line decided elsewhere."""
     ladder = climb(engine, trial, slos, output_tokens, max_points=max_points, max_load=max_load, clock=clock)
     return Candidate(engine.name, ladder.capacity(seed=engine_stream(trial, engine.name)), excluded=excluded,
@@ -120,11 +120,11 @@ def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], out
 def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO], output_tokens: int, *,
          max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None,
          repeat_leader: bool = True) -> tuple[Verdict, dict[str, Ladder]]:
-    """The main job's allocation on scripted engines (:mod:`harness.scoring.allocation`, the rule
+    """The main job's allocation on scripted engines (:mod:`harness.scoring.verdict.allocation`, the rule
     ``bench run`` follows): each engine's low end first (:data:`LOW_END_POINTS` points, the first
     brief, a failed one measured again in full), then the steps the rule asks for (climb on,
     bisect, repeat the bracket points) until it asks for none; the climbs' points stop once their
-    SLO has failed (:class:`~harness.scoring.frontier.SloWatch`), as bench run's do. ``trials``:
+    SLO has failed (:class:`~harness.scoring.capacity.frontier.SloWatch`), as bench run's do. ``trials``:
     each engine's simulation seed (as :func:`candidate`'s); ``clock[0]`` (given) adds up the
     simulated measuring time (s); ``repeat_leader=False`` leaves out the
     leader's one fresh-start repeat once separated (its interval's spread between starts, which a

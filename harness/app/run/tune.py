@@ -1,9 +1,9 @@
 """``bench run --tune``: every engine at its best, before the main job compares them (issue 27).
 
 For each engine the harness starts and whose adapter declares a search space
-(:func:`adapters.base.search_space_of`), the configurations (:func:`harness.scoring.tuning.candidates`:
+(:func:`adapters.base.search_space_of`), the configurations (:func:`harness.scoring.verdict.tuning.candidates`:
 the defaults, single-knob changes, then combinations, up to ``--tune-configs``) are searched by
-successive halving (:func:`harness.scoring.tuning.successive_halving`) within ``--tune`` seconds
+successive halving (:func:`harness.scoring.verdict.tuning.successive_halving`) within ``--tune`` seconds
 of measuring: rung 0 climbs each configuration's load ladder with its share of the budget, later
 rungs continue the survivors' ladders (climbing on while no SLO broke, else re-measuring the two
 points bracketing the boundary). Each configuration runs as its own engine, named
@@ -17,7 +17,7 @@ cache, q8_0 weights) join the space, and a configuration holding one answers the
 check on its first start, before its ladder (``LadderSpec.fidelity_gate``), at the floor for other
 numerics (``--fidelity-floor``: the harness knows from the engine args that its numerics differ,
 :func:`adapters.base.lowered_precision`); below it, the configuration is reported with the check's
-figures and never measured nor chosen (:class:`harness.scoring.tuning.Unfaithful`). The main job's
+figures and never measured nor chosen (:class:`harness.scoring.verdict.tuning.Unfaithful`). The main job's
 own fidelity check then holds the chosen configuration to the same floor.
 
 The main job then climbs each engine at its chosen configuration, under the engine's own name:
@@ -53,9 +53,9 @@ from harness.app.core.signals import interrupt_cause
 from harness.app.trial.steps import fidelity_line
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
-from harness.scoring.decision import judge, ladder_points, sentence
-from harness.scoring.frontier import capacity_of, engine_stream
-from harness.scoring.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
+from harness.scoring.verdict.decision import judge, ladder_points, sentence
+from harness.scoring.capacity.frontier import capacity_of, engine_stream
+from harness.scoring.verdict.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
                                     successive_halving, upper_envelope)
 from results.schema import Manifest
 

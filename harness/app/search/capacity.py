@@ -44,8 +44,8 @@ from pydantic import Field
 
 from harness.metrics import SLO
 from harness.metrics.failures import MAX_FAILURE_RATE, failure_text
-from harness.scoring.frontier import Capacity, PointStats, capacity_from, point_stats, slo_holds
-from harness.scoring.samples import Requests, pool, too_many_failures
+from harness.scoring.capacity.frontier import Capacity, PointStats, capacity_from, point_stats, slo_holds
+from harness.scoring.capacity.samples import Requests, pool, too_many_failures
 from results.schema import Artefact, LoadProbe, Metrics
 
 DOWN_FACTOR = 16.0  # a search whose first load fails halves it down to low / 16 (integer: down to 1)
@@ -294,9 +294,9 @@ def judge_probe(
     max_failure_rate: float = MAX_FAILURE_RATE,
 ) -> LoadProbe:
     """One probe judged by the decision core's judge of a point
-    (:func:`harness.scoring.frontier.point_stats`, the one ``bench run``'s ladder uses): its
+    (:func:`harness.scoring.capacity.frontier.point_stats`, the one ``bench run``'s ladder uses): its
     ``repeats`` (one :class:`Requests` per measurement, pooled) pass when the failures stay within
-    ``max_failure_rate`` beyond the noise (the Wilson bound, :mod:`harness.scoring.samples`) and
+    ``max_failure_rate`` beyond the noise (the Wilson bound, :mod:`harness.scoring.capacity.samples`) and
     every SLO holds at its percentile over the steady state (failed requests count +inf for TTFT
     and E2E latency); a probe where no request completed never passes. ``metrics``: the probe's
     pooled summary, read for the achieved arrival rate and the failures' words only.
@@ -357,7 +357,7 @@ def _saturated(offered: float | None, achieved: float | None, completed: float |
 
 def probe_capacity(probes: Sequence[LoadProbe]) -> Capacity:
     """The capacity on the search's axis, read from its probes by the decision core's estimator
-    (:func:`harness.scoring.frontier.capacity_from`, the one ``bench run``'s ladder uses): the
+    (:func:`harness.scoring.capacity.frontier.capacity_from`, the one ``bench run``'s ladder uses): the
     first failing probe above the lowest and the passing one below it bracket the boundary, whose
     load is where the margin crosses 1 by linear interpolation between them (a failure by errors
     or saturation is not interpolated: the boundary is the passing load). ``Capacity.load`` is

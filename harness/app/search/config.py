@@ -23,7 +23,7 @@ DEFAULT_PROBE_REQUESTS = 24  # requests per probe of a single-turn workload with
 MAX_REPEATS = 10  # ``--repeats`` per probe at most
 
 SLO_HELP = ("SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50'; the capacity is the load at which all of them just hold. "
-            "Default: bench run's (one table, harness.scoring.decision.DEFAULT_SLOS): on a CPU machine "
+            "Default: bench run's (one table, harness.scoring.verdict.decision.DEFAULT_SLOS): on a CPU machine "
             "ttft_p90=2000,tpot_p90=200 (agentic: ttft_p90=4000; the reference 2-core CPU machine and the embedded "
             "135M model: a 2 s first-token wait, 5 tokens/s ~ reading speed); on a GPU ttft_p90=500,tpot_p90=50 "
             "(agentic: ttft_p90=1500). The SLOs used are printed and stored.")
@@ -181,7 +181,7 @@ def search_unit(search_var: str, workload: str) -> str:
 
 def default_slos(hardware_kind: str, workload: str = "") -> list[SLO]:
     """The default SLOs for ``hardware_kind`` (``cpu``; anything else counts as a GPU) and
-    ``workload``: bench run's, from its one table (:func:`harness.scoring.decision.default_slos`)."""
-    from harness.scoring.decision import default_slos as deciding
+    ``workload``: bench run's, from its one table (:func:`harness.scoring.verdict.decision.default_slos`)."""
+    from harness.scoring.verdict.decision import default_slos as deciding
 
     return deciding(hardware_kind, workload)

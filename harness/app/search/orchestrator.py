@@ -39,7 +39,7 @@ by N times its schedule length).
 
 Artefacts: ``search.json`` (:class:`results.schema.SearchSummary`: per engine the search
 result with each probe's full metrics, the SLOs, the search variable and unit, the budget, the
-wall time, and the capacity ranking of :mod:`harness.scoring.capacity_ranking`),
+wall time, and the capacity ranking of :mod:`harness.scoring.verdict.capacity_ranking`),
 ``manifest.json`` (:func:`fill_manifest`, plus a ``search`` section), ``summary.json`` (per
 engine the metrics of its probe at the found capacity), ``search.md`` and
 ``search_latency_vs_load.png`` (:mod:`reports.search`).
@@ -77,7 +77,7 @@ from harness.app.search.capacity import CapacityResult, search_capacity
 from harness.app.search.config import SearchSettings, default_slos, search_unit
 from harness.app.search.probe import ProbeMeasurer, load_text, probe_options
 from harness.metrics import SLO, slo_table
-from harness.scoring.capacity_ranking import rank_capacity
+from harness.scoring.verdict.capacity_ranking import rank_capacity
 from harness.scoring.formatting import slo_text
 from rich.console import Console
 

@@ -13,7 +13,7 @@ running engine, one after the other:
   (a Ctrl-C keeps the requests that finished), their token recounts beside them;
 - **the verdict is judged on the pooled requests** of the N repeats by the decision core's judge
   of a point (:func:`harness.app.search.capacity.judge_probe`, which calls
-  :func:`harness.scoring.frontier.point_stats`, the one ``bench run``'s ladder uses: each
+  :func:`harness.scoring.capacity.frontier.point_stats`, the one ``bench run``'s ladder uses: each
   repeat's steady state, the error bound with its Wilson interval, percentiles over every judged
   request of every repeat, so a p99 rests on N times the requests); the achieved arrival rate
   (the repeats' median) and the stored metrics come from the one summary
@@ -39,7 +39,7 @@ from harness.app.search.capacity import LoadProbe, judge_probe
 from harness.metrics import SLO, completion_rate
 from harness.metrics.summarise import Condition, summarise
 from harness.scoring.formatting import METRIC_LABELS
-from harness.scoring.samples import Requests, measured_span_s
+from harness.scoring.capacity.samples import Requests, measured_span_s
 from harness.app.settings.run import RunSettings
 from rich.console import Console
 from adapters.base import Endpoint

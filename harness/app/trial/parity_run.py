@@ -7,7 +7,7 @@
   :func:`harness.app.trial.steps.open_session`, with ``adapters.telemetry.effective.read_effective``);
 - :meth:`ParityRun.attach`: stored on the engine's ``EngineResult.effective``;
 - :meth:`ParityRun.audit`: at the end, the audit over the measured engines
-  (``harness.scoring.parity``), stored as ``summary.parity``.
+  (``harness.scoring.checks.parity``), stored as ``summary.parity``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from results.schema import EffectiveSettings, EngineResult, ParityAudit, ParityStrict, RunSummary
 
-from harness.scoring.parity import audit_summary
+from harness.scoring.checks.parity import audit_summary
 from harness.app.settings.run import RunSettings
 from rich.console import Console
 

@@ -126,7 +126,7 @@ def test_q8_0_is_a_separately_named_configuration_with_other_numerics(engines_di
     # it reports q8_0 weights, which the parity audit flags next to an f32 engine
     s = _Settings("cpu")
     read_settings(None, None, "print_info: file type   = Q8_0\n", s)
-    from harness.scoring.parity import audit
+    from harness.scoring.checks.parity import audit
 
     flags = audit({"own": EffectiveSettings(dtype="float32"), "llamacpp_q8_0": s.build()}, "cpu").flags
     assert [f.setting for f in flags] == ["dtype"] and "numerics" in flags[0].reason

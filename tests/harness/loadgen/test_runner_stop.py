@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.metrics import compute_metrics, parse_slos
-from harness.scoring.frontier import SloWatch
+from harness.scoring.capacity.frontier import SloWatch
 from results.schema.records import STOPPED_PHASE
 from tests.harness.loadgen.test_runner_duration import _replay, kit  # noqa: F401  (the fixture)
 from workloads.registry import build_workload

@@ -24,7 +24,7 @@ from harness.loadgen.client import EndpointTarget
 from harness.loadgen.nullserver import null_server
 from harness.loadgen.runner import Runner, RunnerOptions
 from harness.loadgen.workers import WORKER_LOST, WorkerPool, client_measurer, split_cap, split_sessions
-from harness.scoring.validity import CLIENT_RATE_FRACTION
+from harness.scoring.checks.validity import CLIENT_RATE_FRACTION
 from results.schema import ClientWorkers, Manifest, RequestRecord
 from workloads.base import FollowUp, RequestSpec, SingleRequestSession, Workload
 
@@ -194,7 +194,7 @@ def test_the_calibration_says_how_many_workers_the_offered_rate_needs():
 
 
 def test_the_validity_gate_allows_n_times_the_calibrated_rate_with_n_workers(tmp_path):
-    from tests.harness.scoring.test_validity import CALIBRATION, CPU, engine, manifest
+    from tests.harness.scoring.checks.test_validity import CALIBRATION, CPU, engine, manifest
     from tests.helpers import write_run
     from harness.scoring import recommend
 

@@ -12,7 +12,7 @@ from tests.helpers import CPU_ONLY, make_records, ok_entry, write_run
 
 def test_condition_label_gives_the_requested_and_the_achieved_load(tmp_path: Path) -> None:
     from harness.scoring.formatting import condition_label
-    from harness.scoring.gather import gather
+    from harness.scoring.measured.gather import gather
 
     def measured(run_id: str, records: list[RequestRecord], offered: float | None, workload: str = "chat",
                  drop_requested: bool = False) -> Any:
@@ -68,7 +68,7 @@ def test_the_verdict_and_the_capacity_table_print_one_figure_for_a_capacity() ->
     """Issue 39's review: a capacity of 14.5 tok/s per device read "14" in the verdict (0 decimals,
     rounded half to even) and 14.5 in the table: the same figure is printed the same way in both."""
     from harness.metrics import parse_slos
-    from harness.scoring.decision import sentence
+    from harness.scoring.verdict.decision import sentence
     from reports.frontier import capacity_rows
     from results.schema import CapacityAtSLO, Decision, EngineLadder, EngineStatus, LadderSummary
 

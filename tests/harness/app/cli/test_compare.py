@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from harness.app.cli import app
-from tests.harness.scoring.test_compare import SLOWER, X
+from tests.harness.scoring.verdict.test_compare import SLOWER, X
 from tests.helpers import sim_ladder_run
 
 runner = CliRunner()

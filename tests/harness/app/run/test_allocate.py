@@ -15,9 +15,9 @@ from harness.app.run.allocate import CHECK_MARGIN, Allocation, check_cost
 from harness.app.run.ladder_mode import overrun_line
 from harness.app.run.ladder_run import EngineClimb
 from harness.loadgen.fidelity import CONCURRENCY
-from harness.scoring.allocation import Step
-from harness.scoring.race import Standing
-from harness.scoring.verdict import Verdict
+from harness.scoring.verdict.allocation import Step
+from harness.scoring.capacity.race import Standing
+from harness.scoring.verdict.verdict import Verdict
 
 
 def _m(load: int, tps: float) -> SimpleNamespace:

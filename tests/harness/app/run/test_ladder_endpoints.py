@@ -230,7 +230,7 @@ def test_an_endpoint_that_is_not_reachable_is_said_once_and_nothing_is_built_for
 def test_bench_run_and_bench_search_read_one_engines_capacity_alike(monkeypatch, tmp_path):
     """One scripted engine measured by ``bench run`` (its ladder, concurrency axis) and by
     ``bench search --search-var concurrency`` gives the same capacity: both judge points with the
-    one judge (``harness.scoring.frontier.point_stats``) and read the capacity with the one
+    one judge (``harness.scoring.capacity.frontier.point_stats``) and read the capacity with the one
     estimator (``capacity_from``). One slot, a request holds it 30 + 7 x 10 = 100 ms: at c in
     flight the last waits for c - 1 others, so TTFT p90 is about 30 + 100 (c - 1) ms, and a
     180 ms SLO passes at 2 (130 ms, margin 0.72) and breaks at 3 (230 ms, 1.28): both brackets

@@ -61,7 +61,7 @@ def test_a_recipes_rerun_climbs_at_least_to_where_its_capacity_was_read() -> Non
     from harness.app.run.ladder import Ladder
     from harness.loadgen.simulated import SimEngine, simulate
     from harness.metrics import SLO
-    from harness.scoring.frontier import Requests
+    from harness.scoring.capacity.frontier import Requests
 
     engine = SimEngine("steady", slots=64, prefill_ms=20, tpot_ms=5, batch_slowdown=0.0)
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from harness.app.search.capacity import CapacityResult, LoadProbe, judge_probe, probe_capacity, search_capacity
 from harness.metrics import SLO, compute_metrics
-from harness.scoring.samples import Requests, measured_span_s
+from harness.scoring.capacity.samples import Requests, measured_span_s
 from results.schema import Metrics
 
 

@@ -27,7 +27,7 @@ from harness.app.search.capacity import CapacityResult
 from harness.app.cli import app
 from harness.loadgen.capacity_server import capacity_server
 from harness.metrics import SLO
-from harness.scoring.capacity_ranking import rank_capacity
+from harness.scoring.verdict.capacity_ranking import rank_capacity
 from results.schema import LoadProbe, EngineSearch, EngineStatus, RequestRecord, SearchProbe, SearchSummary
 from results.store import load_run, read_records
 

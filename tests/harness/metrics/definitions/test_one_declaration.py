@@ -15,8 +15,8 @@ from harness.app.cli.summary import print_summary
 from harness.metrics import SLO, SLOError, compute_metrics, meets_slos, parse_slos, slo_percentile_value
 from harness.metrics.repeats import headline_intervals
 from harness.scoring.formatting import slo_text
-from harness.scoring.frontier import SloWatch, point_stats, slo_value
-from harness.scoring.samples import Requests
+from harness.scoring.capacity.frontier import SloWatch, point_stats, slo_value
+from harness.scoring.capacity.samples import Requests
 from reports.context import cdf_panels, summary_columns
 from reports.writer import write_reports
 from results.export import headline

@@ -1,0 +1,70 @@
+"""The regression guard (issue 41) on scripted engines whose truth is known: an engine slowed by
+20 % has moved down (with the right sign, and fails a 0.95 gate), a re-run of the same engine is
+within the noise, and a lower bound never claims what it cannot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.loadgen.simulated import SimEngine
+from harness.metrics import parse_slos
+from harness.scoring.verdict.compare import change, compare, fails, ratio_text
+from harness.scoring.capacity.frontier import Capacity
+from results.store import load_run
+
+from tests.helpers import sim_ladder_run
+
+SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
+X = SimEngine("x", slots=8, prefill_ms=50, tpot_ms=20, jitter=0.05)
+SLOWER = SimEngine("x", slots=8, prefill_ms=60, tpot_ms=24, jitter=0.05)  # every time 20 % longer
+
+
+def _runs(tmp_path: Path, b_engine: SimEngine, b_seed: int) -> tuple:
+    a = load_run(sim_ladder_run(tmp_path, "a", {"x": X}, requests=64, seed=0))
+    b = load_run(sim_ladder_run(tmp_path, "b", {"x": b_engine}, requests=64, seed=b_seed))
+    return (a.ladder, a.records), (b.ladder, b.records)
+
+
+def test_an_engine_slowed_by_20_percent_has_moved_down(tmp_path: Path) -> None:
+    a, b = _runs(tmp_path, SLOWER, 100)
+    [c] = compare(a, b, SLOS)
+    assert c.moved == "moved_down" and 0.76 < c.ratio < 0.9  # 1 / 1.2 = 0.83, read through the ladder
+    assert c.interval[1] < 1 / 1.05 and fails(c, 0.95) and not fails(c, 0.7)
+    [back] = compare(b, a, SLOS)  # the other way round: the right sign
+    assert back.moved == "moved_up" and back.ratio == pytest.approx(1 / c.ratio)
+
+
+def test_a_re_run_of_the_same_engine_is_within_the_noise(tmp_path: Path) -> None:
+    a, b = _runs(tmp_path, X, 100)
+    [c] = compare(a, b, SLOS)
+    assert c.moved == "within_noise" and 1 / 1.05 <= c.equivalence[0] and c.equivalence[1] <= 1.05
+    assert not fails(c, 0.95)
+    shown = a[0].engines["x"].capacity  # run A's capacity as its own verdict stored it
+    assert c.before.output_tps == pytest.approx(shown.output_tps) and c.before.interval == pytest.approx(shown.interval)
+
+
+def _cap(tps: float, spread: float, open_: bool = False, never: bool = False) -> Capacity:
+    draws = np.random.default_rng(int(tps)).normal(tps, spread, 300)
+    return Capacity(tps, 1.0, 4.0, (4.0, None if open_ else 8.0), open=open_, never_met=never,
+                    interval=(tps - 2 * spread, tps + 2 * spread), draws=draws)
+
+
+def test_a_lower_bound_bounds_the_claim_on_one_side_only() -> None:
+    up_from_open = change("x", _cap(100, 1, open_=True), _cap(150, 1))
+    assert up_from_open.moved == "not_separated" and "lower bound in A" in up_from_open.why  # A could have been 150 too
+    down_to_open = change("x", _cap(150, 1), _cap(100, 1, open_=True))
+    assert down_to_open.moved == "not_separated" and not fails(down_to_open, 0.95)  # B could be 150 after all
+    assert ratio_text(down_to_open).startswith("≥ 0.67×")
+    assert change("x", _cap(150, 1), _cap(100, 1)).moved == "moved_down"
+    assert change("x", _cap(100, 1, open_=True), _cap(100, 1, open_=True)).moved == "not_separated"  # never "within"
+
+
+def test_an_engine_that_stops_meeting_the_slo_has_moved_down_to_zero() -> None:
+    gone = change("x", _cap(100, 1), Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True))
+    assert gone.moved == "moved_down" and gone.ratio == 0.0 and fails(gone, 0.95)
+    back = change("x", Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True), _cap(100, 1))
+    assert back.moved == "moved_up" and not fails(back, 0.95)
+    assert change("x", None, _cap(100, 1)).moved == "no_capacity"
