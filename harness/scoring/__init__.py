@@ -47,11 +47,17 @@ and the deciding line says whether noise could flip the winner — or, with one 
 noise was not measured and no tie check was possible. Each engine is scored at its highest-load condition
 that meets every SLO (without SLOs: its highest-load condition).
 
-Modules, in pipeline order: :mod:`.measured.gather` (runs → the scorer's own measurements; the only
-reader of ``summary.json``/``manifest.json``), :mod:`.weighted.weights` (criteria, presets,
-``--weights``), :mod:`.checks.memory_fit`, :mod:`.measured.repeats` (combining repeats), :mod:`.measured.operational`
-(complexity and features), :mod:`.checks.validity` (step 2), :mod:`.checks.constraints`
-(steps 1 and 3), :mod:`.weighted.ranking` (step 4), :mod:`.weighted.ties`, :mod:`.weighted.explanation` and :mod:`.weighted.sensitivity` (step 5),
+The subpackages, each importing one way (``tests/test_architecture.py``): this weighted lens is
+:mod:`.measured` → :mod:`.checks` → :mod:`.weighted`; the main job's decision (capacity at the SLO,
+``bench run``'s ladder and ``bench search``) is :mod:`.capacity` → :mod:`.verdict`. Both share
+:mod:`.errors`, :mod:`.gates` (the one ordered gates list) and :mod:`.formatting`.
+
+Modules, in pipeline order: :mod:`.measured.gather` (runs → the scorer's own measurements; the
+only reader of ``summary.json``/``manifest.json``), :mod:`.weighted.weights` (criteria, presets,
+``--weights``), :mod:`.checks.memory_fit`, :mod:`.measured.repeats` (combining repeats),
+:mod:`.measured.operational` (complexity and features), :mod:`.checks.validity` (step 2),
+:mod:`.checks.constraints` (steps 1 and 3), :mod:`.weighted.ranking` (step 4),
+:mod:`.weighted.ties`, :mod:`.weighted.explanation` and :mod:`.weighted.sensitivity` (step 5),
 :mod:`.weighted.recommender` (:func:`recommend`). The result models live in ``results.recommendation``.
 """
 
