@@ -5,12 +5,14 @@ usage errors) and by the workload spec's checks (:mod:`workloads.spec`)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 # pydantic's error types → what the value must be, and an example of one
 _TAKES = {"int": ("a whole number", "4"), "float": ("a number", "0.5"), "finite_number": ("a finite number", "0.5"),
           "bool": ("true or false", "true"), "string": ("text", "NAME"), "dict": ("NAME=VALUE items", "a=1"),
           "list": ("a list", "a,b")}
+_NOT_ONE_OF = re.compile(r"'.*' is not one of (.+?)\.?")
 _BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
            "less_than": ("<", "lt")}
 
@@ -26,6 +28,10 @@ def plain_error(err: Mapping[str, Any], name: str) -> str:
         return f"{name} must be {sign} {ctx.get(key)}, got {got}"
     if kind in ("literal_error", "enum"):
         return f"{name} takes one of {ctx.get('expected', '?')}, got {got!r}"
+    if kind == "value_error" and (m := _NOT_ONE_OF.fullmatch(str(ctx.get("error", "")))):
+        return f"{name} takes one of {m.group(1)}, got {got!r}"  # typer's choice check, raised inside its coercion
+    if kind == "value_error" and ctx.get("error") is not None:
+        return f"{name}: {str(ctx['error']).rstrip('.')}"
     if kind == "missing":
         return f"{name} is required: give it"
     if kind == "extra_forbidden":
