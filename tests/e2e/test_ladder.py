@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 def test_bench_run_climbs_ladders_and_decides_on_capacity(tmp_path):
     res = CliRunner().invoke(app, [
-        "run", "--engine", "own,transformers", "--workload", "agentic", "--ladder-budget", "25", "--max-load", "4",
-        "--time-budget", "150",
+        "run", "--engine", "own,transformers", "--workload", "agentic", "--ladder-budget", "25", "--max-load", "2",
+        "--time-budget", "100",
         "--warmup", "1", "--no-feature-probes", "--threads", "1", "-o", str(tmp_path), "--run-id", "ladder"])
     assert res.exit_code == 0, res.output
     run = load_run(tmp_path / "ladder")

@@ -30,6 +30,9 @@ def test_run_all_agentic_end_to_end(tmp_path, monkeypatch):
         "run", "--engine", "all", "--workload", "agentic", "--num-requests", "6", "--warmup", "1",
         "--slo", "ttft_p99=60000", "-o", str(tmp_path), "--run-id", "e2e", "--threads", "1",
         "--request-rate", "0.5",  # the agentic workload's own rate: one load point (the ladder: test_e2e_ladder)
+        # the feature probes took 66 of this test's 110 s and nothing here reads them: bench run's probes are
+        # tested in tests/harness/loadgen/test_features.py
+        "--no-feature-probes",
     ])
     assert res.exit_code == 0, res.output
     run = tmp_path / "e2e"
