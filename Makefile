@@ -30,7 +30,8 @@ bench: model
 	$(BIN)/bench run $(BENCH_ARGS) --setup-engines
 
 test: model
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -ra
+	# the 30 slowest tests are listed at the end: CI (which runs this) is kept under 20 minutes
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -ra --durations=30
 
 clean:
 	rm -rf $(VENV) .engines
