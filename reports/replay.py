@@ -52,6 +52,9 @@ def replay_caveats(cert: ReplayCertificate | None) -> list[str]:
 def engine_title(cert: ReplayCertificate, name: str) -> str:
     e = cert.engines[name]
     cut = f"; {e.left_out_sessions} sessions cut in flight by an early stop left out" if e.left_out_sessions else ""
+    if e.failed_sessions:
+        cut += (f"; {e.failed_sessions} session{'s' if e.failed_sessions != 1 else ''} with a request the engine failed "
+                "left out (the engine's failures, judged by the reliability gate)")
     return f"{name}: {e.requests} requests, {e.sessions} sessions sent over {e.measurements} measurements{cut}"
 
 

@@ -24,7 +24,8 @@ sides weigh the measurements alike (a session drawn by three points counts three
   tokens), shown beside the built one, not judged (an engine's cache is not the theoretical one).
 
 A measurement stopped early (its SLO had already failed: the records cut in flight have phase
-``stopped``) answers only for the sessions it started and did not cut: :func:`fair_sides`.
+``stopped``) answers only for the sessions it started and did not cut, and a session with a
+request the engine failed is on neither side (the failure is the engine's): :func:`fair_sides`.
 
 ``deviation`` = sent / built − 1 and ``coverage`` = built / trace − 1 (hit rates: differences, in
 points of 1); a statistic is within when ``|deviation| <= tolerance`` (±5 %), else flagged.
@@ -77,18 +78,26 @@ def sent_statistics(records: Sequence[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def fair_sides(records: Sequence[RequestRecord], sessions: Sequence[Any]) -> tuple[list[RequestRecord], list[Any], int]:
+def fair_sides(records: Sequence[RequestRecord], sessions: Sequence[Any]) -> tuple[list[RequestRecord], list[Any], int, int]:
     """One measurement's two sides from every record it stored (``records``: measured and
     stopped phases) and the ``sessions`` built for it: the measured records and the built
-    sessions the replayer answers for, and how many sessions an early stop cut in flight. A
-    measurement that was not stopped answers for every session built (one it never started is
-    the replayer's fault); a stopped one for the sessions it started, less those it cut."""
+    sessions the replayer answers for, how many sessions an early stop cut in flight, and how
+    many sessions had a request the engine failed. A measurement that was not stopped answers
+    for every session built (one it never started is the replayer's fault); a stopped one for the
+    sessions it started, less those it cut. A session with a failed request (the engine refused
+    a prompt longer than its context, or dropped the connection) is on neither side: its later
+    turns cannot be sent without the failed one's reply, and the failure is the engine's, which
+    the reliability gate judges, not the replay's."""
     cut = {r.session_id for r in records if r.phase == STOPPED_PHASE}
-    sent = [r for r in records if r.phase == "measured" and r.session_id not in cut]
+    failed = {r.session_id for r in records if r.phase == "measured" and not r.success and r.session_id not in cut}
+    gone = cut | failed
+    sent = [r for r in records if r.phase == "measured" and r.session_id not in gone]
     if cut:
         started = {r.session_id for r in sent}
         sessions = [s for s in sessions if s.session_id in started]
-    return sent, list(sessions), len(cut)
+    else:
+        sessions = [s for s in sessions if s.session_id not in failed]
+    return sent, list(sessions), len(cut), len(failed)
 
 
 def _row(statistic: str, unit: str, trace: float | None, built: float | None, sent: float | None,
@@ -109,11 +118,12 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 
 def certificate_rows(trace: dict[str, Any], built: dict[str, Any], sent: dict[str, Any], measurements: int = 1,
-                     left_out: int = 0, tolerance: float = REPLAY_TOLERANCE) -> EngineReplay:
+                     left_out: int = 0, tolerance: float = REPLAY_TOLERANCE, failed: int = 0) -> EngineReplay:
     """One engine's certificate: ``trace`` and ``built`` from
     :func:`workloads.replay_stats.offered_statistics` (the whole trace; the measurements' own
     sessions, pooled), ``sent`` from :func:`sent_statistics` over the same ``measurements``;
-    ``left_out``: sessions cut in flight by an early stop (:func:`fair_sides`)."""
+    ``left_out``: sessions cut in flight by an early stop, ``failed``: sessions with a request
+    the engine failed, both on neither side (:func:`fair_sides`)."""
     rows = [_row(f"{name} p{q}", unit, _pct(trace[name], q), _pct(built[name], q), _pct(sent[name], q), tolerance)
             for name, unit in DISTRIBUTIONS for q in PERCENTILES]
     for label, key in (("infinite", "hit_rate_infinite"), ("LRU", "hit_rate_lru")):
@@ -122,4 +132,4 @@ def certificate_rows(trace: dict[str, Any], built: dict[str, Any], sent: dict[st
     rows.append(_row("measured hit rate (engine's cached tokens)", "share", None, built["hit_rate_lru"],
                      sent["measured_hit_rate"], tolerance, absolute=True, judged=False))
     return EngineReplay(requests=sent["requests"], sessions=sent["sessions"], measurements=measurements,
-                        left_out_sessions=left_out, rows=rows, flagged=[r.statistic for r in rows if r.within is False])
+                        left_out_sessions=left_out, failed_sessions=failed, rows=rows, flagged=[r.statistic for r in rows if r.within is False])

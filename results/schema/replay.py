@@ -35,13 +35,15 @@ class CertificateRow(Artefact):
 class EngineReplay(Artefact):
     """One engine's side of the certificate: the ``requests`` and ``sessions`` (jobs) it was
     sent over its ``measurements`` (a ladder's points and repeats), the ``left_out_sessions``
-    (cut in flight by a measurement stopped early: on neither side), the ``rows`` and the
+    (cut in flight by a measurement stopped early: on neither side), the ``failed_sessions`` (with a
+    request the engine failed: on neither side, the engine's failure, not the replay's), the ``rows`` and the
     statistics ``flagged`` (sent outside the tolerance of built)."""
 
     requests: int = 0
     sessions: int = 0
     measurements: int = 0
     left_out_sessions: int = 0
+    failed_sessions: int = 0
     rows: list[CertificateRow] = Field(default_factory=list)
     flagged: list[str] = Field(default_factory=list)
 

@@ -75,3 +75,13 @@ def test_the_console_prints_the_cells_the_report_prints() -> None:
     cells = [" │ ".join(c.strip() for c in line.strip("│ ").split("│")) for line in text.splitlines()]
     assert f"output p90 │ 32.0 │ 32.0 │ {row['sent']} │ {row['deviation']} │ flagged │ {row['coverage']}" in cells
     assert "slow: 2 statistic(s) sent outside ±5% of the sessions as built: output p90 -50.0%, output p99 -50.0%" in text
+
+
+def test_sessions_the_engine_failed_are_named_in_the_engines_title() -> None:
+    from reports.replay import engine_title
+
+    cert = certificate()
+    cert.engines["slow"].failed_sessions = 3
+    assert engine_title(cert, "slow") == ("slow: 90 requests, 30 sessions sent over 5 measurements; 3 sessions with a "
+                                          "request the engine failed left out (the engine's failures, judged by the "
+                                          "reliability gate)")

@@ -99,15 +99,15 @@ def replay_certificate(cfg: RunSettings, state: RunState) -> ReplayCertificate |
     records = read_records(state.writer.run_dir / REQUESTS_FILE)
     engines, cache = {}, {}
     for name in state.writer.summary.engines:
-        sent, built, cut = [], [], 0
+        sent, built, cut, failed = [], [], 0, 0
         for recs, sessions in _measurements(cfg, state, records, name, cache):
-            mine, kept, n_cut = fair_sides(recs, sessions)
+            mine, kept, n_cut, n_failed = fair_sides(recs, sessions)
             sent += mine
             built.append(offered_statistics(kept, *blocks))
-            cut += n_cut
+            cut, failed = cut + n_cut, failed + n_failed
         if sent:
             engines[name] = certificate_rows(trace, pooled_statistics(built, *blocks), sent_statistics(sent),
-                                             measurements=len(built), left_out=cut)
+                                             measurements=len(built), left_out=cut, failed=failed)
     content = "real"
     if spec.trace is not None:
         from workloads.trace_import import import_trace

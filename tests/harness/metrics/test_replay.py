@@ -64,12 +64,24 @@ def test_a_measurement_stopped_early_answers_for_the_sessions_it_started_and_did
     sessions = [SimpleNamespace(session_id=f"s{i}") for i in range(4)]
     stopped = rec("s1", 1, 0, 3.0, 3.5, 200, 20).model_copy(update={"phase": STOPPED_PHASE, "success": False})
     recs = [rec("s0", 0, 0, 0.0, 1.0, 100, 10), rec("s1", 0, 0, 0.0, 1.0, 100, 10), stopped]
-    sent, kept, cut = fair_sides(recs, sessions)
+    sent, kept, cut, failed = fair_sides(recs, sessions)
     # s1 cut in flight: on neither side; s2, s3 never started: not the replayer's
-    assert [r.session_id for r in sent] == ["s0"] and [s.session_id for s in kept] == ["s0"] and cut == 1
+    assert [r.session_id for r in sent] == ["s0"] and [s.session_id for s in kept] == ["s0"] and (cut, failed) == (1, 0)
     # a measurement that was not stopped answers for every session built (one never started is dropped)
-    sent, kept, cut = fair_sides(recs[:2], sessions)
-    assert len(sent) == 2 and len(kept) == 4 and cut == 0
+    sent, kept, cut, failed = fair_sides(recs[:2], sessions)
+    assert len(sent) == 2 and len(kept) == 4 and (cut, failed) == (0, 0)
+
+
+def test_a_session_with_a_request_the_engine_failed_is_on_neither_side():
+    # make bench's own engine refused Mooncake prompts longer than its 4,096-token context (HTTP 400): the
+    # replayer sent them as built, and a session cannot go on without the failed turn's reply. Judged on the
+    # successful requests against every session built, a faithful replay read input p50 -89 % and turns -50 %
+    sessions = [SimpleNamespace(session_id=f"s{i}") for i in range(3)]
+    refused = rec("s1", 0, 0, 0.0, 0.1, None, None, ok=False).model_copy(update={"input_tokens_expected": 19_730})
+    recs = [rec("s0", 0, 0, 0.0, 1.0, 100, 10), refused, rec("s2", 0, 0, 0.0, 1.0, 300, 30)]
+    sent, kept, cut, failed = fair_sides(recs, sessions)
+    assert [r.session_id for r in sent] == ["s0", "s2"] and [s.session_id for s in kept] == ["s0", "s2"]
+    assert (cut, failed) == (0, 1)
 
 
 def test_a_zero_built_value_is_within_only_when_the_sent_is_zero_too():
