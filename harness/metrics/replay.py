@@ -87,16 +87,16 @@ def fair_sides(records: Sequence[RequestRecord], sessions: Sequence[Any]) -> tup
     sessions it started, less those it cut. A session with a failed request (the engine refused
     a prompt longer than its context, or dropped the connection) is on neither side: its later
     turns cannot be sent without the failed one's reply, and the failure is the engine's, which
-    the reliability gate judges, not the replay's."""
+    the reliability gate judges, not the replay's; such a measurement, whose SLO watch may have
+    stopped it on those errors before every session started, answers for the sessions it
+    started, as a stopped one does."""
     cut = {r.session_id for r in records if r.phase == STOPPED_PHASE}
     failed = {r.session_id for r in records if r.phase == "measured" and not r.success and r.session_id not in cut}
     gone = cut | failed
     sent = [r for r in records if r.phase == "measured" and r.session_id not in gone]
-    if cut:
+    if gone:  # stopped, or its SLO failed on errors: its watch may have stopped it with sessions never started
         started = {r.session_id for r in sent}
         sessions = [s for s in sessions if s.session_id in started]
-    else:
-        sessions = [s for s in sessions if s.session_id not in failed]
     return sent, list(sessions), len(cut), len(failed)
 
 
