@@ -20,6 +20,7 @@ from results.store import Run
 from reports.imported import definition_sections
 from reports.parity import parity_sections
 from reports.series import point_counters
+from results.schema.metric_registry import usd_figure
 
 NOT_RECORDED = "not recorded"
 DASH = "—"
@@ -149,9 +150,8 @@ def _resource_cells(entry: EngineResult, facts: EngineFacts) -> dict[str, str]:
     size = facts.install_bytes
     cells["install"] = _bytes(size) if isinstance(size, (int, float)) else str(facts.install_note or NOT_RECORDED)
     cells["healthy"] = fmt(entry.startup_s, "{:,.1f}")
-    cells["usd"] = DASH if cost is None else fmt(cost.usd_per_1m_output_tokens, "${:,.4g}")
-    if cost is not None and cost.low is not None and cost.high is not None and cost.high > cost.low:
-        cells["usd"] += f" [{cost.low:,.4g}–{cost.high:,.4g}]"
+    cells["usd"] = DASH if cost is None or cost.usd_per_1m_output_tokens is None else \
+        usd_figure(cost.usd_per_1m_output_tokens, cost.low, cost.high)
     return cells
 
 

@@ -22,6 +22,7 @@ from results.schema.ladder import tps_interval_text
 
 from .energy import energy_cell, energy_usd
 from .plots import _figure, _png
+from results.schema.metric_registry import usd_figure
 
 LOG_SPREAD = 10.0  # the throughput axis is logarithmic when the plotted points span more than this factor
 
@@ -250,7 +251,7 @@ def _usd(cap: Any) -> str:
     """``$0.31 (hour); $0.021 (energy, RAPL)``: $/1M output tokens from the device-hour's price
     and from --price-per-kwh's, each labelled when both are there (``$0.31`` alone; – without either)."""
     energy = energy_usd(cap.energy, cap.energy_provisioned)
-    hour = f"{'≤ ' if cap.open else ''}${cap.usd_per_1m_output_tokens:.3g}" + (" (hour)" if energy else "") \
+    hour = f"{'≤ ' if cap.open else ''}{usd_figure(cap.usd_per_1m_output_tokens)}" + (" (hour)" if energy else "") \
         if cap.usd_per_1m_output_tokens else ""
     return "; ".join(x for x in (hour, energy) if x) or "–"
 

@@ -20,6 +20,7 @@ from results.schema import EngineLadder, LadderPoint, LadderSummary
 
 from .frontier import engine_colors
 from .plots import _figure, _png
+from results.schema.metric_registry import jobs_figure
 
 
 def _plotted(e: EngineLadder) -> list[LadderPoint]:
@@ -91,7 +92,7 @@ def job_rows(s: LadderSummary) -> list[dict[str, Any]]:
                 continue
             rows.append({"engine": name, "load": f"{p.load}{' ← eviction cliff' if p.load == e.eviction_cliff else ''}",
                          "passed": "yes" if p.passed else "no", "completed": j.completed,
-                         "per_device": _num(j.per_hour_per_device, ",.1f"), "per_user": _num(j.per_hour_per_user, ",.1f"),
+                         "per_device": _jobs(j.per_hour_per_device), "per_user": _jobs(j.per_hour_per_user),
                          "latency": f"{_num(j.latency_s_p50, '.1f')} / {_num(j.latency_s_p90, '.1f')}",
                          "turn_tps": f"{_num(j.turn_tps_p50, '.1f')} / {_num(j.turn_tps_p10, '.1f')}",
                          "hit": f"{_num(c and c.measured_hit_rate, '.1%')} / {_num(c and c.optimal_hit_rate, '.1%')}",
@@ -111,3 +112,8 @@ def cliff_lines(s: LadderSummary) -> list[str]:
         out.append(f"{name}'s prefix cache falls away at {e.eviction_cliff} agents in flight{rates} (more than 10 points "
                    "below, where every lower load was within): the sessions' prefixes no longer fit its cache.")
     return out
+
+
+def _jobs(value: float | None) -> str:
+    """Jobs per hour in the one printed form the capacity table and the verdict use."""
+    return "–" if value is None else jobs_figure(value)

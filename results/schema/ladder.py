@@ -116,10 +116,12 @@ class CapacityAtSLO(Artefact):
     @property
     def jobs_text(self) -> str:
         """Its jobs per hour per device as the verdict and the capacity table print it (3 significant
-        digits, whole jobs from 100; ``≥`` when open); "" when not counted (not agentic, older run)."""
+        digits: :func:`results.schema.metric_registry.jobs_figure`; ``≥`` when open); "" when not counted (not agentic, older run)."""
         if self.jobs_per_hour is None:
             return ""
-        figure = f"{self.jobs_per_hour:,.0f}" if self.jobs_per_hour >= 100 else f"{self.jobs_per_hour:.3g}"
+        from .metric_registry import jobs_figure
+
+        figure = jobs_figure(self.jobs_per_hour)
         return f"{'≥ ' if self.open else ''}{figure}"
 
     @property

@@ -190,6 +190,21 @@ def tps_figure(value: float) -> str:
     return f"{value:,.{TPS_DECIMALS}f}" if math.isfinite(value) else "∞"
 
 
+USD_DECIMALS = 4  # $/1M output tokens: 3 significant digits, down to $0.000123
+
+
+def usd_figure(value: float, low: float | None = None, high: float | None = None) -> str:
+    """$ per 1M output tokens as every table and sentence prints it: :func:`figure` at
+    :data:`USD_DECIMALS` (``"$0.299"``, ``"$1.67"``, ``"$0.340"``; an interval ``"$0.299 [0.278–0.325]"``)."""
+    return "$" + figure(value, USD_DECIMALS, low, high)
+
+
+def jobs_figure(value: float) -> str:
+    """Jobs (finished agent sessions) per hour as every table prints them: :func:`figure` at 1
+    decimal (``"2,110"``, ``"436"``, ``"12.3"``)."""
+    return figure(value, 1)
+
+
 def metric_of(key: str) -> Metric:
     """The metric a key names, in any of its spellings: ``"tpot"``, ``"tpot_ms.p99"`` (a summary
     path), ``"tpot_p99_ms"`` (a CSV column, the weighted table's), ``"tpot_p99"`` (an SLO key).

@@ -45,7 +45,7 @@ def test_each_point_is_a_row_of_the_jobs_table(tmp_path: Path) -> None:
     assert [(r["engine"], r["load"], r["completed"]) for r in rows] == [("fast", "1", 3), ("fast", "2", 6),
                                                                        ("slow", "1", 3), ("slow", "2", 6)]
     job_s = 4 * 0.35 + 1.5  # fast alone: four turns of 0.35 s, three tool pauses of 0.5 s
-    assert rows[0]["latency"] == f"{job_s:.1f} / {job_s:.1f}" and rows[0]["per_user"] == f"{3600 / job_s:,.1f}"
+    assert rows[0]["latency"] == f"{job_s:.1f} / {job_s:.1f}" and rows[0]["per_user"] == f"{3600 / job_s:,.0f}"  # the one form: 3 digits
 
 
 def test_a_single_turn_run_has_no_job_frontier(tmp_path: Path) -> None:

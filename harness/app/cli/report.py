@@ -31,6 +31,7 @@ from harness.app.run.rebuild import load_or_rebuild
 from results.store import ResultsError, Run, resolve_run
 from results.schema import LadderSummary
 from results.schema.metric_registry import metric_figure, tps_figure
+from results.schema.metric_registry import usd_figure
 
 
 def _load_runs(refs: list[str], output_dir: Path) -> list[Run]:
@@ -68,7 +69,7 @@ def _hardware(name: str, gpus: int | None, runs: list[Run]) -> HardwareProfile:
 
 def _usd(v: object) -> str:
     """USD with 4 significant digits ("$0.1855"), "—" when there is none."""
-    return f"${v:,.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+    return usd_figure(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
 
 
 def _ms(v: object, key: str) -> str:

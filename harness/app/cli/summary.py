@@ -22,6 +22,7 @@ from harness.app.cli.parity import parity_lines
 from harness.metrics.failures import failure_text
 from results.schema import EngineResult, EngineStatus, Interval, Metrics, RunSummary, metric_number
 from results.schema.metric_registry import TPS_DECIMALS, metric_figure, metrics
+from results.schema.metric_registry import usd_figure
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -149,9 +150,7 @@ def _resource_row(name: str, engine: EngineResult) -> list[str]:
                  if use.peak_cpu_percent is not None else "–", gpu]
     usd = "–"
     if cost is not None:
-        spread = f" [{cost.low:.3g}–{cost.high:.3g}]" if cost.low is not None and cost.high is not None \
-            and cost.high > cost.low else ""
-        usd = f"{cost.usd_per_1m_output_tokens:.3g}{spread}"
+        usd = usd_figure(cost.usd_per_1m_output_tokens, cost.low, cost.high)
     return [name, *cells, fmt(engine.startup_s, 1), usd]
 
 

@@ -15,6 +15,7 @@ one (every cost score 0, so the criterion cannot move a ranking); the note says 
 from __future__ import annotations
 
 from results.hardware import HardwareProfile, cost_per_million_tokens
+from results.schema.metric_registry import usd_figure
 
 RawMetrics = dict[str, float | None]
 
@@ -46,7 +47,7 @@ def cost_note(hardware: HardwareProfile, raw: dict[str, RawMetrics], weight: flo
     devices = f" × {hardware.num_devices} devices" if hardware.num_devices > 1 else ""
     source = f" ({hardware.price_source})" if hardware.price_source else ""
     costs = {name: usd_per_million_output_tokens(hardware, values) for name, values in raw.items()}
-    shown = "; ".join(f"{name} ${cost:,.4g}" for name, cost in costs.items() if cost is not None)
+    shown = "; ".join(f"{name} {usd_figure(cost)}" for name, cost in costs.items() if cost is not None)
     missing = [name for name, cost in costs.items() if cost is None]
     parts = [f"cost per 1M output tokens at ${hardware.price_per_hour:g}/device-hour{devices}{source}, "
              f"price / (median output tok/s × 3600) × 1e6, lower better: {shown or 'none'}"]

@@ -22,6 +22,7 @@ from ..gates import REFERENCE_ENGINES
 from .cost import usd_per_million_output_tokens
 from .ranking import EPS, Outcome, ScoringContext
 from .weights import CRITERIA
+from results.schema.metric_registry import usd_figure
 
 _BEFORE_SLO_STAGES = ("not measured", "reliability", "validity", "hardware", "fidelity", "feature", "memory")
 
@@ -50,7 +51,7 @@ def _criterion_detail(criterion: str, winner: str, runner_up: str, outcome: Outc
         runner_up_cost = usd_per_million_output_tokens(ctx.hardware, runner_up_raw)
         if winner_cost is None or runner_up_cost is None:
             return "no cost for one of them (no price or no output throughput)"
-        return f"${winner_cost:,.4g} vs ${runner_up_cost:,.4g} per 1M output tokens"
+        return f"{usd_figure(winner_cost)} vs {usd_figure(runner_up_cost)} per 1M output tokens"
     if criterion == "complexity":
         winner_facts, runner_up_facts = outcome.facts[winner], outcome.facts[runner_up]
         parts = []

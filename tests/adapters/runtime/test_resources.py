@@ -359,7 +359,7 @@ def test_report_resource_cells() -> None:
     cells = _resource_cells(entry, EngineFacts(install_bytes=1904274769))
     assert cells == {"rss": "2.2 GiB", "pss": "2.1 GiB", "cpu": "60% (30% of 2 cores)", "cpu_peak": "103%",
                      "gpu_mem": "3.0 GiB", "gpu_util": "80%", "j_tok": "0.2", "install": "1.8 GiB", "healthy": "19.4",
-                     "usd": "$0.6738 [0.6204–0.7444]"}
+                     "usd": "$0.674 [0.620–0.744]"}
     external = EngineResult(status=EngineStatus.OK, resources=ResourceUse(note=EXTERNAL_NOTE))
     cells = _resource_cells(external, EngineFacts(install_bytes=None, install_note="not applicable (external endpoint)"))
     assert cells["rss"] == EXTERNAL_NOTE and cells["install"] == "not applicable (external endpoint)"
@@ -379,7 +379,7 @@ def test_console_resource_table_shows_use_and_cost() -> None:
     })
     table = resource_table(summary)
     rows = [[col._cells[i] for col in table.columns] for i in range(2)]
-    assert rows[0] == ["own", "1.5 GiB", "1.0 GiB", "96% (48% of 2)", "101%", "–", "3.2", "1.49"]
+    assert rows[0] == ["own", "1.5 GiB", "1.0 GiB", "96% (48% of 2)", "101%", "–", "3.2", "$1.49"]
     assert rows[1][:2] == ["openai", EXTERNAL_NOTE] and rows[1][-1] == "–"
     assert "$0.067/h, assumed" in str(table.title)
     assert resource_table(RunSummary(run_id="r")) is None

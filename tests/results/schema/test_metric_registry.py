@@ -78,3 +78,13 @@ def test_an_interval_is_printed_with_its_value_s_decimals() -> None:
     assert tps_figure(74.26) == "74.3" and tps_figure(1234.56) == "1,234.6"
     with pytest.raises(KeyError):
         metric_of("nonsense_p99")
+
+
+def test_dollars_and_jobs_have_one_printed_form() -> None:
+    # the review saw $0.2992 in report.md and bench recommend beside ≤ $0.299 in the capacity table, $1.672 beside
+    # $1.67, and 2,109.9 jobs/h in the jobs table beside 2,110 in the capacity table
+    from results.schema.metric_registry import jobs_figure, usd_figure
+
+    assert usd_figure(0.2992) == "$0.299" and usd_figure(1.672) == "$1.67" and usd_figure(0.34) == "$0.340"
+    assert usd_figure(0.2992, 0.2781, 0.3253) == "$0.299 [0.278–0.325]" and usd_figure(0.000123) == "$0.0001"
+    assert jobs_figure(2109.9) == "2,110" and jobs_figure(435.5) == "436" and jobs_figure(12.34) == "12.3"
