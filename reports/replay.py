@@ -16,12 +16,20 @@ def number(v: float | None, unit: str) -> str:
     tokens and counts with 1; "—" for none."""
     if v is None:
         return "—"
-    return f"{v:.1%}" if unit == "share" else (f"{v:.2f}" if unit == "s" else f"{v:.1f}")
+    return f"{v:.1%}" if unit == "share" else (f"{v:.2f}" if unit == "s" else f"{v:,.1f}")
+
+
+def _plural(n: int, word: str) -> str:
+    """``"1 session"``, ``"2 sessions"``, with thousands separators."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def deviation(v: float | None, unit: str) -> str:
     """A deviation: a share's in points (``+1.5 pt``), others relative (``-50.0%``); "—" for none."""
-    return "—" if v is None else (f"{v * 100:+.1f} pt" if unit == "share" else f"{v:+.1%}")
+    if v is None:
+        return "—"
+    text = f"{v * 100:+.1f} pt" if unit == "share" else f"{v:+.1%}"
+    return text.replace("-0.0", "+0.0")  # a deviation that rounds to nothing has no sign
 
 
 def scaling(cert: ReplayCertificate) -> str:
@@ -51,11 +59,12 @@ def replay_caveats(cert: ReplayCertificate | None) -> list[str]:
 
 def engine_title(cert: ReplayCertificate, name: str) -> str:
     e = cert.engines[name]
-    cut = f"; {e.left_out_sessions} sessions cut in flight by an early stop left out" if e.left_out_sessions else ""
+    cut = f"; {_plural(e.left_out_sessions, 'session')} cut in flight by an early stop left out" if e.left_out_sessions else ""
     if e.failed_sessions:
-        cut += (f"; {e.failed_sessions} session{'s' if e.failed_sessions != 1 else ''} with a request the engine failed "
+        cut += (f"; {_plural(e.failed_sessions, 'session')} with a request the engine failed "
                 "left out (the engine's failures, judged by the reliability gate)")
-    return f"{name}: {e.requests} requests, {e.sessions} sessions sent over {e.measurements} measurements{cut}"
+    return (f"{name}: {_plural(e.requests, 'request')}, {_plural(e.sessions, 'session')} sent over "
+            f"{_plural(e.measurements, 'measurement')}{cut}")
 
 
 def replay_context(cert: ReplayCertificate | None) -> dict[str, Any] | None:

@@ -85,3 +85,19 @@ def test_sessions_the_engine_failed_are_named_in_the_engines_title() -> None:
     assert engine_title(cert, "slow") == ("slow: 90 requests, 30 sessions sent over 5 measurements; 3 sessions with a "
                                           "request the engine failed left out (the engine's failures, judged by the "
                                           "reliability gate)")
+
+
+def test_counts_and_deviations_read_as_written_english() -> None:
+    """One session is "1 session", thousands are separated, and a deviation that rounds to nothing
+    has no minus sign (the review read "1 sessions cut in flight" and "-0.0%")."""
+    from reports.replay import deviation, engine_title, number
+
+    cert = certificate()
+    e = cert.engines["slow"]
+    e.requests, e.sessions, e.measurements, e.left_out_sessions, e.failed_sessions = 1_234, 1, 1, 1, 1
+    assert engine_title(cert, "slow") == ("slow: 1,234 requests, 1 session sent over 1 measurement; 1 session cut in "
+                                          "flight by an early stop left out; 1 session with a request the engine "
+                                          "failed left out (the engine's failures, judged by the reliability gate)")
+    assert [deviation(v, "tokens") for v in (-0.0004, 0.0004, -0.004, None)] == ["+0.0%", "+0.0%", "-0.4%", "—"]
+    assert deviation(-0.0001, "share") == "+0.0 pt" and deviation(-0.02, "share") == "-2.0 pt"
+    assert (number(1370.4, "tokens"), number(0.064, "s"), number(0.661, "share")) == ("1,370.4", "0.06", "66.1%")

@@ -55,14 +55,16 @@ def parse_duration(text: str | float, option: str = "--time-budget", zero: bool 
         import re
 
         raw = text.strip().lower()
+        sign = -1.0 if raw.startswith("-") else 1.0  # -1m is a duration, refused below as not above 0
+        raw = raw.removeprefix("-")
         parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", raw)
         if raw == "inf":
-            value = math.inf
+            value = sign * math.inf
         elif not raw or parts is None or not any(parts.groups()):
             raise ValueError(f"{option} {text!r} is not a duration: give seconds (900) or with a unit (900s, 15m, 1h)")
         else:
             h, m, sec = (float(g) if g else 0.0 for g in parts.groups())
-            value = 3600 * h + 60 * m + sec
+            value = sign * (3600 * h + 60 * m + sec)
     if not (value > 0 or (zero and value == 0)):
         raise ValueError(f"{option} must be {'0 or more' if zero else 'above 0 s'}, got {text!r}")
     return value

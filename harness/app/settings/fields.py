@@ -169,7 +169,9 @@ def error_line(exc: ValidationError, model: type[BaseModel]) -> str:
     first error, in field order), or for a value of the wrong type or out of bounds the option,
     what it takes and an example (:func:`plain_error`). No pydantic wording, no URL."""
     err = exc.errors()[0]
+    flag = option_flag(model, tuple(err.get("loc", ())))
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, Exception):
-        return str(cause)
-    return plain_error(err, option_flag(model, tuple(err.get("loc", ()))))
+        said = str(cause)  # a parser's line that does not name its option is told which one (--slo: SLO ttft_p90 …)
+        return said if not flag.startswith("-") or flag in said else f"{flag}: {said}"
+    return plain_error(err, flag)

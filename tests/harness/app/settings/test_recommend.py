@@ -33,7 +33,7 @@ def test_the_options_recommend_shares_with_run_are_its_declarations() -> None:
     ({"preset": "cheap"}, "unknown --preset 'cheap': choose from latency, throughput, balanced, agentic, cost"),
     ({"max_failure_rate": 1.0}, "--max-failure-rate is a share of requests in [0, 1) (0.05 = 5%), got 1"),
     ({"price_per_hour": 0.0}, "--price-per-hour is USD per device-hour, a number > 0 (e.g. 2.5), got 0"),
-    ({"slos": "ttft_p99"}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
+    ({"slos": "ttft_p99"}, "--slo: SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
 ])
 def test_a_bad_shared_value_is_one_line_whichever_command(values: dict, line: str) -> None:
     cases = ((RunSettings, {"engine": {"names": ["own"]}, "decision": values}),  # bench run: the decision's group

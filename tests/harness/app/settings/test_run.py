@@ -145,7 +145,7 @@ def test_a_bad_value_is_the_validators_own_line_in_code_as_on_the_command_line()
     own = {"names": ["own"]}
     cases = [({"engine": {"names": "own,own"}}, "--engine lists 'own' twice: name each engine once"),
              ({"engine": own, "measure": {"warmup": -1}}, "--warmup must be >= 0, got -1"),
-             ({"engine": own, "decision": {"slos": "ttft_p99"}}, "SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
+             ({"engine": own, "decision": {"slos": "ttft_p99"}}, "--slo: SLO 'ttft_p99' has no value: write it as e.g. ttft_p99=500 (ms)"),
              ({"engine": {**own, "threads": "many"}}, "--threads takes a whole number, got 'many': e.g. --threads 4"),
              ({"engine": own, "workload": {"name": "random", "seed": -1}}, "--seed must be >= 0, got -1")]
     for values, line in cases:
@@ -231,8 +231,10 @@ def test_every_budget_reads_one_duration_vocabulary() -> None:
     for option, values in (("--ladder-budget", {"load": {"ladder_budget_s": "inf"}}), ("--tune", {"tune": {"seconds": "inf"}})):
         with pytest.raises(ValueError, match=f"{option} needs a finite duration"):  # only the job may be unbounded
             RunSettings.from_cli(values)
-    with pytest.raises(ValueError, match="--tune .-5. is not a duration"):
+    with pytest.raises(ValueError, match="--tune must be 0 or more, got '-5'"):  # a negative duration is one, refused as such
         RunSettings.from_cli({"tune": {"seconds": "-5"}})
+    with pytest.raises(ValueError, match="--time-budget must be above 0 s, got '-1m'"):
+        RunSettings.from_cli({"load": {"time_budget_s": "-1m"}})
 
 
 def test_an_endpoint_run_is_salted_unless_the_user_says_none(tmp_path: Path) -> None:
