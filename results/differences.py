@@ -81,4 +81,16 @@ def unrecorded(a: Manifest, b: Manifest) -> list[str]:
     return out
 
 
-__all__ = ["engine_differences", "run_differences", "unrecorded"]
+SOURCES = ("trace", "trajectories")  # the workload spec's fields naming the data its sessions come from
+
+
+def workload_source(name: str, m: Manifest) -> str:
+    """What a run replayed, as one comparable text: the workload's name, and the trace or
+    trajectory set its sessions came from when one was given (``"agentic (trace runs/a.jsonl)"``):
+    two runs of ``agentic`` on other traces measured other workloads."""
+    wl = m.workload or {}
+    given = [f"{k} {wl[k]}" for k in SOURCES if wl.get(k)]
+    return f"{name} ({', '.join(given)})" if given else name
+
+
+__all__ = ["SOURCES", "engine_differences", "run_differences", "unrecorded", "workload_source"]

@@ -64,8 +64,8 @@ def compare_runs(settings: CompareSettings) -> None:
     a, b = _load(run_a, output_dir), _load(run_b, output_dir)
     if a.run_dir.resolve() == b.run_dir.resolve():
         fail(f"RUN_A and RUN_B are the same run ({a.run_id}): give two runs")
-    if a.summary.workload != b.summary.workload:
-        fail(f"run {a.run_id} replayed {a.summary.workload!r} and run {b.run_id} {b.summary.workload!r}: capacities "
+    if (wa := _source(a)) != (wb := _source(b)):
+        fail(f"run {a.run_id} replayed {wa!r} and run {b.run_id} {wb!r}: capacities "
              "on other workloads are not comparable; compare runs of one workload")
     slos = o.slos or slos_of(a.ladder.slos if a.ladder else {})
     names = split_list(engine)
@@ -137,9 +137,11 @@ def history(settings: HistorySettings) -> None:
     if not runs:
         fail(f"no stored run under {output_dir} climbed a ladder for {engine!r}"
              + (f" on {workload!r}" if workload else "") + ": see bench results list")
-    runs = [r for r in runs if r.summary.workload == runs[0].summary.workload][::-1]  # oldest first
+    source = _source(runs[0])  # the newest run's workload, its trace included: other traces are other workloads
+    others = len([r for r in runs if _source(r) != source])
+    runs = [r for r in runs if _source(r) == source][::-1]  # oldest first
     slos = settings.slos or slos_of(runs[-1].ladder.slos if runs[-1].ladder else {})
-    t = Table(title=f"{engine} on {runs[0].summary.workload}: capacity at {slos_text(slos)}, each run decided again")
+    t = Table(title=f"{engine} on {source}: capacity at {slos_text(slos)}, each run decided again")
     for col, right in (("run", False), ("created", False), ("version", False), ("output tok/s per device [95%]", True),
                        ("in flight", True), ("vs the run before", False)):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
@@ -153,7 +155,18 @@ def history(settings: HistorySettings) -> None:
         t.add_row(escape(run.run_id), escape((run.manifest.created_at or "")[:16]), escape(str(facts.version or "?") if facts else "?"),
                   _capacity(cap), load, moved)
         before = cap
-    make_console().print(t)
+    console = make_console()
+    console.print(t)
+    if others:
+        console.print(f"{others} other run{'s' if others != 1 else ''} of {engine} replayed another workload or trace, "
+                      f"not listed: the history is of the newest run's ({source})", markup=False, highlight=False)
+
+
+def _source(run: Run) -> str:
+    """What ``run`` replayed (:func:`results.differences.workload_source`)."""
+    from results.differences import workload_source
+
+    return workload_source(run.summary.workload, run.manifest)
 
 
 compare_cmd = command_from(CompareSettings, compare_runs)  # the options: harness/app/settings/recommend.py

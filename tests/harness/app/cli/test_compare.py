@@ -89,3 +89,26 @@ def test_the_positional_arguments_read_as_names_and_text_in_help() -> None:
     assert "<str>" not in compare and "<list[str]>" not in report
     assert " RUN_A      TEXT " in compare and " RUN_B      TEXT " in compare
     assert " RUN      TEXT... " in report
+
+
+def test_runs_on_other_traces_are_other_workloads(tmp_path: Path) -> None:
+    """Two runs of `agentic` replaying other traces measured other workloads: compare refuses them
+    in one line, and the history lists the newest run's trace only, saying how many it left out
+    (the review saw them read as one workload)."""
+    def traced(run_dir: Path, trace: str | None) -> Path:
+        path = run_dir / "manifest.json"
+        m = json.loads(path.read_text())
+        m["workload"] = {**(m.get("workload") or {}), "kind": "agentic", "trace": trace}
+        path.write_text(json.dumps(m))
+        return run_dir
+
+    a, b, c = _three(tmp_path)
+    traced(a, "/data/mine.jsonl"), traced(b, "/data/other.jsonl"), traced(c, "/data/other.jsonl")
+    line = _one_line(runner.invoke(app, ["compare", str(a), str(b)]))
+    assert "trace /data/mine.jsonl" in line and "trace /data/other.jsonl" in line and "not comparable" in line
+    res = runner.invoke(app, ["results", "history", "x", "--output-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if line.startswith("│")]
+    assert [r.split("│")[1].strip() for r in rows] == ["b", "c"]
+    text = " ".join(res.output.split())
+    assert "1 other run of x replayed another workload or trace, not listed" in text and "trace /data/other.jsonl" in text
