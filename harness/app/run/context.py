@@ -23,10 +23,11 @@ from harness.app.trial.executor import Trial, TrialExecutor
 from harness.app.trial.fidelity_reference import run_reference
 from harness.app.trial.measure import condition_of
 from harness.app.trial.plan import EnginePlan
-from harness.app.trial.prepare import announce, build_or_discard, record_run_facts
+from harness.app.trial.prepare import announce, build_or_discard, context_overflow, record_run_facts
 from harness.app.trial.warm_cache import warn_if_cache_may_be_warm
 from harness.metrics.summarise import Condition
 from rich.console import Console
+from rich.markup import escape
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -85,6 +86,9 @@ class RunContext:
         record_run_facts(writer, c, state.model_dir, state.workload, state.threads)
         if state.workload.spec.get("trace") and state.workload.stats.get("note"):  # agentic --trace: what is sent
             self.console.print(f"[dim]{state.workload.stats['note']}[/]", highlight=False)
+        model = writer.manifest.model
+        if line := context_overflow(c, state.workload, state.tokenizer, model.max_position_embeddings if model else None):
+            self.console.print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
         state.fidelity_reference = run_reference(state.model_dir, c.workload, state.tokenizer, c.check.fidelity_prompts,
                                                  c.check.fidelity_tokens, self.console) if plans else None  # none to check
         warn_if_cache_may_be_warm(self.console, writer.run_dir, writer.manifest.workload, plans)

@@ -49,3 +49,31 @@ def record_run_facts(writer: RunWriter, cfg: RunSettings, model_dir: Path, workl
         writer.manifest.hardware.price_per_hour = cfg.decision.price_per_hour
         writer.manifest.hardware.price_source = "--price-per-hour"
     writer.write_manifest()
+
+
+def context_overflow(cfg: RunSettings, workload: Workload, tokenizer: Any, context: int | None) -> str | None:
+    """The warning line, before anything is measured, when requests of the workload need more
+    tokens (prompt + ``max_tokens``) than the model's context window ``context`` (tokens, its
+    config.json ``max_position_embeddings``): an engine refuses them, so they are found only by
+    failing (the reliability gate then judges the engine on them). An agentic workload is checked
+    over its whole trace (every session once, :func:`workloads.replay_stats.trace_sessions`), the
+    sessions a ladder's points draw from; another over the requests built. None when every request
+    fits or the context is unknown."""
+    if not context:
+        return None
+    if workload.name == "agentic":
+        from workloads.registry import resolve_spec
+        from workloads.replay_stats import offered_statistics, trace_sessions
+        from workloads.tokens import as_kit
+
+        spec = resolve_spec(cfg.workload)
+        stats = offered_statistics(trace_sessions(spec, as_kit(tokenizer)), spec.cache_block_tokens, spec.cache_blocks)
+        needs = [i + o for i, o in zip(stats["input_tokens"], stats["output_tokens"])]
+    else:
+        needs = [len(s.first_request().prompt_token_ids or []) + s.first_request().max_tokens for s in workload.sessions]
+    over = [n for n in needs if n > context]
+    if not over:
+        return None
+    return (f"{len(over):,} of {len(needs):,} requests of the workload need more than the model's {context:,}-token "
+            f"context (prompt + max_tokens; the longest {max(over):,}): every engine will refuse them and is judged "
+            "on those failures; shrink the prompts (--scale for a trace, --input-len) or the outputs (--output-len)")
