@@ -258,7 +258,7 @@ def test_sigint_on_the_driver_leaves_no_process_behind(tmp_path):
     pid_dir.mkdir()
     env = {**os.environ, "BENCH_STATE_DIR": str(tmp_path / "state"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(DRIVER), str(pid_dir), "run", *ARGS, "--engine", "own,transformers",
-           "--num-requests", "100000", "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path),
+           "--num-requests", "1000", "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path),
            "--run-id", "sigint"]
     driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -312,7 +312,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
             raise KeyboardInterrupt
 
     monkeypatch.setattr(ray_executor.RayExecutor, "_drain", drain_then_interrupt)
-    res = CliRunner().invoke(app, ["run", *ARGS, "--engine", "own,transformers", "--num-requests", "100000",
+    res = CliRunner().invoke(app, ["run", *ARGS, "--engine", "own,transformers", "--num-requests", "1000",
                                    "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path), "--run-id", "cc"])
     assert res.exit_code == 130, res.output
     worker = state["trials"][0]["pid"]
