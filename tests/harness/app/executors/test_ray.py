@@ -10,6 +10,7 @@ per module (ray.init costs ~10 s here); it must start: a Ray that cannot start f
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -43,6 +44,17 @@ ARGS = ["--workload", "random", "--num-requests", "6", "--input-len", "8", "--ou
         "--no-calibration", "--no-equivalence", "--no-feature-probes", "--threads", "1",
         "--request-rate", "inf"]  # one load point per trial (no ladder)
 DRIVER = Path(__file__).parents[3] / "fake_servers" / "ray_driver.py"
+PIXEL = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
+
+
+@pytest.fixture(autouse=True)
+def _plots_unrendered(monkeypatch):
+    """No test here reads a report's plots: each is a 1-pixel PNG, not a matplotlib render
+    (several seconds a run on a 2-core machine); the reports are still written."""
+    import reports.frontier, reports.jobs, reports.plots, reports.series, reports.timeline, reports.winner_map
+
+    for module in (reports.frontier, reports.jobs, reports.plots, reports.series, reports.timeline, reports.winner_map):
+        monkeypatch.setattr(module, "_png", lambda fig: PIXEL)
 
 
 @pytest.fixture(scope="module")
