@@ -10,6 +10,7 @@ per module (ray.init costs ~10 s here); it must start: a Ray that cannot start f
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -43,6 +44,17 @@ ARGS = ["--workload", "random", "--num-requests", "6", "--input-len", "8", "--ou
         "--no-calibration", "--no-equivalence", "--no-feature-probes", "--threads", "1",
         "--request-rate", "inf"]  # one load point per trial (no ladder)
 DRIVER = Path(__file__).parents[3] / "fake_servers" / "ray_driver.py"
+PIXEL = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
+
+
+@pytest.fixture(autouse=True)
+def _plots_unrendered(monkeypatch):
+    """No test here reads a report's plots: each is a 1-pixel PNG, not a matplotlib render
+    (several seconds a run on a 2-core machine); the reports are still written."""
+    import reports.frontier, reports.jobs, reports.plots, reports.series, reports.timeline, reports.winner_map
+
+    for module in (reports.frontier, reports.jobs, reports.plots, reports.series, reports.timeline, reports.winner_map):
+        monkeypatch.setattr(module, "_png", lambda fig: PIXEL)
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +270,7 @@ def test_sigint_on_the_driver_leaves_no_process_behind(tmp_path):
     pid_dir.mkdir()
     env = {**os.environ, "BENCH_STATE_DIR": str(tmp_path / "state"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(DRIVER), str(pid_dir), "run", *ARGS, "--engine", "own,transformers",
-           "--num-requests", "100000", "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path),
+           "--num-requests", "1000", "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path),
            "--run-id", "sigint"]
     driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -312,7 +324,7 @@ def test_ctrl_c_cancels_the_trials_at_once_and_leaves_the_cluster_up(local_ray, 
             raise KeyboardInterrupt
 
     monkeypatch.setattr(ray_executor.RayExecutor, "_drain", drain_then_interrupt)
-    res = CliRunner().invoke(app, ["run", *ARGS, "--engine", "own,transformers", "--num-requests", "100000",
+    res = CliRunner().invoke(app, ["run", *ARGS, "--engine", "own,transformers", "--num-requests", "1000",
                                    "--max-concurrency", "1", "--executor", "ray", "-o", str(tmp_path), "--run-id", "cc"])
     assert res.exit_code == 130, res.output
     worker = state["trials"][0]["pid"]

@@ -60,7 +60,8 @@ def _engines(monkeypatch, mapping: dict[str, str]) -> None:
     monkeypatch.setattr(registry, "get_adapter", lambda n, hardware=None: fakes[n])
 
 
-CONCURRENCY = ["--workload", "random", "--num-requests", "12", "--input-len", "8", "--output-len", "12",
+ASKED = 8  # requests asked per probe: what a probe below 2 slots sends (probe_requests: at least 4 per slot)
+CONCURRENCY = ["--workload", "random", "--num-requests", str(ASKED), "--input-len", "8", "--output-len", "12",
                "--slo", "ttft_p99=150", "--search-var", "concurrency", "--warmup", "1"]
 
 
@@ -79,10 +80,10 @@ def test_concurrency_search_finds_each_servers_slots(servers, tmp_path, monkeypa
     assert [p.load for p in own.probes] == [1, 2, 4, 8, 6, 5]
     assert 2 <= vllm.capacity < 3 and vllm.bracket == (2.0, 3.0) and [p.load for p in vllm.probes] == [1, 2, 4, 3]
     assert [p.seed for p in own.probes] == list(range(6))  # probe i: seed 0 + i
-    # each probe sends at least 4 requests per in-flight slot (probe_requests), else the 12 asked
-    assert all(p.metrics is not None and p.metrics.requests_completed == max(12, 4 * int(p.load)) for p in own.probes)
+    # each probe sends at least 4 requests per in-flight slot (probe_requests), else the ASKED
+    assert all(p.metrics is not None and p.metrics.requests_completed == max(ASKED, 4 * int(p.load)) for p in own.probes)
     assert s.unit == "concurrent requests" and s.search_var == "concurrency" and s.slos == {"ttft_p99": 150.0}
-    assert not s.slos_default and s.budget_per_engine_s == 60.0 and s.requests_per_probe == 12
+    assert not s.slos_default and s.budget_per_engine_s == 60.0 and s.requests_per_probe == ASKED
     assert own.elapsed_s <= 60.0 and s.wall_s > 0
     rec = s.capacity_recommendation
     assert rec is not None and rec.recommended == "vllm"  # own has more, but is the yardstick
@@ -92,7 +93,7 @@ def test_concurrency_search_finds_each_servers_slots(servers, tmp_path, monkeypa
     # every probe's requests are stored, labelled with their probe; warm-up apart
     records = read_records(run / "requests.jsonl")
     measured = [r for r in records if r.engine == "own" and r.phase == "measured"]
-    assert sorted({r.probe for r in measured}) == list(range(6)) and len(measured) == sum(max(12, 4 * int(p.load)) for p in own.probes)
+    assert sorted({r.probe for r in measured}) == list(range(6)) and len(measured) == sum(max(ASKED, 4 * int(p.load)) for p in own.probes)
     assert {r.probe for r in records if r.phase == "warmup"} == {None}
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["search"]["search_var"] == "concurrency" and manifest["slos"] == {"ttft_p99": 150.0}
@@ -123,12 +124,12 @@ def test_repeats_pool_each_probe_and_draw_fresh_seeds(servers, tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     s = SearchSummary.model_validate_json((tmp_path / "reps" / "search.json").read_text())
     own = s.engines["own"]
-    assert s.repeats == 2 and s.requests_per_probe == 12
+    assert s.repeats == 2 and s.requests_per_probe == ASKED
     assert own.stopped == "converged" and 4 <= own.capacity < 5 and own.bracket == (4.0, 5.0), own.message
     assert [p.load for p in own.probes] == [2, 4, 8, 6, 5]
     for p in own.probes:  # pooled over both repeats, each repeat's metrics and verdict kept
         assert len(p.repeats) == 2 and len(p.repeat_passed) == 2
-        per = max(12, 4 * int(p.load))
+        per = max(ASKED, 4 * int(p.load))
         assert [m.requests_completed for m in p.repeats] == [per, per] and p.metrics.requests_completed == 2 * per
         assert p.seeds == [2 * p.index, 2 * p.index + 1] and p.seed == 2 * p.index  # seed 0 + i * 2 + k
         assert p.passed == (p.load <= 4) and all(p.repeat_passed) == (p.load <= 4)
@@ -142,7 +143,7 @@ def test_repeats_pool_each_probe_and_draw_fresh_seeds(servers, tmp_path, monkeyp
     records = [r for r in read_records(tmp_path / "reps" / "requests.jsonl") if r.phase == "measured"]
     for p in own.probes:
         mine = [r for r in records if r.probe == p.index]
-        assert sorted({r.repeat for r in mine}) == [0, 1] and len(mine) == 2 * max(12, 4 * int(p.load))
+        assert sorted({r.repeat for r in mine}) == [0, 1] and len(mine) == 2 * max(ASKED, 4 * int(p.load))
     assert "own probe 1: 4 concurrent requests → TTFT p99" in res.output and "(2 of 2 repeats pass)" in res.output
     assert "(0 of 2 repeats pass)" in res.output and "2 repeats per probe" in res.output
     md = (tmp_path / "reps" / "search.md").read_text()
