@@ -25,17 +25,22 @@ def model_dir():
 
 
 @pytest.fixture(scope="module")
-def reference(model_dir, tmp_path_factory):
+def cache_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, cache_root):
     """The transformers reference for PROMPTS at the run's default 64 tokens, built once for the
     module (both tests below read the same one: building it costs seconds)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     prompts = [(p, tok(p)["input_ids"]) for p in PROMPTS]
-    return reference_for(model_dir, prompts, max_tokens=64, cache_root=tmp_path_factory.mktemp("cache"))
+    return reference_for(model_dir, prompts, max_tokens=64, cache_root=cache_root)
 
 
-def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, tmp_path) -> None:
+def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, cache_root, monkeypatch) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -51,8 +56,9 @@ def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, t
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     assert first.texts == [tok.decode(first.tokens[:k + 1], skip_special_tokens=True) for k in range(len(first.tokens))]
     # the same prompts again come from the cache (the same key), without loading the model
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
     again = reference_for(model_dir, [(r.prompt, r.prompt_token_ids) for r in reference.prompts], max_tokens=64,
-                          cache_root=tmp_path)
+                          cache_root=cache_root)
     assert again.key == reference.key and again.prompts == reference.prompts
 
 
