@@ -25,21 +25,28 @@ def model_dir():
 
 
 @pytest.fixture(scope="module")
-def reference(model_dir, tmp_path_factory):
+def cache_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, cache_root):
+    """The transformers reference for PROMPTS at the run's default 64 tokens, built once for the
+    module (both tests below read the same one: building it costs seconds)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     prompts = [(p, tok(p)["input_ids"]) for p in PROMPTS]
-    return reference_for(model_dir, prompts, max_tokens=24, cache_root=tmp_path_factory.mktemp("cache"))
+    return reference_for(model_dir, prompts, max_tokens=64, cache_root=cache_root)
 
 
-def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, tmp_path) -> None:
+def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, cache_root, monkeypatch) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     first = reference.prompts[0]
-    out = model.generate(torch.tensor([first.prompt_token_ids]), max_new_tokens=24, do_sample=False)
+    out = model.generate(torch.tensor([first.prompt_token_ids]), max_new_tokens=64, do_sample=False)
     generated = out[0, len(first.prompt_token_ids):].tolist()
     assert first.tokens == generated[:len(first.tokens)] and "Paris" in "".join(first.pieces)
     assert all(len(t) == 5 and t[0][1] >= t[1][1] for t in first.top) and all(g >= 0 for g in first.gap)
@@ -49,8 +56,9 @@ def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, t
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     assert first.texts == [tok.decode(first.tokens[:k + 1], skip_special_tokens=True) for k in range(len(first.tokens))]
     # the same prompts again come from the cache (the same key), without loading the model
-    again = reference_for(model_dir, [(r.prompt, r.prompt_token_ids) for r in reference.prompts], max_tokens=24,
-                          cache_root=tmp_path)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
+    again = reference_for(model_dir, [(r.prompt, r.prompt_token_ids) for r in reference.prompts], max_tokens=64,
+                          cache_root=cache_root)
     assert again.key == reference.key and again.prompts == reference.prompts
 
 
@@ -74,7 +82,7 @@ def test_workload_prompts_are_the_sessions_first_requests(model_dir) -> None:
     assert chosen[0][1] == tok(chosen[0][0], add_special_tokens=False)["input_ids"]
 
 
-def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, tmp_path) -> None:
+def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, reference, tmp_path) -> None:
     """One MLP matrix of layer 3 with noise of about twice its weights' own scale: the engine runs,
     fast as ever, and computes something else (the unperturbed engine passes: test_engines_fidelity).
 
@@ -86,20 +94,17 @@ def test_the_reference_engine_with_a_perturbed_weight_is_excluded(model_dir, tmp
     bound is about 0.98."""
     import torch
     from safetensors.torch import load_file, save_file
-    from transformers import AutoTokenizer
 
     from adapters.registry import get_adapter
 
-    bent = tmp_path / "bent"
-    shutil.copytree(model_dir, bent)
-    weights = load_file(str(bent / "model.safetensors"))
+    bent = tmp_path / "bent"  # the folder's small files copied; the weights written once, perturbed
+    shutil.copytree(model_dir, bent, ignore=shutil.ignore_patterns("model.safetensors"))
+    weights = load_file(str(model_dir / "model.safetensors"))
     name = next(k for k in weights if "layers.3.mlp.down_proj" in k)
     generator = torch.Generator().manual_seed(0)
     weights[name] = weights[name] + 0.05 * torch.randn(weights[name].shape, generator=generator)
     save_file(weights, str(bent / "model.safetensors"), metadata={"format": "pt"})
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    reference = reference_for(model_dir, [(p, tok(p)["input_ids"]) for p in PROMPTS], max_tokens=64,
-                              cache_root=tmp_path / "cache")
+    assert reference.max_tokens == 64 and [r.prompt for r in reference.prompts] == PROMPTS
     check, missing = check_fidelity_of([get_adapter("own", "cpu")], bent, tmp_path / "run", reference)
     assert missing == {}
     broken = check.engines["own"]
