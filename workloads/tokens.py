@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -65,7 +66,28 @@ def _fingerprint(tok: Any, special: frozenset[int]) -> tuple | None:
     vocabulary (then nothing is memoised)."""
     if not callable(getattr(tok, "get_vocab", None)):
         return None
-    return type(tok).__name__, len(tok), hash(frozenset(tok.get_vocab().items())), special
+    return type(tok).__name__, len(tok), _vocab_hash(tok), special
+
+
+_VOCAB_HASHES: "weakref.WeakKeyDictionary[Any, tuple[int, int]]" = weakref.WeakKeyDictionary()
+
+
+def _vocab_hash(tok: Any) -> int:
+    """The hash of ``tok``'s vocabulary (piece → id), computed once per tokenizer object and size:
+    a run builds a workload per measurement from its one tokenizer, and hashing 49k pieces each
+    time cost tens of ms (adding tokens changes the size, so it is hashed again)."""
+    size = len(tok)
+    try:
+        seen = _VOCAB_HASHES.get(tok)
+    except TypeError:  # not weakly referenceable: hashed each time
+        seen = None
+    if seen is None or seen[0] != size:
+        seen = (size, hash(frozenset(tok.get_vocab().items())))
+        try:
+            _VOCAB_HASHES[tok] = seen
+        except TypeError:
+            pass
+    return seen[1]
 
 
 class TokenKit:

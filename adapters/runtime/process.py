@@ -37,6 +37,7 @@ from adapters.base import EngineError
 
 LOG_TAIL_LINES = 40
 WATCHDOG = Path(__file__).with_name("watchdog.py")
+HEALTH_POLL_MAX_S = 0.25  # the start-up health poll backs off from 50 ms to this: a server is seen ready within it
 _record_warned: set[Path] = set()  # state dirs already warned about (one line per process)
 
 
@@ -273,7 +274,7 @@ class ServerProcess:
                     self.log_tail(),
                 )
             sleep(delay)
-            delay = min(delay * 1.5, 0.25)  # a start seen within 0.25 s of being ready (was up to 1 s late)
+            delay = min(delay * 1.5, HEALTH_POLL_MAX_S)
 
     def stop(self) -> int | None:
         """SIGTERM the whole group, wait ``stop_grace_s``, SIGKILL what is left; reap.

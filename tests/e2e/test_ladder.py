@@ -11,8 +11,14 @@ from typer.testing import CliRunner
 
 from harness.app.cli import app
 from results.store import load_run
+from tests.quick_reports import quick_reports
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _no_charts(monkeypatch):
+    quick_reports(monkeypatch)  # no assertion here reads a chart's pixels or the winner map: seconds saved
 
 
 def test_bench_run_climbs_ladders_and_decides_on_capacity(tmp_path):

@@ -18,6 +18,13 @@ from typer.testing import CliRunner
 
 from harness.app.cli import app
 from results.store import load_run, read_records
+from tests.quick_reports import quick_reports
+
+
+@pytest.fixture(autouse=True)
+def _no_charts(monkeypatch):
+    quick_reports(monkeypatch)  # no assertion here reads a chart or the winner map: seconds a run saved
+
 
 SERVER = Path(__file__).parents[3] / "fake_servers" / "paced_server.py"
 

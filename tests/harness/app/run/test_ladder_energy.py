@@ -19,6 +19,13 @@ from adapters.telemetry.energy import RAPL_ROOT_ENV, RaplZone
 from harness.app.cli import app
 from results.schema import LadderSummary, Recipe
 from tests.fake_servers.tunable_engine import TunableEngine
+from tests.quick_reports import quick_reports
+
+
+@pytest.fixture(autouse=True)
+def _no_charts(monkeypatch):
+    quick_reports(monkeypatch)  # no assertion here reads a chart or the winner map: seconds a run saved
+
 
 ARGS = ["--engine", "vllm", "--workload", "random", "--input-len", "8", "--output-len", "8", "--warmup", "1",
         "--no-calibration", "--no-equivalence", "--no-feature-probes", "--fidelity-prompts", "0", "--threads", "1",
