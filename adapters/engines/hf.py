@@ -49,6 +49,7 @@ class TransformersStaticAdapter(ServerAdapter):
 
     name = "transformers"
     display_name = "transformers (static batching, generate)"
+    harness_dist = "transformers"  # runs from the harness's own environment (no recipe)
     flag_source = PROJECT_ROOT / "adapters" / "shims" / "hf_static_server.py"
     shim = "adapters.shims.hf_static_server"
     effective_reader = staticmethod(effective.read_shim)

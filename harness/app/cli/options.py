@@ -48,11 +48,11 @@ class CliParam:
         """The ``typer.Option`` of this parameter, under its ``--help`` panel; a flag shows no
         value (no ``<bool>``: :func:`metavar`); a former spelling hidden."""
         if self.cli.argument:
-            return typer.Argument(self.default, help=self.cli.help, show_default=False)
+            return typer.Argument(self.default, help=self.cli.help_text(), show_default=False)
         if self.alias_of is not None:
             return typer.Option(None, *self.cli.aliases, hidden=True, **self.bounds)
         extra = {"envvar": self.cli.envvar, "show_envvar": True} if self.cli.envvar else {}
-        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, rich_help_panel=self.panel,
+        return typer.Option(self.default, *self.cli.flags, help=self.cli.help_text(), rich_help_panel=self.panel,
                             metavar=metavar(self.annotation), **self.bounds, **extra)
 
 
