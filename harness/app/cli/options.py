@@ -115,8 +115,10 @@ def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
 def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     """The options of a command built from ``settings``: every field with a :class:`Cli` (a
     :class:`CliGroup`: each of its options), less ``cli_exclude``, by ``cli_panels`` (heading →
-    flags: the ``--help`` panels and the order in them; an option listed in none follows in
-    field order, under its :class:`Cli`'s ``panel``, else in the last panel)."""
+    flags: the ``--help`` panels and the order in them). An option listed in none needs no list:
+    it shows under its :class:`Cli`'s ``panel``, else its group's ``cli_panel`` (a new field of
+    ``MeasureSettings`` under "Measuring"), else the last panel, after that panel's listed options,
+    in field order."""
     params: list[CliParam] = []
     for name, field in settings.model_fields.items():
         cli = cli_of(field)
@@ -136,7 +138,9 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     last = list(panels)[-1] if panels else None
     kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, p.cli.panel or last))
             for p in params if p.cli.flag not in excluded]
-    return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
+    titles = {title: i for i, title in enumerate(panels)}
+    return sorted(kept, key=lambda p: (titles.get(p.panel, len(titles)) if p.panel else len(titles) + 1,
+                                       order.get(p.cli.flag, len(order))))
 
 
 def settings_from(settings: type[BaseModel], params: list[CliParam], values: dict[str, Any],

@@ -42,7 +42,8 @@ class Cli:
     variable typer reads the option from when it is not given (shown in ``--help``).
     ``argument``: a positional argument, not an option (``flags``: its one name, ``"run"``).
     ``panel``: the ``--help`` panel it shows under when the model's ``cli_panels`` lists it in none
-    (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``).
+    (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``); a field
+    of a group of settings needs none: it shows under its group's ``cli_panel``, no list to edit.
     ``aliases``: former spellings still read, hidden from ``--help`` (``bench engines check
     --engines`` before it became ``--engine``, the name every command uses).
     """
