@@ -104,6 +104,19 @@ def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> Non
             assert not re.search(r"--\S+\s+(TEXT|INT|NUM|PATH)\s", line), line
 
 
+def test_search_help_fits_80_columns_and_says_the_default_slos_in_words() -> None:
+    from harness.scoring.verdict.decision import DEFAULT_SLOS
+
+    for command in ("search", "run"):
+        res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+        assert res.exit_code == 0, res.output
+        assert max(len(line) for line in res.output.splitlines()) <= 80 and "…" not in res.output
+        assert "harness." not in res.output and "DEFAULT_SLOS" not in res.output  # no Python path in a help text
+    slo = " ".join(help_options(["search"])["--slo"][0].split())
+    # the defaults read off the one table: a change there changes the help
+    assert f"on a CPU {DEFAULT_SLOS['cpu', '']} (agentic ttft_p90=4000), on a GPU {DEFAULT_SLOS['gpu', '']}" in slo
+
+
 class RunPlus(RunSettings):
     # a new setting: one field, its option and its --help panel declared on it
     extra_knob: Annotated[int, Cli("--extra-knob", panel="Tuning", help="A knob declared once, on the model.")] = 3
