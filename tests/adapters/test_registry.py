@@ -119,7 +119,7 @@ def test_an_engine_module_that_cannot_load_costs_its_engine_alone(tmp_path):
 class MyTransformers(TransformersStaticAdapter):
     """A throwaway engine declared here alone: the transformers shim under another name."""
 
-    name = "mytf"
+    name = "throwaway_tf"
 
 
 def test_a_throwaway_engine_is_listed_everywhere_without_an_edit_elsewhere():
@@ -131,16 +131,16 @@ def test_a_throwaway_engine_is_listed_everywhere_without_an_edit_elsewhere():
     def setup_help() -> str:
         return cli_of(EngineSettings.model_fields["setup"]).help_text()
 
-    with registry.registered("mytf", MyTransformers, order=25):
-        assert registry.ENGINE_NAMES[:3] == ("own", "transformers", "mytf")
-        assert [r["engine"] for r in engine_rows()][:3] == ["own", "transformers", "mytf"]
+    with registry.registered("throwaway_tf", MyTransformers, order=21):
+        assert registry.ENGINE_NAMES[:3] == ("own", "transformers", "throwaway_tf")
+        assert [r["engine"] for r in engine_rows()][:3] == ["own", "transformers", "throwaway_tf"]
         # it runs from the harness's environment like transformers: the recipe's pip line says so
-        assert "pip install 'transformers==5.1.0'  # into the harness's own environment" in install_commands("mytf", "5.1.0")
-        assert "mytf" not in registry.reference_engines()
+        assert "pip install 'transformers==5.1.0'  # into the harness's own environment" in install_commands("throwaway_tf", "5.1.0")
+        assert "throwaway_tf" not in registry.reference_engines()
         with registry.registered("zzsetup", type("ZzSetup", (ThrowawayEngine,), {
                 "name": "zzsetup", "recipe": object(), "setup_note": "it builds for an hour"})):
             assert "not zzsetup, as it builds for an hour: `bench engines setup zzsetup` adds it" in setup_help()
-    assert "zzsetup" not in setup_help() and "mytf" not in registry.ENGINE_NAMES
+    assert "zzsetup" not in setup_help() and "throwaway_tf" not in registry.ENGINE_NAMES
 
 
 def test_traits_read_through_the_registry():
