@@ -204,7 +204,11 @@ class EngineTraits:
     ``in_setup_cpu``, installed by ``setup all-cpu``; ``auto_setup_cpu``, installed by ``bench run``
     when missing on a CPU (``make bench``); ``after_setup(recipe, *, console, force) -> version``,
     what setup does after the packages (a build, a stand-in module) and the version it records
-    (None: the version of ``recipe.version_dist``). ``in_all``: measured by ``--engine all``.
+    (None: the version of ``recipe.version_dist``); ``setup_note``, why ``--setup-engines`` (``make
+    bench``) leaves a CPU recipe out (said in that option's help); ``harness_dist``, the
+    distribution an engine with no recipe runs from in the harness's own environment (a deployment
+    recipe's ``pip install`` line). ``in_all``: measured by ``--engine all``. ``reference``: the
+    yardstick engine, measured and ranked like every engine but never recommended.
 
     Telemetry: ``counters``, the mapper of a parsed ``/metrics`` page (name → value) to the common
     counters (:data:`adapters.telemetry.prom.COMMON_KEYS`); ``gauge_only_hit_rate``, the
@@ -213,6 +217,8 @@ class EngineTraits:
     that parser (:func:`adapters.telemetry.prom.series_reader`); ``effective_reader``, the reader
     of the settings it actually runs with, ``(Endpoint, settings, timeout_s) -> None``
     (:mod:`adapters.telemetry.effective`; None: from its command line only).
+
+    ``notes()``: one more sentence for its ``bench engines`` row (a related engine it cannot run).
     """
 
     recipe: Any = None
@@ -226,11 +232,18 @@ class EngineTraits:
     auto_setup_cpu: bool = False
     after_setup: Callable[..., str | None] | None = None
     in_all: bool = True
+    setup_note: str = ""
+    harness_dist: str | None = None
+    reference: bool = False
     counters: Callable[[dict[str, float]], dict[str, float | None]] | None = None
     gauge_only_hit_rate: tuple[str, str] | None = None
     series_parser: str | None = None
     read_series: Callable[[dict[str, float]], dict[str, float | None]] | None = None
     effective_reader: Callable[..., None] | None = None
+
+    def notes(self) -> str:
+        """One more sentence for this engine's ``bench engines`` row; "" when there is none."""
+        return ""
 
 
 @runtime_checkable

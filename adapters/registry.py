@@ -151,6 +151,23 @@ def setup_cpu() -> tuple[str, ...]:
                  and getattr(cls, "in_setup_cpu", False))
 
 
+def auto_setup_cpu() -> tuple[str, ...]:
+    """What ``--setup-engines`` (``make bench``) installs on a CPU when missing (``auto_setup_cpu``), by ``setup_rank``."""
+    return tuple(n for n, cls in setup_classes().items() if getattr(cls, "recipe", None) and getattr(cls, "auto_setup_cpu", False))
+
+
+def manual_setup_cpu() -> dict[str, str]:
+    """Engine → why ``--setup-engines`` leaves its CPU recipe out (``setup_note``; "" when it says
+    nothing): what only ``bench engines setup NAME`` installs, by ``setup_rank``."""
+    return {n: getattr(cls, "setup_note", "") for n, cls in setup_classes().items()
+            if getattr(cls, "recipe", None) and not getattr(cls, "auto_setup_cpu", False)}
+
+
+def reference_engines() -> tuple[str, ...]:
+    """The yardstick engines (``reference = True`` on the class): measured and ranked, never recommended."""
+    return tuple(n for n, cls in engine_classes().items() if getattr(cls, "reference", False))
+
+
 def setup_shared() -> dict[str, str]:
     """Engine → the engine whose setup sets it up too (``setup_by``: the same build, other weights)."""
     return {n: cls.setup_by for n, cls in engine_classes().items() if getattr(cls, "setup_by", None)}

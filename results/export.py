@@ -7,7 +7,10 @@ by ``bench results export RUN`` for older or killed runs. Both files are replace
 ``requests.parquet``: one row per :class:`results.schema.RequestRecord`, in file order, one
 column per field, typed from the model (:func:`arrow_schema`): integers → ``int64`` (nullable;
 ``*_ns`` are ``perf_counter_ns`` values), booleans → ``bool``, text → ``string``, lists of
-integers (``chunk_times_ns``) → ``list<int64>``. The file's metadata carries
+integers (``chunk_times_ns``) → ``list<int64>``; then one ``float64`` column per registered
+metric (:func:`results.schema.metric_registry.metrics`, its :attr:`Metric.field`: ``ttft_ms``,
+``tpot_ms`` …), the request's own value by the metric's declaration (``Metric.value``; null where it
+has none), the same declarations ``summary.csv``'s statistics come from. The file's metadata carries
 ``llm_serve_bench.schema_version`` (the records' schema) and ``llm_serve_bench.run_id``. In
 pandas (``pyarrow`` dtypes, so missing integers stay integers): :func:`requests_frame`.
 
@@ -74,14 +77,22 @@ def _arrow_type(annotation: Any) -> pa.DataType:
 
 
 def arrow_schema() -> pa.Schema:
-    """The Parquet schema: one column per :class:`RequestRecord` field, in model order."""
-    return pa.schema([pa.field(name, _arrow_type(info.annotation)) for name, info in RequestRecord.model_fields.items()])
+    """The Parquet schema: one column per :class:`RequestRecord` field, in model order, then one
+    ``float64`` per registered metric (:func:`derived_columns`)."""
+    fields = [pa.field(name, _arrow_type(info.annotation)) for name, info in RequestRecord.model_fields.items()]
+    return pa.schema(fields + [pa.field(name, pa.float64()) for name in derived_columns()])
+
+
+def derived_columns() -> dict[str, Any]:
+    """Column → the per-request formula of each registered metric (``"ttft_ms"`` → ``Metric.value``), in registry order."""
+    return {m.field: m.value for m in metrics()}
 
 
 def records_table(records: list[RequestRecord], run_id: str = "") -> pa.Table:
     """The records as an Arrow table with :func:`arrow_schema` and the schema version in its metadata."""
     schema = arrow_schema()
-    columns = {name: [getattr(r, name) for r in records] for name in schema.names}
+    derived = derived_columns()
+    columns = {name: [derived[name](r) if name in derived else getattr(r, name) for r in records] for name in schema.names}
     table = pa.table(columns, schema=schema)
     version = (records[0].schema_version if records else SCHEMA_VERSION).encode()
     return table.replace_schema_metadata({META_VERSION: version, META_RUN: run_id.encode()})

@@ -698,19 +698,91 @@ def test_the_scoring_group_checker_catches_a_backward_import() -> None:
 REGISTRY = "adapters/registry.py"
 ENGINE_TABLE_ROOTS = ("adapters", "harness", "results", "reports", "workloads", "own_engine")
 ENGINE_NAME_LISTS_ALLOWED = {
-    "adapters/shims/ov_export.py": "Python distributions whose versions an IR export records "
-                                   "(openvino, transformers: packages in the engine's venv, not engines)",
-    "harness/app/importers/__init__.py": "bench import --from: other benchmark tools' result formats "
-                                         "(vLLM's and SGLang's benchmark scripts), not engines",
+    ("adapters/shims/ov_export.py", "facts"): (
+        "openvino, transformers", "Python distributions whose versions an IR export records (packages in the "
+                                  "engine's venv, not engines)"),
+    ("harness/app/importers/__init__.py", "TOOLS"): (
+        "sglang, vllm", "bench import --from: other benchmark tools' result formats (vLLM's and SGLang's benchmark "
+                        "scripts, beside aiperf's and guidellm's), keyed by tool, not engines"),
 }
-"""Modules that may hold a literal naming two engines, each with why it is no engine table."""
+"""(module, owner: the name the literal is assigned to, else the function it is in) → (the engine
+names it may hold, why it is no engine table). Narrow on purpose: any other literal of these
+modules naming two engines is caught like anywhere else."""
+
+
+class _EngineTableFinder(ast.NodeVisitor):
+    """Finds what names two or more engines in one place (:func:`engine_tables`): a dict literal's
+    keys, a tuple/list/set literal's elements, ``dict(a=…, b=…)``'s keywords, and the names one
+    function (the module body: one scope) compares a value with (``==``/``!=``, ``match`` cases:
+    an ``if name == "vllm": … elif name == "sglang":`` chain)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names, self.found = set(names), []  # (line, owner, names)
+        self.owner: list[str] = ["<module>"]
+        self.compared: list[dict[str, int]] = [{}]
+
+    def _hit(self, node: ast.AST, values: list[object], owner: str | None = None) -> None:
+        hits = sorted({v for v in values if isinstance(v, str) and v in self.names})
+        if len(hits) >= 2:
+            self.found.append((node.lineno, owner or self.owner[-1], ", ".join(hits)))
+
+    def _scope(self, node: ast.AST, name: str) -> None:
+        self.owner.append(name)
+        self.compared.append({})
+        self.generic_visit(node)
+        compared = self.compared.pop()
+        self.owner.pop()
+        if len(compared) >= 2:
+            self.found.append((min(compared.values()), name, ", ".join(sorted(compared))))
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._scope(node, node.name)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        named = [t.id for t in targets if isinstance(t, ast.Name)]
+        self.owner.append(named[0] if named else self.owner[-1])
+        self.generic_visit(node)
+        self.owner.pop()
+
+    visit_AnnAssign = visit_Assign  # type: ignore[assignment]
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        self._hit(node, [k.value for k in node.keys if isinstance(k, ast.Constant)])
+        self.generic_visit(node)
+
+    def visit_Tuple(self, node: ast.Tuple | ast.List | ast.Set) -> None:
+        self._hit(node, [e.value for e in node.elts if isinstance(e, ast.Constant)])
+        self.generic_visit(node)
+
+    visit_List = visit_Set = visit_Tuple  # type: ignore[assignment]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id == "dict":
+            self._hit(node, [k.arg for k in node.keywords])
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Constant) and side.value in self.names:
+                    self.compared[-1].setdefault(side.value, node.lineno)
+        self.generic_visit(node)
+
+    def visit_MatchValue(self, node: ast.MatchValue) -> None:
+        if isinstance(node.value, ast.Constant) and node.value.value in self.names:
+            self.compared[-1].setdefault(node.value.value, node.lineno)
+        self.generic_visit(node)
 
 
 def engine_tables(root: Path = ROOT, names: tuple[str, ...] | None = None) -> dict[str, list[str]]:
-    """``path`` → ``"line: names"`` for every dict literal whose keys, and every tuple, list or set
-    literal whose elements, hold two or more engine names (``names``: default every registered
-    engine), in the modules under :data:`ENGINE_TABLE_ROOTS` of ``root`` but :data:`REGISTRY`: a
-    table keyed by engine name, which belongs on the engines' adapter classes."""
+    """``path`` → ``"line: names (owner)"`` for every place that names two or more engines
+    (:class:`_EngineTableFinder`; ``names``: default every registered engine) in the modules under
+    :data:`ENGINE_TABLE_ROOTS` of ``root`` but :data:`REGISTRY`, less what
+    :data:`ENGINE_NAME_LISTS_ALLOWED` allows: a table or a chain keyed by engine name, which belongs
+    on the engines' adapter classes."""
     if names is None:
         from adapters.registry import engine_names
 
@@ -721,30 +793,48 @@ def engine_tables(root: Path = ROOT, names: tuple[str, ...] | None = None) -> di
             rel = path.relative_to(root).as_posix()
             if rel == REGISTRY:
                 continue
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                items = node.keys if isinstance(node, ast.Dict) else \
-                    node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
-                hits = sorted({k.value for k in items if isinstance(k, ast.Constant) and k.value in names})
-                if len(hits) >= 2:
-                    found.setdefault(rel, []).append(f"{node.lineno}: {', '.join(hits)}")
+            finder = _EngineTableFinder(tuple(names))
+            finder.visit(ast.parse(path.read_text(encoding="utf-8")))
+            for line, owner, hits in sorted(finder.found):
+                allowed = ENGINE_NAME_LISTS_ALLOWED.get((rel, owner))
+                if allowed is None or allowed[0] != hits:
+                    found.setdefault(rel, []).append(f"{line}: {hits} ({owner})")
     return found
 
 
 def test_no_engine_table_outside_the_registry() -> None:
     """Adding an engine touches its own module (adapters/engines/) and its test only: what the
     harness knows of an engine is declared on its adapter class (adapters.base.EngineTraits) and
-    read through adapters.registry, never from a table of engine names elsewhere."""
-    found = engine_tables()
-    assert {path: hits for path, hits in found.items() if path not in ENGINE_NAME_LISTS_ALLOWED} == {}
-    assert [path for path in ENGINE_NAME_LISTS_ALLOWED if path not in found] == [], \
-        "no longer lists engine names: remove from ENGINE_NAME_LISTS_ALLOWED"
+    read through adapters.registry, never from a table of engine names or a chain of engine-name
+    comparisons elsewhere."""
+    assert engine_tables() == {}
+
+
+def test_every_allowed_engine_name_list_is_still_there() -> None:
+    from adapters.registry import engine_names
+
+    for (rel, owner), (hits, _) in ENGINE_NAME_LISTS_ALLOWED.items():
+        finder = _EngineTableFinder(engine_names())
+        finder.visit(ast.parse((ROOT / rel).read_text(encoding="utf-8")))
+        assert (owner, hits) in {(o, h) for _, o, h in finder.found}, f"{rel}: {owner} no longer lists {hits}: remove it"
 
 
 def test_the_checker_catches_an_engine_table(tmp_path: Path) -> None:
     planted = {
         "harness/app/run/_probe.py": 'MAPPERS = {"vllm": 1, "sglang": 2}\n',
         "results/_probe.py": 'def f(name):\n    return name in ("own", "llamacpp", "x")\n',
-        "workloads/_probe.py": 'AUTO = ["vllm"]\nONE = {"vllm": 1, "other": 2}\n',  # one engine name: no table
+        "workloads/_probe.py": 'AUTO = ["vllm"]\nONE = {"vllm": 1, "other": 2}\n'  # one engine name: no table
+                               'def g(name):\n    return name == "vllm"\n'  # one comparison: no chain
+                               'def h(name):\n    return name == "sglang"\n',  # in another function
+        "adapters/_kw.py": 'TABLE = dict(vllm=1, sglang=2)\nONE = dict(vllm=1, other=2)\n',
+        "harness/_chain.py": 'def pick(name):\n    if name == "vllm":\n        return 1\n'
+                             '    elif name == "sglang":\n        return 2\n    return 0\n',
+        "harness/_match.py": 'def pick(name):\n    match name:\n        case "own":\n            return 1\n'
+                             '        case "llamacpp":\n            return 2\n',
+        "reports/_neq.py": 'def keep(e):\n    return e != "own" and "vllm" != e\n',
+        # the importers' exemption is narrow: TOOLS may name vllm and sglang, another table there is caught
+        "harness/app/importers/__init__.py": 'TOOLS = {"vllm": 1, "sglang": 2, "aiperf": 3}\n'
+                                             'ENGINES = {"vllm": 1, "own": 2}\n',
         "adapters/registry.py": 'NAMES = ("own", "vllm")\n',  # the registry itself may
         "tests/_probe.py": 'NAMES = ("own", "vllm")\n',  # tests are not scanned
     }
@@ -752,6 +842,11 @@ def test_the_checker_catches_an_engine_table(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert engine_tables(tmp_path, ("own", "vllm", "sglang", "llamacpp")) == {
-        "harness/app/run/_probe.py": ["1: sglang, vllm"],
-        "results/_probe.py": ["2: llamacpp, own"],
+        "adapters/_kw.py": ["1: sglang, vllm (TABLE)"],
+        "harness/_chain.py": ["2: sglang, vllm (pick)"],
+        "harness/_match.py": ["3: llamacpp, own (pick)"],
+        "harness/app/importers/__init__.py": ["2: own, vllm (ENGINES)"],
+        "harness/app/run/_probe.py": ["1: sglang, vllm (MAPPERS)"],
+        "reports/_neq.py": ["2: own, vllm (keep)"],
+        "results/_probe.py": ["2: llamacpp, own (f)"],
     }

@@ -49,6 +49,7 @@ class TransformersStaticAdapter(ServerAdapter):
 
     name = "transformers"
     display_name = "transformers (static batching, generate)"
+    harness_dist = "transformers"  # runs from the harness's own environment (no recipe)
     flag_source = PROJECT_ROOT / "adapters" / "shims" / "hf_static_server.py"
     shim = "adapters.shims.hf_static_server"
     effective_reader = staticmethod(effective.read_shim)
@@ -64,8 +65,8 @@ class TransformersStaticAdapter(ServerAdapter):
         """Available when transformers is importable by the harness."""
         version = _transformers_version()
         if version is None:
-            return ProbeResult(False, cause="not_installed", reason="transformers: not installed in the harness environment: pip install 'transformers>=5.20,<6'")
-        return ProbeResult(True, "transformers: static batching shim with the harness's Python", version=version)
+            return ProbeResult(False, cause="not_installed", reason=f"{self.name}: transformers is not installed in the harness environment: pip install 'transformers>=5.20,<6'")
+        return ProbeResult(True, f"{self.name}: static batching shim with the harness's Python", version=version)
 
     def build_command(self, config: LaunchConfig, port: int) -> LaunchPlan:
         """``[python, -m, adapters.shims.hf_static_server, --model DIR, --host, --port, --threads N,

@@ -130,6 +130,7 @@ class LlamaCppAdapter(ServerAdapter):
         ),
     )
     setup_rank, in_setup_cpu = 6, True  # not by `make bench`: building llama-server takes 10-25 min
+    setup_note = "its llama-server build takes 10–25 minutes"
     counters = staticmethod(prom.llamacpp_counters)
     # llama-server (--metrics): slots busy and requests deferred; no preemption (a slot keeps its context)
     series_parser = "llamacpp"  # its /metrics read into the time series by read_series

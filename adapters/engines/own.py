@@ -38,6 +38,7 @@ class OwnAdapter(ServerAdapter):
 
     name = "own"
     display_name = "own (reference engine)"
+    reference = True  # the yardstick: measured and ranked, never recommended (harness.scoring.gates)
     counters = staticmethod(prom.own_counters)
     series_parser = "own"  # its /metrics read into the time series by read_series
     read_series = staticmethod(prom.series_reader(

@@ -61,6 +61,7 @@ class DeepSpeedAdapter(ServerAdapter):
     # `generate` underneath (no kernel injection), what the transformers baseline already measures, at
     # ~40 s of a default run; `bench engines setup deepspeed` adds it and `--engine all` then measures it
     setup_rank, gpu_setup_rank, in_setup_cpu = 2, 4, True
+    setup_note = "on a CPU it is Hugging Face generate underneath"
     effective_reader = staticmethod(effective.read_shim)
     production_server = "DeepSpeed-MII (DeepSpeed's own serving front end)"
     capabilities = Capabilities(hardware=("cpu", "nvidia"), features=(), api="shim", complexity=2)
@@ -85,6 +86,10 @@ class DeepSpeedAdapter(ServerAdapter):
         build = f" ({build_label('deepspeed')} installed; this row runs on the CPU)" if hw == "nvidia" else ""
         return ProbeResult(True, f"deepspeed: CPU init_inference (HF generate underneath) behind our shim{build}",
                            version=installed_version("deepspeed"))
+
+    def notes(self) -> str:
+        """DeepSpeed-MII/FastGen's state, said in this row: ``--engine`` cannot run it (no row of its own)."""
+        return self.probe_mii().reason
 
     def probe_mii(self) -> ProbeResult:
         """DeepSpeed-MII/FastGen: needs an NVIDIA GPU with CUDA (NCCL + CUDA kernels are hard-coded)

@@ -51,6 +51,21 @@ def _percentiles_text(percentiles: Sequence[float]) -> str:
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
+def slo_choices_text() -> str:
+    """What ``--slo`` accepts, read off the registry (its ``--help``): ``"ttft, tpot, itl or e2el
+    at p50, p90, p95, p99, p99_9 or p100"``; metrics whose percentiles differ each say theirs."""
+    groups: dict[tuple[float, ...], list[str]] = {}
+    for m in slo_metrics():
+        groups.setdefault(m.slo_percentiles, []).append(m.name)
+    parts = [f"{_or_list(names)} at {_percentiles_text(ps)}" for ps, names in groups.items()]
+    return "; ".join(parts)
+
+
+def _or_list(names: Sequence[str]) -> str:
+    """``"ttft, tpot, itl or e2el"``."""
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
 def parse_slos(text: str | None) -> list[SLO]:
     """Parse ``"ttft_p99=500,tpot_p90=50"`` (ms) into :class:`SLO` objects.
 

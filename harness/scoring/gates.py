@@ -60,7 +60,10 @@ LENS_ONLY_STAGES: tuple[str, ...] = ("validity",)
 
 REFERENCE_ENGINES = frozenset({"own"})
 """The reference engine (``own_engine``, adapter ``adapters.engines.own``): a yardstick, never
-recommended. It passes the same gates and is ranked by both lenses, but never wins."""
+recommended. It passes the same gates and is ranked by both lenses, but never wins. Declared on
+the adapter class (``reference = True``, read by ``adapters.registry.reference_engines()``); kept
+here because the scorer imports nothing of ``adapters`` (tests/adapters/test_registry.py checks
+the two agree). A new engine is no yardstick unless its class says so, so it needs no edit here."""
 
 
 def first(*eliminations: tuple[str, str] | None) -> tuple[str, str] | None:

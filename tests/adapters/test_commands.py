@@ -18,6 +18,7 @@ from adapters.engines.hf import TransformersServeAdapter, TransformersStaticAdap
 from adapters.engines.openai import OpenAIAdapter, normalize_base_url
 from adapters.engines.own import OwnAdapter
 from adapters.telemetry.prom import COMMON_KEYS, common_metrics, parse_prometheus
+from adapters import registry
 from adapters.registry import ENGINE_NAMES, all_adapters, get_adapter, parse_engine_args
 from adapters.runtime.server import redact_env, render_flags, split_engine_args, thread_env
 from adapters.engines.sglang import SHIM_DISPLAY, SglangAdapter
@@ -60,14 +61,21 @@ def flag_value(cmd: list[str], flag: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # registry and engine args
 # ---------------------------------------------------------------------------------------------
+KNOWN = ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime",
+         "deepspeed", "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai")
+
+
 def test_registry_names_and_protocol():
-    assert ENGINE_NAMES == ("own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime",
-                            "deepspeed", "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai")
+    # the engines this project ships, in their order; an engine registered later (its module alone) may stand among them
+    assert [n for n in ENGINE_NAMES if n in KNOWN] == list(KNOWN)
+    assert ENGINE_NAMES == tuple(sorted(ENGINE_NAMES, key=lambda n: registry._REGISTERED[n][0]))
     for name in ENGINE_NAMES:
         a = get_adapter(name)
-        assert a.name == name and isinstance(a, EngineAdapter)
-    # openai needs --base-url; the q8_0 llama.cpp serves other numerics: both only when named
-    assert [a.name for a in all_adapters()] == [n for n in ENGINE_NAMES if n not in ("openai", "llamacpp_q8_0")]
+        assert a.name == name and isinstance(a, EngineAdapter) and registry.engine_class(name) is type(a)
+        assert a.capabilities.hardware and a.display_name
+    # openai needs --base-url; the q8_0 llama.cpp serves other numerics: both only when named (in_all = False)
+    assert {"openai", "llamacpp_q8_0"} <= set(registry.NOT_IN_ALL)
+    assert [a.name for a in all_adapters()] == [n for n in ENGINE_NAMES if n not in registry.NOT_IN_ALL]
 
 
 def test_get_adapter_unknown_lists_choices():

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from adapters import registry
 from adapters.base import Capabilities, ProbeResult
+from adapters.engines.hf import TransformersStaticAdapter
 from adapters.engines.own import OwnAdapter
 from adapters.runtime.server import LaunchPlan, ServerAdapter
 from harness.app.cli import app
@@ -113,3 +114,41 @@ def test_an_engine_module_that_cannot_load_costs_its_engine_alone(tmp_path):
     assert len(lines) == 2 and "Traceback" not in done.stderr
     assert "adapters/engines/broken.py could not be loaded (ModuleNotFoundError: No module named 'nonexistent_dep_xyz')" in lines[0]
     assert "adapters/engines/twice.py could not be loaded (ValueError: engine 'own' is registered already" in lines[1]
+
+
+class MyTransformers(TransformersStaticAdapter):
+    """A throwaway engine declared here alone: the transformers shim under another name."""
+
+    name = "throwaway_tf"
+
+
+def test_a_throwaway_engine_is_listed_everywhere_without_an_edit_elsewhere():
+    from harness.app.cli.engines import engine_rows
+    from harness.app.run.deploy import install_commands
+    from harness.app.settings.groups import EngineSettings
+    from harness.app.settings.fields import cli_of
+
+    def setup_help() -> str:
+        return cli_of(EngineSettings.model_fields["setup"]).help_text()
+
+    with registry.registered("throwaway_tf", MyTransformers, order=21):
+        assert registry.ENGINE_NAMES[:3] == ("own", "transformers", "throwaway_tf")
+        assert [r["engine"] for r in engine_rows()][:3] == ["own", "transformers", "throwaway_tf"]
+        # it runs from the harness's environment like transformers: the recipe's pip line says so
+        assert "pip install 'transformers==5.1.0'  # into the harness's own environment" in install_commands("throwaway_tf", "5.1.0")
+        assert "throwaway_tf" not in registry.reference_engines()
+        with registry.registered("zzsetup", type("ZzSetup", (ThrowawayEngine,), {
+                "name": "zzsetup", "recipe": object(), "setup_note": "it builds for an hour"})):
+            assert "not zzsetup, as it builds for an hour: `bench engines setup zzsetup` adds it" in setup_help()
+    assert "zzsetup" not in setup_help() and "throwaway_tf" not in registry.ENGINE_NAMES
+
+
+def test_traits_read_through_the_registry():
+    from harness.scoring.gates import REFERENCE_ENGINES
+
+    # the scorer imports nothing of adapters, so it keeps its own set: it must be the registry's
+    assert registry.reference_engines() == ("own",) == tuple(REFERENCE_ENGINES)
+    assert registry.manual_setup_cpu() == {"deepspeed": "on a CPU it is Hugging Face generate underneath",
+                                           "llamacpp": "its llama-server build takes 10–25 minutes"}
+    assert "deepspeed-mii (FastGen)" in registry.get_adapter("deepspeed", "cpu").notes()
+    assert registry.get_adapter("vllm", "cpu").notes() == ""

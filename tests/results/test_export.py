@@ -15,6 +15,7 @@ import results
 from harness.app.cli import app
 from harness.loadgen.nullserver import null_server
 from results.export import META_VERSION, arrow_schema
+from results.schema.metric_registry import metric, metrics
 from results.schema import SCHEMA_VERSION, Distribution, Goodput, Metrics, RequestRecord, metric_number, metric_value
 from results.store import read_records
 
@@ -35,7 +36,8 @@ def run_dir(tmp_path_factory):
 
 
 def _row_to_record(row: dict) -> RequestRecord:
-    clean = {k: (None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v) for k, v in row.items()}
+    clean = {k: (None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v) for k, v in row.items()
+             if k in RequestRecord.model_fields}
     clean["chunk_times_ns"] = list(clean["chunk_times_ns"] or [])
     clean["chunk_token_counts"] = list(clean.get("chunk_token_counts") or [])
     return RequestRecord.model_validate(clean)
@@ -48,7 +50,12 @@ def test_the_parquet_equals_the_jsonl_record_for_record(run_dir) -> None:
     assert table.schema.metadata[META_VERSION] == SCHEMA_VERSION.encode()
     assert table.schema.equals(arrow_schema(), check_metadata=False)
     frame = results.load_run(run_dir).requests
-    assert list(frame.columns) == list(RequestRecord.model_fields)
+    # the record's fields, then each registered metric's per-request value (the CSV's declarations)
+    assert list(frame.columns) == [*RequestRecord.model_fields, *(m.field for m in metrics())]
+    assert "ttft_ms" in frame.columns and str(frame["ttft_ms"].dtype) == "double[pyarrow]"
+    for row, record in zip(frame.to_dict("records"), stored, strict=True):  # file order (ids repeat across repeats)
+        want = metric("tpot").value(record)
+        assert (row["tpot_ms"] is pd.NA and want is None) or row["tpot_ms"] == pytest.approx(want)
     assert str(frame["send_ns"].dtype) == "int64[pyarrow]" and str(frame["success"].dtype) == "bool[pyarrow]"
     assert str(frame["error_class"].dtype) == "string[pyarrow]"
     assert str(frame["chunk_times_ns"].dtype) in ("list<element: int64>[pyarrow]", "list<item: int64>[pyarrow]")

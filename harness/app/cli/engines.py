@@ -28,7 +28,7 @@ from adapters.base import EngineError, ProbeResult
 from adapters.runtime.envs import engine_env_dir, select_recipe, setup_engine
 from adapters.telemetry.hardware import detect_kind
 from adapters import registry
-from adapters.registry import ENGINE_NAMES, get_adapter
+from adapters.registry import get_adapter
 from harness.app.cli.options import command_from
 from harness.app.settings.checks import check_engine_args
 from harness.app.settings.engines import EngineCheckSettings, EngineFidelitySettings
@@ -50,19 +50,18 @@ def engine_state(probe: ProbeResult, hardware: tuple[str, ...], here: str) -> st
 
 
 def engine_rows() -> list[dict]:
-    """One dict per name ``--engine`` accepts (``adapters.registry.ENGINE_NAMES``, in that
+    """One dict per name ``--engine`` accepts (``adapters.registry.engine_names()``, in that
     order; ``openai`` included, which needs ``--base-url``): name, state, version, hardware,
-    features, api, reason. DeepSpeed-MII/FastGen, which ``--engine`` cannot run, is a sentence
-    in the deepspeed row's reason, not a row of its own."""
+    features, api, reason. What an adapter's ``notes()`` says is one more sentence of its row's
+    reason (deepspeed: DeepSpeed-MII/FastGen, which ``--engine`` cannot run, has no row of its own)."""
     here = detect_kind()
     rows = []
-    for name in ENGINE_NAMES:
+    for name in registry.engine_names():
         adapter = get_adapter(name, here)
         probe = adapter.probe()
         caps = adapter.capabilities
-        reason = probe.reason
-        if name == "deepspeed":
-            reason = f"{reason}; {adapter.probe_mii().reason}"  # type: ignore[attr-defined]
+        note = adapter.notes() if hasattr(adapter, "notes") else ""
+        reason = f"{probe.reason}; {note}" if note else probe.reason
         rows.append({"engine": name, "state": engine_state(probe, caps.hardware, here),
                      "version": probe.version or "", "hardware": ",".join(caps.hardware),
                      "features": ",".join(caps.features), "api": caps.api, "reason": reason})
@@ -90,14 +89,15 @@ def engines(ctx: typer.Context,
     console.print(table)
 
 
-@app.command("setup")
+@app.command("setup", help=(
+    "Create .engines/NAME/venv with that engine's pinned packages (progress shown): the CUDA build on a machine "
+    "with an NVIDIA GPU (driver checked first), the CPU build elsewhere. all-cpu installs the CPU builds "
+    f"({', '.join(registry.setup_cpu())}), all-gpu the CUDA builds ({', '.join(registry.cuda_recipes())})."))
 def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(registry.setup_classes())}), all-cpu or all-gpu"),
           force: bool = typer.Option(False, "--force", help="replace a venv that holds the other build (CPU vs CUDA); "
                                      "llamacpp: build llama-server again")
           ) -> None:
-    """Create .engines/NAME/venv with that engine's pinned packages (progress shown): the CUDA build
-    on a machine with an NVIDIA GPU (driver checked first), the CPU build elsewhere. all-cpu
-    installs the CPU builds, all-gpu the CUDA builds (vllm, sglang, onnxruntime, deepspeed)."""
+    """Install one engine's environment, or all-cpu / all-gpu (the help, read off the registry, lists them)."""
     hardware, shared = None, registry.setup_shared()
     if name == "all-cpu":
         names, hardware = list(registry.setup_cpu()), "cpu"
@@ -105,12 +105,10 @@ def setup(name: str = typer.Argument(..., help=f"engine to install ({', '.join(r
         names, hardware = list(registry.cuda_recipes()), "nvidia"
     elif name in registry.setup_classes():
         names = [name]
-    elif name in shared:  # llamacpp_q8_0 is the llamacpp build serving other weights
+    elif name in shared:  # an engine another's setup installs (the same build, other weights)
         names = [shared[name]]
-    elif name in ENGINE_NAMES:
+    elif name in registry.engine_names():
         fail(f"{name} needs no setup here: " + get_adapter(name).probe().reason)
-    elif name == "tensorrt_llm":  # pragma: no cover - in ENGINE_NAMES, kept for the message
-        fail("tensorrt_llm cannot be installed here")
     else:
         fail(f"unknown engine {name!r}: choose from {', '.join(registry.setup_classes())}, all-cpu or all-gpu")
     for n in names:

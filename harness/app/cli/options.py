@@ -48,11 +48,11 @@ class CliParam:
         """The ``typer.Option`` of this parameter, under its ``--help`` panel; a flag shows no
         value (no ``<bool>``: :func:`metavar`); a former spelling hidden."""
         if self.cli.argument:
-            return typer.Argument(self.default, help=self.cli.help, show_default=False)
+            return typer.Argument(self.default, help=self.cli.help_text(), show_default=False)
         if self.alias_of is not None:
             return typer.Option(None, *self.cli.aliases, hidden=True, **self.bounds)
         extra = {"envvar": self.cli.envvar, "show_envvar": True} if self.cli.envvar else {}
-        return typer.Option(self.default, *self.cli.flags, help=self.cli.help, rich_help_panel=self.panel,
+        return typer.Option(self.default, *self.cli.flags, help=self.cli.help_text(), rich_help_panel=self.panel,
                             metavar=metavar(self.annotation), **self.bounds, **extra)
 
 
@@ -115,8 +115,10 @@ def _param(path: tuple[str, ...], cli: Cli, field: FieldInfo) -> CliParam:
 def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     """The options of a command built from ``settings``: every field with a :class:`Cli` (a
     :class:`CliGroup`: each of its options), less ``cli_exclude``, by ``cli_panels`` (heading →
-    flags: the ``--help`` panels and the order in them; an option listed in none follows in
-    field order, under its :class:`Cli`'s ``panel``, else in the last panel)."""
+    flags: the ``--help`` panels and the order in them). An option listed in none needs no list:
+    it shows under its :class:`Cli`'s ``panel``, else its group's ``cli_panel`` (a new field of
+    ``MeasureSettings`` under "Measuring"), else the last panel, after that panel's listed options,
+    in field order."""
     params: list[CliParam] = []
     for name, field in settings.model_fields.items():
         cli = cli_of(field)
@@ -136,7 +138,9 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     last = list(panels)[-1] if panels else None
     kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, p.cli.panel or last))
             for p in params if p.cli.flag not in excluded]
-    return sorted(kept, key=lambda p: order.get(p.cli.flag, len(order)))
+    titles = {title: i for i, title in enumerate(panels)}
+    return sorted(kept, key=lambda p: (titles.get(p.panel, len(titles)) if p.panel else len(titles) + 1,
+                                       order.get(p.cli.flag, len(order))))
 
 
 def settings_from(settings: type[BaseModel], params: list[CliParam], values: dict[str, Any],

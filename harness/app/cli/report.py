@@ -157,6 +157,13 @@ def recommend_runs(settings: RecommendSettings) -> None:
         fail(f"--gpus must be at least 1, got {gpus}")
     target = _hardware(hardware, gpus, runs)
     target = target if price_per_hour is None else target.with_price(price_per_hour)
+    if slos:  # a metric a run did not record is computed from its records, never read as failed requests
+        from harness.app.run.rebuild import with_slo_metrics
+
+        try:
+            runs = [with_slo_metrics(r, slos) for r in runs]
+        except ResultsError as exc:
+            fail(str(exc))
     try:
         w = parse_weights(weights) if weights is not None else None
         ladder = _ladder_decided(runs[0], slos, target) if slos and len(runs) == 1 and runs[0].ladder is not None else None

@@ -48,15 +48,17 @@ def _join(argv: list[str]) -> str:
 def install_commands(engine: str, version: str | None) -> list[str]:
     """How to build ``engine``'s environment: this harness's own setup (the packages its recipe
     pins, ``recipe`` on the engine's adapter class), the engine's distribution at the measured version, and
-    this repository where the engine runs from it."""
+    this repository where the engine runs from it (an engine with no recipe that runs from the
+    harness's environment declares the distribution: ``harness_dist`` on its adapter class)."""
     out = []
     recipe = registry.cpu_recipes().get(engine)
+    harness_dist = registry.declared(engine, "harness_dist")
     if recipe is not None:
         out.append(f"bench engines setup {engine}  # {recipe.approx or 'its own virtual environment'}")
         if version and recipe.version_dist and not recipe.version_dist.startswith("llama-server"):
             out.append(f"pip install '{recipe.version_dist}=={version}'  # the version measured, into that environment")
-    elif engine == "transformers" and version:
-        out.append(f"pip install 'transformers=={version}'  # into the harness's own environment")
+    elif harness_dist and version:
+        out.append(f"pip install '{harness_dist}=={version}'  # into the harness's own environment")
     out.append(HARNESS_INSTALL)
     return out
 

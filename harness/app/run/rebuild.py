@@ -129,3 +129,48 @@ def load_or_rebuild(run_dir: Path | str, note: Callable[[str], None] | None = No
                 note(f"{run_dir.name}: the run was killed before it summarised {', '.join(names)}; "
                      f"summarised now from the stored records (status failed, never ranked)")
     return load_run(run_dir)
+
+
+def with_slo_metrics(run: Run, slos: list) -> Run:
+    """``run`` with every metric an SLO of ``slos`` judges that its summary did not record (a
+    metric registered after the run: ``summary.json`` has no key for it) computed from its stored
+    request records with the metric's declared formula (:func:`summarise`, the one summary a live
+    run uses; a ladder run's entry over its capacity point's steady state), so that a re-decision
+    under other SLOs judges what the requests measured. A metric not recorded never reads as
+    failed requests (∞). Raises :class:`ResultsError` (one line) when an engine that has metrics
+    has no stored measured records to compute it from. ``run`` itself is not changed."""
+    import dataclasses
+
+    from harness.scoring.capacity.samples import judged_records
+    from results.schema.metric_registry import metric
+
+    wanted = {s.metric for s in slos}
+    summary = run.summary.model_copy(deep=True)
+    for name, entry in summary.engines.items():
+        missing = sorted(m for m in wanted if entry.metrics is not None and not _recorded(entry.metrics, metric(m).field))
+        if not missing:
+            continue
+        if entry.ladder_point is not None:
+            measured = judged_records([r for r in run.records if r.engine == name and r.probe == entry.ladder_point])
+        else:
+            measured = [r for r in run.records if r.engine == name and r.phase == "measured"]
+        try:
+            computed = summarise(measured, Condition(tuple(slos)), intervals=False)
+        except ValueError:
+            labels = ", ".join(metric(m).label for m in missing)
+            raise ResultsError(f"run {run.run_id} did not record {labels} for {name} and holds no measured requests "
+                               f"of it to compute it from: judge it with an SLO on a metric it recorded") from None
+        pairs = [(entry.metrics, computed.pooled)] + (list(zip(entry.repeats, computed.repeats))
+                                                      if len(entry.repeats) == len(computed.repeats) else [])
+        for stored, fresh in pairs:
+            for m in missing:
+                field = metric(m).field
+                setattr(stored, field, getattr(fresh, field))
+                if metric(m).failures == "inf":
+                    setattr(stored.error_adjusted, field, getattr(fresh.error_adjusted, field))
+    return dataclasses.replace(run, summary=summary)
+
+
+def _recorded(metrics: object, field: str) -> bool:
+    """Whether a stored :class:`results.schema.Metrics` holds ``field`` (read from its file, or set)."""
+    return field in getattr(metrics, "model_fields_set", set()) or field in (getattr(metrics, "__pydantic_extra__", None) or {})

@@ -14,7 +14,7 @@ from harness.app.settings import checks
 from harness.app.settings.fields import Cli
 from harness.app.settings.groups import DecisionSettings, MeasureSettings
 from harness.app.settings.run import RunSettings
-from harness.app.settings.shared import SLOS, Slos
+from harness.app.settings.shared import SLOS, Slos, default_slos_text
 from harness.app.settings.workload import WORKLOAD_OPTIONS
 from harness.metrics import SLO, parse_slos
 
@@ -22,11 +22,12 @@ SEARCH_VARS = ("rate", "concurrency")
 DEFAULT_PROBE_REQUESTS = 24  # requests per probe of a single-turn workload without --num-requests
 MAX_REPEATS = 10  # ``--repeats`` per probe at most
 
-SLO_HELP = ("SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50'; the capacity is the load at which all of them just hold. "
-            "Default: bench run's (one table, harness.scoring.verdict.decision.DEFAULT_SLOS): on a CPU machine "
-            "ttft_p90=2000,tpot_p90=200 (agentic: ttft_p90=4000; the reference 2-core CPU machine and the embedded "
-            "135M model: a 2 s first-token wait, 5 tokens/s ~ reading speed); on a GPU ttft_p90=500,tpot_p90=50 "
-            "(agentic: ttft_p90=1500). The SLOs used are printed and stored.")
+def SLO_HELP() -> str:
+    """``bench search --slo``'s help: the defaults read off bench run's one table (no Python path in a help text)."""
+    return ("SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50'; the capacity is the load at which all of them just hold. "
+            f"Default: bench run's, {default_slos_text()}. On a CPU that is a 2 s first-token wait and 5 tokens/s "
+            "(about reading speed) on the reference 2-core machine and the embedded 135M model. "
+            "The SLOs used are printed and stored.")
 
 
 def _search_slos(text: Optional[str]) -> list[SLO]:

@@ -28,7 +28,9 @@ __all__ = ["Cli", "CliGroup", "CliModel", "cli_of", "error_line", "given_paths",
 class Cli:
     """One command-line option of a settings field.
 
-    ``flags``: the option's names (``"--engine", "-e"``); ``help``: its ``--help`` text.
+    ``flags``: the option's names (``"--engine", "-e"``); ``help``: its ``--help`` text, or a
+    function giving it when the command is built (text read off a registry: the engines, the
+    metrics), which :meth:`help_text` calls.
     ``type``: what typer parses when it is not the field's own type - the raw text a parser
     reads (``--slo`` is a ``str``, the field a ``list[SLO]``). ``parse``: raw value (None
     included) → field value, raising ``ValueError`` with the one-line message; applied by
@@ -40,13 +42,14 @@ class Cli:
     variable typer reads the option from when it is not given (shown in ``--help``).
     ``argument``: a positional argument, not an option (``flags``: its one name, ``"run"``).
     ``panel``: the ``--help`` panel it shows under when the model's ``cli_panels`` lists it in none
-    (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``).
+    (a new option declared once, on its field: ``Cli("--x", panel="Tuning", help=...)``); a field
+    of a group of settings needs none: it shows under its group's ``cli_panel``, no list to edit.
     ``aliases``: former spellings still read, hidden from ``--help`` (``bench engines check
     --engines`` before it became ``--engine``, the name every command uses).
     """
 
     flags: tuple[str, ...]
-    help: str
+    help: str | Callable[[], str]
     type: Any
     parse: Callable[[Any], Any] | None
     default: Any
@@ -57,13 +60,17 @@ class Cli:
     panel: str | None
     aliases: tuple[str, ...]
 
-    def __init__(self, *flags: str, help: str, type: Any = None, parse: Callable[[Any], Any] | None = None,
+    def __init__(self, *flags: str, help: str | Callable[[], str], type: Any = None, parse: Callable[[Any], Any] | None = None,
                  default: Any = MISSING, invert: bool = False, range: bool = False, envvar: str | None = None,
                  argument: bool = False, panel: str | None = None, aliases: tuple[str, ...] = ()) -> None:
         values = dict(flags=flags, help=help, type=type, parse=parse, default=default, invert=invert, range=range,
                       envvar=envvar, argument=argument, panel=panel, aliases=aliases)
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+    def help_text(self) -> str:
+        """The ``--help`` text (``help`` called when it is a function)."""
+        return self.help() if callable(self.help) else self.help
 
     @property
     def flag(self) -> str:

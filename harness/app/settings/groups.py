@@ -98,6 +98,17 @@ class CheckSettings(CliModel):
     feature_probes: Annotated[bool, Cli("--no-feature-probes", invert=True, help="Skip the feature probes (structured output, tool calling, n>1, stop strings, logprobs, a prompt near the maximum context), sent to each engine once after its first measured phase; without them the scorer counts no feature as verified.")] = True
 
 
+def _setup_engines_help() -> str:
+    """``--setup-engines``'s help, read off the engine registry (``auto_setup_cpu`` and
+    ``setup_note`` on each adapter class), so a new engine is listed without an edit here."""
+    from adapters import registry
+
+    left = "; ".join(f"not {n}{f', as {note}' if note else ''}: `bench engines setup {n}` adds it"
+                     for n, note in registry.manual_setup_cpu().items())
+    return (f"Install missing CPU engine environments ({', '.join(registry.auto_setup_cpu())}"
+            f"{'; ' + left if left else ''}) before measuring them; a failed install is recorded as a failed engine.")
+
+
 class EngineSettings(CliModel):
     """The engines a run starts and how: ``names`` (engine names or ``["all"]``), the ``model``
     folder (None = the embedded model; ``--engine openai``: the served model name until
@@ -115,7 +126,7 @@ class EngineSettings(CliModel):
     threads: Annotated[Optional[int], Cli("--threads", help="CPU threads per engine (default: cores - 1, one core left for the client).")] = None
     # "report" (audit only) or "strict" (equalise through flags, adapters/parity.py)
     parity: Annotated[Literal["report", "strict"], Cli("--parity", type=ParityMode, help="report (default): read what every engine reports it runs with (KV capacity, prefix caching, chunked prefill, max_num_seqs, dtype, CUDA graphs ...) and flag unfair differences; strict: also equalise what each engine's own flags can (prefix caching on, max_num_seqs 32, a 2048-token step/chunk budget; the KV budget is already shared) and list what could not be; an explicit --engine-arg wins.")] = "report"
-    setup: Annotated[bool, Cli("--setup-engines", help="Install missing CPU engine environments (vLLM-CPU, SGLang-CPU, transformers serve, ONNX Runtime GenAI, OpenVINO GenAI; not llama.cpp, whose llama-server build takes 10–25 minutes: `bench engines setup llamacpp` adds it; not DeepSpeed, which on a CPU is Hugging Face generate underneath: `bench engines setup deepspeed` adds it) before measuring them; a failed install is recorded as a failed engine.")] = False
+    setup: Annotated[bool, Cli("--setup-engines", help=_setup_engines_help)] = False
     startup_timeout_s: Annotated[float, Cli("--startup-timeout", help="Engine start-up (health) timeout, seconds.")] = 600.0
     parallel_start: Annotated[bool, Cli("--sequential-start", invert=True, help="Start each engine just before its turn instead of all at once. By default every engine starts in parallel and is frozen (SIGSTOP) once ready until its turn, so start-up overlaps but never runs during a measurement; this needs memory for all of them at once (checked first).")] = True
 

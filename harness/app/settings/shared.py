@@ -45,7 +45,32 @@ def _price(price: Optional[float]) -> Optional[float]:
     return price
 
 
-SLOS = Cli("--slo", type=str, parse=parse_slos, help="SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50' (each a metric and its percentile: ttft, tpot, itl or e2el at p50, p90, p95, p99, p99_9 or p100; a bare 'ttft=500' is refused); the verdict's capacity, goodput and the recommendation use them. Default (one table, shared with bench search): on a CPU ttft_p90=2000,tpot_p90=200 (agentic ttft_p90=4000), on a GPU ttft_p90=500,tpot_p90=50 (agentic ttft_p90=1500).")
+def default_slos_text() -> str:
+    """The default SLOs as ``--help`` says them, read off the one table
+    (``harness.scoring.verdict.decision.DEFAULT_SLOS``): ``"on a CPU ttft_p90=2000,tpot_p90=200
+    (agentic ttft_p90=4000), on a GPU …"``, a workload's own row by what differs."""
+    from harness.scoring.verdict.decision import DEFAULT_SLOS
+
+    parts = []
+    for kind, where in (("cpu", "a CPU"), ("gpu", "a GPU")):
+        base = DEFAULT_SLOS[kind, ""]
+        own = [f"{w} {','.join(p for p in text.split(',') if p not in base.split(','))}"
+               for (k, w), text in DEFAULT_SLOS.items() if k == kind and w and text != base]
+        parts.append(f"on {where} {base}" + (f" ({'; '.join(own)})" if own else ""))
+    return ", ".join(parts)
+
+
+def _slo_help() -> str:
+    """``--slo``'s help: the SLO metrics and their percentiles read off the metric registry
+    (:func:`harness.metrics.slo.slo_choices_text`), so a new metric is listed without an edit here."""
+    from harness.metrics.slo import slo_choices_text
+
+    return ("SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50' (each a metric and its percentile: "
+            f"{slo_choices_text()}; a bare 'ttft=500' is refused); the verdict's capacity, goodput and the "
+            f"recommendation use them. Default (one table, shared with bench search): {default_slos_text()}.")
+
+
+SLOS = Cli("--slo", type=str, parse=parse_slos, help=_slo_help)
 Slos = Annotated[list[SLO], SLOS]
 """``--slo``: SLO thresholds in ms (:func:`harness.metrics.parse_slos`; empty = the defaults)."""
 

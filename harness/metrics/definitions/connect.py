@@ -27,5 +27,8 @@ def opened_connection_ms(r: RequestRecord) -> list[float]:
     return [] if v is None else [v]
 
 
+ORDER = 80
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(name="connect", label="connection set-up", value=connect_ms, samples=opened_connection_ms,
                 over="measured", source="aiohttp trace hooks (connection create start → end)")

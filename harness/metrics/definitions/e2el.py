@@ -16,6 +16,9 @@ def e2el_ms(r: RequestRecord) -> float | None:
     return (r.last_token_ns - r.send_ns) / NS_PER_MS
 
 
+ORDER = 40
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(
     name="e2el", label="E2E latency", short="E2E", value=e2el_ms,
     source="vLLM bench serve (last token − request sent)", slo_percentiles=LATENCY_PERCENTILES, failures="inf",

@@ -18,5 +18,8 @@ def e2el_from_scheduled_ms(r: RequestRecord) -> float | None:
     return (r.last_token_ns - r.scheduled_ns) / NS_PER_MS
 
 
+ORDER = 60
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(name="e2el_from_scheduled", label="E2E latency from scheduled", value=e2el_from_scheduled_ms,
                 source="last token − scheduled send (coordinated omission included)")

@@ -22,6 +22,9 @@ def worst_itl_ms(r: RequestRecord) -> float:
     return max(gaps) if gaps else 0.0
 
 
+ORDER = 30
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(
     name="itl", label="ITL", value=worst_itl_ms, samples=itls_ms,
     source="vLLM bench serve (gaps between token-bearing chunks, pooled)", slo_percentiles=LATENCY_PERCENTILES,

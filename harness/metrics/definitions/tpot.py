@@ -20,6 +20,9 @@ def tpot_ms(r: RequestRecord) -> float | None:
     return (e - t) / (n - 1)
 
 
+ORDER = 20
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(
     name="tpot", label="TPOT", value=tpot_ms, source="vLLM bench serve ((E2E − TTFT) / (output tokens − 1))",
     slo_percentiles=LATENCY_PERCENTILES, missing_meets_slo=True,

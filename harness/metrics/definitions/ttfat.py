@@ -18,5 +18,8 @@ def ttfat_ms(r: RequestRecord) -> float | None:
     return (r.first_answer_ns - r.send_ns) / NS_PER_MS
 
 
+ORDER = 70
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(name="ttfat", label="TTFAT", value=ttfat_ms,
                 source="first answer chunk (after reasoning) − request sent")

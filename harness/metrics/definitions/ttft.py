@@ -16,6 +16,9 @@ def ttft_ms(r: RequestRecord) -> float | None:
     return (r.first_token_ns - r.send_ns) / NS_PER_MS
 
 
+ORDER = 10
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(
     name="ttft", label="TTFT", value=ttft_ms, source="vLLM bench serve (first token − request sent)",
     slo_percentiles=LATENCY_PERCENTILES, failures="inf",

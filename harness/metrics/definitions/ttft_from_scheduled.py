@@ -17,5 +17,8 @@ def ttft_from_scheduled_ms(r: RequestRecord) -> float | None:
     return (r.first_token_ns - r.scheduled_ns) / NS_PER_MS
 
 
+ORDER = 50
+"""Where it stands in every table (the definitions package registers by ``ORDER``)."""
+
 METRIC = Metric(name="ttft_from_scheduled", label="TTFT from scheduled", value=ttft_from_scheduled_ms,
                 source="first token − scheduled send (coordinated omission included)")

@@ -15,6 +15,7 @@ from harness.app.trial.equivalence_check import check_equivalence
 from harness.loadgen.equivalence import token_agreement
 from adapters.runtime.server import LaunchPlan, ServerAdapter, thread_env
 from harness.app.cli.engines import app, engine_state
+from adapters import registry
 
 FAKE = Path(__file__).parents[3] / "fake_servers" / "lifecycle_server.py"
 runner = CliRunner()
@@ -24,9 +25,12 @@ def test_engines_table_json_lists_every_engine_with_reasons():
     res = runner.invoke(app, ["--json"])
     assert res.exit_code == 0, res.output
     rows = {r["engine"]: r for r in json.loads(res.output)}
-    # exactly the names --engine accepts: openai listed, no deepspeed-mii row --engine would reject
-    assert list(rows) == ["own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
-                          "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai"]
+    # exactly the names --engine accepts, read off the registry (a new engine's module adds its row):
+    # the shipped engines in their order, openai listed, no deepspeed-mii row --engine would reject
+    assert tuple(rows) == registry.engine_names()
+    known = ["own", "transformers", "transformers_serve", "vllm", "sglang", "onnxruntime", "deepspeed",
+             "llamacpp", "llamacpp_q8_0", "openvino", "tensorrt_llm", "openai"]
+    assert [n for n in rows if n in known] == known and "deepspeed-mii" not in rows
     assert rows["openai"]["state"] == "available" and "--base-url" in rows["openai"]["reason"]
     assert "deepspeed-mii (FastGen)" in rows["deepspeed"]["reason"]  # MII's note kept, in its engine's row
     assert rows["own"]["state"] == "available"

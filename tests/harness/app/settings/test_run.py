@@ -11,16 +11,16 @@ from typing import Annotated, Any
 
 import pytest
 import typer
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from typer.testing import CliRunner
 
 from harness.app.cli import app
 from harness.app.cli.options import cli_params, command_from
 from harness.app.settings.fields import Cli, error_line
-from harness.app.settings.run import (DeploymentSettings, EngineSettings, LadderSettings, OutputSettings,
-                                      RunSettings)
+from harness.app.settings.run import (DeploymentSettings, EngineSettings, LadderSettings, MeasureSettings,
+                                      OutputSettings, RunSettings)
 from harness.app.settings.tune_options import TuneSettings
-from harness.app.search.config import SearchSettings
+from harness.app.search.config import SearchMeasure, SearchSettings
 from harness.metrics import SLO
 from workloads.options import WorkloadOptions
 
@@ -75,8 +75,14 @@ def test_run_and_search_show_one_text_for_every_shared_option() -> None:
 def test_the_generated_options_keep_bench_runs_order_and_leave_out_run_only_options_in_search() -> None:
     run, search = list(help_options(["run"])), list(help_options(["search"]))
     assert run[:4] == ["--engine", "--model", "--engine-arg", "--engine-config"] and run[-3:] == ["--output-dir", "--run-id", "--help"]
-    assert [p.cli.flag for p in cli_params(RunSettings)] == list(RunSettings.cli_order)
-    assert [p.cli.flag for p in cli_params(SearchSettings)] == list(SearchSettings.cli_order)
+    for settings in (RunSettings, SearchSettings):
+        params = cli_params(settings)
+        flags = [p.cli.flag for p in params]
+        # the listed options in the listed order; an option listed nowhere (a new field) is still shown
+        assert [f for f in flags if f in settings.cli_order] == list(settings.cli_order)
+        assert all(p.panel in settings.cli_panels for p in params)  # every option under one of the panels
+        panels = [p.panel for p in params]
+        assert panels == sorted(panels, key=list(settings.cli_panels).index)  # grouped panel by panel
     assert not set(SearchSettings.cli_exclude) & set(search) and set(SearchSettings.cli_exclude) <= set(run)
 
 
@@ -96,6 +102,19 @@ def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> Non
     for line in lines:  # a flag's help starts right after its name: no value shown
         if re.match(r"│ --(no-equivalence|sequential-start|setup-engines) ", line):
             assert not re.search(r"--\S+\s+(TEXT|INT|NUM|PATH)\s", line), line
+
+
+def test_search_help_fits_80_columns_and_says_the_default_slos_in_words() -> None:
+    from harness.scoring.verdict.decision import DEFAULT_SLOS
+
+    for command in ("search", "run"):
+        res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+        assert res.exit_code == 0, res.output
+        assert max(len(line) for line in res.output.splitlines()) <= 80 and "…" not in res.output
+        assert "harness." not in res.output and "DEFAULT_SLOS" not in res.output  # no Python path in a help text
+    slo = " ".join(help_options(["search"])["--slo"][0].split())
+    # the defaults read off the one table: a change there changes the help
+    assert f"on a CPU {DEFAULT_SLOS['cpu', '']} (agentic ttft_p90=4000), on a GPU {DEFAULT_SLOS['gpu', '']}" in slo
 
 
 class RunPlus(RunSettings):
@@ -124,6 +143,43 @@ def test_a_field_added_to_the_settings_is_an_option_of_both_commands(tmp_path: P
     assert isinstance(run, RunPlus) and isinstance(search, SearchPlus)
     assert run.extra_knob == search.extra_knob == 7 and run.engine.threads == search.engine.threads == 1
     assert run.workload.name == "agentic" and search.workload.name == "random" and search.workload.num_requests == 24
+
+
+class MeasurePlus(MeasureSettings):
+    # a new setting of a group: one field, nothing listed anywhere (no cli_panels, no cli_exclude)
+    new_knob: Annotated[int, Cli("--new-knob", help="A measuring knob declared once, in its group.")] = 5
+
+
+class RunMeasurePlus(RunSettings):
+    measure: MeasurePlus = Field(default_factory=lambda: MeasurePlus())
+
+
+class SearchMeasureGroupPlus(SearchMeasure, MeasurePlus):
+    pass  # search's measuring group is bench run's subclassed (--repeats): the new field reaches it too
+
+
+class SearchMeasurePlus(SearchSettings, RunMeasurePlus):
+    measure: SearchMeasureGroupPlus = Field(default_factory=lambda: SearchMeasureGroupPlus())
+
+
+def test_a_field_added_to_a_group_shows_under_its_groups_panel_with_no_list_edited(tmp_path: Path) -> None:
+    assert "--new-knob" not in RunSettings.cli_order and "--new-knob" not in SearchSettings.cli_exclude
+    seen: list[Any] = []
+    plus = typer.Typer()
+    plus.command("run")(command_from(RunMeasurePlus, seen.append))
+    plus.command("search")(command_from(SearchMeasurePlus, seen.append))
+    for name, settings in (("run", RunMeasurePlus), ("search", SearchMeasurePlus)):
+        params = {p.cli.flag: p for p in cli_params(settings)}
+        assert params["--new-knob"].panel == "Measuring"
+        measuring = [f for f, p in params.items() if p.panel == "Measuring"]
+        assert measuring[-1] == "--new-knob"  # after the panel's listed options
+        lines = CliRunner().invoke(plus, [name, "--help"], env={"COLUMNS": "100"}).output.splitlines()
+        panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Measuring "))
+        knob = next(i for i, line in enumerate(lines) if line.startswith("│ --new-knob "))
+        assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))
+        res = CliRunner().invoke(plus, [name, "--engine", "own", "--new-knob", "9", "--threads", "1", "-o", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+    assert [s.measure.new_knob for s in seen] == [9, 9]
 
 
 def test_the_command_line_values_arrive_parsed_in_the_settings(tmp_path: Path) -> None:

@@ -135,3 +135,88 @@ def test_unregistered_it_is_nowhere(tmp_path) -> None:
     assert "queue_ms" not in m.model_dump() and "queue" not in m.samples_ms.model_dump()
     assert not any(k.startswith("queue") for k, *_ in summary_columns()) and "queue_ms.p99" not in headline()
     assert "queue_ms" not in Metrics.model_validate({"queue_ms": {"p99": 1.0}}).model_dump()  # unknown keys dropped
+
+
+def test_the_slo_help_lists_it(queue) -> None:
+    from harness.app.settings.shared import SLOS
+
+    text = SLOS.help_text()
+    assert text.startswith("SLOs in ms, e.g. 'ttft_p90=500,tpot_p90=50' (each a metric and its percentile: "
+                           "ttft, tpot, itl or e2el at p50, p90, p95, p99, p99_9 or p100; ")
+    assert "queue at p90 or p99; a bare 'ttft=500' is refused" in text  # registered last: said last
+
+
+def test_requests_parquet_holds_its_per_request_value(queue) -> None:
+    from results.export import frame_from_records
+
+    records = _records()
+    frame = frame_from_records(records)
+    assert list(frame.columns)[-1] == "queue_ms"  # after the built-ins, as summary.csv orders it
+    assert frame["queue_ms"].tolist() == [float(i % 5 + 1) for i in range(40)]
+
+
+def test_a_module_in_the_definitions_package_is_the_whole_declaration() -> None:
+    """One file in harness/metrics/definitions/ registers a metric: no list to edit (pkgutil)."""
+    import sys
+    from pathlib import Path
+
+    import harness.metrics.definitions as definitions
+
+    probe = Path(definitions.__file__).parent / "zz_arch_probe_metric.py"
+    probe.write_text('from results.schema.metric_registry import Metric\n\nORDER = 45\n\n'
+                     'METRIC = Metric(name="zzprobe", label="probe", value=lambda r: 1.0, source="this test")\n')
+    try:
+        found = [m.__name__.rsplit(".", 1)[1] for m in definitions.definition_modules()]
+        # by ORDER: the built-ins keep their order, the new one stands where its ORDER puts it; helpers are skipped
+        built_in = ["ttft", "tpot", "itl", "e2el", "ttft_from_scheduled", "e2el_from_scheduled", "ttfat", "connect"]
+        shown = [n for n in found if n in built_in or n == "zz_arch_probe_metric"]
+        assert shown == [*built_in[:4], "zz_arch_probe_metric", *built_in[4:]] and "units" not in found
+        with registered(sys.modules["harness.metrics.definitions.zz_arch_probe_metric"].METRIC):
+            assert "zzprobe" in [m.name for m in metrics()]
+    finally:
+        probe.unlink()
+        sys.modules.pop("harness.metrics.definitions.zz_arch_probe_metric", None)
+    assert "zzprobe" not in [m.name for m in metrics()]
+
+
+def gen_ms(r: RequestRecord) -> float | None:
+    """Generation time (ms): last token − first token; needs only the record's fields."""
+    return None if r.last_token_ns is None or r.first_token_ns is None else (r.last_token_ns - r.first_token_ns) / NS_PER_MS
+
+
+GEN = Metric(name="gen", label="generation time", value=gen_ms, source="last − first token (this test)",
+             slo_percentiles=(90.0,), failures="inf")
+
+
+def test_a_stored_run_that_did_not_record_it_is_judged_from_its_records(tmp_path) -> None:
+    """bench recommend --slo on a metric registered after the run: computed from the stored records
+    by the declaration (never "∞ (failed requests)": every request succeeded), or refused in one line."""
+    import shutil
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from harness.app.cli import app
+    from results.store import read_records
+
+    run = tmp_path / "run_v1"
+    shutil.copytree(Path(__file__).parents[3] / "fixtures" / "run_v1", run)
+    records = read_records(run / "requests.jsonl")
+    assert all(r.success for r in records if r.phase == "measured")
+    with registered(GEN):
+        want = {e: compute_metrics([r for r in records if r.engine == e and r.phase == "measured"]).gen_ms.p90
+                for e in ("own", "transformers")}
+        assert 5 < min(want.values())
+        res = CliRunner().invoke(app, ["recommend", str(run), "--slo", "gen_p90=5", "--json"])
+        assert "failed requests" not in res.output
+        out = json.loads(res.output[res.output.index("{"):res.output.rindex("}") + 1])
+        reasons = json.dumps(out["eliminated"])  # engine → why: its computed p90, not a failure
+        assert f"p90 generation time {want['own']:,.0f} ms > 5 ms" in reasons
+        assert f"p90 generation time {want['transformers']:,.0f} ms > 5 ms" in reasons
+        res = CliRunner().invoke(app, ["recommend", str(run), "--slo", f"gen_p90={max(want.values()) + 1:.0f}"])
+        assert res.exit_code == 0 and "misses the SLO" not in res.output, res.output
+        # no records to compute it from: one line saying so
+        (run / "requests.jsonl").write_text("".join(line for line in (run / "requests.jsonl").read_text().splitlines(True)
+                                                    if '"engine":"own"' in line))
+        res = CliRunner().invoke(app, ["recommend", str(run), "--slo", "gen_p90=5"])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and "run v1-fixture did not record generation time for transformers" in res.output
