@@ -4,7 +4,6 @@ for every adapter (no engine is started here)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import tempfile
 import sys
