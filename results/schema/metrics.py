@@ -13,7 +13,7 @@ from typing import Any, Callable, ClassVar
 from pydantic import ConfigDict, Field, model_validator
 
 from .base import Artefact
-from .metric_registry import Metric, metrics as registered_metrics
+from .metric_registry import Metric, metric as registered_metric, metrics as registered_metrics
 
 
 class Distribution(Artefact):
@@ -60,6 +60,15 @@ class _Registered(Artefact):
         return super().__getitem__(key)
 
 
+def _field(name: str) -> str:
+    """The stored field of the metric ``name`` (``Metric.field``: ``"ttft_ms"``); ``name_ms`` for a
+    name no metric is registered under (an AttributeError follows, as for any unknown field)."""
+    try:
+        return registered_metric(name).field
+    except KeyError:
+        return f"{name}_ms"
+
+
 def _distribution(value: Any) -> Any:
     return value if isinstance(value, Distribution) else Distribution.model_validate(value or {})
 
@@ -75,8 +84,8 @@ class ErrorAdjusted(_Registered):
     e2el_ms: Distribution = Field(default_factory=Distribution)
 
     def distribution(self, metric: str) -> Distribution:
-        """``"ttft"`` or ``"e2el"`` → its error-adjusted distribution."""
-        return getattr(self, f"{metric}_ms")
+        """``"ttft"`` or ``"e2el"`` → its error-adjusted distribution (its registered ``field``)."""
+        return getattr(self, _field(metric))
 
 
 class TokenDrift(Artefact):
@@ -253,8 +262,9 @@ class Metrics(_Registered):
     _read = staticmethod(_distribution)
 
     def distribution(self, metric: str) -> Distribution:
-        """``"ttft"`` → :attr:`ttft_ms` etc. Raises AttributeError for an unknown metric."""
-        return getattr(self, f"{metric}_ms")
+        """``"ttft"`` → :attr:`ttft_ms` etc. (its registered ``field``: the name alone for a unit
+        other than ms). Raises AttributeError for an unknown metric."""
+        return getattr(self, _field(metric))
 
 
 def metric_value(metrics: Metrics, path: str) -> Any:

@@ -116,15 +116,18 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     """The options of a command built from ``settings``: every field with a :class:`Cli` (a
     :class:`CliGroup`: each of its options), less ``cli_exclude``, by ``cli_panels`` (heading →
     flags: the ``--help`` panels and the order in them). An option listed in none needs no list:
-    it shows under its :class:`Cli`'s ``panel``, else its group's ``cli_panel`` (a new field of
-    ``MeasureSettings`` under "Measuring"), else the last panel, after that panel's listed options,
-    in field order."""
+    it shows under its :class:`Cli`'s ``panel``, else its group's (``cli_panel``, a
+    :class:`CliGroup`'s ``panel``: a new field of ``MeasureSettings`` under "Measuring"), else
+    the last panel, after that panel's listed options, in field order; unless the settings set
+    ``cli_only_listed`` (``bench search``: a command built on ``bench run``'s settings that shows
+    only the options it reads, so a new ``bench run`` setting is not offered where it does nothing)."""
     params: list[CliParam] = []
     for name, field in settings.model_fields.items():
         cli = cli_of(field)
         if isinstance(cli, CliGroup):
             sub_fields = field.annotation.model_fields  # type: ignore[union-attr]
-            params += [_param((name, sub), sub_cli, sub_fields[sub]) for sub, sub_cli in cli.options.items()]
+            params += [_param((name, sub), sub_cli.replace(panel=sub_cli.panel or cli.panel), sub_fields[sub])
+                       for sub, sub_cli in cli.options.items()]
         elif isinstance(cli, Cli):
             params.append(_param((name,), cli, field))
         elif (group := group_of(field)) is not None:  # a group of settings: its options, under its panel
@@ -134,6 +137,8 @@ def cli_params(settings: type[BaseModel]) -> list[CliParam]:
     excluded = set(getattr(settings, "cli_exclude", ()))
     panels: dict[str, tuple[str, ...]] = getattr(settings, "cli_panels", {})
     order = {flag: i for i, flag in enumerate(flag for flags in panels.values() for flag in flags)}
+    if getattr(settings, "cli_only_listed", False):  # a command that shows only what it reads (bench search)
+        excluded |= {p.cli.flag for p in params if not p.cli.argument and p.cli.flag not in order}
     panel_of = {flag: title for title, flags in panels.items() for flag in flags}
     last = list(panels)[-1] if panels else None
     kept = [p if p.cli.argument else dataclasses.replace(p, panel=panel_of.get(p.cli.flag, p.cli.panel or last))

@@ -79,17 +79,11 @@ class SearchSettings(RunSettings):
         "Output": ("--output-dir", "--run-id"),
     }
     cli_order = tuple(flag for flags in cli_panels.values() for flag in flags)
-    # bench run's options a search leaves out: the load is what it searches (no rate, cap, duration
-    # or ramp; no salt: every probe draws fresh prompts), it measures one engine at a time for its
-    # capacity (no equivalence check, calibration, feature probes, recommendation or cost), locally
-    cli_exclude = (
-        "--request-rate", "--max-concurrency", "--duration", "--drain-timeout", "--warmup-window", "--cooldown-window",
-        "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps", "--prompt-salt", "--tokenizer",
-        "--no-equivalence", "--no-calibration", "--client-workers", "--no-feature-probes", "--hardware", "--preset",
-        "--price-per-hour", "--price-per-kwh", "--watts", "--setup-engines", "--parity", "--executor", "--ray-address",
-        "--ray-resources",
-        "--ladder-budget", "--time-budget", "--max-load", "--target-load", "--endpoint", "--devices", "--fidelity-prompts", "--fidelity-tokens",
-        "--fidelity-floor", "--allow-unchecked", "--accuracy", "--tune", "--tune-configs", "--tune-lower-precision", "--engine-config")
+    # a search shows only the options it reads (cli_panels above): the load is what it searches (no
+    # rate, cap, duration or ramp; no salt: every probe draws fresh prompts), it measures one engine at
+    # a time for its capacity (no equivalence check, calibration, feature probes, recommendation or
+    # cost), locally; a setting added to bench run is not offered here until the search reads it
+    cli_only_listed = True
 
     # Per-command overrides: where an option means something else for a search, its field is
     # redeclared here with the search's text, default or bounds.

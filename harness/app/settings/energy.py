@@ -45,6 +45,6 @@ class EnergyOptions(BaseModel):
 ENERGY_OPTIONS = CliGroup({
     "watts": Cli("--watts", help="The draw of the machine measured on, in watts, where the harness cannot read an energy counter (no RAPL, no NVML): each point's energy is then W x its duration, labelled 'provisioned' and never mixed with measured figures (with a readable counter both are shown, apart)."),
     "price_per_kwh": Cli("--price-per-kwh", help="USD per kWh: the energy's cost per 1M output tokens beside the hour's (--price-per-hour), where energy was measured (NVML, RAPL) or provisioned (--watts); null with the reason otherwise."),
-})
+}, panel="Decision and SLOs")
 
 EnergyGroup = Annotated[EnergyOptions, ENERGY_OPTIONS]

@@ -89,13 +89,16 @@ class Cli:
 class CliGroup:
     """A field whose type is a model of options (:class:`workloads.options.WorkloadOptions`):
     ``options`` maps each of that model's fields to its :class:`Cli`. The command line gives
-    them flat (``--seed``, ``-n``); the settings receive them as one dict for that field."""
+    them flat (``--seed``, ``-n``); the settings receive them as one dict for that field.
+    ``panel``: the ``--help`` heading an option of it shows under when no command lists it
+    (a new workload option under "Workload", not the last panel)."""
 
     options: Mapping[str, Cli]
+    panel: str | None = None
 
     def replace(self, **changes: Cli) -> CliGroup:
         """This group with some options replaced (a command's own help text or default)."""
-        return CliGroup({**self.options, **changes})
+        return CliGroup({**self.options, **changes}, self.panel)
 
 
 def cli_of(field: FieldInfo) -> Cli | CliGroup | None:

@@ -64,6 +64,7 @@ class RunSettings(CliModel):
     }
     cli_order: ClassVar[tuple[str, ...]] = tuple(flag for flags in cli_panels.values() for flag in flags)
     cli_exclude: ClassVar[tuple[str, ...]] = ()  # options of the model a command built from it leaves out
+    cli_only_listed: ClassVar[bool] = False  # True: a command shows only the options its cli_panels list
 
     engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
     workload: Annotated[WorkloadOptions, WORKLOAD_OPTIONS] = Field(default_factory=WorkloadOptions)

@@ -37,7 +37,7 @@ WORKLOAD_OPTIONS = CliGroup({
     "ramp_up_start_rps": Cli("--ramp-up-start-rps", help="With --ramp-up-strategy: the first request's rate, requests/s (agentic: session starts/s), > 0."),
     "ramp_up_end_rps": Cli("--ramp-up-end-rps", help="With --ramp-up-strategy: the last request's rate, requests/s, >= the start rate."),
     "prompt_salt": Cli("--prompt-salt", help="Text put at the very start of every session's first prompt (one salt for the whole run, so sharing within the run is kept) so an endpoint's prefix cache, warm from an earlier run, serves none of this run's prompts; 'auto' draws a random salt for this run (recorded in manifest.json); 'none' sends none (with --endpoint, whose default is 'auto': an endpoint just started, its cache cold). Default: no salt."),
-})
+}, panel="Workload")
 
 
 def workload_from(group: CliGroup, values: dict[str, Any]) -> WorkloadOptions:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 from harness.metrics import SLO, slo_percentile_value
 from results.features import FEATURES
 from results.hardware import HardwareProfile, profile_from_manifest
+from results.schema.metric_registry import metric
 from results.schema import EngineFacts, EngineResult, EngineStatus, FeatureProbe, FidelityResult, Manifest, Metrics, RequestRecord
 from results.store import Run
 
@@ -168,8 +169,8 @@ class Measurement:
         except (KeyError, TypeError, AttributeError):
             return math.inf
         if value is None:
-            if slo.metric == "tpot" and not self.requests_failed:
-                return 0.0  # only 1-token replies: TPOT is undefined and cannot be violated (meets_slos)
+            if metric(slo.metric).missing_meets_slo and not self.requests_failed:
+                return 0.0  # e.g. only 1-token replies: TPOT is undefined and cannot be violated (meets_slos)
             return math.inf
         return float(value)
 

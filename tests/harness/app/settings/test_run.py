@@ -83,7 +83,8 @@ def test_the_generated_options_keep_bench_runs_order_and_leave_out_run_only_opti
         assert all(p.panel in settings.cli_panels for p in params)  # every option under one of the panels
         panels = [p.panel for p in params]
         assert panels == sorted(panels, key=list(settings.cli_panels).index)  # grouped panel by panel
-    assert not set(SearchSettings.cli_exclude) & set(search) and set(SearchSettings.cli_exclude) <= set(run)
+    # a search shows exactly the options it lists (it reads them), each of them one of bench run's or its own
+    assert search == [*SearchSettings.cli_order, "--help"] and set(run) - set(search) and SearchSettings.cli_only_listed
 
 
 def test_run_help_is_in_panels_fits_80_columns_and_shows_flags_as_flags() -> None:
@@ -126,21 +127,31 @@ class SearchPlus(SearchSettings, RunPlus):
     pass
 
 
-def test_a_field_added_to_the_settings_is_an_option_of_both_commands(tmp_path: Path) -> None:
+class SearchReadingPlus(SearchSettings, RunPlus):
+    # a search that reads the new knob lists it among its options (it shows only what it reads)
+    cli_panels = {**SearchSettings.cli_panels, "Measuring": (*SearchSettings.cli_panels["Measuring"], "--extra-knob")}
+    cli_order = tuple(flag for flags in cli_panels.values() for flag in flags)
+
+
+def test_a_field_added_to_the_settings_is_an_option_of_bench_run_and_of_a_search_that_reads_it(tmp_path: Path) -> None:
     seen: list[Any] = []
     plus = typer.Typer()
     plus.command("run")(command_from(RunPlus, seen.append))
     plus.command("search")(command_from(SearchPlus, seen.append))
-    for name in ("run", "search"):
+    plus.command("reading")(command_from(SearchReadingPlus, seen.append))
+    for name in ("run", "reading"):
         assert help_options([name], plus)["--extra-knob"] == ("A knob declared once, on the model.", "3")
         res = CliRunner().invoke(plus, [name, "--engine", "own", "--extra-knob", "7", "--threads", "1", "-o", str(tmp_path)])
         assert res.exit_code == 0, res.output
+    assert "--extra-knob" not in help_options(["search"], plus)  # not offered where nothing reads it
+    res = CliRunner().invoke(plus, ["search", "--engine", "own", "--extra-knob", "7"])
+    assert res.exit_code == 2 and "No such option: --extra-knob" in res.output
     lines = CliRunner().invoke(plus, ["run", "--help"], env={"COLUMNS": "100"}).output.splitlines()
     panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Tuning "))
     knob = next(i for i, line in enumerate(lines) if line.startswith("│ --extra-knob "))
     assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))  # under its panel
     run, search = seen
-    assert isinstance(run, RunPlus) and isinstance(search, SearchPlus)
+    assert isinstance(run, RunPlus) and isinstance(search, SearchReadingPlus)
     assert run.extra_knob == search.extra_knob == 7 and run.engine.threads == search.engine.threads == 1
     assert run.workload.name == "agentic" and search.workload.name == "random" and search.workload.num_requests == 24
 
@@ -163,23 +174,42 @@ class SearchMeasurePlus(SearchSettings, RunMeasurePlus):
 
 
 def test_a_field_added_to_a_group_shows_under_its_groups_panel_with_no_list_edited(tmp_path: Path) -> None:
-    assert "--new-knob" not in RunSettings.cli_order and "--new-knob" not in SearchSettings.cli_exclude
+    assert "--new-knob" not in RunSettings.cli_order
     seen: list[Any] = []
     plus = typer.Typer()
     plus.command("run")(command_from(RunMeasurePlus, seen.append))
     plus.command("search")(command_from(SearchMeasurePlus, seen.append))
-    for name, settings in (("run", RunMeasurePlus), ("search", SearchMeasurePlus)):
-        params = {p.cli.flag: p for p in cli_params(settings)}
-        assert params["--new-knob"].panel == "Measuring"
-        measuring = [f for f, p in params.items() if p.panel == "Measuring"]
-        assert measuring[-1] == "--new-knob"  # after the panel's listed options
-        lines = CliRunner().invoke(plus, [name, "--help"], env={"COLUMNS": "100"}).output.splitlines()
-        panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Measuring "))
-        knob = next(i for i, line in enumerate(lines) if line.startswith("│ --new-knob "))
-        assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))
-        res = CliRunner().invoke(plus, [name, "--engine", "own", "--new-knob", "9", "--threads", "1", "-o", str(tmp_path)])
-        assert res.exit_code == 0, res.output
-    assert [s.measure.new_knob for s in seen] == [9, 9]
+    params = {p.cli.flag: p for p in cli_params(RunMeasurePlus)}
+    assert params["--new-knob"].panel == "Measuring"
+    measuring = [f for f, p in params.items() if p.panel == "Measuring"]
+    assert measuring[-1] == "--new-knob"  # after the panel's listed options
+    lines = CliRunner().invoke(plus, ["run", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    panel = next(i for i, line in enumerate(lines) if line.startswith("╭─ Measuring "))
+    knob = next(i for i, line in enumerate(lines) if line.startswith("│ --new-knob "))
+    assert panel < knob < next(i for i, line in enumerate(lines) if i > panel and line.startswith("╰"))
+    res = CliRunner().invoke(plus, ["run", "--engine", "own", "--new-knob", "9", "--threads", "1", "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert [s.measure.new_knob for s in seen] == [9]
+    # bench search shows only the options it reads: the new knob is not offered there, nothing to edit
+    assert "--new-knob" not in {p.cli.flag for p in cli_params(SearchMeasurePlus)}
+
+
+def test_an_option_of_a_group_of_options_no_command_lists_shows_under_its_groups_panel() -> None:
+    """A workload or energy option no command lists (a new field of WorkloadOptions, declared in
+    WORKLOAD_OPTIONS) shows under its group's panel, not the last one ("Output")."""
+    from harness.app.settings.energy import ENERGY_OPTIONS
+    from harness.app.settings.workload import WORKLOAD_OPTIONS
+
+    shown = {p.cli.flag: p.panel for p in cli_params(RunSettings)}
+    for group in (WORKLOAD_OPTIONS, ENERGY_OPTIONS):
+        assert group.panel in RunSettings.cli_panels and group.replace().panel == group.panel
+        assert all(shown[cli.flag] in RunSettings.cli_panels for cli in group.options.values())
+
+    class Unlisted(RunSettings):
+        cli_panels = {k: tuple(f for f in v if f != "--time-scale") for k, v in RunSettings.cli_panels.items()}
+        cli_order = tuple(flag for flags in cli_panels.values() for flag in flags)
+
+    assert {p.cli.flag: p.panel for p in cli_params(Unlisted)}["--time-scale"] == "Workload"
 
 
 def test_the_command_line_values_arrive_parsed_in_the_settings(tmp_path: Path) -> None:

@@ -220,3 +220,25 @@ def test_a_stored_run_that_did_not_record_it_is_judged_from_its_records(tmp_path
                                                     if '"engine":"own"' in line))
         res = CliRunner().invoke(app, ["recommend", str(run), "--slo", "gen_p90=5"])
         assert res.exit_code == 2 and res.output.count("\n") == 1 and "run v1-fixture did not record generation time for transformers" in res.output
+
+
+def test_its_declared_traits_are_read_where_a_judge_needs_them() -> None:
+    """The weighted lens reads ``missing_meets_slo`` from the declaration (not a hard-coded "tpot"),
+    and a stored distribution is found by the metric's ``field`` (its name alone for a unit other
+    than ms), so a new metric declared so is judged as declared, never as failed requests."""
+    import math
+    from types import SimpleNamespace
+
+    from harness.scoring.measured.gather import Measurement
+    from results.schema.metrics import _field
+
+    lenient = Metric(name="lenient", label="lenient wait", short="Lenient", value=queue_ms, source="this test",
+                     slo_percentiles=(90.0,), failures="inf", missing_meets_slo=True)
+    counted = Metric(name="counted", label="counted tokens", short="Counted", value=queue_ms, source="this test",
+                     unit="tokens")
+    with registered(lenient), registered(counted):
+        slo = SLO("lenient", 5.0, 90.0)
+        empty = Metrics.model_validate({"lenient_ms": {}})  # stored, without a value (as TPOT of 1-token replies)
+        judge = lambda failed: Measurement.slo_value(SimpleNamespace(_summary_metrics=empty, requests_failed=failed), slo)  # noqa: E731
+        assert judge(0) == 0.0 and judge(2) == math.inf  # no value: met unless requests failed
+        assert (_field("counted"), _field("lenient"), _field("ttft"), _field("nope")) == ("counted", "lenient_ms", "ttft_ms", "nope_ms")
