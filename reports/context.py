@@ -368,6 +368,7 @@ def build_context(runs: list[Run], recommendation: Recommendation | None) -> dic
         "feature_rows": feature_rows,
         "feature_details": feature_details,
         "definitions_differ": definition_sections(runs),  # imported runs: metrics under another tool's definition
+        "cdf_alt": f"{', '.join(m.header for m in metrics() if m.cdf)} latency CDFs",  # the registered panels
         "plot_data": {"cdf": cdf, "throughput_latency": tl_points, "per_turn": turn_series,
                       "throughput_latency_label": f"{tl_pct} TTFT (ms)"},
     }

@@ -107,6 +107,8 @@ def test_the_console_report_and_csv_show_it(queue, tmp_path) -> None:
     (tmp_path / "report").mkdir()
     md, html = write_reports([run], None, tmp_path / "report")
     lines = md.read_text().splitlines()
+    assert "![TTFT, TPOT, ITL, E2E, Queue latency CDFs](" in md.read_text()  # the figure's text names the registered panels
+    assert 'alt="TTFT, TPOT, ITL, E2E, Queue latency CDFs"' in html.read_text()
     header = _cells(next(line for line in lines if "Queue p50 ms" in line))
     row = _cells(next(line for line in lines if line.startswith("| x |")))
     assert header[-3:] == ["Queue p50 ms", "Queue p99 ms", "offered / achieved rate"]  # after E2E, before the rate
