@@ -3,7 +3,17 @@ sharing for reference-engine tests."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The console's width is the one a run piped to a file gets (harness/app/cli/common.py), whoever
+    runs the tests: pytest-xdist's workers start with COLUMNS=80 and LINES=24, which the consoles made
+    at import would keep. A test that wants a width passes COLUMNS in the env it invokes with."""
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(autouse=True)

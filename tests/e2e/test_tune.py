@@ -18,7 +18,7 @@ from harness.app.cli import app
 from results.schema import LadderSummary, Recipe
 from tests.fake_servers.tunable_engine import TunableEngine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # configurations ranked by the capacity measured on real engines: run alone (make test)
 
 ARGS = ["--workload", "random", "--input-len", "8", "--output-len", "8", "--warmup", "1", "--no-calibration",
         "--no-equivalence", "--no-feature-probes", "--threads", "1", "--max-load", "8", "--ladder-budget", "3",

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -145,9 +147,11 @@ def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, 
         refs.append(ref.model_copy(update={"prompt": text}))
     reference = FidelityReference(key=key, max_tokens=max_tokens, top_k=top_k, prompts=refs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(reference.model_dump_json())
-    tmp.replace(path)
+    # a temp file of its own, then a rename: two runs making one reference at once never share a half-written file
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(reference.model_dump_json())
+    os.replace(tmp, path)
     return reference
 
 

@@ -16,6 +16,8 @@ import pytest
 from harness.loadgen import calibrate as cal
 from harness.loadgen.client import EndpointTarget
 
+pytestmark = pytest.mark.serial  # the client's timing error and maximum rate measured: run alone (make test)
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

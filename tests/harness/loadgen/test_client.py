@@ -20,6 +20,8 @@ from harness.loadgen.nullserver import null_server
 from results.schema import RequestRecord
 from workloads.base import RequestSpec
 
+pytestmark = pytest.mark.serial  # scripted streams' chunk times read by the client: run alone (make test)
+
 TOL_NS = 4_000_000  # 4 ms
 # A piece whose arrival time is compared with the server's write comes >= 10 ms after the
 # response headers and after the piece before it, so the comparison measures chunk delivery, not

@@ -26,11 +26,13 @@ from typer.testing import CliRunner
 from harness.app.cli.summary import summary_table
 from harness.loadgen.client import EndpointTarget, build_payload, new_session, stream_request
 from harness.loadgen.nullserver import null_server
-from harness.loadgen.runner import Runner, RunnerOptions
+from harness.loadgen.runner import Runner
 from harness.metrics import (compute_metrics, connect_ms, e2el_from_scheduled_ms, e2el_ms, peak_output_throughput,
                              ttfat_ms, ttft_ms)
 from results.schema import EngineResult, EngineStatus, RequestRecord, RunSummary
 from workloads.base import RequestSpec, SingleRequestSession, Workload
+
+pytestmark = pytest.mark.serial  # scripted streams' chunk times read by the client: run alone (make test)
 
 MS = 1_000_000
 

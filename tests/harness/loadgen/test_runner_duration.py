@@ -27,11 +27,13 @@ from harness.loadgen.nullserver import null_server
 from harness.loadgen.runner import START_LEAD_NS, Runner, RunnerOptions
 from harness.metrics import compute_metrics
 from harness.metrics.failures import failure_rate
-from results.schema import INCOMPLETE, WINDOW_PHASES, RequestRecord
+from results.schema import INCOMPLETE, WINDOW_PHASES
 from workloads.arrivals import count_within, ramp_count_within, ramp_offsets
 from workloads.errors import WorkloadError
 from workloads.registry import build_workload, resolve_spec
 from workloads.tokens import TokenKit
+
+pytestmark = pytest.mark.serial  # scripted servers' schedules timed by the client: run alone (make test)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from harness.loadgen.runner import START_LEAD_NS, Runner, RunnerOptions
 from workloads.registry import build_workload
 from workloads.tokens import TokenKit
 
+pytestmark = pytest.mark.serial  # arrival schedules kept against the wall clock: run alone (make test)
+
 
 @pytest.fixture(scope="module")
 def kit():

@@ -12,6 +12,8 @@ from results.schema.records import STOPPED_PHASE
 from tests.harness.loadgen.test_runner_duration import _replay, kit  # noqa: F401  (the fixture)
 from workloads.registry import build_workload
 
+pytestmark = pytest.mark.serial  # stops timed against the wall clock: run alone (make test)
+
 
 def _closed(kit, n: int):  # noqa: ANN001, ANN202
     return build_workload("random", kit, num_requests=n, request_rate=float("inf"), input_len=4, output_len=1,

@@ -28,6 +28,8 @@ from harness.scoring.checks.validity import CLIENT_RATE_FRACTION
 from results.schema import ClientWorkers, Manifest, RequestRecord
 from workloads.base import FollowUp, RequestSpec, SingleRequestSession, Workload
 
+pytestmark = pytest.mark.serial  # client worker processes timed against the wall clock: run alone (make test)
+
 DRIVER = Path(__file__).parents[2] / "fake_servers" / "workers_driver.py"
 
 

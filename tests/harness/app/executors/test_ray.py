@@ -36,7 +36,7 @@ from harness.app.trial.plan import EnginePlan
 from harness.app.settings.ray_options import RAY_MISSING, check_executor, parse_resources
 from harness.app.executors.ray import trial_options
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.serial]  # a local Ray instance of 2 CPUs and ladders timed on it: run alone (make test)
 cloudpickle.register_pickle_by_value(ray_engines)  # the workers cannot import the tests folder
 cloudpickle.register_pickle_by_value(tunable_engine)
 

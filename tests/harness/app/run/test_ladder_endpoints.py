@@ -20,6 +20,8 @@ from harness.app.cli import app
 from results.store import load_run, read_records
 from tests.quick_reports import quick_reports
 
+pytestmark = pytest.mark.serial  # capacities of paced servers read from wall-clock latencies: run alone (make test)
+
 
 @pytest.fixture(autouse=True)
 def _no_charts(monkeypatch):

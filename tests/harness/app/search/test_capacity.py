@@ -41,6 +41,8 @@ from harness.metrics import SLO, compute_metrics
 from harness.scoring.capacity.samples import Requests, measured_span_s
 from results.schema import Metrics
 
+pytestmark = pytest.mark.serial  # searches that find paced servers' slots from wall-clock latencies: run alone (make test)
+
 
 class FakeClock:
     """Seconds that pass only when a fake probe says so."""

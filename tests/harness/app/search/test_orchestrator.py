@@ -31,6 +31,8 @@ from harness.scoring.verdict.capacity_ranking import rank_capacity
 from results.schema import LoadProbe, EngineSearch, EngineStatus, RequestRecord, SearchProbe, SearchSummary
 from results.store import load_run, read_records
 
+pytestmark = pytest.mark.serial  # searches that find paced servers' slots from wall-clock latencies: run alone (make test)
+
 
 class CapacityEngine:
     """An engine adapter serving from an already running capacity server (no process of its own)."""
