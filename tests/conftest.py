@@ -9,9 +9,11 @@ import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The console's width is the one a run piped to a file gets (harness/app/cli/common.py), whoever
-    runs the tests: pytest-xdist's workers start with COLUMNS=80 and LINES=24, which the consoles made
-    at import would keep. A test that wants a width passes COLUMNS in the env it invokes with."""
+    """The console's width is the one a run piped to a file gets (160 columns: harness/app/cli/common.py),
+    whoever runs the tests: pytest-xdist's workers start with COLUMNS=80 and LINES=24, which the consoles
+    made at import (cli/__init__.py, engines.py, search.py, model.py, common.py's err_console) would keep
+    for the whole session. COLUMNS in a test's invoke env reaches only what is made at invoke time:
+    --help and the consoles commands make with make_console()."""
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
 

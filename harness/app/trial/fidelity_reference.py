@@ -132,7 +132,7 @@ def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, 
         try:
             return FidelityReference.model_validate_json(path.read_text())
         except ValueError:
-            path.unlink()  # a torn or stale file: made again below
+            path.unlink(missing_ok=True)  # a torn or stale file: made again below (another run may have removed it)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -149,9 +149,13 @@ def reference_for(model_dir: Path, prompts: Sequence[tuple[str, list[int]]], *, 
     path.parent.mkdir(parents=True, exist_ok=True)
     # a temp file of its own, then a rename: two runs making one reference at once never share a half-written file
     fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(reference.model_dump_json())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(reference.model_dump_json())
+        os.chmod(tmp, 0o644)  # readable as the cache's other files are (mkstemp makes it 0600)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return reference
 
 

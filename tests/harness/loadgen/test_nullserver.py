@@ -29,24 +29,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _null_servers() -> set[int]:
+def _null_servers_of(parent: int) -> set[int]:
+    """The null servers that ``parent`` started (its children running the module): another test's,
+    on another xdist worker, are none of this test's business."""
     out = set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if b"harness.loadgen.nullserver" in Path(f"/proc/{entry.name}/cmdline").read_bytes():
+                ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == parent and b"harness.loadgen.nullserver" in Path(f"/proc/{entry.name}/cmdline").read_bytes():
                     out.add(int(entry.name))
-            except OSError:
+            except (OSError, ValueError, IndexError):
                 pass
     return out
 
 
 def test_a_sigkilled_harness_leaves_no_null_server() -> None:
-    before = _null_servers()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(root=str(ROOT))], stdout=subprocess.PIPE, text=True)
+    mine: set[int] = set()
     try:
         assert holder.stdout is not None and holder.stdout.readline().startswith("http://127.0.0.1:")
-        mine = _null_servers() - before - {holder.pid}  # (the holder's own -c script names the module)
+        mine = _null_servers_of(holder.pid)
         assert len(mine) == 1
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
@@ -57,5 +60,6 @@ def test_a_sigkilled_harness_leaves_no_null_server() -> None:
     finally:
         if holder.poll() is None:
             holder.kill()
-        for pid in _null_servers() - before:
-            os.kill(pid, signal.SIGKILL)
+        for pid in mine:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

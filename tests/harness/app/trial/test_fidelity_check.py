@@ -6,6 +6,7 @@ one perturbed weight matrix is excluded by the gate."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +61,9 @@ def test_the_reference_is_transformers_greedy_and_cached(model_dir, reference, c
     again = reference_for(model_dir, [(r.prompt, r.prompt_token_ids) for r in reference.prompts], max_tokens=64,
                           cache_root=cache_root)
     assert again.key == reference.key and again.prompts == reference.prompts
+    # written whole through a temp file of its own (gone after the rename), readable as a plain write leaves it
+    cached = Path(cache_root) / "fidelity" / f"{reference.key}.json"
+    assert cached.stat().st_mode & 0o777 == 0o644 and not list(cached.parent.glob("*.tmp"))
 
 
 def test_workload_prompts_are_the_sessions_first_requests(model_dir) -> None:

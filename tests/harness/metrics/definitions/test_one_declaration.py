@@ -25,6 +25,10 @@ from results.schema.metric_registry import Metric, metrics, registered
 from results.store import export_run
 from tests.helpers import NS_PER_MS, OWN_CAPS, make_records, ok_entry, write_run
 
+# one test writes a probe metric module into harness/metrics/definitions/ for a moment, which every process
+# importing the package then registers: run alone (make test), never beside another worker's bench processes
+pytestmark = pytest.mark.serial
+
 
 def queue_ms(r: RequestRecord) -> float | None:
     """Client-side queueing (ms): send − scheduled send; None for a request never sent."""
