@@ -61,7 +61,8 @@ def point_counters(point: LadderPoint) -> dict[str, float | str]:
 def why_line(name: str, e: EngineLadder) -> str:
     """``vllm: KV cache 100 % and 23 preemptions at 8 in flight (where TTFT p90 broke)``: what the
     engine's series shows at the load where its capacity ended (the failing load of its bracket);
-    "" without a failing load or a series there."""
+    "compute-bound" only where a latency SLO broke with neither memory nor a queue to show (a load
+    whose requests failed says that instead); "" without a failing load or a series there."""
     cap = e.capacity
     if cap is None or cap.bracket[1] is None:
         return ""
@@ -71,7 +72,8 @@ def why_line(name: str, e: EngineLadder) -> str:
     kv, pre, waiting, running = _state(at)
     if kv is None and waiting is None:
         return ""
-    where = f"at {at.load} in flight" + (f" (where {cap.binding} broke)" if cap.binding else "")
+    failed = cap.binding == "errors"  # failed requests ended it, not a latency SLO
+    where = f"at {at.load} in flight" + (f" (where {cap.binding} broke)" if cap.binding and not failed else "")
     parts = []
     if kv is not None and (kv >= KV_FULL or pre):
         parts.append(f"KV cache {kv:.0%}" + (f" and {pre:.0f} preemptions" if pre else ""))
@@ -80,11 +82,12 @@ def why_line(name: str, e: EngineLadder) -> str:
                      + (f" beside {running:.0f} running" if running else ""))
     accepted = _acceptance(at)
     spec = f"; speculative drafts {accepted:.0%} accepted" if accepted is not None else ""
-    if not parts:  # neither memory nor the queue: each step got slower
+    broke = ": its requests failed there (the error-rate bound broke, not a latency SLO)" if failed else ""
+    if not parts:  # neither memory nor the queue: each step got slower, unless requests failed
         peak = f"KV cache at most {kv:.0%}" if kv is not None else "no KV-cache figure"
-        return (f"{name}: {peak}, no preemption and no request waiting {where}: compute-bound "
-                f"(every running request's steps got slower){spec}")
-    return f"{name}: {' and '.join(parts)} {where}{spec}"
+        cause = broke or ": compute-bound (every running request's steps got slower)"
+        return f"{name}: {peak}, no preemption and no request waiting {where}{cause}{spec}"
+    return f"{name}: {' and '.join(parts)} {where}{broke}{spec}"
 
 
 def why_lines(s: LadderSummary) -> list[str]:

@@ -84,3 +84,15 @@ def test_a_ladder_runs_counters_table_reads_its_series_at_the_capacity_point(tmp
     assert (row["prefix_cache_hit_rate"], row["spec_acceptance_rate"], row["num_preemptions"], row["kv_cache_usage"]) == \
         ("66.0%", "71.0%", "5", "80.0%")  # the last measurement's hit rate; preemptions summed; KV usage its peak
     assert row["scope"].startswith("its /metrics series at its capacity point (4 in flight, 2 measurements; ladder.json)")
+
+
+def test_a_load_whose_requests_failed_is_not_called_compute_bound() -> None:
+    # the capacity ended on the error-rate bound (e.g. HTTP 400s), with calm memory and no queue
+    e = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.2, running=8, waiting=0, preemptions=0)])
+    e.capacity.binding = "errors"
+    assert why_line("own", e) == ("own: KV cache at most 20%, no preemption and no request waiting at 8 in flight: its "
+                                  "requests failed there (the error-rate bound broke, not a latency SLO)")
+    busy = ladder([SeriesSample(t_s=1.0, kv_cache_usage=0.4, running=4, waiting=4, preemptions=0)])
+    busy.capacity.binding = "errors"
+    assert why_line("own", busy) == ("own: up to 4 requests waiting beside 4 running at 8 in flight: its requests "
+                                     "failed there (the error-rate bound broke, not a latency SLO)")
