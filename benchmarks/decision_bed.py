@@ -18,8 +18,14 @@ bootstrap on its own random stream, sessions resampled as clusters).
    independent bootstrap streams); an open third engine that is truly best; an open leader near
    a tie that starts slower; an engine with a true 1 % failure rate; an engine worse only on
    the synchronised first requests; and each capacity's 95 % interval against the truth.
+4. Between measurements: every measurement of an engine runs on a machine a lognormal factor
+   faster or slower (``--drift``, 0.08 by default: about what one engine's throughput at one
+   load showed over nine runs on the 2-core reference machine), which resampling one
+   measurement's requests cannot see. Each interval's coverage of the truth with the spread
+   between measurements (harness/scoring/capacity/spread.py) and without it, and the
+   allocation's accuracy and time either way.
 
-    python benchmarks/decision_bed.py [--trials 40] [--jitter 0.08]
+    python benchmarks/decision_bed.py [--trials 40] [--jitter 0.08] [--drift 0.08] [--only drift]
 
 tests/harness/scoring/verdict/test_decision_bed.py asserts the thresholds on the same model; this script
 prints the numbers a closing note and the README quote.
@@ -42,6 +48,7 @@ from harness.loadgen.simulated import SimEngine, true_capacity  # noqa: E402
 from harness.metrics import parse_slos  # noqa: E402
 from harness.scoring.capacity.frontier import engine_stream  # noqa: E402
 from harness.scoring.capacity.samples import too_many_failures  # noqa: E402
+from harness.scoring.capacity.spread import NO_SPREAD  # noqa: E402
 from harness.scoring.verdict.verdict import Candidate, decide, ratio_interval  # noqa: E402
 
 SLOS = parse_slos("ttft_p90=1000,tpot_p90=60")
@@ -230,17 +237,69 @@ def coverage(base: SimEngine, jitter: float, trials: int) -> None:
               f"{pct(covered, len(caps))} | ±{half:.1%} |")
 
 
+def drift_rows(base: SimEngine, drift: float, trials: int) -> None:
+    """Section 4 (module docstring): coverage of each profile's capacity (bracket points measured
+    three times) with and without the spread, then the allocation's pairs with and without it."""
+    print(f"Between measurements (drift {drift:g}): each capacity's bracket points measured 3 times, its 95 % interval "
+          "with the spread between measurements and without it")
+    print()
+    print("| engine | truth (output tok/s) | covers the truth: with the spread / without | median half-width: with / without |")
+    print("|---|---:|---:|---:|")
+    profiles = [base, SimEngine("tpot_bound", slots=64, prefill_ms=60, tpot_ms=20, batch_slowdown=0.1, jitter=base.jitter),
+                SimEngine("few_slots", slots=4, prefill_ms=40, tpot_ms=15, batch_slowdown=0.05, jitter=base.jitter)]
+    for engine in (dataclasses.replace(e, drift=drift) for e in profiles):
+        true = truth(engine)
+        covered, half = [0, 0], [[], []]
+        for t in range(trials):
+            ladder = testbed.climb(engine, t, SLOS, OUTPUT_TOKENS)
+            for k, spread in enumerate((None, NO_SPREAD)):
+                c = ladder.capacity(seed=engine_stream(t, engine.name), spread=spread)
+                if c is not None and c.interval is not None:
+                    covered[k] += c.interval[0] <= true <= c.interval[1]
+                    half[k].append((c.interval[1] - c.interval[0]) / 2 / c.output_tps)
+        print(f"| {engine.name} | {true:,.1f} | {pct(covered[0], trials)} / {pct(covered[1], trials)} | "
+              f"±{statistics.median(half[0]):.1%} / ±{statistics.median(half[1]):.1%} |")
+    print()
+    print("| better by | with the spread and 3 earlier runs: right winner / separated and wrong / time (s, median) | "
+          "with this run's spread alone | without it (before) |")
+    print("|---:|---:|---:|---:|")
+    drifting = dataclasses.replace(base, drift=drift)
+    for p in (0, 10, 20, 30):
+        better = faster(drifting, "better", 1 + p / 100)
+        cells = []
+        for widen, earlier in ((True, 3), (True, 0), (False, 0)):
+            right = wrong = 0
+            times = []
+            for t in range(trials):
+                clock = [0.0]
+                prior = testbed.history(drifting, [10_000 + 7 * t + j for j in range(earlier)], SLOS, OUTPUT_TOKENS)
+                v, _ = testbed.race([better, drifting], [2 * t, 2 * t + 1], SLOS, OUTPUT_TOKENS, clock=clock, widen=widen,
+                                    prior=prior)
+                times.append(clock[0])
+                right += p > 0 and v.winner == "better"
+                wrong += v.outcome == "separated" and (p == 0 or v.winner == "base")
+            cells.append(f"{pct(right, trials) if p else '–'} / {pct(wrong, trials)} / {statistics.median(times):,.0f}")
+        print(f"| {p} % | {cells[0]} | {cells[1]} | {cells[2]} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--jitter", type=float, default=0.08, help="lognormal sigma of each request's times")
+    ap.add_argument("--drift", type=float, default=0.08,
+                    help="lognormal sigma of each measurement's times alike (section 4: the machine's state)")
+    ap.add_argument("--only", choices=["drift"], help="print only that section")
     args = ap.parse_args()
-    if args.trials < 1 or args.jitter < 0:
-        sys.exit("error: --trials must be ≥ 1 and --jitter ≥ 0")
+    if args.trials < 1 or args.jitter < 0 or args.drift < 0:
+        sys.exit("error: --trials must be ≥ 1, --jitter and --drift ≥ 0")
     base = SimEngine("base", slots=16, prefill_ms=80, tpot_ms=25, batch_slowdown=0.08, jitter=args.jitter)
     t0 = time.monotonic()
     print(f"Decision test bed: {args.trials} seeded trials per row, jitter {args.jitter:g}, "
           f"SLOs p90 TTFT <= 1 s, p90 TPOT <= 60 ms\n")
+    if args.only == "drift":
+        drift_rows(base, args.drift, args.trials)
+        print(f"\n({time.monotonic() - t0:.0f} s)")
+        return
     pairs(base, args.trials)
     print()
     allocation(base, args.trials)
@@ -248,6 +307,8 @@ def main() -> None:
     truths(base, args.trials)
     print()
     coverage(base, args.jitter, args.trials)
+    print()
+    drift_rows(base, args.drift, args.trials)
     print(f"\n({time.monotonic() - t0:.0f} s)")
 
 

@@ -238,13 +238,14 @@ def _passed(e: Any) -> str:
 
 
 def _interval(cap: Any) -> str:
-    """``[12.2–15.1]``; ``(1 run)`` after it when the points it rests on were measured once, so it
-    holds the requests' noise but not the run-to-run noise."""
+    """``[12.2–15.1]``; ``(1 run)`` after it when the points it rests on were measured once and
+    no point of the run twice (no spread between measurements to widen it by), so it holds the
+    requests' noise but not the run-to-run noise."""
     if cap.interval is None:
         return "–"
     fails = getattr(cap, "lowest_fails", 0.0) or 0.0
     near = f" (its lowest load fails in {fails:.0%} of resamples)" if fails >= 0.025 else ""  # why it reaches 0
-    return tps_interval_text(cap.interval) + (" (1 run)" if cap.measurements < 2 else "") + near
+    return tps_interval_text(cap.interval) + (" (1 run)" if cap.measurements < 2 and not getattr(cap, "spread_df", 0) else "") + near
 
 
 def _usd(cap: Any) -> str:

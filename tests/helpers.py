@@ -151,12 +151,15 @@ def write_run(
 
 def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str = "ttft_p90=1000,tpot_p90=60",
                    loads: tuple[int, ...] = (1, 2, 4, 8, 16, 32), requests: int = 24, seed: int = 0,
-                   workload: str = "random", with_metrics: bool = False) -> Path:
+                   workload: str = "random", with_metrics: bool = False, repeats: int = 1,
+                   hardware: dict[str, Any] | None = None, platform: str | None = None) -> Path:
     """A run folder ``root/run_id`` whose scripted engines (name → ``SimEngine``) climbed load
     ladders of ``loads`` (``max(requests, 4 × load)`` requests of 32 output tokens per point,
     simulated with seeds ``seed + index``), judged at ``slos`` and stored as ``ladder.json``;
     ``with_metrics``: each engine's summary.json entry holds the metrics of its capacity point
-    (``ladder_point``, over the point's steady state) as ``bench run`` stores it."""
+    (``ladder_point``, over the point's steady state) as ``bench run`` stores it; ``repeats``:
+    measurements of every point (measurement k simulated with seed ``seed + index + 1000 k``);
+    ``hardware`` / ``platform``: the manifest's (what ``harness.app.run.spread_history`` matches on)."""
     from harness.loadgen.simulated import simulate
     from harness.scoring.verdict.decision import judge
     from results.schema import LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary
@@ -168,14 +171,22 @@ def sim_ladder_run(root: Path, run_id: str, engines: dict[str, Any], slos: str =
     for name, engine in engines.items():
         points = []
         for index, load in enumerate(loads):
-            records, duration = simulate(engine, load, max(requests, 4 * load), 32, seed=seed + index)
-            for r in records:
-                r.probe, r.request_id = index, f"{name}-{index}-{r.request_id}"
-                writer.add_record(r)
-            points.append(LadderPoint(index=index, load=load, seeds=[seed + index], wall_s=duration))
+            seeds, wall = [seed + index + 1000 * k for k in range(repeats)], 0.0
+            for k, measured in enumerate(seeds):
+                records, duration = simulate(engine, load, max(requests, 4 * load), 32, seed=measured)
+                wall += duration
+                for r in records:
+                    r.probe, r.repeat = index, k
+                    r.request_id = f"{name}-{index}-{r.request_id}" if repeats == 1 else f"{name}-{index}-{k}-{r.request_id}"
+                    writer.add_record(r)
+            points.append(LadderPoint(index=index, load=load, seeds=seeds, wall_s=wall))
         summary.engines[name] = EngineLadder(status=EngineStatus.OK, points=points, startup_s=10.0,
                                              reference=name == "own")  # own is the yardstick, as in bench run
         writer.set_engine(name, EngineResult(status=EngineStatus.OK))
+    if hardware is not None:
+        from results.schema.facts import HardwareFacts
+
+        writer.manifest.hardware, writer.manifest.platform = HardwareFacts(**hardware), platform
     writer.close()
     records = read_records(root / run_id / "requests.jsonl")
     judge(summary, records, parsed)

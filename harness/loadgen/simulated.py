@@ -6,7 +6,11 @@ further token, where ``active = min(concurrency, slots)`` sequences share the en
 (``tpot_ms × (1 + batch_slowdown × (active − 1)) × (1 + slot_overhead × (slots − 1))``: a batch
 step slows as the batch grows, and every slot configured costs ``slot_overhead`` of each step,
 busy or not, as a static reservation does; so its capacity at an SLO peaks at one slot count).
-``jitter`` is the sigma of a lognormal factor on each request's times (run-to-run noise);
+``jitter`` is the sigma of a lognormal factor on each request's times (the requests' noise);
+``drift`` the sigma of a lognormal factor on every time of one measurement alike (the
+machine's state while it ran: CPU steal, a fresh start's warm-up; the noise between
+measurements that resampling one measurement's requests cannot see, drawn from its own stream
+so that ``drift=0`` leaves every other draw as it was);
 ``fail_every`` > 0 makes every k-th request fail (a half-dead engine at 2), ``fail_rate`` each
 request fail with that probability (an engine with a true failure rate); ``burst_ms`` delays the
 first token of every request sent at the very start (the synchronised first turns, a burst of
@@ -48,6 +52,7 @@ class SimEngine:
     batch_slowdown: float = 0.1
     slot_overhead: float = 0.0
     jitter: float = 0.0
+    drift: float = 0.0
     fail_every: int = 0
     fail_rate: float = 0.0
     burst_ms: float = 0.0
@@ -77,9 +82,10 @@ def simulate(engine: SimEngine, concurrency: int, requests: int, output_tokens: 
     records: list[RequestRecord] = []
     crashed = engine.crash_at is not None and concurrency >= engine.crash_at
     tpot = engine.tpot_at(concurrency)
+    slow = float(np.random.default_rng([seed, 0xd71f7]).lognormal(0.0, engine.drift)) if engine.drift else 1.0
     for i in range(requests):
         send = heapq.heappop(clients)
-        factor = float(rng.lognormal(0.0, engine.jitter)) if engine.jitter else 1.0
+        factor = (float(rng.lognormal(0.0, engine.jitter)) if engine.jitter else 1.0) * slow
         failed = crashed or (engine.fail_every > 0 and (i + 1) % engine.fail_every == 0)
         if engine.fail_rate > 0:
             failed = failed or bool(rng.random() < engine.fail_rate)

@@ -97,7 +97,7 @@ from .fidelity import (
     ReferencePrompt,
 )
 from .jobs import CacheFigures, JobFigures
-from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderPoint, LadderSummary, TunedConfig
+from .ladder import LADDER_FILE, CapacityAtSLO, Decision, EngineLadder, EngineTuning, LadderPoint, LadderSummary, SpreadPrior, TunedConfig
 from .recipe import RECIPE_FILE, Recipe
 from .replay import REPLAY_FILE, REPLAY_TOLERANCE, CertificateRow, EngineReplay, ReplayCertificate
 from .parity import EFFECTIVE_FIELDS, FLAG_SOURCE, EffectiveSettings, ParityAudit, ParityFlag, ParityRow, ParityStrict
@@ -128,7 +128,7 @@ __all__ = [
     "Facts", "HardwareFacts", "CalibrationFacts", "Spread", "WorkloadStats", "RayTrial", "EngineFacts", "SearchFacts",
     "SEARCH_FILE", "LoadProbe", "SearchProbe", "EngineSearch", "CapacityRank", "CapacityRecommendation",
     "SearchSummary",
-    "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "TunedConfig",
+    "LADDER_FILE", "LadderPoint", "CapacityAtSLO", "EngineLadder", "Decision", "LadderSummary", "SpreadPrior", "TunedConfig",
     "EngineTuning", "RECIPE_FILE", "Recipe", "JobFigures", "CacheFigures",
     "Timeline", "WINNER_MAP_FILE", "MapCell", "WinnerMap", "EnergySource", "PhaseEnergy", "EnergyFigures",
     "REPLAY_FILE", "REPLAY_TOLERANCE", "CertificateRow", "EngineReplay", "ReplayCertificate",

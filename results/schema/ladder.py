@@ -75,8 +75,11 @@ class CapacityAtSLO(Artefact):
     or "errors"), ``never_met`` (the lowest load failed), ``usd_per_1m_output_tokens`` at it
     (None without a price), and for ``--target-load`` the ``devices_needed`` and
     ``usd_per_hour`` of serving it (at most, when the capacity is open); ``measurements``: the
-    fewest measurements of the points it rests on (1: its interval holds the requests' noise only,
-    not the run-to-run noise). ``energy`` / ``energy_provisioned``: the figures of the point at
+    fewest measurements of the points it rests on; ``spread`` / ``spread_df``: the run's spread
+    between measurements its interval holds (``harness.scoring.capacity.spread``: the standard
+    deviation of one measurement's effect on log throughput, and its degrees of freedom; None /
+    0: no point of the run was measured twice, so an interval resting on points measured once
+    holds the requests' noise only, not the run-to-run noise). ``energy`` / ``energy_provisioned``: the figures of the point at
     ``energy_load`` in flight (the highest passing load below the boundary), as
     :class:`LadderPoint` has them (None: never met, or an older run)."""
 
@@ -92,6 +95,8 @@ class CapacityAtSLO(Artefact):
     devices_needed: int | None = None
     usd_per_hour: float | None = None
     measurements: int = 1
+    spread: float | None = None
+    spread_df: int = 0
     lowest_fails: float = 0.0  # the share of bootstrap draws in which even the lowest load fails (interval down to 0)
     floor: float | None = None  # tok/s per device it is at least, and ceiling: at most (None: nothing bounds it), as
     ceiling: float | None = None  # the race reads them (harness.scoring.capacity.race); None in older runs
@@ -261,6 +266,17 @@ class EngineTuning(Artefact):
         return next((c for c in self.configs if c.id == config_id), None)
 
 
+class SpreadPrior(Artefact):
+    """The spread between measurements that earlier runs on this machine showed, frozen into a
+    run when it started (``harness.app.run.spread_history``) so that deciding it again gives the
+    same intervals: ``runs`` (their ids, newest first) and ``groups`` (per point they measured
+    more than once, each measurement's ``[log output tok/s, its sampling variance]``;
+    ``harness.scoring.capacity.spread``)."""
+
+    runs: list[str] = Field(default_factory=list)
+    groups: list[list[tuple[float, float]]] = Field(default_factory=list)
+
+
 class LadderSummary(Artefact):
     """``ladder.json``: a run whose engines climbed load ladders. ``workload``, ``slos`` (key →
     ms) and whether they were the defaults, ``max_failure_rate``, ``devices`` (throughput is per
@@ -270,7 +286,9 @@ class LadderSummary(Artefact):
     the load to size for, with its unit), ``wall_s``, ``tuning`` (``--tune``: each engine's
     configuration search, :class:`EngineTuning`; the ``engines`` are then the tuned ones) and
     ``allow_unchecked`` (``--allow-unchecked``: an engine whose output-fidelity check could not
-    run, or covered too few prompts, competes; else the gate excludes it)."""
+    run, or covered too few prompts, competes; else the gate excludes it); ``spread_prior``: the
+    spread between measurements earlier runs on this machine showed, pooled with this run's own
+    (:class:`SpreadPrior`; None: none, or an older run)."""
 
     schema_version: str = SCHEMA_VERSION
     run_id: str
@@ -290,3 +308,4 @@ class LadderSummary(Artefact):
     tuning: dict[str, EngineTuning] = Field(default_factory=dict)  # bench run --tune: engine → its search
     allow_unchecked: bool = False
     cache_optimal: float | None = None  # agentic: the workload's theoretical prefix-cache hit rate, infinite cache (None: not computed)
+    spread_prior: SpreadPrior | None = None

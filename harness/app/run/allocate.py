@@ -49,6 +49,7 @@ from harness.app.run.ladder_trial import LadderOutcome, check_only, extend_ladde
 from harness.scoring.verdict.allocation import Ladders, Step, next_steps
 from harness.scoring.capacity.frontier import Capacity, capacity_of, engine_stream
 from harness.scoring.capacity.race import Standing, standings
+from harness.scoring.capacity.spread import spread_of
 from harness.scoring.verdict.verdict import Candidate, Verdict, decide
 
 MIN_CLIMB_S = 20.0  # a climb-on step gets at least this much measuring
@@ -118,10 +119,14 @@ class Allocation:
     def judge(self, engines: list[EngineClimb]) -> tuple[list[Standing], Verdict, dict[str, Capacity]]:
         """The race, the verdict and the capacities over the production engines standing."""
         caps: dict[str, Capacity] = {}
-        for e in self.job._ranked(engines):
-            samples = _samples(e, self.job.spec)
-            cap = capacity_of(samples, self.job.spec.slos, self.job.spec.max_failure_rate, resamples=RESAMPLES,
-                              seed=engine_stream(0, e.name)) if samples else None
+        ranked = self.job._ranked(engines)
+        samples = {e.name: _samples(e, self.job.spec) for e in engines}
+        prior = self.job.spread_prior.groups if self.job.spread_prior is not None else []
+        spread = spread_of([[p.repeats for p in pts] for pts in samples.values()], prior)  # the machine's: every ladder
+        for e in ranked:
+            pts = samples[e.name] if e.name in samples else _samples(e, self.job.spec)
+            cap = capacity_of(pts, self.job.spec.slos, self.job.spec.max_failure_rate, resamples=RESAMPLES,
+                              seed=engine_stream(0, e.name), spread=spread) if pts else None
             if cap is not None and not cap.never_met and cap.output_tps > 0:
                 caps[e.name] = cap
         verdict = decide([Candidate(n, c) for n, c in caps.items()])

@@ -31,6 +31,7 @@ from harness.metrics import SLO
 from harness.scoring.capacity.frontier import Capacity, PointSample, PointStats, Requests, capacity_of, point_stats
 from harness.scoring.capacity.race import ceiling, reach_of
 from harness.scoring.capacity.samples import errors_undecided
+from harness.scoring.capacity.spread import Spread, spread_of
 
 PLATEAU = 0.05  # two doublings that together add less than 5 % throughput: saturated
 MIN_POINTS = 3  # points every climb measures whatever the budget (1, 2, 4: enough to see a saturation)
@@ -282,13 +283,17 @@ class Ladder:
         return added
 
     # -- the result ------------------------------------------------------------------------------
-    def capacity(self, *, resamples: int = 600, seed: int = 0) -> Capacity | None:
+    def capacity(self, *, resamples: int = 600, seed: int = 0, spread: Spread | None = None) -> Capacity | None:
         """The capacity at the SLO over the points measured (None before any); a ladder that
-        stopped because the engine saturated has found its capacity (not a lower bound)."""
+        stopped because the engine saturated has found its capacity (not a lower bound).
+        ``spread``: the spread between measurements its interval holds (None: this ladder's own,
+        from its points measured more than once; :mod:`harness.scoring.capacity.spread`)."""
         if not self.rungs:
             return None
-        cap = capacity_of([r.sample(self.devices) for r in self.rungs], self.slos, self.max_failure_rate,
-                          resamples=resamples, seed=seed)
+        points = [r.sample(self.devices) for r in self.rungs]
+        if spread is None:
+            spread = spread_of([[p.repeats for p in points]])
+        cap = capacity_of(points, self.slos, self.max_failure_rate, resamples=resamples, seed=seed, spread=spread)
         if self.stopped == "saturated":
             cap.open = False
         return cap

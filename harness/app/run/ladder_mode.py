@@ -30,6 +30,7 @@ from harness.app.trial.steps import trial_spec
 from harness.app.run.allocate import Allocation
 from harness.app.run.context import RunContext
 from harness.app.run.ladder_run import EngineClimb, LadderJob, skipped_ladder
+from harness.app.run.spread_history import prior_spread, spread_line
 from harness.app.run.ladder_trial import LadderSpec
 from harness.app.run.tune import Tuner, recipe
 from harness.metrics import slo_table
@@ -118,6 +119,8 @@ class LadderMode:
             job = LadderJob(spec, executor, state.writer, console, tokenizer=state.tokenizer,
                             boundary_repeats=max(3, cfg.measure.repeats), target_tps=cfg.load.target_load, time_budget_s=cfg.load.time_budget_s)
             job.t0 = started  # ladder.json's wall_s: the whole job, the reference and the search included
+            job.spread_prior = prior_spread(state.writer.run_dir.parent, state.writer.manifest, exclude=state.writer.run_dir.name)
+            console.print(spread_line(job.spread_prior), highlight=False)
             engines, interrupted = self.configure(ctx, job, plans, engines)
             if not interrupted:
                 interrupted = Allocation(job, deadline, max_repeats=job.boundary_repeats).run(

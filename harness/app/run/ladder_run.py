@@ -30,7 +30,7 @@ from adapters.base import EngineError
 from adapters.runtime.resources import combine_repeats
 from results.hardware import device_price
 from results.schema import (LADDER_FILE, EngineLadder, EngineResult, EngineStatus, LadderPoint, LadderSummary,
-                            RequestRecord)
+                            RequestRecord, SpreadPrior)
 from results.store import REQUESTS_FILE, RunWriter, read_records, write_model_atomic
 
 from harness.app.trial.executor import Trial, TrialExecutor
@@ -86,6 +86,7 @@ class LadderJob:
         self.first_budget_s = spec.budget_s  # each engine's first climb's (climb)
         self.t0 = time.monotonic()
         self.repeat_trials: dict[str, int] = {}  # each engine's fresh-start repeats so far (their trial keys: 1, 2, …)
+        self.spread_prior: SpreadPrior | None = None  # earlier runs' spread between measurements (spread_history)
         self.race_out: dict[str, tuple[str, int, str]] = {}  # engine → (the leader then, points, the line said)
 
     # -- phase 1 -------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class LadderJob:
                           time_budget_s=self.time_budget_s if self.time_budget_s != float("inf") else None,
                           seed=self.spec.workload.seed or 0, allow_unchecked=self.spec.allow_unchecked,
                           target_load={"output_tps": self.target_tps} if self.target_tps else None,
-                          cache_optimal=cache_optimal)
+                          cache_optimal=cache_optimal, spread_prior=self.spread_prior)
         condition = Condition(tuple(self.spec.slos))
         for e in engines:
             s.engines[e.name] = self._engine_ladder(e)

@@ -13,6 +13,7 @@ from harness.metrics import SLO
 from harness.scoring.verdict.allocation import Ladders, next_steps
 from harness.scoring.capacity.frontier import Requests, SloWatch, engine_stream
 from harness.scoring.capacity.race import standings
+from harness.scoring.capacity.spread import NO_SPREAD, groups_of, spread_of
 from harness.scoring.verdict.tuning import Rejected, Tried, successive_halving
 from harness.scoring.verdict.verdict import Candidate, Verdict, decide
 
@@ -64,12 +65,15 @@ def climb(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int
 
 
 def candidate(engine: SimEngine, trial: int, slos: Sequence[SLO], output_tokens: int, *, max_points: int = 8,
-              max_load: int = 64, excluded: str = "", clock: list[float] | None = None) -> Candidate:
+              max_load: int = 64, excluded: str = "", clock: list[float] | None = None,
+              widen: bool = True) -> Candidate:
     """The engine as the verdict sees it after its climb in ``trial``, with its tie-breakers; its
     bootstrap draws from its own stream (:func:`harness.scoring.capacity.frontier.engine_stream`), as the
-    main job's do; ``excluded``: a gate's line decided elsewhere."""
+    main job's do, widened by the spread between its own repeated measurements (``widen=False``:
+    not); ``excluded``: a gate's line decided elsewhere."""
     ladder = climb(engine, trial, slos, output_tokens, max_points=max_points, max_load=max_load, clock=clock)
-    return Candidate(engine.name, ladder.capacity(seed=engine_stream(trial, engine.name)), excluded=excluded,
+    cap = ladder.capacity(seed=engine_stream(trial, engine.name), spread=None if widen else NO_SPREAD)
+    return Candidate(engine.name, cap, excluded=excluded,
                      startup_s=engine.startup_s, processes=engine.processes, peak_memory_bytes=engine.peak_memory_bytes)
 
 
@@ -119,7 +123,8 @@ def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], out
 
 def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO], output_tokens: int, *,
          max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None,
-         repeat_leader: bool = True) -> tuple[Verdict, dict[str, Ladder]]:
+         repeat_leader: bool = True, widen: bool = True,
+         prior: Sequence[Sequence[tuple[float, float]]] = ()) -> tuple[Verdict, dict[str, Ladder]]:
     """The main job's allocation on scripted engines (:mod:`harness.scoring.verdict.allocation`, the rule
     ``bench run`` follows): each engine's low end first (:data:`LOW_END_POINTS` points, the first
     brief, a failed one measured again in full), then the steps the rule asks for (climb on,
@@ -128,7 +133,9 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
     each engine's simulation seed (as :func:`candidate`'s); ``clock[0]`` (given) adds up the
     simulated measuring time (s); ``repeat_leader=False`` leaves out the
     leader's one fresh-start repeat once separated (its interval's spread between starts, which a
-    simulated engine does not have). Returns the verdict and the ladders."""
+    simulated engine does not have unless its ``drift`` is set); ``widen=False`` judges without
+    the spread between measurements (the rule before it); ``prior``: the groups earlier runs on
+    the same machine measured (:class:`results.schema.SpreadPrior`). Returns the verdict and the ladders."""
     watching = list(slos)  # the climbs' points stop once failed (SloWatch); emptied while bisecting, as bench run's
     ladders = {e.name: Ladder(_measure(e, t, output_tokens, clock=clock, watch=watching), slos, max_points=LOW_END_POINTS,
                               max_load=max_load, brief=_measure(e, t, output_tokens, clock=clock, watch=watching, brief=True))
@@ -139,7 +146,7 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
     climbs = {n: 0 for n in ladders}
     repeats = {n: 0 for n in ladders}
     while True:
-        verdict, caps = _judged(ladders, seeds)
+        verdict, caps = _judged(ladders, seeds, widen, prior)
         info = Ladders(gap={n: _gap(c) for n, c in caps.items()}, passing={n: c.bracket[0] or 0 for n, c in caps.items()},
                        climbable={n: ladders[n].stopped in CLIMBS_ON and c.open for n, c in caps.items()},
                        climbs=climbs, repeats=repeats)
@@ -167,11 +174,28 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
                 ladder.repeat_boundary(1)
 
 
-def _judged(ladders: dict[str, Ladder], seeds: dict[str, int]):  # noqa: ANN202
-    """(verdict, capacities) over the ladders measured so far (the engines that measured any point)."""
-    caps = {n: c for n, ladder in ladders.items() if (c := ladder.capacity(resamples=300, seed=seeds[n])) is not None
+def _judged(ladders: dict[str, Ladder], seeds: dict[str, int], widen: bool = True,  # noqa: ANN202
+            prior: Sequence[Sequence[tuple[float, float]]] = ()):
+    """(verdict, capacities) over the ladders measured so far (the engines that measured any point),
+    each interval widened by the spread between measurements over every ladder, as bench run's
+    (``widen=False``: not widened, the rule before it), pooled with ``prior`` (earlier runs' groups)."""
+    spread = (spread_of([[r.sample(1).repeats for r in ladder.rungs] for ladder in ladders.values()], prior) if widen
+              else NO_SPREAD)
+    caps = {n: c for n, ladder in ladders.items()
+            if (c := ladder.capacity(resamples=300, seed=seeds[n], spread=spread)) is not None
             and not c.never_met and ladder.stopped != "crashed"}
     return decide([Candidate(n, c) for n, c in caps.items()]), caps
+
+
+def history(engine: SimEngine, runs: Sequence[int], slos: Sequence[SLO], output_tokens: int) -> list[list[tuple[float, float]]]:
+    """What earlier runs on the same machine leave a run (:mod:`harness.app.run.spread_history`):
+    ``engine`` climbed once per seed of ``runs``, its bracket points measured twice (a leader's
+    fresh-start repeat), and the groups of those pairs."""
+    out: list[list[tuple[float, float]]] = []
+    for run in runs:
+        ladder = climb(engine, run, slos, output_tokens, repeats=1)
+        out.extend(groups_of([[r.sample(1).repeats for r in ladder.rungs]]))
+    return out
 
 
 def _gap(cap) -> float:  # noqa: ANN001

@@ -53,7 +53,7 @@ from harness.app.core.signals import interrupt_cause
 from harness.app.trial.steps import fidelity_line
 from harness.app.run.ladder_run import EngineClimb, LadderJob, _estimate, _open
 from harness.app.run.ladder_trial import LadderOutcome, climb_ladder, extend_ladder, measure_points
-from harness.scoring.verdict.decision import judge, ladder_points, sentence
+from harness.scoring.verdict.decision import judge, ladder_points, run_points, run_spread, sentence
 from harness.scoring.capacity.frontier import capacity_of, engine_stream
 from harness.scoring.verdict.tuning import (Config, Rejected, Tried, Unfaithful, candidates, gain, label, rungs,
                                     successive_halving, upper_envelope)
@@ -283,7 +283,7 @@ def judge_tuning(searches: dict[str, Search], job: LadderJob, summary: LadderSum
             continue
         ladders = LadderSummary(run_id=summary.run_id, workload=summary.workload, slos=summary.slos,
                                 max_failure_rate=summary.max_failure_rate, devices=summary.devices, seed=summary.seed,
-                                allow_unchecked=summary.allow_unchecked,
+                                allow_unchecked=summary.allow_unchecked, spread_prior=summary.spread_prior,
                                 engines={v.name: job._engine_ladder(v) for v in [*search.variants, search.defaults]
                                          if v is not None and v.measurements})
         judge(ladders, records, job.spec.slos, seed=summary.seed)
@@ -349,7 +349,8 @@ def _capacity(name: str, ladder: EngineLadder | None, records: Sequence[RequestR
     points = ladder_points(name, ladder, records, ladder.devices or summary.devices, summary.workload == "agentic")
     if not points:
         return None
-    cap = capacity_of(points, job.spec.slos, summary.max_failure_rate, seed=engine_stream(summary.seed, name))
+    cap = capacity_of(points, job.spec.slos, summary.max_failure_rate, seed=engine_stream(summary.seed, name),
+                      spread=run_spread(run_points(summary, records), summary))
     if ladder.stopped == "saturated":
         cap.open = False
     return cap

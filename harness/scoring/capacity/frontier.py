@@ -40,7 +40,10 @@ each draw instead scales the picked measurement's throughput by its resampled *s
 law a closed loop's throughput moves with it). Latency percentiles and failures are resampled
 as they are. The 2.5 and 97.5 percentiles of the
 draws give the 95 % interval; the draws themselves give ratios between engines
-(:mod:`harness.scoring.verdict.verdict`). Every engine draws from its own random stream
+(:mod:`harness.scoring.verdict.verdict`). Resampling a point's few measurements cannot hold the
+machine's noise between them (two fresh starts are two values); the draws are then widened by
+the spread between measurements that the run's repeated points show
+(:mod:`harness.scoring.capacity.spread`: a random-effects variance, on t's tails). Every engine draws from its own random stream
 (:func:`engine_stream`): with one shared seed, two ladders of the same shape draw the same
 indices, and the ratio of their capacities comes out far too narrow (an engine truly 6 % faster,
 one point of 36 requests: 1.060 [1.060–1.060] with a shared seed, [0.97–1.16] with two streams).
@@ -57,6 +60,7 @@ import numpy as np
 from harness.metrics import SLO
 
 from .samples import Requests, engine_stream, failure_lower_bound, pool, too_many_failures
+from .spread import NO_SPREAD, Spread, machine_draws
 from results.schema import RequestRecord
 from results.schema.metric_registry import metric
 
@@ -162,8 +166,10 @@ class Capacity:
     failing point (an SLO key, or "errors"), "" when none did; ``never_met``: the lowest point
     failed; ``interval``: the 95 % interval of ``output_tps``; ``draws``: the bootstrap draws
     of ``output_tps``; ``points``: each point's stats, by load; ``measurements``: the fewest
-    measurements of the points it rests on (with one, the interval holds the requests' noise
-    only, not the run-to-run noise)."""
+    measurements of the points it rests on; ``spread``: the run's spread between measurements
+    (:mod:`harness.scoring.capacity.spread`) the draws hold, divided by ``√measurements`` (not
+    ``spread.known``: no point of the run was measured twice, and the interval holds the
+    requests' noise only, not the run-to-run noise)."""
 
     output_tps: float
     request_rate: float
@@ -175,7 +181,8 @@ class Capacity:
     interval: tuple[float, float] | None = None
     draws: np.ndarray = field(default_factory=lambda: np.empty(0))
     points: list[PointStats] = field(default_factory=list)
-    measurements: int = 1  # the fewest measurements of the points it rests on (1 = no run-to-run noise in its interval)
+    measurements: int = 1  # the fewest measurements of the points it rests on
+    spread: Spread = NO_SPREAD  # the run's spread between measurements, held by the interval (spread.known: it was estimated)
     lowest_fails: float = 0.0  # the share of draws whose lowest point fails (capacity 0): why an interval reaches 0
 
 
@@ -201,15 +208,18 @@ def capacity_from(stats: Sequence[PointStats]) -> Capacity:
 
 
 def capacity_of(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_rate: float = 0.05,
-                *, resamples: int = RESAMPLES, seed: int = 0) -> Capacity:
-    """The capacity of one engine's ladder ``points``, with its bootstrap interval and draws."""
+                *, resamples: int = RESAMPLES, seed: int = 0, spread: Spread = NO_SPREAD) -> Capacity:
+    """The capacity of one engine's ladder ``points``, with its bootstrap interval and draws;
+    ``spread``: the run's spread between measurements (:func:`harness.scoring.capacity.spread.spread_of`
+    over every engine's ladder), which widens the draws (module docstring)."""
     stats = [point_stats(p.load, p.pooled(), slos, max_failure_rate, p.devices,
                          sum(p.sessions) if p.sessions is not None else None) for p in points]
     cap = capacity_from(stats)
     on = {load for load in cap.bracket if load is not None}
     cap.measurements = min((len(p.repeats) for p in points if p.load in on), default=1)
     if resamples > 0 and not cap.never_met:
-        cap.draws = capacity_draws(points, slos, max_failure_rate, resamples=resamples, seed=seed)
+        cap.draws = capacity_draws(points, slos, max_failure_rate, resamples=resamples, seed=seed, spread=spread)
+        cap.spread = spread
         lo, hi = np.percentile(cap.draws, [2.5, 97.5])
         cap.interval = (float(lo), float(hi))
         cap.lowest_fails = float(np.mean(cap.draws == 0.0))
@@ -217,12 +227,15 @@ def capacity_of(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_
 
 
 def capacity_draws(points: Sequence[PointSample], slos: Sequence[SLO], max_failure_rate: float, *,
-                   resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
+                   resamples: int = RESAMPLES, seed: int = 0, spread: Spread = NO_SPREAD) -> np.ndarray:
     """``resamples`` bootstrap draws of the capacity's output tokens/s (module docstring):
-    every point resampled at once for all draws (:func:`_point_draws`), then the capacity read
-    from each draw's points."""
+    every point resampled at once for all draws (:func:`_point_draws`), each moved by its own
+    machine factor when ``spread`` is known (:func:`harness.scoring.capacity.spread.machine_draws`;
+    its measurements then kept, not resampled), then the capacity read from each draw's points."""
     rng = np.random.default_rng(seed)
-    per_point = [_point_draws(p, slos, max_failure_rate, resamples, rng) for p in points]
+    shift = machine_draws(spread, [len(p.repeats) for p in points], resamples, seed) if spread.known else None
+    per_point = [_point_draws(p, slos, max_failure_rate, resamples, rng, None if shift is None else shift[i])
+                 for i, p in enumerate(points)]
     out = np.empty(resamples)
     for b in range(resamples):
         out[b] = capacity_from([draws[b] for draws in per_point]).output_tps
@@ -230,13 +243,17 @@ def capacity_draws(points: Sequence[PointSample], slos: Sequence[SLO], max_failu
 
 
 def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, resamples: int,
-                 rng: np.random.Generator) -> list[PointStats]:
+                 rng: np.random.Generator, shift: np.ndarray | None = None) -> list[PointStats]:
     """``resamples`` two-stage cluster-bootstrap draws of one point's stats (module docstring):
     its measurements resampled, then the sessions (clusters) within each, vectorised: each draw
     is a row of request indices padded with a sentinel (a request that counts nowhere). An ITL
-    SLO, or a point with an empty measurement, is drawn one by one."""
+    SLO, or a point with an empty measurement, is drawn one by one. ``shift`` (per draw, the log
+    of the machine's factor; :mod:`harness.scoring.capacity.spread`): the measurements are kept
+    as they are (not resampled), the margin multiplied by ``exp(shift)`` and the throughput and
+    rate divided by it."""
     if any(s.metric not in _PER_REQUEST for s in slos) or any(r.n == 0 for r in p.repeats):
-        return [_point_draw(p, slos, max_failure_rate, rng) for _ in range(resamples)]
+        return [_point_draw(p, slos, max_failure_rate, rng, None if shift is None else float(shift[b]))
+                for b in range(resamples)]
     reps = len(p.repeats)
     pooled = p.pooled()
     sentinel = pooled.n
@@ -251,7 +268,8 @@ def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, r
             table[i, :g.size] = g + off
         tables.append(table)
     span = max(t.size for t in tables)
-    picks = rng.integers(0, reps, (resamples, reps))  # stage 1: which measurements
+    picks = (rng.integers(0, reps, (resamples, reps)) if shift is None  # stage 1: which measurements
+             else np.broadcast_to(np.arange(reps), (resamples, reps)))  # the machine's factor stands for stage 1
     idx = np.full((resamples, reps, span), sentinel, dtype=np.int64)
     for m, table in enumerate(tables):  # stage 2: that measurement's clusters, for every slot that picked it
         rows = table[rng.integers(0, table.shape[0], (resamples, reps, table.shape[0]))].reshape(resamples, reps, -1)
@@ -287,6 +305,9 @@ def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, r
     tps = (window_tokens * factor).sum(axis=1) / durations / p.devices
     rate = ((np.array(p.sessions)[picks] * factor).sum(axis=1) / spans if p.sessions is not None
             else (window_done * factor).sum(axis=1) / durations)
+    if shift is not None:
+        factor_u = np.exp(shift)
+        margin, tps, rate = margin * factor_u, tps / factor_u, rate / factor_u
     out = []
     for b in range(resamples):
         out.append(PointStats(load=p.load, margin=float(margin[b]), values={},
@@ -304,9 +325,11 @@ def _service_rate(tokens: np.ndarray, busy_ms: np.ndarray) -> float:
     return float(tokens.sum()) / total if total > 0 else 0.0
 
 
-def _point_draw(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, rng: np.random.Generator) -> PointStats:
-    """One two-stage cluster-bootstrap draw of one point's stats, the slow way."""
-    picks = rng.integers(0, len(p.repeats), len(p.repeats))
+def _point_draw(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, rng: np.random.Generator,
+                shift: float | None = None) -> PointStats:
+    """One two-stage cluster-bootstrap draw of one point's stats, the slow way; ``shift``: the log
+    of the machine's factor (:func:`_point_draws`: its measurements kept, not resampled)."""
+    picks = np.arange(len(p.repeats)) if shift is not None else rng.integers(0, len(p.repeats), len(p.repeats))
     parts = []
     for i in picks:
         r = p.repeats[i]
@@ -314,7 +337,16 @@ def _point_draw(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, rn
         parts.append(r.take(np.concatenate([groups[j] for j in rng.integers(0, len(groups), len(groups))]))
                      if groups else r)
     sessions = sum(p.sessions[i] for i in picks) if p.sessions is not None else None
-    return point_stats(p.load, pool(parts), slos, max_failure_rate, p.devices, sessions)
+    drawn = pool(parts)
+    st = point_stats(p.load, drawn, slos, max_failure_rate, p.devices, sessions)
+    if not shift:
+        return st
+    f = math.exp(shift)
+    errors = drawn.n == 0 or too_many_failures(int((~drawn.ok).sum()), drawn.n, max_failure_rate)
+    return PointStats(load=st.load, margin=st.margin * f, values=st.values, failure_rate=st.failure_rate,
+                      passed=not errors and st.margin * f <= 1.0, output_tps=st.output_tps / f,
+                      request_rate=st.request_rate / f, per_user_tps=st.per_user_tps,
+                      binding="errors" if errors and st.margin * f <= 1 else st.binding)
 
 
 def _row_percentiles(rows: np.ndarray, q: float) -> np.ndarray:

@@ -22,6 +22,7 @@ from ..capacity.frontier import Capacity, PointSample, Requests, capacity_of, en
 from ..capacity.jobs import fill_jobs
 from ..capacity.race import ceiling, floor
 from ..capacity.samples import measured_span_s
+from ..capacity.spread import Spread, spread_of
 from ..formatting import METRIC_LABELS
 from ..gates import REFERENCE_ENGINES, first
 from .verdict import Candidate, Verdict, decide
@@ -92,6 +93,7 @@ def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | Non
                          floor=floor(cap), ceiling=top if math.isfinite(top) else None,
                          bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
                          measurements=cap.measurements, lowest_fails=cap.lowest_fails,
+                         spread=round(cap.spread.tau, 6) if cap.spread.known else None, spread_df=cap.spread.df,
                          usd_per_1m_output_tokens=usd, devices_needed=needed,
                          usd_per_hour=needed * price_per_hour if needed is not None and price_per_hour is not None else None)
 
@@ -143,17 +145,36 @@ def gate(name: str, ladder: EngineLadder, cap: Capacity | None, max_failure_rate
     return None
 
 
+def run_points(summary: LadderSummary, records: Sequence[RequestRecord]) -> dict[str, list[PointSample]]:
+    """Every engine's :func:`ladder_points` in ``summary``, by name."""
+    agentic = summary.workload == "agentic"
+    return {name: ladder_points(name, ladder, records, ladder.devices or summary.devices, agentic)
+            for name, ladder in summary.engines.items()}
+
+
+def run_spread(points: dict[str, list[PointSample]], summary: LadderSummary | None = None) -> Spread:
+    """The run's spread between measurements over every engine's ladder ``points``, pooled with
+    the earlier runs' that ``summary`` took in (its ``spread_prior``;
+    :func:`harness.scoring.capacity.spread.spread_of`)."""
+    prior = summary.spread_prior.groups if summary is not None and summary.spread_prior is not None else []
+    return spread_of([[p.repeats for p in pts] for pts in points.values()], prior)
+
+
 def engine_capacity(summary: LadderSummary, name: str, records: Sequence[RequestRecord], slos: Sequence[SLO],
-                    seed: int = 0, points: list[PointSample] | None = None) -> tuple[Capacity | None, list[PointSample]]:
+                    seed: int = 0, points: list[PointSample] | None = None,
+                    spread: Spread | None = None) -> tuple[Capacity | None, list[PointSample]]:
     """Engine ``name``'s capacity at ``slos`` from its ladder's records (None when it measured no
     point), with its bootstrap draws from the engine's own random stream
     (:func:`harness.scoring.capacity.frontier.engine_stream` of ``seed``), and the points it was read from
     (``points``: those already read by :func:`ladder_points`, for a caller deciding one ladder at
-    many SLOs)."""
+    many SLOs); ``spread``: the run's spread between measurements (:func:`run_spread`; None: read
+    from every ladder of ``summary``)."""
     ladder = summary.engines[name]
     if points is None:
         points = ladder_points(name, ladder, records, ladder.devices or summary.devices, summary.workload == "agentic")
-    cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name)) if points else None
+    if spread is None:
+        spread = run_spread(run_points(summary, records), summary)
+    cap = capacity_of(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name), spread=spread) if points else None
     if cap is not None and ladder.stopped == "saturated":
         cap.open = False  # the engine's throughput stopped rising: its capacity, not a lower bound
     return cap, points
@@ -172,9 +193,12 @@ def judge(summary: LadderSummary, records: Sequence[RequestRecord], slos: Sequen
     engine's :func:`ladder_points`, already read (the winner map decides one run at many SLOs)."""
     agentic = summary.workload == "agentic"
     candidates = []
-    samples: dict[str, list[PointSample]] = {}
+    samples = dict(points or {})
+    if any(name not in samples for name in summary.engines):
+        samples = {**run_points(summary, records), **samples}
+    spread = run_spread(samples, summary)
     for name, ladder in summary.engines.items():
-        cap, samples[name] = engine_capacity(summary, name, records, slos, seed, (points or {}).get(name))
+        cap, samples[name] = engine_capacity(summary, name, records, slos, seed, samples[name], spread)
         if cap is not None:
             ladder.capacity = _stored(cap, price_per_hour, target_tps, ladder.devices or summary.devices)
             _fill_points(ladder, cap, client_rps)
@@ -291,7 +315,8 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
     cap = summary.engines[d.winner].capacity
     assert cap is not None
     unit = ("sessions" if d.unit == "sessions" else "requests") if round(cap.load, 3) != 1 else d.unit.rstrip("s")
-    once = ", 1 run" if d.runner_up and cap.measurements < 2 else ""  # its points were measured once: no run-to-run noise
+    # its points were measured once and no point of the run twice: its interval holds no run-to-run noise
+    once = ", 1 run" if d.runner_up and cap.measurements < 2 and not cap.spread_df else ""
     head = (f"{lead}{d.winner}{_tuned(summary, d.winner)} sustains {cap.load_text} {unit} in flight "
             f"({_tps(cap)} output tok/s per device{once}) {where}")
     if d.unit == "sessions":  # an agent user buys finished jobs: the agents sustained, and their jobs per hour

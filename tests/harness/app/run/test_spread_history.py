@@ -1,0 +1,100 @@
+"""What a run takes in of earlier runs' spread between measurements
+(harness/app/run/spread_history.py): only ladder runs of the same machine, newest first, at most
+MAX_RUNS; frozen into ladder.json, so a stored run decided again gives the same interval whatever
+the folder holds later. Runs are scripted engines whose every measurement runs on a machine a
+lognormal factor faster or slower (``SimEngine.drift``), stored as bench run stores them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.app.run import spread_history
+from harness.app.run.spread_history import prior_spread, spread_line
+from harness.loadgen.simulated import SimEngine
+from harness.metrics import parse_slos
+from harness.scoring.capacity.spread import estimate
+from harness.scoring.verdict.decision import engine_capacity, judge
+from results.schema import LADDER_FILE
+from results.store import load_run, read_records, write_model_atomic
+from tests.helpers import sim_ladder_run
+
+HERE = {"name": "CPU", "kind": "cpu", "memory_bytes": 8 * 1024 ** 3, "num_devices": 1}
+ELSEWHERE = {**HERE, "memory_bytes": 16 * 1024 ** 3}
+PLATFORM = "Linux-test-x86_64"
+DRIFTING = SimEngine("e", slots=16, prefill_ms=80, tpot_ms=25, batch_slowdown=0.08, jitter=0.05, drift=0.1)
+LOADS = (1, 2, 4, 8)
+
+
+def _run(root: Path, run_id: str, hardware: dict, *, seed: int, age_s: float = 0.0) -> Path:
+    d = sim_ladder_run(root, run_id, {"e": DRIFTING}, loads=LOADS, repeats=2, seed=seed, hardware=hardware,
+                       platform=PLATFORM)
+    when = 1_800_000_000 - age_s  # mtimes order the runs: created_at falls back to them
+    for name in os.listdir(d):
+        os.utime(d / name, (when, when))
+    return d
+
+
+def test_a_run_takes_in_only_the_same_machines_ladder_runs_newest_first(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    _run(tmp_path, "old", HERE, seed=10, age_s=300)
+    _run(tmp_path, "other", ELSEWHERE, seed=20, age_s=200)
+    _run(tmp_path, "new", HERE, seed=30, age_s=100)
+    mine = _run(tmp_path, "mine", HERE, seed=40)
+    manifest = load_run(mine).manifest
+    prior = prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000)
+    assert prior.runs == ["new", "old"]  # not the other machine's, not its own
+    assert len(prior.groups) == 2 * len(LOADS)  # every point of both, measured twice
+    assert all(len(g) == 2 for g in prior.groups)
+    monkeypatch.setattr(spread_history, "MAX_RUNS", 1)
+    assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000).runs == ["new"]
+    # none older than MAX_AGE_DAYS
+    later = 1_800_000_000 + spread_history.MAX_AGE_DAYS * 86_400 - 150
+    monkeypatch.setattr(spread_history, "MAX_RUNS", 8)
+    assert prior_spread(tmp_path, manifest, exclude="mine", now=later).runs == ["new"]
+
+
+def test_the_prior_is_frozen_into_the_run_and_decides_it_again_the_same(tmp_path) -> None:  # noqa: ANN001
+    _run(tmp_path, "old", HERE, seed=10, age_s=300)
+    mine = _run(tmp_path, "mine", HERE, seed=40)
+    run = load_run(mine)
+    prior = prior_spread(tmp_path, run.manifest, exclude="mine", now=1_800_000_000)
+    summary = run.ladder
+    assert summary is not None
+    slos = parse_slos("ttft_p90=1000,tpot_p90=60")
+    alone = engine_capacity(summary, "e", run.records, slos)[0]
+    summary.spread_prior = prior
+    judge(summary, run.records, slos)
+    write_model_atomic(mine / LADDER_FILE, summary)
+    cap = summary.engines["e"].capacity
+    assert cap is not None and alone is not None
+    assert cap.spread_df == alone.spread.df + len(prior.groups)  # a pair is one degree of freedom
+    assert cap.spread == pytest.approx(estimate([*prior.groups, *_own(mine)]).tau, abs=1e-6)
+    # the folder changes (the earlier run deleted): deciding the stored run again gives the same interval
+    shutil.rmtree(tmp_path / "old")
+    again = load_run(mine)
+    assert again.ladder is not None and again.ladder.spread_prior == prior
+    redone, _ = engine_capacity(again.ladder, "e", read_records(mine / "requests.jsonl"), slos)
+    assert redone is not None and redone.interval == pytest.approx(cap.interval)
+
+
+def _own(run_dir: Path) -> list:
+    from harness.scoring.capacity.spread import groups_of
+    from harness.scoring.verdict.decision import run_points
+
+    run = load_run(run_dir)
+    assert run.ladder is not None
+    return groups_of([[p.repeats for p in pts] for pts in run_points(run.ladder, run.records).values()])
+
+
+def test_the_console_line_says_what_was_taken_in(tmp_path) -> None:  # noqa: ANN001
+    from results.schema import SpreadPrior
+
+    assert spread_line(SpreadPrior()).startswith("Spread between measurements: no earlier run on this machine")
+    prior = SpreadPrior(runs=["a", "b"], groups=[[(0.0, 0.001), (0.2, 0.001)], [(1.0, 0.001), (1.1, 0.001)]])
+    line = spread_line(prior)
+    assert line == (f"Spread between measurements: {estimate(prior.groups).text()} from 2 earlier runs on this machine, "
+                    "pooled with this run's repeated points")
+    assert "(ν = 2)" in line
