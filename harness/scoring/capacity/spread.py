@@ -53,6 +53,7 @@ from .samples import Requests
 __all__ = ["Spread", "NO_SPREAD", "estimate", "groups_of", "machine_draws", "measurement_log_rate", "spread_of"]
 
 _MAX_TAU2 = 4.0  # log-scale variance searched up to (τ = 2: a factor of 7 between measurements)
+_MAX_SHIFT = 5.0  # a machine factor is drawn within e^±5 (148×)
 
 
 @dataclass(frozen=True)
@@ -164,9 +165,10 @@ def machine_draws(spread: Spread, measurements: Sequence[int], resamples: int, s
     """Per point and draw, the log of the machine's factor on that point's times: a
     ``(len(measurements), resamples)`` array of ``τ̂ · T / √k`` (module docstring; ``k`` the point's
     measurements, at least 1; ``T`` Student's t with ``spread.df`` degrees of freedom, drawn on its
-    own stream ``seed``); zeros when the spread is unknown or 0."""
+    own stream ``seed``; within ±5); zeros when the spread is unknown or 0."""
     k = np.maximum(np.asarray(measurements, dtype=float), 1.0)
     if not spread.known or spread.tau <= 0:
         return np.zeros((k.size, resamples))
     rng = np.random.default_rng([seed, 0x5eed])
-    return spread.tau * rng.standard_t(spread.df, (k.size, resamples)) / np.sqrt(k)[:, None]
+    u = spread.tau * rng.standard_t(spread.df, (k.size, resamples)) / np.sqrt(k)[:, None]
+    return np.clip(u, -_MAX_SHIFT, _MAX_SHIFT)  # t with 1 df reaches 1e5: a factor of e^5 already fails any point
