@@ -52,7 +52,7 @@ def _capacity(cap) -> str:  # type: ignore[no-untyped-def]
 
 def compare_runs(settings: CompareSettings) -> None:
     """Compare each engine's capacity at the SLO between two stored runs (B over A, with its 95 %
-    interval): moved up, moved down, within the noise (the 90 % interval inside ±5 %) or not
+    interval): moved up, moved down, within the noise (the 90 % interval inside ±--margin, 5 %) or not
     separated; and list what differed between the runs (engine version and args, harness, model
     digest, hardware, workload). Nothing is measured."""
     from harness.scoring.verdict.compare import compare, fails
@@ -61,6 +61,8 @@ def compare_runs(settings: CompareSettings) -> None:
     run_a, run_b, engine, fail_below, output_dir, json_out = o.run_a, o.run_b, o.engine, o.fail_below, o.output_dir, o.json_out
     if fail_below is not None and not 0 < fail_below < float("inf"):
         fail(f"--fail-below is a capacity ratio B/A > 0 (0.95 = fail on a drop of more than 5 %), got {fail_below:g}")
+    if not 0 < o.margin < 1:
+        fail(f"--margin is a fraction in (0, 1) (0.05 = a change of 5 % counts), got {o.margin:g}")
     a, b = _load(run_a, output_dir), _load(run_b, output_dir)
     if a.run_dir.resolve() == b.run_dir.resolve():
         fail(f"RUN_A and RUN_B are the same run ({a.run_id}): give two runs")
@@ -70,26 +72,27 @@ def compare_runs(settings: CompareSettings) -> None:
     slos = o.slos or slos_of(a.ladder.slos if a.ladder else {})
     names = split_list(engine)
     try:
-        changes = compare((a.ladder, a.records), (b.ladder, b.records), slos, names)  # type: ignore[arg-type]
+        changes = compare((a.ladder, a.records), (b.ladder, b.records), slos, names,  # type: ignore[arg-type]
+                          margin=o.margin)
     except KeyError as exc:
         fail(f"{exc.args[0]}: choose engines both runs measured (--engine), or leave --engine out")
     if not changes:
         fail(f"runs {a.run_id} and {b.run_id} have no engine in common: nothing to compare")
     gated = [c.engine for c in changes if fail_below is not None and fails(c, fail_below)]
-    _print(a, b, changes, slos, gated, fail_below, json_out)
+    _print(a, b, changes, slos, gated, fail_below, json_out, o.margin)
     if gated:
         raise typer.Exit(1)
 
 
 def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[str],  # type: ignore[type-arg]
-           fail_below: float | None, json_out: bool) -> None:
+           fail_below: float | None, json_out: bool, margin: float = 0.05) -> None:
     from harness.scoring.verdict.compare import WORDS, ratio_text
     from harness.scoring.verdict.decision import slos_text
     from results.differences import run_differences, unrecorded
 
     diffs = run_differences(a.manifest, b.manifest, [c.engine for c in changes])
     if json_out:
-        typer.echo(json.dumps({"run_a": a.run_id, "run_b": b.run_id, "slos": slo_table(slos),
+        typer.echo(json.dumps({"run_a": a.run_id, "run_b": b.run_id, "slos": slo_table(slos), "margin": margin,
                                "engines": [{"engine": c.engine, "ratio": c.ratio, "interval": c.interval,
                                             "equivalence_interval": c.equivalence, "moved": c.moved, "why": c.why,
                                             "failed_gate": c.engine in gated} for c in changes],
@@ -103,8 +106,9 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
     for c in changes:
         t.add_row(escape(c.engine), _capacity(c.before), _capacity(c.after), ratio_text(c), WORDS[c.moved], escape(c.why))
     console.print(t)
-    console.print("moved: the 95 % interval of B/A lies wholly beyond ±5 %; within the noise: its 90 % interval lies "
-                  "inside ±5 % (two one-sided tests); not separated: neither.", markup=False, highlight=False)
+    m = f"±{100 * margin:g} %"
+    console.print(f"moved: the 95 % interval of B/A lies wholly beyond {m}; within the noise: its 90 % interval lies "
+                  f"inside {m} (two one-sided tests; --margin); not separated: neither.", markup=False, highlight=False)
     console.print("What differed: " + ("; ".join(diffs) if diffs else "nothing recorded differs"), markup=False,
                   highlight=False, soft_wrap=True)
     if missing := unrecorded(a.manifest, b.manifest):

@@ -299,7 +299,7 @@ def _point_draws(p: PointSample, slos: Sequence[SLO], max_failure_rate: float, r
             base = np.where(pooled.ok, base, np.inf)
         ratios[slo.key] = _row_percentiles(pad(base, np.nan)[idx], slo.percentile) / slo.threshold_ms
     keys = list(ratios)
-    stacked = np.nan_to_num(np.vstack([ratios[k] for k in keys]), nan=0.0) if keys else np.zeros((1, resamples))
+    stacked = np.nan_to_num(np.vstack([ratios[k] for k in keys]), nan=0.0, posinf=np.inf) if keys else np.zeros((1, resamples))
     margin = stacked.max(axis=0)
     top = stacked.argmax(axis=0)
     tps = (window_tokens * factor).sum(axis=1) / durations / p.devices

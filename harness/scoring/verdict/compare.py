@@ -96,14 +96,16 @@ def change(engine: str, before: Capacity | None, after: Capacity | None, margin:
     if opens and c.moved == "not_separated":
         c.why = f"a lower bound in {' and '.join(opens)} (no SLO broke): climb it further"
     elif c.moved == "not_separated":
-        c.why = "straddles the 5 % margin: measure more"
+        c.why = f"straddles the {100 * margin:g} % margin: measure more (or a wider --margin)"
     return c
 
 
 def compare(a: tuple[LadderSummary, Sequence[RequestRecord]], b: tuple[LadderSummary, Sequence[RequestRecord]],
-            slos: Sequence[SLO], engines: Sequence[str] = (), seed: int = 0) -> list[Change]:
+            slos: Sequence[SLO], engines: Sequence[str] = (), seed: int = 0,
+            margin: float = EQUIVALENCE_MARGIN) -> list[Change]:
     """Every engine of ``engines`` (default: every engine both runs' ladders measured a point of,
-    in run A's order) compared between run A and run B at ``slos`` (module docstring). Raises KeyError naming
+    in run A's order) compared between run A and run B at ``slos`` (module docstring; ``margin``: the
+    equivalence margin, a fraction). Raises KeyError naming
     an engine of ``engines`` that a run does not hold."""
     names = list(engines) or [n for n in a[0].engines if a[0].engines[n].points and n in b[0].engines
                               and b[0].engines[n].points]
@@ -114,7 +116,7 @@ def compare(a: tuple[LadderSummary, Sequence[RequestRecord]], b: tuple[LadderSum
                 raise KeyError(f"run {label} ({summary.run_id}) has no ladder for {name!r}")
         before, _ = engine_capacity(a[0], name, a[1], slos, seed)
         drawn, _ = engine_capacity(b[0], name, b[1], slos, seed + 1)  # another stream: independent draws for the ratio
-        c = change(name, before, drawn)
+        c = change(name, before, drawn, margin)
         c.after, _ = engine_capacity(b[0], name, b[1], slos, seed)  # shown as run B's own table shows it
         out.append(c)
     return out

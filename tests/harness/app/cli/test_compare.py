@@ -5,6 +5,7 @@ one line."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -54,6 +55,22 @@ def test_a_re_run_is_within_the_noise_and_passes_the_gate(tmp_path: Path) -> Non
     assert "within the noise" in text and "Gate held" in text and "What differed: nothing recorded differs" in text
 
 
+def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) -> None:
+    """Every measurement on a machine 8 % faster or slower than the last (``SimEngine.drift``), each
+    point measured twice: the runs' intervals hold that spread, so two re-runs cannot show ±5 % (not
+    separated, measure more) and are within the noise at a margin the spread allows."""
+    drifting = replace(X, drift=0.08)
+    a = sim_ladder_run(tmp_path, "a", {"x": drifting}, requests=64, seed=0, repeats=2)
+    b = sim_ladder_run(tmp_path, "b", {"x": drifting}, requests=64, seed=100, repeats=2)
+    tight = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json"]).stdout)["engines"][0]
+    assert tight["moved"] == "not_separated" and "straddles the 5 % margin" in tight["why"]
+    lo, hi = tight["equivalence_interval"]
+    wide = 1.05 * max(1 / lo, hi) - 1  # a margin the 90 % interval lies inside
+    res = runner.invoke(app, ["compare", str(a), str(b), "--margin", f"{wide:.2f}"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0 and "within the noise" in text and f"inside ±{100 * float(f'{wide:.2f}'):g} %" in text
+
+
 def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) -> None:
     _three(tmp_path)
     res = runner.invoke(app, ["results", "history", "x", "--output-dir", str(tmp_path)])
@@ -74,6 +91,7 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     a, b, _ = _three(tmp_path)
     assert "same run" in _one_line(runner.invoke(app, ["compare", str(a), str(a)]))
     assert "--fail-below" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0"]))
+    assert "--margin is a fraction in (0, 1)" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--margin", "1.5"]))
     assert "choose engines both runs measured" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--engine", "nope"]))
     other = sim_ladder_run(tmp_path, "chat", {"x": X}, workload="chat")
     assert "not comparable" in _one_line(runner.invoke(app, ["compare", str(a), str(other)]))
