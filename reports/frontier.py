@@ -15,6 +15,8 @@ line: the envelope over all its configurations (InferenceX draws an engine's fro
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from results.schema import EngineLadder, LadderSummary
@@ -189,6 +191,33 @@ def shim_note(s: LadderSummary, manifest: Any) -> str:
     return (f"What ran: {name} is {facts.display_name or name} behind this repository's server {extra['shim']} (an "
             f"OpenAI-compatible shim around the engine's library); the nearest production server: "
             f"{extra.get('production_server') or 'none known'}. bench serve RECIPE starts it as measured.")
+
+
+def spread_note(s: LadderSummary) -> str:
+    """One line under the capacity table on the run-to-run noise its intervals hold: the spread
+    between measurements (``harness.scoring.capacity.spread``) with its degrees of freedom and
+    where they came from; or that none was estimated ("" without a capacity)."""
+    caps = [e.capacity for e in s.engines.values() if e.capacity is not None and not e.capacity.never_met]
+    if not caps:
+        return ""
+    known = next((c for c in caps if c.spread_df), None)
+    prior = s.spread_prior.runs if s.spread_prior is not None else []
+    earlier = f"{len(prior)} earlier run{'s' if len(prior) != 1 else ''} on this machine" if prior else ""
+    if known is None:
+        return ("Intervals hold the requests' noise only: no point of this run" + (f" or of the {earlier}" if earlier else "")
+                + " was measured twice, so the spread between measurements (a machine's, run to run) was not "
+                "estimated ((1 run) beside each).")
+    prior_df = sum(len(g) - 1 for g in s.spread_prior.groups) if s.spread_prior is not None else 0
+    own = known.spread_df > prior_df
+    if own and earlier:
+        where = f"this run's points measured twice and {earlier}: {', '.join(prior)}"
+    elif own:
+        where = "this run's points measured twice"
+    else:
+        where = f"{earlier}: {', '.join(prior)}; this run measured no point twice"
+    tau = known.spread or 0.0
+    return (f"Intervals hold the spread between measurements: ±{100 * (math.exp(tau) - 1):.1f} % per measurement "
+            f"(ν = {known.spread_df}; from {where}), moving each point's latency and throughput in every resample.")
 
 
 def yardstick_note(s: LadderSummary) -> str:

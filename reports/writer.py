@@ -26,7 +26,7 @@ from .replay import replay_context
 from .energy import energy_note
 from .series import series_png, why_lines
 from .jobs import cliff_lines, job_frontier_png, job_rows
-from .frontier import capacity_rows, caveats, frontier_png, race_note, shim_note, yardstick_note
+from .frontier import capacity_rows, caveats, frontier_png, race_note, shim_note, spread_note, yardstick_note
 from .winner_map import map_lines, winner_map_png
 from .tuning import tried_rows, tuning_rows
 from .timeline import timeline_plots
@@ -56,7 +56,7 @@ def decision_context(ladder: LadderSummary, notes: list[str] | None = None) -> d
     d = ladder.decision
     return {"sentence": d.sentence if d else "No decision was made.", "winner": d.winner if d else "",
             "tie": bool(d and d.tie), "rows": capacity_rows(ladder), "yardstick_note": yardstick_note(ladder),
-            "race_note": race_note(ladder), "energy_note": energy_note(ladder), "why": why_lines(ladder),
+            "race_note": race_note(ladder), "energy_note": energy_note(ladder), "spread_note": spread_note(ladder), "why": why_lines(ladder),
             "caveats": list(notes or []),
             "slos": ", ".join(f"{k} ≤ {v:g} ms" for k, v in ladder.slos.items()) + (" (defaults)" if ladder.slos_default else ""),
             "unit": "sessions" if d is not None and d.unit == "sessions" else "requests",

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from reports.energy import energy_note
 from reports.series import why_lines
-from reports.frontier import capacity_rows, race_note, yardstick_note
+from reports.frontier import capacity_rows, race_note, spread_note, yardstick_note
 from reports.tuning import gain_line, no_recipe_reason
 from results.schema import RECIPE_FILE, WINNER_MAP_FILE, LadderSummary
 from rich.console import Console
@@ -46,6 +46,8 @@ def print_verdict(ladder: LadderSummary, console: Console, run_dir: Path | None 
         t.add_row(escape(r["engine"]), r["capacity"], r["interval"], r["load"], r["rate"], *([r["jobs"]] if jobs else []),
                   *([r["energy"]] if energy else []), r["usd"], *([r["devices"]] if target else []), escape(r["gates"]))
     console.print(t)
+    if note := spread_note(ladder):
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     if note := energy_note(ladder):
         console.print(note, markup=False, highlight=False, soft_wrap=True)
     for line in why_lines(ladder):  # where each capacity ended, as the engine's own series shows it

@@ -6,6 +6,7 @@ lognormal factor faster or slower (``SimEngine.drift``), stored as bench run sto
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -98,3 +99,26 @@ def test_the_console_line_says_what_was_taken_in(tmp_path) -> None:  # noqa: ANN
     assert line == (f"Spread between measurements: {estimate(prior.groups).text()} from 2 earlier runs on this machine, "
                     "pooled with this run's repeated points")
     assert "(ν = 2)" in line
+
+
+def test_the_capacity_table_says_what_noise_its_intervals_hold(tmp_path) -> None:  # noqa: ANN001
+    from reports.frontier import spread_note
+
+    once = load_run(sim_ladder_run(tmp_path, "once", {"e": DRIFTING}, loads=LOADS)).ladder
+    assert once is not None
+    assert spread_note(once) == ("Intervals hold the requests' noise only: no point of this run was measured twice, so "
+                                 "the spread between measurements (a machine's, run to run) was not estimated ((1 run) "
+                                 "beside each).")
+    _run(tmp_path, "old", HERE, seed=10, age_s=300)
+    mine = _run(tmp_path, "mine", HERE, seed=40)
+    run = load_run(mine)
+    summary = run.ladder
+    assert summary is not None
+    summary.spread_prior = prior_spread(tmp_path, run.manifest, exclude="mine", now=1_800_000_000)
+    judge(summary, run.records, parse_slos("ttft_p90=1000,tpot_p90=60"))
+    cap = summary.engines["e"].capacity
+    assert cap is not None and cap.spread is not None
+    assert spread_note(summary) == (
+        f"Intervals hold the spread between measurements: ±{100 * (math.exp(cap.spread) - 1):.1f} % per measurement "
+        f"(ν = {cap.spread_df}; from this run's points measured twice and 1 earlier run on this machine: old), moving "
+        "each point's latency and throughput in every resample.")
