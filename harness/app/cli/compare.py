@@ -106,9 +106,9 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
     for c in changes:
         t.add_row(escape(c.engine), _capacity(c.before), _capacity(c.after), ratio_text(c), WORDS[c.moved], escape(c.why))
     console.print(t)
-    m = f"±{100 * margin:g} %"
-    console.print(f"moved: the 95 % interval of B/A lies wholly beyond {m}; within the noise: its 90 % interval lies "
-                  f"inside {m} (two one-sided tests; --margin); not separated: neither.", markup=False, highlight=False)
+    m = f"[{1 / (1 + margin):.3g}×, {1 + margin:.3g}×] (--margin {margin:g}: {100 * (1 / (1 + margin) - 1):+.3g} % / +{100 * margin:.3g} %)"
+    console.print(f"moved: the 95 % interval of B/A lies wholly outside {m}; within the noise: its 90 % interval lies "
+                  "inside it (two one-sided tests); not separated: neither.", markup=False, highlight=False)
     console.print("What differed: " + ("; ".join(diffs) if diffs else "nothing recorded differs"), markup=False,
                   highlight=False, soft_wrap=True)
     if missing := unrecorded(a.manifest, b.manifest):

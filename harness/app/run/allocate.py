@@ -49,7 +49,7 @@ from harness.app.run.ladder_trial import LadderOutcome, check_only, extend_ladde
 from harness.scoring.verdict.allocation import Ladders, Step, next_steps
 from harness.scoring.capacity.frontier import Capacity, capacity_of, engine_stream
 from harness.scoring.capacity.race import Standing, standings
-from harness.scoring.capacity.spread import spread_of
+from harness.scoring.capacity.spread import Spread, spread_of
 from harness.scoring.verdict.verdict import Candidate, Verdict, decide
 
 MIN_CLIMB_S = 20.0  # a climb-on step gets at least this much measuring
@@ -65,6 +65,7 @@ class Allocation:
         self.repeats: dict[str, int] = {}
         self.said: set[str] = set()
         self.checked: set[str] = set()
+        self.spread: Spread | None = None  # the last judge's spread between measurements (None: none judged yet)
 
     @property
     def left_s(self) -> float:
@@ -123,6 +124,7 @@ class Allocation:
         samples = {e.name: _samples(e, self.job.spec) for e in engines}
         prior = self.job.spread_prior.groups if self.job.spread_prior is not None else []
         spread = spread_of([[p.repeats for p in pts] for pts in samples.values()], prior)  # the machine's: every ladder
+        self.spread = spread  # a climb-on's stop rule reads the bar with it (Ladder.spread)
         for e in ranked:
             pts = samples[e.name] if e.name in samples else _samples(e, self.job.spec)
             cap = capacity_of(pts, self.job.spec.slos, self.job.spec.max_failure_rate, resamples=RESAMPLES,
@@ -220,7 +222,7 @@ class Allocation:
         if step.action == "climb":
             self.climbs[e.name] = self.climbs.get(e.name, 0) + 1
             spec = replace(self.job.spec, budget_s=min(self.job.spec.budget_s, max(MIN_CLIMB_S, self.left_s / 2)),
-                           bisect=False, bar=bar)  # aimed, bisected by the rule's own steps, stopped out of the race
+                           bisect=False, bar=bar, spread=self.spread)  # aimed, bisected by the rule's steps, stopped out of the race
             body = partial(extend_ladder, spec=spec, tokenizer=self.job.tokenizer, previous=list(e.measurements))
             trial = Trial((e.name, 100 + self.climbs[e.name]), e.plan, body, keep=True)
             return self._submit(e, trial, fresh=False, add=lambda more: self._climbed(e, more))

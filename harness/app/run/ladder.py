@@ -103,6 +103,7 @@ class Ladder:
     on_point: Callable[[Rung], None] | None = None  # told of each measurement as it is judged (progress)
     brief: Measure | None = None  # the low end's first measurement, brief (:meth:`point`); None: in full
     bar: float = 0.0  # the leader's floor (tok/s per device): a climb stops once its ceiling is below it ("race")
+    spread: Spread | None = None  # the run's spread between measurements the bar's judge reads (None: this ladder's own)
     rungs: list[Rung] = field(default_factory=list)
     stopped: Stopped = ""
     crash: str = ""  # what the engine said when it died mid-ladder ("" = it did not)
@@ -247,7 +248,7 @@ class Ladder:
         cap = self.capacity(resamples=0)
         if cap is None or ceiling(cap, self.max_load) >= self.bar:
             return False
-        cap = self.capacity(resamples=BAR_RESAMPLES)
+        cap = self.capacity(resamples=BAR_RESAMPLES, spread=self.spread)
         return cap is not None and ceiling(cap, self.max_load) < self.bar
 
     def bracket(self) -> tuple[Rung | None, Rung | None]:

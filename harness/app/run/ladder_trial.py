@@ -33,6 +33,7 @@ from harness.app.run.ladder import Ladder, Rung
 from harness.metrics import SLO
 from harness.metrics.energy import EnergySample, windows
 from harness.scoring.capacity.frontier import PointStats, Requests, SloWatch, point_stats
+from harness.scoring.capacity.spread import Spread
 from rich.console import Console
 from adapters.base import Endpoint
 
@@ -75,6 +76,7 @@ class LadderSpec:
     allow_unchecked: bool = False
     bisect: bool = True  # a climb bisects its boundary (the main job leaves it to its allocation)
     bar: float = 0.0  # a climb-on stops once the engine's ceiling is below this (the leader's floor; Ladder.bar)
+    spread: Spread | None = None  # the run's spread between measurements, as the allocation's judge read it (Ladder.spread)
 
     def point_options(self, load: int, seed: int, brief: bool = False) -> WorkloadOptions:
         """The workload of one measurement at ``load``: fresh prompts (``seed``), all due at
@@ -330,7 +332,7 @@ def extend_ladder(plan: EnginePlan, starter: EngineStarter, sink: MeasurementSin
             out.measurements = points.done
             ladder = Ladder(points, spec.slos, spec.max_failure_rate, seed=spec.workload.seed or 0, devices=plan.launch.deployment_devices,
                             max_load=spec.max_load, max_points=len(indices) + spec.max_points, budget_s=spec.budget_s,
-                            bar=spec.bar, on_point=lambda rung: console.print(
+                            bar=spec.bar, spread=spec.spread, on_point=lambda rung: console.print(
                                 f"  {plan.name} {point_line(rung)}{points.stopped.get(rung.load, '')}", markup=False,
                                 highlight=False))
             ladder.resume([(m.load, m.seed, m.requests, m.sessions) for m in previous])

@@ -11,7 +11,8 @@ manifest names the same hardware (name, kind, devices, memory) and platform, at 
 :data:`MAX_RUNS` of them and none older than :data:`MAX_AGE_DAYS` days, reads their records
 (nothing they declared), and freezes what it took into its own ``ladder.json``, so deciding it
 again later (``bench report``, ``bench recommend``, ``bench compare``) gives the same intervals
-whatever the folder holds by then. Imported runs (another client's measurements) are not taken in.
+whatever the folder holds by then. Imported runs (another client's measurements) are not taken in,
+nor the engines of a run that were ``--endpoint`` deployments (served by another machine).
 """
 
 from __future__ import annotations
@@ -60,11 +61,20 @@ def prior_spread(output_dir: Path, manifest: Manifest, *, exclude: str = "", now
             continue
         if machine_key(run.manifest.hardware, run.manifest.platform) != key:
             continue
-        groups = groups_of([[p.repeats for p in pts] for pts in run_points(run.ladder, run.records).values()])
+        external = {n for n, f in (run.manifest.engines or {}).items() if _external(f)}  # another machine's noise
+        groups = groups_of([[p.repeats for p in pts] for n, pts in run_points(run.ladder, run.records).items()
+                            if n not in external])
         if groups:
             prior.runs.append(run.ladder.run_id)
             prior.groups.extend([(float(x), float(v)) for x, v in g] for g in groups)
     return prior
+
+
+def _external(facts: object) -> bool:
+    """Whether an engine of a stored run was an ``--endpoint`` (served elsewhere: its measurements
+    show that machine's noise, not this one's)."""
+    extra = getattr(facts, "model_extra", None) or {}
+    return bool(getattr(facts, "base_url", None) or extra.get("base_url"))
 
 
 def spread_line(prior: SpreadPrior) -> str:

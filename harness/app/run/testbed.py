@@ -160,6 +160,8 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
                 ladder.max_points += 8
                 race = standings(caps, max_load)  # an engine other than the leader stops below the leader's floor
                 ladder.bar = race[0].floor if race and race[0].name != step.engine else 0.0
+                ladder.spread = (spread_of([[r.sample(1).repeats for r in lad.rungs] for lad in ladders.values()], prior)
+                                 if widen else NO_SPREAD)  # the judge's spread, for the climb's stop rule
                 ladder.climb(start=ladder.next_load(max(r.load for r in ladder.rungs), aim=True), bisect=False)
                 ladder.bar = 0.0
             elif step.action == "bisect":

@@ -233,7 +233,8 @@ def capacity_draws(points: Sequence[PointSample], slos: Sequence[SLO], max_failu
     machine factor when ``spread`` is known (:func:`harness.scoring.capacity.spread.machine_draws`;
     its measurements then kept, not resampled), then the capacity read from each draw's points."""
     rng = np.random.default_rng(seed)
-    shift = machine_draws(spread, [len(p.repeats) for p in points], resamples, seed) if spread.known else None
+    moved = spread.known and spread.tau > 0  # an estimate of 0: the measurements resampled, as without one
+    shift = machine_draws(spread, [len(p.repeats) for p in points], resamples, seed) if moved else None
     per_point = [_point_draws(p, slos, max_failure_rate, resamples, rng, None if shift is None else shift[i])
                  for i, p in enumerate(points)]
     out = np.empty(resamples)

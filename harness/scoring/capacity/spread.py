@@ -37,7 +37,10 @@ slowly with the load spreads more between runs than one point's throughput does.
 measurements are then not resampled (the first stage of the bootstrap): the factor stands for
 them. With no point measured twice there is
 nothing to estimate ``τ`` from (``ν = 0``): the interval then holds the requests' noise only, and
-says so (``1 run``).
+says so (``1 run``). An estimate of 0 (the
+measurements agree within their sampling noise) leaves the bootstrap as it was: its measurements
+resampled, no factor drawn. Only whole measurements without failures are evidence
+(:func:`groups_of`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ __all__ = ["Spread", "NO_SPREAD", "estimate", "groups_of", "machine_draws", "mea
 
 _MAX_TAU2 = 4.0  # log-scale variance searched up to (τ = 2: a factor of 7 between measurements)
 _MAX_SHIFT = 5.0  # a machine factor is drawn within e^±5 (148×)
+WHOLE = 2 / 3  # a measurement with fewer requests than this share of its point's largest was cut short (_comparable)
+MIN_DF = 1  # degrees of freedom from which the spread is used: one difference gives t's 1-df (Cauchy) tails, wide but
+# safe; leaving it out (2) let identical drifting engines be separated in 22 % of the decision bed's trials, not 10 %
 
 
 @dataclass(frozen=True)
@@ -69,13 +75,16 @@ class Spread:
 
     @property
     def known(self) -> bool:
-        """Whether any point was measured twice (the spread was estimated, even as 0)."""
-        return self.df > 0
+        """Whether the spread was estimated (even as 0): at least :data:`MIN_DF` degrees of
+        freedom (one difference alone has t's 1-df tails, Cauchy's: a capacity of 284 tok/s
+        read [0–535] with it, an honest "one pair cannot bound this")."""
+        return self.df >= MIN_DF
 
     def text(self) -> str:
-        """``±7.9 % between measurements (ν = 4)``, or ``not estimated (no point measured twice)``."""
+        """``±7.9 % between measurements (ν = 4)``, or ``not estimated (…)``."""
         if not self.known:
-            return "not estimated (no point measured twice)"
+            return ("not estimated (no point measured twice)" if self.df == 0 else
+                    f"not estimated (ν = {self.df}: fewer than {MIN_DF} degrees of freedom)")
         return f"±{100 * (math.exp(self.tau) - 1):.1f} % between measurements (ν = {self.df})"
 
 
@@ -114,13 +123,14 @@ def _q(groups: Sequence[tuple[np.ndarray, np.ndarray]], tau2: float) -> float:
 
 def estimate(groups: Iterable[Sequence[tuple[float, float]]]) -> Spread:
     """The run's :class:`Spread` from ``groups``: per point measured at least twice, each
-    measurement's ``(log X, v)`` (:func:`measurement_log_rate`); groups of fewer than two are
-    ignored. Paule–Mandel by bisection on ``τ²`` (module docstring)."""
+    measurement's ``(log X, v)`` (:func:`measurement_log_rate`); measurements that are not finite
+    and groups of fewer than two are ignored. Paule–Mandel by bisection on ``τ²`` (module docstring)."""
     kept = []
     for g in groups:
-        if len(g) >= 2:
-            x = np.array([m[0] for m in g], dtype=float)
-            v = np.maximum(np.array([m[1] for m in g], dtype=float), 1e-12)
+        finite = [m for m in g if math.isfinite(m[0]) and math.isfinite(m[1]) and m[1] >= 0]  # a hand-edited prior
+        if len(finite) >= 2:
+            x = np.array([m[0] for m in finite], dtype=float)
+            v = np.maximum(np.array([m[1] for m in finite], dtype=float), 1e-12)
             kept.append((x, v))
     df = sum(x.size - 1 for x, _ in kept)
     if df == 0:
@@ -146,11 +156,25 @@ def groups_of(ladders: Iterable[Sequence[Sequence[Requests]]]) -> list[list[tupl
     out = []
     for ladder in ladders:
         for point in ladder:
-            if len(point) >= 2:
-                group = [m for r in point if (m := measurement_log_rate(r)) is not None]
+            whole = _comparable(point)
+            if len(whole) >= 2:
+                group = [m for r in whole if (m := measurement_log_rate(r)) is not None]
                 if len(group) >= 2:
                     out.append(group)
     return out
+
+
+def _comparable(point: Sequence[Requests]) -> list[Requests]:
+    """The measurements of one point that are alike enough to show the machine's noise: none
+    with a failed request (a failure changes the throughput for reasons of its own), and none cut
+    short: fewer than :data:`WHOLE` of the point's largest request count (a brief low end, a
+    climb's point stopped once its SLO had failed: a shorter window read at another phase of the
+    load, 2.2 times as spread as whole ones on make bench's runs of 2026-12-07)."""
+    ok = [r for r in point if r.n > 0 and bool(np.all(r.ok))]
+    if not ok:
+        return []
+    most = max(r.n for r in ok)
+    return [r for r in ok if r.n >= WHOLE * most]
 
 
 def spread_of(ladders: Iterable[Sequence[Sequence[Requests]]],

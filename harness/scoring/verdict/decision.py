@@ -93,7 +93,8 @@ def _stored(cap: Capacity, price_per_hour: float | None, target_tps: float | Non
                          floor=floor(cap), ceiling=top if math.isfinite(top) else None,
                          bracket=cap.bracket, open=cap.open, binding=cap.binding, never_met=cap.never_met,
                          measurements=cap.measurements, lowest_fails=cap.lowest_fails,
-                         spread=round(cap.spread.tau, 6) if cap.spread.known else None, spread_df=cap.spread.df,
+                         spread=round(cap.spread.tau, 6) if cap.spread.known else None,
+                         spread_df=cap.spread.df if cap.spread.known else 0,
                          usd_per_1m_output_tokens=usd, devices_needed=needed,
                          usd_per_hour=needed * price_per_hour if needed is not None and price_per_hour is not None else None)
 

@@ -68,7 +68,9 @@ def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) 
     wide = 1.05 * max(1 / lo, hi) - 1  # a margin the 90 % interval lies inside
     res = runner.invoke(app, ["compare", str(a), str(b), "--margin", f"{wide:.2f}"])
     text = " ".join(res.output.split())
-    assert res.exit_code == 0 and "within the noise" in text and f"inside ±{100 * float(f'{wide:.2f}'):g} %" in text
+    m = float(f"{wide:.2f}")
+    assert res.exit_code == 0 and "within the noise" in text
+    assert f"outside [{1 / (1 + m):.3g}×, {1 + m:.3g}×] (--margin {m:g}: {100 * (1 / (1 + m) - 1):+.3g} % / +{100 * m:.3g} %)" in text
 
 
 def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) -> None:

@@ -106,9 +106,9 @@ def test_the_capacity_table_says_what_noise_its_intervals_hold(tmp_path) -> None
 
     once = load_run(sim_ladder_run(tmp_path, "once", {"e": DRIFTING}, loads=LOADS)).ladder
     assert once is not None
-    assert spread_note(once) == ("Intervals hold the requests' noise only: no point of this run was measured twice, so "
-                                 "the spread between measurements (a machine's, run to run) was not estimated ((1 run) "
-                                 "beside each).")
+    assert spread_note(once) == ("Intervals hold the requests' noise only: the spread between measurements (a machine's, "
+                                 "run to run) was not estimated (no point measured twice in whole, in this run or the "
+                                 "earlier runs on this machine it took in; (1 run) beside each).")
     _run(tmp_path, "old", HERE, seed=10, age_s=300)
     mine = _run(tmp_path, "mine", HERE, seed=40)
     run = load_run(mine)
@@ -122,3 +122,20 @@ def test_the_capacity_table_says_what_noise_its_intervals_hold(tmp_path) -> None
         f"Intervals hold the spread between measurements: ±{100 * (math.exp(cap.spread) - 1):.1f} % per measurement "
         f"(ν = {cap.spread_df}; from this run's points measured twice and 1 earlier run on this machine: old), moving "
         "each point's latency and throughput in every resample.")
+
+
+def test_an_endpoint_served_elsewhere_and_an_imported_run_are_not_taken_in(tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    endpoint = _run(tmp_path, "endpoint", HERE, seed=10, age_s=300)
+    m = json.loads((endpoint / "manifest.json").read_text())
+    m.setdefault("engines", {})["e"] = {"base_url": "http://gpu-box:8000/v1"}
+    (endpoint / "manifest.json").write_text(json.dumps(m))
+    imported = _run(tmp_path, "imported", HERE, seed=20, age_s=200)
+    m = json.loads((imported / "manifest.json").read_text())
+    m["imported_from"] = {"tool": "aiperf", "label": "aiperf profile", "file": "profile_export.jsonl"}
+    (imported / "manifest.json").write_text(json.dumps(m))
+    broken = _run(tmp_path, "broken", HERE, seed=30, age_s=100)
+    (broken / "ladder.json").write_text("{not json")
+    mine = _run(tmp_path, "mine", HERE, seed=40)
+    assert prior_spread(tmp_path, load_run(mine).manifest, exclude="mine", now=1_800_000_000).runs == []

@@ -16,7 +16,8 @@ from harness.loadgen.simulated import SimEngine, true_capacity
 from harness.metrics import parse_slos
 from harness.scoring.capacity.frontier import PointSample, capacity_of, engine_stream
 from harness.scoring.capacity.samples import Requests
-from harness.scoring.capacity.spread import NO_SPREAD, Spread, estimate, machine_draws, measurement_log_rate, spread_of
+from harness.scoring.capacity.spread import (NO_SPREAD, Spread, estimate, groups_of, machine_draws, measurement_log_rate,
+                                             spread_of)
 from results.schema import RequestRecord
 
 MS = 1_000_000
@@ -60,6 +61,15 @@ def test_no_point_measured_twice_estimates_nothing() -> None:
     assert s.text() == "not estimated (no point measured twice)"
 
 
+def test_one_difference_is_used_with_cauchy_tails() -> None:
+    # one pair: τ² = d² / 2 − v; its t has 1 df, and the draws are clipped at e^±5
+    s = estimate([[(0.0, 0.001), (0.2, 0.001)]])
+    assert s.df == 1 and s.known
+    assert s.tau ** 2 == pytest.approx(0.2 ** 2 / 2 - 0.001, rel=1e-9)
+    u = machine_draws(s, [1], 20_000, 0)[0]
+    assert np.abs(u).max() == 5.0 and np.percentile(u, 97.5) == pytest.approx(12.71 * s.tau, rel=0.1)
+
+
 def rec(i: int, session: str, send: float, end: float, tokens: int) -> RequestRecord:
     """A request of ``tokens`` output tokens from ``send`` to ``end`` ms, first token 10 ms after ``send``."""
     first = send + 10
@@ -98,6 +108,44 @@ def test_machine_draws_spread_each_point_by_the_spread_over_root_k() -> None:
     few = machine_draws(Spread(0.1, 2, 1), [1], 20_000, 0)[0]
     assert np.percentile(few, 97.5) == pytest.approx(0.430, rel=0.08)
     np.testing.assert_array_equal(machine_draws(Spread(0.1, 2, 1), [1], 50, 7), machine_draws(Spread(0.1, 2, 1), [1], 50, 7))
+
+
+def test_only_whole_measurements_without_failures_are_evidence() -> None:
+    # a point measured three times: whole (24 requests), cut short (12: a brief low end, an SLO-stopped point) and
+    # whole with one failed request: only the first and a second whole, clean one make a group
+    from harness.loadgen.simulated import simulate
+
+    engine = SimEngine("e", slots=4, jitter=0.05)
+
+    def measured(seed: int, n: int, fail: bool = False) -> Requests:
+        records, duration = simulate(engine, 2, n, 8, seed)
+        if fail:
+            records[3].success, records[3].error_class = False, "http_500"
+        return Requests.of(records, duration)
+
+    whole, short, failed, again = measured(1, 24), measured(2, 12), measured(3, 24, fail=True), measured(4, 24)
+    assert groups_of([[[whole, short, failed]]]) == []  # one whole clean measurement: no group
+    (group,) = groups_of([[[whole, short, failed, again]]])
+    assert group == [measurement_log_rate(whole), measurement_log_rate(again)]
+
+
+def test_an_estimate_of_zero_leaves_the_interval_as_it_was() -> None:
+    # the measurements agree within their sampling noise: their resampling stays, no factor is drawn
+    from harness.loadgen.simulated import simulate
+
+    engine = SimEngine("e", slots=4, jitter=0.05)
+    pts = []
+    for load in (1, 2, 4):
+        reps = []
+        for k in range(3):
+            records, duration = simulate(engine, load, 24, 8, 100 * load + k)
+            reps.append(Requests.of(records, duration))
+        pts.append(PointSample(float(load), tuple(reps)))
+    slos = parse_slos("tpot_p90=60")
+    plain = capacity_of(pts, slos, seed=5)
+    zero = capacity_of(pts, slos, seed=5, spread=Spread(0.0, 6, 3))
+    np.testing.assert_array_equal(plain.draws, zero.draws)
+    assert zero.spread.known and zero.interval == plain.interval
 
 
 def test_a_capacity_holds_the_spread_and_records_it() -> None:
