@@ -8,7 +8,8 @@ whose t quantile is 4.3 where the normal's is 1.96. The runs kept beside it in t
 folder measured the same machine: every point they measured more than once is evidence of the
 same noise. A run takes in, newest first, the earlier ladder runs of the same folder whose
 manifest names the same hardware (name, kind, devices, memory) and platform, at most
-:data:`MAX_RUNS` of them and none older than :data:`MAX_AGE_DAYS` days, reads their records
+:data:`MAX_RUNS` of them, none older than :data:`MAX_AGE_DAYS` days, among the newest
+:data:`MAX_READ` folders, reads their records
 (nothing they declared), and freezes what it took into its own ``ladder.json``, so deciding it
 again later (``bench report``, ``bench recommend``, ``bench compare``) gives the same intervals
 whatever the folder holds by then. Imported runs (another client's measurements) are not taken in,
@@ -30,6 +31,7 @@ from harness.scoring.verdict.decision import run_points
 
 MAX_RUNS = 8  # earlier runs taken in, at most (the newest on the same machine)
 MAX_AGE_DAYS = 30  # ... and none older than this
+MAX_READ = 32  # run folders read at most (each one's records are read: a folder of hundreds stays a second's work)
 
 
 def machine_key(hardware: HardwareFacts | None, platform: str | None) -> tuple[object, ...] | None:
@@ -48,8 +50,8 @@ def prior_spread(output_dir: Path, manifest: Manifest, *, exclude: str = "", now
     if key is None:
         return prior
     oldest = (time.time() if now is None else now) - MAX_AGE_DAYS * 86_400
-    for run_dir in list_runs(output_dir):
-        if len(prior.runs) >= MAX_RUNS or created_at(run_dir) < oldest:
+    for read, run_dir in enumerate(list_runs(output_dir)):
+        if len(prior.runs) >= MAX_RUNS or read >= MAX_READ or created_at(run_dir) < oldest:
             break
         if run_dir.name == exclude:
             continue

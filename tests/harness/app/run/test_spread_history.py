@@ -55,6 +55,9 @@ def test_a_run_takes_in_only_the_same_machines_ladder_runs_newest_first(tmp_path
     later = 1_800_000_000 + spread_history.MAX_AGE_DAYS * 86_400 - 150
     monkeypatch.setattr(spread_history, "MAX_RUNS", 8)
     assert prior_spread(tmp_path, manifest, exclude="mine", now=later).runs == ["new"]
+    # the newest MAX_READ folders only (its own, then new, other, old): reading three reaches "other", not "old"
+    monkeypatch.setattr(spread_history, "MAX_READ", 3)
+    assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000).runs == ["new"]
 
 
 def test_the_prior_is_frozen_into_the_run_and_decides_it_again_the_same(tmp_path) -> None:  # noqa: ANN001
