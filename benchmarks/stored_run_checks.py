@@ -16,8 +16,17 @@ Two checks, each printing one table, measured with the ``bench`` of this checkou
     is cold: it is measured unsalted (``--prompt-salt none``), as the run that wrote the recipe was
     (a salted run read OpenVINO 20-25 % lower at 4 and 8 in flight on 2026-12-06).
 
+``coverage DIR [--engine openvino]``
+    Measures nothing: each ladder run of ``DIR`` on one machine, its ``--engine`` capacity decided
+    again at the run's own SLOs with the spread the other runs of ``DIR`` give it
+    (``harness.app.run.spread_history``, the run itself left out), once with the evidence within
+    runs only (the rule before the evidence across runs) and once with both; whether each interval
+    holds the mean of the other runs' capacities, and how many of them it holds. A run of the
+    same recipe is what an interval is checked against.
+
     python benchmarks/stored_run_checks.py redecide results/RUN --slo ttft_p90=4000,tpot_p90=140
     python benchmarks/stored_run_checks.py serve results/RUN
+    python benchmarks/stored_run_checks.py coverage results --engine openvino
 
 Fresh runs go to ``--output-dir`` (default ``/tmp/stored-run-checks``). Run nothing else on the
 machine meanwhile: the fresh runs are measurements.
@@ -111,6 +120,48 @@ def serve(run: Path, port: int, budget: str, out: Path) -> None:
           f"{'inside' if inside else 'OUTSIDE'} the recipe's interval")
 
 
+def coverage(folder: Path, engine: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from harness.app.run.spread_history import prior_spread, spread_line
+    from harness.metrics import parse_slos
+    from harness.scoring.verdict.decision import engine_capacity
+    from results.store import list_runs, load_run
+
+    runs = [r for d in list_runs(folder) if (r := load_run(d)).ladder is not None and engine in r.ladder.engines
+            and r.ladder.engines[engine].points and not r.manifest.imported_from]
+    caps = {}
+    for run in runs:
+        slos = parse_slos(",".join(f"{k}={v:g}" for k, v in run.ladder.slos.items()))
+        for across in (False, True):
+            prior = prior_spread(folder, run.manifest, exclude=run.ladder.run_id, now=time.time(), across=across)
+            run.ladder.spread_prior = prior
+            cap, _ = engine_capacity(run.ladder, engine, run.records, slos)
+            caps[run.ladder.run_id, across] = (cap, spread_line(prior))
+    print(f"\n{engine}'s capacity in each run of {folder}, with the spread the other runs give it")
+    print("| run | capacity (tok/s) | within runs only: interval | holds others' mean / others | with across runs: "
+          "interval | holds others' mean / others |")
+    print("|---|---:|---|---|---|---|")
+    held = {False: 0, True: 0}
+    for run in runs:
+        rid = run.ladder.run_id
+        others = [caps[r.ladder.run_id, True][0].output_tps for r in runs if r is not run]
+        mean = sum(others) / len(others)
+        cells = []
+        for across in (False, True):
+            cap = caps[rid, across][0]
+            lo, hi = cap.interval
+            inside = lo <= mean <= hi
+            held[across] += inside
+            cells.append(f"[{lo:.1f}–{hi:.1f}] | {'yes' if inside else 'no'} {mean:.1f} / "
+                         f"{sum(lo <= o <= hi for o in others)} of {len(others)}")
+        print(f"| {rid} | {caps[rid, True][0].output_tps:.1f} | {cells[0]} | {cells[1]} |")
+    print(f"\nholds the others' mean: within runs only {held[False]} of {len(runs)}; with across runs {held[True]} of "
+          f"{len(runs)}")
+    for run in runs[:1]:
+        print(f"{run.ladder.run_id}: {caps[run.ladder.run_id, False][1]}\n{' ' * len(run.ladder.run_id)}  "
+              f"{caps[run.ladder.run_id, True][1]}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="check", required=True)
@@ -125,9 +176,14 @@ def main() -> None:
     s.add_argument("--port", type=int, default=8301)
     s.add_argument("--time-budget", default="6m")
     s.add_argument("--output-dir", type=Path, default=Path("/tmp/stored-run-checks"))
+    c = sub.add_parser("coverage")
+    c.add_argument("folder", type=Path)
+    c.add_argument("--engine", default="openvino")
     a = p.parse_args()
     if a.check == "redecide":
         redecide(a.run, a.slo, a.engines, a.time_budget, a.output_dir)
+    elif a.check == "coverage":
+        coverage(a.folder, a.engine)
     else:
         serve(a.run, a.port, a.time_budget, a.output_dir)
 

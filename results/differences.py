@@ -28,7 +28,7 @@ def _line(what: str, a: Any, b: Any) -> str | None:
     return f"{what}: {_short(a)} → {_short(b)}"
 
 
-def _command(command: str | None) -> str | None:
+def launch_command(command: str | None) -> str | None:
     """The launch command without its port (each run picks a free one)."""
     return PORT.sub(r"\1PORT", command) if command else command
 
@@ -42,7 +42,7 @@ def engine_differences(a: Manifest, b: Manifest, engine: str) -> list[str]:
              _line(f"{engine} engine args", fa.engine_args or {}, fb.engine_args or {}),
              _line(f"{engine} threads", fa.threads, fb.threads)]
     if not found[1]:  # the args are the same: a changed command line is another difference (a flag the harness set)
-        found.append(_line(f"{engine} command", _command(fa.command), _command(fb.command)))
+        found.append(_line(f"{engine} command", launch_command(fa.command), launch_command(fb.command)))
     return [f for f in found if f]
 
 
@@ -93,4 +93,4 @@ def workload_source(name: str, m: Manifest) -> str:
     return f"{name} ({', '.join(given)})" if given else name
 
 
-__all__ = ["SOURCES", "engine_differences", "run_differences", "unrecorded", "workload_source"]
+__all__ = ["SOURCES", "engine_differences", "launch_command", "run_differences", "unrecorded", "workload_source"]

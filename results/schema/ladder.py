@@ -269,9 +269,9 @@ class EngineTuning(Artefact):
 class SpreadPrior(Artefact):
     """The spread between measurements that earlier runs on this machine showed, frozen into a
     run when it started (``harness.app.run.spread_history``) so that deciding it again gives the
-    same intervals: ``runs`` (their ids, newest first) and ``groups`` (per point they measured
-    more than once, each measurement's ``[log output tok/s, its sampling variance]``;
-    ``harness.scoring.capacity.spread``)."""
+    same intervals: ``runs`` (their ids, newest first) and ``groups`` (per point measured more
+    than once within one of them, or by one engine set up alike in several of them, each
+    measurement's ``[log output tok/s, its sampling variance]``; ``harness.scoring.capacity.spread``)."""
 
     runs: list[str] = Field(default_factory=list)
     groups: list[list[tuple[float, float]]] = Field(default_factory=list)

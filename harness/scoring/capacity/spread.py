@@ -18,7 +18,9 @@ two kinds of noise:
 (Paule & Mandel 1982; DerSimonian & Kacker 2007, *Contemporary Clinical Trials* 28, §2.3), pooled
 over every point of every engine of the run measured more than once (the noise is the
 machine's, not an engine's), and of the earlier runs on the same machine that the run took in
-when it started (:class:`results.schema.SpreadPrior`; one run alone often holds two or three
+when it started (:class:`results.schema.SpreadPrior`: their points measured twice, and the points
+one engine set up alike measured in several of them, which hold the run-to-run part of the
+noise, :mod:`harness.app.run.spread_history`; one run alone often holds two or three
 degrees of freedom, and with two the estimate is 0 in about a fifth of runs whose true spread is
 8 %, when the requests' noise is 3 %): with weights ``w_m = 1 / (τ² + v_m)`` and each point's weighted
 mean ``x̄_g``, ``Q(τ²) = Σ_g Σ_m w_m (log X_m − x̄_g)²`` falls as ``τ²`` rises and has expectation

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.app.run import spread_history
@@ -47,7 +48,9 @@ def test_a_run_takes_in_only_the_same_machines_ladder_runs_newest_first(tmp_path
     manifest = load_run(mine).manifest
     prior = prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000)
     assert prior.runs == ["new", "old"]  # not the other machine's, not its own
-    assert len(prior.groups) == 2 * len(LOADS)  # every point of both, measured twice
+    # every point of both, measured twice in each (within a run), then each point across the two (their first
+    # measurements: one engine set up alike at the same load)
+    assert len(prior.groups) == 2 * len(LOADS) + len(LOADS)
     assert all(len(g) == 2 for g in prior.groups)
     monkeypatch.setattr(spread_history, "MAX_RUNS", 1)
     assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000).runs == ["new"]
@@ -58,6 +61,43 @@ def test_a_run_takes_in_only_the_same_machines_ladder_runs_newest_first(tmp_path
     # the newest MAX_READ folders only (its own, then new, other, old): reading three reaches "other", not "old"
     monkeypatch.setattr(spread_history, "MAX_READ", 3)
     assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000).runs == ["new"]
+
+
+def test_points_measured_in_several_runs_are_evidence_of_the_spread_between_runs(tmp_path) -> None:  # noqa: ANN001
+    """Five runs of one engine, each point measured once, on a machine whose state moves every
+    time of a run by a known factor (a run-to-run effect no repeat within a run sees): within runs
+    there is no evidence at all; across runs, each load's first measurements in the five runs are
+    one group, and the estimate finds the factors' spread. A run of another engine version, and a
+    measurement cut short of the requests it planned, are not evidence of that point."""
+    import dataclasses
+    import json
+
+    factors = (0.85, 1.0, 1.15, 0.92, 1.08)
+    steady = dataclasses.replace(DRIFTING, drift=0.0, jitter=0.02)
+    for i, f in enumerate(factors):
+        engine = dataclasses.replace(steady, prefill_ms=steady.prefill_ms / f, tpot_ms=steady.tpot_ms / f)
+        d = sim_ladder_run(tmp_path, f"run{i}", {"e": engine}, loads=LOADS, seed=10 * i, hardware=HERE, platform=PLATFORM)
+        when = 1_800_000_000 - 100 * (i + 1)
+        for name in os.listdir(d):
+            os.utime(d / name, (when, when))
+    mine = sim_ladder_run(tmp_path, "mine", {"e": steady}, loads=LOADS, seed=99, hardware=HERE, platform=PLATFORM)
+    manifest = load_run(mine).manifest
+    assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000, across=False).groups == []
+    prior = prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000)
+    assert prior.runs == ["run0", "run1", "run2", "run3", "run4"]
+    assert sorted(len(g) for g in prior.groups) == [5] * len(LOADS)
+    truth = float(np.std(np.log(factors), ddof=1))  # 0.117
+    spread = estimate(prior.groups)
+    assert spread.df == 4 * len(LOADS) and truth * 0.75 < spread.tau < truth * 1.25, (spread, truth)
+    # another version of the engine measures something else; a first measurement cut short is no evidence
+    m = json.loads((tmp_path / "run4" / "manifest.json").read_text())
+    m.setdefault("engines", {})["e"] = {**m.get("engines", {}).get("e", {}), "version": "2.0"}
+    (tmp_path / "run4" / "manifest.json").write_text(json.dumps(m))
+    ladder = json.loads((tmp_path / "run3" / LADDER_FILE).read_text())
+    ladder["engines"]["e"]["points"][0]["planned_requests"] = [1000]  # it measured 24 of them
+    (tmp_path / "run3" / LADDER_FILE).write_text(json.dumps(ladder))
+    prior = prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000)
+    assert sorted(len(g) for g in prior.groups) == [3] + [4] * (len(LOADS) - 1)
 
 
 def test_the_prior_is_frozen_into_the_run_and_decides_it_again_the_same(tmp_path) -> None:  # noqa: ANN001
@@ -99,8 +139,8 @@ def test_the_console_line_says_what_was_taken_in(tmp_path) -> None:  # noqa: ANN
     assert spread_line(SpreadPrior()).startswith("Spread between measurements: no earlier run on this machine")
     prior = SpreadPrior(runs=["a", "b"], groups=[[(0.0, 0.001), (0.2, 0.001)], [(1.0, 0.001), (1.1, 0.001)]])
     line = spread_line(prior)
-    assert line == (f"Spread between measurements: {estimate(prior.groups).text()} from 2 earlier runs on this machine, "
-                    "pooled with this run's repeated points")
+    assert line == (f"Spread between measurements: {estimate(prior.groups).text()} from 2 earlier runs on this machine "
+                    "(points measured twice within a run, or in several runs), pooled with this run's repeated points")
     assert "(ν = 2)" in line
 
 
