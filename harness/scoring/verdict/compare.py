@@ -96,8 +96,20 @@ def change(engine: str, before: Capacity | None, after: Capacity | None, margin:
     if opens and c.moved == "not_separated":
         c.why = f"a lower bound in {' and '.join(opens)} (no SLO broke): climb it further"
     elif c.moved == "not_separated":
-        c.why = f"straddles the {100 * margin:g} % margin: measure more (or a wider --margin)"
+        least = equivalence_margin(c)
+        at = f"within the noise from --margin {least:.2f}" if least is not None and least < 1 else "measure more"
+        c.why = f"straddles the {100 * margin:g} % margin: {at} (measure more for a narrower one)"
     return c
+
+
+def equivalence_margin(c: Change) -> float | None:
+    """The least margin (a fraction) at which ``c`` would read *within the noise*: its 90 %
+    interval ``[lo, hi]`` lies inside ``[1 / (1 + m), 1 + m]`` from ``m = max(1 / lo − 1, hi − 1)``;
+    None without an interval or when ``lo`` is 0."""
+    if c.equivalence is None or not c.equivalence[0] > 0:
+        return None
+    lo, hi = c.equivalence
+    return max(1 / lo - 1, hi - 1, 0.0)
 
 
 def compare(a: tuple[LadderSummary, Sequence[RequestRecord]], b: tuple[LadderSummary, Sequence[RequestRecord]],
@@ -139,4 +151,4 @@ def ratio_text(c: Change) -> str:
     return f"{sign}{c.ratio:.2f}× [{lo:.2f}–{hi:.2f}]"
 
 
-__all__ = ["Change", "WORDS", "change", "compare", "fails", "ratio_text"]
+__all__ = ["Change", "WORDS", "change", "compare", "equivalence_margin", "fails", "ratio_text"]
