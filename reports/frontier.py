@@ -205,8 +205,8 @@ def spread_note(s: LadderSummary) -> str:
     earlier = f"{len(prior)} earlier run{'s' if len(prior) != 1 else ''} on this machine" if prior else ""
     if known is None:
         return ("Intervals hold the requests' noise only: the spread between measurements (a machine's, run to run) "
-                "was not estimated (no point measured twice in whole, in this run or the earlier runs on this machine it "
-                "took in; (1 run) beside each).")
+                "was not estimated (no point measured twice in whole, within this run or across the earlier runs on this "
+                "machine it took in; (1 run) beside each).")
     prior_df = sum(len(g) - 1 for g in s.spread_prior.groups) if s.spread_prior is not None else 0
     own = known.spread_df > prior_df
     if own and earlier:

@@ -88,7 +88,8 @@ class Allocation:
                 if interrupted:
                     return interrupted
                 continue
-            steps = next_steps(race, verdict, self._ladders(engines, caps), max_repeats=self.max_repeats)
+            steps = next_steps(race, verdict, self._ladders(engines, caps), max_repeats=self.max_repeats,
+                               spread_df=self.spread.df if self.spread is not None else 0)
             if not steps:
                 return ""
             # a step that fits is taken even when the output-fidelity check it may call for (an engine that

@@ -122,8 +122,7 @@ def tune(configs: Sequence[SimEngine], budget_s: float, slos: Sequence[SLO], out
 
 
 def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO], output_tokens: int, *,
-         max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None,
-         repeat_leader: bool = True, widen: bool = True,
+         max_load: int = 64, max_repeats: int = 3, clock: list[float] | None = None, widen: bool = True,
          prior: Sequence[Sequence[tuple[float, float]]] = ()) -> tuple[Verdict, dict[str, Ladder]]:
     """The main job's allocation on scripted engines (:mod:`harness.scoring.verdict.allocation`, the rule
     ``bench run`` follows): each engine's low end first (:data:`LOW_END_POINTS` points, the first
@@ -131,11 +130,11 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
     bisect, repeat the bracket points) until it asks for none; the climbs' points stop once their
     SLO has failed (:class:`~harness.scoring.capacity.frontier.SloWatch`), as bench run's do. ``trials``:
     each engine's simulation seed (as :func:`candidate`'s); ``clock[0]`` (given) adds up the
-    simulated measuring time (s); ``repeat_leader=False`` leaves out the
-    leader's one fresh-start repeat once separated (its interval's spread between starts, which a
-    simulated engine does not have unless its ``drift`` is set); ``widen=False`` judges without
+    simulated measuring time (s); ``widen=False`` judges without
     the spread between measurements (the rule before it); ``prior``: the groups earlier runs on
-    the same machine measured (:class:`results.schema.SpreadPrior`). Returns the verdict and the ladders."""
+    the same machine measured (:class:`results.schema.SpreadPrior`; from
+    :data:`~harness.scoring.verdict.allocation.SETTLED_DF` degrees of freedom the leader is not
+    repeated once separated). Returns the verdict and the ladders."""
     watching = list(slos)  # the climbs' points stop once failed (SloWatch); emptied while bisecting, as bench run's
     ladders = {e.name: Ladder(_measure(e, t, output_tokens, clock=clock, watch=watching), slos, max_points=LOW_END_POINTS,
                               max_load=max_load, brief=_measure(e, t, output_tokens, clock=clock, watch=watching, brief=True))
@@ -146,11 +145,11 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
     climbs = {n: 0 for n in ladders}
     repeats = {n: 0 for n in ladders}
     while True:
-        verdict, caps = _judged(ladders, seeds, widen, prior)
+        verdict, caps, spread = _judged(ladders, seeds, widen, prior)
         info = Ladders(gap={n: _gap(c) for n, c in caps.items()}, passing={n: c.bracket[0] or 0 for n, c in caps.items()},
                        climbable={n: ladders[n].stopped in CLIMBS_ON and c.open for n, c in caps.items()},
                        climbs=climbs, repeats=repeats)
-        steps = next_steps(standings(caps, max_load), verdict, info, max_repeats=max_repeats, repeat_leader=repeat_leader)
+        steps = next_steps(standings(caps, max_load), verdict, info, max_repeats=max_repeats, spread_df=spread.df)
         if not steps:
             return verdict, ladders
         for step in steps:
@@ -160,8 +159,7 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
                 ladder.max_points += 8
                 race = standings(caps, max_load)  # an engine other than the leader stops below the leader's floor
                 ladder.bar = race[0].floor if race and race[0].name != step.engine else 0.0
-                ladder.spread = (spread_of([[r.sample(1).repeats for r in lad.rungs] for lad in ladders.values()], prior)
-                                 if widen else NO_SPREAD)  # the judge's spread, for the climb's stop rule
+                ladder.spread = spread  # the judge's, for the climb's stop rule
                 ladder.climb(start=ladder.next_load(max(r.load for r in ladder.rungs), aim=True), bisect=False)
                 ladder.bar = 0.0
             elif step.action == "bisect":
@@ -178,15 +176,15 @@ def race(engines: Sequence[SimEngine], trials: Sequence[int], slos: Sequence[SLO
 
 def _judged(ladders: dict[str, Ladder], seeds: dict[str, int], widen: bool = True,  # noqa: ANN202
             prior: Sequence[Sequence[tuple[float, float]]] = ()):
-    """(verdict, capacities) over the ladders measured so far (the engines that measured any point),
-    each interval widened by the spread between measurements over every ladder, as bench run's
-    (``widen=False``: not widened, the rule before it), pooled with ``prior`` (earlier runs' groups)."""
+    """(verdict, capacities, spread) over the ladders measured so far (the engines that measured any
+    point), each interval widened by the spread between measurements over every ladder, as bench
+    run's (``widen=False``: not widened, the rule before it), pooled with ``prior`` (earlier runs' groups)."""
     spread = (spread_of([[r.sample(1).repeats for r in ladder.rungs] for ladder in ladders.values()], prior) if widen
               else NO_SPREAD)
     caps = {n: c for n, ladder in ladders.items()
             if (c := ladder.capacity(resamples=300, seed=seeds[n], spread=spread)) is not None
             and not c.never_met and ladder.stopped != "crashed"}
-    return decide([Candidate(n, c) for n, c in caps.items()]), caps
+    return decide([Candidate(n, c) for n, c in caps.items()]), caps, spread
 
 
 def history(engine: SimEngine, runs: Sequence[int], slos: Sequence[SLO], output_tokens: int) -> list[list[tuple[float, float]]]:

@@ -150,8 +150,8 @@ def test_the_capacity_table_says_what_noise_its_intervals_hold(tmp_path) -> None
     once = load_run(sim_ladder_run(tmp_path, "once", {"e": DRIFTING}, loads=LOADS)).ladder
     assert once is not None
     assert spread_note(once) == ("Intervals hold the requests' noise only: the spread between measurements (a machine's, "
-                                 "run to run) was not estimated (no point measured twice in whole, in this run or the "
-                                 "earlier runs on this machine it took in; (1 run) beside each).")
+                                 "run to run) was not estimated (no point measured twice in whole, within this run or "
+                                 "across the earlier runs on this machine it took in; (1 run) beside each).")
     _run(tmp_path, "old", HERE, seed=10, age_s=300)
     mine = _run(tmp_path, "mine", HERE, seed=40)
     run = load_run(mine)

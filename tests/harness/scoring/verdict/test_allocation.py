@@ -14,7 +14,7 @@ from harness.app.run.ladder import Ladder, Rung
 from harness.app.run.testbed import faster
 from harness.loadgen.simulated import SimEngine
 from harness.metrics import parse_slos
-from harness.scoring.verdict.allocation import Ladders, next_steps
+from harness.scoring.verdict.allocation import SETTLED_DF, Ladders, next_steps
 from harness.scoring.capacity.frontier import PointStats, Requests, capacity_from
 from harness.scoring.capacity.race import RACE_MARGIN, ceiling, floor, reach_of, standings
 from harness.scoring.verdict.verdict import Candidate, Verdict, decide
@@ -234,6 +234,31 @@ def test_the_rule_spends_nothing_once_the_leaders_capacity_is_found():
     assert next_steps(race, v, info) == []
     steps = next_steps(race, v, Ladders(gap={"lead": 1}, passing={"lead": 2}, climbable={}, climbs={}, repeats={}))
     assert [(s.engine, s.action) for s in steps] == [("lead", "repeat")]  # its spread between starts, once
+    # ... while the spread between measurements is not settled: from SETTLED_DF degrees of freedom (earlier runs on
+    # the machine), the interval already holds the spread between runs, and the repeat is not made
+    fresh = Ladders(gap={"lead": 1}, passing={"lead": 2}, climbable={}, climbs={}, repeats={})
+    assert [s.action for s in next_steps(race, v, fresh, spread_df=SETTLED_DF - 1)] == ["repeat"]
+    assert next_steps(race, v, fresh, spread_df=SETTLED_DF) == []
+
+
+def test_a_machine_whose_spread_is_settled_decides_engines_50_percent_apart_in_under_half_the_time():
+    """On a machine whose earlier runs settled the spread between measurements (a prior of more than
+    SETTLED_DF degrees of freedom, testbed.history), the leader is not repeated once separated:
+    engines 50 % apart (the bed's row whose first run on a machine takes half the equal budgets'
+    time) are decided, the right way, in well under half of it."""
+    better = faster(BASE, "better", 1.5)
+    prior = testbed.history(BASE, range(100, 106), SLOS, 32)
+    assert sum(len(g) - 1 for g in prior) >= SETTLED_DF
+    ratios = []
+    for t in range(4):
+        equal, allocated = [0.0], [0.0]
+        testbed.candidate(better, 2 * t, SLOS, 32, clock=equal)
+        testbed.candidate(BASE, 2 * t + 1, SLOS, 32, clock=equal)
+        v, ladders = testbed.race([better, BASE], [2 * t, 2 * t + 1], SLOS, 32, clock=allocated, prior=prior)
+        assert v.outcome == "separated" and v.winner == "better", v
+        assert max(len(r.measurements) for r in ladders["better"].rungs) == 1  # no repeat
+        ratios.append(allocated[0] / equal[0])
+    assert sorted(ratios)[len(ratios) // 2] < 0.45, ratios
 
 
 def requests_of(ttft_ms: list[float], tps: float = 10.0) -> Requests:
