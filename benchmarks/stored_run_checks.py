@@ -125,17 +125,25 @@ def coverage(folder: Path, engine: str) -> None:
     from harness.app.run.spread_history import prior_spread, spread_line
     from harness.metrics import parse_slos
     from harness.scoring.verdict.decision import engine_capacity
-    from results.store import list_runs, load_run
+    from harness.app.run.spread_history import machine_key
+    from results.store import created_at, list_runs, load_run
 
-    runs = [r for d in list_runs(folder) if (r := load_run(d)).ladder is not None and engine in r.ladder.engines
-            and r.ladder.engines[engine].points and not r.manifest.imported_from]
+    runs = [r for d in list_runs(folder) if (r := load_run(d)).ladder is not None and r.manifest is not None
+            and engine in r.ladder.engines and r.ladder.engines[engine].points and not r.manifest.imported_from]
+    machine = machine_key(runs[0].manifest.hardware, runs[0].manifest.platform) if runs else None
+    runs = [r for r in runs if machine is not None and machine_key(r.manifest.hardware, r.manifest.platform) == machine]
+    if len(runs) < 2:
+        raise SystemExit(f"coverage needs at least 2 ladder runs of {engine} on one machine in {folder}: found {len(runs)}")
+    newest = max(created_at(folder / r.ladder.run_id) for r in runs)  # as of the newest run: the same answer later on
     caps = {}
     for run in runs:
         slos = parse_slos(",".join(f"{k}={v:g}" for k, v in run.ladder.slos.items()))
         for across in (False, True):
-            prior = prior_spread(folder, run.manifest, exclude=run.ladder.run_id, now=time.time(), across=across)
+            prior = prior_spread(folder, run.manifest, exclude=run.ladder.run_id, now=newest, across=across)
             run.ladder.spread_prior = prior
             cap, _ = engine_capacity(run.ladder, engine, run.records, slos)
+            if cap is None:
+                raise SystemExit(f"{run.ladder.run_id}: no capacity of {engine} at its SLOs")
             caps[run.ladder.run_id, across] = (cap, spread_line(prior))
     print(f"\n{engine}'s capacity in each run of {folder}, with the spread the other runs give it")
     print("| run | capacity (tok/s) | within runs only: interval | holds others' mean / others | with across runs: "

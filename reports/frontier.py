@@ -207,7 +207,8 @@ def spread_note(s: LadderSummary) -> str:
         return ("Intervals hold the requests' noise only: the spread between measurements (a machine's, run to run) "
                 "was not estimated (no point measured twice in whole, within this run or across the earlier runs on this "
                 "machine it took in; (1 run) beside each).")
-    prior_df = sum(len(g) - 1 for g in s.spread_prior.groups) if s.spread_prior is not None else 0
+    stored = s.spread_prior
+    prior_df = (stored.df if stored.df is not None else sum(len(g) - 1 for g in stored.groups)) if stored is not None else 0
     own = known.spread_df > prior_df
     if own and earlier:
         where = f"this run's points measured twice and {earlier}: {', '.join(prior)}"

@@ -271,10 +271,13 @@ class SpreadPrior(Artefact):
     run when it started (``harness.app.run.spread_history``) so that deciding it again gives the
     same intervals: ``runs`` (their ids, newest first) and ``groups`` (per point measured more
     than once within one of them, or by one engine set up alike in several of them, each
-    measurement's ``[log output tok/s, its sampling variance]``; ``harness.scoring.capacity.spread``)."""
+    measurement's ``[log output tok/s, its sampling variance]``; ``harness.scoring.capacity.spread``)
+    and ``df``: the degrees of freedom they are worth (the points measured across runs share each
+    run's state, so those count one per run beyond the first, not one per measurement)."""
 
     runs: list[str] = Field(default_factory=list)
     groups: list[list[tuple[float, float]]] = Field(default_factory=list)
+    df: int | None = None  # the degrees of freedom the groups are worth (None: one per measurement beyond each group's first)
 
 
 class LadderSummary(Artefact):

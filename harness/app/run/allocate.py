@@ -123,8 +123,9 @@ class Allocation:
         caps: dict[str, Capacity] = {}
         ranked = self.job._ranked(engines)
         samples = {e.name: _samples(e, self.job.spec) for e in engines}
-        prior = self.job.spread_prior.groups if self.job.spread_prior is not None else []
-        spread = spread_of([[p.repeats for p in pts] for pts in samples.values()], prior)  # the machine's: every ladder
+        stored = self.job.spread_prior
+        spread = spread_of([[p.repeats for p in pts] for pts in samples.values()],  # the machine's: every ladder
+                           stored.groups if stored is not None else [], stored.df if stored is not None else None)
         self.spread = spread  # a climb-on's stop rule reads the bar with it (Ladder.spread)
         for e in ranked:
             pts = samples[e.name] if e.name in samples else _samples(e, self.job.spec)

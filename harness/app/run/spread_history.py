@@ -22,14 +22,21 @@ Two kinds of evidence, pooled by the one estimator:
 - **across runs**: one engine set up alike (name, version, engine args, threads, launch command
   with its port aside; the same model and workload spec, :func:`setup_key`) measured at one load
   with as many requests planned, in several runs: each run's first whole measurement of that
-  point, one group (a first measurement may also count in its pair within its run). On the
-  2-core reference machine (2026-12-07) pairs within a run spread about
-  4 %, the same points across seven runs of a day 9.8 % (ν = 96): a run's state (CPU steal, the
-  time of day, a fresh start) moves all of its measurements, and only evidence across runs holds
-  that, which a re-run of the same recipe meets. Decided again with the other runs' evidence
+  point, one group (a first measurement may also count in its pair within its run; a brief
+  low end only beside brief ones: the requests planned are in the key). Every point of a run
+  shares that run's state, so the runs are the independent draws of it: these groups are worth
+  one degree of freedom per run beyond the first (``SpreadPrior.df``), not one per point. On
+  the 2-core reference machine (2026-12-07) pairs within a run spread about 4 %, the same
+  points across eight runs of a day about 10 %: a run's state (CPU steal, the time of day, a
+  fresh start) moves all of its measurements, and only evidence across runs holds that, which a
+  re-run of the same recipe meets. Decided again with the other runs' evidence
   (``benchmarks/stored_run_checks.py coverage``), openvino's interval held the other runs' mean
-  in 6 of 7 of those runs from pairs within runs alone (±4.4 %, ν = 2: held by t's two-degree
-  tails), and in 7 of 7 with the points across runs (±9.2 %, ν = 85).
+  in 7 of 8 of those runs from pairs within runs alone (±4.4 %, ν = 2), and in 8 of 8 with the
+  points across runs too (±10.5 %, ν = 8 for the newest).
+
+Left as they are: the key holds no harness version (eight runs of one version spanned six
+commits), and a stored run without engine, model or workload facts groups by engine name and
+load alone.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from results.schema.facts import HardwareFacts
 from results.schema.manifest import Manifest
 from results.store import ResultsError, created_at, list_runs, load_run
 
-from harness.scoring.capacity.spread import WHOLE, estimate, groups_of, measurement_log_rate
+from harness.scoring.capacity.spread import WHOLE, Spread, estimate, groups_of, measurement_log_rate
 from harness.scoring.verdict.decision import run_points
 
 MAX_RUNS = 8  # earlier runs taken in, at most (the newest on the same machine)
@@ -71,10 +78,9 @@ def prior_spread(output_dir: Path, manifest: Manifest, *, exclude: str = "", now
     if key is None:
         return prior
     oldest = (time.time() if now is None else now) - MAX_AGE_DAYS * 86_400
-    taken: list[tuple[str, list[list[tuple[float, float]]]]] = []  # newest first: (run id, its groups within it)
-    shared: dict[tuple[object, ...], list[tuple[str, tuple[float, float]]]] = {}  # a point measured in several runs
-    for read, run_dir in enumerate(list_runs(output_dir)):
-        if len(taken) >= MAX_RUNS or read >= MAX_READ or created_at(run_dir) < oldest:
+    read: list[tuple[str, list[list[tuple[float, float]]], dict]] = []  # newest first: (run id, groups within it, firsts)
+    for count, run_dir in enumerate(list_runs(output_dir)):
+        if count >= MAX_READ or created_at(run_dir) < oldest:
             break
         if run_dir.name == exclude:
             continue
@@ -88,19 +94,29 @@ def prior_spread(output_dir: Path, manifest: Manifest, *, exclude: str = "", now
             continue
         external = {n for n, f in (run.manifest.engines or {}).items() if _external(f)}  # another machine's noise
         points = {n: pts for n, pts in run_points(run.ladder, run.records).items() if n not in external}
-        groups = groups_of([[p.repeats for p in pts] for pts in points.values()])
+        groups = [[(float(x), float(v)) for x, v in g] for g in groups_of([[p.repeats for p in pts] for pts in points.values()])]
         firsts = _first_measurements(run.manifest, run.ladder, points) if across else {}
-        if groups or firsts:
-            taken.append((run.ladder.run_id, [[(float(x), float(v)) for x, v in g] for g in groups]))
-            for point, m in firsts.items():
-                shared.setdefault(point, []).append((run.ladder.run_id, m))
+        read.append((run.ladder.run_id, groups, firsts))
+    # the newest MAX_RUNS runs that add evidence: a point measured twice in it, or one measured alike in another run
+    measured_in: dict[tuple[object, ...], int] = {}
+    for _, _, firsts in read:
+        for point in firsts:
+            measured_in[point] = measured_in.get(point, 0) + 1
+    kept = [r for r in read if r[1] or any(measured_in[p] >= 2 for p in r[2])][:MAX_RUNS]
+    shared: dict[tuple[object, ...], list[tuple[str, tuple[float, float]]]] = {}
+    for run_id, _, firsts in kept:
+        for point, m in firsts.items():
+            shared.setdefault(point, []).append((run_id, m))
     across_runs = [g for g in shared.values() if len(g) >= 2]
-    evidence = {run for g in across_runs for run, _ in g}
-    for run_id, groups in taken:
-        if groups or run_id in evidence:  # a run whose points no other run measured alike adds nothing
-            prior.runs.append(run_id)
-            prior.groups.extend(groups)
+    for run_id, groups, _ in kept:
+        prior.runs.append(run_id)
+        prior.groups.extend(groups)
     prior.groups.extend([m for _, m in g] for g in across_runs)
+    # degrees of freedom: one per measurement beyond the first within a run; across runs, one per run beyond the
+    # first (every point a run measured shares its state: the runs are the independent draws of it)
+    within = sum(len(g) - 1 for _, groups, _ in kept for g in groups)
+    runs_across = len({run_id for g in across_runs for run_id, _ in g})
+    prior.df = within + max(runs_across - 1, 0)
     return prior
 
 
@@ -147,13 +163,14 @@ def _external(facts: object) -> bool:
 
 
 def spread_line(prior: SpreadPrior) -> str:
-    """The console's line on what a run took in: ``Spread between measurements: ±9.2 % (ν = 85) from
-    6 earlier runs on this machine (points measured twice within a run, or in several runs), pooled
-    with this run's repeated points``."""
+    """The console's line on what a run took in: ``Spread between measurements: ±10.5 % between
+    measurements (ν = 8) from 7 earlier runs on this machine (points measured twice within a run,
+    or in several runs), pooled with this run's repeated points``."""
     if not prior.groups:
         return ("Spread between measurements: no earlier run on this machine in this results folder; it comes from "
                 "this run's repeated points alone (few degrees of freedom: wide intervals)")
     s = estimate(prior.groups)
+    s = Spread(s.tau, min(s.df, prior.df) if prior.df is not None else s.df, s.points)
     runs = len(prior.runs)
     return (f"Spread between measurements: {s.text()} from {runs} earlier run{'s' if runs != 1 else ''} on this "
             "machine (points measured twice within a run, or in several runs), pooled with this run's repeated points")

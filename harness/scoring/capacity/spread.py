@@ -180,11 +180,17 @@ def _comparable(point: Sequence[Requests]) -> list[Requests]:
 
 
 def spread_of(ladders: Iterable[Sequence[Sequence[Requests]]],
-              prior: Iterable[Sequence[tuple[float, float]]] = ()) -> Spread:
+              prior: Iterable[Sequence[tuple[float, float]]] = (), prior_df: int | None = None) -> Spread:
     """The :class:`Spread` of a run from its engines' ladders (:func:`groups_of`), pooled with
     ``prior``: the groups earlier runs on the same machine measured
-    (:class:`results.schema.SpreadPrior`)."""
-    return estimate([*groups_of(ladders), *prior])
+    (:class:`results.schema.SpreadPrior`); ``prior_df``: the degrees of freedom those groups are
+    worth, where fewer than their count (points measured across runs share each run's state: the
+    runs, not the points, are the independent draws of it); None: their count."""
+    own = groups_of(ladders)
+    s = estimate([*own, *prior])
+    if prior_df is None or not s.df:
+        return s
+    return Spread(s.tau, min(s.df, sum(len(g) - 1 for g in own) + prior_df), s.points)
 
 
 def machine_draws(spread: Spread, measurements: Sequence[int], resamples: int, seed: int) -> np.ndarray:

@@ -96,10 +96,24 @@ def change(engine: str, before: Capacity | None, after: Capacity | None, margin:
     if opens and c.moved == "not_separated":
         c.why = f"a lower bound in {' and '.join(opens)} (no SLO broke): climb it further"
     elif c.moved == "not_separated":
-        least = equivalence_margin(c)
-        at = f"within the noise from --margin {least:.2f}" if least is not None and least < 1 else "measure more"
-        c.why = f"straddles the {100 * margin:g} % margin: {at} (measure more for a narrower one)"
+        c.why = f"straddles the {100 * margin:g} % margin: {_what_margin(c)}"
     return c
+
+
+def _what_margin(c: Change) -> str:
+    """What margin the noise allows a not-separated change: *moved* below one (its 95 % interval
+    excludes 1), else *within the noise* from one (the least, rounded up to hundredths), else
+    measure more."""
+    lo, hi = c.interval if c.interval is not None else (math.nan, math.nan)
+    if lo > 1 or hi < 1:  # a change beyond the noise, smaller than the margin asked
+        below = math.floor(100 * ((lo - 1) if lo > 1 else (1 / hi - 1))) / 100
+        way = "up" if lo > 1 else "down"
+        return (f"moved {way} at --margin {below:.2f} or less" if below > 0 else
+                "a change under 1 %, beyond the noise") + "; measure more to tell it from the margin"
+    least = equivalence_margin(c)
+    if least is None or least >= 1:
+        return "measure more"
+    return f"within the noise from --margin {math.ceil(100 * least - 1e-9) / 100:.2f} (measure more for a narrower one)"
 
 
 def equivalence_margin(c: Change) -> float | None:

@@ -157,8 +157,9 @@ def run_spread(points: dict[str, list[PointSample]], summary: LadderSummary | No
     """The run's spread between measurements over every engine's ladder ``points``, pooled with
     the earlier runs' that ``summary`` took in (its ``spread_prior``;
     :func:`harness.scoring.capacity.spread.spread_of`)."""
-    prior = summary.spread_prior.groups if summary is not None and summary.spread_prior is not None else []
-    return spread_of([[p.repeats for p in pts] for pts in points.values()], prior)
+    stored = summary.spread_prior if summary is not None else None
+    return spread_of([[p.repeats for p in pts] for pts in points.values()], stored.groups if stored is not None else [],
+                     stored.df if stored is not None else None)
 
 
 def engine_capacity(summary: LadderSummary, name: str, records: Sequence[RequestRecord], slos: Sequence[SLO],

@@ -5,6 +5,7 @@ one line."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,8 +66,10 @@ def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) 
     tight = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json"]).stdout)["engines"][0]
     assert tight["moved"] == "not_separated" and "straddles the 5 % margin" in tight["why"]
     lo, hi = tight["equivalence_interval"]
-    least = max(1 / lo - 1, hi - 1)  # the least margin the 90 % interval lies inside, which the why names
+    least = math.ceil(100 * max(1 / lo - 1, hi - 1)) / 100  # the least margin the 90 % interval lies inside, rounded up
     assert f"within the noise from --margin {least:.2f}" in tight["why"]
+    named = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json", "--margin", f"{least:.2f}"]).stdout)
+    assert named["engines"][0]["moved"] == "within_noise"  # the margin it names is one it holds at
     wide = 1.05 * max(1 / lo, hi) - 1  # a margin the 90 % interval lies inside
     res = runner.invoke(app, ["compare", str(a), str(b), "--margin", f"{wide:.2f}"])
     text = " ".join(res.output.split())

@@ -60,7 +60,7 @@ def _run(monkeypatch, left_s: float, step_s: float, climbs_to_out: int = 1) -> t
     clock = _Clock()
     monkeypatch.setattr(allocate, "time", clock)
     monkeypatch.setattr(allocate, "next_steps",
-                        lambda race, verdict, ladders, max_repeats: [] if race[1].out else [Step("b", "climb", "why")])
+                        lambda race, verdict, ladders, max_repeats, spread_df: [] if race[1].out else [Step("b", "climb", "why")])
     console = Console(record=True, width=400)
     ref = SimpleNamespace(prompts=[object()] * 32, max_tokens=64)  # a check of 2,048 greedy tokens is asked for
     job = SimpleNamespace(climb=lambda engines, first: "", console=console, race_out={},

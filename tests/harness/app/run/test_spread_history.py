@@ -63,7 +63,7 @@ def test_a_run_takes_in_only_the_same_machines_ladder_runs_newest_first(tmp_path
     assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000).runs == ["new"]
 
 
-def test_points_measured_in_several_runs_are_evidence_of_the_spread_between_runs(tmp_path) -> None:  # noqa: ANN001
+def test_points_measured_in_several_runs_are_evidence_of_the_spread_between_runs(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """Five runs of one engine, each point measured once, on a machine whose state moves every
     time of a run by a known factor (a run-to-run effect no repeat within a run sees): within runs
     there is no evidence at all; across runs, each load's first measurements in the five runs are
@@ -88,16 +88,22 @@ def test_points_measured_in_several_runs_are_evidence_of_the_spread_between_runs
     assert sorted(len(g) for g in prior.groups) == [5] * len(LOADS)
     truth = float(np.std(np.log(factors), ddof=1))  # 0.117
     spread = estimate(prior.groups)
-    assert spread.df == 4 * len(LOADS) and truth * 0.75 < spread.tau < truth * 1.25, (spread, truth)
+    assert truth * 0.75 < spread.tau < truth * 1.25, (spread, truth)
+    # worth one degree of freedom per run beyond the first (each run's state moves all its points), not one per point
+    assert spread.df == 4 * len(LOADS) and prior.df == len(factors) - 1
     # another version of the engine measures something else; a first measurement cut short is no evidence
-    m = json.loads((tmp_path / "run4" / "manifest.json").read_text())
+    m = json.loads((tmp_path / "run0" / "manifest.json").read_text())
     m.setdefault("engines", {})["e"] = {**m.get("engines", {}).get("e", {}), "version": "2.0"}
-    (tmp_path / "run4" / "manifest.json").write_text(json.dumps(m))
+    (tmp_path / "run0" / "manifest.json").write_text(json.dumps(m))
     ladder = json.loads((tmp_path / "run3" / LADDER_FILE).read_text())
     ladder["engines"]["e"]["points"][0]["planned_requests"] = [1000]  # it measured 24 of them
     (tmp_path / "run3" / LADDER_FILE).write_text(json.dumps(ladder))
     prior = prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000)
     assert sorted(len(g) for g in prior.groups) == [3] + [4] * (len(LOADS) - 1)
+    assert prior.runs == ["run1", "run2", "run3", "run4"] and prior.df == 3  # the newest adds nothing: not counted
+    # ... nor does it take one of the MAX_RUNS places
+    monkeypatch.setattr(spread_history, "MAX_RUNS", 2)
+    assert prior_spread(tmp_path, manifest, exclude="mine", now=1_800_000_000).runs == ["run1", "run2"]
 
 
 def test_the_prior_is_frozen_into_the_run_and_decides_it_again_the_same(tmp_path) -> None:  # noqa: ANN001

@@ -191,3 +191,12 @@ def test_intervals_hold_their_coverage_when_each_measurement_runs_on_another_mac
     assert widened >= 0.9 * trials
     if drift:
         assert plain <= 0.8 * trials  # the defect the spread fixes
+
+
+def test_a_prior_is_worth_the_degrees_of_freedom_it_says():
+    """Points measured across runs share each run's state: a prior of many such groups says what
+    it is worth (SpreadPrior.df), and the spread counts that, not one per measurement."""
+    groups = [[(0.0, 1e-4), (0.1, 1e-4), (-0.1, 1e-4)] for _ in range(5)]  # 5 points x 3 runs: 10 by count
+    assert spread_of([], groups).df == 10
+    capped = spread_of([], groups, prior_df=2)  # three runs: two
+    assert capped.df == 2 and capped.tau == pytest.approx(spread_of([], groups).tau)

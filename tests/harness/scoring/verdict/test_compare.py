@@ -68,3 +68,17 @@ def test_an_engine_that_stops_meeting_the_slo_has_moved_down_to_zero() -> None:
     back = change("x", Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True), _cap(100, 1))
     assert back.moved == "moved_up" and not fails(back, 0.95)
     assert change("x", None, _cap(100, 1)).moved == "no_capacity"
+
+
+def test_a_change_beyond_the_noise_but_under_the_margin_says_at_which_margin_it_moved():
+    """Not separated at the margin asked, but its 95 % interval excludes 1: the guard names the
+    margin below which it reads as moved, not one at which it would be called within the noise."""
+    from harness.scoring.verdict.compare import Change, _what_margin
+
+    up = Change("x", None, None, ratio=1.12, interval=(1.027, 1.30), equivalence=(1.04, 1.25))
+    assert _what_margin(up) == "moved up at --margin 0.02 or less; measure more to tell it from the margin"
+    down = Change("x", None, None, ratio=0.9, interval=(0.80, 0.97), equivalence=(0.82, 0.95))
+    assert _what_margin(down).startswith("moved down at --margin 0.03 or less")  # 1/0.97 - 1 = 0.0309
+    noise = Change("x", None, None, ratio=1.0, interval=(0.80, 1.20), equivalence=(0.85, 1.151))
+    assert _what_margin(noise) == "within the noise from --margin 0.18 (measure more for a narrower one)"  # 1/0.85-1
+    assert _what_margin(Change("x", None, None, ratio=1.0, interval=(0.2, 4.0), equivalence=(0.3, 3.0))) == "measure more"
