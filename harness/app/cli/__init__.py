@@ -38,7 +38,7 @@ app.add_typer(cli_workloads.app, name="workloads")
 app.add_typer(cli_engines.app, name="engines")
 app.command("recommend", help="Score stored runs for a target deployment, SLOs and priorities; name the deciding constraint.")(cli_report.recommend_cmd)
 app.command("compare", help="Compare each engine's capacity at the SLO between two stored runs (B over A, with its "
-            "interval: moved, within the noise or not separated), list what differed, and gate a CI job "
+            "interval: moved, equivalent, within the noise or not separated), list what differed, and gate a CI job "
             "(--fail-below).")(compare_cmd)
 app.command("serve", help="Start the engine of a recipe.json as the run measured it, outside a benchmark, on a host "
             "and port of your choosing, until Ctrl-C.")(serve_cmd)

@@ -52,8 +52,8 @@ def _capacity(cap) -> str:  # type: ignore[no-untyped-def]
 
 def compare_runs(settings: CompareSettings) -> None:
     """Compare each engine's capacity at the SLO between two stored runs (B over A, with its 95 %
-    interval): moved up, moved down, within the noise (the 90 % interval inside ±--margin, 5 %) or not
-    separated; and list what differed between the runs (engine version and args, harness, model
+    interval): moved up, moved down, equivalent (the 90 % interval inside ±--margin, 5 %), within the
+    noise (the 95 % interval holds 1) or not separated; and list what differed between the runs (engine version and args, harness, model
     digest, hardware, workload). Nothing is measured."""
     from harness.scoring.verdict.compare import compare, fails
 
@@ -107,8 +107,10 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
         t.add_row(escape(c.engine), _capacity(c.before), _capacity(c.after), ratio_text(c), WORDS[c.moved], escape(c.why))
     console.print(t)
     m = f"[{1 / (1 + margin):.3g}×, {1 + margin:.3g}×] (--margin {margin:g}: {100 * (1 / (1 + margin) - 1):+.3g} % / +{100 * margin:.3g} %)"
-    console.print(f"moved: the 95 % interval of B/A lies wholly outside {m}; within the noise: its 90 % interval lies "
-                  "inside it (two one-sided tests); not separated: neither.", markup=False, highlight=False)
+    console.print(f"moved: the 95 % interval of B/A lies wholly outside {m}; equivalent: its 90 % interval lies "
+                  "inside it (two one-sided tests); within the noise: neither, and the 95 % interval holds 1 (no change "
+                  "these runs can see, not a claim that none happened); not separated: a change beyond the noise not "
+                  "shown to exceed the margin, or a lower bound.", markup=False, highlight=False)
     console.print("What differed: " + ("; ".join(diffs) if diffs else "nothing recorded differs"), markup=False,
                   highlight=False, soft_wrap=True)
     if missing := unrecorded(a.manifest, b.manifest):

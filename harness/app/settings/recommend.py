@@ -106,7 +106,7 @@ class CompareSettings(CliModel):
     engine: Annotated[Optional[str], Cli("--engine", help="Engines to compare, comma-separated (default: every engine both runs climbed a ladder for).")] = None
     slos: Annotated[Optional[Slos], SLOS.replace(parse=_slos_or_run, help=_DECIDED_AT.format("both runs are", "run A's"))] = None
     fail_below: Annotated[Optional[float], Cli("--fail-below", help="Exit 1 when an engine's capacity ratio B/A lies below this beyond the noise (its 95 % interval wholly under it), e.g. 0.95 for a CI gate.")] = None
-    margin: Annotated[float, Cli("--margin", help="The change that counts (0.05 = 5 %): moved when the 95 % interval of B/A lies wholly beyond it, within the noise when the 90 % interval lies inside it. Set it to what matters to you and to what the runs can show: two runs whose capacities each spread ±10 % between runs cannot show ±5 %.")] = 0.05
+    margin: Annotated[float, Cli("--margin", help="The change that counts (0.05 = 5 %): moved when the 95 % interval of B/A lies wholly beyond it, equivalent when the 90 % interval lies inside it (within the noise: neither, and the 95 % interval holds 1). Set it to what matters to you and to what the runs can show: two runs whose capacities each spread ±10 % between runs cannot show ±5 %.")] = 0.05
     output_dir: Annotated[OutputDir, RUNS_DIR] = Path("results")
     json_out: Annotated[bool, Cli("--json", help="Print the comparison as JSON.")] = False
 

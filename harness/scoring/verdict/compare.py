@@ -9,12 +9,21 @@ one-sided tests, margin :data:`harness.scoring.verdict.verdict.EQUIVALENCE_MARGI
 
 - **moved up** / **moved down**: the 95 % interval lies wholly above 1 + margin / below
   1 / (1 + margin);
-- **within the noise**: the 90 % interval lies inside [1 / (1 + margin), 1 + margin];
-- **not separated**: neither (measure more: more repeats, or a longer ladder).
+- **equivalent**: the 90 % interval lies inside [1 / (1 + margin), 1 + margin] (unchanged within
+  the margin, shown);
+- **within the noise**: neither, and the 95 % interval holds 1: no change these two runs can see,
+  which is not a claim that none happened (the *why* names the least margin the pair is
+  equivalent at; measure more for a narrower one). The field's usage: a difference "within the
+  noise" is one not told apart from it, as a ranking inside the noise is a tie;
+- **not separated**: the 95 % interval excludes 1 but reaches inside the margin (a change beyond
+  the noise, not shown to exceed the margin; the *why* names the margin it moved at), or a lower
+  bound keeps either claim from being made.
 
-A capacity that is a lower bound (its ladder stopped before an SLO broke) bounds the ratio on one
-side only: an open *before* cannot show a rise, an open *after* cannot show a fall, and either
-rules out "within the noise". An engine that misses the SLO at its lowest load in B but not in A
+The verdict's three outcomes map onto these: separated = moved, equivalent = equivalent, not
+separated = within the noise or not separated. A capacity that is a lower bound (its ladder
+stopped before an SLO broke) bounds the ratio on one side only: an open *before* cannot show a
+rise, an open *after* cannot show a fall, and either rules out "equivalent" and "within the
+noise" (climb it further). An engine that misses the SLO at its lowest load in B but not in A
 has moved down to 0; in both, it has no capacity to compare.
 
 The gate (:func:`fails`): a ratio whose 95 % interval lies wholly below ``fail_below`` fails
@@ -34,8 +43,8 @@ from ..capacity.frontier import Capacity
 from .decision import engine_capacity
 from .verdict import EQUIVALENCE_CONFIDENCE, EQUIVALENCE_MARGIN, SEPARATION_CONFIDENCE, ratio_interval
 
-Moved = Literal["moved_up", "moved_down", "within_noise", "not_separated", "no_capacity"]
-WORDS = {"moved_up": "moved up", "moved_down": "moved down", "within_noise": "within the noise",
+Moved = Literal["moved_up", "moved_down", "equivalent", "within_noise", "not_separated", "no_capacity"]
+WORDS = {"moved_up": "moved up", "moved_down": "moved down", "equivalent": "equivalent", "within_noise": "within the noise",
          "not_separated": "not separated", "no_capacity": "no capacity in either run"}
 
 
@@ -89,21 +98,20 @@ def change(engine: str, before: Capacity | None, after: Capacity | None, margin:
     elif down and not after.open:
         c.moved = "moved_down"
     elif inside and not before.open and not after.open:
-        c.moved = "within_noise"
+        c.moved = "equivalent"
+    elif (opens := [run for run, cap in (("A", before), ("B", after)) if cap.open]):
+        c.moved, c.why = "not_separated", f"a lower bound in {' and '.join(opens)} (no SLO broke): climb it further"
+    elif c.interval is not None and c.interval[0] <= 1 <= c.interval[1]:
+        c.moved, c.why = "within_noise", f"its 95 % interval holds 1: {_what_margin(c)}"
     else:
-        c.moved = "not_separated"
-    opens = [run for run, cap in (("A", before), ("B", after)) if cap.open]
-    if opens and c.moved == "not_separated":
-        c.why = f"a lower bound in {' and '.join(opens)} (no SLO broke): climb it further"
-    elif c.moved == "not_separated":
-        c.why = f"straddles the {100 * margin:g} % margin: {_what_margin(c)}"
+        c.moved, c.why = "not_separated", f"straddles the {100 * margin:g} % margin: {_what_margin(c)}"
     return c
 
 
 def _what_margin(c: Change) -> str:
-    """What margin the noise allows a not-separated change: *moved* below one (its 95 % interval
-    excludes 1), else *within the noise* from one (the least, rounded up to hundredths), else
-    measure more."""
+    """What margin the noise allows a change neither moved nor equivalent: *moved* below one (its
+    95 % interval excludes 1), else *equivalent* from one (the least, rounded up to hundredths),
+    else measure more."""
     lo, hi = c.interval if c.interval is not None else (math.nan, math.nan)
     if lo > 1 or hi < 1:  # a change beyond the noise, smaller than the margin asked
         below = math.floor(100 * ((lo - 1) if lo > 1 else (1 / hi - 1))) / 100
@@ -112,12 +120,12 @@ def _what_margin(c: Change) -> str:
                 "a change under 1 %, beyond the noise") + "; measure more to tell it from the margin"
     least = equivalence_margin(c)
     if least is None or least >= 1:
-        return "measure more"
-    return f"within the noise from --margin {math.ceil(100 * least - 1e-9) / 100:.2f} (measure more for a narrower one)"
+        return "measure more to show any change is small"
+    return f"equivalent from --margin {math.ceil(100 * least - 1e-9) / 100:.2f} (measure more for a narrower one)"
 
 
 def equivalence_margin(c: Change) -> float | None:
-    """The least margin (a fraction) at which ``c`` would read *within the noise*: its 90 %
+    """The least margin (a fraction) at which ``c`` would read *equivalent*: its 90 %
     interval ``[lo, hi]`` lies inside ``[1 / (1 + m), 1 + m]`` from ``m = max(1 / lo − 1, hi − 1)``;
     None without an interval or when ``lo`` is 0."""
     if c.equivalence is None or not c.equivalence[0] > 0:

@@ -307,7 +307,7 @@ def sentence(d: Decision, summary: LadderSummary, slos: Sequence[SLO]) -> str:
         assert best is not None
         return _fit(f"{lead}Not separated {where}: {leader} leads with {_tps(best)} output tok/s per device, "
                     f"{_ratio(d, best)} {d.runner_up}'s, neither clearly ahead (by more than 5 %) nor equivalent "
-                    "(within 5 %); measure more: raise --ladder-budget or --repeats.")
+                    "(within 5 %); measure more: raise --time-budget or --repeats.")
     if not d.winner:
         if not d.excluded and d.yardsticks:
             return _fit(f"{lead}No production engine was measured; the reference engine {', '.join(d.yardsticks)} "

@@ -48,33 +48,36 @@ def test_a_slower_engine_fails_the_gate_and_says_what_differed(tmp_path: Path) -
     assert out.exit_code == 0 and data["engines"][0]["moved"] == "moved_down" and 0.76 < data["engines"][0]["ratio"] < 0.9
 
 
-def test_a_re_run_is_within_the_noise_and_passes_the_gate(tmp_path: Path) -> None:
+def test_a_re_run_is_equivalent_and_passes_the_gate(tmp_path: Path) -> None:
     a, b, _ = _three(tmp_path)
     res = runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95"])
     text = " ".join(res.output.split())
+    row = next(line for line in res.output.splitlines() if line.startswith("│ x"))
     assert res.exit_code == 0, res.output
-    assert "within the noise" in text and "Gate held" in text and "What differed: nothing recorded differs" in text
+    assert "equivalent" in row and "Gate held" in text and "What differed: nothing recorded differs" in text
 
 
 def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) -> None:
     """Every measurement on a machine 8 % faster or slower than the last (``SimEngine.drift``), each
     point measured twice: the runs' intervals hold that spread, so two re-runs cannot show ±5 % (not
-    separated, measure more) and are within the noise at a margin the spread allows."""
+    separated, measure more) and are equivalent at a margin the spread allows."""
     drifting = replace(X, drift=0.08)
     a = sim_ladder_run(tmp_path, "a", {"x": drifting}, requests=64, seed=0, repeats=2)
     b = sim_ladder_run(tmp_path, "b", {"x": drifting}, requests=64, seed=100, repeats=2)
     tight = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json"]).stdout)["engines"][0]
-    assert tight["moved"] == "not_separated" and "straddles the 5 % margin" in tight["why"]
+    assert tight["moved"] == "within_noise" and tight["why"].startswith("its 95 % interval holds 1: ")
+    assert tight["interval"][0] <= 1 <= tight["interval"][1]
     lo, hi = tight["equivalence_interval"]
     least = math.ceil(100 * max(1 / lo - 1, hi - 1)) / 100  # the least margin the 90 % interval lies inside, rounded up
-    assert f"within the noise from --margin {least:.2f}" in tight["why"]
+    assert f"equivalent from --margin {least:.2f}" in tight["why"]
     named = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json", "--margin", f"{least:.2f}"]).stdout)
-    assert named["engines"][0]["moved"] == "within_noise"  # the margin it names is one it holds at
+    assert named["engines"][0]["moved"] == "equivalent"  # the margin it names is one it holds at
     wide = 1.05 * max(1 / lo, hi) - 1  # a margin the 90 % interval lies inside
     res = runner.invoke(app, ["compare", str(a), str(b), "--margin", f"{wide:.2f}"])
     text = " ".join(res.output.split())
     m = float(f"{wide:.2f}")
-    assert res.exit_code == 0 and "within the noise" in text
+    row = next(line for line in res.output.splitlines() if line.startswith("│ x"))
+    assert res.exit_code == 0 and "equivalent" in row
     assert f"outside [{1 / (1 + m):.3g}×, {1 + m:.3g}×] (--margin {m:g}: {100 * (1 / (1 + m) - 1):+.3g} % / +{100 * m:.3g} %)" in text
 
 
@@ -84,7 +87,7 @@ def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) ->
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if line.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == ["a", "b", "c"]
-    assert "within the noise" in rows[1] and "moved down" in rows[2] and "1.1" in rows[2]
+    assert "equivalent" in rows[1] and "moved down" in rows[2] and "1.1" in rows[2]
 
 
 def _one_line(res) -> str:  # type: ignore[no-untyped-def]

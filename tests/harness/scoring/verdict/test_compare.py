@@ -1,6 +1,6 @@
 """The regression guard (issue 41) on scripted engines whose truth is known: an engine slowed by
 20 % has moved down (with the right sign, and fails a 0.95 gate), a re-run of the same engine is
-within the noise, and a lower bound never claims what it cannot."""
+equivalent, a noisy one within the noise, and a lower bound never claims what it cannot."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def test_an_engine_slowed_by_20_percent_has_moved_down(tmp_path: Path) -> None:
     assert back.moved == "moved_up" and back.ratio == pytest.approx(1 / c.ratio)
 
 
-def test_a_re_run_of_the_same_engine_is_within_the_noise(tmp_path: Path) -> None:
+def test_a_re_run_of_the_same_engine_is_equivalent(tmp_path: Path) -> None:
     a, b = _runs(tmp_path, X, 100)
     [c] = compare(a, b, SLOS)
-    assert c.moved == "within_noise" and 1 / 1.05 <= c.equivalence[0] and c.equivalence[1] <= 1.05
+    assert c.moved == "equivalent" and 1 / 1.05 <= c.equivalence[0] and c.equivalence[1] <= 1.05
     assert not fails(c, 0.95)
     shown = a[0].engines["x"].capacity  # run A's capacity as its own verdict stored it
     assert c.before.output_tps == pytest.approx(shown.output_tps) and c.before.interval == pytest.approx(shown.interval)
@@ -60,6 +60,19 @@ def test_a_lower_bound_bounds_the_claim_on_one_side_only() -> None:
     assert ratio_text(down_to_open).startswith("≥ 0.67×")
     assert change("x", _cap(150, 1), _cap(100, 1)).moved == "moved_down"
     assert change("x", _cap(100, 1, open_=True), _cap(100, 1, open_=True)).moved == "not_separated"  # never "within"
+    assert change("x", _cap(100, 10, open_=True), _cap(100, 10)).moved == "not_separated"  # holds 1, but A could be more
+
+
+def test_a_ratio_whose_interval_holds_1_and_reaches_past_the_margin_is_within_the_noise() -> None:
+    """Two closed capacities 10 % apart, each ±20 %: the 95 % interval of the ratio holds 1 and
+    reaches past ±5 % either way: within the noise (no change seen), naming the margin the pair is
+    equivalent at; the gate holds. Two 4 % apart, each ±1–2 %: beyond the noise, not shown beyond
+    the margin either: not separated, naming the margin it moved at."""
+    noisy = change("x", _cap(100, 10), _cap(110, 11))
+    assert noisy.moved == "within_noise" and noisy.interval[0] < 1 < noisy.interval[1] and not fails(noisy, 0.95)
+    assert noisy.why.startswith("its 95 % interval holds 1: equivalent from --margin 0.")
+    small = change("x", _cap(100, 0.5), _cap(104, 1.0))
+    assert small.moved == "not_separated" and small.interval[0] > 1 and "moved up at --margin 0.0" in small.why
 
 
 def test_an_engine_that_stops_meeting_the_slo_has_moved_down_to_zero() -> None:
@@ -72,7 +85,7 @@ def test_an_engine_that_stops_meeting_the_slo_has_moved_down_to_zero() -> None:
 
 def test_a_change_beyond_the_noise_but_under_the_margin_says_at_which_margin_it_moved():
     """Not separated at the margin asked, but its 95 % interval excludes 1: the guard names the
-    margin below which it reads as moved, not one at which it would be called within the noise."""
+    margin below which it reads as moved, not one at which it would be called equivalent."""
     from harness.scoring.verdict.compare import Change, _what_margin
 
     up = Change("x", None, None, ratio=1.12, interval=(1.027, 1.30), equivalence=(1.04, 1.25))
@@ -80,5 +93,6 @@ def test_a_change_beyond_the_noise_but_under_the_margin_says_at_which_margin_it_
     down = Change("x", None, None, ratio=0.9, interval=(0.80, 0.97), equivalence=(0.82, 0.95))
     assert _what_margin(down).startswith("moved down at --margin 0.03 or less")  # 1/0.97 - 1 = 0.0309
     noise = Change("x", None, None, ratio=1.0, interval=(0.80, 1.20), equivalence=(0.85, 1.151))
-    assert _what_margin(noise) == "within the noise from --margin 0.18 (measure more for a narrower one)"  # 1/0.85-1
-    assert _what_margin(Change("x", None, None, ratio=1.0, interval=(0.2, 4.0), equivalence=(0.3, 3.0))) == "measure more"
+    assert _what_margin(noise) == "equivalent from --margin 0.18 (measure more for a narrower one)"  # 1/0.85-1
+    wide = Change("x", None, None, ratio=1.0, interval=(0.2, 4.0), equivalence=(0.3, 3.0))
+    assert _what_margin(wide) == "measure more to show any change is small"
