@@ -71,11 +71,13 @@ def compare_runs(settings: CompareSettings) -> None:
              "on other workloads are not comparable; compare runs of one workload")
     slos = o.slos or slos_of(a.ladder.slos if a.ladder else {})
     names = split_list(engine)
+    if engine is not None and not names:
+        fail(f"--engine {engine!r} names no engine: give engine names separated by commas (own,vllm), or leave it out")
     try:
         changes = compare((a.ladder, a.records), (b.ladder, b.records), slos, names,  # type: ignore[arg-type]
                           margin=o.margin)
     except KeyError as exc:
-        fail(f"{exc.args[0]}: choose engines both runs measured (--engine), or leave --engine out")
+        fail(f"{exc.args[0]}: choose engines a run measured (--engine), or leave --engine out")
     if not changes:
         fail(f"runs {a.run_id} and {b.run_id} have no engine in common: nothing to compare")
     gated = [c.engine for c in changes if fail_below is not None and fails(c, fail_below)]
@@ -93,10 +95,11 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
     diffs = run_differences(a.manifest, b.manifest, [c.engine for c in changes])
     if json_out:
         typer.echo(json.dumps({"run_a": a.run_id, "run_b": b.run_id, "slos": slo_table(slos), "margin": margin,
-                               "engines": [{"engine": c.engine, "ratio": c.ratio, "interval": c.interval,
-                                            "equivalence_interval": c.equivalence, "moved": c.moved, "why": c.why,
+                               "engines": [{"engine": c.engine, "before": _cap_json(c.before), "after": _cap_json(c.after),
+                                            "ratio": _num(c.ratio), "interval": _pair(c.interval),
+                                            "equivalence_interval": _pair(c.equivalence), "moved": c.moved, "why": c.why,
                                             "failed_gate": c.engine in gated} for c in changes],
-                               "differences": diffs}, indent=2))
+                               "differences": diffs}, indent=2, allow_nan=False))
         return
     console = make_console()
     t = Table(title=f"Capacity at {slos_text(slos)}: run B ({b.run_id}) over run A ({a.run_id})")
@@ -110,7 +113,8 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
     console.print(f"moved: the 95 % interval of B/A lies wholly outside {m}; equivalent: its 90 % interval lies "
                   "inside it (two one-sided tests); within the noise: neither, and the 95 % interval holds 1 (no change "
                   "these runs can see, not a claim that none happened); not separated: a change beyond the noise not "
-                  "shown to exceed the margin, or a lower bound.", markup=False, highlight=False)
+                  "shown to exceed the margin, or a lower bound; failed in run B: it failed to start or stay up there "
+                  "(a --fail-below gate fails on it).", markup=False, highlight=False)
     console.print("What differed: " + ("; ".join(diffs) if diffs else "nothing recorded differs"), markup=False,
                   highlight=False, soft_wrap=True)
     if missing := unrecorded(a.manifest, b.manifest):
@@ -119,6 +123,27 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
         console.print((f"Gate failed (--fail-below {fail_below:g}): {', '.join(gated)}" if gated else
                        f"Gate held (--fail-below {fail_below:g}): no capacity fell below it beyond the noise"),
                       markup=False, highlight=False)
+
+
+def _num(v: float | None) -> float | str | None:
+    """A JSON number, or the strings results.schema writes for the ones JSON lacks (``"Infinity"``:
+    a ratio over a capacity whose draws reached 0)."""
+    from results.schema.base import _bound_json
+
+    return None if v is None else _bound_json(float(v))
+
+
+def _pair(p: tuple[float, float] | None) -> list[float | str | None] | None:
+    return None if p is None else [_num(p[0]), _num(p[1])]
+
+
+def _cap_json(cap) -> dict | None:  # type: ignore[no-untyped-def, type-arg]
+    """One run's capacity for ``--json``: output tok/s per device with its 95 % interval, and
+    whether it is a lower bound (``open``: no SLO broke) or 0 (``never_met``)."""
+    if cap is None:
+        return None
+    return {"output_tps": _num(cap.output_tps), "interval": _pair(cap.interval), "open": cap.open,
+            "never_met": cap.never_met}
 
 
 def history(settings: HistorySettings) -> None:
@@ -163,6 +188,10 @@ def history(settings: HistorySettings) -> None:
         before = cap
     console = make_console()
     console.print(t)
+    console.print("vs the run before: as bench compare RUN_BEFORE RUN reads it (--margin 0.05): moved when the 95 % "
+                  "interval of the ratio lies wholly beyond ±5 %, equivalent when its 90 % interval lies inside, within "
+                  "the noise when neither and its 95 % interval holds 1, else not separated (bench compare says why).",
+                  markup=False, highlight=False)
     if others:
         console.print(f"{others} other run{'s' if others != 1 else ''} of {engine} replayed another workload or trace, "
                       f"not listed: the history is of the newest run's ({source})", markup=False, highlight=False)

@@ -23,29 +23,38 @@ The verdict's three outcomes map onto these: separated = moved, equivalent = equ
 separated = within the noise or not separated. A capacity that is a lower bound (its ladder
 stopped before an SLO broke) bounds the ratio on one side only: an open *before* cannot show a
 rise, an open *after* cannot show a fall, and either rules out "equivalent" and "within the
-noise" (climb it further). An engine that misses the SLO at its lowest load in B but not in A
+noise" (climb it further). A capacity of 0 (the lowest load missed the SLO) is read from its
+draws like any other, so a fall to 0 whose lowest point failed by a hair is not *moved down*. An
+engine with points in one run only is listed too: **failed in run B** where it failed to start or
+stay up there (a regression the gate fails on), else **not compared** (skipped, interrupted,
+never asked for), each saying why. An engine that misses the SLO at its lowest load in B but not in A
 has moved down to 0; in both, it has no capacity to compare.
 
 The gate (:func:`fails`): a ratio whose 95 % interval lies wholly below ``fail_below`` fails
-(a fall beyond the noise); a fall inside the noise never fails a CI job.
+(a fall beyond the noise), and so does an engine that failed in run B after a capacity in run A;
+a fall inside the noise never fails a CI job.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Sequence
+
+import numpy as np
 
 from harness.metrics import SLO
 from results.schema import LadderSummary, RequestRecord
+from results.schema.engine import EngineStatus
+from results.schema.ladder import EngineLadder
 
-from ..capacity.frontier import Capacity
-from .decision import engine_capacity
+from ..capacity.frontier import Capacity, PointSample, capacity_draws, engine_stream
+from .decision import engine_capacity, run_points, run_spread
 from .verdict import EQUIVALENCE_CONFIDENCE, EQUIVALENCE_MARGIN, SEPARATION_CONFIDENCE, ratio_interval
 
-Moved = Literal["moved_up", "moved_down", "equivalent", "within_noise", "not_separated", "no_capacity"]
+Moved = Literal["moved_up", "moved_down", "equivalent", "within_noise", "not_separated", "failed", "no_capacity"]
 WORDS = {"moved_up": "moved up", "moved_down": "moved down", "equivalent": "equivalent", "within_noise": "within the noise",
-         "not_separated": "not separated", "no_capacity": "no capacity in either run"}
+         "not_separated": "not separated", "failed": "failed in run B", "no_capacity": "not compared"}
 
 
 @dataclass
@@ -70,42 +79,68 @@ def _met(cap: Capacity | None) -> bool:
     return cap is not None and not cap.never_met and cap.output_tps > 0
 
 
+def _drawn(cap: Capacity, n: int) -> Capacity:
+    """``cap`` with draws to pair: its own, or, for a capacity of 0 read without any (a direct
+    caller's, never :func:`compare`'s: it draws a never-met ladder too), ``n`` draws of 0 (its
+    point estimate, taken as certain)."""
+    if cap.draws.size or _met(cap):
+        return cap
+    return replace(cap, draws=np.zeros(n))
+
+
 def change(engine: str, before: Capacity | None, after: Capacity | None, margin: float = EQUIVALENCE_MARGIN) -> Change:
-    """The comparison of one engine's two capacities (module docstring)."""
+    """The comparison of one engine's two capacities (module docstring). A side that misses the
+    SLO at its lowest load is read from its draws too (a lowest point that failed by a hair passes
+    in some), so a fall to 0 is *moved down* only when the 95 % interval says so."""
     c = Change(engine, before, after)
     if before is None or after is None:
-        c.why = f"run {'A' if before is None else 'B'} measured no point of it"
+        c.why = ("neither run measured a point of it" if before is None and after is None else
+                 f"run {'A' if before is None else 'B'} measured no point of it")
         return c
     if not _met(before) and not _met(after):
         c.why = "misses the SLO at its lowest load in both runs"
         return c
-    if not _met(before):
-        c.moved, c.why = "moved_up", "run A missed the SLO at its lowest load, run B meets it"
+    n = max(before.draws.size, after.draws.size)
+    before_d, after_d = _drawn(before, n), _drawn(after, n)
+    c.ratio = after.output_tps / before.output_tps if before.output_tps > 0 else math.inf
+    c.interval = ratio_interval(after_d, before_d, SEPARATION_CONFIDENCE)
+    c.equivalence = ratio_interval(after_d, before_d, EQUIVALENCE_CONFIDENCE)
+    if c.interval is None:
+        c.moved, c.why = "not_separated", "no bootstrap draws in a run: no interval to compare by"
         return c
-    if not _met(after):
-        c.ratio, c.interval, c.moved = 0.0, (0.0, 0.0), "moved_down"
-        c.why = "run B misses the SLO at its lowest load"
-        return c
-    assert after is not None
-    c.ratio = after.output_tps / before.output_tps
-    c.interval = ratio_interval(after, before, SEPARATION_CONFIDENCE)
-    c.equivalence = ratio_interval(after, before, EQUIVALENCE_CONFIDENCE)
-    up = c.interval is not None and c.interval[0] > 1 + margin
-    down = c.interval is not None and c.interval[1] < 1 / (1 + margin)
+    up = c.interval[0] > 1 + margin
+    down = c.interval[1] < 1 / (1 + margin)
     inside = c.equivalence is not None and 1 / (1 + margin) <= c.equivalence[0] and c.equivalence[1] <= 1 + margin
+    missed = ("run A missed the SLO at its lowest load, run B meets it" if not _met(before) else
+              "run B misses the SLO at its lowest load" if not _met(after) else "")
     if up and not before.open:
-        c.moved = "moved_up"
+        c.moved, c.why = "moved_up", missed
     elif down and not after.open:
-        c.moved = "moved_down"
+        c.moved, c.why = "moved_down", missed
     elif inside and not before.open and not after.open:
         c.moved = "equivalent"
     elif (opens := [run for run, cap in (("A", before), ("B", after)) if cap.open]):
         c.moved, c.why = "not_separated", f"a lower bound in {' and '.join(opens)} (no SLO broke): climb it further"
-    elif c.interval is not None and c.interval[0] <= 1 <= c.interval[1]:
+    elif c.interval[0] <= 1 <= c.interval[1]:
         c.moved, c.why = "within_noise", f"its 95 % interval holds 1: {_what_margin(c)}"
     else:
-        c.moved, c.why = "not_separated", f"straddles the {100 * margin:g} % margin: {_what_margin(c)}"
+        bounds = f"{100 * (1 / (1 + margin) - 1):+.3g} % / +{100 * margin:.3g} %"
+        c.moved, c.why = "not_separated", f"straddles the margin ({bounds}): {_what_margin(c)}"
+    if missed and c.moved not in ("moved_up", "moved_down"):
+        c.why = f"{missed}, within its own noise; {c.why}"
     return c
+
+
+def _absent(engine: str, label: str, ladder: EngineLadder | None) -> tuple[Moved, str]:
+    """Why run ``label`` holds no point of ``engine`` (its ladder ``ladder``, None: not in the
+    run), and whether that is a regression: *failed* when the engine failed to start or stay up
+    there (a gate fails on it), else *not compared* (skipped, interrupted, never asked for)."""
+    if ladder is None:
+        return "no_capacity", f"not in run {label}"
+    reason = f": {ladder.reason}" if ladder.reason else ""
+    if ladder.status == EngineStatus.FAILED:
+        return ("failed" if label == "B" else "no_capacity"), f"it failed in run {label}{reason}"
+    return "no_capacity", f"not measured in run {label} ({ladder.status.value}{reason})"
 
 
 def _what_margin(c: Change) -> str:
@@ -137,28 +172,56 @@ def equivalence_margin(c: Change) -> float | None:
 def compare(a: tuple[LadderSummary, Sequence[RequestRecord]], b: tuple[LadderSummary, Sequence[RequestRecord]],
             slos: Sequence[SLO], engines: Sequence[str] = (), seed: int = 0,
             margin: float = EQUIVALENCE_MARGIN) -> list[Change]:
-    """Every engine of ``engines`` (default: every engine both runs' ladders measured a point of,
-    in run A's order) compared between run A and run B at ``slos`` (module docstring; ``margin``: the
-    equivalence margin, a fraction). Raises KeyError naming
-    an engine of ``engines`` that a run does not hold."""
-    names = list(engines) or [n for n in a[0].engines if a[0].engines[n].points and n in b[0].engines
-                              and b[0].engines[n].points]
+    """Every engine of ``engines`` (default: every engine either run's ladder measured a point
+    of, run A's first) compared between run A and run B at ``slos`` (module docstring;
+    ``margin``: the equivalence margin, a fraction); an engine with points in one run only reads
+    *failed* where it failed to start or stay up in run B, else *not compared*, saying why.
+    Raises KeyError naming an engine of ``engines`` that neither run holds."""
+    names = list(dict.fromkeys(engines)) or list(dict.fromkeys(
+        [n for n in a[0].engines if a[0].engines[n].points] + [n for n in b[0].engines if b[0].engines[n].points]))
     out = []
     for name in names:
-        for label, (summary, _) in (("A", a), ("B", b)):
-            if name not in summary.engines:
-                raise KeyError(f"run {label} ({summary.run_id}) has no ladder for {name!r}")
-        before, _ = engine_capacity(a[0], name, a[1], slos, seed)
-        drawn, _ = engine_capacity(b[0], name, b[1], slos, seed + 1)  # another stream: independent draws for the ratio
+        if name not in a[0].engines and name not in b[0].engines:
+            raise KeyError(f"neither run ({a[0].run_id}, {b[0].run_id}) has a ladder for {name!r}")
+        ladders = {label: summary.engines.get(name) for label, (summary, _) in (("A", a), ("B", b))}
+        if not all(lad is not None and lad.points for lad in ladders.values()):
+            before = _capacity(a, name, slos, seed)[0] if ladders["A"] is not None and ladders["A"].points else None
+            after = _capacity(b, name, slos, seed)[0] if ladders["B"] is not None and ladders["B"].points else None
+            c = Change(name, before, after)
+            label = "B" if before is not None else "A"
+            c.moved, c.why = _absent(name, label, ladders[label])
+            if before is None and after is None:
+                c.moved, c.why = "no_capacity", "neither run measured a point of it"
+            out.append(c)
+            continue
+        before, _ = _capacity(a, name, slos, seed)
+        drawn, _ = _capacity(b, name, slos, seed + 1)  # another stream: independent draws for the ratio
         c = change(name, before, drawn, margin)
-        c.after, _ = engine_capacity(b[0], name, b[1], slos, seed)  # shown as run B's own table shows it
+        c.after, _ = _capacity(b, name, slos, seed)  # shown as run B's own table shows it
         out.append(c)
     return out
 
 
+def _capacity(run: tuple[LadderSummary, Sequence[RequestRecord]], name: str, slos: Sequence[SLO],
+              seed: int) -> tuple[Capacity | None, list[PointSample]]:
+    """``name``'s capacity in ``run`` as its verdict reads it (:func:`engine_capacity`), with
+    bootstrap draws even where it misses the SLO at its lowest load (the verdict needs none there;
+    a comparison does: its lowest point may pass in some)."""
+    summary, records = run
+    cap, points = engine_capacity(summary, name, records, slos, seed)
+    if cap is not None and cap.never_met and points:
+        spread = run_spread(run_points(summary, records), summary)
+        cap.draws = capacity_draws(points, slos, summary.max_failure_rate, seed=engine_stream(seed, name), spread=spread)
+        cap.lowest_fails = float(np.mean(cap.draws == 0.0))
+    return cap, points
+
+
 def fails(c: Change, fail_below: float) -> bool:
-    """The gate: the ratio's 95 % interval lies wholly below ``fail_below`` (module docstring), and
-    run B's capacity is not a lower bound (its true value could lie above)."""
+    """The gate: the engine *failed* in run B where it had a capacity in run A, or the ratio's 95 %
+    interval lies wholly below ``fail_below`` (module docstring) and run B's capacity is not a
+    lower bound (its true value could lie above)."""
+    if c.moved == "failed":
+        return _met(c.before)
     return c.interval is not None and c.interval[1] < fail_below and not (c.after is not None and c.after.open)
 
 
@@ -169,8 +232,13 @@ def ratio_text(c: Change) -> str:
     sign = ""
     if c.before is not None and c.after is not None and c.after.open != c.before.open:
         sign = "≥ " if c.after.open else "≤ "
-    lo, hi = c.interval if c.interval is not None else (math.nan, math.nan)
-    return f"{sign}{c.ratio:.2f}× [{lo:.2f}–{hi:.2f}]"
+    if c.interval is None:
+        return f"{sign}{_x(c.ratio)}×"
+    return f"{sign}{_x(c.ratio)}× [{_x(c.interval[0])}–{_x(c.interval[1])}]"
+
+
+def _x(v: float) -> str:
+    return "∞" if v == math.inf else f"{v:.2f}"
 
 
 __all__ = ["Change", "WORDS", "change", "compare", "equivalence_margin", "fails", "ratio_text"]

@@ -59,8 +59,8 @@ def test_a_re_run_is_equivalent_and_passes_the_gate(tmp_path: Path) -> None:
 
 def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) -> None:
     """Every measurement on a machine 8 % faster or slower than the last (``SimEngine.drift``), each
-    point measured twice: the runs' intervals hold that spread, so two re-runs cannot show ±5 % (not
-    separated, measure more) and are equivalent at a margin the spread allows."""
+    point measured twice: the runs' intervals hold that spread, so two re-runs cannot show ±5 %
+    (within the noise) and are equivalent at a margin the spread allows."""
     drifting = replace(X, drift=0.08)
     a = sim_ladder_run(tmp_path, "a", {"x": drifting}, requests=64, seed=0, repeats=2)
     b = sim_ladder_run(tmp_path, "b", {"x": drifting}, requests=64, seed=100, repeats=2)
@@ -81,6 +81,40 @@ def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) 
     assert f"outside [{1 / (1 + m):.3g}×, {1 + m:.3g}×] (--margin {m:g}: {100 * (1 / (1 + m) - 1):+.3g} % / +{100 * m:.3g} %)" in text
 
 
+def test_an_engine_that_failed_in_run_b_is_listed_and_fails_the_gate(tmp_path: Path) -> None:
+    """An engine with a capacity in run A that failed to start in run B is a regression: listed
+    (not dropped because run B has no point of it), "failed in run B" with the reason, and the
+    gate fails; one skipped in run B (not installed there) is listed as not compared, and does not."""
+    a, b, _ = _three(tmp_path)
+    ladder = json.loads((b / "ladder.json").read_text())
+    ladder["engines"]["x"].update(points=[], status="failed", reason="server exited with code 1 during start-up")
+    (b / "ladder.json").write_text(json.dumps(ladder))
+    res = runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "failed in run B" in text and "server exited with code 1" in text and "Gate failed (--fail-below 0.95): x" in text
+    data = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--json"]).stdout)
+    x = data["engines"][0]
+    assert x["moved"] == "failed" and x["after"] is None and x["before"]["output_tps"] > 0 and not x["before"]["open"]
+    ladder["engines"]["x"].update(status="skipped", reason="x: not installed")
+    (b / "ladder.json").write_text(json.dumps(ladder))
+    res = runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["engines"][0]["moved"] == "no_capacity"
+
+
+def test_the_json_is_strict_json_whatever_the_ratio(tmp_path: Path) -> None:
+    """A ratio over a capacity whose draws reach 0 has an infinite end: the JSON writes it as the
+    string "Infinity" (as results.schema does), never a bare Infinity that JSON parsers refuse;
+    each run's capacity rides along with its bound flags."""
+    from harness.app.cli.compare import _num, _pair
+
+    assert _num(float("inf")) == "Infinity" and _pair((0.0, float("inf"))) == [0.0, "Infinity"] and _num(None) is None
+    a, b, _ = _three(tmp_path)
+    out = runner.invoke(app, ["compare", str(a), str(b), "--json"]).stdout
+    x = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))["engines"][0]
+    assert set(x["before"]) == {"output_tps", "interval", "open", "never_met"} and x["after"]["never_met"] is False
+
+
 def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) -> None:
     _three(tmp_path)
     res = runner.invoke(app, ["results", "history", "x", "--output-dir", str(tmp_path)])
@@ -88,6 +122,7 @@ def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) ->
     rows = [line for line in res.output.splitlines() if line.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == ["a", "b", "c"]
     assert "equivalent" in rows[1] and "moved down" in rows[2] and "1.1" in rows[2]
+    assert "vs the run before: as bench compare RUN_BEFORE RUN reads it (--margin 0.05)" in " ".join(res.output.split())
 
 
 def _one_line(res) -> str:  # type: ignore[no-untyped-def]
@@ -102,7 +137,10 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "same run" in _one_line(runner.invoke(app, ["compare", str(a), str(a)]))
     assert "--fail-below" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0"]))
     assert "--margin is a fraction in (0, 1)" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--margin", "1.5"]))
-    assert "choose engines both runs measured" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--engine", "nope"]))
+    assert "choose engines a run measured" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--engine", "nope"]))
+    assert "names no engine" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--engine", ","]))
+    twice = json.loads(runner.invoke(app, ["compare", str(a), str(b), "--engine", "x,x", "--json"]).stdout)
+    assert [e["engine"] for e in twice["engines"]] == ["x"]  # one row per engine
     other = sim_ladder_run(tmp_path, "chat", {"x": X}, workload="chat")
     assert "not comparable" in _one_line(runner.invoke(app, ["compare", str(a), str(other)]))
     assert "no stored run" in _one_line(runner.invoke(app, ["results", "history", "nope", "--output-dir", str(tmp_path)]))

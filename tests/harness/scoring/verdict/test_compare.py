@@ -75,12 +75,28 @@ def test_a_ratio_whose_interval_holds_1_and_reaches_past_the_margin_is_within_th
     assert small.moved == "not_separated" and small.interval[0] > 1 and "moved up at --margin 0.0" in small.why
 
 
+def test_a_fall_to_zero_inside_the_noise_is_not_moved_and_passes_the_gate() -> None:
+    """Run B's lowest point failed, but by a hair: it passes in a fifth of B's draws, so the 95 %
+    interval of the ratio reaches 1 and the fall is not claimed (nor gated); where B fails in
+    every draw it has moved down to 0, said with why."""
+    rng = np.random.default_rng(1)
+    hair = np.where(rng.random(300) < 0.2, rng.normal(100, 1, 300), 0.0)
+    marginal = change("x", _cap(100, 1), Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True, draws=hair))
+    assert marginal.moved in ("within_noise", "not_separated") and not fails(marginal, 0.95)
+    assert marginal.interval[0] == 0.0 and marginal.interval[1] > 0.95
+    assert marginal.why.startswith("run B misses the SLO at its lowest load, within its own noise; ")
+    certain = change("x", _cap(100, 1), Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True, draws=np.zeros(300)))
+    assert certain.moved == "moved_down" and certain.interval == (0.0, 0.0) and fails(certain, 0.95)
+    assert certain.why == "run B misses the SLO at its lowest load"
+
+
 def test_an_engine_that_stops_meeting_the_slo_has_moved_down_to_zero() -> None:
     gone = change("x", _cap(100, 1), Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True))
     assert gone.moved == "moved_down" and gone.ratio == 0.0 and fails(gone, 0.95)
     back = change("x", Capacity(0.0, 0.0, 0.0, (None, 1.0), never_met=True), _cap(100, 1))
-    assert back.moved == "moved_up" and not fails(back, 0.95)
+    assert back.moved == "moved_up" and not fails(back, 0.95) and ratio_text(back).startswith("∞× [∞–∞]")
     assert change("x", None, _cap(100, 1)).moved == "no_capacity"
+    assert change("x", None, None).why == "neither run measured a point of it"
 
 
 def test_a_change_beyond_the_noise_but_under_the_margin_says_at_which_margin_it_moved():
