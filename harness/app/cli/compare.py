@@ -78,8 +78,9 @@ def compare_runs(settings: CompareSettings) -> None:
                           margin=o.margin)
     except KeyError as exc:
         fail(f"{exc.args[0]}: choose engines a run measured (--engine), or leave --engine out")
-    if not changes:
-        fail(f"runs {a.run_id} and {b.run_id} have no engine in common: nothing to compare")
+    if not changes or all(c.moved == "no_capacity" for c in changes):
+        fail(f"runs {a.run_id} and {b.run_id} measured no engine in common (and none failed in run B): "
+             "nothing to compare; see bench results show for what each measured")
     gated = [c.engine for c in changes if fail_below is not None and fails(c, fail_below)]
     _print(a, b, changes, slos, gated, fail_below, json_out, o.margin)
     if gated:
@@ -114,7 +115,8 @@ def _print(a: Run, b: Run, changes: Sequence, slos: Sequence[SLO], gated: list[s
                   "inside it (two one-sided tests); within the noise: neither, and the 95 % interval holds 1 (no change "
                   "these runs can see, not a claim that none happened); not separated: a change beyond the noise not "
                   "shown to exceed the margin, or a lower bound; failed in run B: it failed to start or stay up there "
-                  "(a --fail-below gate fails on it).", markup=False, highlight=False)
+                  "(a --fail-below gate fails on it where it had a capacity in run A); not compared: not measured in "
+                  "both runs, or 0 in both.", markup=False, highlight=False)
     console.print("What differed: " + ("; ".join(diffs) if diffs else "nothing recorded differs"), markup=False,
                   highlight=False, soft_wrap=True)
     if missing := unrecorded(a.manifest, b.manifest):
@@ -143,15 +145,16 @@ def _cap_json(cap) -> dict | None:  # type: ignore[no-untyped-def, type-arg]
     if cap is None:
         return None
     return {"output_tps": _num(cap.output_tps), "interval": _pair(cap.interval), "open": cap.open,
-            "never_met": cap.never_met}
+            "never_met": cap.never_met, "lowest_fails": _num(cap.lowest_fails)}
 
 
 def history(settings: HistorySettings) -> None:
     """List ENGINE's capacity at one set of SLOs over the stored runs of one workload, oldest first,
     each decided again from its records, with its 95 % interval, its version, and whether it moved
     from the run before (as bench compare reads it)."""
-    from harness.scoring.verdict.compare import WORDS, change
-    from harness.scoring.verdict.decision import engine_capacity, slos_text
+    from harness.scoring.verdict.compare import WORDS, compare_engine, run_capacity
+    from harness.scoring.verdict.decision import slos_text
+    from results.schema.engine import EngineStatus
     from results.store import list_runs, load_run
 
     engine, workload, output_dir = settings.engine, settings.workload, settings.output_dir
@@ -161,8 +164,9 @@ def history(settings: HistorySettings) -> None:
             run = load_run(path)
         except ResultsError:
             continue  # an unreadable or killed folder is listed by bench results list, not here
-        if run.ladder is not None and engine in run.ladder.engines and run.ladder.engines[engine].points:
-            runs.append(run)
+        lad = run.ladder.engines.get(engine) if run.ladder is not None else None
+        if lad is not None and (lad.points or lad.status == EngineStatus.FAILED):
+            runs.append(run)  # a run where it failed is history too
     if workload is not None:
         runs = [r for r in runs if r.summary.workload == workload]
     if not runs:
@@ -176,21 +180,25 @@ def history(settings: HistorySettings) -> None:
     for col, right in (("run", False), ("created", False), ("version", False), ("output tok/s per device [95%]", True),
                        ("in flight", True), ("vs the run before", False)):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
-    before = None
+    before: Run | None = None
     for run in runs:
-        cap, _ = engine_capacity(run.ladder, engine, run.records, slos)  # type: ignore[arg-type]
-        drawn = engine_capacity(run.ladder, engine, run.records, slos, 1)[0] if before is not None else None  # type: ignore[arg-type]
-        moved = WORDS[change(engine, before, drawn).moved] if before is not None else ""
+        lad = run.ladder.engines[engine]  # type: ignore[union-attr]
+        cap = run_capacity((run.ladder, run.records), engine, slos, 0)[0] if lad.points else None  # type: ignore[arg-type]
+        moved = (WORDS[compare_engine((before.ladder, before.records), (run.ladder, run.records),  # type: ignore[arg-type]
+                                      engine, slos).moved] if before is not None else "")
         facts = run.manifest.engines.get(engine)
         load = "–" if cap is None or cap.never_met else f"{'≥ ' if cap.open else ''}{cap.load:.3g}"
+        shown = _capacity(cap) if lad.status != EngineStatus.FAILED or (cap is not None and not cap.open) else \
+            f"failed{': ' + (lad.crash or lad.reason) if (lad.crash or lad.reason) else ''}"
         t.add_row(escape(run.run_id), escape((run.manifest.created_at or "")[:16]), escape(str(facts.version or "?") if facts else "?"),
-                  _capacity(cap), load, moved)
-        before = cap
+                  escape(shown), load, moved)
+        before = run
     console = make_console()
     console.print(t)
     console.print("vs the run before: as bench compare RUN_BEFORE RUN reads it (--margin 0.05): moved when the 95 % "
                   "interval of the ratio lies wholly beyond ±5 %, equivalent when its 90 % interval lies inside, within "
-                  "the noise when neither and its 95 % interval holds 1, else not separated (bench compare says why).",
+                  "the noise when neither and its 95 % interval holds 1, failed in run B where it failed to start or "
+                  "stay up, not compared where it has no capacity in either, else not separated (bench compare says why).",
                   markup=False, highlight=False)
     if others:
         console.print(f"{others} other run{'s' if others != 1 else ''} of {engine} replayed another workload or trace, "

@@ -97,13 +97,13 @@ _DECIDED_AT = "SLOs in ms {} decided at, e.g. ttft_p90=4000,tpot_p90=200 (defaul
 
 
 class CompareSettings(CliModel):
-    """``bench compare RUN_A RUN_B``: ``engines`` comma-separated (None = every engine both runs
+    """``bench compare RUN_A RUN_B``: ``engines`` comma-separated (None = every engine either run
     climbed a ladder for); ``slos`` None or empty = run A's; ``fail_below`` a ratio B/A > 0 (None = no gate);
     ``margin`` the equivalence margin, a fraction in (0, 1)."""
 
     run_a: Annotated[str, Cli("run_a", argument=True, help="The run before (a folder, a run id under --output-dir, or 'latest').")]
     run_b: Annotated[str, Cli("run_b", argument=True, help="The run after (a folder, a run id under --output-dir, or 'latest').")]
-    engine: Annotated[Optional[str], Cli("--engine", help="Engines to compare, comma-separated (default: every engine both runs climbed a ladder for).")] = None
+    engine: Annotated[Optional[str], Cli("--engine", help="Engines to compare, comma-separated (default: every engine either run climbed a ladder for; one measured in one run only is listed as failed there or not compared).")] = None
     slos: Annotated[Optional[Slos], SLOS.replace(parse=_slos_or_run, help=_DECIDED_AT.format("both runs are", "run A's"))] = None
     fail_below: Annotated[Optional[float], Cli("--fail-below", help="Exit 1 when an engine's capacity ratio B/A lies below this beyond the noise (its 95 % interval wholly under it), e.g. 0.95 for a CI gate.")] = None
     margin: Annotated[float, Cli("--margin", help="The change that counts (0.05 = 5 %): moved when the 95 % interval of B/A lies wholly beyond it, equivalent when the 90 % interval lies inside it (within the noise: neither, and the 95 % interval holds 1). Set it to what matters to you and to what the runs can show: two runs whose capacities each spread ±10 % between runs cannot show ±5 %.")] = 0.05

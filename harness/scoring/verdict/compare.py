@@ -169,41 +169,52 @@ def equivalence_margin(c: Change) -> float | None:
     return max(1 / lo - 1, hi - 1, 0.0)
 
 
-def compare(a: tuple[LadderSummary, Sequence[RequestRecord]], b: tuple[LadderSummary, Sequence[RequestRecord]],
-            slos: Sequence[SLO], engines: Sequence[str] = (), seed: int = 0,
+Run = tuple[LadderSummary, Sequence[RequestRecord]]  # a stored run's ladder and records
+
+
+def compare(a: Run, b: Run, slos: Sequence[SLO], engines: Sequence[str] = (), seed: int = 0,
             margin: float = EQUIVALENCE_MARGIN) -> list[Change]:
     """Every engine of ``engines`` (default: every engine either run's ladder measured a point
-    of, run A's first) compared between run A and run B at ``slos`` (module docstring;
-    ``margin``: the equivalence margin, a fraction); an engine with points in one run only reads
-    *failed* where it failed to start or stay up in run B, else *not compared*, saying why.
-    Raises KeyError naming an engine of ``engines`` that neither run holds."""
+    of, run A's first) compared between run A and run B at ``slos`` (:func:`compare_engine`;
+    ``margin``: the equivalence margin, a fraction). Raises KeyError naming an engine of
+    ``engines`` that neither run holds."""
     names = list(dict.fromkeys(engines)) or list(dict.fromkeys(
         [n for n in a[0].engines if a[0].engines[n].points] + [n for n in b[0].engines if b[0].engines[n].points]))
-    out = []
     for name in names:
         if name not in a[0].engines and name not in b[0].engines:
             raise KeyError(f"neither run ({a[0].run_id}, {b[0].run_id}) has a ladder for {name!r}")
-        ladders = {label: summary.engines.get(name) for label, (summary, _) in (("A", a), ("B", b))}
-        if not all(lad is not None and lad.points for lad in ladders.values()):
-            before = _capacity(a, name, slos, seed)[0] if ladders["A"] is not None and ladders["A"].points else None
-            after = _capacity(b, name, slos, seed)[0] if ladders["B"] is not None and ladders["B"].points else None
-            c = Change(name, before, after)
-            label = "B" if before is not None else "A"
-            c.moved, c.why = _absent(name, label, ladders[label])
-            if before is None and after is None:
-                c.moved, c.why = "no_capacity", "neither run measured a point of it"
-            out.append(c)
-            continue
-        before, _ = _capacity(a, name, slos, seed)
-        drawn, _ = _capacity(b, name, slos, seed + 1)  # another stream: independent draws for the ratio
-        c = change(name, before, drawn, margin)
-        c.after, _ = _capacity(b, name, slos, seed)  # shown as run B's own table shows it
-        out.append(c)
-    return out
+    return [compare_engine(a, b, name, slos, seed, margin) for name in names]
 
 
-def _capacity(run: tuple[LadderSummary, Sequence[RequestRecord]], name: str, slos: Sequence[SLO],
-              seed: int) -> tuple[Capacity | None, list[PointSample]]:
+def compare_engine(a: Run, b: Run, name: str, slos: Sequence[SLO], seed: int = 0,
+                   margin: float = EQUIVALENCE_MARGIN) -> Change:
+    """Engine ``name`` between run A and run B (module docstring): each capacity read as its run's
+    verdict reads it, run B's drawn from another stream for the ratio. An engine with points in
+    one run only reads *failed* where it failed to start or stay up in run B, else *not
+    compared*; one that failed in run B after some points, before any SLO broke (a crash on the
+    way up: its capacity would read as a lower bound), reads *failed* too."""
+    ladders = {label: summary.engines.get(name) for label, (summary, _) in (("A", a), ("B", b))}
+    if not all(lad is not None and lad.points for lad in ladders.values()):
+        before = run_capacity(a, name, slos, seed)[0] if ladders["A"] is not None and ladders["A"].points else None
+        after = run_capacity(b, name, slos, seed)[0] if ladders["B"] is not None and ladders["B"].points else None
+        c = Change(name, before, after)
+        label = "B" if before is not None else "A"
+        c.moved, c.why = _absent(name, label, ladders[label])
+        if before is None and after is None:
+            c.moved, c.why = "no_capacity", "neither run measured a point of it"
+        return c
+    before, _ = run_capacity(a, name, slos, seed)
+    drawn, _ = run_capacity(b, name, slos, seed + 1)  # another stream: independent draws for the ratio
+    c = change(name, before, drawn, margin)
+    c.after, _ = run_capacity(b, name, slos, seed)  # shown as run B's own table shows it
+    crashed = ladders["B"]
+    if crashed is not None and crashed.status == EngineStatus.FAILED and (c.after is None or c.after.open):
+        what = crashed.crash or crashed.reason
+        c.moved, c.why = "failed", f"it failed in run B{': ' + what if what else ''} (before any SLO broke)"
+    return c
+
+
+def run_capacity(run: Run, name: str, slos: Sequence[SLO], seed: int) -> tuple[Capacity | None, list[PointSample]]:
     """``name``'s capacity in ``run`` as its verdict reads it (:func:`engine_capacity`), with
     bootstrap draws even where it misses the SLO at its lowest load (the verdict needs none there;
     a comparison does: its lowest point may pass in some)."""
@@ -241,4 +252,5 @@ def _x(v: float) -> str:
     return "∞" if v == math.inf else f"{v:.2f}"
 
 
-__all__ = ["Change", "WORDS", "change", "compare", "equivalence_margin", "fails", "ratio_text"]
+__all__ = ["Change", "Run", "WORDS", "change", "compare", "compare_engine", "equivalence_margin", "fails", "ratio_text",
+           "run_capacity"]

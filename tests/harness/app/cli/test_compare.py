@@ -84,7 +84,8 @@ def test_re_runs_on_a_drifting_machine_show_the_margin_they_can(tmp_path: Path) 
 def test_an_engine_that_failed_in_run_b_is_listed_and_fails_the_gate(tmp_path: Path) -> None:
     """An engine with a capacity in run A that failed to start in run B is a regression: listed
     (not dropped because run B has no point of it), "failed in run B" with the reason, and the
-    gate fails; one skipped in run B (not installed there) is listed as not compared, and does not."""
+    gate fails; one skipped in run B (not installed there) is not compared, and with no other
+    engine the comparison is an error (exit 2), not a held gate."""
     a, b, _ = _three(tmp_path)
     ladder = json.loads((b / "ladder.json").read_text())
     ladder["engines"]["x"].update(points=[], status="failed", reason="server exited with code 1 during start-up")
@@ -98,8 +99,33 @@ def test_an_engine_that_failed_in_run_b_is_listed_and_fails_the_gate(tmp_path: P
     assert x["moved"] == "failed" and x["after"] is None and x["before"]["output_tps"] > 0 and not x["before"]["open"]
     ladder["engines"]["x"].update(status="skipped", reason="x: not installed")
     (b / "ladder.json").write_text(json.dumps(ladder))
+    res = runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95"])  # its only engine: nothing compared
+    assert "measured no engine in common (and none failed in run B)" in _one_line(res)
+
+
+def test_an_engine_that_crashed_on_the_way_up_in_run_b_fails_the_gate(tmp_path: Path) -> None:
+    """An engine that crashed in run B after its first point, before any SLO broke: its capacity
+    would read as a lower bound (≥, "climb it further") and pass the gate; it failed there."""
+    a, b, _ = _three(tmp_path)
+    ladder = json.loads((b / "ladder.json").read_text())
+    ladder["engines"]["x"].update(points=ladder["engines"]["x"]["points"][:1], status="failed", stopped="crashed",
+                                  crash="SIGSEGV")
+    (b / "ladder.json").write_text(json.dumps(ladder))
     res = runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95", "--json"])
-    assert res.exit_code == 0 and json.loads(res.stdout)["engines"][0]["moved"] == "no_capacity"
+    x = json.loads(res.stdout)["engines"][0]
+    assert res.exit_code == 1 and x["moved"] == "failed" and x["failed_gate"] and x["after"]["open"]
+    assert x["why"] == "it failed in run B: SIGSEGV (before any SLO broke)"
+    rows = [line for line in runner.invoke(app, ["results", "history", "x", "--output-dir", str(tmp_path)]).output.splitlines()
+            if line.startswith("│")]
+    assert "failed: SIGSEGV" in rows[1] and "failed in run B" in rows[1] and "not separated" in rows[2]  # from a lower bound
+
+
+def test_a_run_b_that_measured_nothing_is_an_error_not_a_held_gate(tmp_path: Path) -> None:
+    a, b, _ = _three(tmp_path)
+    ladder = json.loads((b / "ladder.json").read_text())
+    ladder["engines"]["x"].update(points=[], status="not_measured")
+    (b / "ladder.json").write_text(json.dumps(ladder))
+    assert "measured no engine in common" in _one_line(runner.invoke(app, ["compare", str(a), str(b), "--fail-below", "0.95"]))
 
 
 def test_the_json_is_strict_json_whatever_the_ratio(tmp_path: Path) -> None:
@@ -112,7 +138,7 @@ def test_the_json_is_strict_json_whatever_the_ratio(tmp_path: Path) -> None:
     a, b, _ = _three(tmp_path)
     out = runner.invoke(app, ["compare", str(a), str(b), "--json"]).stdout
     x = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))["engines"][0]
-    assert set(x["before"]) == {"output_tps", "interval", "open", "never_met"} and x["after"]["never_met"] is False
+    assert set(x["before"]) == {"output_tps", "interval", "open", "never_met", "lowest_fails"} and x["after"]["never_met"] is False
 
 
 def test_history_lists_the_runs_oldest_first_with_their_moves(tmp_path: Path) -> None:
