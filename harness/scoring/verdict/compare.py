@@ -27,8 +27,9 @@ noise" (climb it further). A capacity of 0 (the lowest load missed the SLO) is r
 draws like any other, so a fall to 0 whose lowest point failed by a hair is not *moved down*. An
 engine with points in one run only is listed too: **failed in run B** where it failed to start or
 stay up there (a regression the gate fails on), else **not compared** (skipped, interrupted,
-never asked for), each saying why. An engine that misses the SLO at its lowest load in B but not in A
-has moved down to 0; in both, it has no capacity to compare.
+never asked for), each saying why; one that crashed in run B before any SLO broke reads failed
+in run B too (its capacity would read as a lower bound). An engine that misses the SLO at its lowest load in both
+runs has no capacity to compare (not compared).
 
 The gate (:func:`fails`): a ratio whose 95 % interval lies wholly below ``fail_below`` fails
 (a fall beyond the noise), and so does an engine that failed in run B after a capacity in run A;
